@@ -1,0 +1,162 @@
+//! The storage trait: what the replica core needs made durable.
+//!
+//! One [`Storage`] value serves one shard: all of the shard's groups share it,
+//! so that one [`Storage::flush`] makes every group's pending records durable
+//! with one sync (group commit). The trait is synchronous; the runtime calls
+//! it from a thread of its own so the shard's event loop never waits on a
+//! sync, and the simulator calls [`memory::MemoryStorage`] inline.
+//!
+//! # Contract
+//! - `append`, `truncate_after` and `stage_superblock` only *stage*. Nothing
+//!   staged is durable, and nothing may be acknowledged to a peer or client on
+//!   its account, until a later `flush` returns `Ok`.
+//! - `flush` makes everything staged durable. Log records (appends and
+//!   truncations) of a flush become durable before the superblocks of the
+//!   same flush: after a crash in the middle of a flush, a superblock is never
+//!   newer than the log it describes. Within the log, what survives a crash
+//!   is a prefix of the staged records in staging order.
+//! - An `append` of op `n` for a group replaces every entry of that group at
+//!   op `n` and above (a new view's log overwrites an uncommitted suffix).
+//! - `save_snapshot` is durable on return; it also permits the storage to
+//!   discard the group's entries at or below the snapshot's op.
+//! - A `flush` error means the environment is dead (disk gone, fsync failed):
+//!   the caller must stop the node; the data may not be assumed durable and
+//!   the flush must not be retried as if it were (fsyncgate).
+//! - `stage_superblock` may fail for one group alone (R12); the caller then
+//!   holds back what depended on that superblock and retries later, while the
+//!   other groups proceed.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use cohort_messages::{GroupId, Incarnation, LogEntry, NodeId, Op, View};
+
+pub mod memory;
+
+/// A group's durable control state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Superblock {
+    /// The highest view this member has taken part in; never goes down.
+    pub view: View,
+    /// The last view in which this member's status was normal; its log is
+    /// that view's log (up to the member's op).
+    pub log_view: View,
+    /// A commit point known to be committed (may trail the true one).
+    pub commit: Op,
+    /// The group's incarnation.
+    pub incarnation: Incarnation,
+    /// The group's members in member-index order.
+    pub members: Vec<NodeId>,
+    /// The replication quorum Q2 of the group.
+    pub replication_quorum: u8,
+}
+
+/// An application snapshot of one group: its state after applying every op up
+/// to and including `op`. `data` is opaque to storage (the core puts the state
+/// machine's snapshot and the client table in it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Snapshot {
+    /// The last op the snapshot includes.
+    pub op: Op,
+    /// The view of that op's entry.
+    pub view: View,
+    /// The encoded state.
+    pub data: Bytes,
+}
+
+/// Everything that survived for one group.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RecoveredGroup {
+    /// The newest durable superblock, if one was ever saved.
+    pub superblock: Option<Superblock>,
+    /// The newest durable snapshot, if any.
+    pub snapshot: Option<Snapshot>,
+    /// The log entries after the snapshot (or from op 1), contiguous and
+    /// ascending by op.
+    pub entries: Vec<LogEntry>,
+}
+
+/// Everything that survived, per group.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Recovered {
+    /// Per group.
+    pub groups: BTreeMap<GroupId, RecoveredGroup>,
+}
+
+/// What went wrong, with enough context to act on.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StorageError {
+    /// The device or file system failed (includes a failed fsync). Fatal.
+    #[error("storage I/O failed during {operation} on {path}: {reason}")]
+    Io {
+        /// What was being done.
+        operation: &'static str,
+        /// Which file.
+        path: String,
+        /// The OS error.
+        reason: String,
+    },
+    /// No space left. Nothing acknowledged is lost; new writes are refused.
+    #[error("storage is full during {operation} on {path}")]
+    Full {
+        /// What was being done.
+        operation: &'static str,
+        /// Which file.
+        path: String,
+    },
+    /// A record or file failed its checksum where a torn tail is not possible.
+    #[error("corruption in {path} at offset {offset}: {reason}")]
+    Corrupt {
+        /// Which file.
+        path: String,
+        /// Byte offset of the bad record.
+        offset: u64,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A value exceeds a configured limit.
+    #[error("{what} of {size_bytes} bytes exceeds the limit of {max_bytes} bytes")]
+    TooLarge {
+        /// What was too large.
+        what: &'static str,
+        /// Its size.
+        size_bytes: u64,
+        /// The limit.
+        max_bytes: u64,
+    },
+    /// A fault injected by a test double.
+    #[error("injected fault: {0}")]
+    Injected(&'static str),
+}
+
+impl StorageError {
+    /// True if the node must stop (the environment is dead).
+    pub fn is_fatal(&self) -> bool {
+        matches!(self, StorageError::Io { .. } | StorageError::Corrupt { .. })
+    }
+}
+
+/// A shard's durable storage. See the module docs for the contract.
+pub trait Storage {
+    /// Stage an entry of `group`; replaces the group's entries at `entry.op` and above.
+    fn append(&mut self, group: GroupId, entry: &LogEntry) -> Result<(), StorageError>;
+
+    /// Stage dropping every entry of `group` after `op`.
+    fn truncate_after(&mut self, group: GroupId, op: Op) -> Result<(), StorageError>;
+
+    /// Stage the group's new superblock (written atomically at the next flush).
+    fn stage_superblock(&mut self, group: GroupId, superblock: &Superblock) -> Result<(), StorageError>;
+
+    /// Make everything staged durable with as few syncs as possible (one for
+    /// the log). An error is fatal for the node.
+    fn flush(&mut self) -> Result<(), StorageError>;
+
+    /// Durably store a snapshot; entries at or below `snapshot.op` may go.
+    fn save_snapshot(&mut self, group: GroupId, snapshot: &Snapshot) -> Result<(), StorageError>;
+
+    /// Durably remove everything of `group` (the group was deleted or moved away).
+    fn remove_group(&mut self, group: GroupId) -> Result<(), StorageError>;
+
+    /// Read back everything durable. Called once, before any other call.
+    fn recover(&mut self) -> Result<Recovered, StorageError>;
+}

@@ -1,0 +1,127 @@
+//! The command byte of a frame header.
+//!
+//! Numbers are part of the wire format and never reused: a retired command
+//! keeps its number. The table in docs/protocol.md lists sender, receiver and
+//! purpose of each.
+
+use std::fmt;
+
+/// The kind of message a frame carries.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum Command {
+    /// First frame on a peer connection, both ways: revision, cluster, node, shards.
+    Handshake = 1,
+    /// A client operation (read or write) for one group.
+    Request = 2,
+    /// The result of a request.
+    Reply = 3,
+    /// Primary → backup: one log entry to make durable.
+    Prepare = 4,
+    /// Backup → primary: the entry is durable here.
+    PrepareOk = 5,
+    /// Any member → all: this member gave up on the current view.
+    StartViewChange = 6,
+    /// Member → primary of the new view: my log and log view.
+    DoViewChange = 7,
+    /// New primary → backups: the view's log; normal operation resumes.
+    StartView = 8,
+    /// Primary node → peer node: a batch of 40-byte Commit entries (R10).
+    Commit = 9,
+    /// Backup node → primary node: a batch of CommitReply entries (R26).
+    CommitReply = 10,
+    /// Lagging member → primary: resend the prepares in an op range.
+    RequestPrepares = 11,
+    /// Lagging member → primary: send the snapshot, from a byte offset.
+    RequestStateTransfer = 12,
+    /// Primary → lagging member: one chunk of a snapshot.
+    StateChunk = 13,
+    /// Non-primary → client: ask the primary this member knows.
+    Redirect = 14,
+    /// Node → metadata group: open a session.
+    SessionOpen = 15,
+    /// Node → metadata group: the session is alive.
+    SessionKeepalive = 16,
+    /// Metadata group → node: the session expired.
+    SessionExpired = 17,
+    /// Metadata group → node: the session is open.
+    SessionOpened = 18,
+}
+
+impl Command {
+    /// Every command, in number order.
+    pub const ALL: [Command; 18] = [
+        Command::Handshake,
+        Command::Request,
+        Command::Reply,
+        Command::Prepare,
+        Command::PrepareOk,
+        Command::StartViewChange,
+        Command::DoViewChange,
+        Command::StartView,
+        Command::Commit,
+        Command::CommitReply,
+        Command::RequestPrepares,
+        Command::RequestStateTransfer,
+        Command::StateChunk,
+        Command::Redirect,
+        Command::SessionOpen,
+        Command::SessionKeepalive,
+        Command::SessionExpired,
+        Command::SessionOpened,
+    ];
+
+    /// The command for a wire byte, or `None` for an unknown one.
+    pub fn from_u8(value: u8) -> Option<Command> {
+        Command::ALL.iter().copied().find(|command| *command as u8 == value)
+    }
+
+    /// A short lowercase name, for logs and metric labels.
+    pub fn name(self) -> &'static str {
+        match self {
+            Command::Handshake => "handshake",
+            Command::Request => "request",
+            Command::Reply => "reply",
+            Command::Prepare => "prepare",
+            Command::PrepareOk => "prepare_ok",
+            Command::StartViewChange => "start_view_change",
+            Command::DoViewChange => "do_view_change",
+            Command::StartView => "start_view",
+            Command::Commit => "commit",
+            Command::CommitReply => "commit_reply",
+            Command::RequestPrepares => "request_prepares",
+            Command::RequestStateTransfer => "request_state_transfer",
+            Command::StateChunk => "state_chunk",
+            Command::Redirect => "redirect",
+            Command::SessionOpen => "session_open",
+            Command::SessionKeepalive => "session_keepalive",
+            Command::SessionExpired => "session_expired",
+            Command::SessionOpened => "session_opened",
+        }
+    }
+}
+
+impl fmt::Display for Command {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}({})", self.name(), *self as u8)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn command_numbers_are_stable() {
+        // These numbers are the wire format. Changing one breaks every peer.
+        assert_eq!(Command::Commit as u8, 9);
+        assert_eq!(Command::CommitReply as u8, 10);
+        for (index, command) in Command::ALL.iter().enumerate() {
+            assert_eq!(*command as u8 as usize, index + 1);
+            assert_eq!(Command::from_u8(*command as u8), Some(*command));
+        }
+        assert_eq!(Command::from_u8(0), None);
+        assert_eq!(Command::from_u8(19), None);
+        assert_eq!(Command::from_u8(255), None);
+    }
+}

@@ -1,0 +1,137 @@
+//! Frames: encoding, one-shot decoding, and splitting a byte stream.
+//!
+//! [`FrameDecoder`] turns the bytes of a TCP connection into checked frames.
+//! A bad header checksum means the stream's framing is lost, so the error says
+//! to close the connection; a bad body checksum drops that frame only (R15)
+//! and the decoder moves on to the next one.
+
+use bytes::{Buf, Bytes, BytesMut};
+
+use crate::error::{DecodeError, FrameError};
+use crate::header::{HEADER_SIZE_BYTES, Header};
+use crate::ids::ClusterId;
+use crate::message::Message;
+
+/// A frame ready to send: the encoded header and the body, kept apart so a
+/// large batch body is written without copying it behind the header.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EncodedFrame {
+    /// The 80 header bytes.
+    pub header: [u8; HEADER_SIZE_BYTES],
+    /// The body.
+    pub body: Bytes,
+}
+
+impl EncodedFrame {
+    /// Fill in body size and both checksums, and encode the header.
+    pub fn new(mut header: Header, body: Bytes) -> EncodedFrame {
+        assert!(
+            body.len() <= crate::limits::BODY_SIZE_MAX_BYTES,
+            "R13: frame body of {} bytes exceeds the limit",
+            body.len()
+        );
+        header.body_size = body.len() as u32;
+        header.checksum_body = crc32c::crc32c(&body);
+        let mut bytes = [0u8; HEADER_SIZE_BYTES];
+        header.encode(&mut bytes);
+        EncodedFrame { header: bytes, body }
+    }
+
+    /// Size on the wire.
+    pub fn size_bytes(&self) -> usize {
+        HEADER_SIZE_BYTES + self.body.len()
+    }
+
+    /// Header and body in one buffer.
+    pub fn to_bytes(&self) -> Bytes {
+        let mut out = BytesMut::with_capacity(self.size_bytes());
+        crate::message::write_frame(self, &mut out);
+        out.freeze()
+    }
+}
+
+/// A received frame whose header and body checksums are good.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Frame {
+    /// The validated header.
+    pub header: Header,
+    /// The body, `header.body_size` bytes.
+    pub body: Bytes,
+}
+
+impl Frame {
+    /// Check one complete frame held in `bytes` (header, body, nothing else)
+    /// against `cluster`.
+    pub fn decode(bytes: Bytes, cluster: ClusterId) -> Result<Frame, FrameError> {
+        let header_bytes: &[u8; HEADER_SIZE_BYTES] = bytes
+            .get(..HEADER_SIZE_BYTES)
+            .and_then(|slice| slice.try_into().ok())
+            .ok_or(FrameError::Truncated { got_bytes: bytes.len(), needed_bytes: HEADER_SIZE_BYTES })?;
+        let header = Header::decode(header_bytes)?;
+        header.check_cluster(cluster)?;
+        let body = bytes.slice(HEADER_SIZE_BYTES..);
+        header.check_body(&body)?;
+        Ok(Frame { header, body })
+    }
+
+    /// Decode the message this frame carries.
+    pub fn message(&self) -> Result<Message, crate::error::BodyError> {
+        Message::decode(self)
+    }
+}
+
+/// Decode a complete frame and its message in one call.
+pub fn decode_message(bytes: Bytes, cluster: ClusterId) -> Result<(Header, Message), DecodeError> {
+    let frame = Frame::decode(bytes, cluster)?;
+    let message = frame.message()?;
+    Ok((frame.header, message))
+}
+
+/// Splits a byte stream into frames.
+///
+/// Feed received bytes into a [`BytesMut`] and call [`FrameDecoder::decode`]
+/// until it returns `Ok(None)` (needs more bytes). On an error, count it; if
+/// [`FrameError::closes_connection`] is true, close the connection, else keep
+/// decoding: the bad frame was already consumed.
+#[derive(Clone, Debug)]
+pub struct FrameDecoder {
+    cluster: ClusterId,
+    /// A header already decoded whose body has not fully arrived.
+    pending: Option<Header>,
+}
+
+impl FrameDecoder {
+    /// A decoder that accepts frames of `cluster` only.
+    pub fn new(cluster: ClusterId) -> FrameDecoder {
+        FrameDecoder { cluster, pending: None }
+    }
+
+    /// Take the next complete frame from the front of `buffer`, if any.
+    pub fn decode(&mut self, buffer: &mut BytesMut) -> Result<Option<Frame>, FrameError> {
+        let header = match self.pending {
+            Some(header) => header,
+            None => {
+                let Some(header_bytes) = buffer.get(..HEADER_SIZE_BYTES) else {
+                    return Ok(None);
+                };
+                let header_bytes: &[u8; HEADER_SIZE_BYTES] = header_bytes
+                    .try_into()
+                    .map_err(|_| FrameError::Truncated { got_bytes: buffer.len(), needed_bytes: HEADER_SIZE_BYTES })?;
+                let header = Header::decode(header_bytes)?;
+                header.check_cluster(self.cluster)?;
+                buffer.advance(HEADER_SIZE_BYTES);
+                header
+            }
+        };
+        let body_size = header.body_size as usize;
+        if buffer.len() < body_size {
+            self.pending = Some(header);
+            buffer.reserve(body_size - buffer.len());
+            return Ok(None);
+        }
+        self.pending = None;
+        let body = buffer.split_to(body_size).freeze();
+        header.check_body(&body)?;
+        Ok(Some(Frame { header, body }))
+    }
+}

@@ -1,0 +1,168 @@
+//! Every message as one enum, with frame encoding and decoding.
+//!
+//! Sending: build a [`Message`] and call [`Message::encode`]; the result is a
+//! header and a body ready to write. Receiving: split the byte stream with
+//! [`crate::FrameDecoder`], then [`Message::decode`] the frame. Batch bodies
+//! are not decoded here beyond their size check; their entries are decoded
+//! one by one as the receiver iterates them.
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use crate::batch::{CommitBatch, CommitReplyBatch};
+use crate::body::*;
+use crate::codec;
+use crate::command::Command;
+use crate::error::BodyError;
+use crate::frame::{EncodedFrame, Frame};
+use crate::header::{HEADER_SIZE_BYTES, Header, TraceContext};
+use crate::ids::{ClusterId, GroupId, NodeId};
+
+/// A decoded message of any command.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub enum Message {
+    Handshake(Handshake),
+    Request(Request),
+    Reply(Reply),
+    Prepare(Prepare),
+    PrepareOk(PrepareOk),
+    StartViewChange(StartViewChange),
+    DoViewChange(DoViewChange),
+    StartView(StartView),
+    Commit(CommitBatch),
+    CommitReply(CommitReplyBatch),
+    RequestPrepares(RequestPrepares),
+    RequestStateTransfer(RequestStateTransfer),
+    StateChunk(StateChunk),
+    Redirect(Redirect),
+    SessionOpen(SessionOpen),
+    SessionKeepalive(SessionKeepalive),
+    SessionExpired(SessionExpired),
+    SessionOpened(SessionOpened),
+}
+
+macro_rules! per_variable_body {
+    ($self:ident, $body:ident => $expr:expr, batch $batch:ident => $batch_expr:expr) => {
+        match $self {
+            Message::Handshake($body) => $expr,
+            Message::Request($body) => $expr,
+            Message::Reply($body) => $expr,
+            Message::Prepare($body) => $expr,
+            Message::PrepareOk($body) => $expr,
+            Message::StartViewChange($body) => $expr,
+            Message::DoViewChange($body) => $expr,
+            Message::StartView($body) => $expr,
+            Message::RequestPrepares($body) => $expr,
+            Message::RequestStateTransfer($body) => $expr,
+            Message::StateChunk($body) => $expr,
+            Message::Redirect($body) => $expr,
+            Message::SessionOpen($body) => $expr,
+            Message::SessionKeepalive($body) => $expr,
+            Message::SessionExpired($body) => $expr,
+            Message::SessionOpened($body) => $expr,
+            Message::Commit($batch) => $batch_expr,
+            Message::CommitReply($batch) => $batch_expr,
+        }
+    };
+}
+
+impl Message {
+    /// The command byte for this message.
+    pub fn command(&self) -> Command {
+        match self {
+            Message::Handshake(_) => Command::Handshake,
+            Message::Request(_) => Command::Request,
+            Message::Reply(_) => Command::Reply,
+            Message::Prepare(_) => Command::Prepare,
+            Message::PrepareOk(_) => Command::PrepareOk,
+            Message::StartViewChange(_) => Command::StartViewChange,
+            Message::DoViewChange(_) => Command::DoViewChange,
+            Message::StartView(_) => Command::StartView,
+            Message::Commit(_) => Command::Commit,
+            Message::CommitReply(_) => Command::CommitReply,
+            Message::RequestPrepares(_) => Command::RequestPrepares,
+            Message::RequestStateTransfer(_) => Command::RequestStateTransfer,
+            Message::StateChunk(_) => Command::StateChunk,
+            Message::Redirect(_) => Command::Redirect,
+            Message::SessionOpen(_) => Command::SessionOpen,
+            Message::SessionKeepalive(_) => Command::SessionKeepalive,
+            Message::SessionExpired(_) => Command::SessionExpired,
+            Message::SessionOpened(_) => Command::SessionOpened,
+        }
+    }
+
+    /// The group a single-group message is about (`None` for batches,
+    /// handshakes and session messages).
+    pub fn group(&self) -> Option<GroupId> {
+        match self {
+            Message::Request(m) => Some(m.group),
+            Message::Reply(m) => Some(m.group),
+            Message::Prepare(m) => Some(m.group),
+            Message::PrepareOk(m) => Some(m.group),
+            Message::StartViewChange(m) => Some(m.group),
+            Message::DoViewChange(m) => Some(m.group),
+            Message::StartView(m) => Some(m.group),
+            Message::RequestPrepares(m) => Some(m.group),
+            Message::RequestStateTransfer(m) => Some(m.group),
+            Message::StateChunk(m) => Some(m.group),
+            Message::Redirect(m) => Some(m.group),
+            _ => None,
+        }
+    }
+
+    /// Validate the message (batches validate per entry, on iteration).
+    pub fn validate(&self) -> Result<(), crate::error::Invalid> {
+        per_variable_body!(self, body => body.validate(), batch _batch => Ok(()))
+    }
+
+    /// Encode the body alone.
+    pub fn encode_body(&self) -> Bytes {
+        per_variable_body!(self, body => {
+            let mut out = BytesMut::new();
+            codec::encode_into(body, &mut out);
+            out.freeze()
+        }, batch batch => batch.body().clone())
+    }
+
+    /// Encode a frame: header (with both checksums) and body.
+    pub fn encode(&self, cluster: ClusterId, sender: NodeId, trace: TraceContext) -> EncodedFrame {
+        debug_assert_eq!(self.validate(), Ok(()), "sending an invalid {}", self.command());
+        EncodedFrame::new(Header::new(cluster, sender, self.command(), trace), self.encode_body())
+    }
+
+    /// Decode and validate the body of a frame whose header and body checksum
+    /// were already checked (as [`crate::FrameDecoder`] does).
+    pub fn decode(frame: &Frame) -> Result<Message, BodyError> {
+        let command = frame.header.command;
+        let body = &frame.body;
+        let message = match command {
+            Command::Commit => Message::Commit(CommitBatch::from_body(body.clone())?),
+            Command::CommitReply => Message::CommitReply(CommitReplyBatch::from_body(body.clone())?),
+            Command::Handshake => Message::Handshake(codec::decode(command, body)?),
+            Command::Request => Message::Request(codec::decode(command, body)?),
+            Command::Reply => Message::Reply(codec::decode(command, body)?),
+            Command::Prepare => Message::Prepare(codec::decode(command, body)?),
+            Command::PrepareOk => Message::PrepareOk(codec::decode(command, body)?),
+            Command::StartViewChange => Message::StartViewChange(codec::decode(command, body)?),
+            Command::DoViewChange => Message::DoViewChange(codec::decode(command, body)?),
+            Command::StartView => Message::StartView(codec::decode(command, body)?),
+            Command::RequestPrepares => Message::RequestPrepares(codec::decode(command, body)?),
+            Command::RequestStateTransfer => Message::RequestStateTransfer(codec::decode(command, body)?),
+            Command::StateChunk => Message::StateChunk(codec::decode(command, body)?),
+            Command::Redirect => Message::Redirect(codec::decode(command, body)?),
+            Command::SessionOpen => Message::SessionOpen(codec::decode(command, body)?),
+            Command::SessionKeepalive => Message::SessionKeepalive(codec::decode(command, body)?),
+            Command::SessionExpired => Message::SessionExpired(codec::decode(command, body)?),
+            Command::SessionOpened => Message::SessionOpened(codec::decode(command, body)?),
+        };
+        message.validate()?;
+        Ok(message)
+    }
+}
+
+/// Write a frame (header then body) into one contiguous buffer.
+pub fn write_frame(frame: &EncodedFrame, out: &mut BytesMut) {
+    out.reserve(HEADER_SIZE_BYTES + frame.body.len());
+    out.put_slice(&frame.header);
+    out.put_slice(&frame.body);
+}
