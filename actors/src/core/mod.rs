@@ -1,6 +1,24 @@
 //! The sans-IO protocol core.
 //!
 //! Nothing in this module tree may import actix, tokio, `std::net`, `std::fs`
-//! or read a clock; `tests/sans_io.rs` fails the build's tests if one appears.
+//! or read a clock; `actors/tests/sans_io.rs` fails if one appears. Time comes
+//! in as tick numbers, messages come in as values, and everything the core
+//! wants done goes out as a [`Command`]. The driving contract is on [`Shard`].
 
+pub mod client_table;
+pub mod command;
+pub mod config;
+pub mod effects;
+pub mod log;
+pub mod quorum;
+pub mod replica;
+pub mod shard;
+pub mod state_machine;
 pub mod storage;
+
+pub use command::{Command, FlushId, QuorumWaitError, Role, WaitId};
+pub use config::{ConfigError, CoreConfig, TimingConfig};
+pub use quorum::Quorums;
+pub use replica::{GroupSpec, Replica, Status};
+pub use shard::{Shard, ShardError};
+pub use state_machine::{StateMachine, StateMachineFactory};

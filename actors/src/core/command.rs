@@ -1,0 +1,168 @@
+//! What the core asks its driver to do.
+//!
+//! The driver drains commands with [`crate::core::Shard::drain_commands`] and
+//! executes them in order. Each variant states what the driver must
+//! guarantee. Messages whose sending depends on durability are not emitted
+//! until the flush they depend on was reported with
+//! [`crate::core::Shard::on_flushed`], so the driver never has to hold a send
+//! back itself.
+
+use cohort_messages::{
+    CommitEntry, CommitReplyEntry, GroupId, LogEntry, Message, NodeId, Op, Redirect, Reply, View,
+};
+
+use crate::core::storage::{Snapshot, Superblock};
+
+/// Identifies one flush of the shard's storage; ids grow by one per flush.
+pub type FlushId = u64;
+
+/// A replica's role in its group.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// Orders operations and commits them.
+    Primary,
+    /// Follows the primary of its view.
+    Backup,
+    /// Between views: neither serves nor follows.
+    ViewChange,
+}
+
+/// Why a quorum wait ended without its quorum (Q2).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum QuorumWaitError {
+    /// The timeout passed first.
+    #[error("couldn't wait for quorum {quorum}: timeout after {waited_ticks} ticks, collected {acks} acks")]
+    Timeout {
+        /// The quorum asked for.
+        quorum: usize,
+        /// Members that held the op when the wait ended.
+        acks: usize,
+        /// Ticks waited.
+        waited_ticks: u64,
+    },
+    /// The caller cancelled it.
+    #[error("quorum wait for quorum {quorum} cancelled after {waited_ticks} ticks, collected {acks} acks")]
+    Cancelled {
+        /// The quorum asked for.
+        quorum: usize,
+        /// Members that held the op when the wait ended.
+        acks: usize,
+        /// Ticks waited.
+        waited_ticks: u64,
+    },
+    /// This member is not (or no longer) the group's primary.
+    #[error("quorum wait on {group} ended: this member is not the primary of {view}")]
+    NotPrimary {
+        /// The group.
+        group: GroupId,
+        /// The view it knows.
+        view: View,
+    },
+    /// The quorum asked for is larger than the group.
+    #[error("quorum {quorum} is larger than the group's {members} members")]
+    Impossible {
+        /// Asked.
+        quorum: usize,
+        /// Group size.
+        members: usize,
+    },
+}
+
+/// Identifies one quorum wait.
+pub type WaitId = u64;
+
+/// One thing for the driver to do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Command {
+    /// Send a single-group message to a node. Best effort: the protocol
+    /// survives loss, duplication and reordering.
+    Send {
+        /// Destination.
+        to: NodeId,
+        /// The message.
+        message: Message,
+    },
+    /// Send one Commit batch frame to a peer (R10, R11): emitted at the end of
+    /// a tick, at most one per peer per tick, never empty. The driver must not
+    /// split it (R13) and reports connectivity with
+    /// [`crate::core::Shard::on_commit_batch_sent`] (R25).
+    SendCommitBatch {
+        /// Destination.
+        to: NodeId,
+        /// The entries.
+        entries: Vec<CommitEntry>,
+    },
+    /// Send one CommitReply batch frame to a peer (R26, R27): at the end of a
+    /// tick, at most one per peer per tick. On failure, drop it (R30).
+    SendCommitReplyBatch {
+        /// Destination.
+        to: NodeId,
+        /// The entries.
+        entries: Vec<CommitReplyEntry>,
+    },
+    /// Stage an append in the shard's storage ([`crate::core::storage::Storage::append`]).
+    Append {
+        /// The group.
+        group: GroupId,
+        /// The entry.
+        entry: LogEntry,
+    },
+    /// Stage a truncation ([`crate::core::storage::Storage::truncate_after`]).
+    Truncate {
+        /// The group.
+        group: GroupId,
+        /// Entries after this op go.
+        after: Op,
+    },
+    /// Stage a superblock ([`crate::core::storage::Storage::stage_superblock`]).
+    /// If staging fails, call [`crate::core::Shard::on_superblock_failed`] (R12).
+    StageSuperblock {
+        /// The group.
+        group: GroupId,
+        /// The superblock.
+        superblock: Superblock,
+    },
+    /// Flush everything staged before this command, then call
+    /// [`crate::core::Shard::on_flushed`] with this id. Flushes complete in id
+    /// order. A failed flush stops the node.
+    Flush {
+        /// This flush's id.
+        id: FlushId,
+    },
+    /// Save a snapshot durably ([`crate::core::storage::Storage::save_snapshot`]).
+    /// Order relative to the log does not matter: the log still holds every
+    /// op the snapshot covers until the save returns.
+    SaveSnapshot {
+        /// The group.
+        group: GroupId,
+        /// The snapshot.
+        snapshot: Snapshot,
+    },
+    /// Answer a client (local submitter or client connection) by `reply.client`.
+    Reply(Reply),
+    /// Tell a client to go to the primary (V5).
+    Redirect(Redirect),
+    /// The replica's role changed; for subscribers and the runtime's actors.
+    RoleChanged {
+        /// The group.
+        group: GroupId,
+        /// The view.
+        view: View,
+        /// The new role.
+        role: Role,
+    },
+    /// Ops up to `op` are committed and applied on this member.
+    Committed {
+        /// The group.
+        group: GroupId,
+        /// The new commit point.
+        op: Op,
+    },
+    /// A quorum wait ended (Q1, Q2).
+    QuorumWaitDone {
+        /// The wait.
+        wait: WaitId,
+        /// Reached, or why not.
+        result: Result<(), QuorumWaitError>,
+    },
+}

@@ -1,0 +1,199 @@
+//! The shard's output buffer, shared by all of its replicas.
+//!
+//! Replicas never build the command list by hand; they call these methods,
+//! which keep the three ordering rules in one place:
+//! 1. Storage commands are staged; the first staged command after a flush
+//!    starts a new flush id, and [`Effects::end_turn`] closes it with a
+//!    [`Command::Flush`].
+//! 2. A durable send ([`Effects::send_durable`]) is held until every storage
+//!    command staged before it is durable, then released in order.
+//! 3. Commit entries collect per peer until the end of the tick (R11, R6) and
+//!    CommitReply entries per peer until the end of the next tick (R27).
+
+use std::collections::{BTreeMap, VecDeque};
+
+use cohort_messages::{CommitEntry, CommitReplyEntry, GroupId, Message, NodeId};
+
+use crate::core::command::{Command, FlushId};
+
+/// A send waiting for a flush.
+#[derive(Clone, Debug)]
+enum Held {
+    Command(Command),
+    Commit(NodeId, CommitEntry),
+}
+
+/// Output buffer. See the module docs.
+#[derive(Debug, Default)]
+pub struct Effects {
+    /// The current tick.
+    pub now: u64,
+    commands: Vec<Command>,
+    staged: bool,
+    flush_next: FlushId,
+    flush_emitted: FlushId,
+    flush_completed: FlushId,
+    held: VecDeque<(FlushId, Held)>,
+    touched: VecDeque<(FlushId, GroupId)>,
+    commit_outbox: BTreeMap<NodeId, Vec<CommitEntry>>,
+    reply_outbox: BTreeMap<NodeId, Vec<CommitReplyEntry>>,
+}
+
+impl Effects {
+    /// A fresh buffer; flush ids start at 1.
+    pub fn new() -> Effects {
+        Effects { flush_next: 1, ..Effects::default() }
+    }
+
+    /// Emit a command now.
+    pub fn push(&mut self, command: Command) {
+        debug_assert!(!Self::is_storage(&command), "storage commands go through stage()");
+        self.commands.push(command);
+    }
+
+    fn is_storage(command: &Command) -> bool {
+        matches!(
+            command,
+            Command::Append { .. }
+                | Command::Truncate { .. }
+                | Command::StageSuperblock { .. }
+                | Command::SaveSnapshot { .. }
+                | Command::Flush { .. }
+        )
+    }
+
+    /// Stage a storage command for `group`; it becomes durable with the flush
+    /// this turn ends with. Returns that flush's id.
+    pub fn stage(&mut self, group: GroupId, command: Command) -> FlushId {
+        debug_assert!(Self::is_storage(&command) && !matches!(command, Command::Flush { .. }));
+        self.staged = true;
+        if self.touched.back() != Some(&(self.flush_next, group)) {
+            self.touched.push_back((self.flush_next, group));
+        }
+        self.commands.push(command);
+        self.flush_next
+    }
+
+    /// The flush a durable send issued now must wait for, if any.
+    fn barrier(&self) -> Option<FlushId> {
+        if self.staged {
+            Some(self.flush_next)
+        } else if self.flush_emitted > self.flush_completed {
+            Some(self.flush_emitted)
+        } else {
+            None
+        }
+    }
+
+    /// Send a message immediately (no durability needed).
+    pub fn send(&mut self, to: NodeId, message: Message) {
+        self.commands.push(Command::Send { to, message });
+    }
+
+    /// Send a message once everything staged so far is durable.
+    pub fn send_durable(&mut self, to: NodeId, message: Message) {
+        let command = Command::Send { to, message };
+        match self.barrier() {
+            Some(flush) => self.held.push_back((flush, Held::Command(command))),
+            None => self.commands.push(command),
+        }
+    }
+
+    /// Queue a Commit entry for `to`'s next batch, once everything staged so
+    /// far (the group's superblock, R12) is durable. A later entry of the same
+    /// group replaces an earlier one in the same batch.
+    pub fn queue_commit(&mut self, to: NodeId, entry: CommitEntry) {
+        match self.barrier() {
+            Some(flush) => self.held.push_back((flush, Held::Commit(to, entry))),
+            None => Self::put_commit(&mut self.commit_outbox, to, entry),
+        }
+    }
+
+    fn put_commit(outbox: &mut BTreeMap<NodeId, Vec<CommitEntry>>, to: NodeId, entry: CommitEntry) {
+        let queue = outbox.entry(to).or_default();
+        match queue.iter_mut().find(|queued| queued.group == entry.group) {
+            Some(queued) if (queued.view, queued.timestamp_monotonic) <= (entry.view, entry.timestamp_monotonic) => {
+                *queued = entry
+            }
+            Some(_) => {}
+            None => queue.push(entry),
+        }
+    }
+
+    /// Queue a CommitReply for `to` (R27): it leaves at the end of the next tick.
+    pub fn queue_reply(&mut self, to: NodeId, entry: CommitReplyEntry) {
+        self.reply_outbox.entry(to).or_default().push(entry);
+    }
+
+    /// Drop held Commit entries of `group` (its superblock save failed, R12).
+    pub fn drop_held_commits(&mut self, group: GroupId) {
+        self.held.retain(|(_, held)| !matches!(held, Held::Commit(_, entry) if entry.group == group));
+    }
+
+    /// A flush completed: release what waited for it. Returns the groups
+    /// whose staged writes are now durable, with the flush id.
+    pub fn flushed(&mut self, id: FlushId) -> Vec<(FlushId, GroupId)> {
+        assert!(id > self.flush_completed && id <= self.flush_emitted, "flush {id} completed out of order");
+        self.flush_completed = id;
+        while let Some((flush, _)) = self.held.front() {
+            if *flush > id {
+                break;
+            }
+            if let Some((_, held)) = self.held.pop_front() {
+                match held {
+                    Held::Command(command) => self.commands.push(command),
+                    Held::Commit(to, entry) => Self::put_commit(&mut self.commit_outbox, to, entry),
+                }
+            }
+        }
+        let mut done = Vec::new();
+        while let Some((flush, group)) = self.touched.front().copied() {
+            if flush > id {
+                break;
+            }
+            self.touched.pop_front();
+            done.push((flush, group));
+        }
+        done
+    }
+
+    /// End of the tick: one Commit batch per peer (R11) and one reply batch
+    /// per peer (R27). Replies queued before this tick's end leave now, so a
+    /// reply waits at most one tick (R28).
+    pub fn end_tick(&mut self) {
+        for (to, entries) in std::mem::take(&mut self.commit_outbox) {
+            if !entries.is_empty() {
+                debug_assert!(entries.len() <= cohort_messages::COMMIT_BATCH_ENTRIES_MAX, "R13");
+                self.commands.push(Command::SendCommitBatch { to, entries });
+            }
+        }
+        for (to, entries) in std::mem::take(&mut self.reply_outbox) {
+            if !entries.is_empty() {
+                self.commands.push(Command::SendCommitReplyBatch { to, entries });
+            }
+        }
+    }
+
+    /// End of a turn: close the open flush, and hand over the commands.
+    pub fn end_turn(&mut self) -> Vec<Command> {
+        if self.staged {
+            self.commands.push(Command::Flush { id: self.flush_next });
+            self.flush_emitted = self.flush_next;
+            self.flush_next += 1;
+            self.staged = false;
+        }
+        std::mem::take(&mut self.commands)
+    }
+
+    /// Drop everything in flight (the node crashed): pending flushes will
+    /// never complete.
+    pub fn reset_after_crash(&mut self) {
+        let next = self.flush_next.max(self.flush_emitted + 1);
+        *self = Effects { now: self.now, flush_next: next, flush_emitted: next - 1, flush_completed: next - 1, ..Effects::default() };
+    }
+
+    /// True if a flush is outstanding or commands are staged.
+    pub fn flush_pending(&self) -> bool {
+        self.staged || self.flush_emitted > self.flush_completed
+    }
+}

@@ -1,0 +1,99 @@
+//! Quorum math for flexible quorums.
+//!
+//! A group of `n` members commits with a replication quorum `Q2` and changes
+//! view with a view-change quorum `Q1 = n - Q2 + 1`, so that every view-change
+//! quorum meets every replication quorum (`Q1 + Q2 > n`). `Q2` = majority is
+//! VSR's choice; `Q2 = n, Q1 = 1` is PacificA's write-all / first-win.
+
+use cohort_messages::{GROUP_MEMBERS_MAX, MemberIndex, Op};
+
+/// A group's two quorum sizes.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Quorums {
+    /// Members.
+    pub members: usize,
+    /// Q2: members that must durably hold an op before it commits.
+    pub replication: usize,
+    /// Q1: members whose logs a new view must see.
+    pub view_change: usize,
+}
+
+/// Why a quorum choice is invalid.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid quorum for a group of {members} members: {reason}")]
+pub struct QuorumError {
+    /// Group size.
+    pub members: usize,
+    /// The rule broken.
+    pub reason: &'static str,
+}
+
+impl Quorums {
+    /// Quorums for `members` with replication quorum `replication` (`None`: majority).
+    pub fn new(members: usize, replication: Option<usize>) -> Result<Quorums, QuorumError> {
+        if members == 0 || members > GROUP_MEMBERS_MAX {
+            return Err(QuorumError { members, reason: "a group has 1 to 64 members" });
+        }
+        let replication = replication.unwrap_or(members / 2 + 1);
+        if replication == 0 || replication > members {
+            return Err(QuorumError { members, reason: "replication quorum must be in 1..=members" });
+        }
+        let quorums = Quorums { members, replication, view_change: members - replication + 1 };
+        debug_assert!(quorums.view_change + quorums.replication > members);
+        Ok(quorums)
+    }
+}
+
+/// A set of member indexes as a bit mask.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct MemberSet(u64);
+
+const _: () = assert!(GROUP_MEMBERS_MAX <= 64);
+
+impl MemberSet {
+    /// The empty set.
+    pub const EMPTY: MemberSet = MemberSet(0);
+
+    /// Add a member; true if it was new.
+    pub fn insert(&mut self, member: MemberIndex) -> bool {
+        debug_assert!((member.0 as usize) < GROUP_MEMBERS_MAX);
+        let bit = 1u64 << member.0;
+        let new = self.0 & bit == 0;
+        self.0 |= bit;
+        new
+    }
+
+    /// Membership test.
+    pub fn contains(&self, member: MemberIndex) -> bool {
+        self.0 & (1u64 << member.0) != 0
+    }
+
+    /// Size.
+    pub fn count(&self) -> usize {
+        self.0.count_ones() as usize
+    }
+}
+
+/// The highest op that at least `quorum` members hold, given the highest op
+/// each member holds. Ops are held as prefixes (holding op n means holding
+/// every op up to n in the current view), so this is the `quorum`-th largest.
+pub fn quorum_op(held: &[Op], quorum: usize) -> Op {
+    assert!(quorum >= 1 && quorum <= held.len(), "quorum {quorum} of {} members", held.len());
+    let mut sorted: Vec<Op> = held.to_vec();
+    sorted.sort_unstable_by(|a, b| b.cmp(a));
+    sorted[quorum - 1]
+}
+
+/// How many members hold `op`.
+pub fn holders(held: &[Op], op: Op) -> usize {
+    held.iter().filter(|h| **h >= op).count()
+}
+
+/// The tick since which a quorum has been heard from: the `quorum`-th latest
+/// of the members' last-contact ticks (the primary counts itself as `now`).
+pub fn quorum_contact_tick(contact: &[u64], quorum: usize) -> u64 {
+    assert!(quorum >= 1 && quorum <= contact.len());
+    let mut sorted = contact.to_vec();
+    sorted.sort_unstable_by(|a, b| b.cmp(a));
+    sorted[quorum - 1]
+}

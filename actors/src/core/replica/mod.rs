@@ -1,0 +1,523 @@
+//! One member of one group: the VSR state machine with flexible quorums.
+//!
+//! Handlers are split by concern: [`normal`] (requests, prepares, commit and
+//! apply), [`heartbeat`] (Commit heartbeats and replies, busy/idle),
+//! [`view_change`] (StartViewChange, DoViewChange, StartView), [`repair`]
+//! (missing prepares and state transfer), [`snapshot`] (V6) and [`wait`]
+//! (quorum waits). Every handler leaves the replica in a state that passes
+//! [`Replica::invariants`].
+//!
+//! # Status
+//! - `Normal` with `log_view == view`: primary or backup of `view`.
+//! - `Normal` with `log_view < view`: a backup that knows the primary of
+//!   `view` but has not yet adopted its log (it is catching up by state
+//!   transfer); it acknowledges nothing until it has.
+//! - `ViewChange`: gave up on the primary of `view - 1` or earlier and is
+//!   electing the primary of `view`.
+
+mod heartbeat;
+mod normal;
+mod repair;
+mod snapshot;
+mod view_change;
+mod wait;
+
+use std::collections::VecDeque;
+
+use cohort_messages::{
+    GroupId, Incarnation, MemberIndex, NodeId, Op, Request, StartView, Timestamp, View,
+};
+
+use crate::core::client_table::ClientTable;
+use crate::core::command::{FlushId, Role};
+use crate::core::config::CoreConfig;
+use crate::core::effects::Effects;
+use crate::core::log::Log;
+use crate::core::quorum::Quorums;
+use crate::core::state_machine::StateMachine;
+use crate::core::storage::{Snapshot, Superblock};
+
+pub use heartbeat::HeartbeatState as GroupActivity;
+pub(crate) use view_change::DoViewChangeSummary;
+pub(crate) use wait::QuorumWait;
+
+/// Where a replica is in the protocol.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Status {
+    /// Serving or following `view`.
+    Normal,
+    /// Electing the primary of `view`.
+    ViewChange,
+}
+
+/// Static facts about a group member.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupSpec {
+    /// The group.
+    pub group: GroupId,
+    /// Its incarnation.
+    pub incarnation: Incarnation,
+    /// Members in member-index order.
+    pub members: Vec<NodeId>,
+    /// This node's member index.
+    pub me: MemberIndex,
+    /// Quorum sizes.
+    pub quorums: Quorums,
+}
+
+/// One group member. See the module docs.
+pub struct Replica {
+    pub(crate) spec: GroupSpec,
+    pub(crate) config: CoreConfig,
+    pub(crate) status: Status,
+    pub(crate) view: View,
+    pub(crate) log_view: View,
+    pub(crate) log: Log,
+    /// Applied up to here.
+    pub(crate) commit_min: Op,
+    /// Known committed up to here (may exceed `log.op()` on a lagging backup).
+    pub(crate) commit_max: Op,
+    /// Durable up to here, as part of the current `log_view`'s log.
+    pub(crate) durable_op: Op,
+    pending_durable: VecDeque<(FlushId, Op)>,
+    pub(crate) state: Box<dyn StateMachine>,
+    pub(crate) clients: ClientTable,
+    pub(crate) snapshot: Option<Snapshot>,
+    // Primary.
+    pub(crate) acked: Vec<Op>,
+    pub(crate) confirmed: Vec<bool>,
+    pub(crate) contact_tick: Vec<u64>,
+    pub(crate) start_view_op: Op,
+    pub(crate) request_queue: VecDeque<Request>,
+    pub(crate) waits: Vec<QuorumWait>,
+    pub(crate) heartbeat: heartbeat::PrimaryHeartbeat,
+    pub(crate) timestamp: Timestamp,
+    // Backup.
+    pub(crate) heartbeat_deadline: u64,
+    pub(crate) lease_expiry: u64,
+    pub(crate) last_commit_seen: (View, Timestamp),
+    pub(crate) repair_deadline: u64,
+    pub(crate) repair_target: Op,
+    pub(crate) state_transfer: Option<repair::StateTransfer>,
+    // View change.
+    pub(crate) view_change_deadline: u64,
+    pub(crate) view_change_resend_tick: u64,
+    pub(crate) svc_view_seen: View,
+    pub(crate) dvcs: Vec<Option<DoViewChangeSummary>>,
+    // Superblock.
+    pub(crate) superblock_saved: Option<Superblock>,
+    pub(crate) superblock_retry: bool,
+    pub(crate) role_reported: Option<(View, Role)>,
+}
+
+impl std::fmt::Debug for Replica {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Replica")
+            .field("group", &self.spec.group)
+            .field("me", &self.spec.me)
+            .field("status", &self.status)
+            .field("view", &self.view)
+            .field("log_view", &self.log_view)
+            .field("op", &self.log.op())
+            .field("commit_min", &self.commit_min)
+            .field("commit_max", &self.commit_max)
+            .field("durable_op", &self.durable_op)
+            .finish()
+    }
+}
+
+impl Replica {
+    fn blank(spec: GroupSpec, config: CoreConfig, state: Box<dyn StateMachine>, now: u64) -> Replica {
+        let members = spec.members.len();
+        assert_eq!(members, spec.quorums.members, "quorums are for another group size");
+        assert!((spec.me.0 as usize) < members, "member index outside the group");
+        let clients = ClientTable::new(config.clients_max);
+        Replica {
+            status: Status::Normal,
+            view: View(0),
+            log_view: View(0),
+            log: Log::new(Op(0), View(0)),
+            commit_min: Op(0),
+            commit_max: Op(0),
+            durable_op: Op(0),
+            pending_durable: VecDeque::new(),
+            state,
+            clients,
+            snapshot: None,
+            acked: vec![Op(0); members],
+            confirmed: vec![false; members],
+            contact_tick: vec![now; members],
+            start_view_op: Op(0),
+            request_queue: VecDeque::new(),
+            waits: Vec::new(),
+            heartbeat: heartbeat::PrimaryHeartbeat::default(),
+            timestamp: Timestamp(0),
+            heartbeat_deadline: now + config.timing.commit_heartbeat_timeout_ticks,
+            lease_expiry: now + config.timing.commit_heartbeat_timeout_ticks,
+            last_commit_seen: (View(0), Timestamp(0)),
+            repair_deadline: 0,
+            repair_target: Op(0),
+            state_transfer: None,
+            view_change_deadline: 0,
+            view_change_resend_tick: 0,
+            svc_view_seen: View(0),
+            dvcs: vec![None; members],
+            superblock_saved: None,
+            superblock_retry: false,
+            role_reported: None,
+            spec,
+            config,
+        }
+    }
+
+    /// A brand-new member of a brand-new group: view 0, empty log. Member 0
+    /// is the primary of view 0. Stages the first superblock.
+    pub fn create(spec: GroupSpec, config: CoreConfig, state: Box<dyn StateMachine>, fx: &mut Effects) -> Replica {
+        let mut replica = Replica::blank(spec, config, state, fx.now);
+        replica.stage_superblock(fx);
+        if replica.is_primary() {
+            replica.become_primary(fx);
+        } else {
+            replica.report_role(fx);
+        }
+        replica
+    }
+
+    /// Rebuild a member from what storage recovered (V4).
+    ///
+    /// A member that was the normal primary of its view never leads that
+    /// view again: Prepares it sent may be held by backups beyond what it made
+    /// durable itself, so it starts a view change to the next view. Every
+    /// restarted member waits a full heartbeat timeout before it joins a view
+    /// change, because it no longer knows what lease it granted (V7, R24).
+    pub fn recover(
+        spec: GroupSpec,
+        config: CoreConfig,
+        state: Box<dyn StateMachine>,
+        recovered: crate::core::storage::RecoveredGroup,
+        fx: &mut Effects,
+    ) -> Result<Replica, String> {
+        let mut replica = Replica::blank(spec, config, state, fx.now);
+        if let Some(snapshot) = &recovered.snapshot {
+            replica.install_snapshot_state(snapshot)?;
+            replica.snapshot = Some(snapshot.clone());
+        }
+        let base = replica.log.base();
+        for entry in recovered.entries {
+            if entry.op <= base {
+                continue;
+            }
+            if entry.op != replica.log.op().next() {
+                return Err(format!("{}: recovered log has a gap before {}", replica.spec.group, entry.op));
+            }
+            // Leftovers older than the entry before them were superseded
+            // (see install_snapshot); the log ends there.
+            if replica.log.view_at(replica.log.op()).is_some_and(|view| entry.view < view) {
+                break;
+            }
+            replica.log.push(entry);
+        }
+        replica.durable_op = replica.log.op();
+        if let Some(superblock) = &recovered.superblock {
+            replica.view = superblock.view;
+            replica.log_view = superblock.log_view;
+            replica.commit_max = superblock.commit.max(base);
+            replica.superblock_saved = Some(superblock.clone());
+        }
+        replica.apply_committed(fx);
+        let was_normal = replica.view == replica.log_view;
+        if was_normal && replica.primary_index() == replica.spec.me {
+            let next = replica.view.next();
+            replica.lease_expiry = fx.now;
+            replica.start_view_change(next, fx);
+        } else if was_normal {
+            replica.status = Status::Normal;
+            replica.report_role(fx);
+        } else {
+            replica.status = Status::ViewChange;
+            replica.view_change_deadline = fx.now + replica.config.timing.view_change_timeout_ticks;
+            replica.report_role(fx);
+        }
+        replica.lease_expiry = fx.now + replica.config.timing.commit_heartbeat_timeout_ticks;
+        Ok(replica)
+    }
+
+    /// The group.
+    pub fn group(&self) -> GroupId {
+        self.spec.group
+    }
+
+    /// The member index of the primary of `view`.
+    pub fn primary_index_of(&self, view: View) -> MemberIndex {
+        MemberIndex((view.0 as usize % self.spec.members.len()) as u8)
+    }
+
+    /// The member index of the primary of the current view.
+    pub fn primary_index(&self) -> MemberIndex {
+        self.primary_index_of(self.view)
+    }
+
+    /// The node of a member.
+    pub fn node_of(&self, member: MemberIndex) -> NodeId {
+        self.spec.members[member.0 as usize]
+    }
+
+    /// This member's role.
+    pub fn role(&self) -> Role {
+        match self.status {
+            Status::ViewChange => Role::ViewChange,
+            Status::Normal if self.is_primary() => Role::Primary,
+            Status::Normal => Role::Backup,
+        }
+    }
+
+    /// True if normal and the primary of the current view.
+    pub fn is_primary(&self) -> bool {
+        self.status == Status::Normal && self.log_view == self.view && self.primary_index() == self.spec.me
+    }
+
+    /// The current view.
+    pub fn view(&self) -> View {
+        self.view
+    }
+
+    /// The last view this member's log belongs to.
+    pub fn log_view(&self) -> View {
+        self.log_view
+    }
+
+    /// Highest op in the log.
+    pub fn op(&self) -> Op {
+        self.log.op()
+    }
+
+    /// Applied up to here.
+    pub fn commit_min(&self) -> Op {
+        self.commit_min
+    }
+
+    /// Known committed up to here.
+    pub fn commit_max(&self) -> Op {
+        self.commit_max
+    }
+
+    /// Status.
+    pub fn status(&self) -> Status {
+        self.status
+    }
+
+    /// The log entry at `op`, if held in memory.
+    pub fn entry(&self, op: Op) -> Option<&cohort_messages::LogEntry> {
+        self.log.get(op)
+    }
+
+    /// The snapshot op the in-memory log starts after.
+    pub fn log_base(&self) -> Op {
+        self.log.base()
+    }
+
+    /// The state machine (for reads by tests and checkers).
+    pub fn state_machine(&self) -> &dyn StateMachine {
+        self.state.as_ref()
+    }
+
+    /// Other members' indexes.
+    pub(crate) fn others(&self) -> impl Iterator<Item = MemberIndex> + use<> {
+        let me = self.spec.me;
+        (0..self.spec.members.len() as u8).map(MemberIndex).filter(move |m| *m != me)
+    }
+
+    pub(crate) fn superblock(&self) -> Superblock {
+        Superblock {
+            view: self.view,
+            log_view: self.log_view,
+            commit: self.commit_max.min(self.log.op()).max(self.log.base()),
+            incarnation: self.spec.incarnation,
+            members: self.spec.members.clone(),
+            replication_quorum: self.spec.quorums.replication as u8,
+        }
+    }
+
+    /// Stage the superblock if it changed since the last save.
+    pub(crate) fn stage_superblock(&mut self, fx: &mut Effects) {
+        let superblock = self.superblock();
+        if self.superblock_saved.as_ref() == Some(&superblock) && !self.superblock_retry {
+            return;
+        }
+        self.superblock_retry = false;
+        self.superblock_saved = Some(superblock.clone());
+        let flush = fx.stage(self.spec.group, crate::core::command::Command::StageSuperblock { group: self.spec.group, superblock });
+        self.pending_durable.push_back((flush, self.log.op()));
+    }
+
+    /// Staging the superblock failed (R12): forget it was saved so the next
+    /// send tick tries again; Commits of this group wait for that.
+    pub(crate) fn superblock_failed(&mut self, fx: &mut Effects) {
+        self.superblock_retry = true;
+        fx.drop_held_commits(self.spec.group);
+    }
+
+    /// Stage an append and remember when it becomes durable.
+    pub(crate) fn stage_append(&mut self, entry: cohort_messages::LogEntry, fx: &mut Effects) {
+        let op = entry.op;
+        self.log.push(entry.clone());
+        let flush = fx.stage(self.spec.group, crate::core::command::Command::Append { group: self.spec.group, entry });
+        self.pending_durable.push_back((flush, op));
+    }
+
+    /// Stage a truncation; durability claims shrink at once.
+    pub(crate) fn stage_truncate(&mut self, after: Op, fx: &mut Effects) {
+        self.log.truncate_after(after);
+        self.durable_op = self.durable_op.min(after);
+        for pending in self.pending_durable.iter_mut() {
+            pending.1 = pending.1.min(after);
+        }
+        let flush = fx.stage(self.spec.group, crate::core::command::Command::Truncate { group: self.spec.group, after });
+        self.pending_durable.push_back((flush, after));
+    }
+
+    /// A flush completed: what was staged before it is durable.
+    pub(crate) fn on_flushed(&mut self, id: FlushId, fx: &mut Effects) {
+        let mut advanced = false;
+        while let Some((flush, op)) = self.pending_durable.front().copied() {
+            if flush > id {
+                break;
+            }
+            self.pending_durable.pop_front();
+            if op.min(self.log.op()) != self.durable_op {
+                self.durable_op = op.min(self.log.op());
+                advanced = true;
+            }
+        }
+        if advanced {
+            self.on_durable(fx);
+        }
+    }
+
+    pub(crate) fn report_role(&mut self, fx: &mut Effects) {
+        let now = (self.view, self.role());
+        if self.role_reported != Some(now) {
+            self.role_reported = Some(now);
+            fx.push(crate::core::command::Command::RoleChanged { group: self.spec.group, view: self.view, role: now.1 });
+        }
+    }
+
+    /// The earliest tick at which this replica has timed work.
+    pub fn next_wakeup(&self) -> u64 {
+        let timing = &self.config.timing;
+        let mut wake = u64::MAX;
+        match self.status {
+            Status::ViewChange => {
+                wake = wake.min(self.view_change_deadline).min(self.view_change_resend_tick);
+                if self.state_transfer.is_some() {
+                    wake = wake.min(self.repair_deadline);
+                }
+            }
+            Status::Normal if self.is_primary() => {
+                wake = wake.min(self.heartbeat.next_due_tick(&self.config, self.commit_max, self.view));
+                wake = wake.min(self.quorum_contact_tick() + timing.commit_heartbeat_timeout_ticks);
+                for wait in &self.waits {
+                    wake = wake.min(wait.deadline_tick);
+                }
+            }
+            Status::Normal => {
+                wake = wake.min(self.heartbeat_deadline);
+                if self.svc_view_seen > self.view {
+                    wake = wake.min(self.lease_expiry);
+                }
+                if self.needs_repair() {
+                    wake = wake.min(self.repair_deadline);
+                }
+            }
+        }
+        wake
+    }
+
+    /// Timed work due at `fx.now`.
+    pub(crate) fn on_tick(&mut self, fx: &mut Effects) {
+        let now = fx.now;
+        let timing = self.config.timing.clone();
+        match self.status {
+            Status::ViewChange => {
+                if now >= self.view_change_deadline {
+                    let next = self.view.next().max(self.svc_view_seen);
+                    self.start_view_change(next, fx);
+                } else if now >= self.view_change_resend_tick {
+                    // Loss must not stall the election: say it again.
+                    self.view_change_resend_tick = now + timing.repair_timeout_ticks;
+                    self.send_view_change_messages(fx);
+                }
+                if self.state_transfer.is_some() && now >= self.repair_deadline {
+                    self.retry_state_transfer(fx);
+                }
+            }
+            Status::Normal if self.is_primary() => {
+                self.expire_waits(fx);
+                if now >= self.quorum_contact_tick() + timing.commit_heartbeat_timeout_ticks {
+                    // R24: no quorum heard within the window: step down.
+                    let next = self.view.next().max(self.svc_view_seen);
+                    self.start_view_change(next, fx);
+                    return;
+                }
+                self.heartbeat_tick(fx);
+            }
+            Status::Normal => {
+                let lease_over_with_election = self.svc_view_seen > self.view && now >= self.lease_expiry;
+                if now >= self.heartbeat_deadline || lease_over_with_election {
+                    let next = self.view.next().max(self.svc_view_seen);
+                    self.start_view_change(next, fx);
+                    return;
+                }
+                if self.needs_repair() && now >= self.repair_deadline {
+                    self.request_repair(fx);
+                }
+            }
+        }
+    }
+
+    /// Assertions that hold between any two inputs. Panics on a broken one.
+    pub fn invariants(&self) {
+        assert!(self.log_view <= self.view, "{self:?}: log_view after view");
+        assert!(self.commit_min <= self.commit_max.max(self.log.base()), "{self:?}: applied past commit");
+        assert!(self.commit_min <= self.log.op(), "{self:?}: applied past the log");
+        assert!(self.log.base() <= self.commit_min, "{self:?}: snapshot of uncommitted ops");
+        assert!(self.durable_op <= self.log.op(), "{self:?}: durable past the log");
+        if self.is_primary() {
+            assert!(self.commit_max <= self.log.op(), "{self:?}: primary committed past its log");
+            assert!(
+                self.log.op().0 - self.commit_max.0 <= self.config.pipeline_max_ops,
+                "{self:?}: pipeline over its limit"
+            );
+            assert_eq!(self.acked[self.spec.me.0 as usize], Op(0), "primary counts itself by durable_op");
+        }
+        if let Some(previous) = self.log.view_at(self.log.base()) {
+            let mut view = previous;
+            for entry in self.log.entries_from(self.log.base().next()) {
+                assert!(entry.view >= view, "{self:?}: log views go backwards at {}", entry.op);
+                assert!(entry.view <= self.log_view.max(self.view), "{self:?}: entry from a future view");
+                view = entry.view;
+            }
+        }
+    }
+
+    /// The latest tick from which a replication quorum (this primary
+    /// included) has confirmed this view (R24).
+    pub(crate) fn quorum_contact_tick(&self) -> u64 {
+        let mut contact = self.contact_tick.clone();
+        contact[self.spec.me.0 as usize] = u64::MAX;
+        crate::core::quorum::quorum_contact_tick(&contact, self.spec.quorums.replication)
+    }
+
+    /// The pending StartView of a lagging backup, re-sent by the primary.
+    pub(crate) fn start_view_message(&self) -> StartView {
+        StartView {
+            group: self.spec.group,
+            incarnation: self.spec.incarnation,
+            view: self.view,
+            op: self.log.op(),
+            commit: self.commit_max.min(self.log.op()),
+            replica: self.spec.me,
+            log: self.log.entries_from(self.log.base().next()).cloned().collect(),
+        }
+    }
+}

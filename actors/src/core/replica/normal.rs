@@ -1,0 +1,324 @@
+//! Normal operation (V1): Request → Prepare → PrepareOk → commit → apply → Reply.
+//!
+//! The primary assigns the next op, stages it, and sends the Prepare to every
+//! backup at once (not waiting for its own write). A backup appends Prepares
+//! in op order and answers PrepareOk only for what is durable. A PrepareOk for
+//! op n means the backup durably holds the view's log up to n, so the commit
+//! point is the Q2-th highest of the members' durable ops, the primary's own
+//! included. Ops are applied in order; the client table makes each
+//! (client, request number) apply once.
+
+use cohort_messages::{
+    CommitEntry, HeartbeatState, LogEntry, Message, Op, Outcome, Prepare, PrepareOk, Redirect, Reply, ReplyError,
+    Request, RequestKind,
+};
+
+use super::{Replica, Status};
+
+/// Timestamps per tick: a group's Commits within one tick are ordered by the
+/// low part (saturating), the tick is the high part.
+pub(crate) const TIMESTAMP_PER_TICK: u64 = 16;
+use crate::core::client_table::Admission;
+use crate::core::command::Command;
+use crate::core::effects::Effects;
+
+impl Replica {
+    /// A client request (V1, V5, V7).
+    pub(crate) fn on_request(&mut self, request: Request, fx: &mut Effects) {
+        if !self.is_primary() {
+            let primary = (self.status == super::Status::Normal).then(|| self.node_of(self.primary_index()));
+            fx.push(Command::Redirect(Redirect {
+                group: self.spec.group,
+                client: request.client,
+                request: request.request,
+                view: self.view,
+                primary,
+            }));
+            return;
+        }
+        match request.kind {
+            RequestKind::Read => self.on_read(request, fx),
+            RequestKind::Write => self.on_write(request, fx),
+        }
+    }
+
+    fn reply_error(&self, request: &Request, code: ReplyError, detail: String, fx: &mut Effects) {
+        fx.push(Command::Reply(Reply {
+            client: request.client,
+            request: request.request,
+            group: self.spec.group,
+            view: self.view,
+            op: Op(0),
+            outcome: Outcome::Error { code, detail },
+        }));
+    }
+
+    /// V7: reads are served by the primary only while its quorum window
+    /// holds and after it has applied everything it inherited.
+    fn on_read(&mut self, request: Request, fx: &mut Effects) {
+        let window_end = self.quorum_contact_tick() + self.config.timing.commit_heartbeat_timeout_ticks;
+        if fx.now >= window_end {
+            let detail = format!(
+                "{}: primary of {} has not heard a quorum since tick {} (window {} ticks)",
+                self.spec.group,
+                self.view,
+                self.quorum_contact_tick(),
+                self.config.timing.commit_heartbeat_timeout_ticks
+            );
+            return self.reply_error(&request, ReplyError::QuorumWindowExpired, detail, fx);
+        }
+        if self.commit_min < self.start_view_op {
+            let detail = format!("{}: new primary of {} is still committing inherited ops", self.spec.group, self.view);
+            return self.reply_error(&request, ReplyError::ViewChange, detail, fx);
+        }
+        let result = self.state.read(&request.operation);
+        fx.push(Command::Reply(Reply {
+            client: request.client,
+            request: request.request,
+            group: self.spec.group,
+            view: self.view,
+            op: Op(0),
+            outcome: Outcome::Ok(result),
+        }));
+    }
+
+    fn on_write(&mut self, request: Request, fx: &mut Effects) {
+        match self.clients.admit(request.client, request.request) {
+            Admission::Duplicate(entry) => {
+                return fx.push(Command::Reply(Reply {
+                    client: request.client,
+                    request: request.request,
+                    group: self.spec.group,
+                    view: self.view,
+                    op: entry.op,
+                    outcome: Outcome::Ok(entry.result),
+                }));
+            }
+            Admission::Superseded => {
+                let detail = format!("{}: {} is older than the client's latest request", self.spec.group, request.request);
+                return self.reply_error(&request, ReplyError::Superseded, detail, fx);
+            }
+            Admission::UnknownClient => {
+                let detail = format!(
+                    "{}: {} is not known (evicted from the client table); start a new client at request 1",
+                    self.spec.group, request.client
+                );
+                return self.reply_error(&request, ReplyError::Superseded, detail, fx);
+            }
+            Admission::New => {}
+        }
+        // In flight already (in the log or queued): the reply comes on apply.
+        if self.log.find_request(self.commit_min, request.client, request.request).is_some()
+            || self.request_queue.iter().any(|queued| queued.client == request.client && queued.request == request.request)
+        {
+            return;
+        }
+        if self.request_queue.len() >= self.config.request_queue_max {
+            let detail = format!("{}: {} requests already queued", self.spec.group, self.request_queue.len());
+            return self.reply_error(&request, ReplyError::Busy, detail, fx);
+        }
+        self.request_queue.push_back(request);
+        self.prepare_queued(fx);
+    }
+
+    /// Move queued requests into the pipeline while it has room. Q3: nothing
+    /// new enters before every inherited op is committed.
+    pub(crate) fn prepare_queued(&mut self, fx: &mut Effects) {
+        if !self.is_primary() || self.commit_max < self.start_view_op {
+            return;
+        }
+        while self.log.op().0 - self.commit_max.0 < self.config.pipeline_max_ops {
+            let Some(request) = self.request_queue.pop_front() else { break };
+            let entry = LogEntry {
+                op: self.log.op().next(),
+                view: self.view,
+                client: request.client,
+                request: request.request,
+                operation: request.operation,
+            };
+            self.stage_append(entry.clone(), fx);
+            for member in self.others() {
+                let prepare = self.prepare_message(entry.clone());
+                fx.send(self.node_of(member), Message::Prepare(prepare));
+            }
+        }
+    }
+
+    pub(crate) fn prepare_message(&self, entry: LogEntry) -> Prepare {
+        Prepare {
+            group: self.spec.group,
+            incarnation: self.spec.incarnation,
+            view: self.view,
+            commit: self.commit_max.min(self.log.op()),
+            replica: self.spec.me,
+            entry,
+        }
+    }
+
+    /// A backup receives a Prepare. R7: Prepares never restart the heartbeat timeout.
+    pub(crate) fn on_prepare(&mut self, prepare: Prepare, fx: &mut Effects) {
+        if prepare.view < self.view || prepare.replica != self.primary_index_of(prepare.view) {
+            return;
+        }
+        if prepare.view > self.view || self.status != Status::Normal || self.log_view != self.view {
+            // We missed the StartView; the primary re-sends it to members
+            // that have not confirmed the view.
+            return;
+        }
+        if self.is_primary() {
+            return;
+        }
+        let op = prepare.entry.op;
+        if op <= self.log.base() {
+            return;
+        }
+        if op <= self.log.op() {
+            // A duplicate (or a repair of something we hold): re-acknowledge.
+            if self.durable_op >= op {
+                self.send_prepare_ok(fx);
+            }
+        } else if op == self.log.op().next() {
+            self.stage_append(prepare.entry, fx);
+        } else {
+            // A gap: ask for what is missing.
+            self.repair_target = self.repair_target.max(op);
+        }
+        self.learn_commit(prepare.commit, fx);
+    }
+
+    /// A backup's log became durable further.
+    pub(crate) fn on_durable(&mut self, fx: &mut Effects) {
+        if self.is_primary() {
+            self.advance_commit(fx);
+        } else if self.status == Status::Normal && self.log_view == self.view && self.durable_op > self.log.base() {
+            self.send_prepare_ok(fx);
+        }
+    }
+
+    fn send_prepare_ok(&mut self, fx: &mut Effects) {
+        if self.durable_op == Op(0) {
+            return;
+        }
+        let ok = PrepareOk {
+            group: self.spec.group,
+            incarnation: self.spec.incarnation,
+            view: self.view,
+            op: self.durable_op,
+            replica: self.spec.me,
+        };
+        fx.send(self.node_of(self.primary_index()), Message::PrepareOk(ok));
+    }
+
+    /// The primary counts an acknowledgement.
+    pub(crate) fn on_prepare_ok(&mut self, ok: PrepareOk, fx: &mut Effects) {
+        if !self.is_primary() || ok.view != self.view || ok.replica == self.spec.me {
+            return;
+        }
+        let member = ok.replica.0 as usize;
+        if member >= self.acked.len() {
+            return;
+        }
+        self.confirmed[member] = true;
+        if ok.op > self.acked[member] && ok.op <= self.log.op() {
+            self.acked[member] = ok.op;
+            self.advance_commit(fx);
+            self.check_waits(fx);
+        }
+    }
+
+    /// Durable ops per member, the primary's own by `durable_op`.
+    pub(crate) fn held_ops(&self) -> Vec<Op> {
+        let mut held = self.acked.clone();
+        held[self.spec.me.0 as usize] = self.durable_op;
+        held
+    }
+
+    /// Recompute the commit point from acknowledgements (V1, Q3).
+    pub(crate) fn advance_commit(&mut self, fx: &mut Effects) {
+        debug_assert!(self.is_primary());
+        let commit = crate::core::quorum::quorum_op(&self.held_ops(), self.spec.quorums.replication);
+        if commit <= self.commit_max {
+            self.check_waits(fx);
+            return;
+        }
+        self.commit_max = commit;
+        self.apply_committed(fx);
+        // R6: an eager Commit to each backup that holds the new commit point.
+        for member in self.others() {
+            if self.acked[member.0 as usize] >= commit {
+                let entry = self.commit_entry(HeartbeatState::Eager, fx.now);
+                fx.queue_commit(self.node_of(member), entry);
+            }
+        }
+        self.check_waits(fx);
+        self.prepare_queued(fx);
+    }
+
+    /// A new Commit entry, with the next monotonic timestamp (R14).
+    ///
+    /// A timestamp is `tick * TIMESTAMP_PER_TICK + sequence`: it grows for
+    /// each Commit of the group, and a CommitReply that echoes it tells the
+    /// primary the tick at which the backup's lease began (R24, V7).
+    pub(crate) fn commit_entry(&mut self, state: HeartbeatState, now: u64) -> CommitEntry {
+        let floor = now * TIMESTAMP_PER_TICK;
+        let next = (self.timestamp.0 + 1).max(floor).min(floor + TIMESTAMP_PER_TICK - 1).max(self.timestamp.0);
+        self.timestamp = cohort_messages::Timestamp(next);
+        CommitEntry {
+            group: self.spec.group,
+            partition_incarnation: self.spec.incarnation,
+            view: self.view,
+            commit: self.commit_max.min(self.log.op()),
+            timestamp_monotonic: self.timestamp,
+            heartbeat_state: state,
+            replica: self.spec.me,
+        }
+    }
+
+    /// A backup learns a commit point.
+    pub(crate) fn learn_commit(&mut self, commit: Op, fx: &mut Effects) {
+        if commit > self.commit_max {
+            self.commit_max = commit;
+        }
+        if self.log_view == self.view {
+            self.apply_committed(fx);
+        }
+        if self.commit_max > self.log.op() {
+            self.repair_target = self.repair_target.max(self.commit_max);
+        }
+    }
+
+    /// Apply every committed op held in the log, in order.
+    pub(crate) fn apply_committed(&mut self, fx: &mut Effects) {
+        let target = self.commit_max.min(self.log.op());
+        if target <= self.commit_min {
+            return;
+        }
+        let primary = self.is_primary();
+        while self.commit_min < target {
+            let op = self.commit_min.next();
+            let Some(entry) = self.log.get(op) else { break };
+            let (client, request) = (entry.client, entry.request);
+            let result = if self.clients.should_apply(client, request) {
+                let operation = entry.operation.clone();
+                let result = self.state.apply(op, &operation);
+                self.clients.record(client, request, op, result.clone());
+                Some(result)
+            } else {
+                self.clients.get(client).filter(|e| e.request == request).map(|e| e.result.clone())
+            };
+            self.commit_min = op;
+            if primary && let Some(result) = result {
+                fx.push(Command::Reply(Reply {
+                    client,
+                    request,
+                    group: self.spec.group,
+                    view: self.view,
+                    op,
+                    outcome: Outcome::Ok(result),
+                }));
+            }
+        }
+        fx.push(Command::Committed { group: self.spec.group, op: self.commit_min });
+        self.maybe_snapshot(fx);
+    }
+}
