@@ -7,9 +7,7 @@
 //! [`crate::core::Shard::on_flushed`], so the driver never has to hold a send
 //! back itself.
 
-use cohort_messages::{
-    CommitEntry, CommitReplyEntry, GroupId, LogEntry, Message, NodeId, Op, Redirect, Reply, View,
-};
+use cohort_messages::{CommitEntry, CommitReplyEntry, GroupId, LogEntry, Message, NodeId, Op, Redirect, Reply, View};
 
 use crate::core::storage::{Snapshot, Superblock};
 

@@ -59,7 +59,10 @@ impl TimingConfig {
         if self.commit_heartbeat_timeout_ticks < 4 * p {
             return err(
                 "commit_heartbeat_timeout_ticks",
-                format!("must be at least 4 x commit_broadcast_interval ({} < 4 x {p})", self.commit_heartbeat_timeout_ticks),
+                format!(
+                    "must be at least 4 x commit_broadcast_interval ({} < 4 x {p})",
+                    self.commit_heartbeat_timeout_ticks
+                ),
             );
         }
         let idle = self.commit_idle_heartbeat_interval_ticks;
@@ -73,7 +76,9 @@ impl TimingConfig {
         if longer < 4 * idle {
             return err(
                 "commit_idle_heartbeat_timeout_ticks",
-                format!("the longer of the two timeouts must be at least 4 x commit_idle_heartbeat_interval ({longer} < 4 x {idle})"),
+                format!(
+                    "the longer of the two timeouts must be at least 4 x commit_idle_heartbeat_interval ({longer} < 4 x {idle})"
+                ),
             );
         }
         if self.view_change_timeout_ticks == 0 || self.repair_timeout_ticks == 0 {

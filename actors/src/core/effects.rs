@@ -189,7 +189,13 @@ impl Effects {
     /// never complete.
     pub fn reset_after_crash(&mut self) {
         let next = self.flush_next.max(self.flush_emitted + 1);
-        *self = Effects { now: self.now, flush_next: next, flush_emitted: next - 1, flush_completed: next - 1, ..Effects::default() };
+        *self = Effects {
+            now: self.now,
+            flush_next: next,
+            flush_emitted: next - 1,
+            flush_completed: next - 1,
+            ..Effects::default()
+        };
     }
 
     /// True if a flush is outstanding or commands are staged.

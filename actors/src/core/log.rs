@@ -95,7 +95,12 @@ impl Log {
     }
 
     /// Find the op of a client's request in the log after `after`.
-    pub fn find_request(&self, after: Op, client: cohort_messages::ClientId, request: cohort_messages::RequestNumber) -> Option<Op> {
+    pub fn find_request(
+        &self,
+        after: Op,
+        client: cohort_messages::ClientId,
+        request: cohort_messages::RequestNumber,
+    ) -> Option<Op> {
         self.entries_from(after.next()).find(|entry| entry.client == client && entry.request == request).map(|e| e.op)
     }
 }

@@ -124,8 +124,8 @@ impl Shard {
     ) -> Result<(), ShardError> {
         self.check_spec(&spec)?;
         let group = spec.group;
-        let replica =
-            Replica::recover(spec, self.config.clone(), state, recovered, &mut self.fx).map_err(ShardError::Recovery)?;
+        let replica = Replica::recover(spec, self.config.clone(), state, recovered, &mut self.fx)
+            .map_err(ShardError::Recovery)?;
         self.insert(group, replica);
         Ok(())
     }
@@ -277,7 +277,10 @@ impl Shard {
         if !self.groups.contains_key(&group) {
             self.fx.push(Command::QuorumWaitDone {
                 wait: id,
-                result: Err(crate::core::command::QuorumWaitError::NotPrimary { group, view: cohort_messages::View(0) }),
+                result: Err(crate::core::command::QuorumWaitError::NotPrimary {
+                    group,
+                    view: cohort_messages::View(0),
+                }),
             });
         }
         self.with_group(group, |replica, fx| replica.wait_quorum(id, op, quorum, timeout_ticks, fx));

@@ -83,6 +83,11 @@ impl Replica {
         }
         self.heartbeat.processed_tick = now;
         let current = (self.view, self.commit_max);
+        if self.heartbeat.last == Some(current) {
+            // No commit since the last send tick: Prepares or PrepareOks may
+            // have been lost.
+            self.resend_uncommitted_prepares(fx);
+        }
         let state = if self.heartbeat.last != Some(current) {
             self.heartbeat.last = Some(current);
             self.heartbeat.progress_tick = now;
@@ -109,6 +114,22 @@ impl Replica {
             fx.queue_commit(self.node_of(member), entry);
         }
         self.resend_start_view(fx);
+    }
+
+    /// Re-send the uncommitted Prepares each backup has not acknowledged; a
+    /// backup re-acknowledges a Prepare it already holds durably.
+    fn resend_uncommitted_prepares(&mut self, fx: &mut Effects) {
+        if self.log.op() <= self.commit_max {
+            return;
+        }
+        for member in self.others() {
+            let from = self.acked[member.0 as usize].max(self.commit_max).next();
+            let entries: Vec<_> = self.log.entries_from(from).cloned().collect();
+            for entry in entries {
+                let prepare = self.prepare_message(entry);
+                fx.send(self.node_of(member), Message::Prepare(prepare));
+            }
+        }
     }
 
     /// Members that have not confirmed this view get the StartView again.

@@ -24,9 +24,7 @@ mod wait;
 
 use std::collections::VecDeque;
 
-use cohort_messages::{
-    GroupId, Incarnation, MemberIndex, NodeId, Op, Request, StartView, Timestamp, View,
-};
+use cohort_messages::{GroupId, Incarnation, MemberIndex, NodeId, Op, Request, StartView, Timestamp, View};
 
 use crate::core::client_table::ClientTable;
 use crate::core::command::{FlushId, Role};
@@ -103,6 +101,7 @@ pub struct Replica {
     pub(crate) view_change_deadline: u64,
     pub(crate) view_change_resend_tick: u64,
     pub(crate) svc_view_seen: View,
+    pub(crate) svc_from: crate::core::quorum::MemberSet,
     pub(crate) dvcs: Vec<Option<DoViewChangeSummary>>,
     // Superblock.
     pub(crate) superblock_saved: Option<Superblock>,
@@ -161,6 +160,7 @@ impl Replica {
             view_change_deadline: 0,
             view_change_resend_tick: 0,
             svc_view_seen: View(0),
+            svc_from: crate::core::quorum::MemberSet::EMPTY,
             dvcs: vec![None; members],
             superblock_saved: None,
             superblock_retry: false,
@@ -223,6 +223,18 @@ impl Replica {
             replica.log_view = superblock.log_view;
             replica.commit_max = superblock.commit.max(base);
             replica.superblock_saved = Some(superblock.clone());
+        }
+        // The log becomes durable before the superblock that describes it,
+        // so a crash between the two leaves entries of a newer view than the
+        // superblock names. Adoption writes a view's log in op order from the
+        // first op that differs, so such a log is a prefix of that view's log
+        // that already holds the view's whole StartView log: it is that
+        // view's log, and the member was in that view.
+        if let Some(newest) = replica.log.view_at(replica.log.op())
+            && newest > replica.log_view
+        {
+            replica.log_view = newest;
+            replica.view = replica.view.max(newest);
         }
         replica.apply_committed(fx);
         let was_normal = replica.view == replica.log_view;
@@ -346,7 +358,10 @@ impl Replica {
         }
         self.superblock_retry = false;
         self.superblock_saved = Some(superblock.clone());
-        let flush = fx.stage(self.spec.group, crate::core::command::Command::StageSuperblock { group: self.spec.group, superblock });
+        let flush = fx.stage(
+            self.spec.group,
+            crate::core::command::Command::StageSuperblock { group: self.spec.group, superblock },
+        );
         self.pending_durable.push_back((flush, self.log.op()));
     }
 
@@ -372,7 +387,8 @@ impl Replica {
         for pending in self.pending_durable.iter_mut() {
             pending.1 = pending.1.min(after);
         }
-        let flush = fx.stage(self.spec.group, crate::core::command::Command::Truncate { group: self.spec.group, after });
+        let flush =
+            fx.stage(self.spec.group, crate::core::command::Command::Truncate { group: self.spec.group, after });
         self.pending_durable.push_back((flush, after));
     }
 
@@ -398,7 +414,11 @@ impl Replica {
         let now = (self.view, self.role());
         if self.role_reported != Some(now) {
             self.role_reported = Some(now);
-            fx.push(crate::core::command::Command::RoleChanged { group: self.spec.group, view: self.view, role: now.1 });
+            fx.push(crate::core::command::Command::RoleChanged {
+                group: self.spec.group,
+                view: self.view,
+                role: now.1,
+            });
         }
     }
 
@@ -439,9 +459,19 @@ impl Replica {
         let timing = self.config.timing.clone();
         match self.status {
             Status::ViewChange => {
-                if now >= self.view_change_deadline {
+                let evidence = self.svc_from.count() >= self.spec.quorums.view_change;
+                if now >= self.view_change_deadline && (evidence || self.svc_view_seen > self.view) {
+                    // This view's election failed with a quorum taking part:
+                    // try the next one (or join a later one under way).
                     let next = self.view.next().max(self.svc_view_seen);
                     self.start_view_change(next, fx);
+                } else if now >= self.view_change_deadline {
+                    // Alone in this election (the others still follow a
+                    // primary): stay in this view and keep asking, instead
+                    // of dragging the group through views (pre-vote).
+                    self.view_change_deadline = now + timing.view_change_timeout_ticks;
+                    self.view_change_resend_tick = now + timing.repair_timeout_ticks;
+                    self.send_view_change_messages(fx);
                 } else if now >= self.view_change_resend_tick {
                     // Loss must not stall the election: say it again.
                     self.view_change_resend_tick = now + timing.repair_timeout_ticks;

@@ -95,7 +95,8 @@ impl Replica {
                 }));
             }
             Admission::Superseded => {
-                let detail = format!("{}: {} is older than the client's latest request", self.spec.group, request.request);
+                let detail =
+                    format!("{}: {} is older than the client's latest request", self.spec.group, request.request);
                 return self.reply_error(&request, ReplyError::Superseded, detail, fx);
             }
             Admission::UnknownClient => {
@@ -109,7 +110,10 @@ impl Replica {
         }
         // In flight already (in the log or queued): the reply comes on apply.
         if self.log.find_request(self.commit_min, request.client, request.request).is_some()
-            || self.request_queue.iter().any(|queued| queued.client == request.client && queued.request == request.request)
+            || self
+                .request_queue
+                .iter()
+                .any(|queued| queued.client == request.client && queued.request == request.request)
         {
             return;
         }

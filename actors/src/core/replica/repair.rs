@@ -162,7 +162,8 @@ impl Replica {
             return self.retry_state_transfer(fx);
         }
         let Some(transfer) = self.state_transfer.take() else { return };
-        let snapshot = Snapshot { op: transfer.snapshot_op, view: transfer.snapshot_view, data: Bytes::from(transfer.data) };
+        let snapshot =
+            Snapshot { op: transfer.snapshot_op, view: transfer.snapshot_view, data: Bytes::from(transfer.data) };
         if self.install_snapshot(snapshot, fx).is_err() {
             // A snapshot that does not decode is dropped; repair asks again.
             self.repair_deadline = fx.now;

@@ -107,7 +107,8 @@ impl Replica {
     pub(crate) fn maybe_snapshot(&mut self, fx: &mut Effects) {
         let since = self.commit_min.0 - self.log.base().0;
         if since == 0
-            || (since < self.config.snapshot_interval_ops && self.log.size_bytes() < self.config.snapshot_interval_bytes)
+            || (since < self.config.snapshot_interval_ops
+                && self.log.size_bytes() < self.config.snapshot_interval_bytes)
         {
             return;
         }
@@ -115,7 +116,8 @@ impl Replica {
         let view = self.log.view_at(op).expect("applied ops are in the log");
         let data = encode(&self.state.snapshot(), &self.clients.encode());
         let snapshot = Snapshot { op, view, data };
-        let flush = fx.stage(self.spec.group, Command::SaveSnapshot { group: self.spec.group, snapshot: snapshot.clone() });
+        let flush =
+            fx.stage(self.spec.group, Command::SaveSnapshot { group: self.spec.group, snapshot: snapshot.clone() });
         self.pending_durable.push_back((flush, self.log.op()));
         self.log.discard_through(op, view);
         self.snapshot = Some(snapshot);

@@ -19,7 +19,9 @@
 //! prefixes), so a crash halfway through the rewrite never loses a committed
 //! op that this member held.
 
-use cohort_messages::{DoViewChange, LogEntry, Message, Op, Outcome, Reply, ReplyError, StartView, StartViewChange, View};
+use cohort_messages::{
+    DoViewChange, LogEntry, Message, Op, Outcome, Reply, ReplyError, StartView, StartViewChange, View,
+};
 
 use super::{Replica, Status};
 use crate::core::command::Command;
@@ -43,6 +45,8 @@ impl Replica {
         self.status = Status::ViewChange;
         self.view = view;
         self.dvcs = vec![None; self.spec.members.len()];
+        self.svc_from = crate::core::quorum::MemberSet::EMPTY;
+        self.svc_from.insert(self.spec.me);
         self.view_change_deadline = fx.now + self.config.timing.view_change_timeout_ticks;
         self.view_change_resend_tick = fx.now + self.config.timing.repair_timeout_ticks;
         if was_primary || !self.request_queue.is_empty() {
@@ -126,6 +130,9 @@ impl Replica {
     pub(crate) fn on_start_view_change(&mut self, svc: StartViewChange, fx: &mut Effects) {
         if svc.view > self.view {
             self.join_view_change(svc.view, fx);
+        }
+        if svc.view == self.view && self.status == Status::ViewChange {
+            self.svc_from.insert(svc.replica);
         } else if svc.view == self.view && self.is_primary() {
             // A member still electing our view missed the StartView.
             let message = self.start_view_message();
@@ -136,6 +143,9 @@ impl Replica {
     pub(crate) fn on_do_view_change(&mut self, dvc: DoViewChange, fx: &mut Effects) {
         if dvc.view > self.view {
             self.join_view_change(dvc.view, fx);
+        }
+        if dvc.view == self.view && self.status == Status::ViewChange {
+            self.svc_from.insert(dvc.replica);
         }
         if dvc.view != self.view || self.primary_index() != self.spec.me {
             return;

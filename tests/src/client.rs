@@ -1,0 +1,179 @@
+//! Simulated clients: one outstanding request each, retries that reuse the
+//! request number, redirects followed, and a history for the checkers.
+
+use std::collections::HashMap;
+
+use cohort_messages::{ClientId, GroupId, Op, Outcome, Redirect, Reply, Request, RequestKind, RequestNumber};
+
+use crate::kv::{KvOp, result_value};
+use crate::node::node_index;
+use crate::rng::Rng;
+
+/// One operation as the client saw it.
+#[derive(Clone, Debug)]
+pub struct HistoryOp {
+    /// Client index.
+    pub client: usize,
+    /// Group.
+    pub group: GroupId,
+    /// The operation.
+    pub op: KvOp,
+    /// Tick of the first send.
+    pub invoked_tick: u64,
+    /// Tick of the successful reply; `None` if the outcome is unknown.
+    pub returned_tick: Option<u64>,
+    /// The returned value (old value for writes, value for reads).
+    pub output: Option<u64>,
+    /// The op a write committed at.
+    pub committed_op: Option<Op>,
+}
+
+/// A request waiting for its reply.
+#[derive(Clone, Debug)]
+pub struct Outstanding {
+    /// The request (resent as is on retry).
+    pub request: Request,
+    /// Index in the history.
+    pub history: usize,
+    /// Tick of the last send.
+    pub sent_tick: u64,
+    /// Where it went last.
+    pub target: usize,
+}
+
+/// One client.
+#[derive(Clone, Debug)]
+pub struct Client {
+    /// Its index.
+    pub index: usize,
+    /// Its id.
+    pub id: ClientId,
+    /// Next request number per group (each group's client table numbers a
+    /// client's requests from 1).
+    pub next_request: HashMap<GroupId, u64>,
+    /// The request in flight.
+    pub outstanding: Option<Outstanding>,
+    /// Primary guesses per group.
+    pub guess: HashMap<GroupId, usize>,
+    /// Not before this tick (backoff after an error).
+    pub wait_until: u64,
+}
+
+/// What a client wants sent.
+pub struct Send {
+    /// Node index.
+    pub to: usize,
+    /// The request.
+    pub request: Request,
+}
+
+impl Client {
+    /// A fresh client.
+    pub fn new(index: usize, seed_salt: u64) -> Client {
+        Client {
+            index,
+            id: ClientId((u128::from(seed_salt) << 64) | index as u128 + 1),
+            next_request: HashMap::new(),
+            outstanding: None,
+            guess: HashMap::new(),
+            wait_until: 0,
+        }
+    }
+
+    /// Maybe start a new operation.
+    pub fn start(
+        &mut self,
+        now: u64,
+        group: GroupId,
+        op: KvOp,
+        nodes: usize,
+        history: &mut Vec<HistoryOp>,
+        rng: &mut Rng,
+    ) -> Option<Send> {
+        if self.outstanding.is_some() || now < self.wait_until {
+            return None;
+        }
+        let kind = if matches!(op, KvOp::Get { .. }) { RequestKind::Read } else { RequestKind::Write };
+        // Writes are numbered per group from 1; reads never enter the client
+        // table, so they carry number 0 and consume nothing.
+        let number = if kind == RequestKind::Write {
+            let next = self.next_request.entry(group).or_insert(1);
+            *next += 1;
+            *next - 1
+        } else {
+            0
+        };
+        let request = Request { client: self.id, request: RequestNumber(number), group, kind, operation: op.encode() };
+        history.push(HistoryOp {
+            client: self.index,
+            group,
+            op,
+            invoked_tick: now,
+            returned_tick: None,
+            output: None,
+            committed_op: None,
+        });
+        let target = self.guess.get(&group).copied().unwrap_or_else(|| rng.below(nodes as u64) as usize);
+        self.outstanding =
+            Some(Outstanding { request: request.clone(), history: history.len() - 1, sent_tick: now, target });
+        Some(Send { to: target, request })
+    }
+
+    /// Resend after `retry_ticks` without an answer, to another node.
+    pub fn retry(&mut self, now: u64, retry_ticks: u64, nodes: usize, rng: &mut Rng) -> Option<Send> {
+        let outstanding = self.outstanding.as_mut()?;
+        if now < outstanding.sent_tick + retry_ticks || now < self.wait_until {
+            return None;
+        }
+        outstanding.sent_tick = now;
+        outstanding.target = rng.below(nodes as u64) as usize;
+        Some(Send { to: outstanding.target, request: outstanding.request.clone() })
+    }
+
+    /// A reply arrived. Returns the history index it completed, if any.
+    pub fn on_reply(&mut self, now: u64, reply: &Reply, history: &mut [HistoryOp]) -> Option<usize> {
+        let outstanding = self.outstanding.as_ref()?;
+        if reply.request != outstanding.request.request || reply.group != outstanding.request.group {
+            return None; // A late duplicate of an older answer.
+        }
+        match &reply.outcome {
+            Outcome::Ok(result) => {
+                let index = outstanding.history;
+                let entry = &mut history[index];
+                entry.returned_tick = Some(now);
+                entry.output = result_value(result);
+                if outstanding.request.kind == RequestKind::Write {
+                    entry.committed_op = Some(reply.op);
+                }
+                self.outstanding = None;
+                Some(index)
+            }
+            Outcome::Error { .. } => {
+                // Retry the same request number soon (exactly-once makes it safe).
+                self.wait_until = now + 3;
+                if let Some(outstanding) = self.outstanding.as_mut() {
+                    outstanding.sent_tick = 0;
+                }
+                None
+            }
+        }
+    }
+
+    /// A redirect arrived: remember the primary and resend there now.
+    pub fn on_redirect(&mut self, redirect: &Redirect, nodes: usize, rng: &mut Rng) -> Option<Send> {
+        let outstanding = self.outstanding.as_mut()?;
+        if redirect.request != outstanding.request.request {
+            return None;
+        }
+        let target = match redirect.primary {
+            Some(node) if node_index(node) < nodes => node_index(node),
+            _ => rng.below(nodes as u64) as usize,
+        };
+        self.guess.insert(redirect.group, target);
+        if target == outstanding.target && redirect.primary.is_none() {
+            return None;
+        }
+        outstanding.target = target;
+        Some(Send { to: target, request: outstanding.request.clone() })
+    }
+}

@@ -1,0 +1,17 @@
+//! cohort's deterministic simulator.
+//!
+//! It runs the production sans-IO core ([`cohort_actors::core::Shard`]) on N
+//! simulated nodes with [`cohort_actors::core::storage::memory::MemoryStorage`]
+//! disks and a seeded network, injects faults drawn from the seed, and checks
+//! the protocol's invariants after every step. A seed reproduces a run
+//! exactly. See docs/simulator.md.
+
+pub mod check;
+pub mod client;
+pub mod kv;
+pub mod network;
+pub mod node;
+pub mod rng;
+pub mod sim;
+
+pub use sim::{Faults, Report, Sim, SimConfig};

@@ -1,0 +1,161 @@
+//! A simulated node: the production [`Shard`] with a [`MemoryStorage`],
+//! driven exactly as the driving contract on `Shard` says.
+
+use std::collections::{HashMap, VecDeque};
+use std::rc::Rc;
+
+use cohort_actors::core::storage::Storage;
+use cohort_actors::core::storage::memory::MemoryStorage;
+use cohort_actors::core::{Command, CoreConfig, FlushId, GroupSpec, Shard};
+use cohort_messages::{ClusterId, GroupId, NodeId};
+
+use crate::kv::{ApplySink, Kv};
+
+/// The simulated cluster id.
+pub const CLUSTER: ClusterId = ClusterId(0xC0_4087);
+
+/// One node.
+pub struct SimNode {
+    /// Index and node id (`NodeId(index + 1)`).
+    pub index: usize,
+    /// The shard, `None` while crashed.
+    pub shard: Option<Shard>,
+    /// The disk.
+    pub storage: MemoryStorage,
+    /// Paused until this tick (exclusive).
+    pub paused_until: u64,
+    /// Crashed until this tick, then restarted.
+    pub down_until: u64,
+    /// Flushes waiting to complete: (tick, id).
+    pub flushes: VecDeque<(u64, FlushId)>,
+    /// Apply reports per group.
+    pub sinks: HashMap<GroupId, ApplySink>,
+    /// Times this node restarted.
+    pub restarts: u64,
+}
+
+/// The node id of node `index`.
+pub fn node_id(index: usize) -> NodeId {
+    NodeId(index as u64 + 1)
+}
+
+/// The index of a node id.
+pub fn node_index(node: NodeId) -> usize {
+    (node.0 - 1) as usize
+}
+
+impl SimNode {
+    /// A node hosting `specs`, with fresh storage.
+    pub fn new(index: usize, config: &CoreConfig, specs: &[GroupSpec]) -> SimNode {
+        let mut node = SimNode {
+            index,
+            shard: None,
+            storage: MemoryStorage::new(),
+            paused_until: 0,
+            down_until: 0,
+            flushes: VecDeque::new(),
+            sinks: HashMap::new(),
+            restarts: 0,
+        };
+        let mut shard = Shard::new(node_id(index), config.clone());
+        for spec in specs {
+            let sink = node.sink(spec.group);
+            shard.create_group(spec.clone(), Box::new(Kv::new(sink))).expect("fresh group");
+        }
+        node.shard = Some(shard);
+        node
+    }
+
+    fn sink(&mut self, group: GroupId) -> ApplySink {
+        Rc::clone(self.sinks.entry(group).or_default())
+    }
+
+    /// True if the node runs and is not paused at `now`.
+    pub fn is_running(&self, now: u64) -> bool {
+        self.shard.is_some() && now >= self.paused_until
+    }
+
+    /// Crash: the process dies; an interrupted flush keeps a seeded prefix.
+    pub fn crash(&mut self, until: u64, seed: u64) {
+        if self.flushes.is_empty() {
+            self.storage.crash();
+        } else {
+            self.storage.crash_mid_flush(seed);
+        }
+        self.shard = None;
+        self.flushes.clear();
+        self.down_until = until;
+        self.paused_until = 0;
+    }
+
+    /// Restart from storage (V4).
+    pub fn restart(&mut self, now: u64, config: &CoreConfig, specs: &[GroupSpec]) {
+        let mut recovered = match self.storage.recover() {
+            Ok(recovered) => recovered,
+            Err(error) => panic!("node {} cannot recover its storage: {error}", self.index),
+        };
+        let mut shard = Shard::new(node_id(self.index), config.clone());
+        shard.on_tick(now);
+        for spec in specs {
+            let sink = self.sink(spec.group);
+            let group = recovered.groups.remove(&spec.group).unwrap_or_default();
+            if let Err(error) = shard.recover_group(spec.clone(), Box::new(Kv::new(sink)), group) {
+                panic!("node {} cannot recover {}: {error}", self.index, spec.group);
+            }
+        }
+        self.shard = Some(shard);
+        self.restarts += 1;
+    }
+
+    /// Apply the storage commands of a turn and return the rest, in order.
+    /// A storage error other than a superblock stage (R12) kills the node.
+    pub fn run_storage(
+        &mut self,
+        commands: Vec<Command>,
+        now: u64,
+        flush_delay_ticks: u64,
+    ) -> Result<Vec<Command>, String> {
+        let mut rest = Vec::with_capacity(commands.len());
+        let mut failed_superblocks = Vec::new();
+        for command in commands {
+            match command {
+                Command::Append { group, entry } => {
+                    self.storage.append(group, &entry).map_err(|e| e.to_string())?;
+                }
+                Command::Truncate { group, after } => {
+                    self.storage.truncate_after(group, after).map_err(|e| e.to_string())?;
+                }
+                Command::StageSuperblock { group, superblock } => {
+                    if self.storage.stage_superblock(group, &superblock).is_err() {
+                        failed_superblocks.push(group);
+                    }
+                }
+                Command::SaveSnapshot { group, snapshot } => {
+                    self.storage.save_snapshot(group, &snapshot).map_err(|e| e.to_string())?;
+                }
+                Command::Flush { id } => {
+                    let at = self.flushes.back().map_or(now, |(tick, _)| *tick).max(now + flush_delay_ticks);
+                    self.flushes.push_back((at, id));
+                }
+                other => rest.push(other),
+            }
+        }
+        if let Some(shard) = self.shard.as_mut() {
+            for group in failed_superblocks {
+                shard.on_superblock_failed(group);
+            }
+        }
+        Ok(rest)
+    }
+
+    /// The next flush due at `now`, made durable.
+    pub fn complete_flush(&mut self, now: u64) -> Result<Option<FlushId>, String> {
+        match self.flushes.front() {
+            Some((tick, _)) if *tick <= now => {}
+            _ => return Ok(None),
+        }
+        let Some((_, id)) = self.flushes.pop_front() else { return Ok(None) };
+        self.storage.flush().map_err(|e| e.to_string())?;
+        Ok(Some(id))
+    }
+}

@@ -1,0 +1,542 @@
+//! One simulated run: N nodes × G groups on the production core, seeded
+//! faults for a fault phase, then a healed liveness phase in which every
+//! group must commit a new write within a tick budget.
+
+use std::collections::BTreeMap;
+
+use cohort_actors::core::{Command, CoreConfig, GroupSpec, Quorums, Role, TimingConfig};
+use cohort_messages::{
+    CommitBatch, CommitReplyBatch, Frame, GroupId, Incarnation, MemberIndex, Message, Op, TraceContext,
+};
+
+use crate::check::Checkers;
+use crate::client::{Client, HistoryOp, Send};
+use crate::kv::{KvOp, digest};
+use crate::network::{Endpoint, Network, NetworkFaults, Packet};
+use crate::node::{CLUSTER, SimNode, node_id, node_index};
+use crate::rng::Rng;
+
+/// Fault rates of a run (per mille per tick for node faults).
+#[derive(Clone, Debug, Default)]
+pub struct Faults {
+    /// Network faults.
+    pub network: NetworkFaults,
+    /// Chance per tick that a random node crashes (and later restarts).
+    pub crash_per_mille: u64,
+    /// Chance per tick that a random node pauses longer than every timeout.
+    pub pause_per_mille: u64,
+    /// Chance per tick that a partition starts (symmetric or one-way).
+    pub partition_per_mille: u64,
+    /// Chance per tick that a random node's next append fails (it dies).
+    pub disk_fail_per_mille: u64,
+    /// Chance per tick that a random group's next superblock stage fails (R12).
+    pub superblock_fail_per_mille: u64,
+}
+
+impl Faults {
+    /// Rates drawn from a seed: loss 0–30%, the rest moderate.
+    pub fn draw(rng: &mut Rng) -> Faults {
+        Faults {
+            network: NetworkFaults {
+                loss_per_mille: rng.range(0, 300),
+                duplicate_per_mille: rng.range(0, 50),
+                corrupt_per_mille: rng.range(0, 5),
+                delay_max_ticks: rng.range(0, 4),
+            },
+            crash_per_mille: rng.range(0, 4),
+            pause_per_mille: rng.range(0, 2),
+            partition_per_mille: rng.range(0, 4),
+            disk_fail_per_mille: rng.range(0, 1),
+            superblock_fail_per_mille: rng.range(0, 5),
+        }
+    }
+}
+
+/// A run's shape.
+#[derive(Clone, Debug)]
+pub struct SimConfig {
+    /// The seed.
+    pub seed: u64,
+    /// Nodes (every group has every node as a member).
+    pub nodes: usize,
+    /// Groups.
+    pub groups: usize,
+    /// Replication quorum (None: majority).
+    pub replication_quorum: Option<usize>,
+    /// Clients.
+    pub clients: usize,
+    /// Ticks with faults.
+    pub fault_ticks: u64,
+    /// Ticks allowed after healing for every group to commit a new write.
+    pub liveness_ticks: u64,
+    /// Faults (None: drawn from the seed).
+    pub faults: Option<Faults>,
+    /// The core's configuration.
+    pub core: CoreConfig,
+}
+
+impl SimConfig {
+    /// A default run for `seed`.
+    pub fn new(seed: u64) -> SimConfig {
+        SimConfig {
+            seed,
+            nodes: 3,
+            groups: 4,
+            replication_quorum: None,
+            clients: 6,
+            fault_ticks: 1500,
+            liveness_ticks: 1500,
+            faults: None,
+            core: CoreConfig {
+                timing: TimingConfig::default(),
+                pipeline_max_ops: 8,
+                snapshot_interval_ops: 16,
+                snapshot_interval_bytes: 1 << 20,
+                clients_max: 64,
+                request_queue_max: 64,
+            },
+        }
+    }
+}
+
+/// What a run found.
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    /// The seed.
+    pub seed: u64,
+    /// Violations, with ticks.
+    pub violations: Vec<String>,
+    /// Ops applied (agreed sequence length over all groups).
+    pub ops_committed: u64,
+    /// Writes acknowledged to clients.
+    pub writes_acknowledged: u64,
+    /// Views with a new primary after view 0.
+    pub view_changes: u64,
+    /// Node crashes.
+    pub crashes: u64,
+    /// Frames sent.
+    pub frames_sent: u64,
+    /// Frames dropped by a receiver as bad.
+    pub frames_rejected: u64,
+    /// The client history.
+    pub history: Vec<HistoryOp>,
+}
+
+/// A simulation in progress.
+pub struct Sim {
+    /// The configuration.
+    pub config: SimConfig,
+    faults: Faults,
+    specs: Vec<GroupSpec>,
+    /// The nodes.
+    pub nodes: Vec<SimNode>,
+    /// The network.
+    pub network: Network,
+    clients: Vec<Client>,
+    /// The client history.
+    pub history: Vec<HistoryOp>,
+    /// The checkers.
+    pub checkers: Checkers,
+    rng: Rng,
+    /// The current tick.
+    pub now: u64,
+    healed: bool,
+    crashes: u64,
+    frames_rejected: u64,
+    writes_acknowledged: u64,
+    value_counter: u64,
+}
+
+const RETRY_TICKS: u64 = 40;
+const FLUSH_DELAY_TICKS: u64 = 1;
+
+impl Sim {
+    /// Build the cluster of `config`.
+    pub fn new(config: SimConfig) -> Sim {
+        let mut rng = Rng::new(config.seed);
+        let faults = config.faults.clone().unwrap_or_else(|| Faults::draw(&mut rng));
+        let quorums = Quorums::new(config.nodes, config.replication_quorum).expect("valid quorum");
+        let specs: Vec<GroupSpec> = (0..config.groups)
+            .map(|g| {
+                let members = (0..config.nodes).map(|i| node_id((g + i) % config.nodes)).collect();
+                GroupSpec {
+                    group: GroupId(g as u64),
+                    incarnation: Incarnation(1),
+                    members,
+                    me: MemberIndex(0),
+                    quorums,
+                }
+            })
+            .collect();
+        let nodes = (0..config.nodes)
+            .map(|index| {
+                let own: Vec<GroupSpec> = specs.iter().map(|spec| spec_for(spec, index)).collect();
+                SimNode::new(index, &config.core, &own)
+            })
+            .collect();
+        let clients = (0..config.clients).map(|index| Client::new(index, config.seed)).collect();
+        let mut network = Network::default();
+        network.faults = faults.network.clone();
+        let mut sim = Sim {
+            config,
+            faults,
+            specs,
+            nodes,
+            network,
+            clients,
+            history: Vec::new(),
+            checkers: Checkers::default(),
+            rng,
+            now: 0,
+            healed: false,
+            crashes: 0,
+            frames_rejected: 0,
+            writes_acknowledged: 0,
+            value_counter: 0,
+        };
+        for index in 0..sim.nodes.len() {
+            sim.drain(index);
+        }
+        sim
+    }
+
+    /// Run the fault phase and the liveness phase.
+    pub fn run(mut self) -> Report {
+        for _ in 0..self.config.fault_ticks {
+            self.step(true);
+        }
+        self.heal();
+        let start = self.now;
+        let groups: Vec<GroupId> = self.specs.iter().map(|spec| spec.group).collect();
+        let mut live: BTreeMap<GroupId, bool> = groups.iter().map(|group| (*group, false)).collect();
+        let acked_before = self.history.len();
+        while self.now < start + self.config.liveness_ticks && live.values().any(|done| !done) {
+            self.step(false);
+            for op in &self.history[acked_before..] {
+                if op.returned_tick.is_some() && !matches!(op.op, KvOp::Get { .. }) {
+                    live.insert(op.group, true);
+                }
+            }
+        }
+        for (group, done) in live {
+            if !done {
+                self.checkers.violations.push(format!(
+                    "liveness: {group} committed no new write within {} ticks after healing",
+                    self.config.liveness_ticks
+                ));
+            }
+        }
+        self.report()
+    }
+
+    fn report(self) -> Report {
+        Report {
+            seed: self.config.seed,
+            violations: self.checkers.violations.clone(),
+            ops_committed: self.checkers.ops_committed(),
+            writes_acknowledged: self.writes_acknowledged,
+            view_changes: self.checkers.view_changes,
+            crashes: self.crashes,
+            frames_sent: self.network.stats.sent,
+            frames_rejected: self.frames_rejected,
+            history: self.history,
+        }
+    }
+
+    /// Remove every fault; restart and resume every node.
+    pub fn heal(&mut self) {
+        self.healed = true;
+        self.network.faults = NetworkFaults::default();
+        self.network.blocked.clear();
+        for index in 0..self.nodes.len() {
+            if self.nodes[index].shard.is_none() {
+                self.nodes[index].down_until = self.now;
+            }
+            self.nodes[index].paused_until = self.nodes[index].paused_until.min(self.now);
+        }
+    }
+
+    /// One tick: faults, ticks, deliveries, flush completions, clients, checks.
+    pub fn step(&mut self, faults: bool) {
+        self.now += 1;
+        let now = self.now;
+        if faults {
+            self.inject_faults();
+        }
+        for index in 0..self.nodes.len() {
+            if self.nodes[index].shard.is_none() && now >= self.nodes[index].down_until {
+                let specs: Vec<GroupSpec> = self.specs.iter().map(|spec| spec_for(spec, index)).collect();
+                self.nodes[index].restart(now, &self.config.core, &specs);
+                self.drain(index);
+            }
+        }
+        for index in 0..self.nodes.len() {
+            if self.nodes[index].is_running(now) {
+                if let Some(shard) = self.nodes[index].shard.as_mut() {
+                    shard.on_tick(now);
+                }
+                self.drain(index);
+            }
+        }
+        while let Some(packet) = self.network.pop_due(now) {
+            self.deliver(packet);
+        }
+        for index in 0..self.nodes.len() {
+            while self.nodes[index].is_running(now) {
+                match self.nodes[index].complete_flush(now) {
+                    Ok(Some(id)) => {
+                        if let Some(shard) = self.nodes[index].shard.as_mut() {
+                            shard.on_flushed(id);
+                        }
+                        self.drain(index);
+                    }
+                    Ok(None) => break,
+                    Err(error) => {
+                        self.kill(index, &format!("flush failed: {error}"));
+                        break;
+                    }
+                }
+            }
+        }
+        self.run_clients();
+        for node in &self.nodes {
+            if let Some(shard) = &node.shard {
+                shard.invariants();
+            }
+        }
+    }
+
+    fn kill(&mut self, index: usize, _why: &str) {
+        let until = self.now + self.rng.range(20, 200);
+        let seed = self.rng.next_u64();
+        self.nodes[index].crash(until, seed);
+        self.crashes += 1;
+    }
+
+    fn inject_faults(&mut self) {
+        let nodes = self.nodes.len() as u64;
+        if self.rng.chance(self.faults.crash_per_mille) {
+            let index = self.rng.below(nodes) as usize;
+            if self.nodes[index].shard.is_some() {
+                self.kill(index, "crash fault");
+            }
+        }
+        if self.rng.chance(self.faults.pause_per_mille) {
+            let index = self.rng.below(nodes) as usize;
+            let longest = self.config.core.timing.idle_timeout_effective_ticks();
+            self.nodes[index].paused_until = self.now + longest + self.rng.range(10, 100);
+        }
+        if self.rng.chance(self.faults.partition_per_mille) {
+            self.network.blocked.clear();
+            let a = self.rng.below(nodes) as usize;
+            let one_way = self.rng.chance(500);
+            for b in 0..self.nodes.len() {
+                if b != a {
+                    self.network.blocked.insert((b, a));
+                    if !one_way {
+                        self.network.blocked.insert((a, b));
+                    }
+                }
+            }
+        } else if !self.network.blocked.is_empty() && self.rng.chance(10) {
+            self.network.blocked.clear();
+        }
+        if self.rng.chance(self.faults.disk_fail_per_mille) {
+            let index = self.rng.below(nodes) as usize;
+            self.nodes[index].storage.fail_next_appends(1);
+        }
+        if self.rng.chance(self.faults.superblock_fail_per_mille) {
+            let index = self.rng.below(nodes) as usize;
+            let group = GroupId(self.rng.below(self.specs.len() as u64));
+            self.nodes[index].storage.fail_next_superblock_stage(group);
+        }
+    }
+
+    /// Drain node `index`'s commands and execute them.
+    fn drain(&mut self, index: usize) {
+        loop {
+            let Some(shard) = self.nodes[index].shard.as_mut() else { return };
+            let commands = shard.drain_commands();
+            if commands.is_empty() {
+                return;
+            }
+            match self.nodes[index].run_storage(commands, self.now, FLUSH_DELAY_TICKS) {
+                Ok(rest) => self.execute(index, rest),
+                Err(error) => {
+                    self.kill(index, &format!("storage failed: {error}"));
+                    return;
+                }
+            }
+            self.collect_applies(index);
+        }
+    }
+
+    fn collect_applies(&mut self, index: usize) {
+        let now = self.now;
+        for (group, sink) in &self.nodes[index].sinks {
+            for (op, digest) in sink.borrow_mut().drain(..) {
+                self.checkers.applied(now, index, *group, op, digest);
+            }
+        }
+    }
+
+    fn execute(&mut self, index: usize, commands: Vec<Command>) {
+        let from = Endpoint::Node(index);
+        let sender = node_id(index);
+        for command in commands {
+            let (to, message) = match command {
+                Command::Send { to, message } => (Endpoint::Node(node_index(to)), message),
+                Command::SendCommitBatch { to, entries } => {
+                    (Endpoint::Node(node_index(to)), Message::Commit(CommitBatch::encode(&entries)))
+                }
+                Command::SendCommitReplyBatch { to, entries } => {
+                    (Endpoint::Node(node_index(to)), Message::CommitReply(CommitReplyBatch::encode(&entries)))
+                }
+                Command::Reply(reply) => match self.client_of(reply.client) {
+                    Some(client) => (Endpoint::Client(client), Message::Reply(reply)),
+                    None => continue,
+                },
+                Command::Redirect(redirect) => match self.client_of(redirect.client) {
+                    Some(client) => (Endpoint::Client(client), Message::Redirect(redirect)),
+                    None => continue,
+                },
+                Command::RoleChanged { group, view, role } => {
+                    if role == Role::Primary {
+                        self.checkers.primary(self.now, group, view, index);
+                    }
+                    continue;
+                }
+                _ => continue,
+            };
+            let bytes = message.encode(CLUSTER, sender, TraceContext::NONE).to_bytes();
+            self.network.send(self.now, Packet { from, to, bytes }, &mut self.rng);
+        }
+    }
+
+    fn client_of(&self, id: cohort_messages::ClientId) -> Option<usize> {
+        self.clients.iter().position(|client| client.id == id)
+    }
+
+    fn deliver(&mut self, packet: Packet) {
+        let decoded = Frame::decode(packet.bytes.clone(), CLUSTER).map_err(|_| ()).and_then(|frame| {
+            let message = frame.message().map_err(|_| ())?;
+            Ok((frame.header.sender, message))
+        });
+        let Ok((sender, message)) = decoded else {
+            self.frames_rejected += 1;
+            return;
+        };
+        match packet.to {
+            Endpoint::Client(client) => self.deliver_to_client(client, message),
+            Endpoint::Node(index) => {
+                let node = &self.nodes[index];
+                if node.shard.is_none() {
+                    return;
+                }
+                if self.now < node.paused_until {
+                    let later = node.paused_until;
+                    self.network.defer(later, packet);
+                    return;
+                }
+                let Some(shard) = self.nodes[index].shard.as_mut() else { return };
+                match message {
+                    Message::Commit(batch) => {
+                        for entry in batch.entries().flatten() {
+                            shard.on_commit_entry(sender, entry);
+                        }
+                    }
+                    Message::CommitReply(batch) => {
+                        for entry in batch.entries().flatten() {
+                            shard.on_commit_reply_entry(sender, entry);
+                        }
+                    }
+                    Message::Request(request) => shard.on_request(request),
+                    other => shard.on_message(sender, other),
+                }
+                self.drain(index);
+            }
+        }
+    }
+
+    fn deliver_to_client(&mut self, index: usize, message: Message) {
+        let nodes = self.nodes.len();
+        match message {
+            Message::Reply(reply) => {
+                if let Some(done) = self.clients[index].on_reply(self.now, &reply, &mut self.history) {
+                    let entry = &self.history[done];
+                    if let Some(op) = entry.committed_op {
+                        self.writes_acknowledged += 1;
+                        self.check_acknowledged(done, op);
+                    }
+                }
+            }
+            Message::Redirect(redirect) => {
+                if let Some(send) = self.clients[index].on_redirect(&redirect, nodes, &mut self.rng) {
+                    self.send_request(index, send);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn check_acknowledged(&mut self, history: usize, op: Op) {
+        let entry = &self.history[history];
+        let operation = entry.op.encode();
+        self.checkers.acknowledged(self.now, entry.group, op, digest(&operation));
+    }
+
+    fn send_request(&mut self, client: usize, send: Send) {
+        let bytes =
+            Message::Request(send.request).encode(CLUSTER, node_id(usize::MAX >> 1), TraceContext::NONE).to_bytes();
+        self.network.send(
+            self.now,
+            Packet { from: Endpoint::Client(client), to: Endpoint::Node(send.to), bytes },
+            &mut self.rng,
+        );
+    }
+
+    fn run_clients(&mut self) {
+        let nodes = self.nodes.len();
+        for index in 0..self.clients.len() {
+            if let Some(send) = self.clients[index].retry(self.now, RETRY_TICKS, nodes, &mut self.rng) {
+                self.send_request(index, send);
+                continue;
+            }
+            if self.clients[index].outstanding.is_some() || !self.rng.chance(if self.healed { 500 } else { 200 }) {
+                continue;
+            }
+            let group = GroupId(self.rng.below(self.specs.len() as u64));
+            let key = self.rng.below(3);
+            self.value_counter += 1;
+            // Values are unique, so every write is distinguishable in the history.
+            let value = (self.config.seed << 24) ^ self.value_counter;
+            let op = match self.rng.below(10) {
+                0..=3 => KvOp::Get { key },
+                4..=7 => KvOp::Put { key, value },
+                _ => KvOp::Cas { key, expected: self.last_value(group, key), new: value },
+            };
+            if let Some(send) = self.clients[index].start(self.now, group, op, nodes, &mut self.history, &mut self.rng)
+            {
+                self.send_request(index, send);
+            }
+        }
+    }
+
+    fn last_value(&self, group: GroupId, key: u64) -> u64 {
+        self.history
+            .iter()
+            .rev()
+            .find(|op| op.group == group && op.op.key() == key && op.returned_tick.is_some())
+            .and_then(|op| match op.op {
+                KvOp::Put { value, .. } => Some(value),
+                KvOp::Cas { new, .. } => Some(new),
+                KvOp::Get { .. } => op.output,
+            })
+            .unwrap_or(0)
+    }
+}
+
+fn spec_for(spec: &GroupSpec, index: usize) -> GroupSpec {
+    let me = spec.members.iter().position(|node| node_index(*node) == index).expect("every node is a member");
+    GroupSpec { me: MemberIndex(me as u8), ..spec.clone() }
+}
