@@ -21,7 +21,9 @@ fn v1_writes_commit_without_faults() {
 #[test]
 fn debug_trace() {
     let seed: u64 = std::env::var("SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0);
-    let mut sim = Sim::new(SimConfig::new(seed));
+    let mut config = SimConfig::new(seed);
+    config.replication_quorum = std::env::var("Q").ok().and_then(|s| s.parse().ok());
+    let mut sim = Sim::new(config);
     for _ in 0..1500 {
         sim.step(true);
     }

@@ -173,9 +173,6 @@ impl Replica {
             return;
         }
         let op = prepare.entry.op;
-        if op <= self.log.base() {
-            return;
-        }
         if op <= self.log.op() {
             // A duplicate (or a repair of something we hold): re-acknowledge.
             if self.durable_op >= op {
@@ -194,7 +191,7 @@ impl Replica {
     pub(crate) fn on_durable(&mut self, fx: &mut Effects) {
         if self.is_primary() {
             self.advance_commit(fx);
-        } else if self.status == Status::Normal && self.log_view == self.view && self.durable_op > self.log.base() {
+        } else if self.status == Status::Normal && self.log_view == self.view {
             self.send_prepare_ok(fx);
         }
     }

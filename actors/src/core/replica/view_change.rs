@@ -102,7 +102,7 @@ impl Replica {
             view: self.view,
             log_view: self.log_view,
             op: self.log.op(),
-            commit: self.commit_min,
+            commit: self.commit_max.min(self.log.op()),
             replica: self.spec.me,
             log: self.log.entries_from(self.log.base().next()).cloned().collect(),
         }
