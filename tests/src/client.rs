@@ -72,7 +72,7 @@ impl Client {
     pub fn new(index: usize, seed_salt: u64) -> Client {
         Client {
             index,
-            id: ClientId((u128::from(seed_salt) << 64) | index as u128 + 1),
+            id: ClientId((u128::from(seed_salt) << 64) | (index as u128 + 1)),
             next_request: HashMap::new(),
             outstanding: None,
             guess: HashMap::new(),

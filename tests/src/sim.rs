@@ -137,6 +137,8 @@ pub struct Sim {
     pub history: Vec<HistoryOp>,
     /// The checkers.
     pub checkers: Checkers,
+    /// Quorum waits that ended: (node, wait, result).
+    pub wait_results: Vec<(usize, cohort_actors::core::WaitId, Result<(), cohort_actors::core::QuorumWaitError>)>,
     rng: Rng,
     /// The current tick.
     pub now: u64,
@@ -186,6 +188,7 @@ impl Sim {
             clients,
             history: Vec::new(),
             checkers: Checkers::default(),
+            wait_results: Vec::new(),
             rng,
             now: 0,
             healed: false,
@@ -400,6 +403,10 @@ impl Sim {
                     Some(client) => (Endpoint::Client(client), Message::Redirect(redirect)),
                     None => continue,
                 },
+                Command::QuorumWaitDone { wait, result } => {
+                    self.wait_results.push((index, wait, result));
+                    continue;
+                }
                 Command::RoleChanged { group, view, role } => {
                     if role == Role::Primary {
                         self.checkers.primary(self.now, group, view, index);
@@ -502,7 +509,11 @@ impl Sim {
                 self.send_request(index, send);
                 continue;
             }
-            if self.clients[index].outstanding.is_some() || !self.rng.chance(if self.healed { 500 } else { 200 }) {
+            // Clients added by scenarios (past `config.clients`) only retry.
+            if index >= self.config.clients
+                || self.clients[index].outstanding.is_some()
+                || !self.rng.chance(if self.healed { 500 } else { 200 })
+            {
                 continue;
             }
             let group = GroupId(self.rng.below(self.specs.len() as u64));
@@ -533,6 +544,94 @@ impl Sim {
                 KvOp::Get { .. } => op.output,
             })
             .unwrap_or(0)
+    }
+}
+
+/// Helpers for hand-written scenarios.
+impl Sim {
+    /// The node that is the normal primary of `group` in the highest view.
+    pub fn primary_of(&self, group: GroupId) -> Option<usize> {
+        self.nodes
+            .iter()
+            .filter_map(|node| {
+                let replica = node.shard.as_ref()?.replica(group)?;
+                replica.is_primary().then_some((replica.view(), node.index))
+            })
+            .max()
+            .map(|(_, index)| index)
+    }
+
+    /// A node's replica of `group`, if the node is up.
+    pub fn replica(&self, node: usize, group: GroupId) -> Option<&cohort_actors::core::Replica> {
+        self.nodes[node].shard.as_ref()?.replica(group)
+    }
+
+    /// Crash a node; it restarts from its storage after `down_ticks`.
+    pub fn crash_node(&mut self, index: usize, down_ticks: u64) {
+        let seed = self.rng.next_u64();
+        self.nodes[index].crash(self.now + down_ticks, seed);
+        self.crashes += 1;
+    }
+
+    /// A new client sends `op` for `group` to node `to`; returns its history index.
+    pub fn submit(&mut self, group: GroupId, op: KvOp, to: usize) -> usize {
+        let index = self.clients.len();
+        let mut client = Client::new(index, self.config.seed);
+        client.guess.insert(group, to);
+        let nodes = self.nodes.len();
+        let send =
+            client.start(self.now, group, op, nodes, &mut self.history, &mut self.rng).expect("a new client is idle");
+        self.clients.push(client);
+        self.send_request(index, send);
+        self.history.len() - 1
+    }
+
+    /// Send the outstanding request of the client of history entry `op` again, to `to`.
+    pub fn resend(&mut self, op: usize, to: usize) {
+        let client = self.history[op].client;
+        let request = match &self.clients[client].outstanding {
+            Some(outstanding) => outstanding.request.clone(),
+            None => return,
+        };
+        self.send_request(client, Send { to, request });
+    }
+
+    /// Send a raw request from the client of history entry `op` (for retries of a finished request).
+    pub fn send_raw(&mut self, op: usize, to: usize, request: cohort_messages::Request) {
+        let client = self.history[op].client;
+        self.send_request(client, Send { to, request });
+    }
+
+    /// The request a client sent for history entry `op` (while outstanding).
+    pub fn outstanding_request(&self, op: usize) -> Option<cohort_messages::Request> {
+        let client = self.history[op].client;
+        self.clients[client].outstanding.as_ref().map(|outstanding| outstanding.request.clone())
+    }
+
+    /// The client id of history entry `op`.
+    pub fn client_id(&self, op: usize) -> cohort_messages::ClientId {
+        self.clients[self.history[op].client].id
+    }
+
+    /// Step without faults until `done` holds or `max_ticks` pass; true if it held.
+    pub fn run_until(&mut self, max_ticks: u64, done: impl Fn(&Sim) -> bool) -> bool {
+        for _ in 0..max_ticks {
+            if done(self) {
+                return true;
+            }
+            self.step(false);
+        }
+        done(self)
+    }
+
+    /// Block frames from node `from` to node `to`.
+    pub fn block(&mut self, from: usize, to: usize) {
+        self.network.blocked.insert((from, to));
+    }
+
+    /// Unblock everything.
+    pub fn unblock_all(&mut self) {
+        self.network.blocked.clear();
     }
 }
 
