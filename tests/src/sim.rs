@@ -73,6 +73,9 @@ pub struct SimConfig {
     pub faults: Option<Faults>,
     /// The core's configuration.
     pub core: CoreConfig,
+    /// Q4: write mode of every group. Acknowledged async writes may be lost
+    /// by design, so only scenarios use `Async`.
+    pub write_mode: cohort_actors::core::WriteMode,
 }
 
 impl SimConfig {
@@ -95,6 +98,7 @@ impl SimConfig {
                 clients_max: 64,
                 request_queue_max: 64,
             },
+            write_mode: cohort_actors::core::WriteMode::Sync,
         }
     }
 }
@@ -167,6 +171,7 @@ impl Sim {
                     members,
                     me: MemberIndex(0),
                     quorums,
+                    write_mode: config.write_mode,
                 }
             })
             .collect();

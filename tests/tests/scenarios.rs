@@ -2,7 +2,7 @@
 //! ids. Each runs the production core with no random faults; the scenario
 //! injects exactly the fault it is about.
 
-use cohort_actors::core::{QuorumWaitError, Role};
+use cohort_actors::core::{QuorumWaitError, Role, WriteMode};
 use cohort_messages::{GroupId, Op, View};
 use cohort_sim::kv::{KvOp, digest};
 use cohort_sim::{Faults, Sim, SimConfig};
@@ -10,7 +10,12 @@ use cohort_sim::{Faults, Sim, SimConfig};
 const G: GroupId = GroupId(0);
 
 fn cluster(nodes: usize, replication_quorum: Option<usize>) -> Sim {
+    cluster_with(nodes, replication_quorum, WriteMode::Sync)
+}
+
+fn cluster_with(nodes: usize, replication_quorum: Option<usize>, write_mode: WriteMode) -> Sim {
     let mut config = SimConfig::new(7);
+    config.write_mode = write_mode;
     config.faults = Some(Faults::default());
     config.nodes = nodes;
     config.groups = 1;
@@ -286,4 +291,27 @@ fn liveness_one_way_partition() {
     write(&mut sim, 1, 99);
     assert_eq!(read(&mut sim, 1), 99);
     assert_clean(&sim);
+}
+
+#[test]
+fn q4_sync_write_waits_for_the_quorum() {
+    let mut sim = cluster(3, None);
+    let primary = sim.primary_of(G).expect("a primary");
+    sim.crash_node((primary + 1) % 3, 100_000);
+    sim.crash_node((primary + 2) % 3, 100_000);
+    let op = sim.submit(G, KvOp::Put { key: 1, value: 1 }, primary);
+    sim.run_until(40, |_| false);
+    assert_eq!(sim.history[op].returned_tick, None, "no quorum, no acknowledgement");
+}
+
+#[test]
+fn q4_async_write_is_acknowledged_before_the_quorum() {
+    let mut sim = cluster_with(3, None, WriteMode::Async);
+    let primary = sim.primary_of(G).expect("a primary");
+    sim.crash_node((primary + 1) % 3, 100_000);
+    sim.crash_node((primary + 2) % 3, 100_000);
+    let op = sim.submit(G, KvOp::Put { key: 1, value: 1 }, primary);
+    assert!(sim.run_until(40, |sim| done(sim, op)), "acknowledged on the primary's durable copy");
+    assert_eq!(sim.history[op].committed_op, Some(Op(1)));
+    assert_eq!(sim.replica(primary, G).expect("up").commit_max(), Op(0), "not committed yet");
 }

@@ -19,6 +19,6 @@ pub mod storage;
 pub use command::{Command, FlushId, QuorumWaitError, Role, WaitId};
 pub use config::{ConfigError, CoreConfig, TimingConfig};
 pub use quorum::Quorums;
-pub use replica::{GroupSpec, Replica, Status};
+pub use replica::{GroupSpec, Replica, Status, WriteMode};
 pub use shard::{Shard, ShardError};
 pub use state_machine::{StateMachine, StateMachineFactory};

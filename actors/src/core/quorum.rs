@@ -97,3 +97,31 @@ pub fn quorum_contact_tick(contact: &[u64], quorum: usize) -> u64 {
     sorted.sort_unstable_by(|a, b| b.cmp(a));
     sorted[quorum - 1]
 }
+
+/// What a view change knows of one member's log.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct LogSummary {
+    /// The member.
+    pub member: MemberIndex,
+    /// The last view in which its status was normal.
+    pub log_view: cohort_messages::View,
+    /// Its highest op.
+    pub op: Op,
+    /// Its commit point.
+    pub commit: Op,
+}
+
+/// The view-change log choice (V2): the log with the highest
+/// `(log_view, op)`, preferring `me` on a tie (it needs no copying), and the
+/// highest commit point any member reported.
+///
+/// # Panics
+/// If `logs` is empty: a view change always has the new primary's own log.
+pub fn select_log(logs: &[LogSummary], me: MemberIndex) -> (MemberIndex, Op) {
+    let best = logs
+        .iter()
+        .max_by_key(|log| (log.log_view, log.op, log.member == me, std::cmp::Reverse(log.member)))
+        .expect("a view change has at least the new primary's log");
+    let commit = logs.iter().map(|log| log.commit).max().unwrap_or(Op(0));
+    (best.member, commit)
+}

@@ -48,6 +48,20 @@ pub enum Status {
     ViewChange,
 }
 
+/// When a write is acknowledged (Q4), chosen per group.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub enum WriteMode {
+    /// After the op commits (a replication quorum holds it durably) and is
+    /// applied; the reply carries the state machine's result. Never lost.
+    #[default]
+    Sync,
+    /// As soon as the primary's own copy is durable, before replication; the
+    /// reply carries the op number and an empty result. Fire-and-forget: a
+    /// write acknowledged this way is lost if the primary fails before a
+    /// quorum holds it (like an asynchronous space).
+    Async,
+}
+
 /// Static facts about a group member.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GroupSpec {
@@ -61,6 +75,8 @@ pub struct GroupSpec {
     pub me: MemberIndex,
     /// Quorum sizes.
     pub quorums: Quorums,
+    /// Q4: synchronous or asynchronous writes.
+    pub write_mode: WriteMode,
 }
 
 /// One group member. See the module docs.
@@ -86,6 +102,8 @@ pub struct Replica {
     pub(crate) confirmed: Vec<bool>,
     pub(crate) contact_tick: Vec<u64>,
     pub(crate) start_view_op: Op,
+    /// Async groups: writes acknowledged up to here.
+    pub(crate) async_acked_op: Op,
     pub(crate) request_queue: VecDeque<Request>,
     pub(crate) waits: Vec<QuorumWait>,
     pub(crate) heartbeat: heartbeat::PrimaryHeartbeat,
@@ -150,6 +168,7 @@ impl Replica {
             confirmed: vec![false; members],
             contact_tick: vec![now; members],
             start_view_op: Op(0),
+            async_acked_op: Op(0),
             request_queue: VecDeque::new(),
             waits: Vec::new(),
             heartbeat: heartbeat::PrimaryHeartbeat::default(),

@@ -190,9 +190,31 @@ impl Replica {
     /// A backup's log became durable further.
     pub(crate) fn on_durable(&mut self, fx: &mut Effects) {
         if self.is_primary() {
+            self.acknowledge_async(fx);
             self.advance_commit(fx);
         } else if self.status == Status::Normal && self.log_view == self.view {
             self.send_prepare_ok(fx);
+        }
+    }
+
+    /// Q4: in an async group, a write is acknowledged once the primary's
+    /// own copy is durable.
+    fn acknowledge_async(&mut self, fx: &mut Effects) {
+        if self.spec.write_mode != super::WriteMode::Async {
+            return;
+        }
+        while self.async_acked_op < self.durable_op {
+            let op = self.async_acked_op.next();
+            self.async_acked_op = op;
+            let Some(entry) = self.log.get(op) else { continue };
+            fx.push(Command::Reply(Reply {
+                client: entry.client,
+                request: entry.request,
+                group: self.spec.group,
+                view: self.view,
+                op,
+                outcome: Outcome::Ok(bytes::Bytes::new()),
+            }));
         }
     }
 
@@ -308,7 +330,11 @@ impl Replica {
                 self.clients.get(client).filter(|e| e.request == request).map(|e| e.result.clone())
             };
             self.commit_min = op;
-            if primary && let Some(result) = result {
+            let acknowledged = self.spec.write_mode == super::WriteMode::Async && op <= self.async_acked_op;
+            if primary
+                && !acknowledged
+                && let Some(result) = result
+            {
                 fx.push(Command::Reply(Reply {
                     client,
                     request,

@@ -26,6 +26,7 @@ use cohort_messages::{
 use super::{Replica, Status};
 use crate::core::command::Command;
 use crate::core::effects::Effects;
+use crate::core::quorum::{LogSummary, select_log};
 
 /// What the new primary keeps of one DoViewChange.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -184,14 +185,14 @@ impl Replica {
         if count < self.spec.quorums.view_change || self.dvcs[self.spec.me.0 as usize].is_none() {
             return;
         }
-        let best = self
+        let logs: Vec<LogSummary> = self
             .dvcs
             .iter()
             .flatten()
-            .max_by_key(|d| (d.log_view, d.op, d.replica == self.spec.me))
-            .cloned()
-            .expect("at least our own DoViewChange");
-        let commit_known = self.dvcs.iter().flatten().map(|d| d.commit).max().unwrap_or(Op(0));
+            .map(|d| LogSummary { member: d.replica, log_view: d.log_view, op: d.op, commit: d.commit })
+            .collect();
+        let (best, commit_known) = select_log(&logs, self.spec.me);
+        let best = self.dvcs[best.0 as usize].clone().expect("the chosen log is one we hold");
         if best.replica != self.spec.me && !self.adopt_log(best.log_view, &best.log, best.op, fx) {
             // Our log cannot be joined to the chosen one (we lag behind its
             // snapshot). Abstain; the timeout moves the group to the next view,
@@ -209,6 +210,7 @@ impl Replica {
         self.status = Status::Normal;
         self.log_view = self.view;
         self.start_view_op = self.log.op();
+        self.async_acked_op = self.log.op();
         let members = self.spec.members.len();
         self.acked = vec![Op(0); members];
         self.confirmed = vec![false; members];
