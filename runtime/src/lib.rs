@@ -1,4 +1,7 @@
 //! cohort's node runtime: shards, transport, storage, config, telemetry.
 //!
-//! The actix runtime arrives with the runtime issue; today this crate holds the
-//! `cohort` binary's entry point.
+//! Today this crate holds the configuration ([`config`]), the durable storage
+//! and the `cohort` binary's entry point; the actix runtime arrives with the
+//! runtime issue.
+
+pub mod config;

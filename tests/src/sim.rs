@@ -452,16 +452,8 @@ impl Sim {
                 }
                 let Some(shard) = self.nodes[index].shard.as_mut() else { return };
                 match message {
-                    Message::Commit(batch) => {
-                        for entry in batch.entries().flatten() {
-                            shard.on_commit_entry(sender, entry);
-                        }
-                    }
-                    Message::CommitReply(batch) => {
-                        for entry in batch.entries().flatten() {
-                            shard.on_commit_reply_entry(sender, entry);
-                        }
-                    }
+                    Message::Commit(batch) => shard.on_commit_batch(sender, &batch),
+                    Message::CommitReply(batch) => shard.on_commit_reply_batch(sender, &batch),
                     Message::Request(request) => shard.on_request(request),
                     other => shard.on_message(sender, other),
                 }

@@ -37,6 +37,8 @@ pub struct Effects {
     touched: VecDeque<(FlushId, GroupId)>,
     commit_outbox: BTreeMap<NodeId, Vec<CommitEntry>>,
     reply_outbox: BTreeMap<NodeId, Vec<CommitReplyEntry>>,
+    /// Counters (R19, R32).
+    pub metrics: crate::core::metrics::ShardMetrics,
 }
 
 impl Effects {
@@ -164,11 +166,15 @@ impl Effects {
         for (to, entries) in std::mem::take(&mut self.commit_outbox) {
             if !entries.is_empty() {
                 debug_assert!(entries.len() <= cohort_messages::COMMIT_BATCH_ENTRIES_MAX, "R13");
+                self.metrics.commit_batches_sent += 1;
+                self.metrics.commit_entries_sent += entries.len() as u64;
                 self.commands.push(Command::SendCommitBatch { to, entries });
             }
         }
         for (to, entries) in std::mem::take(&mut self.reply_outbox) {
             if !entries.is_empty() {
+                self.metrics.reply_batches_sent += 1;
+                self.metrics.reply_entries_sent += entries.len() as u64;
                 self.commands.push(Command::SendCommitReplyBatch { to, entries });
             }
         }
@@ -183,19 +189,6 @@ impl Effects {
             self.staged = false;
         }
         std::mem::take(&mut self.commands)
-    }
-
-    /// Drop everything in flight (the node crashed): pending flushes will
-    /// never complete.
-    pub fn reset_after_crash(&mut self) {
-        let next = self.flush_next.max(self.flush_emitted + 1);
-        *self = Effects {
-            now: self.now,
-            flush_next: next,
-            flush_emitted: next - 1,
-            flush_completed: next - 1,
-            ..Effects::default()
-        };
     }
 
     /// True if a flush is outstanding or commands are staged.

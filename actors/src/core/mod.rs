@@ -10,14 +10,17 @@ pub mod command;
 pub mod config;
 pub mod effects;
 pub mod log;
+pub mod metrics;
 pub mod quorum;
 pub mod replica;
+pub mod routing;
 pub mod shard;
 pub mod state_machine;
 pub mod storage;
 
 pub use command::{Command, FlushId, QuorumWaitError, Role, WaitId};
 pub use config::{ConfigError, CoreConfig, TimingConfig};
+pub use metrics::{HeartbeatGauges, ShardMetrics};
 pub use quorum::Quorums;
 pub use replica::{GroupSpec, Replica, Status, WriteMode};
 pub use shard::{Shard, ShardError};

@@ -218,6 +218,84 @@ impl Shard {
         });
     }
 
+    /// A whole Commit batch frame from `from`: each entry handled as a single
+    /// Commit, a bad one rejected alone (R17); counted (R19).
+    pub fn on_commit_batch(&mut self, from: NodeId, batch: &cohort_messages::CommitBatch) {
+        self.fx.metrics.commit_batches_received += 1;
+        for entry in batch.entries() {
+            self.fx.metrics.commit_entries_received += 1;
+            match entry {
+                Ok(entry) => self.on_commit_entry(from, entry),
+                Err(_) => self.fx.metrics.commit_entries_rejected += 1,
+            }
+        }
+    }
+
+    /// Entries of a Commit frame routed to this shard by a peer link (R16):
+    /// counted as one received batch.
+    pub fn on_commit_entries(&mut self, from: NodeId, entries: &[CommitEntry]) {
+        self.fx.metrics.commit_batches_received += 1;
+        self.fx.metrics.commit_entries_received += entries.len() as u64;
+        for entry in entries {
+            self.on_commit_entry(from, *entry);
+        }
+    }
+
+    /// A whole CommitReply batch frame from `from` (R29, R32).
+    pub fn on_commit_reply_batch(&mut self, from: NodeId, batch: &cohort_messages::CommitReplyBatch) {
+        self.fx.metrics.reply_batches_received += 1;
+        for entry in batch.entries() {
+            self.fx.metrics.reply_entries_received += 1;
+            match entry {
+                Ok(entry) => self.on_commit_reply_entry(from, entry),
+                Err(_) => self.fx.metrics.reply_entries_rejected += 1,
+            }
+        }
+    }
+
+    /// Entries of a CommitReply frame routed to this shard (R16, R29).
+    pub fn on_commit_reply_entries(&mut self, from: NodeId, entries: &[CommitReplyEntry]) {
+        self.fx.metrics.reply_batches_received += 1;
+        self.fx.metrics.reply_entries_received += entries.len() as u64;
+        for entry in entries {
+            self.on_commit_reply_entry(from, *entry);
+        }
+    }
+
+    /// R25: a Commit batch to `to` was handed to a link that was (or was not)
+    /// connected; each group in it records that for its member on `to`.
+    pub fn on_commit_batch_sent(&mut self, to: NodeId, entries: &[CommitEntry], connected: bool) {
+        if !connected {
+            self.fx.metrics.commit_batches_unconnected += 1;
+        }
+        for entry in entries {
+            if let Some(replica) = self.groups.get_mut(&entry.group) {
+                replica.record_link(to, connected);
+            }
+        }
+    }
+
+    /// Counters of this shard (R19, R32).
+    pub fn metrics(&self) -> &crate::core::metrics::ShardMetrics {
+        &self.fx.metrics
+    }
+
+    /// Groups per heartbeat state (R32). Walks every group: for scrapes, not ticks.
+    pub fn heartbeat_gauges(&self) -> crate::core::metrics::HeartbeatGauges {
+        let mut gauges = crate::core::metrics::HeartbeatGauges::default();
+        for replica in self.groups.values() {
+            match replica.role() {
+                crate::core::command::Role::Primary => match replica.activity() {
+                    crate::core::replica::GroupActivity::Busy => gauges.busy += 1,
+                    crate::core::replica::GroupActivity::Idle => gauges.idle += 1,
+                },
+                crate::core::command::Role::Backup => gauges.backup += 1,
+                crate::core::command::Role::ViewChange => gauges.view_change += 1,
+            }
+        }
+        gauges
+    }
+
     /// One Commit entry of a batch from `from` (R16, R17).
     pub fn on_commit_entry(&mut self, from: NodeId, entry: CommitEntry) {
         self.with_group(entry.group, |replica, fx| {

@@ -125,6 +125,8 @@ pub struct Replica {
     pub(crate) superblock_saved: Option<Superblock>,
     pub(crate) superblock_retry: bool,
     pub(crate) role_reported: Option<(View, Role)>,
+    /// R25: whether the last Commit batch to each member went to a connected link.
+    pub(crate) link_connected: Vec<bool>,
 }
 
 impl std::fmt::Debug for Replica {
@@ -187,6 +189,7 @@ impl Replica {
             superblock_saved: None,
             superblock_retry: false,
             role_reported: None,
+            link_connected: vec![true; members],
             spec,
             config,
         }
@@ -274,6 +277,23 @@ impl Replica {
         }
         replica.lease_expiry = fx.now + replica.config.timing.commit_heartbeat_timeout_ticks;
         Ok(replica)
+    }
+
+    /// R25: record whether a Commit batch to `node` reached a connected link.
+    pub(crate) fn record_link(&mut self, node: NodeId, connected: bool) {
+        if let Some(member) = self.spec.members.iter().position(|m| *m == node) {
+            self.link_connected[member] = connected;
+        }
+    }
+
+    /// R25: whether the last Commit batch to `member` went to a connected link.
+    pub fn link_connected(&self, member: MemberIndex) -> bool {
+        self.link_connected.get(member.0 as usize).copied().unwrap_or(false)
+    }
+
+    /// A primary's heartbeat state (R20); `Busy` for other roles.
+    pub fn activity(&self) -> GroupActivity {
+        if self.is_primary() { self.heartbeat.activity } else { GroupActivity::Busy }
     }
 
     /// The group.

@@ -43,6 +43,7 @@ impl Replica {
     pub(crate) fn start_view_change(&mut self, view: View, fx: &mut Effects) {
         assert!(view > self.view || (view == self.view && self.status == Status::Normal && self.log_view < view));
         let was_primary = self.is_primary();
+        fx.metrics.view_changes_started += 1;
         self.status = Status::ViewChange;
         self.view = view;
         self.dvcs = vec![None; self.spec.members.len()];
@@ -207,6 +208,7 @@ impl Replica {
 
     /// Take the role of primary of the current view: the log is the view's.
     pub(crate) fn become_primary(&mut self, fx: &mut Effects) {
+        fx.metrics.primaries_started += 1;
         self.status = Status::Normal;
         self.log_view = self.view;
         self.start_view_op = self.log.op();

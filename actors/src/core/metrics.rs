@@ -1,0 +1,47 @@
+//! Per-shard counters of the heartbeat data plane (R19, R32) and of rejected
+//! input. Plain numbers the runtime exports and the simulator reads; the core
+//! only ever adds to them.
+
+/// Counters of one shard. Names say what is counted; all are totals since start.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ShardMetrics {
+    /// R19: Commit batch frames sent.
+    pub commit_batches_sent: u64,
+    /// R19: Commit entries sent.
+    pub commit_entries_sent: u64,
+    /// R19: Commit batch frames received.
+    pub commit_batches_received: u64,
+    /// R19: Commit entries received (good and bad).
+    pub commit_entries_received: u64,
+    /// R17: Commit entries rejected alone as bad.
+    pub commit_entries_rejected: u64,
+    /// R32: CommitReply batch frames sent.
+    pub reply_batches_sent: u64,
+    /// R32: CommitReply entries sent.
+    pub reply_entries_sent: u64,
+    /// R32: CommitReply batch frames received.
+    pub reply_batches_received: u64,
+    /// R32: CommitReply entries received (good and bad).
+    pub reply_entries_received: u64,
+    /// R29: CommitReply entries rejected alone as bad.
+    pub reply_entries_rejected: u64,
+    /// R25: Commit batches handed to a link that was not connected.
+    pub commit_batches_unconnected: u64,
+    /// Views this shard's members became primary in.
+    pub primaries_started: u64,
+    /// View changes this shard's members started.
+    pub view_changes_started: u64,
+}
+
+/// Gauges: how many groups of the shard are in each heartbeat state (R32).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct HeartbeatGauges {
+    /// Primaries of busy groups.
+    pub busy: u64,
+    /// Primaries of idle groups.
+    pub idle: u64,
+    /// Backups (following a primary).
+    pub backup: u64,
+    /// Members in a view change.
+    pub view_change: u64,
+}

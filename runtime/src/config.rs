@@ -1,0 +1,279 @@
+//! Node configuration: TOML with documented defaults, validated at boot.
+//!
+//! The defaults live twice, on purpose: in `config/default.toml` (what an
+//! operator reads) and in code (so a config file need not declare anything).
+//! A test checks that the two agree. Every validation error names the key and
+//! the rule it breaks (R9, R23).
+
+use std::time::Duration;
+
+use cohort_actors::core::TimingConfig;
+use serde::Deserialize;
+
+/// The shipped defaults file, for docs and tests.
+pub const DEFAULT_TOML: &str = include_str!("../../config/default.toml");
+
+/// A whole configuration file.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Cluster-wide protocol timing (the `[cluster]` table).
+    pub cluster: ClusterConfig,
+}
+
+/// The `[cluster]` table.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// Length of one tick.
+    #[serde(with = "duration")]
+    pub tick: Duration,
+    /// P, the send-tick period (R1).
+    #[serde(with = "duration")]
+    pub commit_broadcast_interval: Duration,
+    /// Busy timeout and quorum window (R20, R22, R24).
+    #[serde(with = "duration")]
+    pub commit_heartbeat_timeout: Duration,
+    /// Idle heartbeat period (R20, R23).
+    #[serde(with = "duration")]
+    pub commit_idle_heartbeat_interval: Duration,
+    /// Idle timeout (R22, R23).
+    #[serde(with = "duration")]
+    pub commit_idle_heartbeat_timeout: Duration,
+    /// Election timeout.
+    #[serde(with = "duration")]
+    pub view_change_timeout: Duration,
+    /// Repair retry.
+    #[serde(with = "duration")]
+    pub repair_timeout: Duration,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig {
+            tick: Duration::from_millis(100),
+            commit_broadcast_interval: Duration::from_millis(500),
+            commit_heartbeat_timeout: Duration::from_secs(5),
+            commit_idle_heartbeat_interval: Duration::from_secs(2),
+            commit_idle_heartbeat_timeout: Duration::from_secs(12),
+            view_change_timeout: Duration::from_secs(3),
+            repair_timeout: Duration::from_millis(500),
+        }
+    }
+}
+
+/// Why a configuration was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// The file is not valid TOML or has unknown keys or bad values.
+    #[error("config does not parse: {0}")]
+    Parse(String),
+    /// A value breaks a rule.
+    #[error("{key}: {rule}")]
+    Rule {
+        /// The full key, e.g. `cluster.commit_heartbeat_timeout`.
+        key: &'static str,
+        /// The rule, with the values involved.
+        rule: String,
+    },
+}
+
+fn rule(key: &'static str, rule: String) -> ConfigError {
+    ConfigError::Rule { key, rule }
+}
+
+fn ms(duration: Duration) -> String {
+    format!("{}ms", duration.as_millis())
+}
+
+impl Config {
+    /// Parse and validate a configuration file's text.
+    pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
+        let config: Config = toml::from_str(text).map_err(|error| ConfigError::Parse(error.to_string()))?;
+        config.cluster.validate()?;
+        Ok(config)
+    }
+}
+
+impl ClusterConfig {
+    /// The boot checks (R9, R23), with key names and values in the errors.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.timing().map(|_| ())
+    }
+
+    /// The timing in ticks for the core; fails on any broken rule.
+    pub fn timing(&self) -> Result<TimingConfig, ConfigError> {
+        if self.tick.is_zero() {
+            return Err(rule("cluster.tick", "must be longer than 0ms".into()));
+        }
+        let ticks = |key: &'static str, value: Duration| -> Result<u64, ConfigError> {
+            let tick = self.tick.as_nanos();
+            if value.as_nanos() % tick != 0 || value.is_zero() {
+                return Err(rule(
+                    key,
+                    format!("{} is not a whole, non-zero number of ticks of {}", ms(value), ms(self.tick)),
+                ));
+            }
+            Ok((value.as_nanos() / tick) as u64)
+        };
+        let broadcast = self.commit_broadcast_interval;
+        let heartbeat = self.commit_heartbeat_timeout;
+        // R9: at least 2 s, and at least 4 x the broadcast interval.
+        if heartbeat < Duration::from_secs(2) {
+            return Err(rule(
+                "cluster.commit_heartbeat_timeout",
+                format!("must be at least 2s ({} given)", ms(heartbeat)),
+            ));
+        }
+        if heartbeat < broadcast * 4 {
+            return Err(rule(
+                "cluster.commit_heartbeat_timeout",
+                format!(
+                    "must be at least 4 x cluster.commit_broadcast_interval ({} < 4 x {})",
+                    ms(heartbeat),
+                    ms(broadcast)
+                ),
+            ));
+        }
+        // R23: the idle interval is a whole multiple of the broadcast interval.
+        let idle = self.commit_idle_heartbeat_interval;
+        if idle.is_zero() || idle.as_nanos() % broadcast.as_nanos().max(1) != 0 {
+            return Err(rule(
+                "cluster.commit_idle_heartbeat_interval",
+                format!(
+                    "must be a whole multiple of cluster.commit_broadcast_interval ({} is not a multiple of {})",
+                    ms(idle),
+                    ms(broadcast)
+                ),
+            ));
+        }
+        // R23: the longer timeout is at least 4 x the idle interval.
+        let longer = self.commit_idle_heartbeat_timeout.max(heartbeat);
+        if longer < idle * 4 {
+            return Err(rule(
+                "cluster.commit_idle_heartbeat_timeout",
+                format!(
+                    "the longer of it and cluster.commit_heartbeat_timeout must be at least 4 x cluster.commit_idle_heartbeat_interval ({} < 4 x {})",
+                    ms(longer),
+                    ms(idle)
+                ),
+            ));
+        }
+        let timing = TimingConfig {
+            commit_broadcast_interval_ticks: ticks("cluster.commit_broadcast_interval", broadcast)?,
+            commit_heartbeat_timeout_ticks: ticks("cluster.commit_heartbeat_timeout", heartbeat)?,
+            commit_idle_heartbeat_interval_ticks: ticks("cluster.commit_idle_heartbeat_interval", idle)?,
+            commit_idle_heartbeat_timeout_ticks: ticks(
+                "cluster.commit_idle_heartbeat_timeout",
+                self.commit_idle_heartbeat_timeout,
+            )?,
+            view_change_timeout_ticks: ticks("cluster.view_change_timeout", self.view_change_timeout)?,
+            repair_timeout_ticks: ticks("cluster.repair_timeout", self.repair_timeout)?,
+        };
+        timing.validate().map_err(|error| rule("cluster", error.to_string()))?;
+        Ok(timing)
+    }
+}
+
+/// Durations as `"500ms"`, `"5s"`, `"2m"` strings or integer milliseconds.
+mod duration {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, de::Error};
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        Millis(u64),
+        Text(String),
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
+        match Raw::deserialize(deserializer)? {
+            Raw::Millis(ms) => Ok(Duration::from_millis(ms)),
+            Raw::Text(text) => parse(&text).map_err(D::Error::custom),
+        }
+    }
+
+    pub fn parse(text: &str) -> Result<Duration, String> {
+        let text = text.trim();
+        let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+        let (number, unit) = text.split_at(split);
+        let number: u64 = number.parse().map_err(|_| format!("{text:?} is not a duration like \"500ms\" or \"5s\""))?;
+        let millis = match unit.trim() {
+            "ms" => number,
+            "s" => number.saturating_mul(1000),
+            "m" => number.saturating_mul(60_000),
+            other => return Err(format!("{text:?}: unknown unit {other:?} (use ms, s or m)")),
+        };
+        Ok(Duration::from_millis(millis))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn r23_shipped_defaults_match_the_code() {
+        let shipped = Config::from_toml(DEFAULT_TOML).expect("default.toml is valid");
+        assert_eq!(shipped, Config::default());
+        let timing = shipped.cluster.timing().expect("valid");
+        assert_eq!(timing, TimingConfig::default());
+    }
+
+    #[test]
+    fn r23_a_config_file_need_not_declare_the_options() {
+        assert_eq!(Config::from_toml("").expect("empty is valid"), Config::default());
+        assert_eq!(Config::from_toml("[cluster]\n").expect("empty table is valid"), Config::default());
+    }
+
+    #[test]
+    fn r9_heartbeat_timeout_below_two_seconds_is_refused() {
+        let error = Config::from_toml("[cluster]\ncommit_heartbeat_timeout = \"1500ms\"").expect_err("refused");
+        assert!(matches!(&error, ConfigError::Rule { key: "cluster.commit_heartbeat_timeout", .. }), "{error}");
+        assert!(error.to_string().contains("at least 2s"), "{error}");
+    }
+
+    #[test]
+    fn r9_heartbeat_timeout_below_four_broadcasts_is_refused() {
+        let text = "[cluster]\ncommit_broadcast_interval = \"1s\"\ncommit_heartbeat_timeout = \"3s\"\ncommit_idle_heartbeat_interval = \"2s\"";
+        let error = Config::from_toml(text).expect_err("refused");
+        assert!(error.to_string().contains("4 x cluster.commit_broadcast_interval"), "{error}");
+    }
+
+    #[test]
+    fn r23_idle_interval_not_a_multiple_is_refused() {
+        let error = Config::from_toml("[cluster]\ncommit_idle_heartbeat_interval = \"1200ms\"").expect_err("refused");
+        assert!(matches!(&error, ConfigError::Rule { key: "cluster.commit_idle_heartbeat_interval", .. }), "{error}");
+    }
+
+    #[test]
+    fn r23_idle_timeout_under_four_idle_intervals_is_refused() {
+        let error = Config::from_toml(
+            "[cluster]\ncommit_idle_heartbeat_interval = \"3s\"\ncommit_idle_heartbeat_timeout = \"6s\"",
+        )
+        .expect_err("refused");
+        assert!(matches!(&error, ConfigError::Rule { key: "cluster.commit_idle_heartbeat_timeout", .. }), "{error}");
+    }
+
+    #[test]
+    fn r23_larger_heartbeat_timeout_raises_the_idle_timeout() {
+        // 20s heartbeat timeout >= 4 x 2s idle interval even though the idle timeout is short.
+        let config =
+            Config::from_toml("[cluster]\ncommit_heartbeat_timeout = \"20s\"\ncommit_idle_heartbeat_timeout = \"6s\"")
+                .expect("valid");
+        let timing = config.cluster.timing().expect("valid");
+        assert_eq!(timing.idle_timeout_effective_ticks(), 200);
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_durations_are_refused_with_context() {
+        let error = Config::from_toml("[cluster]\ncommit_hearbeat_timeout = \"5s\"").expect_err("typo refused");
+        assert!(error.to_string().contains("commit_hearbeat_timeout"), "{error}");
+        let error = Config::from_toml("[cluster]\ntick = \"5 parsecs\"").expect_err("bad unit refused");
+        assert!(error.to_string().contains("unknown unit"), "{error}");
+        let error = Config::from_toml("[cluster]\ntick = \"30ms\"").expect_err("fractional ticks refused");
+        assert!(error.to_string().contains("whole"), "{error}");
+    }
+}
