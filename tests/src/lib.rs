@@ -13,5 +13,6 @@ pub mod network;
 pub mod node;
 pub mod rng;
 pub mod sim;
+pub mod traffic;
 
 pub use sim::{Faults, Report, Sim, SimConfig};

@@ -141,6 +141,8 @@ pub struct Sim {
     pub history: Vec<HistoryOp>,
     /// The checkers.
     pub checkers: Checkers,
+    /// Frames sent between nodes: (from, to, command) -> (frames, entries, bytes).
+    pub frame_log: BTreeMap<(usize, usize, cohort_messages::Command), (u64, u64, u64)>,
     /// Quorum waits that ended: (node, wait, result).
     pub wait_results: Vec<(usize, cohort_actors::core::WaitId, Result<(), cohort_actors::core::QuorumWaitError>)>,
     rng: Rng,
@@ -194,6 +196,7 @@ impl Sim {
             history: Vec::new(),
             checkers: Checkers::default(),
             wait_results: Vec::new(),
+            frame_log: BTreeMap::new(),
             rng,
             now: 0,
             healed: false,
@@ -421,6 +424,17 @@ impl Sim {
                 _ => continue,
             };
             let bytes = message.encode(CLUSTER, sender, TraceContext::NONE).to_bytes();
+            if let Endpoint::Node(to_index) = to {
+                let entries = match &message {
+                    Message::Commit(batch) => batch.len() as u64,
+                    Message::CommitReply(batch) => batch.len() as u64,
+                    _ => 1,
+                };
+                let counter = self.frame_log.entry((index, to_index, message.command())).or_default();
+                counter.0 += 1;
+                counter.1 += entries;
+                counter.2 += bytes.len() as u64;
+            }
             self.network.send(self.now, Packet { from, to, bytes }, &mut self.rng);
         }
     }
@@ -581,6 +595,25 @@ impl Sim {
         self.clients.push(client);
         self.send_request(index, send);
         self.history.len() - 1
+    }
+
+    /// Client `client` (created on first use, never random) sends `op` for
+    /// `group` to node `to` if it is idle; returns the history index.
+    pub fn submit_as(&mut self, client: usize, group: GroupId, op: KvOp, to: usize) -> Option<usize> {
+        while self.clients.len() <= client.max(self.config.clients) {
+            let index = self.clients.len();
+            self.clients.push(Client::new(index, self.config.seed));
+        }
+        let nodes = self.nodes.len();
+        self.clients[client].guess.entry(group).or_insert(to);
+        let send = self.clients[client].start(self.now, group, op, nodes, &mut self.history, &mut self.rng)?;
+        self.send_request(client, send);
+        Some(self.history.len() - 1)
+    }
+
+    /// True if client `client` has no request in flight.
+    pub fn client_idle(&self, client: usize) -> bool {
+        self.clients.get(client).is_none_or(|c| c.outstanding.is_none())
     }
 
     /// Send the outstanding request of the client of history entry `op` again, to `to`.
