@@ -101,14 +101,26 @@ impl Effects {
         }
     }
 
-    /// Queue a Commit entry for `to`'s next batch, once everything staged so
-    /// far (the group's superblock, R12) is durable. A later entry of the same
-    /// group replaces an earlier one in the same batch.
-    pub fn queue_commit(&mut self, to: NodeId, entry: CommitEntry) {
-        match self.barrier() {
-            Some(flush) => self.held.push_back((flush, Held::Commit(to, entry))),
-            None => Self::put_commit(&mut self.commit_outbox, to, entry),
+    /// Queue a Commit entry for `to`'s next batch once flush `after` (the
+    /// one carrying the group's latest superblock, R12) is durable; 0 or a
+    /// completed flush means at once. A later entry of the same group replaces
+    /// an earlier one in the same batch.
+    pub fn queue_commit(&mut self, to: NodeId, entry: CommitEntry, after: FlushId) {
+        let pending = after > self.flush_completed;
+        debug_assert!(!pending || after <= self.flush_next, "waiting for a flush that does not exist");
+        if pending {
+            // Held entries are released in queue order, and `after` never
+            // exceeds the open flush, so the queue stays sorted enough: an
+            // entry is released no earlier than its flush.
+            self.held.push_back((after.max(self.held.back().map_or(0, |(flush, _)| *flush)), Held::Commit(to, entry)));
+        } else {
+            Self::put_commit(&mut self.commit_outbox, to, entry);
         }
+    }
+
+    /// The id of the last completed flush.
+    pub fn flush_completed(&self) -> FlushId {
+        self.flush_completed
     }
 
     fn put_commit(outbox: &mut BTreeMap<NodeId, Vec<CommitEntry>>, to: NodeId, entry: CommitEntry) {

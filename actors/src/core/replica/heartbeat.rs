@@ -111,7 +111,7 @@ impl Replica {
         self.stage_superblock(fx);
         for member in self.others() {
             let entry = self.commit_entry(state, now);
-            fx.queue_commit(self.node_of(member), entry);
+            fx.queue_commit(self.node_of(member), entry, self.superblock_flush);
         }
         self.resend_start_view(fx);
     }

@@ -124,6 +124,8 @@ pub struct Replica {
     // Superblock.
     pub(crate) superblock_saved: Option<Superblock>,
     pub(crate) superblock_retry: bool,
+    /// The flush that carries the latest staged superblock (R12).
+    pub(crate) superblock_flush: FlushId,
     pub(crate) role_reported: Option<(View, Role)>,
     /// R25: whether the last Commit batch to each member went to a connected link.
     pub(crate) link_connected: Vec<bool>,
@@ -188,6 +190,7 @@ impl Replica {
             dvcs: vec![None; members],
             superblock_saved: None,
             superblock_retry: false,
+            superblock_flush: 0,
             role_reported: None,
             link_connected: vec![true; members],
             spec,
@@ -385,7 +388,9 @@ impl Replica {
         Superblock {
             view: self.view,
             log_view: self.log_view,
-            commit: self.commit_max.min(self.log.op()).max(self.log.base()),
+            // The applied point: always backed by this member's own log,
+            // even when it lags behind the view it knows.
+            commit: self.commit_min,
             incarnation: self.spec.incarnation,
             members: self.spec.members.clone(),
             replication_quorum: self.spec.quorums.replication as u8,
@@ -404,6 +409,7 @@ impl Replica {
             self.spec.group,
             crate::core::command::Command::StageSuperblock { group: self.spec.group, superblock },
         );
+        self.superblock_flush = flush;
         self.pending_durable.push_back((flush, self.log.op()));
     }
 
@@ -477,7 +483,7 @@ impl Replica {
             }
             Status::Normal if self.is_primary() => {
                 wake = wake.min(self.heartbeat.next_due_tick(&self.config, self.commit_max, self.view));
-                wake = wake.min(self.quorum_contact_tick() + timing.commit_heartbeat_timeout_ticks);
+                wake = wake.min(self.quorum_contact_tick().saturating_add(timing.commit_heartbeat_timeout_ticks));
                 for wait in &self.waits {
                     wake = wake.min(wait.deadline_tick);
                 }
@@ -525,7 +531,7 @@ impl Replica {
             }
             Status::Normal if self.is_primary() => {
                 self.expire_waits(fx);
-                if now >= self.quorum_contact_tick() + timing.commit_heartbeat_timeout_ticks {
+                if now >= self.quorum_contact_tick().saturating_add(timing.commit_heartbeat_timeout_ticks) {
                     // R24: no quorum heard within the window: step down.
                     let next = self.view.next().max(self.svc_view_seen);
                     self.start_view_change(next, fx);

@@ -56,7 +56,7 @@ impl Replica {
     /// V7: reads are served by the primary only while its quorum window
     /// holds and after it has applied everything it inherited.
     fn on_read(&mut self, request: Request, fx: &mut Effects) {
-        let window_end = self.quorum_contact_tick() + self.config.timing.commit_heartbeat_timeout_ticks;
+        let window_end = self.quorum_contact_tick().saturating_add(self.config.timing.commit_heartbeat_timeout_ticks);
         if fx.now >= window_end {
             let detail = format!(
                 "{}: primary of {} has not heard a quorum since tick {} (window {} ticks)",
@@ -270,7 +270,7 @@ impl Replica {
         for member in self.others() {
             if self.acked[member.0 as usize] >= commit {
                 let entry = self.commit_entry(HeartbeatState::Eager, fx.now);
-                fx.queue_commit(self.node_of(member), entry);
+                fx.queue_commit(self.node_of(member), entry, self.superblock_flush);
             }
         }
         self.check_waits(fx);
@@ -346,6 +346,8 @@ impl Replica {
             }
         }
         fx.push(Command::Committed { group: self.spec.group, op: self.commit_min });
+        // R12: the new commit point is saved before a Commit carries it.
+        self.stage_superblock(fx);
         self.maybe_snapshot(fx);
     }
 }

@@ -121,7 +121,7 @@ impl Replica {
         }
         self.svc_view_seen = self.svc_view_seen.max(view);
         let window = self.config.timing.commit_heartbeat_timeout_ticks;
-        let healthy_primary = self.is_primary() && fx.now < self.quorum_contact_tick() + window;
+        let healthy_primary = self.is_primary() && fx.now < self.quorum_contact_tick().saturating_add(window);
         let leased_backup = self.status == Status::Normal && !self.is_primary() && fx.now < self.lease_expiry;
         if healthy_primary || leased_backup {
             return;
