@@ -315,3 +315,42 @@ fn q4_async_write_is_acknowledged_before_the_quorum() {
     assert_eq!(sim.history[op].committed_op, Some(Op(1)));
     assert_eq!(sim.replica(primary, G).expect("up").commit_max(), Op(0), "not committed yet");
 }
+
+/// Ticks from the primary's crash until the first backup starts a view change.
+fn failover_start_ticks(sim: &mut Sim) -> u64 {
+    let old = sim.primary_of(G).expect("a primary");
+    let crashed_at = sim.now;
+    sim.crash_node(old, 100_000);
+    let started = sim.run_until(1000, |sim| {
+        (0..sim.nodes.len()).any(|n| n != old && sim.replica(n, G).is_some_and(|r| r.role() == Role::ViewChange))
+    });
+    assert!(started, "a backup started a view change");
+    sim.now - crashed_at
+}
+
+#[test]
+fn r22_busy_group_backups_start_a_view_change_within_the_heartbeat_timeout() {
+    let mut sim = cluster(3, None);
+    for value in 0..5 {
+        write(&mut sim, 1, value);
+    }
+    let timing = cohort_actors::core::TimingConfig::default();
+    let ticks = failover_start_ticks(&mut sim);
+    println!("busy failover start: {ticks} ticks");
+    assert!(ticks <= timing.commit_heartbeat_timeout_ticks + 1, "{ticks} ticks");
+}
+
+#[test]
+fn r22_idle_group_backups_start_a_view_change_within_the_idle_timeout() {
+    let mut sim = cluster(3, None);
+    write(&mut sim, 1, 1);
+    let timing = cohort_actors::core::TimingConfig::default();
+    // Quiet for long enough that the group turned idle (R20).
+    sim.run_until(timing.commit_heartbeat_timeout_ticks * 3, |_| false);
+    let primary = sim.primary_of(G).expect("a primary");
+    assert_eq!(sim.replica(primary, G).expect("up").activity(), cohort_actors::core::replica::GroupActivity::Idle);
+    let ticks = failover_start_ticks(&mut sim);
+    println!("idle failover start: {ticks} ticks");
+    assert!(ticks > timing.commit_heartbeat_timeout_ticks, "an idle group waits longer: {ticks}");
+    assert!(ticks <= timing.idle_timeout_effective_ticks() + 1, "{ticks} ticks");
+}
