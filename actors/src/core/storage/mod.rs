@@ -25,13 +25,39 @@
 //! - `stage_superblock` may fail for one group alone (R12); the caller then
 //!   holds back what depended on that superblock and retries later, while the
 //!   other groups proceed.
+//!
+//! # Preconditions (clarifications agreed with issue #5)
+//! These make the contract checkable; both implementations enforce them with
+//! the same [`AppendCursor`], and a violation is a bug in the caller, so it
+//! panics (like any broken invariant) instead of returning an error.
+//! - `append` never leaves a gap: the op of an appended entry is at most one
+//!   above the group's staged last op or its snapshot op, whichever is higher.
+//!   That is what keeps [`RecoveredGroup::entries`] contiguous.
+//! - A group's snapshot op never goes down (until `remove_group`).
+//!
+//! And three points the contract above leaves open, settled here:
+//! - An `append` or `truncate_after` at or below the snapshot op is allowed
+//!   and follows the same replace/drop rule; [`RecoveredGroup::entries`] only
+//!   ever shows entries above the snapshot op.
+//! - `remove_group` also discards what is staged for that group, and does not
+//!   make other groups' staged records durable.
+//! - A group appears in [`Recovered::groups`] if and only if it has a durable
+//!   superblock, a durable snapshot, or at least one durable entry above its
+//!   snapshot op.
+//!
+//! [`conformance`] holds one set of checks that every implementation must
+//! pass, with a deliberately naive [`conformance::Model`] to compare against.
 
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use cohort_messages::{GroupId, Incarnation, LogEntry, NodeId, Op, View};
 
+pub mod conformance;
+mod cursor;
 pub mod memory;
+
+pub use cursor::AppendCursor;
 
 /// A group's durable control state.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -74,6 +100,25 @@ pub struct RecoveredGroup {
     /// The log entries after the snapshot (or from op 1), contiguous and
     /// ascending by op.
     pub entries: Vec<LogEntry>,
+}
+
+impl RecoveredGroup {
+    /// The recovered view of one group from its durable parts: `log` holds the
+    /// group's durable entries (any ops, ascending); only those above the
+    /// snapshot op are kept. `None` when nothing is left, so that every
+    /// implementation lists the same groups (see the module docs).
+    pub fn from_parts(
+        superblock: Option<Superblock>,
+        snapshot: Option<Snapshot>,
+        log: impl IntoIterator<Item = LogEntry>,
+    ) -> Option<Self> {
+        let snapshot_op = snapshot.as_ref().map_or(Op(0), |snapshot| snapshot.op);
+        let entries: Vec<LogEntry> = log.into_iter().filter(|entry| entry.op > snapshot_op).collect();
+        if superblock.is_none() && snapshot.is_none() && entries.is_empty() {
+            return None;
+        }
+        Some(Self { superblock, snapshot, entries })
+    }
 }
 
 /// Everything that survived, per group.
