@@ -29,7 +29,6 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 
-use cohort_actors::core::storage::conformance::cursors_of;
 use cohort_actors::core::storage::{AppendCursor, Recovered, RecoveredGroup, StorageError};
 use cohort_messages::{GroupId, LogEntry, Op};
 
@@ -147,7 +146,7 @@ pub(crate) fn run(dir: &Path, config: &FileStorageConfig, disk: &mut Disk) -> Re
         &mut report,
     )?;
     let recovered = assemble(&mut replay, &loaded_superblocks, &snapshots);
-    let cursors = cursors_of(&recovered).into_iter().collect();
+    let cursors = AppendCursor::all_recovered(&recovered).into_iter().collect();
     let snapshot_ops: HashMap<GroupId, Op> =
         snapshots.iter().map(|(group, loaded)| (*group, loaded.snapshot.op)).collect();
     let mut wal = open_wal(dir, config, replay.segments, next_lsn, disk)?;
