@@ -35,7 +35,7 @@ fn steps() -> impl Strategy<Value = Vec<Step>> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
 
     /// Recovery after any sequence of append/truncate/superblock/flush/
     /// snapshot/remove/crash equals the model's.
