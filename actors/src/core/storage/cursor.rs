@@ -5,7 +5,11 @@
 //! are *staged* (not as they become durable): the check is about what the
 //! caller asked for, in the order it asked.
 
+use std::collections::BTreeMap;
+
 use cohort_messages::{GroupId, Op};
+
+use super::Recovered;
 
 /// Where a group's staged log ends and where its snapshot is.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -21,6 +25,20 @@ impl AppendCursor {
     /// and the snapshot op.
     pub fn recovered(last_op: Op, snapshot_op: Op) -> Self {
         Self { last_op, snapshot_op }
+    }
+
+    /// The cursors a restarted node starts from: per recovered group, its
+    /// last entry's op and its snapshot op.
+    pub fn all_recovered(recovered: &Recovered) -> BTreeMap<GroupId, AppendCursor> {
+        recovered
+            .groups
+            .iter()
+            .map(|(group, state)| {
+                let last_op = state.entries.last().map_or(Op(0), |entry| entry.op);
+                let snapshot_op = state.snapshot.as_ref().map_or(Op(0), |snapshot| snapshot.op);
+                (*group, AppendCursor::recovered(last_op, snapshot_op))
+            })
+            .collect()
     }
 
     /// The highest op an append may use next.

@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use cohort_messages::{GroupId, LogEntry, Op};
 
-use super::conformance::{cursors_of, splitmix64};
+use super::conformance::splitmix64;
 use super::{AppendCursor, Recovered, RecoveredGroup, Snapshot, Storage, StorageError, Superblock};
 
 /// One staged log call.
@@ -107,7 +107,7 @@ impl MemoryStorage {
     pub fn crash(&mut self) {
         self.staged_log.clear();
         self.staged_superblocks.clear();
-        self.cursors = cursors_of(&self.recovered());
+        self.cursors = AppendCursor::all_recovered(&self.recovered());
         self.stats.crashes += 1;
     }
 
@@ -200,8 +200,8 @@ impl MemoryStorage {
                 }
             }
             StagedRecord::Truncate(group, op) => {
-                if let Some(state) = self.durable.get_mut(&group) {
-                    Arc::make_mut(state).log.split_off(&op.next());
+                if let (Some(state), Some(first_dropped)) = (self.durable.get_mut(&group), op.get().checked_add(1)) {
+                    Arc::make_mut(state).log.split_off(&Op(first_dropped));
                 }
             }
         }

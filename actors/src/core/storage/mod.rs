@@ -26,7 +26,7 @@
 //!   holds back what depended on that superblock and retries later, while the
 //!   other groups proceed.
 //!
-//! # Preconditions (clarifications agreed with issue #5)
+//! # Preconditions (added with issue #5)
 //! These make the contract checkable; both implementations enforce them with
 //! the same [`AppendCursor`], and a violation is a bug in the caller, so it
 //! panics (like any broken invariant) instead of returning an error.
@@ -35,7 +35,7 @@
 //!   That is what keeps [`RecoveredGroup::entries`] contiguous.
 //! - A group's snapshot op never goes down (until `remove_group`).
 //!
-//! And three points the contract above leaves open, settled here:
+//! And four points the contract above leaves open, settled here:
 //! - An `append` or `truncate_after` at or below the snapshot op is allowed
 //!   and follows the same replace/drop rule; [`RecoveredGroup::entries`] only
 //!   ever shows entries above the snapshot op.
@@ -44,6 +44,9 @@
 //! - A group appears in [`Recovered::groups`] if and only if it has a durable
 //!   superblock, a durable snapshot, or at least one durable entry above its
 //!   snapshot op.
+//! - A `flush` that fails with [`StorageError::Full`] (not fatal) leaves the
+//!   storage consistent: what it did not make durable stays staged. Stopping
+//!   the node is always safe; waiting for space and flushing again is too.
 //!
 //! [`conformance`] holds one set of checks that every implementation must
 //! pass, with a deliberately naive [`conformance::Model`] to compare against.

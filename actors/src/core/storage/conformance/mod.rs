@@ -19,7 +19,7 @@ use bytes::Bytes;
 use cohort_messages::{ClientId, GroupId, Incarnation, LogEntry, NodeId, Op, RequestNumber, View};
 
 pub use checks::*;
-pub use model::{Model, cursors_of};
+pub use model::Model;
 
 use super::{Recovered, RecoveredGroup, Snapshot, Storage, StorageError, Superblock};
 

@@ -55,7 +55,7 @@ impl Model {
     pub fn crash(&mut self) {
         self.staged_log.clear();
         self.staged_superblocks.clear();
-        self.cursors = cursors_of(&self.recovered());
+        self.cursors = AppendCursor::all_recovered(&self.recovered());
     }
 
     /// What a restart sees now.
@@ -102,24 +102,13 @@ impl Model {
             }
             Staged::Truncate(group, op) => {
                 if let Some(state) = self.durable.get_mut(&group) {
-                    state.log.split_off(&op.next());
+                    if let Some(first_dropped) = op.get().checked_add(1) {
+                        state.log.split_off(&Op(first_dropped));
+                    }
                 }
             }
         }
     }
-}
-
-/// The append cursors a restarted node starts from.
-pub fn cursors_of(recovered: &Recovered) -> BTreeMap<GroupId, AppendCursor> {
-    recovered
-        .groups
-        .iter()
-        .map(|(group, state)| {
-            let last_op = state.entries.last().map_or(Op(0), |entry| entry.op);
-            let snapshot_op = state.snapshot.as_ref().map_or(Op(0), |snapshot| snapshot.op);
-            (*group, AppendCursor::recovered(last_op, snapshot_op))
-        })
-        .collect()
 }
 
 impl Storage for Model {
