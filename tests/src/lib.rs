@@ -9,6 +9,7 @@
 pub mod check;
 pub mod client;
 pub mod kv;
+pub mod linearizability;
 pub mod network;
 pub mod node;
 pub mod rng;

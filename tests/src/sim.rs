@@ -226,6 +226,8 @@ impl Sim {
                 ));
             }
         }
+        let linearizability = crate::linearizability::check(self.config.seed, &self.history);
+        self.checkers.violations.extend(linearizability.iter().map(ToString::to_string));
         self.report()
     }
 
