@@ -7,6 +7,7 @@
 //! exactly. See docs/simulator.md.
 
 pub mod check;
+pub mod cli;
 pub mod client;
 pub mod kv;
 pub mod linearizability;
