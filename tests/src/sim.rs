@@ -94,6 +94,7 @@ impl SimConfig {
                 snapshot_interval_bytes: 1 << 20,
                 clients_max: 64,
                 request_queue_max: 64,
+                ..CoreConfig::default()
             },
         }
     }
