@@ -17,3 +17,6 @@ pub mod rng;
 pub mod sim;
 
 pub use sim::{Faults, Report, Sim, SimConfig};
+
+#[doc = include_str!("../../docs/simulator.md")]
+pub mod guide {}
