@@ -95,13 +95,15 @@ impl Client {
         }
         let kind = if matches!(op, KvOp::Get { .. }) { RequestKind::Read } else { RequestKind::Write };
         // Writes are numbered per group from 1; reads never enter the client
-        // table, so they carry number 0 and consume nothing.
+        // table, so they consume nothing there. Each read still gets a number
+        // of its own (top bit set, then its history index): a late or
+        // duplicated reply to an earlier read must not answer this one.
         let number = if kind == RequestKind::Write {
             let next = self.next_request.entry(group).or_insert(1);
             *next += 1;
             *next - 1
         } else {
-            0
+            (1 << 63) | history.len() as u64
         };
         let request = Request { client: self.id, request: RequestNumber(number), group, kind, operation: op.encode() };
         history.push(HistoryOp {

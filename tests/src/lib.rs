@@ -7,8 +7,10 @@
 //! exactly. See docs/simulator.md.
 
 pub mod check;
+pub mod cli;
 pub mod client;
 pub mod kv;
+pub mod linearizability;
 pub mod network;
 pub mod node;
 pub mod rng;
@@ -16,3 +18,6 @@ pub mod sim;
 pub mod traffic;
 
 pub use sim::{Faults, Report, Sim, SimConfig};
+
+#[doc = include_str!("../../docs/simulator.md")]
+pub mod guide {}

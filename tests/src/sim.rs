@@ -97,6 +97,7 @@ impl SimConfig {
                 snapshot_interval_bytes: 1 << 20,
                 clients_max: 64,
                 request_queue_max: 64,
+                ..CoreConfig::default()
             },
             write_mode: cohort_actors::core::WriteMode::Sync,
         }
@@ -237,6 +238,8 @@ impl Sim {
                 ));
             }
         }
+        let linearizability = crate::linearizability::check(self.config.seed, &self.history);
+        self.checkers.violations.extend(linearizability.iter().map(ToString::to_string));
         self.report()
     }
 

@@ -110,6 +110,11 @@ pub struct CoreConfig {
     pub clients_max: usize,
     /// The most requests a primary queues while its pipeline is full.
     pub request_queue_max: usize,
+    /// Test-only broken rule: commit with this many fewer acks than the
+    /// replication quorum (at least one). Always 0 outside the simulator's
+    /// broken-rule test, which sets it to prove the checkers catch it.
+    #[doc(hidden)]
+    pub commit_quorum_short_by_for_tests: usize,
 }
 
 impl Default for CoreConfig {
@@ -121,6 +126,7 @@ impl Default for CoreConfig {
             snapshot_interval_bytes: 8 * 1024 * 1024,
             clients_max: 4096,
             request_queue_max: 1024,
+            commit_quorum_short_by_for_tests: 0,
         }
     }
 }

@@ -1,40 +1,66 @@
-//! `cohort-sim`: run seeds of the deterministic simulator.
+//! `cohort-sim`: run seeds of the deterministic simulator and report every
+//! violation with the command that reproduces it. See docs/simulator.md.
+//!
+//! stdout: one line per violation, a JSON line per seed with `--json`, and
+//! last `seeds=N violations=V ops_committed=C view_changes=X`. stderr:
+//! progress and seeds/s. Exit code 1 on any violation, 2 on bad arguments.
 
 use std::process::ExitCode;
+use std::time::Instant;
 
-use cohort_sim::{Sim, SimConfig};
+use cohort_sim::cli::{self, Args};
+
+/// Violation lines printed per seed; the rest are counted, not printed.
+const VIOLATION_LINES_PER_SEED_MAX: usize = 10;
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let value = |name: &str| {
-        args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).and_then(|v| v.parse::<u64>().ok())
-    };
-    let seeds = value("--seeds").unwrap_or(10);
-    let start = value("--seed-start").unwrap_or(0);
-    let nodes = value("--nodes").unwrap_or(3) as usize;
-    let groups = value("--groups").unwrap_or(4) as usize;
-    let quorum = value("--replication-quorum").map(|q| q as usize);
-    let (mut violations, mut ops, mut views) = (0u64, 0u64, 0u64);
-    for seed in start..start + seeds {
-        let mut config = SimConfig::new(seed);
-        config.nodes = nodes;
-        config.groups = groups;
-        config.replication_quorum = quorum;
-        let report = match std::panic::catch_unwind(|| Sim::new(config).run()) {
-            Ok(report) => report,
-            Err(_) => {
-                println!("seed={seed} violation: an invariant panicked (rerun with --seeds 1 --seed-start {seed})");
-                violations += 1;
-                continue;
-            }
-        };
-        for violation in &report.violations {
-            println!("seed={seed} violation: {violation}");
+    let args = match Args::parse(std::env::args().skip(1)) {
+        Ok(args) if args.help => {
+            println!("{}", cli::USAGE);
+            return ExitCode::SUCCESS;
         }
-        violations += report.violations.len() as u64;
-        ops += report.ops_committed;
-        views += report.view_changes;
+        Ok(args) => args,
+        Err(error) => {
+            eprintln!("cohort-sim: {error}\n{}", cli::USAGE);
+            return ExitCode::from(2);
+        }
+    };
+    cli::install_quiet_panic_hook();
+    let started = Instant::now();
+    let progress_every = (args.seeds / 10).max(1);
+    let (mut violations, mut ops, mut views) = (0u64, 0u64, 0u64);
+    for (done, seed) in (args.seed_start..args.seed_start + args.seeds).enumerate() {
+        let config = args.config(seed);
+        let outcome = cli::run_catching(config.clone());
+        if args.json {
+            println!("{}", cli::json_summary(&config, &outcome));
+        }
+        match &outcome {
+            Ok(report) => {
+                for violation in report.violations.iter().take(VIOLATION_LINES_PER_SEED_MAX) {
+                    println!("seed={seed} violation: {violation} (reproduce: {})", args.reproduce(seed));
+                }
+                if report.violations.len() > VIOLATION_LINES_PER_SEED_MAX {
+                    let more = report.violations.len() - VIOLATION_LINES_PER_SEED_MAX;
+                    println!("seed={seed} and {more} more violations");
+                }
+                violations += report.violations.len() as u64;
+                ops += report.ops_committed;
+                views += report.view_changes;
+            }
+            Err(panic) => {
+                println!("seed={seed} panic: {panic} (reproduce: {})", args.reproduce(seed));
+                violations += 1;
+            }
+        }
+        let done = done as u64 + 1;
+        if done % progress_every == 0 && done < args.seeds {
+            let rate = done as f64 / started.elapsed().as_secs_f64();
+            eprintln!("progress: {done}/{} seeds, {violations} violations, {rate:.1} seeds/s", args.seeds);
+        }
     }
-    println!("seeds={seeds} violations={violations} ops_committed={ops} view_changes={views}");
+    let elapsed = started.elapsed().as_secs_f64();
+    eprintln!("{} seeds in {elapsed:.1} s: {:.1} seeds/s", args.seeds, args.seeds as f64 / elapsed.max(1e-9));
+    println!("seeds={} violations={violations} ops_committed={ops} view_changes={views}", args.seeds);
     if violations == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE }
 }

@@ -259,7 +259,8 @@ impl Replica {
     /// Recompute the commit point from acknowledgements (V1, Q3).
     pub(crate) fn advance_commit(&mut self, fx: &mut Effects) {
         debug_assert!(self.is_primary());
-        let commit = crate::core::quorum::quorum_op(&self.held_ops(), self.spec.quorums.replication);
+        let quorum = self.spec.quorums.replication.saturating_sub(self.config.commit_quorum_short_by_for_tests).max(1);
+        let commit = crate::core::quorum::quorum_op(&self.held_ops(), quorum);
         if commit <= self.commit_max {
             self.check_waits(fx);
             return;

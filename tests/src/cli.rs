@@ -1,0 +1,317 @@
+//! What the `cohort-sim` binary needs besides its loop: argument parsing,
+//! the command that reproduces a seed, running a seed with its panic caught,
+//! and the JSON summary line. Kept in the library so tests use the same
+//! code to run seeds and to say how to reproduce one.
+
+use std::cell::{Cell, RefCell};
+use std::fmt::Write as _;
+use std::panic::{self, AssertUnwindSafe};
+
+use crate::sim::{Report, Sim, SimConfig};
+
+/// The usage text.
+pub const USAGE: &str = "usage: cohort-sim --seeds N [--seed-start S] [--nodes 3|5] [--groups G] \
+[--replication-quorum Q] [--fault-ticks T] [--liveness-ticks T] [--json]
+
+Runs seeds S..S+N of the deterministic simulator and checks every run.
+  --seeds N                 how many seeds (default 10)
+  --seed-start S            the first seed (default 0)
+  --nodes N                 nodes in the cluster, every node a member of every group (default 3)
+  --groups G                replication groups (default 4)
+  --replication-quorum Q    Q2, acks needed to commit, 1..=nodes (default: majority)
+  --fault-ticks T           ticks of the fault phase (default 1500)
+  --liveness-ticks T        tick budget of the liveness phase (default 1500)
+  --json                    also print one JSON summary line per seed
+The last line is `seeds=N violations=V ops_committed=C view_changes=X`; the exit code is 1
+if any seed broke an invariant, 2 on bad arguments.";
+
+/// Most nodes a command line may ask for (member indexes are one byte, and
+/// more would only slow the run).
+pub const NODES_MAX: usize = 9;
+
+/// Most groups a command line may ask for.
+pub const GROUPS_MAX: usize = 1024;
+
+/// Parsed command line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Args {
+    /// How many seeds.
+    pub seeds: u64,
+    /// The first seed.
+    pub seed_start: u64,
+    /// Nodes.
+    pub nodes: usize,
+    /// Groups.
+    pub groups: usize,
+    /// Replication quorum (None: majority).
+    pub replication_quorum: Option<usize>,
+    /// Ticks of the fault phase.
+    pub fault_ticks: u64,
+    /// Tick budget of the liveness phase.
+    pub liveness_ticks: u64,
+    /// Print a JSON line per seed.
+    pub json: bool,
+    /// Print the usage and exit.
+    pub help: bool,
+}
+
+impl Default for Args {
+    fn default() -> Self {
+        let shape = SimConfig::new(0);
+        Args {
+            seeds: 10,
+            seed_start: 0,
+            nodes: shape.nodes,
+            groups: shape.groups,
+            replication_quorum: shape.replication_quorum,
+            fault_ticks: shape.fault_ticks,
+            liveness_ticks: shape.liveness_ticks,
+            json: false,
+            help: false,
+        }
+    }
+}
+
+impl Args {
+    /// Parse the arguments after the program name. The error says which
+    /// argument is wrong and why.
+    pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Args, String> {
+        let mut parsed = Args::default();
+        let mut args = args.into_iter();
+        while let Some(flag) = args.next() {
+            match flag.as_str() {
+                "--json" => parsed.json = true,
+                "--help" | "-h" => parsed.help = true,
+                "--seeds" => parsed.seeds = number(&flag, args.next())?,
+                "--seed-start" => parsed.seed_start = number(&flag, args.next())?,
+                "--nodes" => parsed.nodes = number(&flag, args.next())?,
+                "--groups" => parsed.groups = number(&flag, args.next())?,
+                "--replication-quorum" => parsed.replication_quorum = Some(number(&flag, args.next())?),
+                "--fault-ticks" => parsed.fault_ticks = number(&flag, args.next())?,
+                "--liveness-ticks" => parsed.liveness_ticks = number(&flag, args.next())?,
+                other => return Err(format!("unknown argument `{other}`")),
+            }
+        }
+        parsed.validate()?;
+        Ok(parsed)
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        if self.nodes == 0 || self.nodes > NODES_MAX {
+            return Err(format!("--nodes must be 1..={NODES_MAX}, not {}", self.nodes));
+        }
+        if self.groups == 0 || self.groups > GROUPS_MAX {
+            return Err(format!("--groups must be 1..={GROUPS_MAX}, not {}", self.groups));
+        }
+        if let Some(quorum) = self.replication_quorum
+            && (quorum == 0 || quorum > self.nodes)
+        {
+            return Err(format!("--replication-quorum must be 1..={} (the node count), not {quorum}", self.nodes));
+        }
+        if self.seed_start.checked_add(self.seeds).is_none() {
+            return Err("--seed-start + --seeds overflows u64".into());
+        }
+        Ok(())
+    }
+
+    /// The run of `seed` with these arguments.
+    pub fn config(&self, seed: u64) -> SimConfig {
+        let mut config = SimConfig::new(seed);
+        config.nodes = self.nodes;
+        config.groups = self.groups;
+        config.replication_quorum = self.replication_quorum;
+        config.fault_ticks = self.fault_ticks;
+        config.liveness_ticks = self.liveness_ticks;
+        config
+    }
+
+    /// The command that runs `seed` alone with these arguments.
+    pub fn reproduce(&self, seed: u64) -> String {
+        reproduce(&self.config(seed))
+    }
+}
+
+fn number<T: std::str::FromStr>(flag: &str, value: Option<String>) -> Result<T, String> {
+    let value = value.ok_or_else(|| format!("{flag} needs a value"))?;
+    value.parse().map_err(|_| format!("{flag} needs a whole number, not `{value}`"))
+}
+
+/// The command line that reruns `config`'s seed alone. Only what the
+/// command line can set is carried over (tick counts only when they differ
+/// from the defaults): a test that changed anything else (faults, core
+/// knobs) says so itself.
+pub fn reproduce(config: &SimConfig) -> String {
+    let defaults = SimConfig::new(config.seed);
+    let mut command = format!(
+        "cargo run --release --bin cohort-sim -- --seeds 1 --seed-start {} --nodes {} --groups {}",
+        config.seed, config.nodes, config.groups
+    );
+    if let Some(quorum) = config.replication_quorum {
+        let _ = write!(command, " --replication-quorum {quorum}");
+    }
+    if config.fault_ticks != defaults.fault_ticks {
+        let _ = write!(command, " --fault-ticks {}", config.fault_ticks);
+    }
+    if config.liveness_ticks != defaults.liveness_ticks {
+        let _ = write!(command, " --liveness-ticks {}", config.liveness_ticks);
+    }
+    command
+}
+
+thread_local! {
+    static CATCHING: Cell<bool> = const { Cell::new(false) };
+    static LAST_PANIC: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+/// Install a panic hook that, inside [`run_catching`], records the message
+/// and where it was raised instead of printing it; elsewhere it prints as
+/// before. For binaries that print the panic themselves, with the seed.
+pub fn install_quiet_panic_hook() {
+    let previous = panic::take_hook();
+    panic::set_hook(Box::new(move |info| {
+        if !CATCHING.with(Cell::get) {
+            return previous(info);
+        }
+        let location = info.location().map(|at| format!(" at {}:{}", at.file(), at.line())).unwrap_or_default();
+        let text = format!("{}{location}", payload_text(info.payload()));
+        LAST_PANIC.with(|last| *last.borrow_mut() = Some(text));
+    }));
+}
+
+fn payload_text(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(text) = payload.downcast_ref::<&str>() {
+        (*text).to_string()
+    } else if let Some(text) = payload.downcast_ref::<String>() {
+        text.clone()
+    } else {
+        "a panic without a message".to_string()
+    }
+}
+
+/// Run one seed; a panic (a broken invariant inside the core or the
+/// harness) comes back as its message.
+pub fn run_catching(config: SimConfig) -> Result<Report, String> {
+    LAST_PANIC.with(|last| last.borrow_mut().take());
+    CATCHING.with(|catching| catching.set(true));
+    let outcome = panic::catch_unwind(AssertUnwindSafe(|| Sim::new(config).run()));
+    CATCHING.with(|catching| catching.set(false));
+    outcome.map_err(|payload| {
+        LAST_PANIC.with(|last| last.borrow_mut().take()).unwrap_or_else(|| payload_text(payload.as_ref()))
+    })
+}
+
+/// One JSON object (one line) summarising a run of `config`.
+pub fn json_summary(config: &SimConfig, outcome: &Result<Report, String>) -> String {
+    let quorum = config.replication_quorum.map_or_else(|| "null".to_string(), |q| q.to_string());
+    let mut line = format!(
+        "{{\"seed\":{},\"nodes\":{},\"groups\":{},\"replication_quorum\":{quorum}",
+        config.seed, config.nodes, config.groups
+    );
+    match outcome {
+        Ok(report) => {
+            let first = report.violations.first().map_or_else(|| "null".to_string(), |text| json_string(text));
+            let _ = write!(
+                line,
+                ",\"panic\":null,\"violations\":{},\"first_violation\":{first},\"ops_committed\":{},\
+                 \"writes_acknowledged\":{},\"view_changes\":{},\"crashes\":{},\"frames_sent\":{},\
+                 \"frames_rejected\":{},\"history_ops\":{}}}",
+                report.violations.len(),
+                report.ops_committed,
+                report.writes_acknowledged,
+                report.view_changes,
+                report.crashes,
+                report.frames_sent,
+                report.frames_rejected,
+                report.history.len()
+            );
+        }
+        Err(panic) => {
+            let _ = write!(line, ",\"panic\":{},\"violations\":1}}", json_string(panic));
+        }
+    }
+    line
+}
+
+/// `text` as a JSON string literal.
+pub fn json_string(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if u32::from(c) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(line: &str) -> Result<Args, String> {
+        Args::parse(line.split_whitespace().map(String::from))
+    }
+
+    #[test]
+    fn parses_every_flag() {
+        let line = "--seeds 200 --seed-start 7 --nodes 5 --groups 2 --replication-quorum 5 --fault-ticks 9 \
+                    --liveness-ticks 8 --json";
+        assert_eq!(
+            parse(line).expect("valid"),
+            Args {
+                seeds: 200,
+                seed_start: 7,
+                nodes: 5,
+                groups: 2,
+                replication_quorum: Some(5),
+                fault_ticks: 9,
+                liveness_ticks: 8,
+                json: true,
+                help: false
+            }
+        );
+        assert_eq!(parse("").expect("defaults"), Args::default());
+    }
+
+    #[test]
+    fn rejects_bad_arguments_with_reason() {
+        assert!(parse("--seeds").unwrap_err().contains("needs a value"));
+        assert!(parse("--seeds ten").unwrap_err().contains("whole number"));
+        assert!(parse("--verbose").unwrap_err().contains("unknown argument"));
+        assert!(parse("--nodes 3 --replication-quorum 4").unwrap_err().contains("1..=3"));
+        assert!(parse("--nodes 0").is_err());
+    }
+
+    #[test]
+    fn reproduce_carries_the_shape() {
+        let args = parse("--nodes 5 --groups 3 --replication-quorum 5").expect("valid");
+        assert_eq!(
+            args.reproduce(12),
+            "cargo run --release --bin cohort-sim -- --seeds 1 --seed-start 12 --nodes 5 --groups 3 \
+             --replication-quorum 5"
+        );
+        let mut config = args.config(3);
+        config.fault_ticks = 400;
+        assert!(reproduce(&config).ends_with("--replication-quorum 5 --fault-ticks 400"), "{}", reproduce(&config));
+    }
+
+    #[test]
+    fn json_strings_are_escaped() {
+        assert_eq!(json_string("a \"b\"\\\n\u{1}"), "\"a \\\"b\\\"\\\\\\n\\u0001\"");
+        let config = SimConfig::new(3);
+        let line = json_summary(&config, &Err("boom \"x\"".into()));
+        assert_eq!(
+            line,
+            "{\"seed\":3,\"nodes\":3,\"groups\":4,\"replication_quorum\":null,\"panic\":\"boom \\\"x\\\"\",\"violations\":1}"
+        );
+    }
+}

@@ -1,0 +1,74 @@
+//! Seeds of the simulator as tests (see docs/simulator.md).
+//!
+//! Each test runs a range of seeds in one cluster shape and fails with every
+//! failing seed, its first violation (or panic) and the command that
+//! reproduces it. The four shapes are 3 and 5 nodes, each with a majority
+//! replication quorum and with Q2 = n (write-all, Q1 = 1).
+//!
+//! Every seed runs the binary's default shape (4 groups, 1500 fault ticks,
+//! 1500 liveness ticks), so the reproduce command is the binary's with no
+//! extra flags. 200 seeds take about 15 s unoptimised on two cores.
+
+use std::ops::Range;
+
+use cohort_sim::SimConfig;
+use cohort_sim::cli::{reproduce, run_catching};
+
+/// Seeds per shape: 4 shapes × 50 = 200 seeds.
+const SEEDS_PER_SHAPE: u64 = 50;
+/// Ticks with faults per seed.
+const FAULT_TICKS: u64 = 1500;
+/// Tick budget after healing.
+const LIVENESS_TICKS: u64 = 1500;
+/// Groups per seed.
+const GROUPS: usize = 4;
+
+fn shape(seed: u64, nodes: usize, replication_quorum: Option<usize>) -> SimConfig {
+    let mut config = SimConfig::new(seed);
+    config.nodes = nodes;
+    config.groups = GROUPS;
+    config.replication_quorum = replication_quorum;
+    config.fault_ticks = FAULT_TICKS;
+    config.liveness_ticks = LIVENESS_TICKS;
+    config
+}
+
+/// Run every seed; fail with all failing seeds at once.
+fn run_seeds(nodes: usize, replication_quorum: Option<usize>, seeds: Range<u64>) {
+    let total = seeds.end - seeds.start;
+    let mut failures = Vec::new();
+    for seed in seeds {
+        let config = shape(seed, nodes, replication_quorum);
+        let command = reproduce(&config);
+        match run_catching(config) {
+            Ok(report) if report.violations.is_empty() => {}
+            Ok(report) => failures.push(format!(
+                "seed {seed}: {} violations, first: {}\n  reproduce: {command}",
+                report.violations.len(),
+                report.violations[0]
+            )),
+            Err(panic) => failures.push(format!("seed {seed}: panicked: {panic}\n  reproduce: {command}")),
+        }
+    }
+    assert!(failures.is_empty(), "{} of {total} seeds failed:\n{}", failures.len(), failures.join("\n"));
+}
+
+#[test]
+fn seeds_3_nodes_majority() {
+    run_seeds(3, None, 0..SEEDS_PER_SHAPE);
+}
+
+#[test]
+fn seeds_3_nodes_write_all() {
+    run_seeds(3, Some(3), 0..SEEDS_PER_SHAPE);
+}
+
+#[test]
+fn seeds_5_nodes_majority() {
+    run_seeds(5, None, 0..SEEDS_PER_SHAPE);
+}
+
+#[test]
+fn seeds_5_nodes_write_all() {
+    run_seeds(5, Some(5), 0..SEEDS_PER_SHAPE);
+}
