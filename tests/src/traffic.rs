@@ -220,3 +220,34 @@ impl TrafficReport {
         out
     }
 }
+
+/// Usage of the `traffic` subcommand.
+pub const USAGE: &str = "usage: cohort-sim traffic [--nodes 3] [--partitions 1000] [--seconds 60] [--workload idle|busy|mixed] [--unbatched]";
+
+/// Parse the `traffic` subcommand's arguments. `--unbatched` is accepted for
+/// the command line the issue names; both modes are always measured.
+pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<TrafficConfig, String> {
+    let mut config = TrafficConfig { nodes: 3, partitions: 1000, seconds: 60, workload: Workload::Idle, tick_ms: 100 };
+    let mut args = args.into_iter();
+    while let Some(flag) = args.next() {
+        if flag == "--unbatched" {
+            continue;
+        }
+        let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
+        let number = || value.parse::<u64>().map_err(|_| format!("{flag}: {value:?} is not a number"));
+        match flag.as_str() {
+            "--nodes" => config.nodes = number()? as usize,
+            "--partitions" => config.partitions = number()? as usize,
+            "--seconds" => config.seconds = number()?,
+            "--workload" => {
+                config.workload = Workload::parse(&value)
+                    .ok_or_else(|| format!("--workload: {value:?} is not idle, busy or mixed"))?
+            }
+            other => return Err(format!("unknown flag {other}")),
+        }
+    }
+    if config.nodes < 2 || config.partitions == 0 || config.seconds == 0 {
+        return Err("traffic needs at least 2 nodes, 1 partition and 1 second".into());
+    }
+    Ok(config)
+}

@@ -14,7 +14,12 @@ use cohort_sim::cli::{self, Args};
 const VIOLATION_LINES_PER_SEED_MAX: usize = 10;
 
 fn main() -> ExitCode {
-    let args = match Args::parse(std::env::args().skip(1)) {
+    let mut argv: Vec<String> = std::env::args().skip(1).collect();
+    if argv.first().map(String::as_str) == Some("traffic") {
+        argv.remove(0);
+        return traffic(argv);
+    }
+    let args = match Args::parse(argv) {
         Ok(args) if args.help => {
             println!("{}", cli::USAGE);
             return ExitCode::SUCCESS;
@@ -63,4 +68,24 @@ fn main() -> ExitCode {
     eprintln!("{} seeds in {elapsed:.1} s: {:.1} seeds/s", args.seeds, args.seeds as f64 / elapsed.max(1e-9));
     println!("seeds={} violations={violations} ops_committed={ops} view_changes={views}", args.seeds);
     if violations == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+}
+
+/// `cohort-sim traffic`: heartbeat traffic per node pair, batched and unbatched.
+fn traffic(argv: Vec<String>) -> ExitCode {
+    let config = match cohort_sim::traffic::parse_args(argv) {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("cohort-sim traffic: {error}\n{}", cohort_sim::traffic::USAGE);
+            return ExitCode::from(2);
+        }
+    };
+    eprintln!(
+        "measuring {} partitions on {} nodes for {} simulated seconds ({:?}), batched and unbatched...",
+        config.partitions, config.nodes, config.seconds, config.workload
+    );
+    let started = Instant::now();
+    let report = cohort_sim::traffic::measure(&config);
+    eprintln!("done in {:.1} s", started.elapsed().as_secs_f64());
+    println!("{}", report.render());
+    ExitCode::SUCCESS
 }
