@@ -1,0 +1,149 @@
+//! The shard's storage, on a thread of its own.
+//!
+//! The shard actor never waits for a disk: it hands each turn's storage
+//! commands to this worker in one job, and goes on. The worker executes them
+//! in order against [`FileStorage`] (group commit: one `fdatasync` per
+//! `Flush`), and reports each completed flush, each failed superblock stage
+//! (R12) and any fatal error back through a callback. A failed fsync is fatal
+//! and never retried as if the data were safe: the worker stops and reports
+//! it, and the node shuts down.
+
+use std::path::PathBuf;
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+
+use cohort_actors::core::Command;
+use cohort_actors::core::storage::{Recovered, Storage, StorageError};
+use cohort_messages::GroupId;
+
+use crate::storage::{FileStorage, FileStorageConfig};
+
+/// What the worker reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StorageEvent {
+    /// Everything staged before `Flush { id }` is durable.
+    Flushed(u64),
+    /// Staging a group's superblock failed (R12); the group retries later.
+    SuperblockFailed(GroupId),
+    /// The environment is dead; the node must stop.
+    Fatal(StorageError),
+}
+
+enum Job {
+    Run(Vec<Command>),
+    Stop,
+}
+
+/// Handle to the worker thread.
+pub struct StorageWorker {
+    jobs: mpsc::Sender<Job>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// Why the worker could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The directory or limits are unusable.
+    #[error("storage in {dir}: {reason}")]
+    Open {
+        /// The shard directory.
+        dir: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// Recovery failed (for example, corruption in the middle of the log).
+    #[error("recovering storage in {dir}: {error}")]
+    Recover {
+        /// The shard directory.
+        dir: PathBuf,
+        /// The storage error, naming file and offset.
+        error: StorageError,
+    },
+}
+
+impl StorageWorker {
+    /// Open and recover the shard's storage in `dir` on a new thread, then
+    /// serve jobs. `report` is called from the worker thread.
+    pub fn start(
+        dir: PathBuf,
+        config: FileStorageConfig,
+        name: String,
+        report: impl Fn(StorageEvent) + Send + 'static,
+    ) -> Result<(StorageWorker, Recovered), StartError> {
+        let (ready_tx, ready_rx) = mpsc::channel::<Result<Recovered, StartError>>();
+        let (jobs, job_rx) = mpsc::channel::<Job>();
+        let thread = std::thread::Builder::new()
+            .name(name)
+            .spawn(move || {
+                let mut storage = match FileStorage::open(&dir, config) {
+                    Ok(storage) => storage,
+                    Err(error) => {
+                        let _ = ready_tx.send(Err(StartError::Open { dir, reason: error.to_string() }));
+                        return;
+                    }
+                };
+                match storage.recover() {
+                    Ok(recovered) => {
+                        let _ = ready_tx.send(Ok(recovered));
+                    }
+                    Err(error) => {
+                        let _ = ready_tx.send(Err(StartError::Recover { dir, error }));
+                        return;
+                    }
+                }
+                serve(&mut storage, &job_rx, &report);
+            })
+            .map_err(|error| StartError::Open { dir: PathBuf::new(), reason: error.to_string() })?;
+        let recovered = ready_rx
+            .recv()
+            .map_err(|_| StartError::Open { dir: PathBuf::new(), reason: "storage thread died while opening".into() })??;
+        Ok((StorageWorker { jobs, thread: Some(thread) }, recovered))
+    }
+
+    /// Queue one turn's storage commands, in order. False if the worker stopped.
+    pub fn run(&self, commands: Vec<Command>) -> bool {
+        self.jobs.send(Job::Run(commands)).is_ok()
+    }
+}
+
+impl Drop for StorageWorker {
+    fn drop(&mut self) {
+        let _ = self.jobs.send(Job::Stop);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn serve(storage: &mut FileStorage, jobs: &mpsc::Receiver<Job>, report: &impl Fn(StorageEvent)) {
+    while let Ok(Job::Run(commands)) = jobs.recv() {
+        for command in commands {
+            if let Err(error) = execute(storage, command, report) {
+                report(StorageEvent::Fatal(error));
+                return;
+            }
+        }
+    }
+}
+
+fn execute(storage: &mut FileStorage, command: Command, report: &impl Fn(StorageEvent)) -> Result<(), StorageError> {
+    match command {
+        Command::Append { group, entry } => storage.append(group, &entry),
+        Command::Truncate { group, after } => storage.truncate_after(group, after),
+        Command::StageSuperblock { group, superblock } => match storage.stage_superblock(group, &superblock) {
+            Ok(()) => Ok(()),
+            Err(error) if error.is_fatal() => Err(error),
+            Err(_) => {
+                report(StorageEvent::SuperblockFailed(group));
+                Ok(())
+            }
+        },
+        Command::SaveSnapshot { group, snapshot } => storage.save_snapshot(group, &snapshot),
+        Command::Flush { id } => {
+            storage.flush()?;
+            report(StorageEvent::Flushed(id));
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
