@@ -5,4 +5,7 @@
 //! arrives with the runtime issue.
 
 pub mod config;
+pub mod node;
+pub mod shard;
 pub mod storage;
+pub mod transport;

@@ -94,9 +94,10 @@ impl StorageWorker {
                 serve(&mut storage, &job_rx, &report);
             })
             .map_err(|error| StartError::Open { dir: PathBuf::new(), reason: error.to_string() })?;
-        let recovered = ready_rx
-            .recv()
-            .map_err(|_| StartError::Open { dir: PathBuf::new(), reason: "storage thread died while opening".into() })??;
+        let recovered = ready_rx.recv().map_err(|_| StartError::Open {
+            dir: PathBuf::new(),
+            reason: "storage thread died while opening".into(),
+        })??;
         Ok((StorageWorker { jobs, thread: Some(thread) }, recovered))
     }
 

@@ -1,0 +1,461 @@
+//! A cohort node, built from code and embedded in a host's actix System.
+//!
+//! [`NodeBuilder`] takes the node's identity, addresses, data directory,
+//! shard count, cluster timing, group placements and the state machine
+//! factory; [`NodeBuilder::start`] recovers every shard's storage, starts one
+//! Arbiter per shard (shard actor and outboxes), the peer links and the
+//! listener, and returns a [`Node`]. [`NodeHandle::submit`] sends a request to
+//! the shard that owns its group and awaits the answer.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use actix::prelude::*;
+use bytes::Bytes;
+use cohort_actors::core::routing::shard_of;
+use cohort_actors::core::{CoreConfig, GroupSpec, Quorums, StateMachine, WriteMode};
+use cohort_messages::{
+    ClientId, ClusterId, GroupId, Incarnation, MemberIndex, NodeId, Request, RequestKind, RequestNumber,
+};
+use tokio::sync::oneshot;
+
+use crate::config::ClusterConfig;
+use crate::shard::storage_worker::StorageWorker;
+use crate::shard::{ClientAnswer, Outbox, ShardActor, ShardSetup, Submit};
+use crate::storage::FileStorageConfig;
+use crate::transport::PeerLink;
+use crate::transport::listener::{self, InboundStats, Router};
+
+/// Makes the state machine of a group; called on the shard's thread.
+pub type StateMachineFactory = Arc<dyn Fn(GroupId) -> Box<dyn StateMachine> + Send + Sync>;
+
+/// Where a group lives.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupPlacement {
+    /// The group.
+    pub group: GroupId,
+    /// Its incarnation.
+    pub incarnation: Incarnation,
+    /// Members in member-index order.
+    pub members: Vec<NodeId>,
+    /// Q2 (None: majority).
+    pub replication_quorum: Option<usize>,
+    /// Q4.
+    pub write_mode: WriteMode,
+}
+
+/// Why a node could not start or a request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// A setting is wrong; the message names it.
+    #[error("node config: {0}")]
+    Config(String),
+    /// The listen address could not be bound.
+    #[error("binding {address}: {reason}")]
+    Bind {
+        /// The address.
+        address: SocketAddr,
+        /// The OS error.
+        reason: String,
+    },
+    /// A shard's storage could not be opened or recovered.
+    #[error(transparent)]
+    Storage(#[from] crate::shard::storage_worker::StartError),
+    /// A shard could not rebuild its groups.
+    #[error("{0}")]
+    Shard(String),
+}
+
+/// Why a submitted request got no result.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SubmitError {
+    /// This node is not the group's primary; the primary it knows, if any (V5).
+    #[error("{group}: not the primary here; primary is {primary:?}")]
+    NotPrimary {
+        /// The group.
+        group: GroupId,
+        /// The primary this node knows.
+        primary: Option<NodeId>,
+    },
+    /// The group refused the request, with its reason.
+    #[error("{group}: {code:?}: {detail}")]
+    Refused {
+        /// The group.
+        group: GroupId,
+        /// The code.
+        code: cohort_messages::ReplyError,
+        /// Why.
+        detail: String,
+    },
+    /// No answer in time (the request may still commit; retrying is safe only
+    /// with the same client and request number).
+    #[error("{group}: no answer within {waited:?}")]
+    Timeout {
+        /// The group.
+        group: GroupId,
+        /// How long we waited.
+        waited: Duration,
+    },
+    /// The shard is gone (the node is stopping).
+    #[error("{group}: the node is stopping")]
+    Stopped {
+        /// The group.
+        group: GroupId,
+    },
+}
+
+/// A committed (or read) result.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Committed {
+    /// The op it committed at (0 for reads).
+    pub op: cohort_messages::Op,
+    /// The state machine's result.
+    pub result: Bytes,
+}
+
+/// Builds a node. See the module docs.
+pub struct NodeBuilder {
+    cluster: ClusterId,
+    node: NodeId,
+    listen: Option<SocketAddr>,
+    peers: BTreeMap<NodeId, SocketAddr>,
+    data_dir: Option<PathBuf>,
+    shards: usize,
+    timing: ClusterConfig,
+    core: CoreConfig,
+    storage: FileStorageConfig,
+    groups: Vec<GroupPlacement>,
+    state_machines: Option<StateMachineFactory>,
+}
+
+impl NodeBuilder {
+    /// A node `node` of cluster `cluster`, with defaults for everything else.
+    pub fn new(cluster: ClusterId, node: NodeId) -> NodeBuilder {
+        NodeBuilder {
+            cluster,
+            node,
+            listen: None,
+            peers: BTreeMap::new(),
+            data_dir: None,
+            shards: 1,
+            timing: ClusterConfig::default(),
+            core: CoreConfig::default(),
+            storage: FileStorageConfig::default(),
+            groups: Vec::new(),
+            state_machines: None,
+        }
+    }
+
+    /// The address peers dial.
+    pub fn listen(mut self, address: SocketAddr) -> Self {
+        self.listen = Some(address);
+        self
+    }
+
+    /// A peer node and its address.
+    pub fn peer(mut self, node: NodeId, address: SocketAddr) -> Self {
+        self.peers.insert(node, address);
+        self
+    }
+
+    /// Where the shards keep their logs (one subdirectory per shard).
+    pub fn data_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.data_dir = Some(dir.into());
+        self
+    }
+
+    /// Number of shards (Arbiters), default 1.
+    pub fn shards(mut self, shards: usize) -> Self {
+        self.shards = shards;
+        self
+    }
+
+    /// Cluster timing (`[cluster]`).
+    pub fn cluster_config(mut self, timing: ClusterConfig) -> Self {
+        self.timing = timing;
+        self
+    }
+
+    /// Core limits other than timing (pipeline, snapshots, client table).
+    pub fn core_config(mut self, core: CoreConfig) -> Self {
+        self.core = core;
+        self
+    }
+
+    /// A group this node is a member of.
+    pub fn group(mut self, placement: GroupPlacement) -> Self {
+        self.groups.push(placement);
+        self
+    }
+
+    /// The state machine of every group.
+    pub fn state_machine(mut self, factory: impl Fn(GroupId) -> Box<dyn StateMachine> + Send + Sync + 'static) -> Self {
+        self.state_machines = Some(Arc::new(factory));
+        self
+    }
+
+    /// Start the node inside the current actix System.
+    pub fn start(self) -> Result<Node, NodeError> {
+        let listen = self.listen.ok_or_else(|| NodeError::Config("listen address is not set".into()))?;
+        let data_dir = self.data_dir.ok_or_else(|| NodeError::Config("data_dir is not set".into()))?;
+        let factory = self.state_machines.ok_or_else(|| NodeError::Config("no state machine factory".into()))?;
+        if self.shards == 0 || self.shards > cohort_messages::SHARD_COUNT_MAX as usize {
+            return Err(NodeError::Config(format!("shards must be in 1..={}", cohort_messages::SHARD_COUNT_MAX)));
+        }
+        let timing = self.timing.timing().map_err(|error| NodeError::Config(error.to_string()))?;
+        let core = CoreConfig { timing, ..self.core };
+        core.validate().map_err(|error| NodeError::Config(error.to_string()))?;
+        let specs = placements_to_specs(self.node, &self.groups)?;
+
+        let std_listener = std::net::TcpListener::bind(listen)
+            .map_err(|error| NodeError::Bind { address: listen, reason: error.to_string() })?;
+        std_listener
+            .set_nonblocking(true)
+            .map_err(|error| NodeError::Bind { address: listen, reason: error.to_string() })?;
+        let listen = std_listener.local_addr().unwrap_or(listen);
+
+        let dropped = Arc::new(AtomicU64::new(0));
+        let fatal = Arc::new(std::sync::Mutex::new(None));
+        let io = Arbiter::new();
+        let mut connected = HashMap::new();
+        let mut links = HashMap::new();
+        for (&peer, &address) in &self.peers {
+            let flag = Arc::new(AtomicBool::new(false));
+            let link = PeerLink::new(
+                self.cluster,
+                self.node,
+                self.shards as u16,
+                peer,
+                address,
+                Arc::clone(&flag),
+                Arc::clone(&dropped),
+            );
+            links.insert(peer, PeerLink::start_in_arbiter(&io.handle(), move |_| link));
+            connected.insert(peer, flag);
+        }
+
+        let mut per_shard: Vec<Vec<GroupSpec>> = (0..self.shards).map(|_| Vec::new()).collect();
+        for spec in specs {
+            per_shard[shard_of(spec.group, self.shards)].push(spec);
+        }
+        let mut arbiters = Vec::new();
+        let mut shards = Vec::new();
+        for (index, groups) in per_shard.into_iter().enumerate() {
+            let arbiter = Arbiter::new();
+            let outboxes: HashMap<NodeId, Addr<Outbox>> = links
+                .iter()
+                .map(|(&peer, link)| {
+                    let outbox = Outbox::new(self.cluster, self.node, link.clone(), Arc::clone(&dropped));
+                    (peer, Outbox::start_in_arbiter(&arbiter.handle(), move |_| outbox))
+                })
+                .collect();
+            let reporter_target: Arc<std::sync::Mutex<Option<Addr<ShardActor>>>> =
+                Arc::new(std::sync::Mutex::new(None));
+            let target = Arc::clone(&reporter_target);
+            let (storage, recovered) = StorageWorker::start(
+                data_dir.join(format!("shard-{index}")),
+                self.storage.clone(),
+                format!("cohort-storage-{}-{index}", self.node.0),
+                move |event| {
+                    if let Ok(target) = target.lock()
+                        && let Some(addr) = target.as_ref()
+                    {
+                        let reporter = ShardActor::storage_reporter(addr.clone());
+                        reporter(event);
+                    }
+                },
+            )?;
+            let setup = ShardSetup {
+                index,
+                node: self.node,
+                config: core.clone(),
+                tick: self.timing.tick,
+                groups,
+                recovered,
+                state_machines: Arc::clone(&factory),
+                outboxes,
+                connected: connected.clone(),
+                storage,
+                fatal: Arc::clone(&fatal),
+                dropped: Arc::clone(&dropped),
+            };
+            let (built_tx, built_rx) = std::sync::mpsc::channel();
+            let addr = ShardActor::start_in_arbiter(&arbiter.handle(), move |ctx| match ShardActor::new(setup) {
+                Ok(actor) => {
+                    let _ = built_tx.send(Ok(()));
+                    actor
+                }
+                Err((error, actor)) => {
+                    let _ = built_tx.send(Err(error));
+                    ctx.stop();
+                    actor
+                }
+            });
+            match built_rx.recv() {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => return Err(NodeError::Shard(error)),
+                Err(_) => return Err(NodeError::Shard(format!("shard {index} did not start"))),
+            }
+            if let Ok(mut target) = reporter_target.lock() {
+                *target = Some(addr.clone());
+            }
+            shards.push(addr);
+            arbiters.push(arbiter);
+        }
+        let shards = Arc::new(shards);
+        let stats = Arc::new(InboundStats::default());
+        let router = Router { cluster: self.cluster, shards: Arc::clone(&shards), stats: Arc::clone(&stats) };
+        io.spawn(async move {
+            match tokio::net::TcpListener::from_std(std_listener) {
+                Ok(listener) => listener::serve(listener, router).await,
+                Err(error) => eprintln!("cohort: cannot listen: {error}"),
+            }
+        });
+        let handle = NodeHandle {
+            node: self.node,
+            shards,
+            next_client: Arc::new(AtomicU64::new(1)),
+            connected: Arc::new(connected),
+            dropped,
+            stats,
+            fatal,
+        };
+        Ok(Node { handle, listen, arbiters, io: Some(io) })
+    }
+}
+
+fn placements_to_specs(node: NodeId, placements: &[GroupPlacement]) -> Result<Vec<GroupSpec>, NodeError> {
+    placements
+        .iter()
+        .map(|placement| {
+            let me = placement.members.iter().position(|member| *member == node).ok_or_else(|| {
+                NodeError::Config(format!("{}: this node {node} is not among its members", placement.group))
+            })?;
+            let quorums = Quorums::new(placement.members.len(), placement.replication_quorum)
+                .map_err(|error| NodeError::Config(format!("{}: {error}", placement.group)))?;
+            Ok(GroupSpec {
+                group: placement.group,
+                incarnation: placement.incarnation,
+                members: placement.members.clone(),
+                me: MemberIndex(me as u8),
+                quorums,
+                write_mode: placement.write_mode,
+            })
+        })
+        .collect()
+}
+
+/// A running node.
+pub struct Node {
+    handle: NodeHandle,
+    listen: SocketAddr,
+    arbiters: Vec<Arbiter>,
+    io: Option<Arbiter>,
+}
+
+impl Node {
+    /// A handle for submitting requests.
+    pub fn handle(&self) -> NodeHandle {
+        self.handle.clone()
+    }
+
+    /// The bound listen address (useful with port 0).
+    pub fn listen_address(&self) -> SocketAddr {
+        self.listen
+    }
+
+    /// Stop every actor and thread of the node at once, like a crash: nothing
+    /// is flushed that was not already (the log is what a SIGKILL leaves).
+    pub fn stop(mut self) {
+        for arbiter in self.arbiters.drain(..) {
+            arbiter.stop();
+            let _ = arbiter.join();
+        }
+        if let Some(io) = self.io.take() {
+            io.stop();
+            let _ = io.join();
+        }
+    }
+}
+
+/// Submits requests to a node. Cheap to clone.
+#[derive(Clone)]
+pub struct NodeHandle {
+    node: NodeId,
+    shards: Arc<Vec<Addr<ShardActor>>>,
+    next_client: Arc<AtomicU64>,
+    connected: Arc<HashMap<NodeId, Arc<AtomicBool>>>,
+    dropped: Arc<AtomicU64>,
+    stats: Arc<InboundStats>,
+    fatal: Arc<std::sync::Mutex<Option<String>>>,
+}
+
+impl NodeHandle {
+    /// This node.
+    pub fn node(&self) -> NodeId {
+        self.node
+    }
+
+    /// Submit `operation` to `group` and wait up to `timeout` for its result.
+    ///
+    /// Each call is its own client (request number 1), so concurrent calls
+    /// never supersede each other; a retry of the same write must reuse the
+    /// returned client and request (see [`NodeHandle::submit_as`]).
+    pub async fn submit(
+        &self,
+        group: GroupId,
+        kind: RequestKind,
+        operation: Bytes,
+        timeout: Duration,
+    ) -> Result<Committed, SubmitError> {
+        let client =
+            ClientId((u128::from(self.node.0) << 64) | u128::from(self.next_client.fetch_add(1, Ordering::Relaxed)));
+        let request = Request { client, request: RequestNumber(1), group, kind, operation };
+        self.submit_as(request, timeout).await
+    }
+
+    /// Submit a request with an explicit client and request number (retries).
+    pub async fn submit_as(&self, request: Request, timeout: Duration) -> Result<Committed, SubmitError> {
+        let group = request.group;
+        let shard = &self.shards[shard_of(group, self.shards.len())];
+        let (answer, answered) = oneshot::channel();
+        if shard.try_send(Submit { request, answer }).is_err() {
+            return Err(SubmitError::Stopped { group });
+        }
+        match tokio::time::timeout(timeout, answered).await {
+            Err(_) => Err(SubmitError::Timeout { group, waited: timeout }),
+            Ok(Err(_)) => Err(SubmitError::Stopped { group }),
+            Ok(Ok(ClientAnswer::Redirect(redirect))) => {
+                Err(SubmitError::NotPrimary { group, primary: redirect.primary })
+            }
+            Ok(Ok(ClientAnswer::Reply(reply))) => match reply.outcome {
+                cohort_messages::Outcome::Ok(result) => Ok(Committed { op: reply.op, result }),
+                cohort_messages::Outcome::Error { code, detail } => Err(SubmitError::Refused { group, code, detail }),
+            },
+        }
+    }
+
+    /// Peers whose links are connected.
+    pub fn connected_peers(&self) -> usize {
+        self.connected.values().filter(|flag| flag.load(Ordering::Relaxed)).count()
+    }
+
+    /// Frames and messages dropped on full or disconnected queues.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Inbound counters (refused handshakes, rejected frames and entries).
+    pub fn inbound_stats(&self) -> &InboundStats {
+        &self.stats
+    }
+
+    /// The fatal error that stopped a shard, if any.
+    pub fn fatal(&self) -> Option<String> {
+        self.fatal.lock().ok().and_then(|fatal| fatal.clone())
+    }
+}

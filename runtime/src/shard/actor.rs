@@ -1,0 +1,294 @@
+//! The shard actor: the actix shell of the sans-IO [`Shard`].
+//!
+//! It follows the driving contract written on [`Shard`]: ticks from a
+//! monotonic clock (so a stalled thread catches up to the present before it
+//! judges a lease), inputs from peer links and clients, and at the end of
+//! every handler one drain of the core's commands: storage commands go to the
+//! storage worker as one job, messages go to the peer's outbox as one
+//! message, answers go to the waiting client.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use cohort_actors::core::storage::Recovered;
+use cohort_actors::core::{Command, CoreConfig, GroupSpec, Shard};
+use cohort_messages::{
+    ClientId, CommitBatch, CommitEntry, CommitReplyBatch, CommitReplyEntry, Message, NodeId, Redirect, Reply, Request,
+    RequestNumber,
+};
+use tokio::sync::oneshot;
+
+use super::outbox::{Outbox, Outgoing};
+use super::storage_worker::{StorageEvent, StorageWorker};
+use crate::node::StateMachineFactory;
+
+/// Input from a peer link, routed to the shard that owns the groups (R16).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub enum Inbound {
+    /// A single-group message.
+    Message {
+        /// The sending node.
+        from: NodeId,
+        /// The message.
+        message: Message,
+    },
+    /// This shard's entries of one Commit frame.
+    Commits {
+        /// The sending node.
+        from: NodeId,
+        /// Validated entries (bad ones were rejected alone by the router).
+        entries: Vec<CommitEntry>,
+    },
+    /// This shard's entries of one CommitReply frame.
+    Replies {
+        /// The sending node.
+        from: NodeId,
+        /// Validated entries.
+        entries: Vec<CommitReplyEntry>,
+    },
+}
+
+/// The answer to a client request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ClientAnswer {
+    /// Applied (or read), or refused with a reason.
+    Reply(Reply),
+    /// Not the primary: go there (V5).
+    Redirect(Redirect),
+}
+
+/// A client request from this process (the host's submit path).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Submit {
+    /// The request.
+    pub request: Request,
+    /// Where the answer goes.
+    pub answer: oneshot::Sender<ClientAnswer>,
+}
+
+#[derive(Message)]
+#[rtype(result = "()")]
+struct StorageDone(StorageEvent);
+
+/// Everything a shard actor is built from (all `Send`, so it can be moved to
+/// the shard's thread, where the core itself is built).
+pub struct ShardSetup {
+    /// Shard index on this node.
+    pub index: usize,
+    /// This node.
+    pub node: NodeId,
+    /// Core configuration.
+    pub config: CoreConfig,
+    /// Tick length.
+    pub tick: Duration,
+    /// The groups this shard hosts.
+    pub groups: Vec<GroupSpec>,
+    /// What storage recovered.
+    pub recovered: Recovered,
+    /// Makes each group's state machine.
+    pub state_machines: StateMachineFactory,
+    /// Outboxes per peer node.
+    pub outboxes: HashMap<NodeId, Addr<Outbox>>,
+    /// Whether each peer's link is connected (R25).
+    pub connected: HashMap<NodeId, Arc<AtomicBool>>,
+    /// The storage worker.
+    pub storage: StorageWorker,
+    /// Set when the storage failed fatally; the node stops.
+    pub fatal: Arc<std::sync::Mutex<Option<String>>>,
+    /// Frames and messages dropped on full mailboxes.
+    pub dropped: Arc<AtomicU64>,
+}
+
+/// The shard actor.
+pub struct ShardActor {
+    index: usize,
+    core: Shard,
+    started: Instant,
+    tick: Duration,
+    storage: StorageWorker,
+    outboxes: HashMap<NodeId, Addr<Outbox>>,
+    connected: HashMap<NodeId, Arc<AtomicBool>>,
+    waiting: HashMap<(ClientId, RequestNumber), oneshot::Sender<ClientAnswer>>,
+    fatal: Arc<std::sync::Mutex<Option<String>>>,
+    dropped: Arc<AtomicU64>,
+}
+
+impl ShardActor {
+    /// Build the core and its groups from `setup`. Runs on the shard's
+    /// thread. On failure the error comes with an actor to stop at once.
+    pub fn new(setup: ShardSetup) -> Result<ShardActor, (String, ShardActor)> {
+        let mut core = Shard::new(setup.node, setup.config.clone());
+        let mut recovered = setup.recovered;
+        let mut failure = None;
+        for spec in setup.groups.iter().cloned() {
+            let state = (setup.state_machines)(spec.group);
+            let result = match recovered.groups.remove(&spec.group) {
+                Some(group) => core.recover_group(spec, state, group),
+                None => core.create_group(spec, state),
+            };
+            if let Err(error) = result {
+                failure = Some(format!("shard {}: {error}", setup.index));
+                break;
+            }
+        }
+        let actor = ShardActor {
+            index: setup.index,
+            core,
+            started: Instant::now(),
+            tick: setup.tick,
+            storage: setup.storage,
+            outboxes: setup.outboxes,
+            connected: setup.connected,
+            waiting: HashMap::new(),
+            fatal: setup.fatal,
+            dropped: setup.dropped,
+        };
+        match failure {
+            None => Ok(actor),
+            Some(error) => Err((error, actor)),
+        }
+    }
+
+    /// A callback for the storage worker that reports to this actor.
+    pub fn storage_reporter(addr: Addr<ShardActor>) -> impl Fn(StorageEvent) + Send + 'static {
+        move |event| addr.do_send(StorageDone(event))
+    }
+
+    fn now_tick(&self) -> u64 {
+        (self.started.elapsed().as_nanos() / self.tick.as_nanos().max(1)) as u64
+    }
+
+    /// Drain the core and execute its commands (the end of every turn).
+    fn run(&mut self) {
+        loop {
+            let commands = self.core.drain_commands();
+            if commands.is_empty() {
+                return;
+            }
+            self.execute(commands);
+        }
+    }
+
+    fn execute(&mut self, commands: Vec<Command>) {
+        let mut storage = Vec::new();
+        let mut outgoing: BTreeMap<NodeId, Vec<Message>> = BTreeMap::new();
+        for command in commands {
+            match command {
+                Command::Append { .. }
+                | Command::Truncate { .. }
+                | Command::StageSuperblock { .. }
+                | Command::SaveSnapshot { .. }
+                | Command::Flush { .. } => storage.push(command),
+                Command::Send { to, message } => outgoing.entry(to).or_default().push(message),
+                Command::SendCommitBatch { to, entries } => {
+                    let connected = self.connected.get(&to).is_some_and(|flag| flag.load(Ordering::Relaxed));
+                    self.core.on_commit_batch_sent(to, &entries, connected);
+                    outgoing.entry(to).or_default().push(Message::Commit(CommitBatch::encode(&entries)));
+                }
+                Command::SendCommitReplyBatch { to, entries } => {
+                    outgoing.entry(to).or_default().push(Message::CommitReply(CommitReplyBatch::encode(&entries)));
+                }
+                Command::Reply(reply) => self.answer(reply.client, reply.request, ClientAnswer::Reply(reply)),
+                Command::Redirect(redirect) => {
+                    self.answer(redirect.client, redirect.request, ClientAnswer::Redirect(redirect))
+                }
+                Command::RoleChanged { .. } | Command::Committed { .. } | Command::QuorumWaitDone { .. } => {}
+            }
+        }
+        if !storage.is_empty() && !self.storage.run(storage) {
+            self.fail("the storage worker stopped".into());
+        }
+        for (to, messages) in outgoing {
+            let count = messages.len() as u64;
+            let sent = self.outboxes.get(&to).is_some_and(|outbox| outbox.try_send(Outgoing { messages }).is_ok());
+            if !sent {
+                self.dropped.fetch_add(count, Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn answer(&mut self, client: ClientId, request: RequestNumber, answer: ClientAnswer) {
+        if let Some(waiter) = self.waiting.remove(&(client, request)) {
+            let _ = waiter.send(answer);
+        }
+    }
+
+    fn fail(&mut self, reason: String) {
+        if let Ok(mut fatal) = self.fatal.lock() {
+            fatal.get_or_insert(reason);
+        }
+    }
+
+    /// The core, for tests and metrics.
+    pub fn core(&self) -> &Shard {
+        &self.core
+    }
+
+    /// This shard's index.
+    pub fn index(&self) -> usize {
+        self.index
+    }
+}
+
+impl Actor for ShardActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        ctx.set_mailbox_capacity(4096);
+        self.core.on_tick(self.now_tick());
+        self.run();
+        ctx.run_interval(self.tick, |actor, _ctx| {
+            let now = actor.now_tick().max(actor.core.now());
+            actor.core.on_tick(now);
+            actor.run();
+        });
+    }
+}
+
+impl Handler<Inbound> for ShardActor {
+    type Result = ();
+
+    fn handle(&mut self, inbound: Inbound, _ctx: &mut Self::Context) {
+        match inbound {
+            Inbound::Message { from, message } => self.core.on_message(from, message),
+            Inbound::Commits { from, entries } => self.core.on_commit_entries(from, &entries),
+            Inbound::Replies { from, entries } => self.core.on_commit_reply_entries(from, &entries),
+        }
+        self.run();
+    }
+}
+
+impl Handler<Submit> for ShardActor {
+    type Result = ();
+
+    fn handle(&mut self, submit: Submit, _ctx: &mut Self::Context) {
+        let key = (submit.request.client, submit.request.request);
+        self.waiting.insert(key, submit.answer);
+        self.core.on_request(submit.request);
+        self.run();
+    }
+}
+
+impl Handler<StorageDone> for ShardActor {
+    type Result = ();
+
+    fn handle(&mut self, done: StorageDone, ctx: &mut Self::Context) {
+        match done.0 {
+            StorageEvent::Flushed(id) => self.core.on_flushed(id),
+            StorageEvent::SuperblockFailed(group) => self.core.on_superblock_failed(group),
+            StorageEvent::Fatal(error) => {
+                // A dead disk stops the shard loudly; nothing more is acknowledged.
+                eprintln!("cohort: shard {} storage failed, stopping: {error}", self.index);
+                self.fail(format!("shard {}: {error}", self.index));
+                ctx.stop();
+                return;
+            }
+        }
+        self.run();
+    }
+}

@@ -1,0 +1,63 @@
+//! One outbox per (shard, peer node): it turns a shard's turn of messages for
+//! one peer into frames and hands them to the peer link in one message.
+//!
+//! The core already assembles the batches (one Commit batch and one
+//! CommitReply batch per peer per tick, R11 and R27); the outbox encodes them
+//! and the turn's Prepares and view-change messages off the shard actor's
+//! handler, and never blocks: if the link's mailbox is full the frames are
+//! dropped and counted (R30: a dropped reply batch is replaced by the next).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use actix::prelude::*;
+use cohort_messages::{ClusterId, EncodedFrame, Message, NodeId, TraceContext};
+
+use crate::transport::{PeerLink, SendFrames};
+
+/// One shard turn's messages for one peer.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Outgoing {
+    /// In the order the core emitted them.
+    pub messages: Vec<Message>,
+}
+
+/// The outbox actor.
+pub struct Outbox {
+    cluster: ClusterId,
+    node: NodeId,
+    link: Addr<PeerLink>,
+    dropped: Arc<AtomicU64>,
+}
+
+impl Outbox {
+    /// An outbox of `node` writing to `link`; drops are added to `dropped`.
+    pub fn new(cluster: ClusterId, node: NodeId, link: Addr<PeerLink>, dropped: Arc<AtomicU64>) -> Outbox {
+        Outbox { cluster, node, link, dropped }
+    }
+}
+
+impl Actor for Outbox {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        ctx.set_mailbox_capacity(1024);
+    }
+}
+
+impl Handler<Outgoing> for Outbox {
+    type Result = ();
+
+    fn handle(&mut self, outgoing: Outgoing, _ctx: &mut Self::Context) {
+        let frames: Vec<EncodedFrame> = outgoing
+            .messages
+            .iter()
+            .map(|message| message.encode(self.cluster, self.node, TraceContext::NONE))
+            .collect();
+        let count = frames.len() as u64;
+        if self.link.try_send(SendFrames { frames }).is_err() {
+            self.dropped.fetch_add(count, Ordering::Relaxed);
+        }
+    }
+}

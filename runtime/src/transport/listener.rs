@@ -1,0 +1,169 @@
+//! Inbound connections: handshake check, frame reading and routing.
+//!
+//! The first frame on a connection must be a Handshake on our revision and
+//! cluster (R18), or the connection is closed with the reason logged. After
+//! it, frames are split by [`FrameDecoder`]: a bad body checksum drops that
+//! frame only (R15), a bad header closes the connection (the stream lost its
+//! framing). Single-group messages go to the shard that owns the group;
+//! Commit and CommitReply batches are split by shard, each bad entry rejected
+//! alone (R17, R29), and each shard gets one message per frame (R16).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use actix::prelude::*;
+use bytes::BytesMut;
+use cohort_actors::core::routing::{route, shard_of};
+use cohort_messages::{ClusterId, Frame, FrameDecoder, Message, NodeId};
+use tokio::io::AsyncReadExt;
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::shard::{Inbound, ShardActor};
+
+/// Counters of what inbound connections refused or dropped.
+#[derive(Debug, Default)]
+pub struct InboundStats {
+    /// Connections refused at the handshake (R18).
+    pub handshakes_refused: AtomicU64,
+    /// Frames dropped as bad (R15, bad bodies).
+    pub frames_rejected: AtomicU64,
+    /// Batch entries rejected alone (R17, R29).
+    pub entries_rejected: AtomicU64,
+    /// Messages dropped because a shard's mailbox was full.
+    pub mailbox_full: AtomicU64,
+}
+
+/// Where inbound traffic goes.
+#[derive(Clone)]
+pub struct Router {
+    /// Our cluster.
+    pub cluster: ClusterId,
+    /// Shards by index.
+    pub shards: Arc<Vec<Addr<ShardActor>>>,
+    /// Counters.
+    pub stats: Arc<InboundStats>,
+}
+
+/// Accept connections forever, each served by its own task.
+pub async fn serve(listener: TcpListener, router: Router) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                let _ = stream.set_nodelay(true);
+                actix::spawn(read_connection(stream, router.clone()));
+            }
+            Err(_) => tokio::time::sleep(std::time::Duration::from_millis(10)).await,
+        }
+    }
+}
+
+async fn read_connection(mut stream: TcpStream, router: Router) {
+    let mut decoder = FrameDecoder::new(router.cluster);
+    let mut buffer = BytesMut::with_capacity(64 * 1024);
+    let mut peer: Option<NodeId> = None;
+    loop {
+        loop {
+            match decoder.decode(&mut buffer) {
+                Ok(Some(frame)) => {
+                    if !router.handle(&mut peer, frame) {
+                        return;
+                    }
+                }
+                Ok(None) => break,
+                Err(error) => {
+                    router.stats.frames_rejected.fetch_add(1, Ordering::Relaxed);
+                    if error.closes_connection() {
+                        if matches!(
+                            error,
+                            cohort_messages::FrameError::Revision { .. }
+                                | cohort_messages::FrameError::ClusterMismatch { .. }
+                        ) {
+                            router.stats.handshakes_refused.fetch_add(1, Ordering::Relaxed);
+                        }
+                        eprintln!("cohort: closing connection from {:?}: {error}", peer);
+                        return;
+                    }
+                }
+            }
+        }
+        match stream.read_buf(&mut buffer).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+    }
+}
+
+impl Router {
+    /// Handle one frame; false closes the connection.
+    fn handle(&self, peer: &mut Option<NodeId>, frame: Frame) -> bool {
+        let message = match frame.message() {
+            Ok(message) => message,
+            Err(_) => {
+                self.stats.frames_rejected.fetch_add(1, Ordering::Relaxed);
+                return true;
+            }
+        };
+        let Some(from) = *peer else {
+            return match message {
+                Message::Handshake(handshake) => match handshake.check_peer(self.cluster) {
+                    Ok(()) if handshake.node == frame.header.sender => {
+                        *peer = Some(handshake.node);
+                        true
+                    }
+                    Ok(()) => {
+                        self.stats.handshakes_refused.fetch_add(1, Ordering::Relaxed);
+                        false
+                    }
+                    Err(error) => {
+                        self.stats.handshakes_refused.fetch_add(1, Ordering::Relaxed);
+                        eprintln!("cohort: refusing node {}: {error}", handshake.node);
+                        false
+                    }
+                },
+                _ => {
+                    self.stats.handshakes_refused.fetch_add(1, Ordering::Relaxed);
+                    false
+                }
+            };
+        };
+        if frame.header.sender != from {
+            self.stats.frames_rejected.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        let shards = self.shards.len();
+        match message {
+            Message::Commit(batch) => {
+                let routed = route(&batch, shards);
+                self.stats.entries_rejected.fetch_add(routed.rejected.len() as u64, Ordering::Relaxed);
+                for (index, entries) in routed.per_shard.into_iter().enumerate() {
+                    if !entries.is_empty() {
+                        self.deliver(index, Inbound::Commits { from, entries });
+                    }
+                }
+            }
+            Message::CommitReply(batch) => {
+                let routed = route(&batch, shards);
+                self.stats.entries_rejected.fetch_add(routed.rejected.len() as u64, Ordering::Relaxed);
+                for (index, entries) in routed.per_shard.into_iter().enumerate() {
+                    if !entries.is_empty() {
+                        self.deliver(index, Inbound::Replies { from, entries });
+                    }
+                }
+            }
+            message => {
+                if let Some(group) = message.group() {
+                    self.deliver(shard_of(group, shards), Inbound::Message { from, message });
+                }
+            }
+        }
+        true
+    }
+
+    fn deliver(&self, shard: usize, inbound: Inbound) {
+        if let Some(addr) = self.shards.get(shard)
+            && addr.try_send(inbound).is_err()
+        {
+            self.stats.mailbox_full.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
