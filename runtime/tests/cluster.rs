@@ -7,6 +7,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use cohort_actors::core::{StateMachine, WriteMode};
 use cohort_messages::{ClusterId, GroupId, Incarnation, NodeId, Op, RequestKind};
+use cohort_runtime::config::ClusterConfig;
 use cohort_runtime::node::{GroupPlacement, Node, NodeBuilder, NodeHandle, SubmitError};
 
 const CLUSTER: ClusterId = ClusterId(0xC0_4087_7E57);
@@ -36,9 +37,23 @@ fn free_addresses(n: usize) -> Vec<SocketAddr> {
     listeners.iter().map(|l| l.local_addr().expect("address")).collect()
 }
 
+/// Short but valid timing (R9: the heartbeat timeout is at least 2 s).
+fn fast_timing() -> ClusterConfig {
+    ClusterConfig {
+        tick: Duration::from_millis(50),
+        commit_broadcast_interval: Duration::from_millis(250),
+        commit_heartbeat_timeout: Duration::from_secs(2),
+        commit_idle_heartbeat_interval: Duration::from_millis(500),
+        commit_idle_heartbeat_timeout: Duration::from_secs(2),
+        view_change_timeout: Duration::from_millis(500),
+        repair_timeout: Duration::from_millis(100),
+    }
+}
+
 fn start_node(index: usize, addresses: &[SocketAddr], dir: &std::path::Path, groups: u64) -> Node {
     let node = NodeId(index as u64 + 1);
     let mut builder = NodeBuilder::new(CLUSTER, node)
+        .cluster_config(fast_timing())
         .listen(addresses[index])
         .data_dir(dir.join(format!("node-{}", node.0)))
         .shards(2)
@@ -61,22 +76,28 @@ fn start_node(index: usize, addresses: &[SocketAddr], dir: &std::path::Path, gro
     builder.start().expect("node starts")
 }
 
-/// Submit to the group's primary, following redirects.
+/// Submit to the group's primary, following redirects, for up to 15 s.
 async fn write(handles: &[NodeHandle], group: GroupId, value: &'static [u8]) -> Result<Op, SubmitError> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
     let mut target = 0;
-    for _ in 0..20 {
-        match handles[target].submit(group, RequestKind::Write, Bytes::from_static(value), Duration::from_secs(5)).await
+    let mut last = SubmitError::Timeout { group, waited: Duration::from_secs(15) };
+    while std::time::Instant::now() < deadline {
+        match handles[target].submit(group, RequestKind::Write, Bytes::from_static(value), Duration::from_secs(3)).await
         {
             Ok(committed) => return Ok(committed.op),
-            Err(SubmitError::NotPrimary { primary: Some(primary), .. }) => target = (primary.0 - 1) as usize,
-            Err(SubmitError::NotPrimary { primary: None, .. }) | Err(SubmitError::Refused { .. }) => {
+            Err(SubmitError::NotPrimary { primary: Some(primary), .. })
+                if handles.iter().any(|h| h.node() == primary) && handles[target].node() != primary =>
+            {
+                target = handles.iter().position(|h| h.node() == primary).unwrap_or(0);
+            }
+            Err(error) => {
+                last = error;
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 target = (target + 1) % handles.len();
             }
-            Err(other) => return Err(other),
         }
     }
-    Err(SubmitError::Timeout { group, waited: Duration::from_secs(0) })
+    Err(last)
 }
 
 fn temp_dir(name: &str) -> std::path::PathBuf {
@@ -106,6 +127,44 @@ fn v1_three_nodes_replicate_over_tcp() {
             assert_eq!((first, second), (Op(1), Op(2)), "{g}");
         }
         for node in nodes {
+            node.stop();
+        }
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn v2_v3_v4_failover_then_restart_and_catch_up() {
+    let dir = temp_dir("cluster-failover");
+    let system = actix_rt::System::new();
+    system.block_on(async {
+        let addresses = free_addresses(3);
+        let mut nodes: Vec<Option<Node>> = (0..3).map(|i| Some(start_node(i, &addresses, &dir, 6))).collect();
+        let handles: Vec<NodeHandle> = nodes.iter().flatten().map(Node::handle).collect();
+        for g in 0..6 {
+            write(&handles, GroupId(g), b"before").await.expect("write before the crash");
+        }
+        // Node 1 is the view-0 primary of groups 0 and 3: stop it like a crash.
+        if let Some(node) = nodes[0].take() {
+            node.stop();
+        }
+        let started = std::time::Instant::now();
+        let survivors = &handles[1..];
+        for g in 0..6 {
+            let op = write(survivors, GroupId(g), b"after").await.expect("the group fails over and commits");
+            assert_eq!(op, Op(2), "{g}: the write before the crash was kept");
+        }
+        let failover = started.elapsed();
+        assert!(failover < Duration::from_secs(10), "failover took {failover:?}");
+        // Restart node 1 from its data directory: it recovers and catches up.
+        nodes[0] = Some(start_node(0, &addresses, &dir, 6));
+        let restarted = nodes[0].as_ref().map(Node::handle).expect("restarted");
+        let all = vec![restarted.clone(), handles[1].clone(), handles[2].clone()];
+        for g in 0..6 {
+            let op = write(&all, GroupId(g), b"third").await.expect("writes go on with the restarted node");
+            assert_eq!(op, Op(3), "{g}");
+        }
+        for node in nodes.into_iter().flatten() {
             node.stop();
         }
     });

@@ -284,20 +284,17 @@ impl NodeBuilder {
                 dropped: Arc::clone(&dropped),
             };
             let (built_tx, built_rx) = std::sync::mpsc::channel();
-            let addr = ShardActor::start_in_arbiter(&arbiter.handle(), move |ctx| match ShardActor::new(setup) {
-                Ok(actor) => {
-                    let _ = built_tx.send(Ok(()));
-                    actor
-                }
-                Err((error, actor)) => {
-                    let _ = built_tx.send(Err(error));
+            let addr = ShardActor::start_in_arbiter(&arbiter.handle(), move |ctx| {
+                let (actor, failure) = ShardActor::new(setup);
+                if failure.is_some() {
                     ctx.stop();
-                    actor
                 }
+                let _ = built_tx.send(failure);
+                actor
             });
             match built_rx.recv() {
-                Ok(Ok(())) => {}
-                Ok(Err(error)) => return Err(NodeError::Shard(error)),
+                Ok(None) => {}
+                Ok(Some(error)) => return Err(NodeError::Shard(error)),
                 Err(_) => return Err(NodeError::Shard(format!("shard {index} did not start"))),
             }
             if let Ok(mut target) = reporter_target.lock() {

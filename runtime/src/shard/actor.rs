@@ -120,8 +120,8 @@ pub struct ShardActor {
 
 impl ShardActor {
     /// Build the core and its groups from `setup`. Runs on the shard's
-    /// thread. On failure the error comes with an actor to stop at once.
-    pub fn new(setup: ShardSetup) -> Result<ShardActor, (String, ShardActor)> {
+    /// thread. With an error, the actor must be stopped at once.
+    pub fn new(setup: ShardSetup) -> (ShardActor, Option<String>) {
         let mut core = Shard::new(setup.node, setup.config.clone());
         let mut recovered = setup.recovered;
         let mut failure = None;
@@ -148,10 +148,7 @@ impl ShardActor {
             fatal: setup.fatal,
             dropped: setup.dropped,
         };
-        match failure {
-            None => Ok(actor),
-            Some(error) => Err((error, actor)),
-        }
+        (actor, failure)
     }
 
     /// A callback for the storage worker that reports to this actor.
