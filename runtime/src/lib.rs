@@ -5,6 +5,7 @@
 //! arrives with the runtime issue.
 
 pub mod config;
+pub mod demo;
 pub mod node;
 pub mod shard;
 pub mod storage;

@@ -75,6 +75,22 @@ pub struct Submit {
 #[rtype(result = "()")]
 struct StorageDone(StorageEvent);
 
+/// Ask a shard for its counters and gauges (R19, R32).
+#[derive(Message)]
+#[rtype(result = "ShardReport")]
+pub struct GetReport;
+
+/// A shard's counters and gauges, and the groups it leads.
+#[derive(Clone, Debug, Default, MessageResponse)]
+pub struct ShardReport {
+    /// Counters.
+    pub metrics: cohort_actors::core::ShardMetrics,
+    /// Groups per heartbeat state.
+    pub gauges: cohort_actors::core::HeartbeatGauges,
+    /// Groups this shard's members lead now.
+    pub primaries: Vec<cohort_messages::GroupId>,
+}
+
 /// Everything a shard actor is built from (all `Send`, so it can be moved to
 /// the shard's thread, where the core itself is built).
 pub struct ShardSetup {
@@ -243,6 +259,10 @@ impl Actor for ShardActor {
             let now = actor.now_tick().max(actor.core.now());
             actor.core.on_tick(now);
             actor.run();
+            // Waiters whose caller gave up (timed out) are forgotten.
+            if now % 64 == 0 {
+                actor.waiting.retain(|_, waiter| !waiter.is_closed());
+            }
         });
     }
 }
@@ -287,5 +307,17 @@ impl Handler<StorageDone> for ShardActor {
             }
         }
         self.run();
+    }
+}
+
+impl Handler<GetReport> for ShardActor {
+    type Result = ShardReport;
+
+    fn handle(&mut self, _: GetReport, _ctx: &mut Self::Context) -> ShardReport {
+        ShardReport {
+            metrics: self.core.metrics().clone(),
+            gauges: self.core.heartbeat_gauges(),
+            primaries: self.core.replicas().filter(|r| r.is_primary()).map(|r| r.group()).collect(),
+        }
     }
 }

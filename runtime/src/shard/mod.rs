@@ -6,5 +6,5 @@ mod actor;
 mod outbox;
 pub mod storage_worker;
 
-pub use actor::{ClientAnswer, Inbound, ShardActor, ShardSetup, Submit};
+pub use actor::{ClientAnswer, GetReport, Inbound, ShardActor, ShardReport, ShardSetup, Submit};
 pub use outbox::{Outbox, Outgoing};

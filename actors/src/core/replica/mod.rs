@@ -121,6 +121,8 @@ pub struct Replica {
     pub(crate) svc_view_seen: View,
     pub(crate) svc_from: crate::core::quorum::MemberSet,
     pub(crate) dvcs: Vec<Option<DoViewChangeSummary>>,
+    /// DoViewChanges for a later view that we lead, kept while our lease runs.
+    pub(crate) early_dvcs: Vec<cohort_messages::DoViewChange>,
     // Superblock.
     pub(crate) superblock_saved: Option<Superblock>,
     pub(crate) superblock_retry: bool,
@@ -188,6 +190,7 @@ impl Replica {
             svc_view_seen: View(0),
             svc_from: crate::core::quorum::MemberSet::EMPTY,
             dvcs: vec![None; members],
+            early_dvcs: Vec::new(),
             superblock_saved: None,
             superblock_retry: false,
             superblock_flush: 0,

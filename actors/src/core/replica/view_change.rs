@@ -58,6 +58,12 @@ impl Replica {
         self.stage_superblock(fx);
         self.send_view_change_messages(fx);
         self.report_role(fx);
+        for early in std::mem::take(&mut self.early_dvcs) {
+            if early.view == self.view {
+                self.svc_from.insert(early.replica);
+                self.record_dvc(early, fx);
+            }
+        }
     }
 
     /// Queued requests cannot be served in a view change: tell the clients.
@@ -145,6 +151,13 @@ impl Replica {
     pub(crate) fn on_do_view_change(&mut self, dvc: DoViewChange, fx: &mut Effects) {
         if dvc.view > self.view {
             self.join_view_change(dvc.view, fx);
+            if dvc.view > self.view && self.primary_index_of(dvc.view) == self.spec.me {
+                // Our lease still runs: keep it for when we join, instead of
+                // making the sender wait for its next re-send.
+                self.early_dvcs.retain(|early| early.replica != dvc.replica);
+                self.early_dvcs.push(dvc);
+                return;
+            }
         }
         if dvc.view == self.view && self.status == Status::ViewChange {
             self.svc_from.insert(dvc.replica);

@@ -1,0 +1,399 @@
+//! `cohort demo`: a real cluster on this machine, under load, through a crash.
+//!
+//! It starts `nodes` nodes in this process, talking over loopback TCP and
+//! logging to real WAL files in a temporary directory, creates `partitions`
+//! groups (every node a member, primaries spread evenly), and runs a write
+//! workload with live progress. A third of the way in it stops the node that
+//! leads the most groups, as abruptly as a crash, and measures per group how
+//! long until a write commits again; two thirds in it restarts that node from
+//! its data directory. At the end it reads back every group's ledger from its
+//! primary and counts acknowledged writes that are missing (must be 0).
+
+mod ledger;
+mod summary;
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use cohort_actors::core::WriteMode;
+use cohort_messages::{ClientId, ClusterId, GroupId, Incarnation, NodeId, Request, RequestKind, RequestNumber};
+use indicatif::{ProgressBar, ProgressStyle};
+
+pub use ledger::Ledger;
+pub use summary::{DemoSummary, percentile};
+
+use crate::node::{GroupPlacement, Node, NodeBuilder, NodeHandle, SubmitError};
+
+/// The demo's cluster id.
+pub const DEMO_CLUSTER: ClusterId = ClusterId(0xC0_4087_DE40);
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct DemoOptions {
+    /// Nodes (at least 3).
+    pub nodes: usize,
+    /// Partition groups.
+    pub partitions: usize,
+    /// Workload duration.
+    pub duration: Duration,
+    /// Shards per node.
+    pub shards: usize,
+    /// Concurrent writers.
+    pub writers: usize,
+    /// Keep the data directory afterwards.
+    pub keep_data: bool,
+    /// Draw the progress bar.
+    pub progress: bool,
+}
+
+impl Default for DemoOptions {
+    fn default() -> Self {
+        DemoOptions {
+            nodes: 3,
+            partitions: 1000,
+            duration: Duration::from_secs(30),
+            shards: 2,
+            writers: 64,
+            keep_data: false,
+            progress: true,
+        }
+    }
+}
+
+/// Run the demo in a new actix System.
+pub fn run(options: DemoOptions) -> Result<DemoSummary, String> {
+    if options.nodes < 3 {
+        return Err(format!("--nodes {}: the demo needs at least 3 nodes to survive a crash", options.nodes));
+    }
+    if options.partitions == 0 {
+        return Err("--partitions must be at least 1".into());
+    }
+    let dir = std::env::temp_dir().join(format!("cohort-demo-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let system = actix_rt::System::new();
+    let result = system.block_on(Demo::run(options.clone(), dir.clone()));
+    if !options.keep_data {
+        let _ = std::fs::remove_dir_all(&dir);
+    } else {
+        eprintln!("data kept in {}", dir.display());
+    }
+    result
+}
+
+struct Demo {
+    options: DemoOptions,
+    dir: PathBuf,
+    addresses: Vec<SocketAddr>,
+    handles: RefCell<Vec<Option<NodeHandle>>>,
+    guess: RefCell<Vec<usize>>,
+    acked: RefCell<Vec<Vec<u64>>>,
+    latencies_us: RefCell<Vec<u64>>,
+    next_id: Cell<u64>,
+    stopping: Cell<bool>,
+    killed_at: Cell<Option<Instant>>,
+    failover: RefCell<HashMap<GroupId, Duration>>,
+}
+
+impl Demo {
+    async fn run(options: DemoOptions, dir: PathBuf) -> Result<DemoSummary, String> {
+        let addresses = free_addresses(options.nodes)?;
+        let demo = Rc::new(Demo {
+            guess: RefCell::new((0..options.partitions).map(|g| g % options.nodes).collect()),
+            acked: RefCell::new(vec![Vec::new(); options.partitions]),
+            handles: RefCell::new(Vec::new()),
+            latencies_us: RefCell::new(Vec::new()),
+            next_id: Cell::new(1),
+            stopping: Cell::new(false),
+            killed_at: Cell::new(None),
+            failover: RefCell::new(HashMap::new()),
+            options,
+            dir,
+            addresses,
+        });
+        let mut nodes: Vec<Option<Node>> = Vec::new();
+        for index in 0..demo.options.nodes {
+            nodes.push(Some(demo.start_node(index)?));
+        }
+        *demo.handles.borrow_mut() = nodes.iter().map(|node| node.as_ref().map(Node::handle)).collect();
+        demo.wait_connected().await?;
+
+        let bar = demo.progress_bar();
+        let started = Instant::now();
+        let writers: Vec<_> = (0..demo.options.writers)
+            .map(|writer| {
+                let demo = Rc::clone(&demo);
+                actix_rt::spawn(async move { demo.write_loop(writer as u64).await })
+            })
+            .collect();
+        let duration = demo.options.duration;
+        let (kill_at, restart_at) = (duration / 3, duration * 2 / 3);
+        let mut killed: Option<(usize, crate::shard::ShardReport)> = None;
+        let mut restarted = false;
+        let mut phase = "steady".to_string();
+        while started.elapsed() < duration {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let elapsed = started.elapsed();
+            if killed.is_none() && elapsed >= kill_at {
+                let (victim, report) = demo.kill_busiest(&mut nodes).await;
+                phase = format!("killed node {} (primary of {} groups)", victim + 1, report.primaries.len());
+                for group in report.primaries.clone() {
+                    let demo = Rc::clone(&demo);
+                    actix_rt::spawn(async move { demo.probe(group).await });
+                }
+                killed = Some((victim, report));
+            } else if let Some((victim, _)) = &killed
+                && !restarted
+                && elapsed >= restart_at
+            {
+                nodes[*victim] = Some(demo.start_node(*victim)?);
+                demo.handles.borrow_mut()[*victim] = nodes[*victim].as_ref().map(Node::handle);
+                restarted = true;
+                phase = format!("restarted node {}", victim + 1);
+            }
+            let acked = demo.latencies_us.borrow().len() as u64;
+            bar.set_position(elapsed.as_millis().min(duration.as_millis()) as u64);
+            bar.set_message(format!(
+                "{phase} | {acked} acked | {:.0} ops/s | failed over {} groups",
+                acked as f64 / elapsed.as_secs_f64().max(0.001),
+                demo.failover.borrow().len()
+            ));
+        }
+        demo.stopping.set(true);
+        for writer in writers {
+            let _ = writer.await;
+        }
+        let workload_secs = started.elapsed().as_secs_f64();
+        bar.set_message("reading back every acknowledged write");
+        let (lost, verified) = demo.verify().await;
+        bar.finish_and_clear();
+        let summary = demo.summarize(&nodes, killed.as_ref(), workload_secs, lost, verified).await;
+        for node in nodes.into_iter().flatten() {
+            node.stop();
+        }
+        Ok(summary)
+    }
+
+    fn start_node(&self, index: usize) -> Result<Node, String> {
+        let node = NodeId(index as u64 + 1);
+        let mut builder = NodeBuilder::new(DEMO_CLUSTER, node)
+            .listen(self.addresses[index])
+            .data_dir(self.dir.join(format!("node-{}", node.0)))
+            .shards(self.options.shards)
+            .state_machine(|_| Box::new(Ledger::default()));
+        for (peer, address) in self.addresses.iter().enumerate() {
+            if peer != index {
+                builder = builder.peer(NodeId(peer as u64 + 1), *address);
+            }
+        }
+        let nodes = self.options.nodes;
+        for g in 0..self.options.partitions {
+            let members = (0..nodes).map(|i| NodeId(((g + i) % nodes) as u64 + 1)).collect();
+            builder = builder.group(GroupPlacement {
+                group: GroupId(g as u64),
+                incarnation: Incarnation(1),
+                members,
+                replication_quorum: None,
+                write_mode: WriteMode::Sync,
+            });
+        }
+        builder.start().map_err(|error| format!("node {}: {error}", node.0))
+    }
+
+    async fn wait_connected(&self) -> Result<(), String> {
+        let want = self.options.nodes - 1;
+        for _ in 0..500 {
+            if self.handles.borrow().iter().flatten().all(|handle| handle.connected_peers() == want) {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        Err("the nodes did not connect to each other within 5 s".into())
+    }
+
+    fn progress_bar(&self) -> ProgressBar {
+        let bar = if self.options.progress {
+            ProgressBar::new(self.options.duration.as_millis() as u64)
+        } else {
+            ProgressBar::hidden()
+        };
+        let style = ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar());
+        bar.set_style(style);
+        bar
+    }
+
+    fn handle(&self, index: usize) -> Option<NodeHandle> {
+        self.handles.borrow().get(index).cloned().flatten()
+    }
+
+    /// One write until it commits (or the demo stops); returns when done.
+    async fn write(&self, group: GroupId, writer: u64) -> Option<Duration> {
+        let id = self.next_id.get();
+        self.next_id.set(id + 1);
+        let request = Request {
+            client: ClientId((u128::from(writer) << 64) | u128::from(id)),
+            request: RequestNumber(1),
+            group,
+            kind: RequestKind::Write,
+            operation: Bytes::copy_from_slice(&id.to_le_bytes()),
+        };
+        let started = Instant::now();
+        let nodes = self.options.nodes;
+        while !self.stopping.get() {
+            let target = self.guess.borrow()[group.0 as usize];
+            let Some(handle) = self.handle(target) else {
+                self.guess.borrow_mut()[group.0 as usize] = (target + 1) % nodes;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            };
+            match handle.submit_as(request.clone(), Duration::from_secs(2)).await {
+                Ok(_) => {
+                    let latency = started.elapsed();
+                    self.acked.borrow_mut()[group.0 as usize].push(id);
+                    self.latencies_us.borrow_mut().push(latency.as_micros() as u64);
+                    return Some(latency);
+                }
+                Err(SubmitError::NotPrimary { primary: Some(primary), .. })
+                    if (primary.0 as usize) <= nodes && primary.0 as usize - 1 != target =>
+                {
+                    self.guess.borrow_mut()[group.0 as usize] = primary.0 as usize - 1;
+                }
+                Err(_) => {
+                    self.guess.borrow_mut()[group.0 as usize] = (target + 1) % nodes;
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        }
+        None
+    }
+
+    async fn write_loop(&self, writer: u64) {
+        let mut state = writer.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        while !self.stopping.get() {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let group = GroupId(state % self.options.partitions as u64);
+            self.write(group, writer + 1).await;
+        }
+    }
+
+    /// Write to one group the killed node led until it commits; record the gap.
+    async fn probe(&self, group: GroupId) {
+        if self.write(group, u64::from(u32::MAX) + group.0).await.is_some()
+            && let Some(killed) = self.killed_at.get()
+        {
+            self.failover.borrow_mut().insert(group, killed.elapsed());
+        }
+    }
+
+    async fn kill_busiest(&self, nodes: &mut [Option<Node>]) -> (usize, crate::shard::ShardReport) {
+        let mut best = (0, crate::shard::ShardReport::default());
+        for (index, node) in nodes.iter().enumerate() {
+            if let Some(node) = node {
+                let report = node.handle().report().await;
+                if report.primaries.len() > best.1.primaries.len() {
+                    best = (index, report);
+                }
+            }
+        }
+        if let Some(node) = nodes[best.0].take() {
+            self.handles.borrow_mut()[best.0] = None;
+            self.killed_at.set(Some(Instant::now()));
+            node.stop();
+        }
+        best
+    }
+
+    /// Read every group's ledger from its primary; count missing acknowledged writes.
+    async fn verify(&self) -> (u64, u64) {
+        let (mut lost, mut verified) = (0u64, 0u64);
+        let nodes = self.options.nodes;
+        for g in 0..self.options.partitions {
+            let group = GroupId(g as u64);
+            let acked = self.acked.borrow()[g].clone();
+            let mut ledger = None;
+            for attempt in 0..200 {
+                let target = self.guess.borrow()[g];
+                let Some(handle) = self.handle(target) else {
+                    self.guess.borrow_mut()[g] = (target + 1) % nodes;
+                    continue;
+                };
+                match handle.submit(group, RequestKind::Read, Bytes::new(), Duration::from_secs(2)).await {
+                    Ok(read) => {
+                        ledger = ledger::decode(&read.result).ok();
+                        break;
+                    }
+                    Err(SubmitError::NotPrimary { primary: Some(primary), .. }) if primary.0 as usize <= nodes => {
+                        self.guess.borrow_mut()[g] = primary.0 as usize - 1;
+                    }
+                    Err(_) => {
+                        self.guess.borrow_mut()[g] = (target + 1) % nodes;
+                        tokio::time::sleep(Duration::from_millis(10 * (attempt % 10 + 1))).await;
+                    }
+                }
+            }
+            let present: std::collections::HashSet<u64> = ledger.unwrap_or_default().into_iter().collect();
+            for id in acked {
+                verified += 1;
+                if !present.contains(&id) {
+                    lost += 1;
+                }
+            }
+        }
+        (lost, verified)
+    }
+
+    async fn summarize(
+        &self,
+        nodes: &[Option<Node>],
+        killed: Option<&(usize, crate::shard::ShardReport)>,
+        workload_secs: f64,
+        lost: u64,
+        verified: u64,
+    ) -> DemoSummary {
+        let mut reports = Vec::new();
+        for node in nodes.iter().flatten() {
+            reports.push(node.handle().report().await);
+        }
+        if let Some((_, report)) = killed {
+            reports.push(report.clone());
+        }
+        let sum = |field: fn(&cohort_actors::core::ShardMetrics) -> u64| -> u64 {
+            reports.iter().map(|report| field(&report.metrics)).sum()
+        };
+        let mut latencies = self.latencies_us.borrow().clone();
+        latencies.sort_unstable();
+        let committed = latencies.len() as u64;
+        let failover = self.failover.borrow();
+        DemoSummary {
+            nodes: self.options.nodes,
+            partitions: self.options.partitions,
+            committed_ops: committed,
+            ops_per_sec: committed as f64 / workload_secs.max(0.001),
+            latency_p50_us: percentile(&latencies, 50.0),
+            latency_p99_us: percentile(&latencies, 99.0),
+            view_changes: sum(|m| m.primaries_started).saturating_sub(self.options.partitions as u64),
+            failover_ms_max: failover.values().map(|d| d.as_millis() as u64).max().unwrap_or(0),
+            failover_groups: killed.map_or(0, |(_, report)| report.primaries.len()),
+            commit_frames: sum(|m| m.commit_batches_sent),
+            commit_entries: sum(|m| m.commit_entries_sent),
+            reply_frames: sum(|m| m.reply_batches_sent),
+            reply_entries: sum(|m| m.reply_entries_sent),
+            lost_acked_writes: lost,
+            verified_writes: verified,
+        }
+    }
+}
+
+fn free_addresses(n: usize) -> Result<Vec<SocketAddr>, String> {
+    let listeners: Vec<std::net::TcpListener> = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").map_err(|error| format!("no free port: {error}")))
+        .collect::<Result<_, _>>()?;
+    listeners.iter().map(|l| l.local_addr().map_err(|error| error.to_string())).collect()
+}

@@ -1,0 +1,126 @@
+//! The demo's summary: a table for people, one JSON line for scripts.
+
+use std::fmt::Write as _;
+
+/// What the demo measured.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct DemoSummary {
+    /// Nodes.
+    pub nodes: usize,
+    /// Partition groups.
+    pub partitions: usize,
+    /// Writes acknowledged to the workload.
+    pub committed_ops: u64,
+    /// Acknowledged writes per second of workload.
+    pub ops_per_sec: f64,
+    /// Median submit-to-acknowledgement latency.
+    pub latency_p50_us: u64,
+    /// 99th percentile latency.
+    pub latency_p99_us: u64,
+    /// Views in which a new primary started (after the initial ones).
+    pub view_changes: u64,
+    /// Longest time from the kill to the first commit in a group the killed node led.
+    pub failover_ms_max: u64,
+    /// Groups the killed node led.
+    pub failover_groups: usize,
+    /// Commit batch frames sent (R19).
+    pub commit_frames: u64,
+    /// Commit entries sent (R19).
+    pub commit_entries: u64,
+    /// CommitReply batch frames sent (R32).
+    pub reply_frames: u64,
+    /// CommitReply entries sent (R32).
+    pub reply_entries: u64,
+    /// Acknowledged writes missing when read back at the end.
+    pub lost_acked_writes: u64,
+    /// Acknowledged writes read back.
+    pub verified_writes: u64,
+}
+
+impl DemoSummary {
+    /// The table.
+    pub fn table(&self) -> String {
+        let rows: Vec<(&str, String)> = vec![
+            ("cluster", format!("{} nodes, {} partitions", self.nodes, self.partitions)),
+            ("committed ops", self.committed_ops.to_string()),
+            ("ops/s", format!("{:.0}", self.ops_per_sec)),
+            ("latency p50", format!("{:.2} ms", self.latency_p50_us as f64 / 1000.0)),
+            ("latency p99", format!("{:.2} ms", self.latency_p99_us as f64 / 1000.0)),
+            ("view changes", self.view_changes.to_string()),
+            ("failover (max over groups)", format!("{} ms over {} groups", self.failover_ms_max, self.failover_groups)),
+            ("Commit frames / entries sent", format!("{} / {}", self.commit_frames, self.commit_entries)),
+            ("CommitReply frames / entries sent", format!("{} / {}", self.reply_frames, self.reply_entries)),
+            ("lost acknowledged writes", format!("{} (of {} read back)", self.lost_acked_writes, self.verified_writes)),
+        ];
+        let width = rows.iter().map(|(name, _)| name.len()).max().unwrap_or(0);
+        let mut out = String::new();
+        for (name, value) in rows {
+            let _ = writeln!(out, "  {name:<width$}  {value}");
+        }
+        out
+    }
+
+    /// One JSON object with the keys the issue names.
+    pub fn json(&self) -> String {
+        format!(
+            concat!(
+                "{{\"committed_ops\":{},\"ops_per_sec\":{:.1},\"latency_p50_us\":{},\"latency_p99_us\":{},",
+                "\"view_changes\":{},\"failover_ms_max\":{},\"commit_frames\":{},\"commit_entries\":{},",
+                "\"reply_frames\":{},\"reply_entries\":{},\"lost_acked_writes\":{}}}"
+            ),
+            self.committed_ops,
+            self.ops_per_sec,
+            self.latency_p50_us,
+            self.latency_p99_us,
+            self.view_changes,
+            self.failover_ms_max,
+            self.commit_frames,
+            self.commit_entries,
+            self.reply_frames,
+            self.reply_entries,
+            self.lost_acked_writes
+        )
+    }
+}
+
+/// The value at `percentile` (0–100) of sorted samples.
+pub fn percentile(sorted: &[u64], percentile: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = ((percentile / 100.0) * (sorted.len() - 1) as f64).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_has_every_key() {
+        let json = DemoSummary::default().json();
+        for key in [
+            "committed_ops",
+            "ops_per_sec",
+            "latency_p50_us",
+            "latency_p99_us",
+            "view_changes",
+            "failover_ms_max",
+            "commit_frames",
+            "commit_entries",
+            "reply_frames",
+            "reply_entries",
+            "lost_acked_writes",
+        ] {
+            assert!(json.contains(&format!("\"{key}\":")), "{key} in {json}");
+        }
+    }
+
+    #[test]
+    fn percentiles() {
+        let samples: Vec<u64> = (1..=100).collect();
+        assert_eq!(percentile(&samples, 50.0), 51);
+        assert_eq!(percentile(&samples, 99.0), 99);
+        assert_eq!(percentile(&[], 99.0), 0);
+    }
+}
