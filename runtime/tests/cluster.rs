@@ -170,3 +170,133 @@ fn v2_v3_v4_failover_then_restart_and_catch_up() {
     });
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+fn start_node_with_admin(index: usize, addresses: &[SocketAddr], dir: &std::path::Path, groups: u64) -> Node {
+    let node = NodeId(index as u64 + 1);
+    let mut builder = NodeBuilder::new(CLUSTER, node)
+        .cluster_config(fast_timing())
+        .listen(addresses[index])
+        .admin("127.0.0.1:0".parse().expect("address"))
+        .data_dir(dir.join(format!("node-{}", node.0)))
+        .state_machine(|_| Box::new(Register::default()));
+    for (peer, address) in addresses.iter().enumerate() {
+        if peer != index {
+            builder = builder.peer(NodeId(peer as u64 + 1), *address);
+        }
+    }
+    for g in 0..groups {
+        let members = (0..3).map(|i| NodeId(((g as usize + i) % 3) as u64 + 1)).collect();
+        builder = builder.group(GroupPlacement {
+            group: GroupId(g),
+            incarnation: Incarnation(1),
+            members,
+            replication_quorum: None,
+            write_mode: WriteMode::Sync,
+        });
+    }
+    builder.start().expect("node starts")
+}
+
+async fn http_get(address: SocketAddr, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(address).await.expect("connect to admin");
+    stream.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes()).await.expect("request");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.expect("response");
+    response
+}
+
+fn metric(text: &str, name: &str) -> u64 {
+    text.lines()
+        .filter(|line| line.starts_with(name))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .map(|value| value as u64)
+        .sum()
+}
+
+#[test]
+fn r19_r32_metrics_endpoint_serves_heartbeat_counters() {
+    let dir = temp_dir("cluster-metrics");
+    let system = actix_rt::System::new();
+    system.block_on(async {
+        let addresses = free_addresses(3);
+        let nodes: Vec<Node> = (0..3).map(|i| start_node_with_admin(i, &addresses, &dir, 6)).collect();
+        let handles: Vec<NodeHandle> = nodes.iter().map(Node::handle).collect();
+        for g in 0..6 {
+            write(&handles, GroupId(g), b"x").await.expect("write");
+        }
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let admin = nodes[0].admin_address().expect("admin bound");
+        let text = http_get(admin, "/metrics").await;
+        assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+        for name in [
+            "cohort_commit_batches_sent_total",
+            "cohort_commit_entries_sent_total",
+            "cohort_reply_batches_received_total",
+            "cohort_reply_entries_received_total",
+        ] {
+            assert!(metric(&text, name) > 0, "{name} is counted:\n{text}");
+        }
+        assert!(
+            metric(&text, "cohort_commit_batches_sent_total") < metric(&text, "cohort_commit_entries_sent_total"),
+            "batches carry several entries"
+        );
+        assert!(text.contains("cohort_peers_connected 2"), "{text}");
+        assert!(http_get(admin, "/health").await.starts_with("HTTP/1.1 200"));
+        for node in nodes {
+            node.stop();
+        }
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Connect to `address` as node 9 and send `frames`; true if the node closed the connection.
+async fn send_raw(address: SocketAddr, frames: &[cohort_messages::EncodedFrame]) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(address).await.expect("connect");
+    for frame in frames {
+        stream.write_all(&frame.to_bytes()).await.expect("write");
+    }
+    let mut buffer = [0u8; 16];
+    matches!(tokio::time::timeout(Duration::from_millis(500), stream.read(&mut buffer)).await, Ok(Ok(0)) | Ok(Err(_)))
+}
+
+fn handshake(cluster: ClusterId, revision: u16) -> cohort_messages::EncodedFrame {
+    use cohort_messages::{Command, Handshake, Header, Message, TraceContext};
+    let body = Message::Handshake(Handshake { revision, cluster, node: NodeId(9), shard_count: 1 }).encode_body();
+    let mut header = Header::new(cluster, NodeId(9), Command::Handshake, TraceContext::NONE);
+    header.revision = revision;
+    cohort_messages::EncodedFrame::new(header, body)
+}
+
+#[test]
+fn r18_wrong_cluster_or_revision_1_is_refused_and_r15_bad_frames_are_dropped() {
+    let dir = temp_dir("cluster-r18");
+    let system = actix_rt::System::new();
+    system.block_on(async {
+        let addresses = free_addresses(3);
+        let node = start_node(0, &addresses, &dir, 1);
+        let address = node.listen_address();
+        let handle = node.handle();
+        assert!(send_raw(address, &[handshake(ClusterId(0xBAD), 2)]).await, "foreign cluster: connection closed");
+        assert!(send_raw(address, &[handshake(CLUSTER, 1)]).await, "revision 1: connection closed");
+        assert_eq!(handle.inbound_stats().handshakes_refused.load(std::sync::atomic::Ordering::Relaxed), 2);
+        // A good handshake, then a frame whose body was damaged on the way:
+        // the frame is dropped and counted, the connection stays open.
+        let mut damaged = cohort_messages::Message::Handshake(cohort_messages::Handshake {
+            revision: 2,
+            cluster: CLUSTER,
+            node: NodeId(9),
+            shard_count: 1,
+        })
+        .encode(CLUSTER, NodeId(9), cohort_messages::TraceContext::NONE);
+        let mut body = damaged.body.to_vec();
+        body[0] ^= 0x40;
+        damaged.body = Bytes::from(body);
+        let closed = send_raw(address, &[handshake(CLUSTER, 2), damaged]).await;
+        assert!(!closed, "a bad body checksum drops the frame, not the connection");
+        assert!(handle.inbound_stats().frames_rejected.load(std::sync::atomic::Ordering::Relaxed) >= 1);
+        node.stop();
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+}

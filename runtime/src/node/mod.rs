@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
+use std::time::Instant;
 
 use actix::prelude::*;
 use bytes::Bytes;
@@ -27,6 +28,7 @@ use crate::config::ClusterConfig;
 use crate::shard::storage_worker::StorageWorker;
 use crate::shard::{ClientAnswer, Outbox, ShardActor, ShardSetup, Submit};
 use crate::storage::FileStorageConfig;
+use crate::telemetry::{Drops, NodeMetrics};
 use crate::transport::PeerLink;
 use crate::transport::listener::{self, InboundStats, Router};
 
@@ -130,6 +132,7 @@ pub struct NodeBuilder {
     storage: FileStorageConfig,
     groups: Vec<GroupPlacement>,
     state_machines: Option<StateMachineFactory>,
+    admin: Option<SocketAddr>,
 }
 
 impl NodeBuilder {
@@ -147,7 +150,14 @@ impl NodeBuilder {
             storage: FileStorageConfig::default(),
             groups: Vec::new(),
             state_machines: None,
+            admin: None,
         }
+    }
+
+    /// Serve `/metrics` (Prometheus text) and `/health` on this address.
+    pub fn admin(mut self, address: SocketAddr) -> Self {
+        self.admin = Some(address);
+        self
     }
 
     /// The address peers dial.
@@ -218,7 +228,20 @@ impl NodeBuilder {
             .map_err(|error| NodeError::Bind { address: listen, reason: error.to_string() })?;
         let listen = std_listener.local_addr().unwrap_or(listen);
 
-        let dropped = Arc::new(AtomicU64::new(0));
+        let metrics = Arc::new(NodeMetrics::new());
+        let drops = Arc::new(Drops::new(Arc::clone(&metrics)));
+        let admin = match self.admin {
+            Some(address) => {
+                let listener = std::net::TcpListener::bind(address)
+                    .map_err(|error| NodeError::Bind { address, reason: error.to_string() })?;
+                listener
+                    .set_nonblocking(true)
+                    .map_err(|error| NodeError::Bind { address, reason: error.to_string() })?;
+                Some(listener)
+            }
+            None => None,
+        };
+        let admin_address = admin.as_ref().and_then(|listener| listener.local_addr().ok());
         let fatal = Arc::new(std::sync::Mutex::new(None));
         let io = Arbiter::new();
         let mut connected = HashMap::new();
@@ -232,7 +255,7 @@ impl NodeBuilder {
                 peer,
                 address,
                 Arc::clone(&flag),
-                Arc::clone(&dropped),
+                Arc::clone(&drops),
             );
             links.insert(peer, PeerLink::start_in_arbiter(&io.handle(), move |_| link));
             connected.insert(peer, flag);
@@ -249,7 +272,7 @@ impl NodeBuilder {
             let outboxes: HashMap<NodeId, Addr<Outbox>> = links
                 .iter()
                 .map(|(&peer, link)| {
-                    let outbox = Outbox::new(self.cluster, self.node, link.clone(), Arc::clone(&dropped));
+                    let outbox = Outbox::new(self.cluster, self.node, link.clone(), Arc::clone(&drops));
                     (peer, Outbox::start_in_arbiter(&arbiter.handle(), move |_| outbox))
                 })
                 .collect();
@@ -281,7 +304,8 @@ impl NodeBuilder {
                 connected: connected.clone(),
                 storage,
                 fatal: Arc::clone(&fatal),
-                dropped: Arc::clone(&dropped),
+                drops: Arc::clone(&drops),
+                metrics: Arc::clone(&metrics),
             };
             let (built_tx, built_rx) = std::sync::mpsc::channel();
             let addr = ShardActor::start_in_arbiter(&arbiter.handle(), move |ctx| {
@@ -305,7 +329,23 @@ impl NodeBuilder {
         }
         let shards = Arc::new(shards);
         let stats = Arc::new(InboundStats::default());
-        let router = Router { cluster: self.cluster, shards: Arc::clone(&shards), stats: Arc::clone(&stats) };
+        let router = Router {
+            cluster: self.cluster,
+            shards: Arc::clone(&shards),
+            stats: Arc::clone(&stats),
+            metrics: Arc::clone(&metrics),
+            drops: Arc::clone(&drops),
+            next_connection: Arc::new(AtomicU64::new(1)),
+        };
+        if let Some(admin) = admin {
+            let metrics = Arc::clone(&metrics);
+            io.spawn(async move {
+                match tokio::net::TcpListener::from_std(admin) {
+                    Ok(listener) => crate::telemetry::serve(listener, metrics).await,
+                    Err(error) => eprintln!("cohort: cannot serve metrics: {error}"),
+                }
+            });
+        }
         io.spawn(async move {
             match tokio::net::TcpListener::from_std(std_listener) {
                 Ok(listener) => listener::serve(listener, router).await,
@@ -317,11 +357,12 @@ impl NodeBuilder {
             shards,
             next_client: Arc::new(AtomicU64::new(1)),
             connected: Arc::new(connected),
-            dropped,
+            drops,
             stats,
             fatal,
+            metrics,
         };
-        Ok(Node { handle, listen, arbiters, io: Some(io) })
+        Ok(Node { handle, listen, admin: admin_address, arbiters, io: Some(io) })
     }
 }
 
@@ -350,6 +391,7 @@ fn placements_to_specs(node: NodeId, placements: &[GroupPlacement]) -> Result<Ve
 pub struct Node {
     handle: NodeHandle,
     listen: SocketAddr,
+    admin: Option<SocketAddr>,
     arbiters: Vec<Arbiter>,
     io: Option<Arbiter>,
 }
@@ -363,6 +405,11 @@ impl Node {
     /// The bound listen address (useful with port 0).
     pub fn listen_address(&self) -> SocketAddr {
         self.listen
+    }
+
+    /// The bound admin address serving `/metrics`, if configured.
+    pub fn admin_address(&self) -> Option<SocketAddr> {
+        self.admin
     }
 
     /// Stop every actor and thread of the node at once, like a crash: nothing
@@ -386,9 +433,10 @@ pub struct NodeHandle {
     shards: Arc<Vec<Addr<ShardActor>>>,
     next_client: Arc<AtomicU64>,
     connected: Arc<HashMap<NodeId, Arc<AtomicBool>>>,
-    dropped: Arc<AtomicU64>,
+    drops: Arc<Drops>,
     stats: Arc<InboundStats>,
     fatal: Arc<std::sync::Mutex<Option<String>>>,
+    metrics: Arc<NodeMetrics>,
 }
 
 impl NodeHandle {
@@ -420,6 +468,7 @@ impl NodeHandle {
         let group = request.group;
         let shard = &self.shards[shard_of(group, self.shards.len())];
         let (answer, answered) = oneshot::channel();
+        let started = Instant::now();
         if shard.try_send(Submit { request, answer }).is_err() {
             return Err(SubmitError::Stopped { group });
         }
@@ -430,7 +479,10 @@ impl NodeHandle {
                 Err(SubmitError::NotPrimary { group, primary: redirect.primary })
             }
             Ok(Ok(ClientAnswer::Reply(reply))) => match reply.outcome {
-                cohort_messages::Outcome::Ok(result) => Ok(Committed { op: reply.op, result }),
+                cohort_messages::Outcome::Ok(result) => {
+                    self.metrics.observe_commit_latency(started.elapsed());
+                    Ok(Committed { op: reply.op, result })
+                }
                 cohort_messages::Outcome::Error { code, detail } => Err(SubmitError::Refused { group, code, detail }),
             },
         }
@@ -443,7 +495,12 @@ impl NodeHandle {
 
     /// Frames and messages dropped on full or disconnected queues.
     pub fn dropped(&self) -> u64 {
-        self.dropped.load(Ordering::Relaxed)
+        self.drops.total()
+    }
+
+    /// The node's metrics (what `/metrics` serves).
+    pub fn metrics(&self) -> &NodeMetrics {
+        &self.metrics
     }
 
     /// Inbound counters (refused handshakes, rejected frames and entries).

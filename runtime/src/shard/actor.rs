@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
@@ -24,6 +24,7 @@ use tokio::sync::oneshot;
 use super::outbox::{Outbox, Outgoing};
 use super::storage_worker::{StorageEvent, StorageWorker};
 use crate::node::StateMachineFactory;
+use crate::telemetry::{DropReason, Drops, NodeMetrics};
 
 /// Input from a peer link, routed to the shard that owns the groups (R16).
 #[derive(Message)]
@@ -116,8 +117,10 @@ pub struct ShardSetup {
     pub storage: StorageWorker,
     /// Set when the storage failed fatally; the node stops.
     pub fatal: Arc<std::sync::Mutex<Option<String>>>,
-    /// Frames and messages dropped on full mailboxes.
-    pub dropped: Arc<AtomicU64>,
+    /// Drops on full mailboxes.
+    pub drops: Arc<Drops>,
+    /// Where this shard publishes its counters.
+    pub metrics: Arc<NodeMetrics>,
 }
 
 /// The shard actor.
@@ -131,7 +134,9 @@ pub struct ShardActor {
     connected: HashMap<NodeId, Arc<AtomicBool>>,
     waiting: HashMap<(ClientId, RequestNumber), oneshot::Sender<ClientAnswer>>,
     fatal: Arc<std::sync::Mutex<Option<String>>>,
-    dropped: Arc<AtomicU64>,
+    drops: Arc<Drops>,
+    metrics: Arc<NodeMetrics>,
+    published_tick: u64,
 }
 
 impl ShardActor {
@@ -162,7 +167,9 @@ impl ShardActor {
             connected: setup.connected,
             waiting: HashMap::new(),
             fatal: setup.fatal,
-            dropped: setup.dropped,
+            drops: setup.drops,
+            metrics: setup.metrics,
+            published_tick: 0,
         };
         (actor, failure)
     }
@@ -218,9 +225,10 @@ impl ShardActor {
         }
         for (to, messages) in outgoing {
             let count = messages.len() as u64;
-            let sent = self.outboxes.get(&to).is_some_and(|outbox| outbox.try_send(Outgoing { messages }).is_ok());
-            if !sent {
-                self.dropped.fetch_add(count, Ordering::Relaxed);
+            match self.outboxes.get(&to).map(|outbox| outbox.try_send(Outgoing { messages })) {
+                Some(Ok(())) => {}
+                Some(Err(SendError::Full(_))) => self.drops.add(DropReason::MailboxFull, count),
+                Some(Err(SendError::Closed(_))) | None => self.drops.add(DropReason::MailboxClosed, count),
             }
         }
     }
@@ -259,8 +267,16 @@ impl Actor for ShardActor {
             let now = actor.now_tick().max(actor.core.now());
             actor.core.on_tick(now);
             actor.run();
-            // Waiters whose caller gave up (timed out) are forgotten.
-            if now % 64 == 0 {
+            // About once a second: publish counters (R19, R32) and forget
+            // waiters whose caller gave up.
+            let second_ticks = (1_000_000_000 / actor.tick.as_nanos().max(1)).max(1) as u64;
+            if now >= actor.published_tick + second_ticks {
+                actor.published_tick = now;
+                actor.metrics.update_shard(actor.index, actor.core.metrics(), &actor.core.heartbeat_gauges());
+                if actor.index == 0 {
+                    let peers = actor.connected.values().filter(|flag| flag.load(Ordering::Relaxed)).count();
+                    actor.metrics.set_peers_connected(peers);
+                }
                 actor.waiting.retain(|_, waiter| !waiter.is_closed());
             }
         });

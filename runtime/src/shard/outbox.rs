@@ -8,11 +8,11 @@
 //! dropped and counted (R30: a dropped reply batch is replaced by the next).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use actix::prelude::*;
 use cohort_messages::{ClusterId, EncodedFrame, Message, NodeId, TraceContext};
 
+use crate::telemetry::{DropReason, Drops};
 use crate::transport::{PeerLink, SendFrames};
 
 /// One shard turn's messages for one peer.
@@ -28,13 +28,13 @@ pub struct Outbox {
     cluster: ClusterId,
     node: NodeId,
     link: Addr<PeerLink>,
-    dropped: Arc<AtomicU64>,
+    drops: Arc<Drops>,
 }
 
 impl Outbox {
-    /// An outbox of `node` writing to `link`; drops are added to `dropped`.
-    pub fn new(cluster: ClusterId, node: NodeId, link: Addr<PeerLink>, dropped: Arc<AtomicU64>) -> Outbox {
-        Outbox { cluster, node, link, dropped }
+    /// An outbox of `node` writing to `link`; drops are counted in `drops`.
+    pub fn new(cluster: ClusterId, node: NodeId, link: Addr<PeerLink>, drops: Arc<Drops>) -> Outbox {
+        Outbox { cluster, node, link, drops }
     }
 }
 
@@ -56,8 +56,10 @@ impl Handler<Outgoing> for Outbox {
             .map(|message| message.encode(self.cluster, self.node, TraceContext::NONE))
             .collect();
         let count = frames.len() as u64;
-        if self.link.try_send(SendFrames { frames }).is_err() {
-            self.dropped.fetch_add(count, Ordering::Relaxed);
+        match self.link.try_send(SendFrames { frames }) {
+            Ok(()) => {}
+            Err(SendError::Full(_)) => self.drops.add(DropReason::MailboxFull, count),
+            Err(SendError::Closed(_)) => self.drops.add(DropReason::MailboxClosed, count),
         }
     }
 }

@@ -417,7 +417,12 @@ impl NodeMetrics {
 
     /// Count one frame or message dropped for `reason`.
     pub fn inc_dropped(&self, reason: DropReason) {
-        self.frames_dropped.get_or_create(&DropLabels { reason }).inc();
+        self.add_dropped(reason, 1);
+    }
+
+    /// Count `count` frames or messages dropped for `reason`.
+    pub fn add_dropped(&self, reason: DropReason, count: u64) {
+        self.frames_dropped.get_or_create(&DropLabels { reason }).inc_by(count);
     }
 
     /// Set how many peer nodes are connected now.

@@ -11,3 +11,6 @@ pub mod metrics;
 
 pub use admin::{AdminLimits, serve, serve_with_limits};
 pub use metrics::{DropReason, GroupState, NodeMetrics, RejectLevel};
+
+mod drops;
+pub use drops::Drops;

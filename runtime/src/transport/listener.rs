@@ -42,6 +42,12 @@ pub struct Router {
     pub shards: Arc<Vec<Addr<ShardActor>>>,
     /// Counters.
     pub stats: Arc<InboundStats>,
+    /// Exported metrics (rejected frames by kind).
+    pub metrics: Arc<crate::telemetry::NodeMetrics>,
+    /// Dropped messages.
+    pub drops: Arc<crate::telemetry::Drops>,
+    /// Numbers connections, as the source of their reject counts.
+    pub next_connection: Arc<AtomicU64>,
 }
 
 /// Accept connections forever, each served by its own task.
@@ -58,6 +64,8 @@ pub async fn serve(listener: TcpListener, router: Router) {
 }
 
 async fn read_connection(mut stream: TcpStream, router: Router) {
+    let connection = router.next_connection.fetch_add(1, Ordering::Relaxed) as usize;
+    let mut rejects = cohort_messages::RejectCounters::default();
     let mut decoder = FrameDecoder::new(router.cluster);
     let mut buffer = BytesMut::with_capacity(64 * 1024);
     let mut peer: Option<NodeId> = None;
@@ -65,13 +73,15 @@ async fn read_connection(mut stream: TcpStream, router: Router) {
         loop {
             match decoder.decode(&mut buffer) {
                 Ok(Some(frame)) => {
-                    if !router.handle(&mut peer, frame) {
+                    if !router.handle(&mut peer, frame, &mut rejects, connection) {
                         return;
                     }
                 }
                 Ok(None) => break,
                 Err(error) => {
                     router.stats.frames_rejected.fetch_add(1, Ordering::Relaxed);
+                    rejects.frame(&error);
+                    router.metrics.record_rejected(connection, &rejects);
                     if error.closes_connection() {
                         if matches!(
                             error,
@@ -95,11 +105,19 @@ async fn read_connection(mut stream: TcpStream, router: Router) {
 
 impl Router {
     /// Handle one frame; false closes the connection.
-    fn handle(&self, peer: &mut Option<NodeId>, frame: Frame) -> bool {
+    fn handle(
+        &self,
+        peer: &mut Option<NodeId>,
+        frame: Frame,
+        rejects: &mut cohort_messages::RejectCounters,
+        connection: usize,
+    ) -> bool {
         let message = match frame.message() {
             Ok(message) => message,
-            Err(_) => {
+            Err(error) => {
                 self.stats.frames_rejected.fetch_add(1, Ordering::Relaxed);
+                rejects.body(&error);
+                self.metrics.record_rejected(connection, rejects);
                 return true;
             }
         };
@@ -134,7 +152,7 @@ impl Router {
         match message {
             Message::Commit(batch) => {
                 let routed = route(&batch, shards);
-                self.stats.entries_rejected.fetch_add(routed.rejected.len() as u64, Ordering::Relaxed);
+                self.count_entry_rejects(&routed.rejected, rejects, connection);
                 for (index, entries) in routed.per_shard.into_iter().enumerate() {
                     if !entries.is_empty() {
                         self.deliver(index, Inbound::Commits { from, entries });
@@ -143,7 +161,7 @@ impl Router {
             }
             Message::CommitReply(batch) => {
                 let routed = route(&batch, shards);
-                self.stats.entries_rejected.fetch_add(routed.rejected.len() as u64, Ordering::Relaxed);
+                self.count_entry_rejects(&routed.rejected, rejects, connection);
                 for (index, entries) in routed.per_shard.into_iter().enumerate() {
                     if !entries.is_empty() {
                         self.deliver(index, Inbound::Replies { from, entries });
@@ -159,11 +177,28 @@ impl Router {
         true
     }
 
+    fn count_entry_rejects(
+        &self,
+        rejected: &[cohort_messages::EntryError],
+        rejects: &mut cohort_messages::RejectCounters,
+        connection: usize,
+    ) {
+        if rejected.is_empty() {
+            return;
+        }
+        self.stats.entries_rejected.fetch_add(rejected.len() as u64, Ordering::Relaxed);
+        for error in rejected {
+            rejects.entry(error);
+        }
+        self.metrics.record_rejected(connection, rejects);
+    }
+
     fn deliver(&self, shard: usize, inbound: Inbound) {
         if let Some(addr) = self.shards.get(shard)
             && addr.try_send(inbound).is_err()
         {
             self.stats.mailbox_full.fetch_add(1, Ordering::Relaxed);
+            self.drops.add(crate::telemetry::DropReason::MailboxFull, 1);
         }
     }
 }

@@ -10,7 +10,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use actix::prelude::*;
@@ -18,6 +18,8 @@ use cohort_messages::{ClusterId, EncodedFrame, Handshake, Message, NodeId, Trace
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
+
+use crate::telemetry::{DropReason, Drops};
 
 /// Frames to write to the peer, in order.
 #[derive(Message)]
@@ -39,7 +41,7 @@ pub struct PeerLink {
     hello: EncodedFrame,
     queue: Option<mpsc::Sender<Vec<EncodedFrame>>>,
     connected: Arc<AtomicBool>,
-    dropped: Arc<AtomicU64>,
+    drops: Arc<Drops>,
 }
 
 impl PeerLink {
@@ -51,14 +53,14 @@ impl PeerLink {
         peer: NodeId,
         address: SocketAddr,
         connected: Arc<AtomicBool>,
-        dropped: Arc<AtomicU64>,
+        drops: Arc<Drops>,
     ) -> PeerLink {
         let hello = Message::Handshake(Handshake { revision: WIRE_REVISION, cluster, node, shard_count }).encode(
             cluster,
             node,
             TraceContext::NONE,
         );
-        PeerLink { peer, address, hello, queue: None, connected, dropped }
+        PeerLink { peer, address, hello, queue: None, connected, drops }
     }
 
     /// The peer this link writes to.
@@ -89,12 +91,12 @@ impl Handler<SendFrames> for PeerLink {
     fn handle(&mut self, send: SendFrames, _ctx: &mut Self::Context) {
         let count = send.frames.len() as u64;
         if !self.connected.load(Ordering::Relaxed) {
-            self.dropped.fetch_add(count, Ordering::Relaxed);
+            self.drops.add(DropReason::PeerDisconnected, count);
             return;
         }
         let queued = self.queue.as_ref().is_some_and(|queue| queue.try_send(send.frames).is_ok());
         if !queued {
-            self.dropped.fetch_add(count, Ordering::Relaxed);
+            self.drops.add(DropReason::MailboxFull, count);
         }
     }
 }
