@@ -92,7 +92,9 @@ pub fn decode_message(bytes: Bytes, cluster: ClusterId) -> Result<(Header, Messa
 /// Feed received bytes into a [`BytesMut`] and call [`FrameDecoder::decode`]
 /// until it returns `Ok(None)` (needs more bytes). On an error, count it; if
 /// [`FrameError::closes_connection`] is true, close the connection, else keep
-/// decoding: the bad frame was already consumed.
+/// decoding: the bad frame was already consumed (a frame with a bad body
+/// checksum or an unknown command is reported once all of it has arrived, and
+/// is then gone from the buffer).
 #[derive(Clone, Debug)]
 pub struct FrameDecoder {
     cluster: ClusterId,
@@ -117,7 +119,14 @@ impl FrameDecoder {
                 let header_bytes: &[u8; HEADER_SIZE_BYTES] = header_bytes
                     .try_into()
                     .map_err(|_| FrameError::Truncated { got_bytes: buffer.len(), needed_bytes: HEADER_SIZE_BYTES })?;
-                let header = Header::decode(header_bytes)?;
+                let header = match Header::decode(header_bytes) {
+                    Ok(header) => header,
+                    Err(FrameError::UnknownCommand(command_byte)) => {
+                        let (cluster, body_size) = Header::framing_of(header_bytes);
+                        return self.skip_unknown_command(buffer, cluster, body_size, command_byte);
+                    }
+                    Err(error) => return Err(error),
+                };
                 header.check_cluster(self.cluster)?;
                 buffer.advance(HEADER_SIZE_BYTES);
                 header
@@ -133,5 +142,28 @@ impl FrameDecoder {
         let body = buffer.split_to(body_size).freeze();
         header.check_body(&body)?;
         Ok(Some(Frame { header, body }))
+    }
+
+    /// Drop a whole frame whose command byte this build does not know, so the
+    /// stream goes on with the next frame as [`FrameError::closes_connection`]
+    /// promises. Its header is sound (checksum, revision, body size), so its
+    /// extent is known; the error is returned once all of it has arrived.
+    fn skip_unknown_command(
+        &self,
+        buffer: &mut BytesMut,
+        cluster: ClusterId,
+        body_size: u32,
+        command_byte: u8,
+    ) -> Result<Option<Frame>, FrameError> {
+        if cluster != self.cluster {
+            return Err(FrameError::ClusterMismatch { got: cluster.0, expected: self.cluster.0 });
+        }
+        let frame_size_bytes = HEADER_SIZE_BYTES + body_size as usize;
+        if buffer.len() < frame_size_bytes {
+            buffer.reserve(frame_size_bytes - buffer.len());
+            return Ok(None);
+        }
+        buffer.advance(frame_size_bytes);
+        Err(FrameError::UnknownCommand(command_byte))
     }
 }
