@@ -446,9 +446,10 @@ impl StateChunk {
         Ok(())
     }
 
-    /// True if this chunk completes the snapshot.
+    /// True if this chunk completes the snapshot. False (not a panic) for a
+    /// chunk whose end overflows, which [`StateChunk::validate`] refuses.
     pub fn is_last(&self) -> bool {
-        self.offset_bytes + self.chunk.len() as u64 == self.total_size_bytes
+        self.offset_bytes.checked_add(self.chunk.len() as u64) == Some(self.total_size_bytes)
     }
 }
 
