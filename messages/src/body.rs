@@ -79,6 +79,7 @@ pub struct Request {
     /// Read or write.
     pub kind: RequestKind,
     /// The state machine's operation, opaque to cohort.
+    #[serde(with = "crate::serde_fields::payload")]
     pub operation: Bytes,
 }
 
@@ -113,12 +114,13 @@ pub enum ReplyError {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Outcome {
     /// Applied (or read); the state machine's result.
-    Ok(Bytes),
+    Ok(#[serde(with = "crate::serde_fields::payload")] Bytes),
     /// Not applied.
     Error {
         /// What happened.
         code: ReplyError,
         /// Human-readable context.
+        #[serde(with = "crate::serde_fields::text")]
         detail: String,
     },
 }
@@ -167,6 +169,7 @@ pub struct LogEntry {
     /// The client's request number.
     pub request: RequestNumber,
     /// The operation, opaque to cohort.
+    #[serde(with = "crate::serde_fields::payload")]
     pub operation: Bytes,
 }
 
@@ -429,6 +432,7 @@ pub struct StateChunk {
     /// The snapshot's whole size.
     pub total_size_bytes: u64,
     /// The chunk.
+    #[serde(with = "crate::serde_fields::payload")]
     pub chunk: Bytes,
 }
 
