@@ -529,8 +529,9 @@ fn unknown_command_drops_that_frame_and_the_stream_goes_on() {
 fn unknown_command_from_a_foreign_cluster_still_closes_the_connection() {
     let foreign = prepare_ok().encode(FOREIGN_CLUSTER, SENDER, trace()).to_bytes();
     let unknown = with_header_byte(&foreign, at::COMMAND, 0);
-    let results = decode_stream([&unknown[..]]);
-    assert_eq!(results, vec![Err(FrameError::ClusterMismatch { got: FOREIGN_CLUSTER.0, expected: CLUSTER.0 })]);
+    let mismatch = FrameError::ClusterMismatch { got: FOREIGN_CLUSTER.0, expected: CLUSTER.0 };
+    assert_eq!(decode_stream([&unknown[..]]), vec![Err(mismatch.clone())]);
+    assert_eq!(Frame::decode(Bytes::from(unknown), CLUSTER), Err(mismatch));
 }
 
 // --- Truncation and trailing bytes ----------------------------------------------
