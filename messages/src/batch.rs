@@ -12,6 +12,7 @@ use crate::command::Command;
 use crate::error::{BodyError, EntryError};
 use crate::ids::{GroupId, Incarnation, MemberIndex, Op, Timestamp, View};
 use crate::le::{get_u8, get_u32, get_u64, is_zero, put};
+use crate::limits::GROUP_MEMBERS_MAX;
 
 /// R10: a Commit entry is exactly 40 bytes.
 pub const COMMIT_ENTRY_SIZE_BYTES: usize = 40;
@@ -41,6 +42,13 @@ impl HeartbeatState {
             _ => None,
         }
     }
+}
+
+/// A member index read from an entry, if it is below [`GROUP_MEMBERS_MAX`]:
+/// quorums are bit masks of that width, so a larger index is a bad entry, as
+/// it is a bad body in every other message (see `body.rs`).
+fn member_index(value: u8) -> Option<MemberIndex> {
+    ((value as usize) < GROUP_MEMBERS_MAX).then_some(MemberIndex(value))
 }
 
 /// A fixed-size batch entry.
@@ -76,7 +84,7 @@ pub struct CommitEntry {
     pub timestamp_monotonic: Timestamp,
     /// Busy, Idle or Eager (R21).
     pub heartbeat_state: HeartbeatState,
-    /// The sender's member index in this group.
+    /// The sender's member index in this group (below `GROUP_MEMBERS_MAX`).
     pub replica: MemberIndex,
 }
 
@@ -107,6 +115,7 @@ impl FixedEntry for CommitEntry {
         let group = GroupId(get_u64(raw, 0));
         let bad = |reason| EntryError { command: Command::Commit, index, group, reason };
         let heartbeat_state = HeartbeatState::from_u8(get_u8(raw, 36)).ok_or_else(|| bad("unknown heartbeat_state"))?;
+        let replica = member_index(get_u8(raw, 37)).ok_or_else(|| bad("replica index out of range"))?;
         if !is_zero(raw, 38, 2) {
             return Err(bad("reserved bytes are not zero"));
         }
@@ -117,7 +126,7 @@ impl FixedEntry for CommitEntry {
             commit: Op(get_u64(raw, 20)),
             timestamp_monotonic: Timestamp(get_u64(raw, 28)),
             heartbeat_state,
-            replica: MemberIndex(get_u8(raw, 37)),
+            replica,
         })
     }
 
@@ -140,7 +149,7 @@ pub struct CommitReplyEntry {
     pub view: View,
     /// The timestamp of the Commit being answered.
     pub timestamp_monotonic: Timestamp,
-    /// The replying backup's member index in this group.
+    /// The replying backup's member index in this group (below `GROUP_MEMBERS_MAX`).
     pub replica: MemberIndex,
 }
 
@@ -166,20 +175,17 @@ impl FixedEntry for CommitReplyEntry {
             reason: "entry is not 32 bytes",
         })?;
         let group = GroupId(get_u64(raw, 0));
+        let bad = |reason| EntryError { command: Command::CommitReply, index, group, reason };
+        let replica = member_index(get_u8(raw, 28)).ok_or_else(|| bad("replica index out of range"))?;
         if !is_zero(raw, 29, 3) {
-            return Err(EntryError {
-                command: Command::CommitReply,
-                index,
-                group,
-                reason: "reserved bytes are not zero",
-            });
+            return Err(bad("reserved bytes are not zero"));
         }
         Ok(CommitReplyEntry {
             group,
             partition_incarnation: Incarnation(get_u64(raw, 8)),
             view: View(get_u32(raw, 16)),
             timestamp_monotonic: Timestamp(get_u64(raw, 20)),
-            replica: MemberIndex(get_u8(raw, 28)),
+            replica,
         })
     }
 

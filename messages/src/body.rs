@@ -79,6 +79,7 @@ pub struct Request {
     /// Read or write.
     pub kind: RequestKind,
     /// The state machine's operation, opaque to cohort.
+    #[serde(with = "crate::serde_fields::payload")]
     pub operation: Bytes,
 }
 
@@ -113,12 +114,13 @@ pub enum ReplyError {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Outcome {
     /// Applied (or read); the state machine's result.
-    Ok(Bytes),
+    Ok(#[serde(with = "crate::serde_fields::payload")] Bytes),
     /// Not applied.
     Error {
         /// What happened.
         code: ReplyError,
         /// Human-readable context.
+        #[serde(with = "crate::serde_fields::text")]
         detail: String,
     },
 }
@@ -167,6 +169,7 @@ pub struct LogEntry {
     /// The client's request number.
     pub request: RequestNumber,
     /// The operation, opaque to cohort.
+    #[serde(with = "crate::serde_fields::payload")]
     pub operation: Bytes,
 }
 
@@ -429,6 +432,7 @@ pub struct StateChunk {
     /// The snapshot's whole size.
     pub total_size_bytes: u64,
     /// The chunk.
+    #[serde(with = "crate::serde_fields::payload")]
     pub chunk: Bytes,
 }
 
@@ -446,9 +450,10 @@ impl StateChunk {
         Ok(())
     }
 
-    /// True if this chunk completes the snapshot.
+    /// True if this chunk completes the snapshot. False (not a panic) for a
+    /// chunk whose end overflows, which [`StateChunk::validate`] refuses.
     pub fn is_last(&self) -> bool {
-        self.offset_bytes + self.chunk.len() as u64 == self.total_size_bytes
+        self.offset_bytes.checked_add(self.chunk.len() as u64) == Some(self.total_size_bytes)
     }
 }
 

@@ -4,7 +4,9 @@
 //! encoded with bincode 2 through its serde API, with a fixed configuration:
 //! little-endian, fixed-width integers, and a decode limit of the largest
 //! body so that a hostile length prefix cannot make the decoder allocate
-//! more than a frame could carry. bincode is flagged unmaintained
+//! more than a frame could carry. Payload and text fields go further (see
+//! `serde_fields`): their length is checked against the bytes present before
+//! anything is allocated. bincode is flagged unmaintained
 //! (RUSTSEC-2025-0141); see docs/protocol.md for why that is acceptable for a
 //! frozen format and how it would be replaced without a wire change.
 

@@ -67,8 +67,7 @@ impl Frame {
             .get(..HEADER_SIZE_BYTES)
             .and_then(|slice| slice.try_into().ok())
             .ok_or(FrameError::Truncated { got_bytes: bytes.len(), needed_bytes: HEADER_SIZE_BYTES })?;
-        let header = Header::decode(header_bytes)?;
-        header.check_cluster(cluster)?;
+        let header = checked_header(header_bytes, cluster)?;
         let body = bytes.slice(HEADER_SIZE_BYTES..);
         header.check_body(&body)?;
         Ok(Frame { header, body })
@@ -77,6 +76,26 @@ impl Frame {
     /// Decode the message this frame carries.
     pub fn message(&self) -> Result<Message, crate::error::BodyError> {
         Message::decode(self)
+    }
+}
+
+/// Decode a header and check that it is of `cluster`. A header whose only
+/// fault is an unknown command is still checked for its cluster first, so a
+/// foreign peer is always refused as such (and the connection closed).
+fn checked_header(bytes: &[u8; HEADER_SIZE_BYTES], cluster: ClusterId) -> Result<Header, FrameError> {
+    match Header::decode(bytes) {
+        Ok(header) => {
+            header.check_cluster(cluster)?;
+            Ok(header)
+        }
+        Err(FrameError::UnknownCommand(command_byte)) => {
+            let (sender_cluster, _) = Header::framing_of(bytes);
+            if sender_cluster != cluster {
+                return Err(FrameError::ClusterMismatch { got: sender_cluster.0, expected: cluster.0 });
+            }
+            Err(FrameError::UnknownCommand(command_byte))
+        }
+        Err(error) => Err(error),
     }
 }
 
@@ -92,7 +111,9 @@ pub fn decode_message(bytes: Bytes, cluster: ClusterId) -> Result<(Header, Messa
 /// Feed received bytes into a [`BytesMut`] and call [`FrameDecoder::decode`]
 /// until it returns `Ok(None)` (needs more bytes). On an error, count it; if
 /// [`FrameError::closes_connection`] is true, close the connection, else keep
-/// decoding: the bad frame was already consumed.
+/// decoding: the bad frame was already consumed (a frame with a bad body
+/// checksum or an unknown command is reported once all of it has arrived, and
+/// is then gone from the buffer).
 #[derive(Clone, Debug)]
 pub struct FrameDecoder {
     cluster: ClusterId,
@@ -117,8 +138,14 @@ impl FrameDecoder {
                 let header_bytes: &[u8; HEADER_SIZE_BYTES] = header_bytes
                     .try_into()
                     .map_err(|_| FrameError::Truncated { got_bytes: buffer.len(), needed_bytes: HEADER_SIZE_BYTES })?;
-                let header = Header::decode(header_bytes)?;
-                header.check_cluster(self.cluster)?;
+                let header = match checked_header(header_bytes, self.cluster) {
+                    Ok(header) => header,
+                    Err(FrameError::UnknownCommand(command_byte)) => {
+                        let (_, body_size) = Header::framing_of(header_bytes);
+                        return Self::skip_unknown_command(buffer, body_size, command_byte);
+                    }
+                    Err(error) => return Err(error),
+                };
                 buffer.advance(HEADER_SIZE_BYTES);
                 header
             }
@@ -133,5 +160,23 @@ impl FrameDecoder {
         let body = buffer.split_to(body_size).freeze();
         header.check_body(&body)?;
         Ok(Some(Frame { header, body }))
+    }
+
+    /// Drop a whole frame whose command byte this build does not know, so the
+    /// stream goes on with the next frame as [`FrameError::closes_connection`]
+    /// promises. Its header is sound (checksum, revision, body size), so its
+    /// extent is known; the error is returned once all of it has arrived.
+    fn skip_unknown_command(
+        buffer: &mut BytesMut,
+        body_size: u32,
+        command_byte: u8,
+    ) -> Result<Option<Frame>, FrameError> {
+        let frame_size_bytes = HEADER_SIZE_BYTES + body_size as usize;
+        if buffer.len() < frame_size_bytes {
+            buffer.reserve(frame_size_bytes - buffer.len());
+            return Ok(None);
+        }
+        buffer.advance(frame_size_bytes);
+        Err(FrameError::UnknownCommand(command_byte))
     }
 }

@@ -116,8 +116,8 @@ impl Header {
     }
 
     /// Decode and validate a header: checksum first (nothing else in a header
-    /// with a bad checksum is trusted), then revision, command, reserved bytes
-    /// and the body size limit. The cluster is checked by [`Header::check_cluster`]
+    /// with a bad checksum is trusted), then revision, reserved bytes, the body
+    /// size limit and last the command. The cluster is checked by [`Header::check_cluster`]
     /// because only the receiver knows its own.
     pub fn decode(bytes: &[u8; HEADER_SIZE_BYTES]) -> Result<Header, FrameError> {
         let expected = get_u32(bytes, offset::CHECKSUM_HEADER);
@@ -129,8 +129,6 @@ impl Header {
         if revision != WIRE_REVISION {
             return Err(FrameError::Revision { got: revision, expected: WIRE_REVISION });
         }
-        let command_byte = get_u8(bytes, offset::COMMAND);
-        let command = Command::from_u8(command_byte).ok_or(FrameError::UnknownCommand(command_byte))?;
         if !is_zero(bytes, offset::RESERVED, offset::RESERVED_SIZE) {
             return Err(FrameError::ReservedNotZero);
         }
@@ -138,6 +136,11 @@ impl Header {
         if body_size as usize > BODY_SIZE_MAX_BYTES {
             return Err(FrameError::BodyTooLarge { size_bytes: u64::from(body_size), max_bytes: BODY_SIZE_MAX_BYTES });
         }
+        // Last, so that an unknown command is only ever reported for a header
+        // whose framing (checksum, body size) is sound: the stream decoder can
+        // then skip that one frame and go on (see `framing_of`).
+        let command_byte = get_u8(bytes, offset::COMMAND);
+        let command = Command::from_u8(command_byte).ok_or(FrameError::UnknownCommand(command_byte))?;
         Ok(Header {
             cluster: ClusterId(get_u128(bytes, offset::CLUSTER)),
             sender: NodeId(get_u64(bytes, offset::SENDER)),
@@ -151,6 +154,14 @@ impl Header {
                 flags: get_u8(bytes, offset::TRACE_FLAGS),
             },
         })
+    }
+
+    /// The cluster and body size of a header that [`Header::decode`] rejected
+    /// with [`FrameError::UnknownCommand`]. Only meaningful in that case: the
+    /// checksum, revision, reserved bytes and body size were all good, so the
+    /// frame's extent is known and the stream decoder can skip it.
+    pub(crate) fn framing_of(bytes: &[u8; HEADER_SIZE_BYTES]) -> (ClusterId, u32) {
+        (ClusterId(get_u128(bytes, offset::CLUSTER)), get_u32(bytes, offset::BODY_SIZE))
     }
 
     /// R18: refuse a frame of a foreign cluster.

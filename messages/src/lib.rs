@@ -26,6 +26,7 @@ pub mod ids;
 mod le;
 pub mod limits;
 pub mod message;
+mod serde_fields;
 pub mod stats;
 
 pub use batch::{

@@ -1,0 +1,189 @@
+//! Golden bytes: whole frames of a few messages, byte for byte.
+//!
+//! These pin the wire format independently of the code that produces it. If
+//! the bincode codec is ever replaced (docs/protocol.md, "The codec"), the
+//! replacement must reproduce these bytes exactly; a failure here means the
+//! wire changed, which needs a revision bump, not a new golden value.
+
+use bytes::Bytes;
+use cohort_messages::*;
+
+const CLUSTER: ClusterId = ClusterId(0x0102_0304_0506_0708_090a_0b0c_0d0e_0f10);
+const SENDER: NodeId = NodeId(0x2a);
+const TRACE: TraceContext = TraceContext { trace_id: [0xaa; 16], span_id: [0xbb; 8], flags: 1 };
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+/// Compare a frame with its golden header and body (hex, one field or one
+/// header row per string), and check the golden bytes decode back to the
+/// message.
+fn assert_golden(message: Message, header: [&str; 5], body: &[&str]) {
+    let frame = message.encode(CLUSTER, SENDER, TRACE).to_bytes();
+    assert_eq!(hex(&frame[..HEADER_SIZE_BYTES]), header.concat(), "{} header bytes changed", message.command());
+    assert_eq!(hex(&frame[HEADER_SIZE_BYTES..]), body.concat(), "{} body bytes changed", message.command());
+    let (decoded_header, decoded) = decode_message(frame, CLUSTER).expect("golden frame decodes");
+    assert_eq!((decoded_header.sender, decoded_header.trace), (SENDER, TRACE));
+    assert_eq!(decoded, message);
+}
+
+fn handshake() -> Message {
+    Message::Handshake(Handshake { revision: WIRE_REVISION, cluster: CLUSTER, node: SENDER, shard_count: 4 })
+}
+
+fn request() -> Message {
+    Message::Request(Request {
+        client: ClientId(0x77),
+        request: RequestNumber(3),
+        group: GroupId(9),
+        kind: RequestKind::Read,
+        operation: Bytes::from_static(b"get k"),
+    })
+}
+
+fn reply_error() -> Message {
+    Message::Reply(Reply {
+        client: ClientId(0x77),
+        request: RequestNumber(3),
+        group: GroupId(9),
+        view: View(2),
+        op: Op(0),
+        outcome: Outcome::Error { code: ReplyError::ViewChange, detail: "view 3".to_owned() },
+    })
+}
+
+fn commit_batch() -> Message {
+    Message::Commit(CommitBatch::encode(&[CommitEntry {
+        group: GroupId(9),
+        partition_incarnation: Incarnation(1),
+        view: View(2),
+        commit: Op(17),
+        timestamp_monotonic: Timestamp(1000),
+        heartbeat_state: HeartbeatState::Idle,
+        replica: MemberIndex(0),
+    }]))
+}
+
+fn commit_reply_batch() -> Message {
+    Message::CommitReply(CommitReplyBatch::encode(&[CommitReplyEntry {
+        group: GroupId(9),
+        partition_incarnation: Incarnation(1),
+        view: View(2),
+        timestamp_monotonic: Timestamp(1000),
+        replica: MemberIndex(2),
+    }]))
+}
+
+#[test]
+fn golden_handshake_frame() {
+    #[rustfmt::skip]
+    let header = [
+        "e56715587415ee91100f0e0d0c0b0a09", // checksum_header, checksum_body, cluster (first 8 bytes)
+        "08070605040302012a00000000000000", // cluster (last 8 bytes), sender
+        "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", // trace_id
+        "bbbbbbbbbbbbbbbb1c00000002000101", // span_id, body_size 28, revision 2, command 1, trace_flags 1
+        "00000000000000000000000000000000", // reserved
+    ];
+    #[rustfmt::skip]
+    let body = [
+        "0200",                             // revision: u16
+        "100f0e0d0c0b0a090807060504030201", // cluster: u128
+        "2a00000000000000",                 // node: u64
+        "0400",                             // shard_count: u16
+    ];
+    assert_golden(handshake(), header, &body);
+}
+
+#[test]
+fn golden_request_frame() {
+    #[rustfmt::skip]
+    let header = [
+        "045e963cb093c20a100f0e0d0c0b0a09",
+        "08070605040302012a00000000000000",
+        "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+        "bbbbbbbbbbbbbbbb3100000002000201", // body_size 49, command 2
+        "00000000000000000000000000000000",
+    ];
+    #[rustfmt::skip]
+    let body = [
+        "77000000000000000000000000000000", // client: u128
+        "0300000000000000",                 // request: u64
+        "0900000000000000",                 // group: u64
+        "01000000",                         // kind: enum index as u32 (1 = Read)
+        "0500000000000000",                 // operation: u64 length ...
+        "676574206b",                       // ... then the bytes ("get k")
+    ];
+    assert_golden(request(), header, &body);
+}
+
+#[test]
+fn golden_reply_error_frame() {
+    #[rustfmt::skip]
+    let header = [
+        "f7c9c0cf039ec656100f0e0d0c0b0a09",
+        "08070605040302012a00000000000000",
+        "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+        "bbbbbbbbbbbbbbbb4200000002000301", // body_size 66, command 3
+        "00000000000000000000000000000000",
+    ];
+    #[rustfmt::skip]
+    let body = [
+        "77000000000000000000000000000000", // client: u128
+        "0300000000000000",                 // request: u64
+        "0900000000000000",                 // group: u64
+        "02000000",                         // view: u32
+        "0000000000000000",                 // op: u64
+        "01000000",                         // outcome: enum index as u32 (1 = Error)
+        "02000000",                         // code: enum index as u32 (2 = ViewChange)
+        "0600000000000000",                 // detail: u64 length ...
+        "766965772033",                     // ... then UTF-8 ("view 3")
+    ];
+    assert_golden(reply_error(), header, &body);
+}
+
+#[test]
+fn golden_commit_batch_frame() {
+    #[rustfmt::skip]
+    let header = [
+        "b4d3d2fa6083aa65100f0e0d0c0b0a09",
+        "08070605040302012a00000000000000",
+        "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+        "bbbbbbbbbbbbbbbb2800000002000901", // body_size 40, command 9
+        "00000000000000000000000000000000",
+    ];
+    #[rustfmt::skip]
+    let body = [
+        "0900000000000000", // group: u64 @0
+        "0100000000000000", // partition_incarnation: u64 @8
+        "02000000",         // view: u32 @16
+        "1100000000000000", // commit: u64 @20
+        "e803000000000000", // timestamp_monotonic: u64 @28
+        "02",               // heartbeat_state @36 (2 = Idle)
+        "00",               // replica @37
+        "0000",             // reserved @38
+    ];
+    assert_golden(commit_batch(), header, &body);
+}
+
+#[test]
+fn golden_commit_reply_batch_frame() {
+    #[rustfmt::skip]
+    let header = [
+        "54961305fb339716100f0e0d0c0b0a09",
+        "08070605040302012a00000000000000",
+        "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+        "bbbbbbbbbbbbbbbb2000000002000a01", // body_size 32, command 10
+        "00000000000000000000000000000000",
+    ];
+    #[rustfmt::skip]
+    let body = [
+        "0900000000000000", // group: u64 @0
+        "0100000000000000", // partition_incarnation: u64 @8
+        "02000000",         // view: u32 @16
+        "e803000000000000", // timestamp_monotonic: u64 @20
+        "02",               // replica @28
+        "000000",           // reserved @29
+    ];
+    assert_golden(commit_reply_batch(), header, &body);
+}
