@@ -692,7 +692,7 @@ proptest! {
         h.lead(1, &[PEER], Some(1));
         let mut request = 0;
         for write in &writes {
-            if *write && h.now % 7 == 0 {
+            if *write && h.now.is_multiple_of(7) {
                 request += 1;
                 h.write(1, 5, request);
             }

@@ -210,7 +210,7 @@ pub type CommitReplyBatch = Batch<CommitReplyEntry>;
 impl<E: FixedEntry> Batch<E> {
     /// Accept a body whose length is a whole number of entries.
     pub fn from_body(body: Bytes) -> Result<Self, BodyError> {
-        if body.len() % E::SIZE_BYTES != 0 {
+        if !body.len().is_multiple_of(E::SIZE_BYTES) {
             return Err(BodyError::BatchSize {
                 command: E::COMMAND,
                 size_bytes: body.len(),

@@ -108,7 +108,7 @@ impl ClusterConfig {
         }
         let ticks = |key: &'static str, value: Duration| -> Result<u64, ConfigError> {
             let tick = self.tick.as_nanos();
-            if value.as_nanos() % tick != 0 || value.is_zero() {
+            if !value.as_nanos().is_multiple_of(tick) || value.is_zero() {
                 return Err(rule(
                     key,
                     format!("{} is not a whole, non-zero number of ticks of {}", ms(value), ms(self.tick)),
@@ -137,7 +137,7 @@ impl ClusterConfig {
         }
         // R23: the idle interval is a whole multiple of the broadcast interval.
         let idle = self.commit_idle_heartbeat_interval;
-        if idle.is_zero() || idle.as_nanos() % broadcast.as_nanos().max(1) != 0 {
+        if idle.is_zero() || !idle.as_nanos().is_multiple_of(broadcast.as_nanos().max(1)) {
             return Err(rule(
                 "cluster.commit_idle_heartbeat_interval",
                 format!(

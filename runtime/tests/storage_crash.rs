@@ -260,7 +260,7 @@ fn v4_acknowledged_records_survive_sigkill() {
         // One kill in eight lands at once (in start-up or recovery); the rest
         // after a random number of acknowledgements.
         let roll = splitmix64(&mut rng);
-        let wait_lines = if roll % 8 == 0 { 0 } else { 1 + (roll >> 8) % 1500 };
+        let wait_lines = if roll.is_multiple_of(8) { 0 } else { 1 + (roll >> 8) % 1500 };
         let mut line = String::new();
         let mut seen = 0;
         while seen < wait_lines {

@@ -155,7 +155,7 @@ impl StateMachine for Kv {
     }
 
     fn restore(&mut self, snapshot: &[u8]) -> Result<(), String> {
-        if snapshot.len() % 16 != 0 {
+        if !snapshot.len().is_multiple_of(16) {
             return Err(format!("kv snapshot of {} bytes is not whole pairs", snapshot.len()));
         }
         self.map = snapshot

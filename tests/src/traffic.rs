@@ -46,7 +46,7 @@ impl Workload {
         match self {
             Workload::Idle => false,
             Workload::Busy => true,
-            Workload::Mixed => group % 10 == 0,
+            Workload::Mixed => group.is_multiple_of(10),
         }
     }
 }

@@ -66,7 +66,7 @@ impl TimingConfig {
             );
         }
         let idle = self.commit_idle_heartbeat_interval_ticks;
-        if idle == 0 || idle % p != 0 {
+        if idle == 0 || !idle.is_multiple_of(p) {
             return err(
                 "commit_idle_heartbeat_interval_ticks",
                 format!("must be a whole multiple of commit_broadcast_interval ({idle} is not a multiple of {p})"),

@@ -24,7 +24,7 @@ fn encode(ids: &[u64]) -> Bytes {
 
 /// Decode a list of ids (a read result or a snapshot).
 pub fn decode(bytes: &[u8]) -> Result<Vec<u64>, String> {
-    if bytes.len() % 8 != 0 {
+    if !bytes.len().is_multiple_of(8) {
         return Err(format!("ledger of {} bytes is not whole ids", bytes.len()));
     }
     Ok(bytes.chunks_exact(8).map(|chunk| u64::from_le_bytes(chunk.try_into().unwrap_or([0; 8]))).collect())

@@ -47,7 +47,7 @@ const _: () = {
     // Every member fits its copy.
     assert!(MEMBERS_OFFSET + GROUP_MEMBERS_MAX * 8 <= SUPERBLOCK_COPY_SIZE_BYTES);
     // Copies never share a sector.
-    assert!(SUPERBLOCK_COPY_SIZE_BYTES % 512 == 0);
+    assert!(SUPERBLOCK_COPY_SIZE_BYTES.is_multiple_of(512));
 };
 
 const STATE_LIVE: u8 = 1;

@@ -59,7 +59,7 @@ fn main() -> ExitCode {
             }
         }
         let done = done as u64 + 1;
-        if done % progress_every == 0 && done < args.seeds {
+        if done.is_multiple_of(progress_every) && done < args.seeds {
             let rate = done as f64 / started.elapsed().as_secs_f64();
             eprintln!("progress: {done}/{} seeds, {violations} violations, {rate:.1} seeds/s", args.seeds);
         }

@@ -78,7 +78,7 @@ impl Replica {
     pub(crate) fn heartbeat_tick(&mut self, fx: &mut Effects) {
         let now = fx.now;
         let timing = self.config.timing.clone();
-        if now % timing.commit_broadcast_interval_ticks != 0 || now <= self.heartbeat.processed_tick {
+        if !now.is_multiple_of(timing.commit_broadcast_interval_ticks) || now <= self.heartbeat.processed_tick {
             return;
         }
         self.heartbeat.processed_tick = now;
@@ -101,7 +101,7 @@ impl Replica {
             } else {
                 Some(WireState::Busy)
             }
-        } else if now % timing.commit_idle_heartbeat_interval_ticks == 0 {
+        } else if now.is_multiple_of(timing.commit_idle_heartbeat_interval_ticks) {
             Some(WireState::Idle)
         } else {
             None

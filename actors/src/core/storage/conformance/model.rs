@@ -101,10 +101,10 @@ impl Model {
                 log.insert(entry.op, entry);
             }
             Staged::Truncate(group, op) => {
-                if let Some(state) = self.durable.get_mut(&group) {
-                    if let Some(first_dropped) = op.get().checked_add(1) {
-                        state.log.split_off(&Op(first_dropped));
-                    }
+                if let Some(state) = self.durable.get_mut(&group)
+                    && let Some(first_dropped) = op.get().checked_add(1)
+                {
+                    state.log.split_off(&Op(first_dropped));
                 }
             }
         }
