@@ -514,7 +514,13 @@ fn r20_idle_after_a_quiet_timeout_first_idle_heartbeat_on_that_tick() {
     assert_eq!(h.shard.heartbeat_gauges().idle, 1);
 }
 
+/// Both backups answer every Commit this tick's batches carried.
 fn reply_to_heartbeats(h: &mut Harness) {
+    reply_from(h, &[(PEER, 1), (PEER2, 2)]);
+}
+
+/// `backups` (node, member index) answer every Commit of this tick's batches.
+fn reply_from(h: &mut Harness, backups: &[(NodeId, u8)]) {
     let now = h.now;
     let entries: Vec<CommitEntry> = h
         .log
@@ -526,15 +532,15 @@ fn reply_to_heartbeats(h: &mut Harness) {
         .flatten()
         .collect();
     for entry in entries {
-        for (node, member) in [(PEER, 1u8), (PEER2, 2u8)] {
+        for (node, member) in backups {
             h.shard.on_commit_reply_entry(
-                node,
+                *node,
                 CommitReplyEntry {
                     group: entry.group,
                     partition_incarnation: entry.partition_incarnation,
                     view: entry.view,
                     timestamp_monotonic: entry.timestamp_monotonic,
-                    replica: MemberIndex(member),
+                    replica: MemberIndex(*member),
                 },
             );
         }
@@ -697,7 +703,7 @@ proptest! {
                 h.write(1, 5, request);
             }
             h.tick();
-            reply_to_heartbeats_one(&mut h);
+            reply_from(&mut h, &[(PEER, 1)]);
         }
         let heartbeats: Vec<(u64, HeartbeatState)> = h
             .commits_to(PEER)
@@ -724,30 +730,4 @@ proptest! {
             }
         }
     }
-}
-
-fn reply_to_heartbeats_one(h: &mut Harness) {
-    let now = h.now;
-    let entries: Vec<CommitEntry> = h
-        .log
-        .iter()
-        .filter_map(|(tick, c)| match c {
-            Command::SendCommitBatch { entries, .. } if *tick == now => Some(entries.clone()),
-            _ => None,
-        })
-        .flatten()
-        .collect();
-    for entry in entries {
-        h.shard.on_commit_reply_entry(
-            PEER,
-            CommitReplyEntry {
-                group: entry.group,
-                partition_incarnation: entry.partition_incarnation,
-                view: entry.view,
-                timestamp_monotonic: entry.timestamp_monotonic,
-                replica: MemberIndex(1),
-            },
-        );
-    }
-    h.drain();
 }

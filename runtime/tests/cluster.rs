@@ -51,6 +51,15 @@ fn fast_timing() -> ClusterConfig {
 }
 
 fn start_node(index: usize, addresses: &[SocketAddr], dir: &std::path::Path, groups: u64) -> Node {
+    build_node(index, addresses, dir, groups).start().expect("node starts")
+}
+
+fn start_node_with_admin(index: usize, addresses: &[SocketAddr], dir: &std::path::Path, groups: u64) -> Node {
+    let admin = "127.0.0.1:0".parse().expect("address");
+    build_node(index, addresses, dir, groups).admin(admin).start().expect("node starts")
+}
+
+fn build_node(index: usize, addresses: &[SocketAddr], dir: &std::path::Path, groups: u64) -> NodeBuilder {
     let node = NodeId(index as u64 + 1);
     let mut builder = NodeBuilder::new(CLUSTER, node)
         .cluster_config(fast_timing())
@@ -73,7 +82,7 @@ fn start_node(index: usize, addresses: &[SocketAddr], dir: &std::path::Path, gro
             write_mode: WriteMode::Sync,
         });
     }
-    builder.start().expect("node starts")
+    builder
 }
 
 /// Submit to the group's primary, following redirects, for up to 15 s.
@@ -169,32 +178,6 @@ fn v2_v3_v4_failover_then_restart_and_catch_up() {
         }
     });
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-fn start_node_with_admin(index: usize, addresses: &[SocketAddr], dir: &std::path::Path, groups: u64) -> Node {
-    let node = NodeId(index as u64 + 1);
-    let mut builder = NodeBuilder::new(CLUSTER, node)
-        .cluster_config(fast_timing())
-        .listen(addresses[index])
-        .admin("127.0.0.1:0".parse().expect("address"))
-        .data_dir(dir.join(format!("node-{}", node.0)))
-        .state_machine(|_| Box::new(Register::default()));
-    for (peer, address) in addresses.iter().enumerate() {
-        if peer != index {
-            builder = builder.peer(NodeId(peer as u64 + 1), *address);
-        }
-    }
-    for g in 0..groups {
-        let members = (0..3).map(|i| NodeId(((g as usize + i) % 3) as u64 + 1)).collect();
-        builder = builder.group(GroupPlacement {
-            group: GroupId(g),
-            incarnation: Incarnation(1),
-            members,
-            replication_quorum: None,
-            write_mode: WriteMode::Sync,
-        });
-    }
-    builder.start().expect("node starts")
 }
 
 async fn http_get(address: SocketAddr, path: &str) -> String {

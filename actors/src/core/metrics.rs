@@ -33,6 +33,50 @@ pub struct ShardMetrics {
     pub view_changes_started: u64,
 }
 
+impl ShardMetrics {
+    /// Add another shard's counters (node totals).
+    pub fn add(&mut self, other: &ShardMetrics) {
+        let ShardMetrics {
+            commit_batches_sent,
+            commit_entries_sent,
+            commit_batches_received,
+            commit_entries_received,
+            commit_entries_rejected,
+            reply_batches_sent,
+            reply_entries_sent,
+            reply_batches_received,
+            reply_entries_received,
+            reply_entries_rejected,
+            commit_batches_unconnected,
+            primaries_started,
+            view_changes_started,
+        } = other;
+        self.commit_batches_sent += commit_batches_sent;
+        self.commit_entries_sent += commit_entries_sent;
+        self.commit_batches_received += commit_batches_received;
+        self.commit_entries_received += commit_entries_received;
+        self.commit_entries_rejected += commit_entries_rejected;
+        self.reply_batches_sent += reply_batches_sent;
+        self.reply_entries_sent += reply_entries_sent;
+        self.reply_batches_received += reply_batches_received;
+        self.reply_entries_received += reply_entries_received;
+        self.reply_entries_rejected += reply_entries_rejected;
+        self.commit_batches_unconnected += commit_batches_unconnected;
+        self.primaries_started += primaries_started;
+        self.view_changes_started += view_changes_started;
+    }
+}
+
+impl HeartbeatGauges {
+    /// Add another shard's gauges (node totals).
+    pub fn add(&mut self, other: &HeartbeatGauges) {
+        self.busy += other.busy;
+        self.idle += other.idle;
+        self.backup += other.backup;
+        self.view_change += other.view_change;
+    }
+}
+
 /// Gauges: how many groups of the shard are in each heartbeat state (R32).
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct HeartbeatGauges {

@@ -513,24 +513,8 @@ impl NodeHandle {
         let mut total = crate::shard::ShardReport::default();
         for shard in self.shards.iter() {
             if let Ok(report) = shard.send(crate::shard::GetReport).await {
-                let (m, r) = (&mut total.metrics, &report.metrics);
-                m.commit_batches_sent += r.commit_batches_sent;
-                m.commit_entries_sent += r.commit_entries_sent;
-                m.commit_batches_received += r.commit_batches_received;
-                m.commit_entries_received += r.commit_entries_received;
-                m.commit_entries_rejected += r.commit_entries_rejected;
-                m.reply_batches_sent += r.reply_batches_sent;
-                m.reply_entries_sent += r.reply_entries_sent;
-                m.reply_batches_received += r.reply_batches_received;
-                m.reply_entries_received += r.reply_entries_received;
-                m.reply_entries_rejected += r.reply_entries_rejected;
-                m.commit_batches_unconnected += r.commit_batches_unconnected;
-                m.primaries_started += r.primaries_started;
-                m.view_changes_started += r.view_changes_started;
-                total.gauges.busy += report.gauges.busy;
-                total.gauges.idle += report.gauges.idle;
-                total.gauges.backup += report.gauges.backup;
-                total.gauges.view_change += report.gauges.view_change;
+                total.metrics.add(&report.metrics);
+                total.gauges.add(&report.gauges);
                 total.primaries.extend(report.primaries);
             }
         }

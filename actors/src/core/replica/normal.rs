@@ -42,7 +42,8 @@ impl Replica {
         }
     }
 
-    fn reply_error(&self, request: &Request, code: ReplyError, detail: String, fx: &mut Effects) {
+    /// Answer a request with an error (nothing was applied).
+    pub(crate) fn reply_error(&self, request: &Request, code: ReplyError, detail: String, fx: &mut Effects) {
         fx.push(Command::Reply(Reply {
             client: request.client,
             request: request.request,

@@ -19,12 +19,9 @@
 //! prefixes), so a crash halfway through the rewrite never loses a committed
 //! op that this member held.
 
-use cohort_messages::{
-    DoViewChange, LogEntry, Message, Op, Outcome, Reply, ReplyError, StartView, StartViewChange, View,
-};
+use cohort_messages::{DoViewChange, LogEntry, Message, Op, ReplyError, StartView, StartViewChange, View};
 
 use super::{Replica, Status};
-use crate::core::command::Command;
 use crate::core::effects::Effects;
 use crate::core::quorum::{LogSummary, select_log};
 
@@ -69,17 +66,8 @@ impl Replica {
     /// Queued requests cannot be served in a view change: tell the clients.
     fn abandon_requests(&mut self, fx: &mut Effects) {
         for request in std::mem::take(&mut self.request_queue) {
-            fx.push(Command::Reply(Reply {
-                client: request.client,
-                request: request.request,
-                group: self.spec.group,
-                view: self.view,
-                op: Op(0),
-                outcome: Outcome::Error {
-                    code: ReplyError::ViewChange,
-                    detail: format!("{}: view change to {} started; retry", self.spec.group, self.view),
-                },
-            }));
+            let detail = format!("{}: view change to {} started; retry", self.spec.group, self.view);
+            self.reply_error(&request, ReplyError::ViewChange, detail, fx);
         }
     }
 
