@@ -731,3 +731,60 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn r28_a_reply_waits_at_most_one_tick() {
+    let mut h = Harness::new(timing());
+    h.follow(1, PEER);
+    for tick in 1..=20u64 {
+        // A Commit arrives between ticks; its reply must leave at the end of the very next tick.
+        h.heartbeat(1, PEER, 0, tick * 16, HeartbeatState::Busy);
+        let queued_at = h.now;
+        h.tick();
+        let sent: Vec<u64> = h
+            .replies_to(PEER)
+            .into_iter()
+            .filter(|(_, e)| e.timestamp_monotonic == Timestamp(tick * 16))
+            .map(|(t, _)| t)
+            .collect();
+        assert_eq!(sent, vec![queued_at + 1], "reply to the Commit of round {tick}");
+    }
+}
+
+#[test]
+fn r32_shard_counts_reply_batches_and_groups_per_state() {
+    let t = timing();
+    let mut h = Harness::new(t.clone());
+    h.lead(1, &[PEER, PEER2], None);
+    h.lead(2, &[PEER, PEER2], None);
+    h.follow(3, PEER);
+    h.heartbeat(3, PEER, 0, 16, HeartbeatState::Busy);
+    // Keep group 1 busy; let group 2 go idle.
+    let mut request = 0;
+    for round in 0..(t.commit_heartbeat_timeout_ticks * 2) {
+        if round % P == 1 {
+            request += 1;
+            h.write(1, 9, request);
+            h.ack_all(1, PEER, 1);
+        }
+        h.heartbeat(3, PEER, 0, (round + 2) * 16, HeartbeatState::Busy);
+        h.tick();
+        reply_to_heartbeats(&mut h);
+    }
+    let m = h.shard.metrics();
+    assert!(m.reply_batches_sent >= t.commit_heartbeat_timeout_ticks, "a reply batch each tick a Commit came");
+    let before = (m.reply_batches_received, m.reply_entries_received);
+    let reply = |group: u64| CommitReplyEntry {
+        group: GroupId(group),
+        partition_incarnation: Incarnation(1),
+        view: View(0),
+        timestamp_monotonic: Timestamp(h.now * 16),
+        replica: MemberIndex(1),
+    };
+    let batch = cohort_messages::CommitReplyBatch::encode(&[reply(1), reply(2)]);
+    h.shard.on_commit_reply_batch(PEER, &batch);
+    let m = h.shard.metrics();
+    assert_eq!((m.reply_batches_received, m.reply_entries_received), (before.0 + 1, before.1 + 2));
+    let gauges = h.shard.heartbeat_gauges();
+    assert_eq!((gauges.busy, gauges.idle, gauges.backup), (1, 1, 1), "{gauges:?}");
+}

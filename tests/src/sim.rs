@@ -484,6 +484,7 @@ impl Sim {
         match message {
             Message::Reply(reply) => {
                 if let Some(done) = self.clients[index].on_reply(self.now, &reply, &mut self.history) {
+                    self.checkers.replied(self.now, index, reply.group, reply.request);
                     let entry = &self.history[done];
                     if let Some(op) = entry.committed_op {
                         self.writes_acknowledged += 1;

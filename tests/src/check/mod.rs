@@ -1,0 +1,71 @@
+//! Invariant checkers, run after every step, one per file. Each records
+//! violations as text with the tick; the run reports them with its seed.
+//!
+//! - [`single_primary`]: P1, at most one primary per group and view.
+//! - [`agreement`]: P2/P3, every member applies the same op sequence, and
+//!   what was committed is never replaced.
+//! - [`acknowledged`]: no acknowledged write lost.
+//! - [`reply_order`]: each client's replies come in request order.
+//! - `crate::linearizability`: the client history is linearizable per key
+//!   (porcupine), checked at the end of a run.
+
+pub mod acknowledged;
+pub mod agreement;
+pub mod reply_order;
+pub mod single_primary;
+
+use cohort_messages::{GroupId, Op, RequestNumber, View};
+
+/// All per-step checkers of a run.
+#[derive(Debug, Default)]
+pub struct Checkers {
+    primaries: single_primary::SinglePrimary,
+    agreement: agreement::Agreement,
+    replies: reply_order::ReplyOrder,
+    /// Violations found, in order.
+    pub violations: Vec<String>,
+    /// Views in which some member became primary (after view 0).
+    pub view_changes: u64,
+}
+
+impl Checkers {
+    /// P1: `node` became primary of `group` in `view`.
+    pub fn primary(&mut self, tick: u64, group: GroupId, view: View, node: usize) {
+        match self.primaries.record(group, view, node) {
+            Ok(true) if view.0 > 0 => self.view_changes += 1,
+            Ok(_) => {}
+            Err(violation) => self.violations.push(format!("tick {tick}: {violation}")),
+        }
+    }
+
+    /// P2/P3: `node` applied `op` of `group` with this digest.
+    pub fn applied(&mut self, tick: u64, node: usize, group: GroupId, op: Op, digest: u64) {
+        if let Err(violation) = self.agreement.record(node, group, op, digest) {
+            self.violations.push(format!("tick {tick}: {violation}"));
+        }
+    }
+
+    /// A client was told its write committed at `op`.
+    pub fn acknowledged(&mut self, tick: u64, group: GroupId, op: Op, digest: u64) {
+        if let Err(violation) = acknowledged::check(&self.agreement, group, op, digest) {
+            self.violations.push(format!("tick {tick}: {violation}"));
+        }
+    }
+
+    /// A client's request completed with a reply.
+    pub fn replied(&mut self, tick: u64, client: usize, group: GroupId, request: RequestNumber) {
+        if let Err(violation) = self.replies.record(client, group, request) {
+            self.violations.push(format!("tick {tick}: {violation}"));
+        }
+    }
+
+    /// The digest agreed for `op` of `group`, if any member applied it.
+    pub fn committed_digest(&self, group: GroupId, op: Op) -> Option<u64> {
+        self.agreement.digest(group, op)
+    }
+
+    /// Ops applied somewhere, over all groups.
+    pub fn ops_committed(&self) -> u64 {
+        self.agreement.ops()
+    }
+}
