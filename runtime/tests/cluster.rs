@@ -283,3 +283,38 @@ fn r18_wrong_cluster_or_revision_1_is_refused_and_r15_bad_frames_are_dropped() {
     });
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_supervisor_restarts_a_crashed_outbox_and_shard_and_traffic_resumes() {
+    use cohort_runtime::node::InjectPanic;
+    let dir = temp_dir("cluster-supervisor");
+    let system = actix_rt::System::new();
+    system.block_on(async {
+        let addresses = free_addresses(3);
+        let nodes: Vec<Node> = (0..3).map(|i| start_node(i, &addresses, &dir, 6)).collect();
+        let handles: Vec<NodeHandle> = nodes.iter().map(Node::handle).collect();
+        for g in 0..6 {
+            write(&handles, GroupId(g), b"one").await.expect("write before the faults");
+        }
+        // Every outbox of node 1 panics, then one of its shards.
+        for shard in 0..2 {
+            for peer in [NodeId(2), NodeId(3)] {
+                handles[0].inject_panic(InjectPanic::Outbox { shard, peer });
+            }
+        }
+        handles[0].inject_panic(InjectPanic::Shard { shard: 0 });
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while handles[0].restarts() < 5 && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(handles[0].restarts() >= 5, "four outboxes and a shard restarted, got {}", handles[0].restarts());
+        for g in 0..6 {
+            let op = write(&handles, GroupId(g), b"two").await.expect("traffic resumes after the restarts");
+            assert_eq!(op, Op(2), "{g}: the restarted shard recovered its log");
+        }
+        for node in nodes {
+            node.stop();
+        }
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+}

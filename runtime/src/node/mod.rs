@@ -25,12 +25,17 @@ use cohort_messages::{
 use tokio::sync::oneshot;
 
 use crate::config::ClusterConfig;
-use crate::shard::storage_worker::StorageWorker;
-use crate::shard::{ClientAnswer, Outbox, ShardActor, ShardSetup, Submit};
+use crate::shard::{ClientAnswer, Outbox, Submit};
 use crate::storage::FileStorageConfig;
 use crate::telemetry::{Drops, NodeMetrics};
-use crate::transport::PeerLink;
 use crate::transport::listener::{self, InboundStats, Router};
+
+mod parts;
+mod supervisor;
+
+use parts::Parts;
+use supervisor::Supervisor;
+pub use supervisor::{CHECK_INTERVAL, Directory, InjectPanic};
 
 /// Makes the state machine of a group; called on the shard's thread.
 pub type StateMachineFactory = Arc<dyn Fn(GroupId) -> Box<dyn StateMachine> + Send + Sync>;
@@ -242,96 +247,63 @@ impl NodeBuilder {
             None => None,
         };
         let admin_address = admin.as_ref().and_then(|listener| listener.local_addr().ok());
-        let fatal = Arc::new(std::sync::Mutex::new(None));
-        let io = Arbiter::new();
-        let mut connected = HashMap::new();
-        let mut links = HashMap::new();
-        for (&peer, &address) in &self.peers {
-            let flag = Arc::new(AtomicBool::new(false));
-            let link = PeerLink::new(
-                self.cluster,
-                self.node,
-                self.shards as u16,
-                peer,
-                address,
-                Arc::clone(&flag),
-                Arc::clone(&drops),
-            );
-            links.insert(peer, PeerLink::start_in_arbiter(&io.handle(), move |_| link));
-            connected.insert(peer, flag);
-        }
-
-        let mut per_shard: Vec<Vec<GroupSpec>> = (0..self.shards).map(|_| Vec::new()).collect();
+        let mut groups: Vec<Vec<GroupSpec>> = (0..self.shards).map(|_| Vec::new()).collect();
         for spec in specs {
-            per_shard[shard_of(spec.group, self.shards)].push(spec);
+            groups[shard_of(spec.group, self.shards)].push(spec);
+        }
+        let parts = Arc::new(Parts {
+            cluster: self.cluster,
+            node: self.node,
+            core,
+            tick: self.timing.tick,
+            storage: self.storage,
+            data_dir,
+            factory,
+            drops: Arc::clone(&drops),
+            metrics: Arc::clone(&metrics),
+            fatal: Arc::new(std::sync::Mutex::new(None)),
+            connected: self.peers.keys().map(|peer| (*peer, Arc::new(AtomicBool::new(false)))).collect(),
+            peers: self.peers,
+            storage_locks: (0..self.shards).map(|_| Arc::new(std::sync::Mutex::new(()))).collect(),
+            groups,
+        });
+
+        let io = Arbiter::new();
+        let mut links = HashMap::new();
+        for &peer in parts.peers.keys() {
+            if let Some(link) = parts.spawn_link(peer, &io.handle()) {
+                links.insert(peer, link);
+            }
         }
         let mut arbiters = Vec::new();
         let mut shards = Vec::new();
-        for (index, groups) in per_shard.into_iter().enumerate() {
+        let mut outboxes_per_shard = Vec::new();
+        for index in 0..parts.shard_count() {
             let arbiter = Arbiter::new();
-            let outboxes: HashMap<NodeId, Addr<Outbox>> = links
-                .iter()
-                .map(|(&peer, link)| {
-                    let outbox = Outbox::new(self.cluster, self.node, link.clone(), Arc::clone(&drops));
-                    (peer, Outbox::start_in_arbiter(&arbiter.handle(), move |_| outbox))
-                })
-                .collect();
-            let reporter_target: Arc<std::sync::Mutex<Option<Addr<ShardActor>>>> =
-                Arc::new(std::sync::Mutex::new(None));
-            let target = Arc::clone(&reporter_target);
-            let (storage, recovered) = StorageWorker::start(
-                data_dir.join(format!("shard-{index}")),
-                self.storage.clone(),
-                format!("cohort-storage-{}-{index}", self.node.0),
-                move |event| {
-                    if let Ok(target) = target.lock()
-                        && let Some(addr) = target.as_ref()
-                    {
-                        let reporter = ShardActor::storage_reporter(addr.clone());
-                        reporter(event);
-                    }
-                },
-            )?;
-            let setup = ShardSetup {
-                index,
-                node: self.node,
-                config: core.clone(),
-                tick: self.timing.tick,
-                groups,
-                recovered,
-                state_machines: Arc::clone(&factory),
-                outboxes,
-                connected: connected.clone(),
-                storage,
-                fatal: Arc::clone(&fatal),
-                drops: Arc::clone(&drops),
-                metrics: Arc::clone(&metrics),
-            };
-            let (built_tx, built_rx) = std::sync::mpsc::channel();
-            let addr = ShardActor::start_in_arbiter(&arbiter.handle(), move |ctx| {
-                let (actor, failure) = ShardActor::new(setup);
-                if failure.is_some() {
-                    ctx.stop();
-                }
-                let _ = built_tx.send(failure);
-                actor
-            });
-            match built_rx.recv() {
-                Ok(None) => {}
-                Ok(Some(error)) => return Err(NodeError::Shard(error)),
-                Err(_) => return Err(NodeError::Shard(format!("shard {index} did not start"))),
-            }
-            if let Ok(mut target) = reporter_target.lock() {
-                *target = Some(addr.clone());
-            }
-            shards.push(addr);
+            let outboxes: HashMap<NodeId, Addr<Outbox>> =
+                links.iter().map(|(&peer, link)| (peer, parts.spawn_outbox(link.clone(), &arbiter.handle()))).collect();
+            shards.push(parts.spawn_shard(index, &arbiter.handle(), outboxes.clone())?);
+            outboxes_per_shard.push(outboxes);
             arbiters.push(arbiter);
         }
-        let shards = Arc::new(shards);
+        let directory = Arc::new(Directory::new(shards));
+        let restarts = Arc::new(AtomicU64::new(0));
+        let supervisor_arbiter = Arbiter::new();
+        let supervisor = Supervisor {
+            parts: Arc::clone(&parts),
+            directory: Arc::clone(&directory),
+            io: io.handle(),
+            shard_arbiters: arbiters.iter().map(Arbiter::handle).collect(),
+            links,
+            outboxes: outboxes_per_shard,
+            restarts: Arc::clone(&restarts),
+        };
+        let supervisor = Supervisor::start_in_arbiter(&supervisor_arbiter.handle(), move |_| supervisor);
+        arbiters.push(supervisor_arbiter);
         let stats = Arc::new(InboundStats::default());
         let router = Router {
             cluster: self.cluster,
-            shards: Arc::clone(&shards),
+            shards: Arc::clone(&directory),
             stats: Arc::clone(&stats),
             metrics: Arc::clone(&metrics),
             drops: Arc::clone(&drops),
@@ -354,13 +326,15 @@ impl NodeBuilder {
         });
         let handle = NodeHandle {
             node: self.node,
-            shards,
+            shards: directory,
             next_client: Arc::new(AtomicU64::new(1)),
-            connected: Arc::new(connected),
+            connected: Arc::new(parts.connected.clone()),
             drops,
             stats,
-            fatal,
+            fatal: Arc::clone(&parts.fatal),
             metrics,
+            supervisor,
+            restarts,
         };
         Ok(Node { handle, listen, admin: admin_address, arbiters, io: Some(io) })
     }
@@ -430,7 +404,9 @@ impl Node {
 #[derive(Clone)]
 pub struct NodeHandle {
     node: NodeId,
-    shards: Arc<Vec<Addr<ShardActor>>>,
+    shards: Arc<Directory>,
+    supervisor: Addr<Supervisor>,
+    restarts: Arc<AtomicU64>,
     next_client: Arc<AtomicU64>,
     connected: Arc<HashMap<NodeId, Arc<AtomicBool>>>,
     drops: Arc<Drops>,
@@ -466,7 +442,9 @@ impl NodeHandle {
     /// Submit a request with an explicit client and request number (retries).
     pub async fn submit_as(&self, request: Request, timeout: Duration) -> Result<Committed, SubmitError> {
         let group = request.group;
-        let shard = &self.shards[shard_of(group, self.shards.len())];
+        let Some(shard) = self.shards.shard(shard_of(group, self.shards.shard_count())) else {
+            return Err(SubmitError::Stopped { group });
+        };
         let (answer, answered) = oneshot::channel();
         let started = Instant::now();
         if shard.try_send(Submit { request, answer }).is_err() {
@@ -511,7 +489,8 @@ impl NodeHandle {
     /// Counters and gauges summed over the node's shards, and the groups it leads.
     pub async fn report(&self) -> crate::shard::ShardReport {
         let mut total = crate::shard::ShardReport::default();
-        for shard in self.shards.iter() {
+        for index in 0..self.shards.shard_count() {
+            let Some(shard) = self.shards.shard(index) else { continue };
             if let Ok(report) = shard.send(crate::shard::GetReport).await {
                 total.metrics.add(&report.metrics);
                 total.gauges.add(&report.gauges);
@@ -519,6 +498,17 @@ impl NodeHandle {
             }
         }
         total
+    }
+
+    /// Actors the supervisor re-created since start.
+    pub fn restarts(&self) -> u64 {
+        self.restarts.load(Ordering::Relaxed)
+    }
+
+    /// Make an actor of this node panic, to test supervision.
+    #[doc(hidden)]
+    pub fn inject_panic(&self, fault: InjectPanic) {
+        self.supervisor.do_send(fault);
     }
 
     /// The fatal error that stopped a shard, if any.

@@ -337,3 +337,29 @@ impl Handler<GetReport> for ShardActor {
         }
     }
 }
+
+/// The supervisor re-created the outbox to `peer`.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct ReplaceOutbox {
+    /// The peer.
+    pub peer: NodeId,
+    /// The new outbox.
+    pub outbox: Addr<Outbox>,
+}
+
+impl Handler<ReplaceOutbox> for ShardActor {
+    type Result = ();
+
+    fn handle(&mut self, replace: ReplaceOutbox, _ctx: &mut Self::Context) {
+        self.outboxes.insert(replace.peer, replace.outbox);
+    }
+}
+
+impl Handler<super::outbox::PanicForTest> for ShardActor {
+    type Result = ();
+
+    fn handle(&mut self, _: super::outbox::PanicForTest, _ctx: &mut Self::Context) {
+        panic!("shard {} panicked on request (PanicForTest)", self.index);
+    }
+}

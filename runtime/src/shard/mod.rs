@@ -6,5 +6,5 @@ mod actor;
 mod outbox;
 pub mod storage_worker;
 
-pub use actor::{ClientAnswer, GetReport, Inbound, ShardActor, ShardReport, ShardSetup, Submit};
-pub use outbox::{Outbox, Outgoing};
+pub use actor::{ClientAnswer, GetReport, Inbound, ReplaceOutbox, ShardActor, ShardReport, ShardSetup, Submit};
+pub use outbox::{Outbox, Outgoing, PanicForTest, ReplaceLink};

@@ -63,3 +63,30 @@ impl Handler<Outgoing> for Outbox {
         }
     }
 }
+
+/// The peer link was re-created by the supervisor: write to this one now.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct ReplaceLink(pub Addr<PeerLink>);
+
+impl Handler<ReplaceLink> for Outbox {
+    type Result = ();
+
+    fn handle(&mut self, replace: ReplaceLink, _ctx: &mut Self::Context) {
+        self.link = replace.0;
+    }
+}
+
+/// Make the receiving actor panic, to test supervision (not a stable API).
+#[doc(hidden)]
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct PanicForTest;
+
+impl Handler<PanicForTest> for Outbox {
+    type Result = ();
+
+    fn handle(&mut self, _: PanicForTest, _ctx: &mut Self::Context) {
+        panic!("outbox panicked on request (PanicForTest)");
+    }
+}

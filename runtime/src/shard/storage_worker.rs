@@ -9,7 +9,7 @@
 //! it, and the node shuts down.
 
 use std::path::PathBuf;
-use std::sync::mpsc;
+use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
 
 use cohort_actors::core::Command;
@@ -64,10 +64,16 @@ pub enum StartError {
 impl StorageWorker {
     /// Open and recover the shard's storage in `dir` on a new thread, then
     /// serve jobs. `report` is called from the worker thread.
+    ///
+    /// `lock` is held by the worker thread for its whole life, so a worker
+    /// restarted for the same directory (after its shard died) waits until
+    /// the previous one has finished: two `FileStorage`s never share a
+    /// directory.
     pub fn start(
         dir: PathBuf,
         config: FileStorageConfig,
         name: String,
+        lock: Arc<Mutex<()>>,
         report: impl Fn(StorageEvent) + Send + 'static,
     ) -> Result<(StorageWorker, Recovered), StartError> {
         let (ready_tx, ready_rx) = mpsc::channel::<Result<Recovered, StartError>>();
@@ -75,6 +81,7 @@ impl StorageWorker {
         let thread = std::thread::Builder::new()
             .name(name)
             .spawn(move || {
+                let _directory = lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
                 let mut storage = match FileStorage::open(&dir, config) {
                     Ok(storage) => storage,
                     Err(error) => {

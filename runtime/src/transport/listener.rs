@@ -11,14 +11,13 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use actix::prelude::*;
 use bytes::BytesMut;
 use cohort_actors::core::routing::{route, shard_of};
 use cohort_messages::{ClusterId, Frame, FrameDecoder, Message, NodeId};
 use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::shard::{Inbound, ShardActor};
+use crate::shard::Inbound;
 
 /// Counters of what inbound connections refused or dropped.
 #[derive(Debug, Default)]
@@ -38,8 +37,8 @@ pub struct InboundStats {
 pub struct Router {
     /// Our cluster.
     pub cluster: ClusterId,
-    /// Shards by index.
-    pub shards: Arc<Vec<Addr<ShardActor>>>,
+    /// Shards by index (replaced on restart).
+    pub shards: Arc<crate::node::Directory>,
     /// Counters.
     pub stats: Arc<InboundStats>,
     /// Exported metrics (rejected frames by kind).
@@ -148,7 +147,7 @@ impl Router {
             self.stats.frames_rejected.fetch_add(1, Ordering::Relaxed);
             return false;
         }
-        let shards = self.shards.len();
+        let shards = self.shards.shard_count();
         match message {
             Message::Commit(batch) => {
                 let routed = route(&batch, shards);
@@ -194,7 +193,7 @@ impl Router {
     }
 
     fn deliver(&self, shard: usize, inbound: Inbound) {
-        if let Some(addr) = self.shards.get(shard)
+        if let Some(addr) = self.shards.shard(shard)
             && addr.try_send(inbound).is_err()
         {
             self.stats.mailbox_full.fetch_add(1, Ordering::Relaxed);
