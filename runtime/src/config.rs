@@ -19,6 +19,103 @@ pub const DEFAULT_TOML: &str = include_str!("../../config/default.toml");
 pub struct Config {
     /// Cluster-wide protocol timing (the `[cluster]` table).
     pub cluster: ClusterConfig,
+    /// This node (the `[node]` table); required by `cohort node`.
+    pub node: Option<NodeSection>,
+    /// Group placement (the `[groups]` table).
+    pub groups: GroupsSection,
+}
+
+/// The `[node]` table: who this node is and where it listens.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeSection {
+    /// The cluster this node belongs to; every node of a cluster must agree (R18).
+    pub cluster_id: u64,
+    /// This node's id (not 0).
+    pub id: u64,
+    /// The address peers dial.
+    pub listen: std::net::SocketAddr,
+    /// Where clients send Request frames (optional).
+    pub client: Option<std::net::SocketAddr>,
+    /// Where `/metrics` and `/health` are served (optional).
+    pub admin: Option<std::net::SocketAddr>,
+    /// Where the shards keep their logs.
+    pub data_dir: std::path::PathBuf,
+    /// Shards (threads); default 1.
+    #[serde(default = "one")]
+    pub shards: usize,
+    /// The other nodes.
+    #[serde(default)]
+    pub peers: Vec<PeerEntry>,
+}
+
+fn one() -> usize {
+    1
+}
+
+/// One `[[node.peers]]` entry.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PeerEntry {
+    /// The peer's node id.
+    pub id: u64,
+    /// The address it listens on.
+    pub address: std::net::SocketAddr,
+}
+
+/// The `[groups]` table: until the metadata group places groups (issue #7),
+/// a node hosts `partitions` groups 0..partitions, each with every node of
+/// the cluster as a member, in node-id order rotated by the group id.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GroupsSection {
+    /// Partition groups.
+    pub partitions: u64,
+    /// Q2 per group; absent means a majority.
+    pub replication_quorum: Option<usize>,
+    /// `sync` (acknowledge after commit) or `async` (after the primary's own durable copy), Q4.
+    pub write_mode: WriteModeName,
+}
+
+impl Default for GroupsSection {
+    fn default() -> Self {
+        GroupsSection { partitions: 16, replication_quorum: None, write_mode: WriteModeName::Sync }
+    }
+}
+
+/// Q4 write mode as written in the file.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WriteModeName {
+    /// Acknowledge after commit.
+    Sync,
+    /// Acknowledge after the primary's own durable copy.
+    Async,
+}
+
+impl NodeSection {
+    /// Rules beyond parsing, each naming its key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.id == 0 {
+            return Err(rule("node.id", "must not be 0".into()));
+        }
+        if self.shards == 0 || self.shards > cohort_messages::SHARD_COUNT_MAX as usize {
+            return Err(rule(
+                "node.shards",
+                format!("must be in 1..={} ({} given)", cohort_messages::SHARD_COUNT_MAX, self.shards),
+            ));
+        }
+        let mut seen = std::collections::BTreeSet::from([self.id]);
+        for peer in &self.peers {
+            if !seen.insert(peer.id) {
+                return Err(rule("node.peers", format!("node id {} appears twice (or is this node's id)", peer.id)));
+            }
+        }
+        if self.data_dir.as_os_str().is_empty() {
+            return Err(rule("node.data_dir", "must not be empty".into()));
+        }
+        Ok(())
+    }
 }
 
 /// The `[cluster]` table.
@@ -91,7 +188,29 @@ impl Config {
     pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
         let config: Config = toml::from_str(text).map_err(|error| ConfigError::Parse(error.to_string()))?;
         config.cluster.validate()?;
+        if let Some(node) = &config.node {
+            node.validate()?;
+        }
+        if let Some(quorum) = config.groups.replication_quorum {
+            let members = config.node.as_ref().map_or(1, |node| node.peers.len() + 1);
+            if quorum == 0 || quorum > members {
+                return Err(rule(
+                    "groups.replication_quorum",
+                    format!("must be in 1..={members} (the cluster's nodes), {quorum} given"),
+                ));
+            }
+        }
         Ok(config)
+    }
+
+    /// Read, parse and validate a configuration file; errors name the file.
+    pub fn from_file(path: &std::path::Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|error| ConfigError::Parse(format!("{}: {error}", path.display())))?;
+        Config::from_toml(&text).map_err(|error| match error {
+            ConfigError::Parse(reason) => ConfigError::Parse(format!("{}: {reason}", path.display())),
+            other => other,
+        })
     }
 }
 
@@ -265,6 +384,36 @@ mod tests {
                 .expect("valid");
         let timing = config.cluster.timing().expect("valid");
         assert_eq!(timing.idle_timeout_effective_ticks(), 200);
+    }
+
+    #[test]
+    fn node_section_is_parsed_and_checked() {
+        let text = r#"
+            [node]
+            cluster_id = 7
+            id = 1
+            listen = "127.0.0.1:7001"
+            data_dir = "/tmp/cohort-1"
+            [[node.peers]]
+            id = 2
+            address = "127.0.0.1:7002"
+            [groups]
+            partitions = 8
+            write_mode = "async"
+        "#;
+        let config = Config::from_toml(text).expect("valid");
+        let node = config.node.expect("a node section");
+        assert_eq!((node.id, node.shards, node.peers.len()), (1, 1, 1));
+        assert_eq!(config.groups.write_mode, WriteModeName::Async);
+        let twice = text.replace("id = 2", "id = 1");
+        let error = Config::from_toml(&twice).expect_err("duplicate id refused");
+        assert!(matches!(&error, ConfigError::Rule { key: "node.peers", .. }), "{error}");
+        let bad = text.replace("127.0.0.1:7002", "nowhere");
+        let error = Config::from_toml(&bad).expect_err("bad address refused");
+        assert!(error.to_string().contains("address"), "{error}");
+        let quorum = text.replace("partitions = 8", "partitions = 8\nreplication_quorum = 3");
+        let error = Config::from_toml(&quorum).expect_err("quorum over the cluster size refused");
+        assert!(matches!(&error, ConfigError::Rule { key: "groups.replication_quorum", .. }), "{error}");
     }
 
     #[test]

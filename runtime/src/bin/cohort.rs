@@ -15,6 +15,12 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run one node from a configuration file until Ctrl-C or SIGTERM.
+    Node {
+        /// The configuration file (see config/example-node.toml).
+        #[arg(long)]
+        config: std::path::PathBuf,
+    },
     /// Run a real cluster on this machine under a write workload, crash and
     /// restart the busiest node, and report what happened.
     Demo {
@@ -42,8 +48,61 @@ enum Command {
     },
 }
 
+fn run_node(path: &std::path::Path) -> ExitCode {
+    let config = match cohort_runtime::config::Config::from_file(path) {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("cohort node: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let builder = match cohort_runtime::node::NodeBuilder::from_config(&config) {
+        Ok(builder) => builder,
+        Err(error) => {
+            eprintln!("cohort node: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let system = actix_rt::System::new();
+    system.block_on(async move {
+        let node = match builder.start() {
+            Ok(node) => node,
+            Err(error) => {
+                eprintln!("cohort node: {error}");
+                return ExitCode::from(1);
+            }
+        };
+        let handle = node.handle();
+        eprintln!(
+            "cohort node {}: peers on {}, clients on {}, metrics on {}",
+            handle.node().0,
+            node.listen_address(),
+            node.client_address().map_or("(none)".into(), |a| a.to_string()),
+            node.admin_address().map_or("(none)".into(), |a| a.to_string()),
+        );
+        let stop = async {
+            let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => "interrupt",
+                _ = async { match terminate.as_mut() { Some(signal) => { signal.recv().await; } None => std::future::pending::<()>().await } } => "terminate",
+            }
+        };
+        let why = stop.await;
+        eprintln!("cohort node {}: {why}, stopping", handle.node().0);
+        node.stop();
+        match handle.fatal() {
+            Some(fatal) => {
+                eprintln!("cohort node {}: stopped after a fatal error: {fatal}", handle.node().0);
+                ExitCode::from(1)
+            }
+            None => ExitCode::SUCCESS,
+        }
+    })
+}
+
 fn main() -> ExitCode {
     match Cli::parse().command {
+        Command::Node { config } => run_node(&config),
         Command::Demo { nodes, partitions, duration_secs, shards, writers, json, keep_data } => {
             let options = DemoOptions {
                 nodes,

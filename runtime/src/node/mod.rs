@@ -31,7 +31,10 @@ use crate::telemetry::{Drops, NodeMetrics};
 use crate::transport::listener::{self, InboundStats, Router};
 
 mod parts;
+mod register;
 mod supervisor;
+
+pub use register::Register;
 
 use parts::Parts;
 use supervisor::Supervisor;
@@ -124,6 +127,49 @@ pub struct Committed {
     pub result: Bytes,
 }
 
+impl NodeBuilder {
+    /// A builder from a configuration file's `[cluster]`, `[node]` and
+    /// `[groups]` tables, with the built-in [`Register`] state machine. Group
+    /// `g` has every node of the cluster as a member, in id order rotated by `g`.
+    pub fn from_config(config: &crate::config::Config) -> Result<NodeBuilder, NodeError> {
+        let node = config.node.as_ref().ok_or_else(|| NodeError::Config("[node] table is missing".into()))?;
+        let mut builder = NodeBuilder::new(ClusterId(u128::from(node.cluster_id)), NodeId(node.id))
+            .listen(node.listen)
+            .data_dir(node.data_dir.clone())
+            .shards(node.shards)
+            .cluster_config(config.cluster.clone())
+            .state_machine(|_| Box::new(Register::default()));
+        if let Some(admin) = node.admin {
+            builder = builder.admin(admin);
+        }
+        if let Some(client) = node.client {
+            builder = builder.client_port(client);
+        }
+        let mut members: Vec<NodeId> = vec![NodeId(node.id)];
+        for peer in &node.peers {
+            builder = builder.peer(NodeId(peer.id), peer.address);
+            members.push(NodeId(peer.id));
+        }
+        members.sort();
+        let write_mode = match config.groups.write_mode {
+            crate::config::WriteModeName::Sync => WriteMode::Sync,
+            crate::config::WriteModeName::Async => WriteMode::Async,
+        };
+        for g in 0..config.groups.partitions {
+            let mut rotated = members.clone();
+            rotated.rotate_left((g as usize) % members.len());
+            builder = builder.group(GroupPlacement {
+                group: GroupId(g),
+                incarnation: Incarnation(1),
+                members: rotated,
+                replication_quorum: config.groups.replication_quorum,
+                write_mode,
+            });
+        }
+        Ok(builder)
+    }
+}
+
 /// Builds a node. See the module docs.
 pub struct NodeBuilder {
     cluster: ClusterId,
@@ -138,6 +184,7 @@ pub struct NodeBuilder {
     groups: Vec<GroupPlacement>,
     state_machines: Option<StateMachineFactory>,
     admin: Option<SocketAddr>,
+    client_port: Option<SocketAddr>,
 }
 
 impl NodeBuilder {
@@ -156,7 +203,14 @@ impl NodeBuilder {
             groups: Vec::new(),
             state_machines: None,
             admin: None,
+            client_port: None,
         }
+    }
+
+    /// Accept client Request frames on this address (V5: non-primaries redirect).
+    pub fn client_port(mut self, address: SocketAddr) -> Self {
+        self.client_port = Some(address);
+        self
     }
 
     /// Serve `/metrics` (Prometheus text) and `/health` on this address.
@@ -247,6 +301,18 @@ impl NodeBuilder {
             None => None,
         };
         let admin_address = admin.as_ref().and_then(|listener| listener.local_addr().ok());
+        let client = match self.client_port {
+            Some(address) => {
+                let listener = std::net::TcpListener::bind(address)
+                    .map_err(|error| NodeError::Bind { address, reason: error.to_string() })?;
+                listener
+                    .set_nonblocking(true)
+                    .map_err(|error| NodeError::Bind { address, reason: error.to_string() })?;
+                Some(listener)
+            }
+            None => None,
+        };
+        let client_address = client.as_ref().and_then(|listener| listener.local_addr().ok());
         let mut groups: Vec<Vec<GroupSpec>> = (0..self.shards).map(|_| Vec::new()).collect();
         for spec in specs {
             groups[shard_of(spec.group, self.shards)].push(spec);
@@ -309,6 +375,15 @@ impl NodeBuilder {
             drops: Arc::clone(&drops),
             next_connection: Arc::new(AtomicU64::new(1)),
         };
+        if let Some(client) = client {
+            let (cluster, node, directory) = (self.cluster, self.node, Arc::clone(&directory));
+            io.spawn(async move {
+                match tokio::net::TcpListener::from_std(client) {
+                    Ok(listener) => crate::transport::client_port::serve(listener, cluster, node, directory).await,
+                    Err(error) => eprintln!("cohort: cannot serve clients: {error}"),
+                }
+            });
+        }
         if let Some(admin) = admin {
             let metrics = Arc::clone(&metrics);
             io.spawn(async move {
@@ -336,7 +411,7 @@ impl NodeBuilder {
             supervisor,
             restarts,
         };
-        Ok(Node { handle, listen, admin: admin_address, arbiters, io: Some(io) })
+        Ok(Node { handle, listen, admin: admin_address, client: client_address, arbiters, io: Some(io) })
     }
 }
 
@@ -366,6 +441,7 @@ pub struct Node {
     handle: NodeHandle,
     listen: SocketAddr,
     admin: Option<SocketAddr>,
+    client: Option<SocketAddr>,
     arbiters: Vec<Arbiter>,
     io: Option<Arbiter>,
 }
@@ -379,6 +455,11 @@ impl Node {
     /// The bound listen address (useful with port 0).
     pub fn listen_address(&self) -> SocketAddr {
         self.listen
+    }
+
+    /// The bound client port, if configured.
+    pub fn client_address(&self) -> Option<SocketAddr> {
+        self.client
     }
 
     /// The bound admin address serving `/metrics`, if configured.

@@ -6,6 +6,7 @@
 //! and the [`listener`] owns inbound connections (handshake check, frame
 //! reading, routing to shards).
 
+pub mod client_port;
 pub mod listener;
 mod peer_link;
 
