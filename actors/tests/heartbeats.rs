@@ -788,3 +788,62 @@ fn r32_shard_counts_reply_batches_and_groups_per_state() {
     let gauges = h.shard.heartbeat_gauges();
     assert_eq!((gauges.busy, gauges.idle, gauges.backup), (1, 1, 1), "{gauges:?}");
 }
+
+#[test]
+fn v6_a_group_that_turns_idle_snapshots_so_its_log_segments_can_go() {
+    let t = timing();
+    let mut h = Harness::new(t.clone());
+    h.lead(1, &[PEER, PEER2], None);
+    h.write(1, 9, 1);
+    h.ack_all(1, PEER, 1);
+    let snapshots = |h: &Harness, group: u64| {
+        h.log
+            .iter()
+            .filter(|(_, c)| matches!(c, Command::SaveSnapshot { group: g, .. } if *g == GroupId(group)))
+            .count()
+    };
+    for _ in 0..(t.commit_heartbeat_timeout_ticks * 2) {
+        h.tick();
+        reply_to_heartbeats(&mut h);
+    }
+    assert_eq!(
+        h.shard.replica(GroupId(1)).expect("hosted").activity(),
+        cohort_actors::core::replica::GroupActivity::Idle
+    );
+    assert_eq!(snapshots(&h, 1), 1, "the primary snapshotted its one op when the group turned idle");
+    assert_eq!(h.shard.replica(GroupId(1)).expect("hosted").log_base(), Op(1));
+    // A backup does the same on the first Idle heartbeat it accepts.
+    h.follow(2, PEER);
+    h.shard.on_message(
+        PEER,
+        Message::Prepare(cohort_messages::Prepare {
+            group: GroupId(2),
+            incarnation: Incarnation(1),
+            view: View(0),
+            commit: Op(0),
+            replica: MemberIndex(0),
+            entry: cohort_messages::LogEntry {
+                op: Op(1),
+                view: View(0),
+                client: ClientId(1),
+                request: RequestNumber(1),
+                operation: Bytes::new(),
+            },
+        }),
+    );
+    h.drain();
+    h.shard.on_commit_entry(
+        PEER,
+        CommitEntry {
+            group: GroupId(2),
+            partition_incarnation: Incarnation(1),
+            view: View(0),
+            commit: Op(1),
+            timestamp_monotonic: Timestamp(h.now * 16),
+            heartbeat_state: HeartbeatState::Idle,
+            replica: MemberIndex(0),
+        },
+    );
+    h.drain();
+    assert_eq!(snapshots(&h, 2), 1, "the backup snapshotted on the idle heartbeat");
+}

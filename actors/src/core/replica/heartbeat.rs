@@ -97,6 +97,7 @@ impl Replica {
             if now - self.heartbeat.progress_tick >= timing.commit_heartbeat_timeout_ticks {
                 // R20: turn idle and say so on this same send tick.
                 self.heartbeat.activity = HeartbeatState::Idle;
+                self.snapshot_on_idle(fx);
                 Some(WireState::Idle)
             } else {
                 Some(WireState::Busy)
@@ -173,6 +174,9 @@ impl Replica {
             return; // Lagging: no reply until our log is the view's.
         }
         self.learn_commit(entry.commit, fx);
+        if entry.heartbeat_state == WireState::Idle {
+            self.snapshot_on_idle(fx);
+        }
         fx.queue_reply(
             from,
             CommitReplyEntry {

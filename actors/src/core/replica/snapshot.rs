@@ -112,6 +112,21 @@ impl Replica {
         {
             return;
         }
+        self.take_snapshot(fx);
+    }
+
+    /// A group that turns idle snapshots what it applied since its last
+    /// snapshot: otherwise its few entries would keep the oldest log segments
+    /// of the shard alive (segments are removed only once every group with
+    /// records in them has snapshotted past them), and a shard full of quiet
+    /// groups would run out of segments.
+    pub(crate) fn snapshot_on_idle(&mut self, fx: &mut Effects) {
+        if self.commit_min > self.log.base() && self.commit_min == self.log.op() {
+            self.take_snapshot(fx);
+        }
+    }
+
+    fn take_snapshot(&mut self, fx: &mut Effects) {
         let op = self.commit_min;
         let view = self.log.view_at(op).expect("applied ops are in the log");
         let data = encode(&self.state.snapshot(), &self.clients.encode());
