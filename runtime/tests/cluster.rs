@@ -318,3 +318,55 @@ fn a_supervisor_restarts_a_crashed_outbox_and_shard_and_traffic_resumes() {
     });
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn group_actors_report_typed_roles_and_commits_to_subscribers() {
+    use cohort_runtime::shard::{GroupEvent, GroupRole};
+    let dir = temp_dir("cluster-group-actors");
+    let system = actix_rt::System::new();
+    system.block_on(async {
+        let addresses = free_addresses(3);
+        let mut nodes: Vec<Option<Node>> = (0..3).map(|i| Some(start_node(i, &addresses, &dir, 3))).collect();
+        let handles: Vec<NodeHandle> = nodes.iter().flatten().map(Node::handle).collect();
+        // Group 0's members are nodes 1, 2, 3: node 1 leads view 0.
+        let mut events = Vec::new();
+        for handle in &handles {
+            events.push(handle.subscribe(GroupId(0)).await.expect("group 0 is hosted everywhere"));
+        }
+        let first = |event: Option<GroupEvent>| match event {
+            Some(GroupEvent::Role { role, .. }) => role,
+            other => panic!("the current role comes first, got {other:?}"),
+        };
+        assert_eq!(first(events[0].recv().await), GroupRole::Primary(cohort_messages::View(0)));
+        assert_eq!(first(events[1].recv().await), GroupRole::Backup(cohort_messages::View(0)));
+        write(&handles, GroupId(0), b"x").await.expect("write");
+        let committed = tokio::time::timeout(Duration::from_secs(2), async {
+            loop {
+                if let Some(GroupEvent::Committed { op, .. }) = events[1].recv().await {
+                    return op;
+                }
+            }
+        })
+        .await
+        .expect("a backup hears the commit");
+        assert_eq!(committed, Op(1));
+        // The primary's node dies: node 2 becomes primary of a later view.
+        if let Some(node) = nodes[0].take() {
+            node.stop();
+        }
+        let became_primary = tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                if let Some(GroupEvent::Role { role: GroupRole::Primary(view), .. }) = events[1].recv().await {
+                    return view;
+                }
+            }
+        })
+        .await
+        .expect("node 2 hears that it became primary");
+        assert!(became_primary > cohort_messages::View(0));
+        for node in nodes.into_iter().flatten() {
+            node.stop();
+        }
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+}

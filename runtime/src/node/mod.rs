@@ -581,6 +581,19 @@ impl NodeHandle {
         total
     }
 
+    /// Subscribe to `group`'s role changes and commit points on this node (the
+    /// current role comes first). `None` if the group is not hosted here.
+    /// A subscriber that falls more than [`crate::shard::group::SUBSCRIBER_EVENTS_MAX`]
+    /// events behind misses events.
+    pub async fn subscribe(&self, group: GroupId) -> Option<tokio::sync::mpsc::Receiver<crate::shard::GroupEvent>> {
+        let shard = self.shards.shard(shard_of(group, self.shards.shard_count()))?;
+        let (events, receiver) = tokio::sync::mpsc::channel(crate::shard::group::SUBSCRIBER_EVENTS_MAX);
+        match shard.send(crate::shard::SubscribeGroup { group, events }).await {
+            Ok(true) => Some(receiver),
+            _ => None,
+        }
+    }
+
     /// Actors the supervisor re-created since start.
     pub fn restarts(&self) -> u64 {
         self.restarts.load(Ordering::Relaxed)

@@ -137,6 +137,7 @@ pub struct ShardActor {
     drops: Arc<Drops>,
     metrics: Arc<NodeMetrics>,
     published_tick: u64,
+    groups: HashMap<cohort_messages::GroupId, Addr<super::group::GroupActor>>,
 }
 
 impl ShardActor {
@@ -170,6 +171,7 @@ impl ShardActor {
             drops: setup.drops,
             metrics: setup.metrics,
             published_tick: 0,
+            groups: HashMap::new(),
         };
         (actor, failure)
     }
@@ -217,7 +219,19 @@ impl ShardActor {
                 Command::Redirect(redirect) => {
                     self.answer(redirect.client, redirect.request, ClientAnswer::Redirect(redirect))
                 }
-                Command::RoleChanged { .. } | Command::Committed { .. } | Command::QuorumWaitDone { .. } => {}
+                Command::RoleChanged { group, view, role } => {
+                    if let Some(actor) = self.groups.get(&group) {
+                        actor.do_send(super::group::RoleChanged { role, view });
+                    }
+                }
+                Command::Committed { group, op } => {
+                    if let Some(actor) = self.groups.get(&group)
+                        && actor.try_send(super::group::CommitMoved(op)).is_err()
+                    {
+                        self.drops.add(DropReason::MailboxFull, 1);
+                    }
+                }
+                Command::QuorumWaitDone { .. } => {}
             }
         }
         if !storage.is_empty() && !self.storage.run(storage) {
@@ -261,6 +275,14 @@ impl Actor for ShardActor {
 
     fn started(&mut self, ctx: &mut Self::Context) {
         ctx.set_mailbox_capacity(4096);
+        // One actor per group replica, on this shard's thread; the roles the
+        // core reported while building the groups are replayed to them.
+        for replica in self.core.replicas() {
+            let group = replica.group();
+            let actor = super::group::GroupActor::new(group).start();
+            actor.do_send(super::group::RoleChanged { role: replica.role(), view: replica.view() });
+            self.groups.insert(group, actor);
+        }
         self.core.on_tick(self.now_tick());
         self.run();
         ctx.run_interval(self.tick, |actor, _ctx| {
@@ -361,5 +383,26 @@ impl Handler<super::outbox::PanicForTest> for ShardActor {
 
     fn handle(&mut self, _: super::outbox::PanicForTest, _ctx: &mut Self::Context) {
         panic!("shard {} panicked on request (PanicForTest)", self.index);
+    }
+}
+
+/// Subscribe to a group's role changes and commits (see [`super::group`]).
+#[derive(Message)]
+#[rtype(result = "bool")]
+pub struct SubscribeGroup {
+    /// The group.
+    pub group: cohort_messages::GroupId,
+    /// Where events go.
+    pub events: tokio::sync::mpsc::Sender<super::group::GroupEvent>,
+}
+
+impl Handler<SubscribeGroup> for ShardActor {
+    type Result = bool;
+
+    fn handle(&mut self, subscribe: SubscribeGroup, _ctx: &mut Self::Context) -> bool {
+        match self.groups.get(&subscribe.group) {
+            Some(actor) => actor.try_send(super::group::Subscribe(subscribe.events)).is_ok(),
+            None => false,
+        }
     }
 }

@@ -3,8 +3,12 @@
 //! worker thread.
 
 mod actor;
+pub mod group;
 mod outbox;
 pub mod storage_worker;
 
-pub use actor::{ClientAnswer, GetReport, Inbound, ReplaceOutbox, ShardActor, ShardReport, ShardSetup, Submit};
+pub use actor::{
+    ClientAnswer, GetReport, Inbound, ReplaceOutbox, ShardActor, ShardReport, ShardSetup, Submit, SubscribeGroup,
+};
+pub use group::{GroupEvent, GroupRole};
 pub use outbox::{Outbox, Outgoing, PanicForTest, ReplaceLink};
