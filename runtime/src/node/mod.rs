@@ -365,7 +365,6 @@ impl NodeBuilder {
             restarts: Arc::clone(&restarts),
         };
         let supervisor = Supervisor::start_in_arbiter(&supervisor_arbiter.handle(), move |_| supervisor);
-        arbiters.push(supervisor_arbiter);
         let stats = Arc::new(InboundStats::default());
         let router = Router {
             cluster: self.cluster,
@@ -411,7 +410,15 @@ impl NodeBuilder {
             supervisor,
             restarts,
         };
-        Ok(Node { handle, listen, admin: admin_address, client: client_address, arbiters, io: Some(io) })
+        Ok(Node {
+            handle,
+            listen,
+            admin: admin_address,
+            client: client_address,
+            supervisor: Some(supervisor_arbiter),
+            arbiters,
+            io: Some(io),
+        })
     }
 }
 
@@ -442,6 +449,7 @@ pub struct Node {
     listen: SocketAddr,
     admin: Option<SocketAddr>,
     client: Option<SocketAddr>,
+    supervisor: Option<Arbiter>,
     arbiters: Vec<Arbiter>,
     io: Option<Arbiter>,
 }
@@ -467,16 +475,27 @@ impl Node {
         self.admin
     }
 
-    /// Stop every actor and thread of the node at once, like a crash: nothing
-    /// is flushed that was not already (the log is what a SIGKILL leaves).
+    /// Stop every actor and thread of the node. Nothing new is accepted or
+    /// acknowledged once this starts; what the shards had already handed to
+    /// storage is written out. The demo and the tests use it as a crash of
+    /// the node: peers see its connections drop at once.
+    ///
+    /// Order: the supervisor first (so it does not restart what is being
+    /// stopped), then the network (no new input), then the shards, each of
+    /// whose storage thread finishes the jobs already queued before it exits.
     pub fn stop(mut self) {
-        for arbiter in self.arbiters.drain(..) {
+        let stop = |arbiter: Arbiter| {
             arbiter.stop();
             let _ = arbiter.join();
+        };
+        if let Some(supervisor) = self.supervisor.take() {
+            stop(supervisor);
         }
         if let Some(io) = self.io.take() {
-            io.stop();
-            let _ = io.join();
+            stop(io);
+        }
+        for arbiter in self.arbiters.drain(..) {
+            stop(arbiter);
         }
     }
 }
