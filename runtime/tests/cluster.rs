@@ -233,7 +233,7 @@ fn r19_r32_metrics_endpoint_serves_heartbeat_counters() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Connect to `address` as node 9 and send `frames`; true if the node closed the connection.
+/// Connect to `address`, send `frames`; true if the node closed the connection.
 async fn send_raw(address: SocketAddr, frames: &[cohort_messages::EncodedFrame]) -> bool {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(address).await.expect("connect");
@@ -245,9 +245,13 @@ async fn send_raw(address: SocketAddr, frames: &[cohort_messages::EncodedFrame])
 }
 
 fn handshake(cluster: ClusterId, revision: u16) -> cohort_messages::EncodedFrame {
+    handshake_from(NodeId(2), cluster, revision)
+}
+
+fn handshake_from(node: NodeId, cluster: ClusterId, revision: u16) -> cohort_messages::EncodedFrame {
     use cohort_messages::{Command, Handshake, Header, Message, TraceContext};
-    let body = Message::Handshake(Handshake { revision, cluster, node: NodeId(9), shard_count: 1 }).encode_body();
-    let mut header = Header::new(cluster, NodeId(9), Command::Handshake, TraceContext::NONE);
+    let body = Message::Handshake(Handshake { revision, cluster, node, shard_count: 1 }).encode_body();
+    let mut header = Header::new(cluster, node, Command::Handshake, TraceContext::NONE);
     header.revision = revision;
     cohort_messages::EncodedFrame::new(header, body)
 }
@@ -263,16 +267,17 @@ fn r18_wrong_cluster_or_revision_1_is_refused_and_r15_bad_frames_are_dropped() {
         let handle = node.handle();
         assert!(send_raw(address, &[handshake(ClusterId(0xBAD), 2)]).await, "foreign cluster: connection closed");
         assert!(send_raw(address, &[handshake(CLUSTER, 1)]).await, "revision 1: connection closed");
-        assert_eq!(handle.inbound_stats().handshakes_refused.load(std::sync::atomic::Ordering::Relaxed), 2);
+        assert!(send_raw(address, &[handshake_from(NodeId(9), CLUSTER, 2)]).await, "unknown node: connection closed");
+        assert_eq!(handle.inbound_stats().handshakes_refused.load(std::sync::atomic::Ordering::Relaxed), 3);
         // A good handshake, then a frame whose body was damaged on the way:
         // the frame is dropped and counted, the connection stays open.
         let mut damaged = cohort_messages::Message::Handshake(cohort_messages::Handshake {
             revision: 2,
             cluster: CLUSTER,
-            node: NodeId(9),
+            node: NodeId(2),
             shard_count: 1,
         })
-        .encode(CLUSTER, NodeId(9), cohort_messages::TraceContext::NONE);
+        .encode(CLUSTER, NodeId(2), cohort_messages::TraceContext::NONE);
         let mut body = damaged.body.to_vec();
         body[0] ^= 0x40;
         damaged.body = Bytes::from(body);

@@ -352,7 +352,7 @@ impl NodeBuilder {
             outboxes_per_shard.push(outboxes);
             arbiters.push(arbiter);
         }
-        let directory = Arc::new(Directory::new(shards));
+        let directory = Arc::new(Directory::new(shards, links.clone()));
         let restarts = Arc::new(AtomicU64::new(0));
         let supervisor_arbiter = Arbiter::new();
         let supervisor = Supervisor {

@@ -28,11 +28,23 @@ pub const CHECK_INTERVAL: Duration = Duration::from_millis(100);
 #[derive(Debug)]
 pub struct Directory {
     shards: RwLock<Vec<Addr<ShardActor>>>,
+    links: RwLock<HashMap<NodeId, Addr<PeerLink>>>,
 }
 
 impl Directory {
-    pub(crate) fn new(shards: Vec<Addr<ShardActor>>) -> Directory {
-        Directory { shards: RwLock::new(shards) }
+    pub(crate) fn new(shards: Vec<Addr<ShardActor>>, links: HashMap<NodeId, Addr<PeerLink>>) -> Directory {
+        Directory { shards: RwLock::new(shards), links: RwLock::new(links) }
+    }
+
+    /// The peer link to `peer`.
+    pub fn link(&self, peer: NodeId) -> Option<Addr<PeerLink>> {
+        self.links.read().ok()?.get(&peer).cloned()
+    }
+
+    fn replace_link(&self, peer: NodeId, link: Addr<PeerLink>) {
+        if let Ok(mut links) = self.links.write() {
+            links.insert(peer, link);
+        }
     }
 
     /// The shard actor at `index`.
@@ -105,6 +117,7 @@ impl Supervisor {
                 && let Some(link) = self.parts.spawn_link(peer, &self.io)
             {
                 self.links.insert(peer, link.clone());
+                self.directory.replace_link(peer, link.clone());
                 for outboxes in &self.outboxes {
                     if let Some(outbox) = outboxes.get(&peer) {
                         outbox.do_send(ReplaceLink(link.clone()));

@@ -1,8 +1,11 @@
 //! Inbound connections: handshake check, frame reading and routing.
 //!
-//! The first frame on a connection must be a Handshake on our revision and
-//! cluster (R18), or the connection is closed with the reason logged. After
-//! it, frames are split by [`FrameDecoder`]: a bad body checksum drops that
+//! The listener accepts a connection and reads its first frame, which must be
+//! a Handshake on our revision and cluster from a known peer (R18), or the
+//! connection is closed with the reason logged. It then hands the connection
+//! to that peer's [`super::PeerLink`], which reads the rest in its own context
+//! ([`read_frames`]): the link owns both directions of its peer's traffic.
+//! Frames are split by [`FrameDecoder`]: a bad body checksum drops that
 //! frame only (R15), a bad header closes the connection (the stream lost its
 //! framing). Single-group messages go to the shard that owns the group;
 //! Commit and CommitReply batches are split by shard, each bad entry rejected
@@ -62,40 +65,80 @@ pub async fn serve(listener: TcpListener, router: Router) {
     }
 }
 
+/// Read one inbound connection until its Handshake names a known peer (R18),
+/// then hand the connection to that peer's link, which reads the rest.
 async fn read_connection(mut stream: TcpStream, router: Router) {
-    let connection = router.next_connection.fetch_add(1, Ordering::Relaxed) as usize;
-    let mut rejects = cohort_messages::RejectCounters::default();
-    let mut decoder = FrameDecoder::new(router.cluster);
-    let mut buffer = BytesMut::with_capacity(64 * 1024);
-    let mut peer: Option<NodeId> = None;
+    let mut inbound = Connection {
+        connection: router.next_connection.fetch_add(1, Ordering::Relaxed) as usize,
+        rejects: cohort_messages::RejectCounters::default(),
+        decoder: FrameDecoder::new(router.cluster),
+        buffer: BytesMut::with_capacity(64 * 1024),
+    };
     loop {
         loop {
-            match decoder.decode(&mut buffer) {
+            match inbound.decoder.decode(&mut inbound.buffer) {
                 Ok(Some(frame)) => {
-                    if !router.handle(&mut peer, frame, &mut rejects, connection) {
+                    let mut peer = None;
+                    if !router.handle(&mut peer, frame, &mut inbound.rejects, inbound.connection) {
                         return;
                     }
+                    let Some(peer) = peer else { return };
+                    match router.shards.link(peer) {
+                        Some(link) => link.do_send(super::peer_link::Adopt { stream, inbound, peer, router }),
+                        None => {
+                            router.stats.handshakes_refused.fetch_add(1, Ordering::Relaxed);
+                            eprintln!("cohort: refusing {peer}: not a peer of this node");
+                        }
+                    }
+                    return;
                 }
                 Ok(None) => break,
                 Err(error) => {
-                    router.stats.frames_rejected.fetch_add(1, Ordering::Relaxed);
-                    rejects.frame(&error);
-                    router.metrics.record_rejected(connection, &rejects);
+                    router.reject_frame(&mut inbound, &error, None);
                     if error.closes_connection() {
-                        if matches!(
-                            error,
-                            cohort_messages::FrameError::Revision { .. }
-                                | cohort_messages::FrameError::ClusterMismatch { .. }
-                        ) {
-                            router.stats.handshakes_refused.fetch_add(1, Ordering::Relaxed);
-                        }
-                        eprintln!("cohort: closing connection from {:?}: {error}", peer);
                         return;
                     }
                 }
             }
         }
-        match stream.read_buf(&mut buffer).await {
+        match stream.read_buf(&mut inbound.buffer).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+    }
+}
+
+/// What a connection has read so far; moves with it to the peer link.
+pub struct Connection {
+    connection: usize,
+    rejects: cohort_messages::RejectCounters,
+    decoder: FrameDecoder,
+    buffer: BytesMut,
+}
+
+/// Read frames from a connection whose Handshake named `peer`, and route
+/// them, until the connection closes or goes bad. Runs in the peer link's
+/// context, so a restarted link starts from a fresh connection.
+pub async fn read_frames(mut stream: TcpStream, mut inbound: Connection, peer: NodeId, router: Router) {
+    let mut known = Some(peer);
+    loop {
+        loop {
+            match inbound.decoder.decode(&mut inbound.buffer) {
+                Ok(Some(frame)) => {
+                    if !router.handle(&mut known, frame, &mut inbound.rejects, inbound.connection) {
+                        return;
+                    }
+                }
+                Ok(None) => break,
+                Err(error) => {
+                    router.reject_frame(&mut inbound, &error, known);
+                    if error.closes_connection() {
+                        return;
+                    }
+                }
+            }
+        }
+        match stream.read_buf(&mut inbound.buffer).await {
             Ok(0) | Err(_) => return,
             Ok(_) => {}
         }
@@ -103,6 +146,21 @@ async fn read_connection(mut stream: TcpStream, router: Router) {
 }
 
 impl Router {
+    fn reject_frame(&self, inbound: &mut Connection, error: &cohort_messages::FrameError, peer: Option<NodeId>) {
+        self.stats.frames_rejected.fetch_add(1, Ordering::Relaxed);
+        inbound.rejects.frame(error);
+        self.metrics.record_rejected(inbound.connection, &inbound.rejects);
+        if error.closes_connection() {
+            if matches!(
+                error,
+                cohort_messages::FrameError::Revision { .. } | cohort_messages::FrameError::ClusterMismatch { .. }
+            ) {
+                self.stats.handshakes_refused.fetch_add(1, Ordering::Relaxed);
+            }
+            eprintln!("cohort: closing connection from {peer:?}: {error}");
+        }
+    }
+
     /// Handle one frame; false closes the connection.
     fn handle(
         &self,

@@ -149,3 +149,25 @@ async fn write_frame(stream: &mut TcpStream, frame: &EncodedFrame) -> std::io::R
     stream.write_all(&frame.header).await?;
     stream.write_all(&frame.body).await
 }
+
+/// An inbound connection from this link's peer, past its Handshake.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Adopt {
+    pub(crate) stream: TcpStream,
+    pub(crate) inbound: super::listener::Connection,
+    pub(crate) peer: NodeId,
+    pub(crate) router: super::listener::Router,
+}
+
+impl Handler<Adopt> for PeerLink {
+    type Result = ();
+
+    fn handle(&mut self, adopt: Adopt, ctx: &mut Self::Context) {
+        if adopt.peer != self.peer {
+            return;
+        }
+        let reader = super::listener::read_frames(adopt.stream, adopt.inbound, adopt.peer, adopt.router);
+        ctx.spawn(reader.into_actor(self));
+    }
+}
