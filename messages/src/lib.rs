@@ -26,6 +26,7 @@ pub mod ids;
 mod le;
 pub mod limits;
 pub mod message;
+pub mod metadata;
 mod serde_fields;
 pub mod stats;
 

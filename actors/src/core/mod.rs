@@ -10,6 +10,7 @@ pub mod command;
 pub mod config;
 pub mod effects;
 pub mod log;
+pub mod metadata;
 pub mod metrics;
 pub mod quorum;
 pub mod replica;

@@ -1,0 +1,237 @@
+//! The metadata group's state machine (brief §3.3; M1, S1, S2, S4).
+//!
+//! The metadata group is a group like any other, on the same replica core;
+//! this is the state machine it runs. Its state is the cluster's
+//! configuration: nodes, their sessions, groups with their members and
+//! incarnations, the owner (primary and view) each group last reported, and
+//! how far each node has applied the metadata log. Every change is a
+//! committed [`MetadataCommand`]; the op it commits at is its epoch (M1).
+//!
+//! Rules it enforces, the same way on every member:
+//! - a session id is handed out once, and an expiry names the session it
+//!   ends, so a late expiry never ends a newer session;
+//! - an expiry removes the node's ownership records (S2), so clients are no
+//!   longer sent to it;
+//! - an ownership report needs the node's live session and may not go back
+//!   in view or incarnation (S4, fencing: a stale primary is refused);
+//! - creating or deleting a group bumps its incarnation, so frames of an
+//!   older incarnation of a recreated group are refused by its replicas.
+//!
+//! A session is not a lock (seed 004): safety comes from the view that
+//! backups check, not from ownership records, which only route clients.
+
+mod sessions;
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use cohort_messages::metadata::{MetadataCommand, MetadataResult, decode_value, encode_value};
+use cohort_messages::{Epoch, GroupId, Incarnation, NodeId, Op, SessionId, View};
+use serde::{Deserialize, Serialize};
+
+pub use sessions::SessionTracker;
+
+use crate::core::state_machine::StateMachine;
+
+/// A node as the metadata knows it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeRecord {
+    /// Where peers reach it.
+    pub address: String,
+    /// Its live session, if any.
+    pub session: Option<SessionId>,
+    /// The highest epoch it reported applying (M1).
+    pub acked: Epoch,
+}
+
+/// Who last reported being a group's primary.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ownership {
+    /// The node.
+    pub node: NodeId,
+    /// The view it is primary of.
+    pub view: View,
+    /// The session it reported under.
+    pub session: SessionId,
+}
+
+/// A group as the metadata knows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupRecord {
+    /// Its kind.
+    pub kind: String,
+    /// Its incarnation.
+    pub incarnation: Incarnation,
+    /// Members in member-index order (empty once deleted).
+    pub members: Vec<NodeId>,
+    /// False once deleted (the record stays to remember the incarnation).
+    pub live: bool,
+    /// The last ownership report, if any.
+    pub owner: Option<Ownership>,
+}
+
+/// The whole metadata state.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Metadata {
+    /// The epoch of the last applied command.
+    pub epoch: Epoch,
+    /// Nodes.
+    pub nodes: BTreeMap<NodeId, NodeRecord>,
+    /// Groups.
+    pub groups: BTreeMap<GroupId, GroupRecord>,
+    /// The last session id handed out.
+    pub last_session: SessionId,
+}
+
+impl Metadata {
+    /// Apply one command at `epoch`; the result says what happened.
+    pub fn apply(&mut self, epoch: Epoch, command: MetadataCommand) -> MetadataResult {
+        assert!(epoch > self.epoch, "metadata epochs go forward: {epoch} after {}", self.epoch);
+        self.epoch = epoch;
+        let refused = |reason: String| MetadataResult::Refused { reason };
+        match command {
+            MetadataCommand::RegisterNode { node, address } => {
+                self.nodes.entry(node).or_default().address = address;
+                MetadataResult::Done { epoch }
+            }
+            MetadataCommand::OpenSession { node } => {
+                let Some(record) = self.nodes.get_mut(&node) else {
+                    return refused(format!("{node} is not registered; register it first"));
+                };
+                self.last_session = SessionId(self.last_session.0 + 1);
+                let replaced = record.session.replace(self.last_session);
+                if replaced.is_some() {
+                    // A new session ends the old one: its ownership records
+                    // go, and the node re-owns under the new session (S4).
+                    self.drop_ownership(node);
+                }
+                MetadataResult::SessionOpened { session: self.last_session, epoch }
+            }
+            MetadataCommand::ExpireSession { node, session } => {
+                let Some(record) = self.nodes.get_mut(&node) else {
+                    return refused(format!("{node} is not registered"));
+                };
+                if record.session != Some(session) {
+                    return refused(format!("{session} of {node} is not its live session"));
+                }
+                record.session = None;
+                // S2: clients are no longer sent to the expired node.
+                self.drop_ownership(node);
+                MetadataResult::Done { epoch }
+            }
+            MetadataCommand::CreateGroup { group, kind, members } => {
+                if let Some(unknown) = members.iter().find(|member| !self.nodes.contains_key(member)) {
+                    return refused(format!("{unknown} is not registered; register every member first"));
+                }
+                let incarnation = match self.groups.get(&group) {
+                    Some(existing) if existing.live => {
+                        return refused(format!(
+                            "{group} exists (incarnation {}); delete it first",
+                            existing.incarnation.0
+                        ));
+                    }
+                    Some(existing) => Incarnation(existing.incarnation.0 + 1),
+                    None => Incarnation(1),
+                };
+                self.groups.insert(group, GroupRecord { kind, incarnation, members, live: true, owner: None });
+                MetadataResult::GroupCreated { incarnation, epoch }
+            }
+            MetadataCommand::DeleteGroup { group } => match self.groups.get_mut(&group) {
+                Some(record) if record.live => {
+                    record.live = false;
+                    record.members.clear();
+                    record.owner = None;
+                    MetadataResult::Done { epoch }
+                }
+                _ => refused(format!("{group} does not exist")),
+            },
+            MetadataCommand::ReportOwnership { group, incarnation, node, session, view } => {
+                let live_session = self.nodes.get(&node).and_then(|record| record.session);
+                if live_session != Some(session) {
+                    return refused(format!("{node} has no live session {session}; open a new session first"));
+                }
+                let Some(record) = self.groups.get_mut(&group).filter(|record| record.live) else {
+                    return refused(format!("{group} does not exist"));
+                };
+                if record.incarnation != incarnation {
+                    return refused(format!(
+                        "{group} is at incarnation {}, not {}",
+                        record.incarnation.0, incarnation.0
+                    ));
+                }
+                if !record.members.contains(&node) {
+                    return refused(format!("{node} is not a member of {group}"));
+                }
+                if let Some(owner) = record.owner
+                    && owner.view > view
+                {
+                    return refused(format!("{group}: {view} is older than the recorded {}", owner.view));
+                }
+                record.owner = Some(Ownership { node, view, session });
+                MetadataResult::Done { epoch }
+            }
+            MetadataCommand::AckEpoch { node, epoch: applied } => {
+                let Some(record) = self.nodes.get_mut(&node) else {
+                    return refused(format!("{node} is not registered"));
+                };
+                record.acked = record.acked.max(applied.min(epoch));
+                MetadataResult::Done { epoch }
+            }
+        }
+    }
+
+    fn drop_ownership(&mut self, node: NodeId) {
+        for group in self.groups.values_mut() {
+            if group.owner.is_some_and(|owner| owner.node == node) {
+                group.owner = None;
+            }
+        }
+    }
+
+    /// Nodes that applied at least `epoch`.
+    pub fn acked_by(&self, epoch: Epoch) -> usize {
+        self.nodes.values().filter(|record| record.acked >= epoch).count()
+    }
+}
+
+/// The metadata group's [`StateMachine`]: [`Metadata`] behind the codec.
+#[derive(Debug, Default)]
+pub struct MetadataStateMachine {
+    state: Metadata,
+}
+
+impl MetadataStateMachine {
+    /// The current state.
+    pub fn state(&self) -> &Metadata {
+        &self.state
+    }
+}
+
+impl StateMachine for MetadataStateMachine {
+    fn apply(&mut self, op: Op, operation: &[u8]) -> Bytes {
+        let epoch = Epoch(op.0);
+        let result = match MetadataCommand::decode(operation) {
+            Ok(command) => self.state.apply(epoch, command),
+            Err(error) => {
+                // A command that does not decode is refused the same way on
+                // every member, and still takes its epoch.
+                self.state.epoch = self.state.epoch.max(epoch);
+                MetadataResult::Refused { reason: format!("not a metadata command: {error}") }
+            }
+        };
+        result.encode()
+    }
+
+    fn read(&self, _query: &[u8]) -> Bytes {
+        encode_value(&self.state)
+    }
+
+    fn snapshot(&self) -> Bytes {
+        encode_value(&self.state)
+    }
+
+    fn restore(&mut self, snapshot: &[u8]) -> Result<(), String> {
+        self.state = decode_value(snapshot).map_err(|error| error.to_string())?;
+        Ok(())
+    }
+}

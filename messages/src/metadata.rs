@@ -1,0 +1,242 @@
+//! The metadata group's commands and results.
+//!
+//! Cluster metadata is a log of committed commands in the metadata group
+//! (brief §3.3, seed 001): every change (a node registered, a session opened
+//! or expired, a group created or deleted, an owner recorded) is one command,
+//! applied in log order on every member; its op number is its epoch (M1).
+//! Commands travel as the operation bytes of Requests and sit in the log, so
+//! they are decoded like any other input from the network or a disk: through
+//! the one codec module, validated, never panicking.
+
+use bytes::{Bytes, BytesMut};
+use serde::{Deserialize, Serialize};
+
+use crate::command::Command;
+use crate::error::{BodyError, Invalid, invalid};
+use crate::ids::{Epoch, GroupId, Incarnation, NodeId, SessionId, View};
+use crate::limits::GROUP_MEMBERS_MAX;
+
+/// The longest node address or group kind name, in bytes.
+pub const METADATA_TEXT_SIZE_MAX_BYTES: usize = 256;
+
+/// One change to the cluster metadata.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MetadataCommand {
+    /// A node joins the cluster's node list (or updates its address).
+    RegisterNode {
+        /// The node.
+        node: NodeId,
+        /// Where peers reach it.
+        #[serde(with = "crate::serde_fields::text")]
+        address: String,
+    },
+    /// A node opens a session (S1); the result names the new session.
+    OpenSession {
+        /// The node.
+        node: NodeId,
+    },
+    /// The metadata primary saw no keepalive for `session_timeout` (S1):
+    /// the session ends, and with it the node's ownership records (S2).
+    ExpireSession {
+        /// The node.
+        node: NodeId,
+        /// The session that expired (a stale expiry of an older session is refused).
+        session: SessionId,
+    },
+    /// Create a group; its incarnation is one more than any before it.
+    CreateGroup {
+        /// The group.
+        group: GroupId,
+        /// Its kind (which state machine it runs).
+        #[serde(with = "crate::serde_fields::text")]
+        kind: String,
+        /// Members in member-index order.
+        members: Vec<NodeId>,
+    },
+    /// Delete a group; a later re-creation gets a higher incarnation.
+    DeleteGroup {
+        /// The group.
+        group: GroupId,
+    },
+    /// A node reports it is the primary of a group in a view (S4). Refused for
+    /// a stale incarnation or view, or without a live session.
+    ReportOwnership {
+        /// The group.
+        group: GroupId,
+        /// Its incarnation as the node knows it.
+        incarnation: Incarnation,
+        /// The reporting node.
+        node: NodeId,
+        /// The node's session.
+        session: SessionId,
+        /// The view it is primary of.
+        view: View,
+    },
+    /// A node applied every command up to `epoch` (M1).
+    AckEpoch {
+        /// The node.
+        node: NodeId,
+        /// The highest epoch it applied.
+        epoch: Epoch,
+    },
+}
+
+impl MetadataCommand {
+    /// One rule check per command; the reason says what is wrong.
+    pub fn validate(&self) -> Result<(), Invalid> {
+        let text = |text: &String| text.len() <= METADATA_TEXT_SIZE_MAX_BYTES;
+        match self {
+            MetadataCommand::RegisterNode { node, address } => {
+                if node.0 == 0 || address.is_empty() || !text(address) {
+                    return Err(invalid(Command::Request, "register node: node 0 or an empty or too long address"));
+                }
+            }
+            MetadataCommand::OpenSession { node } | MetadataCommand::AckEpoch { node, .. } => {
+                if node.0 == 0 {
+                    return Err(invalid(Command::Request, "metadata command for node 0"));
+                }
+            }
+            MetadataCommand::ExpireSession { node, session } => {
+                if node.0 == 0 || session.0 == 0 {
+                    return Err(invalid(Command::Request, "expire session: node 0 or session 0"));
+                }
+            }
+            MetadataCommand::CreateGroup { kind, members, .. } => {
+                if kind.is_empty() || !text(kind) {
+                    return Err(invalid(Command::Request, "create group: empty or too long kind"));
+                }
+                if members.is_empty() || members.len() > GROUP_MEMBERS_MAX {
+                    return Err(invalid(Command::Request, "create group: 1 to 64 members"));
+                }
+                let mut seen = std::collections::BTreeSet::new();
+                if members.iter().any(|member| member.0 == 0 || !seen.insert(*member)) {
+                    return Err(invalid(Command::Request, "create group: node 0 or a member listed twice"));
+                }
+            }
+            MetadataCommand::DeleteGroup { .. } => {}
+            MetadataCommand::ReportOwnership { node, session, .. } => {
+                if node.0 == 0 || session.0 == 0 {
+                    return Err(invalid(Command::Request, "report ownership: node 0 or session 0"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Encode as a Request operation.
+    pub fn encode(&self) -> Bytes {
+        let mut out = BytesMut::new();
+        crate::codec::encode_into(self, &mut out);
+        out.freeze()
+    }
+
+    /// Decode and validate an operation.
+    pub fn decode(bytes: &[u8]) -> Result<MetadataCommand, BodyError> {
+        let command: MetadataCommand = crate::codec::decode(Command::Request, bytes)?;
+        command.validate()?;
+        Ok(command)
+    }
+}
+
+/// What applying a command returned (the Reply's result bytes).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MetadataResult {
+    /// Applied.
+    Done {
+        /// The epoch it was applied at.
+        epoch: Epoch,
+    },
+    /// A session was opened.
+    SessionOpened {
+        /// The session.
+        session: SessionId,
+        /// The epoch.
+        epoch: Epoch,
+    },
+    /// A group was created.
+    GroupCreated {
+        /// Its incarnation.
+        incarnation: Incarnation,
+        /// The epoch.
+        epoch: Epoch,
+    },
+    /// Not applied, with the reason (the log still holds the command; every
+    /// member refuses it the same way).
+    Refused {
+        /// Why.
+        #[serde(with = "crate::serde_fields::text")]
+        reason: String,
+    },
+}
+
+impl MetadataResult {
+    /// Encode as Reply result bytes.
+    pub fn encode(&self) -> Bytes {
+        let mut out = BytesMut::new();
+        crate::codec::encode_into(self, &mut out);
+        out.freeze()
+    }
+
+    /// Decode Reply result bytes.
+    pub fn decode(bytes: &[u8]) -> Result<MetadataResult, BodyError> {
+        crate::codec::decode(Command::Reply, bytes)
+    }
+}
+
+/// Encode any metadata value with the crate's codec (snapshots of the
+/// metadata state use it).
+pub fn encode_value<T: Serialize>(value: &T) -> Bytes {
+    let mut out = BytesMut::new();
+    crate::codec::encode_into(value, &mut out);
+    out.freeze()
+}
+
+/// Decode a metadata value encoded with [`encode_value`].
+pub fn decode_value<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, BodyError> {
+    crate::codec::decode(Command::Reply, bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn metadata_commands_round_trip() {
+        let commands = [
+            MetadataCommand::RegisterNode { node: NodeId(1), address: "127.0.0.1:7001".into() },
+            MetadataCommand::OpenSession { node: NodeId(1) },
+            MetadataCommand::ExpireSession { node: NodeId(1), session: SessionId(3) },
+            MetadataCommand::CreateGroup { group: GroupId(4), kind: "kv".into(), members: vec![NodeId(1), NodeId(2)] },
+            MetadataCommand::DeleteGroup { group: GroupId(4) },
+            MetadataCommand::ReportOwnership {
+                group: GroupId(4),
+                incarnation: Incarnation(2),
+                node: NodeId(1),
+                session: SessionId(3),
+                view: View(9),
+            },
+            MetadataCommand::AckEpoch { node: NodeId(2), epoch: Epoch(12) },
+        ];
+        for command in commands {
+            assert_eq!(MetadataCommand::decode(&command.encode()), Ok(command));
+        }
+    }
+
+    #[test]
+    fn invalid_metadata_commands_are_refused_with_a_reason() {
+        let twice =
+            MetadataCommand::CreateGroup { group: GroupId(1), kind: "kv".into(), members: vec![NodeId(1), NodeId(1)] };
+        assert!(MetadataCommand::decode(&twice.encode()).is_err());
+        let node_zero = MetadataCommand::OpenSession { node: NodeId(0) };
+        assert!(MetadataCommand::decode(&node_zero.encode()).is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn metadata_decoding_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            let _ = MetadataCommand::decode(&bytes);
+            let _ = MetadataResult::decode(&bytes);
+        }
+    }
+}
