@@ -123,13 +123,42 @@ impl Drop for StorageWorker {
     }
 }
 
+/// Serve jobs until told to stop. Every job queued by the time the worker
+/// looks is executed before one sync: the log records of many shard turns
+/// share one `fdatasync` (group commit across turns), and only the last
+/// flush id is reported, which the core takes as completing every earlier
+/// one.
 fn serve(storage: &mut FileStorage, jobs: &mpsc::Receiver<Job>, report: &impl Fn(StorageEvent)) {
-    while let Ok(Job::Run(commands)) = jobs.recv() {
-        for command in commands {
-            if let Err(error) = execute(storage, command, report) {
+    while let Ok(first) = jobs.recv() {
+        let mut batch = vec![first];
+        while let Ok(more) = jobs.try_recv() {
+            batch.push(more);
+        }
+        let mut stop = false;
+        let mut flush = None;
+        for job in batch {
+            let Job::Run(commands) = job else {
+                stop = true;
+                break;
+            };
+            for command in commands {
+                if let Command::Flush { id } = command {
+                    flush = Some(id);
+                } else if let Err(error) = execute(storage, command, report) {
+                    report(StorageEvent::Fatal(error));
+                    return;
+                }
+            }
+        }
+        if let Some(id) = flush {
+            if let Err(error) = storage.flush() {
                 report(StorageEvent::Fatal(error));
                 return;
             }
+            report(StorageEvent::Flushed(id));
+        }
+        if stop {
+            return;
         }
     }
 }
@@ -147,11 +176,6 @@ fn execute(storage: &mut FileStorage, command: Command, report: &impl Fn(Storage
             }
         },
         Command::SaveSnapshot { group, snapshot } => storage.save_snapshot(group, &snapshot),
-        Command::Flush { id } => {
-            storage.flush()?;
-            report(StorageEvent::Flushed(id));
-            Ok(())
-        }
         _ => Ok(()),
     }
 }
