@@ -5,32 +5,12 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::Bytes;
-use cohort_actors::core::{StateMachine, WriteMode};
+use cohort_actors::core::WriteMode;
 use cohort_messages::{ClusterId, GroupId, Incarnation, NodeId, Op, RequestKind};
 use cohort_runtime::config::ClusterConfig;
-use cohort_runtime::node::{GroupPlacement, Node, NodeBuilder, NodeHandle, SubmitError};
+use cohort_runtime::node::{GroupPlacement, Node, NodeBuilder, NodeHandle, Register, SubmitError};
 
 const CLUSTER: ClusterId = ClusterId(0xC0_4087_7E57);
-
-/// A register: a write stores the value and returns the previous one.
-#[derive(Default)]
-struct Register(Bytes);
-
-impl StateMachine for Register {
-    fn apply(&mut self, _op: Op, operation: &[u8]) -> Bytes {
-        std::mem::replace(&mut self.0, Bytes::copy_from_slice(operation))
-    }
-    fn read(&self, _query: &[u8]) -> Bytes {
-        self.0.clone()
-    }
-    fn snapshot(&self) -> Bytes {
-        self.0.clone()
-    }
-    fn restore(&mut self, snapshot: &[u8]) -> Result<(), String> {
-        self.0 = Bytes::copy_from_slice(snapshot);
-        Ok(())
-    }
-}
 
 fn free_addresses(n: usize) -> Vec<SocketAddr> {
     let listeners: Vec<_> = (0..n).map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("bind")).collect();

@@ -280,38 +280,14 @@ impl NodeBuilder {
         core.validate().map_err(|error| NodeError::Config(error.to_string()))?;
         let specs = placements_to_specs(self.node, &self.groups)?;
 
-        let std_listener = std::net::TcpListener::bind(listen)
-            .map_err(|error| NodeError::Bind { address: listen, reason: error.to_string() })?;
-        std_listener
-            .set_nonblocking(true)
-            .map_err(|error| NodeError::Bind { address: listen, reason: error.to_string() })?;
+        let std_listener = bind_nonblocking(listen)?;
         let listen = std_listener.local_addr().unwrap_or(listen);
 
         let metrics = Arc::new(NodeMetrics::new());
         let drops = Arc::new(Drops::new(Arc::clone(&metrics)));
-        let admin = match self.admin {
-            Some(address) => {
-                let listener = std::net::TcpListener::bind(address)
-                    .map_err(|error| NodeError::Bind { address, reason: error.to_string() })?;
-                listener
-                    .set_nonblocking(true)
-                    .map_err(|error| NodeError::Bind { address, reason: error.to_string() })?;
-                Some(listener)
-            }
-            None => None,
-        };
+        let admin = self.admin.map(bind_nonblocking).transpose()?;
         let admin_address = admin.as_ref().and_then(|listener| listener.local_addr().ok());
-        let client = match self.client_port {
-            Some(address) => {
-                let listener = std::net::TcpListener::bind(address)
-                    .map_err(|error| NodeError::Bind { address, reason: error.to_string() })?;
-                listener
-                    .set_nonblocking(true)
-                    .map_err(|error| NodeError::Bind { address, reason: error.to_string() })?;
-                Some(listener)
-            }
-            None => None,
-        };
+        let client = self.client_port.map(bind_nonblocking).transpose()?;
         let client_address = client.as_ref().and_then(|listener| listener.local_addr().ok());
         let mut groups: Vec<Vec<GroupSpec>> = (0..self.shards).map(|_| Vec::new()).collect();
         for spec in specs {
@@ -420,6 +396,14 @@ impl NodeBuilder {
             io: Some(io),
         })
     }
+}
+
+/// Bind a listener for tokio to adopt later; errors name the address.
+fn bind_nonblocking(address: SocketAddr) -> Result<std::net::TcpListener, NodeError> {
+    let bind_error = |error: std::io::Error| NodeError::Bind { address, reason: error.to_string() };
+    let listener = std::net::TcpListener::bind(address).map_err(bind_error)?;
+    listener.set_nonblocking(true).map_err(bind_error)?;
+    Ok(listener)
 }
 
 fn placements_to_specs(node: NodeId, placements: &[GroupPlacement]) -> Result<Vec<GroupSpec>, NodeError> {
