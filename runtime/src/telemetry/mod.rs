@@ -15,7 +15,7 @@ pub mod otlp;
 pub mod trace_context;
 
 pub use admin::{AdminLimits, serve, serve_with_limits};
-pub use metrics::{DropReason, GroupState, NodeMetrics, RejectLevel};
+pub use metrics::{DEFAULT_GROUP_KIND, DropReason, GroupKindMetrics, GroupState, NodeMetrics, RejectLevel};
 pub use otlp::{TracingError, TracingGuard, init_tracing, otlp_layer};
 
 mod drops;
