@@ -1,6 +1,7 @@
 //! The core is sans-IO (brief §3.1): nothing under `actors/src/core/` may
-//! use actix, tokio, the network, the file system, threads or a clock. This
-//! test reads the sources and fails on the first forbidden path, so a
+//! use actix, tokio, the network, the file system, threads or a clock, nor
+//! `tracing` or OpenTelemetry (spans are the runtime shell's job, issue #8).
+//! This test reads the sources and fails on the first forbidden path, so a
 //! violation cannot land unnoticed.
 
 use std::path::Path;
@@ -16,6 +17,8 @@ const FORBIDDEN: &[&str] = &[
     "Instant::now",
     "SystemTime",
     "std::env",
+    "tracing",
+    "opentelemetry",
 ];
 
 fn sources(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
@@ -48,6 +51,14 @@ fn core_is_sans_io() {
         }
     }
     assert!(hits.is_empty(), "the core must stay sans-IO:\n{}", hits.join("\n"));
+}
+
+#[test]
+fn the_core_crate_depends_on_no_tracing() {
+    let manifest = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml")).expect("manifest");
+    for crate_name in ["tracing", "opentelemetry"] {
+        assert!(!manifest.contains(crate_name), "cohort-actors must not depend on {crate_name}");
+    }
 }
 
 #[test]

@@ -23,6 +23,95 @@ pub struct Config {
     pub node: Option<NodeSection>,
     /// Group placement (the `[groups]` table).
     pub groups: GroupsSection,
+    /// Trace export (the `[telemetry]` table); off by default.
+    pub telemetry: TelemetryConfig,
+}
+
+/// The `[telemetry]` table: where spans go (see `docs/tracing.md`).
+///
+/// Export is off unless `otlp_endpoint` is set here or the standard
+/// `OTEL_EXPORTER_OTLP_ENDPOINT` (or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`)
+/// environment variable is; the file wins over the environment.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TelemetryConfig {
+    /// OTLP/HTTP (protobuf) URL that receives spans, used verbatim, so it
+    /// includes the path: `"http://127.0.0.1:4318/v1/traces"` for Jaeger or
+    /// an OpenTelemetry Collector. Absent: no export (default).
+    pub otlp_endpoint: Option<String>,
+    /// The most detailed level exported: `info` (default: writes, view
+    /// changes, sessions) or `debug` (also heartbeats and repair).
+    pub otlp_level: TraceLevel,
+    /// The `service.name` resource attribute of every exported span.
+    pub service_name: String,
+}
+
+impl Default for TelemetryConfig {
+    fn default() -> Self {
+        TelemetryConfig { otlp_endpoint: None, otlp_level: TraceLevel::Info, service_name: "cohort".into() }
+    }
+}
+
+/// A span level as written in the file.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TraceLevel {
+    /// Errors only.
+    Error,
+    /// Warnings and errors.
+    Warn,
+    /// The write path, view changes and session events.
+    Info,
+    /// Also heartbeats (Commit and CommitReply batches) and repair.
+    Debug,
+    /// Everything.
+    Trace,
+}
+
+impl TraceLevel {
+    /// The `tracing` level.
+    pub fn level(self) -> tracing::Level {
+        match self {
+            TraceLevel::Error => tracing::Level::ERROR,
+            TraceLevel::Warn => tracing::Level::WARN,
+            TraceLevel::Info => tracing::Level::INFO,
+            TraceLevel::Debug => tracing::Level::DEBUG,
+            TraceLevel::Trace => tracing::Level::TRACE,
+        }
+    }
+}
+
+impl TelemetryConfig {
+    /// Rules beyond parsing, each naming its key. The endpoint is used
+    /// verbatim by the exporter, so one without a path (which would post to
+    /// `/` and lose every span) is refused here rather than at run time.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if let Some(endpoint) = &self.otlp_endpoint {
+            let Some(rest) = endpoint.strip_prefix("http://") else {
+                return Err(rule(
+                    "telemetry.otlp_endpoint",
+                    format!(
+                        "{endpoint:?} must be an http:// URL such as \"http://127.0.0.1:4318/v1/traces\" \
+                         (OTLP over HTTP/protobuf; https is not built in)"
+                    ),
+                ));
+            };
+            let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+            if authority.is_empty() {
+                return Err(rule("telemetry.otlp_endpoint", format!("{endpoint:?} names no host")));
+            }
+            if path.is_empty() {
+                return Err(rule(
+                    "telemetry.otlp_endpoint",
+                    format!("{endpoint:?} has no path; it is used verbatim, so add /v1/traces (OTLP/HTTP's path)"),
+                ));
+            }
+        }
+        if self.service_name.trim().is_empty() {
+            return Err(rule("telemetry.service_name", "must not be empty".into()));
+        }
+        Ok(())
+    }
 }
 
 /// The `[node]` table: who this node is and where it listens.
@@ -188,6 +277,7 @@ impl Config {
     pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
         let config: Config = toml::from_str(text).map_err(|error| ConfigError::Parse(error.to_string()))?;
         config.cluster.validate()?;
+        config.telemetry.validate()?;
         if let Some(node) = &config.node {
             node.validate()?;
         }
@@ -414,6 +504,33 @@ mod tests {
         let quorum = text.replace("partitions = 8", "partitions = 8\nreplication_quorum = 3");
         let error = Config::from_toml(&quorum).expect_err("quorum over the cluster size refused");
         assert!(matches!(&error, ConfigError::Rule { key: "groups.replication_quorum", .. }), "{error}");
+    }
+
+    #[test]
+    fn telemetry_is_off_by_default_and_its_endpoint_is_checked() {
+        assert_eq!(Config::default().telemetry.otlp_endpoint, None);
+        let on = Config::from_toml(
+            "[telemetry]\notlp_endpoint = \"http://127.0.0.1:4318/v1/traces\"\notlp_level = \"debug\"",
+        )
+        .expect("valid");
+        assert_eq!(on.telemetry.otlp_endpoint.as_deref(), Some("http://127.0.0.1:4318/v1/traces"));
+        assert_eq!(on.telemetry.otlp_level, TraceLevel::Debug);
+        for (bad, why) in [
+            ("http://127.0.0.1:4318", "/v1/traces"),
+            ("http://127.0.0.1:4318/", "/v1/traces"),
+            ("https://collector:4318/v1/traces", "http://"),
+            ("127.0.0.1:4318/v1/traces", "http://"),
+            ("http:///v1/traces", "no host"),
+        ] {
+            let text = format!("[telemetry]\notlp_endpoint = {bad:?}");
+            let error = Config::from_toml(&text).expect_err(bad);
+            assert!(matches!(&error, ConfigError::Rule { key: "telemetry.otlp_endpoint", .. }), "{error}");
+            assert!(error.to_string().contains(why), "{bad}: {error}");
+        }
+        let error = Config::from_toml("[telemetry]\nservice_name = \" \"").expect_err("empty name");
+        assert!(matches!(&error, ConfigError::Rule { key: "telemetry.service_name", .. }), "{error}");
+        let error = Config::from_toml("[telemetry]\notlp_level = \"loud\"").expect_err("unknown level");
+        assert!(error.to_string().contains("loud"), "{error}");
     }
 
     #[test]

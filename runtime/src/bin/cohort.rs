@@ -1,4 +1,7 @@
-//! The `cohort` command: `cohort demo` runs a local demo cluster.
+//! The `cohort` command: `cohort node` runs one node from a configuration
+//! file, `cohort demo` runs a local demo cluster. Both export spans over
+//! OTLP when told to (`[telemetry] otlp_endpoint`, `--otlp-endpoint` or
+//! `OTEL_EXPORTER_OTLP_ENDPOINT`), and flush them before exiting.
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -45,7 +48,40 @@ enum Command {
         /// Keep the data directory afterwards.
         #[arg(long)]
         keep_data: bool,
+        /// Export spans to this OTLP/HTTP URL, e.g. http://127.0.0.1:4318/v1/traces
+        /// (default: $OTEL_EXPORTER_OTLP_ENDPOINT if set, else no export).
+        #[arg(long)]
+        otlp_endpoint: Option<String>,
     },
+}
+
+/// Start span export as `telemetry` says; `Err` is the exit code after the
+/// error was printed.
+fn start_tracing(
+    what: &str,
+    telemetry: &cohort_runtime::config::TelemetryConfig,
+    instance: Option<&str>,
+) -> Result<Option<cohort_runtime::telemetry::TracingGuard>, ExitCode> {
+    match cohort_runtime::telemetry::init_tracing(telemetry, instance) {
+        Ok(Some(guard)) => {
+            eprintln!("{what}: exporting spans to {}", guard.endpoint());
+            Ok(Some(guard))
+        }
+        Ok(None) => Ok(None),
+        Err(error) => {
+            eprintln!("{what}: {error}");
+            Err(ExitCode::from(2))
+        }
+    }
+}
+
+/// Send the spans still queued and stop exporting (after the System ended).
+fn stop_tracing(what: &str, guard: Option<cohort_runtime::telemetry::TracingGuard>) {
+    if let Some(guard) = guard
+        && let Err(error) = guard.shutdown()
+    {
+        eprintln!("{what}: {error}");
+    }
 }
 
 fn run_node(path: &std::path::Path) -> ExitCode {
@@ -63,8 +99,13 @@ fn run_node(path: &std::path::Path) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let instance = format!("node-{}", config.node.as_ref().map_or(0, |node| node.id));
+    let tracing = match start_tracing("cohort node", &config.telemetry, Some(&instance)) {
+        Ok(guard) => guard,
+        Err(code) => return code,
+    };
     let system = actix_rt::System::new();
-    system.block_on(async move {
+    let code = system.block_on(async move {
         let node = match builder.start() {
             Ok(node) => node,
             Err(error) => {
@@ -97,13 +138,23 @@ fn run_node(path: &std::path::Path) -> ExitCode {
             }
             None => ExitCode::SUCCESS,
         }
-    })
+    });
+    stop_tracing("cohort node", tracing);
+    code
 }
 
 fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Node { config } => run_node(&config),
-        Command::Demo { nodes, partitions, duration_secs, shards, writers, json, keep_data } => {
+        Command::Demo { nodes, partitions, duration_secs, shards, writers, json, keep_data, otlp_endpoint } => {
+            let telemetry = cohort_runtime::config::TelemetryConfig {
+                otlp_endpoint,
+                ..cohort_runtime::config::TelemetryConfig::default()
+            };
+            let tracing = match start_tracing("cohort demo", &telemetry, None) {
+                Ok(guard) => guard,
+                Err(code) => return code,
+            };
             let options = DemoOptions {
                 nodes,
                 partitions,
@@ -117,7 +168,9 @@ fn main() -> ExitCode {
                 "cohort demo: {nodes} nodes on loopback TCP, {partitions} partitions, {duration_secs} s of writes; \
                  the busiest node is killed at 1/3 and restarted at 2/3"
             );
-            match demo::run(options) {
+            let result = demo::run(options);
+            stop_tracing("cohort demo", tracing);
+            match result {
                 Ok(summary) => {
                     if json {
                         println!("{}", summary.json());

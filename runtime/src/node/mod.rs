@@ -23,6 +23,7 @@ use cohort_messages::{
     ClientId, ClusterId, GroupId, Incarnation, MemberIndex, NodeId, Request, RequestKind, RequestNumber,
 };
 use tokio::sync::oneshot;
+use tracing::Instrument as _;
 
 use crate::config::ClusterConfig;
 use crate::shard::{ClientAnswer, Outbox, Submit};
@@ -531,10 +532,11 @@ impl NodeHandle {
         };
         let (answer, answered) = oneshot::channel();
         let started = Instant::now();
-        if shard.try_send(Submit { request, answer }).is_err() {
+        let span = crate::shard::traces::submit_span(self.node, &request);
+        if shard.try_send(Submit { request, answer, span: span.clone() }).is_err() {
             return Err(SubmitError::Stopped { group });
         }
-        match tokio::time::timeout(timeout, answered).await {
+        match tokio::time::timeout(timeout, answered).instrument(span).await {
             Err(_) => Err(SubmitError::Timeout { group, waited: timeout }),
             Ok(Err(_)) => Err(SubmitError::Stopped { group }),
             Ok(Ok(ClientAnswer::Redirect(redirect))) => {

@@ -6,8 +6,13 @@
 //! every handler one drain of the core's commands: storage commands go to the
 //! storage worker as one job, messages go to the peer's outbox as one
 //! message, answers go to the waiting client.
+//!
+//! Alongside, it reports each submit, inbound message and command to its
+//! [`ShardTraces`], which makes the spans of the message flows and gives the
+//! trace context each outgoing message carries in its frame header.
 
 use std::collections::{BTreeMap, HashMap};
+use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -17,14 +22,16 @@ use cohort_actors::core::storage::Recovered;
 use cohort_actors::core::{Command, CoreConfig, GroupSpec, Shard};
 use cohort_messages::{
     ClientId, CommitBatch, CommitEntry, CommitReplyBatch, CommitReplyEntry, Message, NodeId, Redirect, Reply, Request,
-    RequestNumber,
+    RequestNumber, TraceContext,
 };
 use tokio::sync::oneshot;
 
+use super::observed::ObservedStateMachine;
 use super::outbox::{Outbox, Outgoing};
 use super::storage_worker::{StorageEvent, StorageWorker};
+use super::traces::ShardTraces;
 use crate::node::StateMachineFactory;
-use crate::telemetry::{DropReason, Drops, NodeMetrics};
+use crate::telemetry::{DEFAULT_GROUP_KIND, DropReason, Drops, NodeMetrics};
 
 /// Input from a peer link, routed to the shard that owns the groups (R16).
 #[derive(Message)]
@@ -36,6 +43,8 @@ pub enum Inbound {
         from: NodeId,
         /// The message.
         message: Message,
+        /// The frame header's trace context ([`TraceContext::NONE`] if untraced).
+        trace: TraceContext,
     },
     /// This shard's entries of one Commit frame.
     Commits {
@@ -70,6 +79,9 @@ pub struct Submit {
     pub request: Request,
     /// Where the answer goes.
     pub answer: oneshot::Sender<ClientAnswer>,
+    /// The caller's span (`submit`); the shard's `write` span is its child.
+    /// [`tracing::Span::none`] when the caller does not trace.
+    pub span: tracing::Span,
 }
 
 #[derive(Message)]
@@ -138,6 +150,7 @@ pub struct ShardActor {
     metrics: Arc<NodeMetrics>,
     published_tick: u64,
     groups: HashMap<cohort_messages::GroupId, Addr<super::group::GroupActor>>,
+    traces: Rc<ShardTraces>,
 }
 
 impl ShardActor {
@@ -147,8 +160,11 @@ impl ShardActor {
         let mut core = Shard::new(setup.node, setup.config.clone());
         let mut recovered = setup.recovered;
         let mut failure = None;
+        let traces = Rc::new(ShardTraces::new(setup.node));
+        let kind = setup.metrics.group_kind(DEFAULT_GROUP_KIND);
         for spec in setup.groups.iter().cloned() {
             let state = (setup.state_machines)(spec.group);
+            let state = Box::new(ObservedStateMachine::new(state, spec.group, kind.clone(), Rc::clone(&traces)));
             let result = match recovered.groups.remove(&spec.group) {
                 Some(group) => core.recover_group(spec, state, group),
                 None => core.create_group(spec, state),
@@ -172,6 +188,7 @@ impl ShardActor {
             metrics: setup.metrics,
             published_tick: 0,
             groups: HashMap::new(),
+            traces,
         };
         (actor, failure)
     }
@@ -198,33 +215,54 @@ impl ShardActor {
 
     fn execute(&mut self, commands: Vec<Command>) {
         let mut storage = Vec::new();
-        let mut outgoing: BTreeMap<NodeId, Vec<Message>> = BTreeMap::new();
+        let mut outgoing: BTreeMap<NodeId, Vec<(Message, TraceContext)>> = BTreeMap::new();
         for command in commands {
             match command {
-                Command::Append { .. }
-                | Command::Truncate { .. }
+                Command::Append { group, ref entry } => {
+                    self.traces.on_append(group, entry);
+                    storage.push(command);
+                }
+                Command::Truncate { .. }
                 | Command::StageSuperblock { .. }
                 | Command::SaveSnapshot { .. }
                 | Command::Flush { .. } => storage.push(command),
-                Command::Send { to, message } => outgoing.entry(to).or_default().push(message),
+                Command::Send { to, message } => {
+                    let trace = self.traces.on_send(to, &message);
+                    outgoing.entry(to).or_default().push((message, trace));
+                }
                 Command::SendCommitBatch { to, entries } => {
                     let connected = self.connected.get(&to).is_some_and(|flag| flag.load(Ordering::Relaxed));
                     self.core.on_commit_batch_sent(to, &entries, connected);
-                    outgoing.entry(to).or_default().push(Message::Commit(CommitBatch::encode(&entries)));
+                    self.traces.on_send_batch(to, false, entries.len());
+                    let batch = Message::Commit(CommitBatch::encode(&entries));
+                    outgoing.entry(to).or_default().push((batch, TraceContext::NONE));
                 }
                 Command::SendCommitReplyBatch { to, entries } => {
-                    outgoing.entry(to).or_default().push(Message::CommitReply(CommitReplyBatch::encode(&entries)));
+                    self.traces.on_send_batch(to, true, entries.len());
+                    let batch = Message::CommitReply(CommitReplyBatch::encode(&entries));
+                    outgoing.entry(to).or_default().push((batch, TraceContext::NONE));
                 }
-                Command::Reply(reply) => self.answer(reply.client, reply.request, ClientAnswer::Reply(reply)),
+                Command::Reply(reply) => {
+                    let outcome = match reply.outcome {
+                        cohort_messages::Outcome::Ok(_) => "ok",
+                        cohort_messages::Outcome::Error { .. } => "error",
+                    };
+                    self.traces.on_answer(reply.group, reply.client, reply.request, reply.op, outcome);
+                    self.answer(reply.client, reply.request, ClientAnswer::Reply(reply))
+                }
                 Command::Redirect(redirect) => {
+                    let op = cohort_messages::Op(0);
+                    self.traces.on_answer(redirect.group, redirect.client, redirect.request, op, "redirect");
                     self.answer(redirect.client, redirect.request, ClientAnswer::Redirect(redirect))
                 }
                 Command::RoleChanged { group, view, role } => {
+                    self.traces.on_role_changed(group, view, role);
                     if let Some(actor) = self.groups.get(&group) {
                         actor.do_send(super::group::RoleChanged { role, view });
                     }
                 }
                 Command::Committed { group, op } => {
+                    self.traces.on_committed(group, op);
                     if let Some(actor) = self.groups.get(&group)
                         && actor.try_send(super::group::CommitMoved(op)).is_err()
                     {
@@ -300,6 +338,7 @@ impl Actor for ShardActor {
                     actor.metrics.set_peers_connected(peers);
                 }
                 actor.waiting.retain(|_, waiter| !waiter.is_closed());
+                actor.traces.retain_submits(|key| actor.waiting.contains_key(key));
             }
         });
     }
@@ -309,8 +348,14 @@ impl Handler<Inbound> for ShardActor {
     type Result = ();
 
     fn handle(&mut self, inbound: Inbound, _ctx: &mut Self::Context) {
+        let span = match &inbound {
+            Inbound::Message { from, message, trace } => self.traces.on_message(*from, message, *trace),
+            Inbound::Commits { from, entries } => self.traces.on_batch(*from, false, entries.len()),
+            Inbound::Replies { from, entries } => self.traces.on_batch(*from, true, entries.len()),
+        };
+        let _entered = span.enter();
         match inbound {
-            Inbound::Message { from, message } => self.core.on_message(from, message),
+            Inbound::Message { from, message, .. } => self.core.on_message(from, message),
             Inbound::Commits { from, entries } => self.core.on_commit_entries(from, &entries),
             Inbound::Replies { from, entries } => self.core.on_commit_reply_entries(from, &entries),
         }
@@ -323,6 +368,7 @@ impl Handler<Submit> for ShardActor {
 
     fn handle(&mut self, submit: Submit, _ctx: &mut Self::Context) {
         let key = (submit.request.client, submit.request.request);
+        self.traces.on_submit(key.0, key.1, submit.request.group, &submit.span);
         self.waiting.insert(key, submit.answer);
         self.core.on_request(submit.request);
         self.run();

@@ -6,6 +6,10 @@
 //! and the turn's Prepares and view-change messages off the shard actor's
 //! handler, and never blocks: if the link's mailbox is full the frames are
 //! dropped and counted (R30: a dropped reply batch is replaced by the next).
+//!
+//! Each message comes with the trace context the shard chose for it (the
+//! span that sent it, see `super::traces`), which goes in its frame header;
+//! most messages carry [`TraceContext::NONE`].
 
 use std::sync::Arc;
 
@@ -19,8 +23,9 @@ use crate::transport::{PeerLink, SendFrames};
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct Outgoing {
-    /// In the order the core emitted them.
-    pub messages: Vec<Message>,
+    /// In the order the core emitted them, each with its frame header's
+    /// trace context.
+    pub messages: Vec<(Message, TraceContext)>,
 }
 
 /// The outbox actor.
@@ -50,11 +55,8 @@ impl Handler<Outgoing> for Outbox {
     type Result = ();
 
     fn handle(&mut self, outgoing: Outgoing, _ctx: &mut Self::Context) {
-        let frames: Vec<EncodedFrame> = outgoing
-            .messages
-            .iter()
-            .map(|message| message.encode(self.cluster, self.node, TraceContext::NONE))
-            .collect();
+        let frames: Vec<EncodedFrame> =
+            outgoing.messages.iter().map(|(message, trace)| message.encode(self.cluster, self.node, *trace)).collect();
         let count = frames.len() as u64;
         match self.link.try_send(SendFrames { frames }) {
             Ok(()) => {}

@@ -6,7 +6,8 @@
 //! same connection in the order the requests arrived. A non-primary answers
 //! with a Redirect naming the primary it knows, so a client library can retry
 //! there. Exactly-once is per (client id, request number), as for local
-//! submits: a client that retries must reuse both.
+//! submits: a client that retries must reuse both. A Request frame whose
+//! header carries a trace context continues the client's trace.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,6 +18,7 @@ use cohort_messages::{ClusterId, Frame, FrameDecoder, Message, NodeId, Outcome, 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
+use tracing::Instrument as _;
 
 use crate::node::Directory;
 use crate::shard::{ClientAnswer, Submit};
@@ -49,7 +51,7 @@ async fn serve_client(mut stream: TcpStream, cluster: ClusterId, node: NodeId, s
                 Err(error) if error.closes_connection() => return,
                 Err(_) => continue,
             };
-            let Some(answer) = handle(frame, &mut greeted, cluster, &shards).await else { return };
+            let Some(answer) = handle(frame, &mut greeted, cluster, node, &shards).await else { return };
             if let Some(message) = answer {
                 let encoded = message.encode(cluster, node, TraceContext::NONE);
                 if stream.write_all(&encoded.to_bytes()).await.is_err() {
@@ -65,8 +67,15 @@ async fn serve_client(mut stream: TcpStream, cluster: ClusterId, node: NodeId, s
 }
 
 /// `None`: close the connection. `Some(None)`: nothing to answer.
-async fn handle(frame: Frame, greeted: &mut bool, cluster: ClusterId, shards: &Directory) -> Option<Option<Message>> {
+async fn handle(
+    frame: Frame,
+    greeted: &mut bool,
+    cluster: ClusterId,
+    node: NodeId,
+    shards: &Directory,
+) -> Option<Option<Message>> {
     let message = frame.message().ok()?;
+    let trace = frame.header.trace;
     if !*greeted {
         return match message {
             Message::Handshake(handshake) if handshake.check_peer(cluster).is_ok() => {
@@ -90,10 +99,11 @@ async fn handle(frame: Frame, greeted: &mut bool, cluster: ClusterId, shards: &D
         return Some(Some(Message::Reply(refused(ReplyError::Busy, "the node is stopping".into()))));
     };
     let (answer, answered) = oneshot::channel();
-    if shard.try_send(Submit { request, answer }).is_err() {
+    let span = crate::shard::traces::client_request_span(node, &request, trace);
+    if shard.try_send(Submit { request, answer, span: span.clone() }).is_err() {
         return Some(Some(Message::Reply(refused(ReplyError::Busy, "the shard's mailbox is full; retry".into()))));
     }
-    let message = match tokio::time::timeout(ANSWER_TIMEOUT, answered).await {
+    let message = match tokio::time::timeout(ANSWER_TIMEOUT, answered).instrument(span).await {
         Ok(Ok(ClientAnswer::Reply(reply))) => Message::Reply(reply),
         Ok(Ok(ClientAnswer::Redirect(redirect))) => Message::Redirect(redirect),
         _ => Message::Reply(refused(ReplyError::Busy, "no answer in time; retry with the same request number".into())),

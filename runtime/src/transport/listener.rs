@@ -227,7 +227,8 @@ impl Router {
             }
             message => {
                 if let Some(group) = message.group() {
-                    self.deliver(shard_of(group, shards), Inbound::Message { from, message });
+                    let trace = frame.header.trace;
+                    self.deliver(shard_of(group, shards), Inbound::Message { from, message, trace });
                 }
             }
         }
