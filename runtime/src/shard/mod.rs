@@ -3,12 +3,15 @@
 //! worker thread.
 
 mod actor;
+pub mod custom;
 pub mod group;
 mod outbox;
 pub mod storage_worker;
 
 pub use actor::{
-    ClientAnswer, GetReport, Inbound, ReplaceOutbox, ShardActor, ShardReport, ShardSetup, Submit, SubscribeGroup,
+    ClientAnswer, GetCustomActor, GetReport, Inbound, ReplaceOutbox, ShardActor, ShardReport, ShardSetup, Submit,
+    SubscribeGroup,
 };
-pub use group::{GroupEvent, GroupRole};
+pub use custom::{Applied, AppliedOp, CustomGroupActor, Restored};
+pub use group::{GroupEvent, GroupRole, RoleChanged};
 pub use outbox::{Outbox, Outgoing, PanicForTest, ReplaceLink};
