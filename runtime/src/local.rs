@@ -53,7 +53,7 @@ impl LocalClusterBuilder {
     pub fn group_actor<A, F>(mut self, kind: impl Into<GroupKind>, make: F) -> Self
     where
         A: CustomGroupActor,
-        F: Fn(GroupId) -> A + Send + Sync + 'static,
+        F: Fn(&crate::shard::custom::GroupReplica) -> A + Send + Sync + 'static,
     {
         self.kinds.actors.push((kind.into(), crate::shard::custom::factory(make)));
         self

@@ -20,4 +20,6 @@ pub use crate::node::{
     Committed, GroupKind, GroupKindError, GroupPlacement, Node, NodeBuilder, NodeError, NodeHandle, Register,
     SubmitError,
 };
-pub use crate::shard::{Applied, AppliedOp, CustomGroupActor, GroupEvent, GroupRole, Restored, RoleChanged};
+pub use crate::shard::{
+    Applied, AppliedOp, CustomGroupActor, GroupEvent, GroupReplica, GroupRole, Restored, RoleChanged,
+};

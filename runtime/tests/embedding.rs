@@ -133,7 +133,7 @@ fn kind_mistakes_are_typed_and_say_what_to_do() {
     }
     let duplicate = base().group_kind("default", |_| Box::new(Register::default())).start();
     assert!(matches!(duplicate, Err(NodeError::Kind(GroupKindError::Duplicate { .. }))));
-    let orphan = base().group_actor("log", |_| Follower::default()).start();
+    let orphan = base().group_actor("log", |_: &GroupReplica| Follower::default()).start();
     let error = orphan.err().expect("an actor without its kind is refused");
     assert!(error.to_string().contains("register the kind's state machine"), "{error}");
     let _ = std::fs::remove_dir_all(&dir);
@@ -187,11 +187,11 @@ fn custom_actors_follow_applied_ops_roles_and_restarts() {
     actix_rt::System::new().block_on(async {
         let mut cluster = LocalCluster::builder(3)
             .group_kind("counter", |_| Box::new(Counter::default()))
-            .group_actor("counter", |_| Follower::default())
+            .group_actor("counter", |_: &GroupReplica| Follower::default())
             // A tiny mailbox: cohort must resync instead of leaving a gap
             // (eight concurrent writers make backups' followers overflow).
             .group_kind("tight", |_| Box::new(Counter::default()))
-            .group_actor("tight", |_| Follower { mailbox: Some(1), ..Follower::default() })
+            .group_actor("tight", |_: &GroupReplica| Follower { mailbox: Some(1), ..Follower::default() })
             .groups("counter", [GroupId(0)])
             .groups("tight", [GroupId(1)])
             .start()

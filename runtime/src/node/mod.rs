@@ -329,7 +329,8 @@ impl NodeBuilder {
     }
 
     /// Give `kind` a custom group actor: for each group of the kind, `make`
-    /// builds one on the group's shard thread, and cohort feeds it role
+    /// builds one on the group's shard thread (told which node, group and
+    /// kind it is for), and cohort feeds it role
     /// changes and the applied ops (see [`crate::shard::custom`] for what it
     /// is guaranteed). Reach it with [`NodeHandle::group_actor`].
     ///
@@ -357,13 +358,13 @@ impl NodeBuilder {
     ///
     /// let builder = NodeBuilder::new(ClusterId(1), NodeId(1))
     ///     .group_kind("register", |_| Box::new(Register::default()))
-    ///     .group_actor("register", |_group| RoleWatch(None));
+    ///     .group_actor("register", |_replica: &GroupReplica| RoleWatch(None));
     /// # let _ = builder;
     /// ```
     pub fn group_actor<A, F>(mut self, kind: impl Into<GroupKind>, make: F) -> Self
     where
         A: crate::shard::CustomGroupActor,
-        F: Fn(GroupId) -> A + Send + Sync + 'static,
+        F: Fn(&crate::shard::custom::GroupReplica) -> A + Send + Sync + 'static,
     {
         self.kinds.actors.push((kind.into(), crate::shard::custom::factory(make)));
         self

@@ -21,7 +21,7 @@ use cohort_messages::{
 };
 use tokio::sync::oneshot;
 
-use super::custom::{CustomActorFactory, CustomActorLink};
+use super::custom::{CustomActorFactory, CustomActorLink, GroupReplica};
 use super::group::{GroupActor, GroupRole, RoleChanged};
 use super::outbox::{Outbox, Outgoing};
 use super::storage_worker::{StorageEvent, StorageWorker};
@@ -143,7 +143,7 @@ pub struct ShardActor {
     published_tick: u64,
     groups: HashMap<cohort_messages::GroupId, GroupLink>,
     /// Custom actors to start with the shard (kinds that have one).
-    custom_factories: Vec<(cohort_messages::GroupId, CustomActorFactory)>,
+    custom_factories: Vec<(GroupReplica, CustomActorFactory)>,
     /// Groups whose custom actor waits for a resync (its mailbox overflowed).
     resync_pending: Vec<cohort_messages::GroupId>,
 }
@@ -168,7 +168,8 @@ impl ShardActor {
                 break;
             };
             if let Some(factory) = &kind_spec.actor {
-                custom_factories.push((spec.group, Arc::clone(factory)));
+                let replica = GroupReplica { node: setup.node, group: spec.group, kind: kind.clone() };
+                custom_factories.push((replica, Arc::clone(factory)));
             }
             let state = (kind_spec.state_machines)(spec.group);
             let result = match recovered.groups.remove(&spec.group) {
@@ -350,13 +351,14 @@ impl Actor for ShardActor {
         // actor of its kind if it has one; both first hear the current role.
         // What the core reported while building the groups (roles, restores,
         // replayed ops) is drained below, after they exist.
-        let mut factories: HashMap<_, _> = std::mem::take(&mut self.custom_factories).into_iter().collect();
+        let mut factories: HashMap<_, _> =
+            std::mem::take(&mut self.custom_factories).into_iter().map(|(r, f)| (r.group, (r, f))).collect();
         for replica in self.core.replicas() {
             let group = replica.group();
             let role = GroupRole::from_core(replica.role(), replica.view());
             let actor = GroupActor::new(group).start();
             actor.do_send(RoleChanged { group, role });
-            let mut custom = factories.remove(&group).map(|factory| factory(group));
+            let mut custom = factories.remove(&group).map(|(replica, factory)| factory(&replica));
             if let Some(custom) = custom.as_mut() {
                 custom.role(role);
             }

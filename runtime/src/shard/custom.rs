@@ -83,9 +83,10 @@ use actix::prelude::*;
 use bytes::Bytes;
 use cohort_actors::core::Replica;
 pub use cohort_actors::core::command::AppliedOp;
-use cohort_messages::{GroupId, Op};
+use cohort_messages::{GroupId, NodeId, Op};
 
 use super::group::{GroupRole, RoleChanged};
+use crate::node::GroupKind;
 use crate::telemetry::{DropReason, Drops};
 
 /// Messages a custom actor's mailbox holds before cohort drops and resyncs.
@@ -183,21 +184,38 @@ impl<A> CustomGroupActor for A where
 {
 }
 
+/// Which group replica a custom actor is made for.
+///
+/// ```
+/// use cohort_runtime::prelude::*;
+/// let replica = GroupReplica { node: NodeId(2), group: GroupId(9), kind: GroupKind::new("kv") };
+/// assert_eq!(format!("{} {}", replica.node, replica.group), "node:2 group:9");
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupReplica {
+    /// The node it runs on.
+    pub node: NodeId,
+    /// The group.
+    pub group: GroupId,
+    /// The group's kind.
+    pub kind: GroupKind,
+}
+
 /// Starts a kind's custom actor for a group, on the calling (shard) thread.
-pub(crate) type CustomActorFactory = Arc<dyn Fn(GroupId) -> CustomActorLink + Send + Sync>;
+pub(crate) type CustomActorFactory = Arc<dyn Fn(&GroupReplica) -> CustomActorLink + Send + Sync>;
 
 /// A factory that starts `A` with the bounded mailbox cohort relies on.
 pub(crate) fn factory<A, F>(make: F) -> CustomActorFactory
 where
     A: CustomGroupActor,
-    F: Fn(GroupId) -> A + Send + Sync + 'static,
+    F: Fn(&GroupReplica) -> A + Send + Sync + 'static,
 {
-    Arc::new(move |group| {
+    Arc::new(move |replica| {
         let addr = A::create(|ctx| {
             ctx.set_mailbox_capacity(GROUP_ACTOR_MAILBOX_MAX);
-            make(group)
+            make(replica)
         });
-        CustomActorLink::new(group, addr)
+        CustomActorLink::new(replica.group, addr)
     })
 }
 

@@ -12,6 +12,6 @@ pub use actor::{
     ClientAnswer, GetCustomActor, GetReport, Inbound, ReplaceOutbox, ShardActor, ShardReport, ShardSetup, Submit,
     SubscribeGroup,
 };
-pub use custom::{Applied, AppliedOp, CustomGroupActor, Restored};
+pub use custom::{Applied, AppliedOp, CustomGroupActor, GroupReplica, Restored};
 pub use group::{GroupEvent, GroupRole, RoleChanged};
 pub use outbox::{Outbox, Outgoing, PanicForTest, ReplaceLink};
