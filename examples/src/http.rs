@@ -15,6 +15,12 @@ pub const HEAD_SIZE_MAX_BYTES: usize = 8 * 1024;
 pub const BODY_SIZE_MAX_BYTES: usize = 64 * 1024;
 
 /// A parsed request.
+///
+/// ```
+/// use cohort_examples::http::HttpRequest;
+/// let request = HttpRequest { method: "GET".into(), path: "/kv/a".into(), body: Vec::new() };
+/// assert!(request.path.starts_with("/kv/"));
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HttpRequest {
     /// `GET`, `PUT`, ...
@@ -112,6 +118,14 @@ pub async fn read_request<S: AsyncRead + AsyncWrite + Unpin>(stream: &mut S) -> 
 }
 
 /// Write a response with `body` and `Connection: close`.
+///
+/// ```
+/// # actix_rt::System::new().block_on(async {
+/// let mut out = Vec::new();
+/// cohort_examples::http::write_response(&mut out, 404, "Not Found", b"no such key\n").await.expect("written");
+/// assert!(out.starts_with(b"HTTP/1.1 404 Not Found\r\n"));
+/// # });
+/// ```
 pub async fn write_response<W: AsyncWrite + Unpin>(
     stream: &mut W,
     status: u16,

@@ -52,6 +52,22 @@ pub const RETRY_PAUSE_MIN: Duration = Duration::from_millis(20);
 pub const RETRY_PAUSE_MAX: Duration = Duration::from_millis(500);
 
 /// Why a client call failed, and what to do.
+///
+/// ```no_run
+/// use cohort_runtime::prelude::*;
+///
+/// # async fn example(client: Client) -> Result<(), ClientError> {
+/// match client.write(GroupId(0), "debit 10").await {
+///     Ok(written) => println!("committed at {}", written.op),
+///     // Unknown outcome: resubmit the very same request, it applies at most once.
+///     Err(ClientError::Timeout { request: Some(request), .. }) => {
+///         client.retry(*request).await?;
+///     }
+///     Err(error) => return Err(error),
+/// }
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ClientError {
     /// No definite answer in time. For a write the outcome is unknown.
@@ -164,6 +180,14 @@ enum Next {
 impl Client {
     /// A client of `nodes` (usually every node of the cluster this process
     /// runs; at least the local one), with a fresh id.
+    ///
+    /// ```no_run
+    /// # use cohort_runtime::prelude::*;
+    /// # fn example(node: &Node) {
+    /// let client = Client::new([node.handle()]).timeout(std::time::Duration::from_secs(3));
+    /// assert_eq!(client.nodes().len(), 1);
+    /// # }
+    /// ```
     pub fn new(nodes: impl IntoIterator<Item = NodeHandle>) -> Client {
         let inner = Inner {
             nodes: nodes.into_iter().collect(),
@@ -201,7 +225,27 @@ impl Client {
 
     /// Resubmit a write whose outcome is unknown, with its own client id and
     /// request number: it applies at most once, and if it already did, the
-    /// answer is its original result.
+    /// answer is its original result. Also for hosts that number their own
+    /// requests (the client table's rules apply: a new client id starts at
+    /// request 1, and numbers increase per group).
+    ///
+    /// ```no_run
+    /// use cohort_runtime::prelude::*;
+    ///
+    /// # async fn example(client: Client) -> Result<(), ClientError> {
+    /// let request = cohort_messages::Request {
+    ///     client: ClientId(0xfeed),
+    ///     request: RequestNumber(1),
+    ///     group: GroupId(0),
+    ///     kind: RequestKind::Write,
+    ///     operation: Bytes::from_static(b"credit 5"),
+    /// };
+    /// let first = client.retry(request.clone()).await?;
+    /// let again = client.retry(request).await?; // answered from the client table
+    /// assert_eq!(first, again);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn retry(&self, request: Request) -> Result<Committed, ClientError> {
         self.run(request).await
     }
@@ -345,6 +389,11 @@ fn check_size(operation: &Bytes) -> Result<(), ClientError> {
 
 /// A client id no other client of any process is likely to have: 128 bits
 /// from the process's random hasher keys, the time and a counter.
+///
+/// ```
+/// use cohort_runtime::client::fresh_client_id;
+/// assert_ne!(fresh_client_id(), fresh_client_id());
+/// ```
 pub fn fresh_client_id() -> ClientId {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let count = COUNTER.fetch_add(1, Ordering::Relaxed);

@@ -29,6 +29,21 @@ pub const LOCAL_CLUSTER_ID: ClusterId = ClusterId(0x10CA_1C1A_57E2);
 
 /// Builds a [`LocalCluster`]. Kinds and groups are as on [`NodeBuilder`];
 /// every node gets the same.
+///
+/// ```no_run
+/// use cohort_runtime::prelude::*;
+///
+/// # fn example() -> Result<LocalCluster, NodeError> {
+/// let cluster = LocalCluster::builder(5)
+///     .shards(2)
+///     .group_kind("register", |_| Box::new(Register::default()))
+///     .groups("register", (0..100).map(GroupId))
+///     .groups_with("register", WriteMode::Async, (100..110).map(GroupId))
+///     .group(GroupPlacement::new(GroupId(200), vec![NodeId(1), NodeId(2), NodeId(3)]).kind("register"))
+///     .start()?;
+/// # Ok(cluster)
+/// # }
+/// ```
 pub struct LocalClusterBuilder {
     nodes: usize,
     shards: usize,
@@ -241,6 +256,16 @@ impl LocalCluster {
     }
 
     /// Start node `id` again from its data directory, on its old port.
+    ///
+    /// ```no_run
+    /// # use cohort_runtime::prelude::*;
+    /// # async fn example(mut cluster: LocalCluster) -> Result<(), Box<dyn std::error::Error>> {
+    /// cluster.stop_node(NodeId(1)); // a crash: the others fail over
+    /// cluster.client().write(GroupId(0), "while node 1 is down").await?;
+    /// cluster.restart_node(NodeId(1))?; // recovers from its log and catches up
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn restart_node(&mut self, id: NodeId) -> Result<(), NodeError> {
         let index = (id.0 as usize).checked_sub(1).filter(|index| *index < self.addresses.len());
         let index = index.ok_or_else(|| NodeError::Config(format!("{id} is not a node of this cluster")))?;

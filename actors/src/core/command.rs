@@ -71,6 +71,14 @@ pub enum QuorumWaitError {
 pub type WaitId = u64;
 
 /// One op applied to a group's state machine, as [`Command::Applied`] reports it.
+///
+/// ```
+/// use bytes::Bytes;
+/// use cohort_actors::core::command::AppliedOp;
+/// use cohort_messages::Op;
+/// let applied = AppliedOp { op: Op(3), operation: Bytes::from_static(b"add 2"), result: Bytes::from_static(b"5") };
+/// assert_eq!(applied.op, Op(3));
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AppliedOp {
     /// The op.

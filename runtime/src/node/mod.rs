@@ -300,6 +300,14 @@ impl NodeBuilder {
     /// The state machine of the default kind ([`GroupKind::DEFAULT_NAME`]),
     /// which placements run unless they name another kind. Same as
     /// `group_kind(GroupKind::default(), factory)`.
+    ///
+    /// ```
+    /// use cohort_runtime::prelude::*;
+    /// let builder = NodeBuilder::new(ClusterId(1), NodeId(1))
+    ///     .state_machine(|_group| Box::new(Register::default()))
+    ///     .group(GroupPlacement::new(GroupId(0), vec![NodeId(1)])); // the default kind
+    /// # let _ = builder;
+    /// ```
     pub fn state_machine(self, factory: impl Fn(GroupId) -> Box<dyn StateMachine> + Send + Sync + 'static) -> Self {
         self.group_kind(GroupKind::default(), factory)
     }

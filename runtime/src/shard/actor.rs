@@ -488,10 +488,11 @@ impl Handler<SubscribeGroup> for ShardActor {
     }
 }
 
-/// Ask for the custom actor of a group (type-erased `Addr<A>`).
+/// Ask for the custom actor of a group (type-erased `Addr<A>`); what
+/// [`crate::node::NodeHandle::group_actor`] sends.
 #[derive(Message)]
 #[rtype(result = "Option<Arc<dyn std::any::Any + Send + Sync>>")]
-pub struct GetCustomActor(pub cohort_messages::GroupId);
+pub(crate) struct GetCustomActor(pub cohort_messages::GroupId);
 
 impl Handler<GetCustomActor> for ShardActor {
     type Result = Option<Arc<dyn std::any::Any + Send + Sync>>;

@@ -11,7 +11,8 @@
 //! The shard actor feeds each custom actor on the same path as the node's own
 //! [`super::group::GroupActor`]: the core's `RoleChanged`, `Restored` and
 //! `Applied` commands of the group, as the three messages of
-//! [`CustomGroupActor`], one message per group per shard turn.
+//! [`CustomGroupActor`]. Applied ops come in batches (one per apply step of
+//! the core, usually one per group per shard turn), never one message per op.
 //!
 //! # What cohort guarantees to the actor
 //!
@@ -37,7 +38,7 @@
 //!   [`GROUP_ACTOR_MAILBOX_MAX`] messages (set before `started`; the actor may
 //!   change it there). `Applied` and `Restored` are sent with `try_send`. When
 //!   the mailbox is full the message is dropped and counted
-//!   (`cohort_dropped_total{reason="mailbox_full"}`), cohort stops sending
+//!   (`cohort_frames_dropped_total{reason="mailbox_full"}`), cohort stops sending
 //!   `Applied` to that actor, and at the end of each later turn tries to send
 //!   a `Restored { resync: true }` with a fresh snapshot of the state machine
 //!   at its applied point. Once that is delivered, `Applied` resumes after it.

@@ -8,9 +8,9 @@ pub mod group;
 mod outbox;
 pub mod storage_worker;
 
+pub(crate) use actor::GetCustomActor;
 pub use actor::{
-    ClientAnswer, GetCustomActor, GetReport, Inbound, ReplaceOutbox, ShardActor, ShardReport, ShardSetup, Submit,
-    SubscribeGroup,
+    ClientAnswer, GetReport, Inbound, ReplaceOutbox, ShardActor, ShardReport, ShardSetup, Submit, SubscribeGroup,
 };
 pub use custom::{Applied, AppliedOp, CustomGroupActor, GroupReplica, Restored};
 pub use group::{GroupEvent, GroupRole, RoleChanged};
