@@ -21,9 +21,9 @@
 //! [`ClientError::TooLarge`] or [`ClientError::NoNodes`]: it may still
 //! commit. A [`ClientError::Timeout`] carries the request; passing it to
 //! [`Client::retry`] resubmits it with the same id and number, so it applies
-//! at most once. After any failed write the client moves that group to a
-//! fresh client id, so that its next write never depends on whether the lost
-//! one arrived.
+//! at most once. After any failed write (or one whose caller stopped
+//! waiting) the client moves that group to a fresh client id, so that its
+//! next write never depends on whether the lost one arrived.
 //!
 //! # Reads
 //!
@@ -139,6 +139,15 @@ pub enum ClientError {
 struct Session {
     client: ClientId,
     next: RequestNumber,
+    /// A write was sent and did not succeed (it failed, or its caller gave
+    /// up waiting): it may still apply, so the next write takes a new id.
+    in_doubt: bool,
+}
+
+impl Session {
+    fn fresh() -> Session {
+        Session { client: fresh_client_id(), next: RequestNumber(1), in_doubt: false }
+    }
 }
 
 /// Writes and reads across the nodes this process knows. Cheap to clone;
@@ -211,15 +220,18 @@ impl Client {
         check_size(&operation)?;
         let session = self.session(group);
         let mut session = session.lock().await;
+        if session.in_doubt {
+            // The last write perhaps applied, perhaps not (or its id is no
+            // longer usable): start a new client (see the module docs).
+            *session = Session::fresh();
+        }
         let request =
             Request { client: session.client, request: session.next, group, kind: RequestKind::Write, operation };
         session.next = RequestNumber(session.next.0 + 1);
+        // Cleared only on success, so a caller that stops waiting leaves it set.
+        session.in_doubt = true;
         let result = self.run(request).await;
-        if result.is_err() {
-            // Perhaps applied, perhaps not (or the id is no longer usable):
-            // the next write starts a new client (see the module docs).
-            *session = Session { client: fresh_client_id(), next: RequestNumber(1) };
-        }
+        session.in_doubt = result.is_err();
         result
     }
 
@@ -272,9 +284,7 @@ impl Client {
 
     fn session(&self, group: GroupId) -> Arc<tokio::sync::Mutex<Session>> {
         let mut sessions = self.inner.sessions.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let session = sessions.entry(group).or_insert_with(|| {
-            Arc::new(tokio::sync::Mutex::new(Session { client: fresh_client_id(), next: RequestNumber(1) }))
-        });
+        let session = sessions.entry(group).or_insert_with(|| Arc::new(tokio::sync::Mutex::new(Session::fresh())));
         Arc::clone(session)
     }
 
