@@ -17,8 +17,8 @@ pub use cohort_messages::{
 pub use crate::client::{Client, ClientError};
 pub use crate::local::{LocalCluster, LocalClusterBuilder};
 pub use crate::node::{
-    Committed, GroupKind, GroupKindError, GroupPlacement, Node, NodeBuilder, NodeError, NodeHandle, Register,
-    SubmitError,
+    Committed, DetachedNode, GroupKind, GroupKindError, GroupPlacement, Node, NodeBuilder, NodeError, NodeHandle,
+    Register, SubmitError,
 };
 pub use crate::shard::{
     Applied, AppliedOp, CustomGroupActor, GroupEvent, GroupReplica, GroupRole, Restored, RoleChanged,

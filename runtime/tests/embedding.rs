@@ -240,3 +240,27 @@ fn custom_actors_follow_applied_ops_roles_and_restarts() {
         cluster.stop();
     });
 }
+
+/// A host without actix: cohort starts its own System on a thread, and the
+/// handle and client work from a plain tokio runtime.
+#[test]
+fn a_detached_node_serves_a_plain_tokio_host() {
+    let dir = std::env::temp_dir().join(format!("cohort-detached-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let node = NodeBuilder::new(ClusterId(1), NodeId(1))
+        .listen("127.0.0.1:0".parse().expect("address"))
+        .data_dir(&dir)
+        .cluster_config(LocalCluster::fast_timing())
+        .state_machine(|_| Box::new(Register::default()))
+        .group(GroupPlacement::new(GroupId(0), vec![NodeId(1)]))
+        .start_detached()
+        .expect("node starts");
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    runtime.block_on(async {
+        let client = Client::new([node.handle()]);
+        client.write(GroupId(0), "from tokio").await.expect("write");
+        assert_eq!(client.read(GroupId(0), "").await.expect("read").result, "from tokio");
+    });
+    node.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}

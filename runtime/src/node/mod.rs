@@ -55,12 +55,14 @@ use crate::storage::FileStorageConfig;
 use crate::telemetry::{Drops, NodeMetrics};
 use crate::transport::listener::{self, InboundStats, Router};
 
+mod detached;
 pub mod kind;
 mod parts;
 mod placement;
 mod register;
 mod supervisor;
 
+pub use detached::DetachedNode;
 pub use kind::{GroupKind, GroupKindError};
 pub use placement::GroupPlacement;
 pub use register::Register;
@@ -376,6 +378,12 @@ impl NodeBuilder {
     {
         self.kinds.actors.push((kind.into(), crate::shard::custom::factory(make)));
         self
+    }
+
+    /// Start the node on a thread of its own, in an actix System cohort
+    /// starts, for hosts that do not run actix (see [`DetachedNode`]).
+    pub fn start_detached(self) -> Result<DetachedNode, NodeError> {
+        detached::start(self)
     }
 
     /// Start the node inside the current actix System.
