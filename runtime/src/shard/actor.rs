@@ -237,17 +237,6 @@ impl ShardActor {
         });
     }
 
-    fn custom(&mut self, group: cohort_messages::GroupId) -> Option<&mut CustomActorLink> {
-        self.groups.get_mut(&group).and_then(|link| link.custom.as_mut())
-    }
-
-    /// After a send to a custom actor: queue its resync if it overflowed.
-    fn note_resync(&mut self, group: cohort_messages::GroupId) {
-        if self.custom(group).is_some_and(|custom| custom.needs_resync()) && !self.resync_pending.contains(&group) {
-            self.resync_pending.push(group);
-        }
-    }
-
     fn execute(&mut self, commands: Vec<Command>) {
         let mut storage = Vec::new();
         let mut outgoing: BTreeMap<NodeId, Vec<Message>> = BTreeMap::new();
@@ -290,17 +279,15 @@ impl ShardActor {
                     }
                 }
                 Command::Applied { group, ops, through } => {
-                    let drops = Arc::clone(&self.drops);
-                    if let Some(custom) = self.custom(group) {
-                        custom.applied(ops, through, &drops);
-                        self.note_resync(group);
+                    if let Some(custom) = self.groups.get_mut(&group).and_then(|link| link.custom.as_mut()) {
+                        custom.applied(ops, through, &self.drops);
+                        note_resync(&mut self.resync_pending, group, custom);
                     }
                 }
                 Command::Restored { group, op, state } => {
-                    let drops = Arc::clone(&self.drops);
-                    if let Some(custom) = self.custom(group) {
-                        custom.restored(op, state, &drops);
-                        self.note_resync(group);
+                    if let Some(custom) = self.groups.get_mut(&group).and_then(|link| link.custom.as_mut()) {
+                        custom.restored(op, state, &self.drops);
+                        note_resync(&mut self.resync_pending, group, custom);
                     }
                 }
                 Command::QuorumWaitDone { .. } => {}
@@ -339,6 +326,13 @@ impl ShardActor {
     /// This shard's index.
     pub fn index(&self) -> usize {
         self.index
+    }
+}
+
+/// After a send to a custom actor: queue its resync if it overflowed.
+fn note_resync(pending: &mut Vec<cohort_messages::GroupId>, group: cohort_messages::GroupId, custom: &CustomActorLink) {
+    if custom.needs_resync() && !pending.contains(&group) {
+        pending.push(group);
     }
 }
 
