@@ -233,6 +233,8 @@ fn custom_actors_follow_applied_ops_roles_and_restarts() {
         cluster.restart_node(NodeId(3)).expect("restart");
         let (rebuilt, through, _) = wait_count(&cluster, NodeId(3), GroupId(0), 20).await;
         assert_eq!((rebuilt, through), (20, Op(20)), "the new instance sees the whole applied state");
+        let (_, _, _, roles, _) = follower(&cluster, NodeId(3), GroupId(0)).await;
+        assert!(!roles.is_empty() && roles.windows(2).all(|pair| pair[0] != pair[1]), "role changes only: {roles:?}");
         // A read index: the read's applied point, then the follower's index.
         let read = client.read(GroupId(0), "").await.expect("read");
         let (derived, through, _) = wait_count(&cluster, NodeId(1), GroupId(0), count(&read.result)).await;

@@ -146,6 +146,9 @@ pub struct ShardActor {
     custom_factories: Vec<(GroupReplica, CustomActorFactory)>,
     /// Groups whose custom actor waits for a resync (its mailbox overflowed).
     resync_pending: Vec<cohort_messages::GroupId>,
+    /// True while draining what the core emitted while building the groups:
+    /// the actors were told the resulting role already.
+    draining_build: bool,
 }
 
 /// The actors that follow one group replica on this shard.
@@ -197,6 +200,7 @@ impl ShardActor {
             groups: HashMap::new(),
             custom_factories,
             resync_pending: Vec::new(),
+            draining_build: false,
         };
         (actor, failure)
     }
@@ -266,7 +270,7 @@ impl ShardActor {
                     if let Some(link) = self.groups.get_mut(&group) {
                         let role = GroupRole::from_core(role, view);
                         link.actor.do_send(RoleChanged { group, role });
-                        if let Some(custom) = link.custom.as_mut() {
+                        if let Some(custom) = link.custom.as_mut().filter(|_| !self.draining_build) {
                             custom.role(role);
                         }
                     }
@@ -343,8 +347,9 @@ impl Actor for ShardActor {
         ctx.set_mailbox_capacity(4096);
         // One actor per group replica, on this shard's thread, and the custom
         // actor of its kind if it has one; both first hear the current role.
-        // What the core reported while building the groups (roles, restores,
-        // replayed ops) is drained below, after they exist.
+        // Then what the core emitted while building the groups is drained:
+        // restores and replayed ops reach the custom actors, the roles it
+        // passed through on the way do not (they were told where it ended).
         let mut factories: HashMap<_, _> =
             std::mem::take(&mut self.custom_factories).into_iter().map(|(r, f)| (r.group, (r, f))).collect();
         for replica in self.core.replicas() {
@@ -358,6 +363,9 @@ impl Actor for ShardActor {
             }
             self.groups.insert(group, GroupLink { actor, custom });
         }
+        self.draining_build = true;
+        self.run();
+        self.draining_build = false;
         self.core.on_tick(self.now_tick());
         self.run();
         ctx.run_interval(self.tick, |actor, _ctx| {
