@@ -72,7 +72,9 @@
 //! - **Restarts of the actor.** A custom actor that stops or panics is not
 //!   restarted until its shard is (the supervisor rebuilds a dead shard, with
 //!   new instances of every group actor). Messages to it are counted as
-//!   `mailbox_closed` drops.
+//!   `mailbox_closed` drops. An old instance whose address the host kept
+//!   hears nothing after its shard restarted; ask
+//!   [`crate::node::NodeHandle::group_actor`] again for the new one.
 //! - **A thread of its own.** The actor runs on its shard's thread, beside
 //!   the replicas of every group of the shard. Keep handlers short; move
 //!   slow work to another arbiter.
