@@ -58,6 +58,7 @@ fn spec(group: u64, members: Vec<NodeId>, me: u8, replication: Option<usize>) ->
         me: MemberIndex(me),
         quorums,
         write_mode: WriteMode::Sync,
+        report_applied: false,
     }
 }
 

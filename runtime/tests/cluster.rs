@@ -60,6 +60,7 @@ fn build_node(index: usize, addresses: &[SocketAddr], dir: &std::path::Path, gro
             members,
             replication_quorum: None,
             write_mode: WriteMode::Sync,
+            kind: Default::default(),
         });
     }
     builder

@@ -13,8 +13,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use cohort_actors::core::{StateMachine, WriteMode};
-use cohort_messages::{ClusterId, GroupId, Incarnation, NodeId, Op, RequestKind};
+use cohort_actors::core::StateMachine;
+use cohort_messages::{ClusterId, GroupId, NodeId, Op, RequestKind};
 use cohort_runtime::config::{ClusterConfig, TelemetryConfig};
 use cohort_runtime::node::{GroupPlacement, Node, NodeBuilder, NodeHandle};
 use cohort_runtime::shard::GroupEvent;
@@ -189,13 +189,7 @@ fn start_node(index: usize, addresses: &[SocketAddr], dir: &std::path::Path) -> 
         .listen(addresses[index])
         .data_dir(dir.join(format!("node-{}", node.0)))
         .state_machine(|_| Box::new(Register::default()))
-        .group(GroupPlacement {
-            group: GROUP,
-            incarnation: Incarnation(1),
-            members: vec![NodeId(1), NodeId(2), NodeId(3)],
-            replication_quorum: None,
-            write_mode: WriteMode::Sync,
-        });
+        .group(GroupPlacement::new(GROUP, vec![NodeId(1), NodeId(2), NodeId(3)]));
     for (peer, address) in addresses.iter().enumerate() {
         if peer != index {
             builder = builder.peer(NodeId(peer as u64 + 1), *address);

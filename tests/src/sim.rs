@@ -175,6 +175,7 @@ impl Sim {
                     me: MemberIndex(0),
                     quorums,
                     write_mode: config.write_mode,
+                    report_applied: true,
                 }
             })
             .collect();
@@ -238,6 +239,10 @@ impl Sim {
                 ));
             }
         }
+        for index in 0..self.nodes.len() {
+            self.collect_applies(index);
+        }
+        self.checkers.finish();
         let linearizability = crate::linearizability::check(self.config.seed, &self.history);
         self.checkers.violations.extend(linearizability.iter().map(ToString::to_string));
         self.report()
@@ -321,6 +326,8 @@ impl Sim {
     }
 
     fn kill(&mut self, index: usize, _why: &str) {
+        self.collect_applies(index);
+        self.checkers.crashed(index);
         let until = self.now + self.rng.range(20, 200);
         let seed = self.rng.next_u64();
         self.nodes[index].crash(until, seed);
@@ -422,6 +429,15 @@ impl Sim {
                     if role == Role::Primary {
                         self.checkers.primary(self.now, group, view, index);
                     }
+                    continue;
+                }
+                Command::Applied { group, ops, through } => {
+                    let ops: Vec<(Op, u64)> = ops.iter().map(|a| (a.op, digest(&a.operation))).collect();
+                    self.checkers.applied_reported(self.now, index, group, &ops, through);
+                    continue;
+                }
+                Command::Restored { group, op, .. } => {
+                    self.checkers.restored(self.now, index, group, op);
                     continue;
                 }
                 _ => continue,
@@ -583,6 +599,8 @@ impl Sim {
 
     /// Crash a node; it restarts from its storage after `down_ticks`.
     pub fn crash_node(&mut self, index: usize, down_ticks: u64) {
+        self.collect_applies(index);
+        self.checkers.crashed(index);
         let seed = self.rng.next_u64();
         self.nodes[index].crash(self.now + down_ticks, seed);
         self.crashes += 1;

@@ -7,6 +7,7 @@
 //! [`crate::core::Shard::on_flushed`], so the driver never has to hold a send
 //! back itself.
 
+use bytes::Bytes;
 use cohort_messages::{CommitEntry, CommitReplyEntry, GroupId, LogEntry, Message, NodeId, Op, Redirect, Reply, View};
 
 use crate::core::storage::{Snapshot, Superblock};
@@ -68,6 +69,25 @@ pub enum QuorumWaitError {
 
 /// Identifies one quorum wait.
 pub type WaitId = u64;
+
+/// One op applied to a group's state machine, as [`Command::Applied`] reports it.
+///
+/// ```
+/// use bytes::Bytes;
+/// use cohort_actors::core::command::AppliedOp;
+/// use cohort_messages::Op;
+/// let applied = AppliedOp { op: Op(3), operation: Bytes::from_static(b"add 2"), result: Bytes::from_static(b"5") };
+/// assert_eq!(applied.op, Op(3));
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AppliedOp {
+    /// The op.
+    pub op: Op,
+    /// The operation the state machine applied (shares the log entry's buffer).
+    pub operation: Bytes,
+    /// What the state machine returned.
+    pub result: Bytes,
+}
 
 /// One thing for the driver to do.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -148,6 +168,32 @@ pub enum Command {
         view: View,
         /// The new role.
         role: Role,
+    },
+    /// Only for groups whose spec sets `report_applied`: ops that the state
+    /// machine applied this turn, in op order, each exactly once. `through` is
+    /// the applied point after them; the next `Applied` of the group covers
+    /// the ops after `through`. An op whose request was already applied (a
+    /// client's retry that reached the log twice) is not applied again and
+    /// not listed, so op numbers may skip; `through` still moves past it.
+    /// Emitted before the [`Command::Committed`] of the same ops.
+    Applied {
+        /// The group.
+        group: GroupId,
+        /// The applied ops, in op order.
+        ops: Vec<AppliedOp>,
+        /// The applied point after `ops`.
+        through: Op,
+    },
+    /// Only for groups whose spec sets `report_applied`: the state machine was
+    /// replaced by a snapshot of its state at `op` (recovery, or state
+    /// transfer from the primary). Later [`Command::Applied`] continue after `op`.
+    Restored {
+        /// The group.
+        group: GroupId,
+        /// The applied point of the snapshot.
+        op: Op,
+        /// The state machine's snapshot, as [`crate::core::StateMachine::restore`] took it.
+        state: Bytes,
     },
     /// Ops up to `op` are committed and applied on this member.
     Committed {

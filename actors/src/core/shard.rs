@@ -17,7 +17,10 @@
 //!    storage commands go to storage in that order, a `Flush` is reported back
 //!    with `on_flushed` once durable (flushes complete in id order), sends go
 //!    to the network. Nothing in the list needs to be held back: sends that
-//!    need durability are only emitted once it is reported.
+//!    need durability are only emitted once it is reported. `RoleChanged`,
+//!    `Committed`, `Applied` and `Restored` are for the driver's own
+//!    followers of a group (the host's actors); `Applied` and `Restored`
+//!    appear only for groups whose spec sets `report_applied`.
 //!
 //! Cost: a tick touches only the groups whose next timed work is due (a
 //! lazily-updated wakeup set; an entry that finds its group not yet due is

@@ -27,7 +27,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 pub use ledger::Ledger;
 pub use summary::{DemoSummary, percentile};
 
-use crate::node::{GroupPlacement, Node, NodeBuilder, NodeHandle, SubmitError};
+use crate::node::{GroupKind, GroupPlacement, Node, NodeBuilder, NodeHandle, SubmitError};
 
 /// The demo's cluster id.
 pub const DEMO_CLUSTER: ClusterId = ClusterId(0xC0_4087_DE40);
@@ -199,6 +199,7 @@ impl Demo {
                 members,
                 replication_quorum: None,
                 write_mode: WriteMode::Sync,
+                kind: GroupKind::default(),
             });
         }
         builder.start().map_err(|error| format!("node {}: {error}", node.0))

@@ -1,11 +1,38 @@
 //! A cohort node, built from code and embedded in a host's actix System.
 //!
 //! [`NodeBuilder`] takes the node's identity, addresses, data directory,
-//! shard count, cluster timing, group placements and the state machine
-//! factory; [`NodeBuilder::start`] recovers every shard's storage, starts one
-//! Arbiter per shard (shard actor and outboxes), the peer links and the
-//! listener, and returns a [`Node`]. [`NodeHandle::submit`] sends a request to
-//! the shard that owns its group and awaits the answer.
+//! shard count, cluster timing, group kinds ([`kind`]: a state machine and
+//! perhaps a custom actor each) and group placements; [`NodeBuilder::start`]
+//! recovers every shard's storage, starts one Arbiter per shard (shard actor
+//! and outboxes), the peer links and the listener, and returns a [`Node`].
+//! [`NodeHandle::submit`] sends a request to the shard that owns its group and
+//! awaits the answer; [`crate::client::Client`] adds redirects, retries and
+//! exactly-once request numbering on top.
+//!
+//! A node of one process, with the peers of a three-node cluster:
+//!
+//! ```no_run
+//! use cohort_runtime::prelude::*;
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let system = actix_rt::System::new();
+//! system.block_on(async {
+//!     let members = vec![NodeId(1), NodeId(2), NodeId(3)];
+//!     let node = NodeBuilder::new(ClusterId(7), NodeId(1))
+//!         .listen("10.0.0.1:7100".parse()?)
+//!         .peer(NodeId(2), "10.0.0.2:7100".parse()?)
+//!         .peer(NodeId(3), "10.0.0.3:7100".parse()?)
+//!         .data_dir("/var/lib/myapp/cohort")
+//!         .group_kind("register", |_| Box::new(Register::default()))
+//!         .group(GroupPlacement::new(GroupId(0), members).kind("register"))
+//!         .start()?;
+//!     let client = Client::new([node.handle()]);
+//!     client.write(GroupId(0), "hello").await?;
+//!     node.stop();
+//!     Ok(())
+//! })
+//! # }
+//! ```
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -18,10 +45,8 @@ use std::time::Instant;
 use actix::prelude::*;
 use bytes::Bytes;
 use cohort_actors::core::routing::shard_of;
-use cohort_actors::core::{CoreConfig, GroupSpec, Quorums, StateMachine, WriteMode};
-use cohort_messages::{
-    ClientId, ClusterId, GroupId, Incarnation, MemberIndex, NodeId, Request, RequestKind, RequestNumber,
-};
+use cohort_actors::core::{CoreConfig, StateMachine, WriteMode};
+use cohort_messages::{ClientId, ClusterId, GroupId, Incarnation, NodeId, Request, RequestKind, RequestNumber};
 use tokio::sync::oneshot;
 use tracing::Instrument as _;
 
@@ -31,10 +56,16 @@ use crate::storage::FileStorageConfig;
 use crate::telemetry::{Drops, NodeMetrics};
 use crate::transport::listener::{self, InboundStats, Router};
 
+mod detached;
+pub mod kind;
 mod parts;
+mod placement;
 mod register;
 mod supervisor;
 
+pub use detached::DetachedNode;
+pub use kind::{GroupKind, GroupKindError};
+pub use placement::GroupPlacement;
 pub use register::Register;
 
 use parts::Parts;
@@ -43,21 +74,6 @@ pub use supervisor::{CHECK_INTERVAL, Directory, InjectPanic};
 
 /// Makes the state machine of a group; called on the shard's thread.
 pub type StateMachineFactory = Arc<dyn Fn(GroupId) -> Box<dyn StateMachine> + Send + Sync>;
-
-/// Where a group lives.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct GroupPlacement {
-    /// The group.
-    pub group: GroupId,
-    /// Its incarnation.
-    pub incarnation: Incarnation,
-    /// Members in member-index order.
-    pub members: Vec<NodeId>,
-    /// Q2 (None: majority).
-    pub replication_quorum: Option<usize>,
-    /// Q4.
-    pub write_mode: WriteMode,
-}
 
 /// Why a node could not start or a request failed.
 #[derive(Debug, thiserror::Error)]
@@ -79,6 +95,9 @@ pub enum NodeError {
     /// A shard could not rebuild its groups.
     #[error("{0}")]
     Shard(String),
+    /// The group kinds and placements do not fit together; the message says what to fix.
+    #[error(transparent)]
+    Kind(#[from] GroupKindError),
 }
 
 /// Why a submitted request got no result.
@@ -122,7 +141,8 @@ pub enum SubmitError {
 /// A committed (or read) result.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Committed {
-    /// The op it committed at (0 for reads).
+    /// The op it committed at. For a read, the applied point the read saw
+    /// (every synchronous write acknowledged before the read is at or below it).
     pub op: cohort_messages::Op,
     /// The state machine's result.
     pub result: Bytes,
@@ -165,6 +185,7 @@ impl NodeBuilder {
                 members: rotated,
                 replication_quorum: config.groups.replication_quorum,
                 write_mode,
+                kind: GroupKind::default(),
             });
         }
         Ok(builder)
@@ -176,6 +197,9 @@ pub struct NodeBuilder {
     cluster: ClusterId,
     node: NodeId,
     listen: Option<SocketAddr>,
+    /// A listener bound beforehand (a local cluster binds every node's port
+    /// before any node starts, so no port is lost to a race).
+    bound: Option<std::net::TcpListener>,
     peers: BTreeMap<NodeId, SocketAddr>,
     data_dir: Option<PathBuf>,
     shards: usize,
@@ -183,7 +207,7 @@ pub struct NodeBuilder {
     core: CoreConfig,
     storage: FileStorageConfig,
     groups: Vec<GroupPlacement>,
-    state_machines: Option<StateMachineFactory>,
+    kinds: kind::KindRegistrations,
     admin: Option<SocketAddr>,
     client_port: Option<SocketAddr>,
 }
@@ -195,6 +219,7 @@ impl NodeBuilder {
             cluster,
             node,
             listen: None,
+            bound: None,
             peers: BTreeMap::new(),
             data_dir: None,
             shards: 1,
@@ -202,7 +227,7 @@ impl NodeBuilder {
             core: CoreConfig::default(),
             storage: FileStorageConfig::default(),
             groups: Vec::new(),
-            state_machines: None,
+            kinds: kind::KindRegistrations::default(),
             admin: None,
             client_port: None,
         }
@@ -223,6 +248,19 @@ impl NodeBuilder {
     /// The address peers dial.
     pub fn listen(mut self, address: SocketAddr) -> Self {
         self.listen = Some(address);
+        self
+    }
+
+    /// Listen on an already bound listener (its address is the listen address).
+    pub(crate) fn bound_listener(mut self, listener: std::net::TcpListener) -> Self {
+        self.listen = listener.local_addr().ok();
+        self.bound = Some(listener);
+        self
+    }
+
+    /// Replace the registered kinds (a local cluster builds every node alike).
+    pub(crate) fn kinds(mut self, kinds: kind::KindRegistrations) -> Self {
+        self.kinds = kinds;
         self
     }
 
@@ -262,26 +300,120 @@ impl NodeBuilder {
         self
     }
 
-    /// The state machine of every group.
-    pub fn state_machine(mut self, factory: impl Fn(GroupId) -> Box<dyn StateMachine> + Send + Sync + 'static) -> Self {
-        self.state_machines = Some(Arc::new(factory));
+    /// The state machine of the default kind ([`GroupKind::DEFAULT_NAME`]),
+    /// which placements run unless they name another kind. Same as
+    /// `group_kind(GroupKind::default(), factory)`.
+    ///
+    /// ```
+    /// use cohort_runtime::prelude::*;
+    /// let builder = NodeBuilder::new(ClusterId(1), NodeId(1))
+    ///     .state_machine(|_group| Box::new(Register::default()))
+    ///     .group(GroupPlacement::new(GroupId(0), vec![NodeId(1)])); // the default kind
+    /// # let _ = builder;
+    /// ```
+    pub fn state_machine(self, factory: impl Fn(GroupId) -> Box<dyn StateMachine> + Send + Sync + 'static) -> Self {
+        self.group_kind(GroupKind::default(), factory)
+    }
+
+    /// Register a group kind: its name and the factory of its groups' state
+    /// machines (called on the shard's thread, at start, at a shard's restart
+    /// and never more than once per group and shard life). Placements name
+    /// their kind ([`GroupPlacement::kind`]). Registering a name twice, or
+    /// placing a group as a kind that is not registered, makes
+    /// [`NodeBuilder::start`] fail with a [`GroupKindError`].
+    ///
+    /// ```
+    /// use cohort_runtime::prelude::*;
+    ///
+    /// let builder = NodeBuilder::new(ClusterId(1), NodeId(1))
+    ///     .group_kind("register", |_| Box::new(Register::default()))
+    ///     .group(GroupPlacement::new(GroupId(0), vec![NodeId(1)]).kind("register"));
+    /// # let _ = builder;
+    /// ```
+    pub fn group_kind(
+        mut self,
+        kind: impl Into<GroupKind>,
+        factory: impl Fn(GroupId) -> Box<dyn StateMachine> + Send + Sync + 'static,
+    ) -> Self {
+        self.kinds.state_machines.push((kind.into(), Arc::new(factory)));
         self
+    }
+
+    /// Give `kind` a custom group actor: for each group of the kind, `make`
+    /// builds one on the group's shard thread (told which node, group and
+    /// kind it is for), and cohort feeds it role
+    /// changes and the applied ops (see [`crate::shard::custom`] for what it
+    /// is guaranteed). Reach it with [`NodeHandle::group_actor`].
+    ///
+    /// ```
+    /// use actix::prelude::*;
+    /// use cohort_runtime::prelude::*;
+    ///
+    /// /// Remembers the latest role of its group.
+    /// struct RoleWatch(Option<GroupRole>);
+    /// impl Actor for RoleWatch { type Context = Context<Self>; }
+    /// impl Handler<Applied> for RoleWatch {
+    ///     type Result = ();
+    ///     fn handle(&mut self, _: Applied, _: &mut Context<Self>) {}
+    /// }
+    /// impl Handler<Restored> for RoleWatch {
+    ///     type Result = ();
+    ///     fn handle(&mut self, _: Restored, _: &mut Context<Self>) {}
+    /// }
+    /// impl Handler<RoleChanged> for RoleWatch {
+    ///     type Result = ();
+    ///     fn handle(&mut self, changed: RoleChanged, _: &mut Context<Self>) {
+    ///         self.0 = Some(changed.role);
+    ///     }
+    /// }
+    ///
+    /// let builder = NodeBuilder::new(ClusterId(1), NodeId(1))
+    ///     .group_kind("register", |_| Box::new(Register::default()))
+    ///     .group_actor("register", |_replica: &GroupReplica| RoleWatch(None));
+    /// # let _ = builder;
+    /// ```
+    pub fn group_actor<A, F>(mut self, kind: impl Into<GroupKind>, make: F) -> Self
+    where
+        A: crate::shard::CustomGroupActor,
+        F: Fn(&crate::shard::custom::GroupReplica) -> A + Send + Sync + 'static,
+    {
+        self.kinds.actors.push((kind.into(), crate::shard::custom::factory(make)));
+        self
+    }
+
+    /// Start the node on a thread of its own, in an actix System cohort
+    /// starts, for hosts that do not run actix (see [`DetachedNode`]).
+    pub fn start_detached(self) -> Result<DetachedNode, NodeError> {
+        detached::start(self)
     }
 
     /// Start the node inside the current actix System.
     pub fn start(self) -> Result<Node, NodeError> {
         let listen = self.listen.ok_or_else(|| NodeError::Config("listen address is not set".into()))?;
         let data_dir = self.data_dir.ok_or_else(|| NodeError::Config("data_dir is not set".into()))?;
-        let factory = self.state_machines.ok_or_else(|| NodeError::Config("no state machine factory".into()))?;
+        if self.kinds.state_machines.is_empty() {
+            return Err(NodeError::Config(
+                "no state machine: register one with `state_machine(..)` or `group_kind(..)`".into(),
+            ));
+        }
+        let kinds = Arc::new(self.kinds.resolve()?);
         if self.shards == 0 || self.shards > cohort_messages::SHARD_COUNT_MAX as usize {
             return Err(NodeError::Config(format!("shards must be in 1..={}", cohort_messages::SHARD_COUNT_MAX)));
         }
         let timing = self.timing.timing().map_err(|error| NodeError::Config(error.to_string()))?;
         let core = CoreConfig { timing, ..self.core };
         core.validate().map_err(|error| NodeError::Config(error.to_string()))?;
-        let specs = placements_to_specs(self.node, &self.groups)?;
+        let hosted = placement::to_hosted(self.node, &self.groups, &kinds)?;
 
-        let std_listener = bind_nonblocking(listen)?;
+        let std_listener = match self.bound {
+            Some(listener) => {
+                listener
+                    .set_nonblocking(true)
+                    .map_err(|error| NodeError::Bind { address: listen, reason: error.to_string() })?;
+                listener
+            }
+            None => bind_nonblocking(listen)?,
+        };
         let listen = std_listener.local_addr().unwrap_or(listen);
 
         let metrics = Arc::new(NodeMetrics::new());
@@ -290,9 +422,9 @@ impl NodeBuilder {
         let admin_address = admin.as_ref().and_then(|listener| listener.local_addr().ok());
         let client = self.client_port.map(bind_nonblocking).transpose()?;
         let client_address = client.as_ref().and_then(|listener| listener.local_addr().ok());
-        let mut groups: Vec<Vec<GroupSpec>> = (0..self.shards).map(|_| Vec::new()).collect();
-        for spec in specs {
-            groups[shard_of(spec.group, self.shards)].push(spec);
+        let mut groups: Vec<Vec<kind::HostedGroup>> = (0..self.shards).map(|_| Vec::new()).collect();
+        for group in hosted {
+            groups[shard_of(group.spec.group, self.shards)].push(group);
         }
         let parts = Arc::new(Parts {
             cluster: self.cluster,
@@ -301,7 +433,7 @@ impl NodeBuilder {
             tick: self.timing.tick,
             storage: self.storage,
             data_dir,
-            factory,
+            kinds,
             drops: Arc::clone(&drops),
             metrics: Arc::clone(&metrics),
             fatal: Arc::new(std::sync::Mutex::new(None)),
@@ -405,27 +537,6 @@ fn bind_nonblocking(address: SocketAddr) -> Result<std::net::TcpListener, NodeEr
     let listener = std::net::TcpListener::bind(address).map_err(bind_error)?;
     listener.set_nonblocking(true).map_err(bind_error)?;
     Ok(listener)
-}
-
-fn placements_to_specs(node: NodeId, placements: &[GroupPlacement]) -> Result<Vec<GroupSpec>, NodeError> {
-    placements
-        .iter()
-        .map(|placement| {
-            let me = placement.members.iter().position(|member| *member == node).ok_or_else(|| {
-                NodeError::Config(format!("{}: this node {node} is not among its members", placement.group))
-            })?;
-            let quorums = Quorums::new(placement.members.len(), placement.replication_quorum)
-                .map_err(|error| NodeError::Config(format!("{}: {error}", placement.group)))?;
-            Ok(GroupSpec {
-                group: placement.group,
-                incarnation: placement.incarnation,
-                members: placement.members.clone(),
-                me: MemberIndex(me as u8),
-                quorums,
-                write_mode: placement.write_mode,
-            })
-        })
-        .collect()
 }
 
 /// A running node.
@@ -552,6 +663,20 @@ impl NodeHandle {
         }
     }
 
+    /// Whether this node's link to `peer` is connected now.
+    ///
+    /// ```no_run
+    /// # use cohort_runtime::prelude::*;
+    /// # fn example(node: NodeHandle) {
+    /// if !node.is_connected(NodeId(2)) {
+    ///     eprintln!("node 2 is unreachable from {}", node.node());
+    /// }
+    /// # }
+    /// ```
+    pub fn is_connected(&self, peer: NodeId) -> bool {
+        self.connected.get(&peer).is_some_and(|flag| flag.load(Ordering::Relaxed))
+    }
+
     /// Peers whose links are connected.
     pub fn connected_peers(&self) -> usize {
         self.connected.values().filter(|flag| flag.load(Ordering::Relaxed)).count()
@@ -597,6 +722,29 @@ impl NodeHandle {
             Ok(true) => Some(receiver),
             _ => None,
         }
+    }
+
+    /// The custom actor of `group` on this node, if its kind has one of type
+    /// `A` (see [`NodeBuilder::group_actor`]). After a shard restart this is
+    /// the new instance. `None` if the group is not hosted here, its kind has
+    /// no actor or it is not an `A`.
+    ///
+    /// ```no_run
+    /// # use actix::prelude::*;
+    /// # use cohort_runtime::prelude::*;
+    /// # struct Index;
+    /// # impl Actor for Index { type Context = Context<Self>; }
+    /// # impl Handler<Applied> for Index { type Result = (); fn handle(&mut self, _: Applied, _: &mut Context<Self>) {} }
+    /// # impl Handler<Restored> for Index { type Result = (); fn handle(&mut self, _: Restored, _: &mut Context<Self>) {} }
+    /// # impl Handler<RoleChanged> for Index { type Result = (); fn handle(&mut self, _: RoleChanged, _: &mut Context<Self>) {} }
+    /// # async fn example(node: NodeHandle) {
+    /// let index: Option<Addr<Index>> = node.group_actor::<Index>(GroupId(3)).await;
+    /// # }
+    /// ```
+    pub async fn group_actor<A: crate::shard::CustomGroupActor>(&self, group: GroupId) -> Option<Addr<A>> {
+        let shard = self.shards.shard(shard_of(group, self.shards.shard_count()))?;
+        let erased = shard.send(crate::shard::GetCustomActor(group)).await.ok()??;
+        erased.downcast_ref::<Addr<A>>().cloned()
     }
 
     /// Actors the supervisor re-created since start.

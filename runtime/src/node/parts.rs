@@ -10,10 +10,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use actix::prelude::*;
-use cohort_actors::core::{CoreConfig, GroupSpec};
+use cohort_actors::core::CoreConfig;
 use cohort_messages::{ClusterId, NodeId};
 
-use super::{NodeError, StateMachineFactory};
+use super::NodeError;
+use super::kind::{HostedGroup, Kinds};
 use crate::shard::storage_worker::StorageWorker;
 use crate::shard::{Outbox, ShardActor, ShardSetup};
 use crate::storage::FileStorageConfig;
@@ -28,14 +29,14 @@ pub(crate) struct Parts {
     pub tick: Duration,
     pub storage: FileStorageConfig,
     pub data_dir: PathBuf,
-    pub factory: StateMachineFactory,
+    pub kinds: Arc<Kinds>,
     pub drops: Arc<Drops>,
     pub metrics: Arc<NodeMetrics>,
     pub fatal: Arc<Mutex<Option<String>>>,
     pub peers: BTreeMap<NodeId, SocketAddr>,
     pub connected: HashMap<NodeId, Arc<AtomicBool>>,
-    /// The group specs of each shard.
-    pub groups: Vec<Vec<GroupSpec>>,
+    /// The groups of each shard.
+    pub groups: Vec<Vec<HostedGroup>>,
     /// One lock per shard directory, held by its storage thread.
     pub storage_locks: Vec<Arc<Mutex<()>>>,
 }
@@ -98,7 +99,7 @@ impl Parts {
             tick: self.tick,
             groups: self.groups[index].clone(),
             recovered,
-            state_machines: Arc::clone(&self.factory),
+            kinds: Arc::clone(&self.kinds),
             outboxes,
             connected: self.connected.clone(),
             storage,

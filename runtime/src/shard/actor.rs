@@ -19,19 +19,21 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use cohort_actors::core::storage::Recovered;
-use cohort_actors::core::{Command, CoreConfig, GroupSpec, Shard};
+use cohort_actors::core::{Command, CoreConfig, Shard};
 use cohort_messages::{
     ClientId, CommitBatch, CommitEntry, CommitReplyBatch, CommitReplyEntry, Message, NodeId, Redirect, Reply, Request,
     RequestNumber, TraceContext,
 };
 use tokio::sync::oneshot;
 
+use super::custom::{CustomActorFactory, CustomActorLink, GroupReplica};
+use super::group::{GroupActor, GroupRole, RoleChanged};
 use super::observed::ObservedStateMachine;
 use super::outbox::{Outbox, Outgoing};
 use super::storage_worker::{StorageEvent, StorageWorker};
 use super::traces::ShardTraces;
-use crate::node::StateMachineFactory;
-use crate::telemetry::{DEFAULT_GROUP_KIND, DropReason, Drops, NodeMetrics};
+use crate::node::kind::{HostedGroup, Kinds};
+use crate::telemetry::{DropReason, Drops, NodeMetrics};
 
 /// Input from a peer link, routed to the shard that owns the groups (R16).
 #[derive(Message)]
@@ -115,12 +117,12 @@ pub struct ShardSetup {
     pub config: CoreConfig,
     /// Tick length.
     pub tick: Duration,
-    /// The groups this shard hosts.
-    pub groups: Vec<GroupSpec>,
+    /// The groups this shard hosts, with their kinds.
+    pub(crate) groups: Vec<HostedGroup>,
     /// What storage recovered.
     pub recovered: Recovered,
-    /// Makes each group's state machine.
-    pub state_machines: StateMachineFactory,
+    /// The node's group kinds: each group's state machine and custom actor.
+    pub(crate) kinds: Arc<Kinds>,
     /// Outboxes per peer node.
     pub outboxes: HashMap<NodeId, Addr<Outbox>>,
     /// Whether each peer's link is connected (R25).
@@ -144,13 +146,28 @@ pub struct ShardActor {
     storage: StorageWorker,
     outboxes: HashMap<NodeId, Addr<Outbox>>,
     connected: HashMap<NodeId, Arc<AtomicBool>>,
-    waiting: HashMap<(ClientId, RequestNumber), oneshot::Sender<ClientAnswer>>,
+    /// Local submitters by (group, client, request): one client may have a
+    /// request of the same number in flight in each of its groups.
+    waiting: HashMap<(cohort_messages::GroupId, ClientId, RequestNumber), oneshot::Sender<ClientAnswer>>,
     fatal: Arc<std::sync::Mutex<Option<String>>>,
     drops: Arc<Drops>,
     metrics: Arc<NodeMetrics>,
     published_tick: u64,
-    groups: HashMap<cohort_messages::GroupId, Addr<super::group::GroupActor>>,
+    groups: HashMap<cohort_messages::GroupId, GroupLink>,
     traces: Rc<ShardTraces>,
+    /// Custom actors to start with the shard (kinds that have one).
+    custom_factories: Vec<(GroupReplica, CustomActorFactory)>,
+    /// Groups whose custom actor waits for a resync (its mailbox overflowed).
+    resync_pending: Vec<cohort_messages::GroupId>,
+    /// True while draining what the core emitted while building the groups:
+    /// the actors were told the resulting role already.
+    draining_build: bool,
+}
+
+/// The actors that follow one group replica on this shard.
+struct GroupLink {
+    actor: Addr<GroupActor>,
+    custom: Option<CustomActorLink>,
 }
 
 impl ShardActor {
@@ -161,10 +178,19 @@ impl ShardActor {
         let mut recovered = setup.recovered;
         let mut failure = None;
         let traces = Rc::new(ShardTraces::new(setup.node));
-        let kind = setup.metrics.group_kind(DEFAULT_GROUP_KIND);
-        for spec in setup.groups.iter().cloned() {
-            let state = (setup.state_machines)(spec.group);
-            let state = Box::new(ObservedStateMachine::new(state, spec.group, kind.clone(), Rc::clone(&traces)));
+        let mut custom_factories = Vec::new();
+        for HostedGroup { spec, kind } in setup.groups.iter().cloned() {
+            let Some(kind_spec) = setup.kinds.get(&kind) else {
+                failure = Some(format!("shard {}: {}: group kind {kind} is not registered", setup.index, spec.group));
+                break;
+            };
+            if let Some(factory) = &kind_spec.actor {
+                let replica = GroupReplica { node: setup.node, group: spec.group, kind: kind.clone() };
+                custom_factories.push((replica, Arc::clone(factory)));
+            }
+            let label = setup.metrics.group_kind(&kind.to_string());
+            let state = (kind_spec.state_machines)(spec.group);
+            let state = Box::new(ObservedStateMachine::new(state, spec.group, label, Rc::clone(&traces)));
             let result = match recovered.groups.remove(&spec.group) {
                 Some(group) => core.recover_group(spec, state, group),
                 None => core.create_group(spec, state),
@@ -189,6 +215,9 @@ impl ShardActor {
             published_tick: 0,
             groups: HashMap::new(),
             traces,
+            custom_factories,
+            resync_pending: Vec::new(),
+            draining_build: false,
         };
         (actor, failure)
     }
@@ -207,10 +236,26 @@ impl ShardActor {
         loop {
             let commands = self.core.drain_commands();
             if commands.is_empty() {
-                return;
+                break;
             }
             self.execute(commands);
         }
+        self.resync_custom_actors();
+    }
+
+    /// Resend the state to custom actors whose mailbox overflowed. Runs after
+    /// the turn's commands, so the snapshot covers every op already reported.
+    fn resync_custom_actors(&mut self) {
+        if self.resync_pending.is_empty() {
+            return;
+        }
+        let (core, groups, drops) = (&self.core, &mut self.groups, &self.drops);
+        self.resync_pending.retain(|group| {
+            match (core.replica(*group), groups.get_mut(group).and_then(|link| link.custom.as_mut())) {
+                (Some(replica), Some(custom)) => !custom.resync(replica, drops),
+                _ => false,
+            }
+        });
     }
 
     fn execute(&mut self, commands: Vec<Command>) {
@@ -248,25 +293,41 @@ impl ShardActor {
                         cohort_messages::Outcome::Error { .. } => "error",
                     };
                     self.traces.on_answer(reply.group, reply.client, reply.request, reply.op, outcome);
-                    self.answer(reply.client, reply.request, ClientAnswer::Reply(reply))
+                    self.answer((reply.group, reply.client, reply.request), ClientAnswer::Reply(reply))
                 }
                 Command::Redirect(redirect) => {
                     let op = cohort_messages::Op(0);
                     self.traces.on_answer(redirect.group, redirect.client, redirect.request, op, "redirect");
-                    self.answer(redirect.client, redirect.request, ClientAnswer::Redirect(redirect))
+                    self.answer((redirect.group, redirect.client, redirect.request), ClientAnswer::Redirect(redirect))
                 }
                 Command::RoleChanged { group, view, role } => {
                     self.traces.on_role_changed(group, view, role);
-                    if let Some(actor) = self.groups.get(&group) {
-                        actor.do_send(super::group::RoleChanged { role, view });
+                    if let Some(link) = self.groups.get_mut(&group) {
+                        let role = GroupRole::from_core(role, view);
+                        link.actor.do_send(RoleChanged { group, role });
+                        if let Some(custom) = link.custom.as_mut().filter(|_| !self.draining_build) {
+                            custom.role(role);
+                        }
                     }
                 }
                 Command::Committed { group, op } => {
                     self.traces.on_committed(group, op);
-                    if let Some(actor) = self.groups.get(&group)
-                        && actor.try_send(super::group::CommitMoved(op)).is_err()
+                    if let Some(link) = self.groups.get(&group)
+                        && link.actor.try_send(super::group::CommitMoved(op)).is_err()
                     {
                         self.drops.add(DropReason::MailboxFull, 1);
+                    }
+                }
+                Command::Applied { group, ops, through } => {
+                    if let Some(custom) = self.groups.get_mut(&group).and_then(|link| link.custom.as_mut()) {
+                        custom.applied(ops, through, &self.drops);
+                        note_resync(&mut self.resync_pending, group, custom);
+                    }
+                }
+                Command::Restored { group, op, state } => {
+                    if let Some(custom) = self.groups.get_mut(&group).and_then(|link| link.custom.as_mut()) {
+                        custom.restored(op, state, &self.drops);
+                        note_resync(&mut self.resync_pending, group, custom);
                     }
                 }
                 Command::QuorumWaitDone { .. } => {}
@@ -285,8 +346,8 @@ impl ShardActor {
         }
     }
 
-    fn answer(&mut self, client: ClientId, request: RequestNumber, answer: ClientAnswer) {
-        if let Some(waiter) = self.waiting.remove(&(client, request)) {
+    fn answer(&mut self, key: (cohort_messages::GroupId, ClientId, RequestNumber), answer: ClientAnswer) {
+        if let Some(waiter) = self.waiting.remove(&key) {
             let _ = waiter.send(answer);
         }
     }
@@ -308,19 +369,39 @@ impl ShardActor {
     }
 }
 
+/// After a send to a custom actor: queue its resync if it overflowed.
+fn note_resync(pending: &mut Vec<cohort_messages::GroupId>, group: cohort_messages::GroupId, custom: &CustomActorLink) {
+    if custom.needs_resync() && !pending.contains(&group) {
+        pending.push(group);
+    }
+}
+
 impl Actor for ShardActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
         ctx.set_mailbox_capacity(4096);
-        // One actor per group replica, on this shard's thread; the roles the
-        // core reported while building the groups are replayed to them.
+        // One actor per group replica, on this shard's thread, and the custom
+        // actor of its kind if it has one; both first hear the current role.
+        // Then what the core emitted while building the groups is drained:
+        // restores and replayed ops reach the custom actors, the roles it
+        // passed through on the way do not (they were told where it ended).
+        let mut factories: HashMap<_, _> =
+            std::mem::take(&mut self.custom_factories).into_iter().map(|(r, f)| (r.group, (r, f))).collect();
         for replica in self.core.replicas() {
             let group = replica.group();
-            let actor = super::group::GroupActor::new(group).start();
-            actor.do_send(super::group::RoleChanged { role: replica.role(), view: replica.view() });
-            self.groups.insert(group, actor);
+            let role = GroupRole::from_core(replica.role(), replica.view());
+            let actor = GroupActor::new(group).start();
+            actor.do_send(RoleChanged { group, role });
+            let mut custom = factories.remove(&group).map(|(replica, factory)| factory(&replica));
+            if let Some(custom) = custom.as_mut() {
+                custom.role(role);
+            }
+            self.groups.insert(group, GroupLink { actor, custom });
         }
+        self.draining_build = true;
+        self.run();
+        self.draining_build = false;
         self.core.on_tick(self.now_tick());
         self.run();
         ctx.run_interval(self.tick, |actor, _ctx| {
@@ -367,8 +448,8 @@ impl Handler<Submit> for ShardActor {
     type Result = ();
 
     fn handle(&mut self, submit: Submit, _ctx: &mut Self::Context) {
-        let key = (submit.request.client, submit.request.request);
-        self.traces.on_submit(key.0, key.1, submit.request.group, &submit.span);
+        let key = (submit.request.group, submit.request.client, submit.request.request);
+        self.traces.on_submit(key.1, key.2, submit.request.group, &submit.span);
         self.waiting.insert(key, submit.answer);
         self.core.on_request(submit.request);
         self.run();
@@ -447,8 +528,22 @@ impl Handler<SubscribeGroup> for ShardActor {
 
     fn handle(&mut self, subscribe: SubscribeGroup, _ctx: &mut Self::Context) -> bool {
         match self.groups.get(&subscribe.group) {
-            Some(actor) => actor.try_send(super::group::Subscribe(subscribe.events)).is_ok(),
+            Some(link) => link.actor.try_send(super::group::Subscribe(subscribe.events)).is_ok(),
             None => false,
         }
+    }
+}
+
+/// Ask for the custom actor of a group (type-erased `Addr<A>`); what
+/// [`crate::node::NodeHandle::group_actor`] sends.
+#[derive(Message)]
+#[rtype(result = "Option<Arc<dyn std::any::Any + Send + Sync>>")]
+pub(crate) struct GetCustomActor(pub cohort_messages::GroupId);
+
+impl Handler<GetCustomActor> for ShardActor {
+    type Result = Option<Arc<dyn std::any::Any + Send + Sync>>;
+
+    fn handle(&mut self, get: GetCustomActor, _ctx: &mut Self::Context) -> Self::Result {
+        self.groups.get(&get.0)?.custom.as_ref().map(CustomActorLink::addr)
     }
 }

@@ -6,7 +6,8 @@
 //! the rest of the node and to the host: it holds the typed role
 //! ([`GroupRole`]: primary, backup or electing, with the view) and the commit
 //! point, as the core reports them, and tells subscribers about every change
-//! ([`GroupEvent`]). Custom group actors of a host plug in here.
+//! ([`GroupEvent`]). A host's custom group actors ([`super::custom`]) get
+//! the same role messages from the shard, and the applied ops as well.
 
 use actix::prelude::*;
 use cohort_actors::core::Role;
@@ -25,7 +26,25 @@ pub enum GroupRole {
 }
 
 impl GroupRole {
-    fn from_core(role: Role, view: View) -> GroupRole {
+    /// The view the role holds in.
+    ///
+    /// ```
+    /// use cohort_runtime::prelude::*;
+    /// assert_eq!(GroupRole::Backup(View(3)).view(), View(3));
+    /// assert!(GroupRole::Primary(View(4)).is_primary());
+    /// ```
+    pub fn view(self) -> View {
+        match self {
+            GroupRole::Primary(view) | GroupRole::Backup(view) | GroupRole::ViewChange(view) => view,
+        }
+    }
+
+    /// True for [`GroupRole::Primary`].
+    pub fn is_primary(self) -> bool {
+        matches!(self, GroupRole::Primary(_))
+    }
+
+    pub(crate) fn from_core(role: Role, view: View) -> GroupRole {
         match role {
             Role::Primary => GroupRole::Primary(view),
             Role::Backup => GroupRole::Backup(view),
@@ -88,21 +107,29 @@ impl Actor for GroupActor {
     }
 }
 
-/// From the shard: the core reported a role change.
-#[derive(Message)]
+/// The replica's role changed: became primary or backup of a view, or
+/// stepped down into a view change. The shard sends it to the group's
+/// [`GroupActor`] and to a custom group actor (see [`super::custom`]).
+///
+/// ```
+/// use cohort_runtime::prelude::*;
+/// let changed = RoleChanged { group: GroupId(7), role: GroupRole::Primary(View(2)) };
+/// assert!(changed.role.is_primary());
+/// ```
+#[derive(Message, Clone, Copy, Debug, PartialEq, Eq)]
 #[rtype(result = "()")]
 pub struct RoleChanged {
-    /// The role.
-    pub role: Role,
-    /// The view.
-    pub view: View,
+    /// The group.
+    pub group: GroupId,
+    /// The new role, with its view.
+    pub role: GroupRole,
 }
 
 impl Handler<RoleChanged> for GroupActor {
     type Result = ();
 
     fn handle(&mut self, changed: RoleChanged, _ctx: &mut Self::Context) {
-        let role = GroupRole::from_core(changed.role, changed.view);
+        let role = changed.role;
         if self.role != Some(role) {
             self.role = Some(role);
             self.publish(GroupEvent::Role { group: self.group, role });

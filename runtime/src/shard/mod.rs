@@ -3,14 +3,17 @@
 //! worker thread. [`traces`] holds the spans of the shard's message flows.
 
 mod actor;
+pub mod custom;
 pub mod group;
 mod observed;
 mod outbox;
 pub mod storage_worker;
 pub mod traces;
 
+pub(crate) use actor::GetCustomActor;
 pub use actor::{
     ClientAnswer, GetReport, Inbound, ReplaceOutbox, ShardActor, ShardReport, ShardSetup, Submit, SubscribeGroup,
 };
-pub use group::{GroupEvent, GroupRole};
+pub use custom::{Applied, AppliedOp, CustomGroupActor, GroupReplica, Restored};
+pub use group::{GroupEvent, GroupRole, RoleChanged};
 pub use outbox::{Outbox, Outgoing, PanicForTest, ReplaceLink};

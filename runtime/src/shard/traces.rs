@@ -81,8 +81,8 @@ impl OpTrace {
 
 #[derive(Default)]
 struct Entries {
-    /// Primary: submits whose op is not assigned yet, by (client, request).
-    submitted: HashMap<(ClientId, RequestNumber), Span>,
+    /// Primary: submits whose op is not assigned yet, by (group, client, request).
+    submitted: HashMap<(GroupId, ClientId, RequestNumber), Span>,
     /// Ops in flight on this shard, by (group, op).
     ops: BTreeMap<(GroupId, Op), OpTrace>,
 }
@@ -116,12 +116,12 @@ impl ShardTraces {
         }
         let mut entries = self.entries.borrow_mut();
         if entries.submitted.len() < TRACED_SUBMITS_MAX {
-            entries.submitted.insert((client, request), span);
+            entries.submitted.insert((group, client, request), span);
         }
     }
 
     /// Forget submits for which `waiting` is false (their caller gave up).
-    pub fn retain_submits(&self, waiting: impl Fn(&(ClientId, RequestNumber)) -> bool) {
+    pub fn retain_submits(&self, waiting: impl Fn(&(GroupId, ClientId, RequestNumber)) -> bool) {
         let mut entries = self.entries.borrow_mut();
         if !entries.submitted.is_empty() {
             entries.submitted.retain(|key, _| waiting(key));
@@ -235,7 +235,7 @@ impl ShardTraces {
         if entries.submitted.is_empty() {
             return;
         }
-        let Some(span) = entries.submitted.remove(&(entry.client, entry.request)) else { return };
+        let Some(span) = entries.submitted.remove(&(group, entry.client, entry.request)) else { return };
         span.record("cohort.op", entry.op.0);
         drop(entries);
         self.file(group, entry.op, &span);
@@ -310,7 +310,7 @@ impl ShardTraces {
         if entries.submitted.is_empty() && entries.ops.is_empty() {
             return;
         }
-        let parent = match entries.submitted.remove(&(client, request)) {
+        let parent = match entries.submitted.remove(&(group, client, request)) {
             Some(span) => context_of(&span),
             None => match entries.ops.get_mut(&(group, op)) {
                 Some(entry) => {

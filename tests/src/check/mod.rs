@@ -6,11 +6,14 @@
 //!   what was committed is never replaced.
 //! - [`acknowledged`]: no acknowledged write lost.
 //! - [`reply_order`]: each client's replies come in request order.
+//! - [`applied_stream`]: what a custom group actor is told (`Applied`,
+//!   `Restored`) is exactly what the state machine applied, in order, once.
 //! - `crate::linearizability`: the client history is linearizable per key
 //!   (porcupine), checked at the end of a run.
 
 pub mod acknowledged;
 pub mod agreement;
+pub mod applied_stream;
 pub mod reply_order;
 pub mod single_primary;
 
@@ -22,6 +25,7 @@ pub struct Checkers {
     primaries: single_primary::SinglePrimary,
     agreement: agreement::Agreement,
     replies: reply_order::ReplyOrder,
+    applied_stream: applied_stream::AppliedStream,
     /// Violations found, in order.
     pub violations: Vec<String>,
     /// Views in which some member became primary (after view 0).
@@ -43,6 +47,34 @@ impl Checkers {
         if let Err(violation) = self.agreement.record(node, group, op, digest) {
             self.violations.push(format!("tick {tick}: {violation}"));
         }
+        if let Err(violation) = self.applied_stream.state_machine_applied(node, group, op, digest) {
+            self.violations.push(format!("tick {tick}: {violation}"));
+        }
+    }
+
+    /// `node` reported applied ops of `group` for a custom group actor.
+    pub fn applied_reported(&mut self, tick: u64, node: usize, group: GroupId, ops: &[(Op, u64)], through: Op) {
+        if let Err(violation) = self.applied_stream.reported(node, group, ops, through) {
+            self.violations.push(format!("tick {tick}: {violation}"));
+        }
+    }
+
+    /// `node` reported that `group`'s state machine was restored at `op`.
+    pub fn restored(&mut self, tick: u64, node: usize, group: GroupId, op: Op) {
+        if let Err(violation) = self.applied_stream.restored(node, group, op) {
+            self.violations.push(format!("tick {tick}: {violation}"));
+        }
+    }
+
+    /// `node` crashed: its applied streams end.
+    pub fn crashed(&mut self, node: usize) {
+        self.applied_stream.crashed(node);
+    }
+
+    /// At the end of a run: every apply was reported.
+    pub fn finish(&mut self) {
+        let unmatched = self.applied_stream.unmatched();
+        self.violations.extend(unmatched);
     }
 
     /// A client was told its write committed at `op`.

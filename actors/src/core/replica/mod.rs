@@ -77,6 +77,9 @@ pub struct GroupSpec {
     pub quorums: Quorums,
     /// Q4: synchronous or asynchronous writes.
     pub write_mode: WriteMode,
+    /// Emit [`crate::core::Command::Applied`] and [`crate::core::Command::Restored`]
+    /// for this group (a host's custom group actor follows it).
+    pub report_applied: bool,
 }
 
 /// One group member. See the module docs.
@@ -230,7 +233,7 @@ impl Replica {
     ) -> Result<Replica, String> {
         let mut replica = Replica::blank(spec, config, state, fx.now);
         if let Some(snapshot) = &recovered.snapshot {
-            replica.install_snapshot_state(snapshot)?;
+            replica.install_snapshot_state(snapshot, fx)?;
             replica.snapshot = Some(snapshot.clone());
         }
         let base = replica.log.base();

@@ -19,7 +19,7 @@ use super::{Replica, Status};
 /// low part (saturating), the tick is the high part.
 pub(crate) const TIMESTAMP_PER_TICK: u64 = 16;
 use crate::core::client_table::Admission;
-use crate::core::command::Command;
+use crate::core::command::{AppliedOp, Command};
 use crate::core::effects::Effects;
 
 impl Replica {
@@ -55,7 +55,9 @@ impl Replica {
     }
 
     /// V7: reads are served by the primary only while its quorum window
-    /// holds and after it has applied everything it inherited.
+    /// holds and after it has applied everything it inherited. The reply
+    /// carries the applied point, so a host can serve a linearizable read
+    /// from its own index once that index has reached it (read index).
     fn on_read(&mut self, request: Request, fx: &mut Effects) {
         let window_end = self.quorum_contact_tick().saturating_add(self.config.timing.commit_heartbeat_timeout_ticks);
         if fx.now >= window_end {
@@ -72,13 +74,15 @@ impl Replica {
             let detail = format!("{}: new primary of {} is still committing inherited ops", self.spec.group, self.view);
             return self.reply_error(&request, ReplyError::ViewChange, detail, fx);
         }
+        // The reply's op is the applied point the read saw: every synchronous
+        // write acknowledged before the read arrived is at or below it.
         let result = self.state.read(&request.operation);
         fx.push(Command::Reply(Reply {
             client: request.client,
             request: request.request,
             group: self.spec.group,
             view: self.view,
-            op: Op(0),
+            op: self.commit_min,
             outcome: Outcome::Ok(result),
         }));
     }
@@ -319,6 +323,7 @@ impl Replica {
             return;
         }
         let primary = self.is_primary();
+        let mut applied = Vec::new();
         while self.commit_min < target {
             let op = self.commit_min.next();
             let Some(entry) = self.log.get(op) else { break };
@@ -327,6 +332,9 @@ impl Replica {
                 let operation = entry.operation.clone();
                 let result = self.state.apply(op, &operation);
                 self.clients.record(client, request, op, result.clone());
+                if self.spec.report_applied {
+                    applied.push(AppliedOp { op, operation, result: result.clone() });
+                }
                 Some(result)
             } else {
                 self.clients.get(client).filter(|e| e.request == request).map(|e| e.result.clone())
@@ -346,6 +354,9 @@ impl Replica {
                     outcome: Outcome::Ok(result),
                 }));
             }
+        }
+        if self.spec.report_applied {
+            fx.push(Command::Applied { group: self.spec.group, ops: applied, through: self.commit_min });
         }
         fx.push(Command::Committed { group: self.spec.group, op: self.commit_min });
         // R12: the new commit point is saved before a Commit carries it.

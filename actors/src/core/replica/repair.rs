@@ -178,7 +178,7 @@ impl Replica {
             return Ok(());
         }
         let kept: Vec<_> = self.log.entries_from(snapshot.op.next()).cloned().collect();
-        self.install_snapshot_state(&snapshot)?;
+        self.install_snapshot_state(&snapshot, fx)?;
         // Keep what follows the snapshot only while views do not go
         // backwards: an entry of a view older than the snapshot's entry
         // cannot be committed (committed logs are prefixes, views in a log

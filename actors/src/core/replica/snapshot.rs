@@ -139,13 +139,16 @@ impl Replica {
     }
 
     /// Replace the state machine, client table and log with a snapshot.
-    pub(crate) fn install_snapshot_state(&mut self, snapshot: &Snapshot) -> Result<(), String> {
+    pub(crate) fn install_snapshot_state(&mut self, snapshot: &Snapshot, fx: &mut Effects) -> Result<(), String> {
         let (state, clients) = decode(&snapshot.data)?;
         self.state.restore(&state)?;
         self.clients.restore(clients);
         self.log = Log::new(snapshot.op, snapshot.view);
         self.commit_min = snapshot.op;
         self.commit_max = self.commit_max.max(snapshot.op);
+        if self.spec.report_applied {
+            fx.push(Command::Restored { group: self.spec.group, op: snapshot.op, state });
+        }
         Ok(())
     }
 }

@@ -1,0 +1,108 @@
+//! Runs every example as a process, as a user would, and checks what it
+//! prints (and, for `kv`, what it answers over real HTTP).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+fn run(binary: &str, args: &[&str]) -> String {
+    let Output { status, stdout, stderr } = Command::new(binary).args(args).output().expect("the example runs");
+    let (stdout, stderr) = (String::from_utf8_lossy(&stdout).into_owned(), String::from_utf8_lossy(&stderr));
+    assert!(status.success(), "{binary} failed: {status}\nstdout:\n{stdout}\nstderr:\n{stderr}");
+    stdout
+}
+
+#[test]
+fn embed_sums_every_write() {
+    let out = run(env!("CARGO_BIN_EXE_embed"), &[]);
+    let sum: u64 = out.lines().filter_map(|line| line.split_once(": total ")?.1.parse::<u64>().ok()).sum();
+    assert_eq!(sum, (1..=100).sum::<u64>(), "{out}");
+    assert!(out.contains("Primary(View(0))"), "node 1 leads group 0: {out}");
+}
+
+#[test]
+fn log_consumers_read_every_message_in_order() {
+    for args in [&["--messages", "40"][..], &["--messages", "20", "--async"][..]] {
+        let out = run(env!("CARGO_BIN_EXE_log"), args);
+        assert_eq!(out.lines().filter(|line| line.contains("in producer order")).count(), 4, "{out}");
+        assert!(out.contains("consumers read all"), "{out}");
+    }
+}
+
+#[test]
+fn custom_actor_indexes_and_fails_over() {
+    let out = run(env!("CARGO_BIN_EXE_custom_actor"), &[]);
+    assert_eq!(out.matches("linearizable: [4]").count(), 3, "every node's index answers: {out}");
+    assert!(out.contains("node:2 group:0: index is now on the primary of view:1"), "{out}");
+    assert!(out.contains("finds \"failover\" in notes [6]"), "{out}");
+}
+
+/// One HTTP exchange on a fresh connection; the status code and the body.
+fn http(address: &str, request: &[u8]) -> (u16, Vec<u8>) {
+    let mut stream = std::net::TcpStream::connect(address).expect("connect");
+    stream.set_read_timeout(Some(Duration::from_secs(30))).expect("timeout");
+    stream.write_all(request).expect("send");
+    let mut response = Vec::new();
+    let _ = stream.read_to_end(&mut response);
+    let text = String::from_utf8_lossy(&response);
+    let status = text.split(' ').nth(1).and_then(|code| code.parse().ok()).unwrap_or(0);
+    let body = response.windows(4).position(|w| w == b"\r\n\r\n").map(|at| response[at + 4..].to_vec());
+    (status, body.unwrap_or_default())
+}
+
+fn put(key: &str, value: &[u8]) -> Vec<u8> {
+    let head = format!("PUT /kv/{key} HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n", value.len());
+    [head.as_bytes(), value].concat()
+}
+
+fn get(key: &str) -> Vec<u8> {
+    format!("GET /kv/{key} HTTP/1.1\r\nHost: t\r\n\r\n").into_bytes()
+}
+
+struct Kv(Child);
+
+impl Drop for Kv {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn kv_answers_curl_style_requests() {
+    let child = Command::new(env!("CARGO_BIN_EXE_kv"))
+        .args(["--http", "127.0.0.1:0", "--partitions", "4"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("kv starts");
+    let mut kv = Kv(child);
+    let mut stdout = BufReader::new(kv.0.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    stdout.read_line(&mut line).expect("kv says where it serves");
+    let address = line.split("http://").nth(1).and_then(|rest| rest.split_whitespace().next()).expect("address");
+
+    assert_eq!(http(address, &put("greeting", b"hello")), (200, b"ok\n".to_vec()));
+    assert_eq!(http(address, &get("greeting")), (200, b"hello".to_vec()));
+    let binary: Vec<u8> = (0..=255).collect();
+    assert_eq!(http(address, &put("bytes", &binary)).0, 200);
+    assert_eq!(http(address, &get("bytes")), (200, binary));
+    let delete = b"DELETE /kv/greeting HTTP/1.1\r\nHost: t\r\n\r\n";
+    assert_eq!(http(address, delete), (200, b"deleted\n".to_vec()));
+    assert_eq!(http(address, &get("greeting")).0, 404);
+    // Garbage, limits and wrong routes are answered, and the server lives on.
+    assert_eq!(http(address, b"\x00\x01garbage\r\n\r\n").0, 400);
+    let too_big = format!("PUT /kv/big HTTP/1.1\r\nContent-Length: {}\r\n\r\n", 1 << 20);
+    assert_eq!(http(address, too_big.as_bytes()).0, 413);
+    assert_eq!(http(address, format!("GET /kv/{} HTTP/1.1\r\n\r\n", "k".repeat(300)).as_bytes()).0, 404);
+    assert_eq!(http(address, b"POST /kv/x HTTP/1.1\r\n\r\n").0, 405);
+    assert_eq!(http(address, &get("bytes")).0, 200, "still serving");
+
+    // SIGTERM stops it cleanly.
+    let pid = kv.0.id().to_string();
+    let killed = Command::new("kill").args(["-TERM", &pid]).status().expect("kill runs");
+    assert!(killed.success());
+    let status = kv.0.wait().expect("kv exits");
+    let mut rest = String::new();
+    let _ = stdout.read_to_string(&mut rest);
+    assert!(status.success() && rest.contains("kv: stopping"), "{status}: {rest}");
+}

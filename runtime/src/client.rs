@@ -1,0 +1,445 @@
+//! A client for host code: writes and linearizable reads that find the
+//! group's primary among the nodes this process knows.
+//!
+//! [`crate::node::NodeHandle::submit`] asks one node once. A host wants more:
+//! follow `NotPrimary` redirects (V5), wait out a view change, retry after a
+//! lost answer without applying the write twice, and give up after a timeout
+//! with an error that says what to do. [`Client`] does that.
+//!
+//! # Exactly once
+//!
+//! A client has an id and numbers its writes per group from 1 (the client
+//! table's rule: a client it does not know may only start at request 1, and
+//! numbers increase). Every retry of a write reuses its client id and request
+//! number, so the group applies it at most once and answers a retry of an
+//! applied write from its client table. A client sends one write at a time
+//! per group; concurrent writes to one group through one client wait for each
+//! other (use more clients, they are cheap, for parallel writes to a group).
+//!
+//! When a write fails, its outcome is unknown unless the error is
+//! [`ClientError::Refused`], [`ClientError::UnknownGroup`],
+//! [`ClientError::TooLarge`] or [`ClientError::NoNodes`]: it may still
+//! commit. A [`ClientError::Timeout`] carries the request; passing it to
+//! [`Client::retry`] resubmits it with the same id and number, so it applies
+//! at most once. After any failed write (or one whose caller stopped
+//! waiting) the client moves that group to a fresh client id, so that its
+//! next write never depends on whether the lost one arrived.
+//!
+//! # Reads
+//!
+//! [`Client::read`] is linearizable (V7): the primary answers only while its
+//! quorum window holds and after it has applied every op it inherited. The
+//! answer's `op` is the applied point the read saw.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use cohort_messages::{ClientId, GroupId, NodeId, ReplyError, Request, RequestKind, RequestNumber};
+
+use crate::node::{Committed, NodeHandle, SubmitError};
+
+/// How long a call keeps trying, by default.
+pub const CLIENT_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
+/// How long one attempt at one node waits, at most.
+pub const ATTEMPT_TIMEOUT_MAX: Duration = Duration::from_secs(3);
+/// The first pause before a retry; it doubles up to [`RETRY_PAUSE_MAX`].
+pub const RETRY_PAUSE_MIN: Duration = Duration::from_millis(20);
+/// The longest pause between retries.
+pub const RETRY_PAUSE_MAX: Duration = Duration::from_millis(500);
+
+/// Why a client call failed, and what to do.
+///
+/// ```no_run
+/// use cohort_runtime::prelude::*;
+///
+/// # async fn example(client: Client) -> Result<(), ClientError> {
+/// match client.write(GroupId(0), "debit 10").await {
+///     Ok(written) => println!("committed at {}", written.op),
+///     // Unknown outcome: resubmit the very same request, it applies at most once.
+///     Err(ClientError::Timeout { request: Some(request), .. }) => {
+///         client.retry(*request).await?;
+///     }
+///     Err(error) => return Err(error),
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ClientError {
+    /// No definite answer in time. For a write the outcome is unknown.
+    #[error(
+        "{group}: no answer within {waited:?} after {attempts} attempts (last: {last}); a write may still commit: pass `request` to `Client::retry` to resubmit it exactly once, or read to find out"
+    )]
+    Timeout {
+        /// The group.
+        group: GroupId,
+        /// How long the call tried.
+        waited: Duration,
+        /// Attempts made.
+        attempts: u32,
+        /// What the last attempt got.
+        last: String,
+        /// For a write: the request, to resubmit with [`Client::retry`].
+        request: Option<Box<Request>>,
+    },
+    /// Until the timeout, the nodes this client knows named as primary a node
+    /// it has no handle for (during a failover that node may be dead).
+    #[error(
+        "{group}: the primary is {primary}, which this client does not know: give the client that node's handle, or send the request to that node's process"
+    )]
+    PrimaryElsewhere {
+        /// The group.
+        group: GroupId,
+        /// The primary.
+        primary: NodeId,
+    },
+    /// None of the client's nodes hosts the group.
+    #[error("{group}: none of this client's nodes hosts it: check the group id and the placements")]
+    UnknownGroup {
+        /// The group.
+        group: GroupId,
+    },
+    /// The group refused the request; retrying the same request will not help.
+    #[error("{group}: refused ({code:?}): {detail}")]
+    Refused {
+        /// The group.
+        group: GroupId,
+        /// The code: `Superseded` (a newer request of this client was
+        /// applied, or the client was evicted from the client table: start a
+        /// new client) or `Rejected` (the state machine refused it).
+        code: ReplyError,
+        /// Why, from the group.
+        detail: String,
+    },
+    /// The operation is larger than a request may carry.
+    #[error("operation of {size} bytes exceeds {max} bytes: split it into smaller operations")]
+    TooLarge {
+        /// Its size.
+        size: usize,
+        /// The limit (`OPERATION_SIZE_MAX_BYTES`).
+        max: usize,
+    },
+    /// Every node of this client is stopping.
+    #[error("{group}: every node of this client is stopping")]
+    Stopped {
+        /// The group.
+        group: GroupId,
+    },
+    /// The client has no nodes.
+    #[error("the client has no nodes: build it with at least one NodeHandle")]
+    NoNodes,
+}
+
+/// One client's writes to one group.
+#[derive(Debug)]
+struct Session {
+    client: ClientId,
+    next: RequestNumber,
+    /// A write was sent and did not succeed (it failed, or its caller gave
+    /// up waiting): it may still apply, so the next write takes a new id.
+    in_doubt: bool,
+}
+
+impl Session {
+    fn fresh() -> Session {
+        Session { client: fresh_client_id(), next: RequestNumber(1), in_doubt: false }
+    }
+}
+
+/// Writes and reads across the nodes this process knows. Cheap to clone;
+/// clones share the client ids and request numbers.
+///
+/// ```no_run
+/// use cohort_runtime::prelude::*;
+///
+/// # async fn example(nodes: Vec<NodeHandle>) -> Result<(), ClientError> {
+/// let client = Client::new(nodes).timeout(std::time::Duration::from_secs(5));
+/// let written = client.write(GroupId(0), "set x 1").await?;
+/// let read = client.read(GroupId(0), "x").await?;
+/// assert!(read.op >= written.op, "a linearizable read sees the acknowledged write");
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+    timeout: Duration,
+}
+
+struct Inner {
+    nodes: Vec<NodeHandle>,
+    sessions: Mutex<HashMap<GroupId, Arc<tokio::sync::Mutex<Session>>>>,
+    /// The node index that last answered as primary, per group.
+    primaries: Mutex<HashMap<GroupId, usize>>,
+}
+
+/// What one attempt at one node tells the retry loop.
+enum Next {
+    Done(Result<Committed, ClientError>),
+    /// Try this node next, at once.
+    Go(usize),
+    /// Pause, then try the next node.
+    Later,
+}
+
+impl Client {
+    /// A client of `nodes` (usually every node of the cluster this process
+    /// runs; at least the local one), with a fresh id.
+    ///
+    /// ```no_run
+    /// # use cohort_runtime::prelude::*;
+    /// # fn example(node: &Node) {
+    /// let client = Client::new([node.handle()]).timeout(std::time::Duration::from_secs(3));
+    /// assert_eq!(client.nodes().len(), 1);
+    /// # }
+    /// ```
+    pub fn new(nodes: impl IntoIterator<Item = NodeHandle>) -> Client {
+        let inner = Inner {
+            nodes: nodes.into_iter().collect(),
+            sessions: Mutex::new(HashMap::new()),
+            primaries: Mutex::new(HashMap::new()),
+        };
+        Client { inner: Arc::new(inner), timeout: CLIENT_TIMEOUT_DEFAULT }
+    }
+
+    /// Keep trying each call for up to `timeout` (default
+    /// [`CLIENT_TIMEOUT_DEFAULT`]); the other clones keep theirs.
+    pub fn timeout(mut self, timeout: Duration) -> Client {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Write `operation` to `group` and wait for its result (for an `Async`
+    /// group, Q4: for the primary's durable copy, with an empty result).
+    pub async fn write(&self, group: GroupId, operation: impl Into<Bytes>) -> Result<Committed, ClientError> {
+        let operation = operation.into();
+        check_size(&operation)?;
+        let session = self.session(group);
+        let mut session = session.lock().await;
+        if session.in_doubt {
+            // The last write perhaps applied, perhaps not (or its id is no
+            // longer usable): start a new client (see the module docs).
+            *session = Session::fresh();
+        }
+        let request =
+            Request { client: session.client, request: session.next, group, kind: RequestKind::Write, operation };
+        session.next = RequestNumber(session.next.0 + 1);
+        // Cleared only on success, so a caller that stops waiting leaves it set.
+        session.in_doubt = true;
+        let result = self.run(request).await;
+        session.in_doubt = result.is_err();
+        result
+    }
+
+    /// Resubmit a write whose outcome is unknown, with its own client id and
+    /// request number: it applies at most once, and if it already did, the
+    /// answer is its original result. Also for hosts that number their own
+    /// requests (the client table's rules apply: a new client id starts at
+    /// request 1, and numbers increase per group).
+    ///
+    /// ```no_run
+    /// use cohort_runtime::prelude::*;
+    ///
+    /// # async fn example(client: Client) -> Result<(), ClientError> {
+    /// let request = cohort_messages::Request {
+    ///     client: ClientId(0xfeed),
+    ///     request: RequestNumber(1),
+    ///     group: GroupId(0),
+    ///     kind: RequestKind::Write,
+    ///     operation: Bytes::from_static(b"credit 5"),
+    /// };
+    /// let first = client.retry(request.clone()).await?;
+    /// let again = client.retry(request).await?; // answered from the client table
+    /// assert_eq!(first, again);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn retry(&self, request: Request) -> Result<Committed, ClientError> {
+        self.run(request).await
+    }
+
+    /// A linearizable read of `group` (V7): the state machine's answer to
+    /// `query`, with the applied point it saw.
+    pub async fn read(&self, group: GroupId, query: impl Into<Bytes>) -> Result<Committed, ClientError> {
+        let operation = query.into();
+        check_size(&operation)?;
+        // Reads are not numbered; a fresh id keeps each apart from writes.
+        let request =
+            Request { client: fresh_client_id(), request: RequestNumber(1), group, kind: RequestKind::Read, operation };
+        let mut result = self.run(request).await;
+        if let Err(ClientError::Timeout { request, .. }) = &mut result {
+            *request = None;
+        }
+        result
+    }
+
+    /// The nodes this client knows.
+    pub fn nodes(&self) -> &[NodeHandle] {
+        &self.inner.nodes
+    }
+
+    fn session(&self, group: GroupId) -> Arc<tokio::sync::Mutex<Session>> {
+        let mut sessions = self.inner.sessions.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let session = sessions.entry(group).or_insert_with(|| Arc::new(tokio::sync::Mutex::new(Session::fresh())));
+        Arc::clone(session)
+    }
+
+    /// Submit `request` until a definite answer or the timeout, following
+    /// redirects; every attempt carries the same client id and number.
+    async fn run(&self, request: Request) -> Result<Committed, ClientError> {
+        let nodes = &self.inner.nodes;
+        if nodes.is_empty() {
+            return Err(ClientError::NoNodes);
+        }
+        let group = request.group;
+        let started = Instant::now();
+        let deadline = started + self.timeout;
+        let mut target = self.primary_hint(group).unwrap_or(0) % nodes.len();
+        let (mut attempts, mut pause) = (0u32, RETRY_PAUSE_MIN);
+        let (mut unknown, mut stopped) = (vec![false; nodes.len()], vec![false; nodes.len()]);
+        let mut last = String::from("no attempt");
+        let mut elsewhere = None;
+        while Instant::now() < deadline {
+            let attempt = deadline.saturating_duration_since(Instant::now()).min(ATTEMPT_TIMEOUT_MAX);
+            attempts += 1;
+            let answer = nodes[target].submit_as(request.clone(), attempt).await;
+            if let Err(error) = &answer {
+                last = error.to_string();
+            }
+            elsewhere = match &answer {
+                Err(SubmitError::NotPrimary { primary: Some(primary), .. })
+                    if !nodes.iter().any(|node| node.node() == *primary) =>
+                {
+                    Some(*primary)
+                }
+                _ => None,
+            };
+            match self.judge(group, target, answer, &mut unknown, &mut stopped) {
+                Next::Done(result) => return result,
+                Next::Go(node) => target = node,
+                Next::Later => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    tokio::time::sleep(pause.min(left)).await;
+                    pause = (pause * 2).min(RETRY_PAUSE_MAX);
+                    target = (target + 1) % nodes.len();
+                }
+            }
+        }
+        if let Some(primary) = elsewhere {
+            return Err(ClientError::PrimaryElsewhere { group, primary });
+        }
+        let request = (request.kind == RequestKind::Write).then(|| Box::new(request));
+        Err(ClientError::Timeout { group, waited: started.elapsed(), attempts, last, request })
+    }
+
+    /// What to do after one attempt at node `target`.
+    fn judge(
+        &self,
+        group: GroupId,
+        target: usize,
+        answer: Result<Committed, SubmitError>,
+        unknown: &mut [bool],
+        stopped: &mut [bool],
+    ) -> Next {
+        match answer {
+            Ok(committed) => {
+                self.set_primary_hint(group, target);
+                Next::Done(Ok(committed))
+            }
+            Err(SubmitError::NotPrimary { primary: Some(primary), .. }) => {
+                match self.inner.nodes.iter().position(|node| node.node() == primary) {
+                    Some(index) if index != target => Next::Go(index),
+                    Some(_) => Next::Later,
+                    // Perhaps alive, perhaps dead with a failover under way:
+                    // keep trying; the timeout reports it.
+                    None => Next::Later,
+                }
+            }
+            Err(SubmitError::NotPrimary { primary: None, .. } | SubmitError::Timeout { .. }) => Next::Later,
+            Err(SubmitError::Stopped { .. }) => {
+                stopped[target] = true;
+                if stopped.iter().all(|s| *s) { Next::Done(Err(ClientError::Stopped { group })) } else { Next::Later }
+            }
+            Err(SubmitError::Refused { code, detail, .. }) => match code {
+                ReplyError::QuorumWindowExpired | ReplyError::Busy | ReplyError::ViewChange => Next::Later,
+                ReplyError::UnknownGroup => {
+                    unknown[target] = true;
+                    if unknown.iter().all(|u| *u) {
+                        Next::Done(Err(ClientError::UnknownGroup { group }))
+                    } else {
+                        Next::Later
+                    }
+                }
+                ReplyError::Superseded | ReplyError::Rejected => {
+                    Next::Done(Err(ClientError::Refused { group, code, detail }))
+                }
+            },
+        }
+    }
+
+    fn primary_hint(&self, group: GroupId) -> Option<usize> {
+        self.inner.primaries.lock().ok()?.get(&group).copied()
+    }
+
+    fn set_primary_hint(&self, group: GroupId, node: usize) {
+        if let Ok(mut primaries) = self.inner.primaries.lock() {
+            primaries.insert(group, node);
+        }
+    }
+}
+
+fn check_size(operation: &Bytes) -> Result<(), ClientError> {
+    let max = cohort_messages::OPERATION_SIZE_MAX_BYTES;
+    if operation.len() > max { Err(ClientError::TooLarge { size: operation.len(), max }) } else { Ok(()) }
+}
+
+/// A client id no other client of any process is likely to have: 128 bits
+/// from the process's random hasher keys, the time and a counter.
+///
+/// ```
+/// use cohort_runtime::client::fresh_client_id;
+/// assert_ne!(fresh_client_id(), fresh_client_id());
+/// ```
+pub fn fresh_client_id() -> ClientId {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let count = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let half = |salt: u64| {
+        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+        hasher.write_u64(salt);
+        hasher.write_u64(count);
+        hasher.write_u128(nanos);
+        hasher.write_u32(std::process::id());
+        hasher.finish()
+    };
+    ClientId((u128::from(half(1)) << 64) | u128::from(half(2)) | 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fresh_ids_differ() {
+        let ids: std::collections::HashSet<ClientId> = (0..1000).map(|_| fresh_client_id()).collect();
+        assert_eq!(ids.len(), 1000);
+    }
+
+    #[test]
+    fn errors_say_what_to_do() {
+        let timeout = ClientError::Timeout {
+            group: GroupId(1),
+            waited: Duration::from_secs(1),
+            attempts: 3,
+            last: "x".into(),
+            request: None,
+        };
+        assert!(timeout.to_string().contains("Client::retry"));
+        let elsewhere = ClientError::PrimaryElsewhere { group: GroupId(1), primary: NodeId(4) };
+        assert!(elsewhere.to_string().contains("give the client that node's handle"));
+    }
+}

@@ -1,0 +1,110 @@
+//! Where a group lives, and what the node makes of it at start.
+//!
+//! A [`GroupPlacement`] is the host's description of one group: members,
+//! quorum, write mode (Q4) and kind. Every member node is built with the same
+//! placement; each turns it into the core's [`GroupSpec`] for its own member
+//! index. The placement's fields are public so that existing code can build
+//! one literally; [`GroupPlacement::new`] fills in the defaults.
+
+use cohort_actors::core::{GroupSpec, Quorums, WriteMode};
+use cohort_messages::{GroupId, Incarnation, MemberIndex, NodeId};
+
+use super::NodeError;
+use super::kind::{self, GroupKind, HostedGroup, Kinds};
+
+/// Where a group lives.
+///
+/// ```
+/// use cohort_runtime::prelude::*;
+/// let placement = GroupPlacement::new(GroupId(7), vec![NodeId(1), NodeId(2), NodeId(3)])
+///     .kind("log")
+///     .write_mode(WriteMode::Async);
+/// assert_eq!(placement.kind.as_str(), "log");
+/// assert_eq!(placement.incarnation, Incarnation(1));
+/// assert_eq!(placement.replication_quorum, None, "a majority");
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupPlacement {
+    /// The group.
+    pub group: GroupId,
+    /// Its incarnation.
+    pub incarnation: Incarnation,
+    /// Members in member-index order; member 0 is the primary of view 0.
+    pub members: Vec<NodeId>,
+    /// Q2 (None: majority).
+    pub replication_quorum: Option<usize>,
+    /// Q4: acknowledge writes after commit (`Sync`) or once the primary's
+    /// copy is durable (`Async`, may be lost if the primary fails).
+    pub write_mode: WriteMode,
+    /// Its kind: which state machine (and custom actor) it runs.
+    pub kind: GroupKind,
+}
+
+impl GroupPlacement {
+    /// `group` on `members`: incarnation 1, majority quorum, synchronous
+    /// writes, the default kind.
+    pub fn new(group: GroupId, members: Vec<NodeId>) -> GroupPlacement {
+        GroupPlacement {
+            group,
+            incarnation: Incarnation(1),
+            members,
+            replication_quorum: None,
+            write_mode: WriteMode::Sync,
+            kind: GroupKind::default(),
+        }
+    }
+
+    /// Run the state machine (and actor) of `kind`.
+    pub fn kind(mut self, kind: impl Into<GroupKind>) -> GroupPlacement {
+        self.kind = kind.into();
+        self
+    }
+
+    /// Q4: synchronous or asynchronous writes.
+    pub fn write_mode(mut self, write_mode: WriteMode) -> GroupPlacement {
+        self.write_mode = write_mode;
+        self
+    }
+
+    /// Q2: members that must hold an op durably before it commits.
+    pub fn replication_quorum(mut self, quorum: usize) -> GroupPlacement {
+        self.replication_quorum = Some(quorum);
+        self
+    }
+
+    /// The group's incarnation.
+    pub fn incarnation(mut self, incarnation: Incarnation) -> GroupPlacement {
+        self.incarnation = incarnation;
+        self
+    }
+}
+
+/// This node's member of each placed group, checked against the kinds.
+pub(crate) fn to_hosted(
+    node: NodeId,
+    placements: &[GroupPlacement],
+    kinds: &Kinds,
+) -> Result<Vec<HostedGroup>, NodeError> {
+    placements
+        .iter()
+        .map(|placement| {
+            let kind_spec =
+                kinds.get(&placement.kind).ok_or_else(|| kind::unknown(kinds, placement.group, &placement.kind))?;
+            let me = placement.members.iter().position(|member| *member == node).ok_or_else(|| {
+                NodeError::Config(format!("{}: this node {node} is not among its members", placement.group))
+            })?;
+            let quorums = Quorums::new(placement.members.len(), placement.replication_quorum)
+                .map_err(|error| NodeError::Config(format!("{}: {error}", placement.group)))?;
+            let spec = GroupSpec {
+                group: placement.group,
+                incarnation: placement.incarnation,
+                members: placement.members.clone(),
+                me: MemberIndex(me as u8),
+                quorums,
+                write_mode: placement.write_mode,
+                report_applied: kind_spec.actor.is_some(),
+            };
+            Ok(HostedGroup { spec, kind: placement.kind.clone() })
+        })
+        .collect()
+}

@@ -1,0 +1,25 @@
+//! What host code needs, in one `use`: building and running nodes, kinds and
+//! placements, the client, custom group actors, the state machine trait and
+//! the ids.
+//!
+//! ```
+//! use cohort_runtime::prelude::*;
+//! let placement = GroupPlacement::new(GroupId(1), vec![NodeId(1)]).write_mode(WriteMode::Sync);
+//! assert_eq!(placement.kind, GroupKind::default());
+//! ```
+
+pub use bytes::Bytes;
+pub use cohort_actors::core::{StateMachine, WriteMode};
+pub use cohort_messages::{
+    ClientId, ClusterId, GroupId, Incarnation, NodeId, Op, ReplyError, RequestKind, RequestNumber, View,
+};
+
+pub use crate::client::{Client, ClientError};
+pub use crate::local::{LocalCluster, LocalClusterBuilder};
+pub use crate::node::{
+    Committed, DetachedNode, GroupKind, GroupKindError, GroupPlacement, Node, NodeBuilder, NodeError, NodeHandle,
+    Register, SubmitError,
+};
+pub use crate::shard::{
+    Applied, AppliedOp, CustomGroupActor, GroupEvent, GroupReplica, GroupRole, Restored, RoleChanged,
+};
