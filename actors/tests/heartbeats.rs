@@ -848,3 +848,33 @@ fn v6_a_group_that_turns_idle_snapshots_so_its_log_segments_can_go() {
     h.drain();
     assert_eq!(snapshots(&h, 2), 1, "the backup snapshotted on the idle heartbeat");
 }
+
+#[test]
+fn v7_a_new_primary_serves_no_read_before_a_quorum_confirms_its_view() {
+    let mut h = Harness::new(timing());
+    h.lead(1, &[PEER, PEER2], None);
+    let read = |h: &mut Harness| {
+        h.shard.on_request(Request {
+            client: ClientId(77),
+            request: RequestNumber(0),
+            group: GroupId(1),
+            kind: RequestKind::Read,
+            operation: Bytes::new(),
+        });
+        h.drain();
+        h.log.iter().rev().find_map(|(_, c)| match c {
+            Command::Reply(reply) if reply.client == ClientId(77) => Some(reply.outcome.clone()),
+            _ => None,
+        })
+    };
+    match read(&mut h) {
+        Some(cohort_messages::Outcome::Error { code: cohort_messages::ReplyError::QuorumWindowExpired, detail }) => {
+            assert!(detail.contains("not yet been confirmed"), "{detail}");
+        }
+        other => panic!("a fresh primary refuses reads, got {other:?}"),
+    }
+    // Once a backup answers a Commit of this view, reads are served.
+    h.ticks(P);
+    reply_to_heartbeats(&mut h);
+    assert!(matches!(read(&mut h), Some(cohort_messages::Outcome::Ok(_))));
+}

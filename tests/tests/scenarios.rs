@@ -354,3 +354,18 @@ fn r22_idle_group_backups_start_a_view_change_within_the_idle_timeout() {
     assert!(ticks > timing.commit_heartbeat_timeout_ticks, "an idle group waits longer: {ticks}");
     assert!(ticks <= timing.idle_timeout_effective_ticks() + 1, "{ticks} ticks");
 }
+
+/// The seeds that found a stale read: a node paused across two view changes
+/// woke up, became primary of an old view from a DoViewChange sent before the
+/// pause, and served a read from state that lacked an acknowledged write. A
+/// primary now serves reads only once a replication quorum (with another
+/// member) has answered its Commits in its own view.
+#[test]
+fn v7_a_primary_of_a_stale_view_serves_no_stale_read() {
+    for (seed, nodes) in [(40037, 3), (40227, 5)] {
+        let mut config = SimConfig::new(seed);
+        config.nodes = nodes;
+        let report = Sim::new(config).run();
+        assert_eq!(report.violations, Vec::<String>::new(), "seed {seed}, {nodes} nodes");
+    }
+}

@@ -200,6 +200,6 @@ impl Replica {
         }
         self.confirmed[member] = true;
         let sent_tick = entry.timestamp_monotonic.0 / TIMESTAMP_PER_TICK;
-        self.contact_tick[member] = self.contact_tick[member].max(sent_tick);
+        self.contact_tick[member] = Some(self.contact_tick[member].map_or(sent_tick, |tick| tick.max(sent_tick)));
     }
 }

@@ -103,7 +103,9 @@ pub struct Replica {
     // Primary.
     pub(crate) acked: Vec<Op>,
     pub(crate) confirmed: Vec<bool>,
-    pub(crate) contact_tick: Vec<u64>,
+    /// Per member: the send tick of the newest Commit it answered in this
+    /// view (`None`: no answer in this view yet).
+    pub(crate) contact_tick: Vec<Option<u64>>,
     pub(crate) start_view_op: Op,
     /// Async groups: writes acknowledged up to here.
     pub(crate) async_acked_op: Op,
@@ -175,7 +177,7 @@ impl Replica {
             snapshot: None,
             acked: vec![Op(0); members],
             confirmed: vec![false; members],
-            contact_tick: vec![now; members],
+            contact_tick: vec![None; members],
             start_view_op: Op(0),
             async_acked_op: Op(0),
             request_queue: VecDeque::new(),
@@ -478,7 +480,6 @@ impl Replica {
 
     /// The earliest tick at which this replica has timed work.
     pub fn next_wakeup(&self) -> u64 {
-        let timing = &self.config.timing;
         let mut wake = u64::MAX;
         match self.status {
             Status::ViewChange => {
@@ -489,7 +490,7 @@ impl Replica {
             }
             Status::Normal if self.is_primary() => {
                 wake = wake.min(self.heartbeat.next_due_tick(&self.config, self.commit_max, self.view));
-                wake = wake.min(self.quorum_contact_tick().saturating_add(timing.commit_heartbeat_timeout_ticks));
+                wake = wake.min(self.step_down_tick());
                 for wait in &self.waits {
                     wake = wake.min(wait.deadline_tick);
                 }
@@ -537,7 +538,7 @@ impl Replica {
             }
             Status::Normal if self.is_primary() => {
                 self.expire_waits(fx);
-                if now >= self.quorum_contact_tick().saturating_add(timing.commit_heartbeat_timeout_ticks) {
+                if now >= self.step_down_tick() {
                     // R24: no quorum heard within the window: step down.
                     let next = self.view.next().max(self.svc_view_seen);
                     self.start_view_change(next, fx);
@@ -588,11 +589,29 @@ impl Replica {
     }
 
     /// The latest tick from which a replication quorum (this primary
-    /// included) has confirmed this view (R24).
-    pub(crate) fn quorum_contact_tick(&self) -> u64 {
-        let mut contact = self.contact_tick.clone();
+    /// included) has confirmed this view with CommitReplies (R24), or `None`
+    /// before such a quorum answered in this view. With other members, at
+    /// least one of them must be in it, even if the replication quorum is 1:
+    /// a primary of a stale view (elected late from old DoViewChanges) never
+    /// hears from members that moved on, so it never serves a read (V7).
+    pub(crate) fn quorum_contact_tick(&self) -> Option<u64> {
+        let mut contact: Vec<u64> = self.contact_tick.iter().map(|tick| tick.unwrap_or(0)).collect();
+        let answered: Vec<bool> = self.contact_tick.iter().map(Option::is_some).collect();
         contact[self.spec.me.0 as usize] = u64::MAX;
-        crate::core::quorum::quorum_contact_tick(&contact, self.spec.quorums.replication)
+        let members = self.spec.members.len();
+        let needed = self.spec.quorums.replication.max(2.min(members));
+        let mut sorted: Vec<(u64, bool)> = contact.into_iter().zip(answered).collect();
+        sorted.sort_unstable_by_key(|entry| std::cmp::Reverse(entry.0));
+        let (tick, _) = sorted[needed - 1];
+        let confirmed = sorted.iter().take(needed).enumerate().all(|(rank, (_, answered))| rank == 0 || *answered);
+        confirmed.then_some(tick)
+    }
+
+    /// When this primary must step down if no quorum answers (R24): one
+    /// window after the quorum's last confirmation, or after the view began.
+    pub(crate) fn step_down_tick(&self) -> u64 {
+        let since = self.quorum_contact_tick().unwrap_or(self.heartbeat.view_start_tick);
+        since.max(self.heartbeat.view_start_tick).saturating_add(self.config.timing.commit_heartbeat_timeout_ticks)
     }
 
     /// The pending StartView of a lagging backup, re-sent by the primary.

@@ -59,16 +59,23 @@ impl Replica {
     /// carries the applied point, so a host can serve a linearizable read
     /// from its own index once that index has reached it (read index).
     fn on_read(&mut self, request: Request, fx: &mut Effects) {
-        let window_end = self.quorum_contact_tick().saturating_add(self.config.timing.commit_heartbeat_timeout_ticks);
-        if fx.now >= window_end {
-            let detail = format!(
-                "{}: primary of {} has not heard a quorum since tick {} (window {} ticks)",
-                self.spec.group,
-                self.view,
-                self.quorum_contact_tick(),
-                self.config.timing.commit_heartbeat_timeout_ticks
-            );
-            return self.reply_error(&request, ReplyError::QuorumWindowExpired, detail, fx);
+        let window = self.config.timing.commit_heartbeat_timeout_ticks;
+        match self.quorum_contact_tick() {
+            None => {
+                let detail = format!(
+                    "{}: primary of {} has not yet been confirmed by a replication quorum in this view",
+                    self.spec.group, self.view
+                );
+                return self.reply_error(&request, ReplyError::QuorumWindowExpired, detail, fx);
+            }
+            Some(contact) if fx.now >= contact.saturating_add(window) => {
+                let detail = format!(
+                    "{}: primary of {} has not heard a quorum since tick {contact} (window {window} ticks)",
+                    self.spec.group, self.view
+                );
+                return self.reply_error(&request, ReplyError::QuorumWindowExpired, detail, fx);
+            }
+            Some(_) => {}
         }
         if self.commit_min < self.start_view_op {
             let detail = format!("{}: new primary of {} is still committing inherited ops", self.spec.group, self.view);

@@ -114,8 +114,7 @@ impl Replica {
             return;
         }
         self.svc_view_seen = self.svc_view_seen.max(view);
-        let window = self.config.timing.commit_heartbeat_timeout_ticks;
-        let healthy_primary = self.is_primary() && fx.now < self.quorum_contact_tick().saturating_add(window);
+        let healthy_primary = self.is_primary() && fx.now < self.step_down_tick();
         let leased_backup = self.status == Status::Normal && !self.is_primary() && fx.now < self.lease_expiry;
         if healthy_primary || leased_backup {
             return;
@@ -218,7 +217,9 @@ impl Replica {
         self.acked = vec![Op(0); members];
         self.confirmed = vec![false; members];
         self.confirmed[self.spec.me.0 as usize] = true;
-        self.contact_tick = vec![fx.now; members];
+        // No member has confirmed the new view yet: no reads until a quorum
+        // answers, and the step-down clock starts with the view (R24, V7).
+        self.contact_tick = vec![None; members];
         self.heartbeat.reset(fx.now);
         self.stage_superblock(fx);
         let message = self.start_view_message();
