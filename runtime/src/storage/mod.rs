@@ -9,7 +9,7 @@
 //! per record would cap a shard near 7 k records/s).
 //!
 //! The files, one concern each:
-//! - [`format`]: the log's segment header and record codec (crc32c per record).
+//! - [`format`](mod@format): the log's segment header and record codec (crc32c per record).
 //! - `segment`: segment files, group commit, rotation and removal.
 //! - `superblock`: the superblock file (two alternating copies per group slot).
 //! - `snapshot`: one snapshot file per group, replaced atomically.

@@ -1,9 +1,9 @@
 //! One member of one group: the VSR state machine with flexible quorums.
 //!
-//! Handlers are split by concern: [`normal`] (requests, prepares, commit and
-//! apply), [`heartbeat`] (Commit heartbeats and replies, busy/idle),
-//! [`view_change`] (StartViewChange, DoViewChange, StartView), [`repair`]
-//! (missing prepares and state transfer), [`snapshot`] (V6) and [`wait`]
+//! Handlers are split by concern: `normal` (requests, prepares, commit and
+//! apply), `heartbeat` (Commit heartbeats and replies, busy/idle),
+//! `view_change` (StartViewChange, DoViewChange, StartView), `repair`
+//! (missing prepares and state transfer), `snapshot` (V6) and `wait`
 //! (quorum waits). Every handler leaves the replica in a state that passes
 //! [`Replica::invariants`].
 //!
