@@ -878,3 +878,48 @@ fn v7_a_new_primary_serves_no_read_before_a_quorum_confirms_its_view() {
     reply_to_heartbeats(&mut h);
     assert!(matches!(read(&mut h), Some(cohort_messages::Outcome::Ok(_))));
 }
+
+#[test]
+fn r12_a_failed_superblock_stage_holds_view_change_messages_until_the_retry_is_durable() {
+    let t = timing();
+    let mut h = Harness::new(t.clone());
+    h.follow(1, PEER);
+    // Run to just before the backup's timeout, by hand from here on.
+    h.ticks(t.commit_heartbeat_timeout_ticks - 1);
+    h.now += 1;
+    h.shard.on_tick(h.now);
+    let commands = h.shard.drain_commands();
+    assert!(commands.iter().any(|c| matches!(c, Command::StageSuperblock { group, superblock } if *group == GroupId(1) && superblock.view == View(1))));
+    let sent_view_change = |commands: &[Command]| {
+        commands
+            .iter()
+            .any(|c| matches!(c, Command::Send { message: Message::StartViewChange(_) | Message::DoViewChange(_), .. }))
+    };
+    assert!(!sent_view_change(&commands), "view-change messages wait for the view to be durable");
+    // The storage refuses the superblock; the flush completes without it.
+    h.shard.on_superblock_failed(GroupId(1));
+    for command in &commands {
+        if let Command::Flush { id } = command {
+            h.shard.on_flushed(*id);
+        }
+    }
+    let after_flush = h.shard.drain_commands();
+    assert!(!sent_view_change(&after_flush), "a flush without the view's superblock releases nothing of the group");
+    // The next tick stages the superblock again; once that flush completes,
+    // the view-change messages leave.
+    h.now += 1;
+    h.shard.on_tick(h.now);
+    let retry = h.shard.drain_commands();
+    assert!(
+        retry.iter().any(|c| matches!(c, Command::StageSuperblock { superblock, .. } if superblock.view == View(1)))
+    );
+    assert!(!sent_view_change(&retry));
+    let mut released = Vec::new();
+    for command in &retry {
+        if let Command::Flush { id } = command {
+            h.shard.on_flushed(*id);
+            released.extend(h.shard.drain_commands());
+        }
+    }
+    assert!(sent_view_change(&released), "sent once the retried superblock is durable: {released:?}");
+}

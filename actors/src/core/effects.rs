@@ -34,6 +34,9 @@ pub struct Effects {
     flush_emitted: FlushId,
     flush_completed: FlushId,
     held: VecDeque<(FlushId, Held)>,
+    /// Held sends of groups whose superblock stage failed (R12): they wait
+    /// for the retried superblock's flush.
+    parked: Vec<(GroupId, Held)>,
     touched: VecDeque<(FlushId, GroupId)>,
     commit_outbox: BTreeMap<NodeId, Vec<CommitEntry>>,
     reply_outbox: BTreeMap<NodeId, Vec<CommitReplyEntry>>,
@@ -139,9 +142,42 @@ impl Effects {
         self.reply_outbox.entry(to).or_default().push(entry);
     }
 
-    /// Drop held Commit entries of `group` (its superblock save failed, R12).
-    pub fn drop_held_commits(&mut self, group: GroupId) {
-        self.held.retain(|(_, held)| !matches!(held, Held::Commit(_, entry) if entry.group == group));
+    /// The group a held send belongs to.
+    fn group_of(held: &Held) -> Option<GroupId> {
+        match held {
+            Held::Command(Command::Send { message, .. }) => message.group(),
+            Held::Commit(_, entry) => Some(entry.group),
+            Held::Command(_) => None,
+        }
+    }
+
+    /// `group`'s superblock stage failed (R12): everything of the group that
+    /// waits for durability (view-change messages, StartViews, Commits) waits
+    /// until a retried superblock is flushed, instead of leaving with the
+    /// flush that did not carry it.
+    pub fn park_group(&mut self, group: GroupId) {
+        let held = std::mem::take(&mut self.held);
+        for (flush, item) in held {
+            if Self::group_of(&item) == Some(group) {
+                self.parked.push((group, item));
+            } else {
+                self.held.push_back((flush, item));
+            }
+        }
+    }
+
+    /// The retried superblock of `group` is staged in flush `flush`: what was
+    /// parked now waits for that flush.
+    pub fn unpark_group(&mut self, group: GroupId, flush: FlushId) {
+        let parked = std::mem::take(&mut self.parked);
+        for (owner, item) in parked {
+            if owner == group {
+                debug_assert!(self.held.back().is_none_or(|(last, _)| *last <= flush));
+                self.held.push_back((flush, item));
+            } else {
+                self.parked.push((owner, item));
+            }
+        }
     }
 
     /// A flush completed: release what waited for it. Returns the groups

@@ -131,6 +131,10 @@ pub struct Replica {
     // Superblock.
     pub(crate) superblock_saved: Option<Superblock>,
     pub(crate) superblock_retry: bool,
+    /// After a failed superblock stage (R12): durability of this group does
+    /// not advance until this flush (the retry's) completes; `FlushId::MAX`
+    /// until the retry is staged.
+    pub(crate) superblock_blocked: Option<FlushId>,
     /// The flush that carries the latest staged superblock (R12).
     pub(crate) superblock_flush: FlushId,
     pub(crate) role_reported: Option<(View, Role)>,
@@ -198,6 +202,7 @@ impl Replica {
             early_dvcs: Vec::new(),
             superblock_saved: None,
             superblock_retry: false,
+            superblock_blocked: None,
             superblock_flush: 0,
             role_reported: None,
             link_connected: vec![true; members],
@@ -419,13 +424,22 @@ impl Replica {
         );
         self.superblock_flush = flush;
         self.pending_durable.push_back((flush, self.log.op()));
+        if self.superblock_blocked.is_some() {
+            self.superblock_blocked = Some(flush);
+            fx.unpark_group(self.spec.group, flush);
+        }
     }
 
-    /// Staging the superblock failed (R12): forget it was saved so the next
-    /// send tick tries again; Commits of this group wait for that.
+    /// Staging the superblock failed (R12). The next tick stages it again.
+    /// Until that retry is durable, nothing of this group that depends on the
+    /// superblock may leave or count as durable: its held sends are parked
+    /// (view-change messages too, whose promise rests on the durable view),
+    /// and `on_flushed` does not advance its durable point. The other groups
+    /// go on.
     pub(crate) fn superblock_failed(&mut self, fx: &mut Effects) {
         self.superblock_retry = true;
-        fx.drop_held_commits(self.spec.group);
+        self.superblock_blocked = Some(FlushId::MAX);
+        fx.park_group(self.spec.group);
     }
 
     /// Stage an append and remember when it becomes durable.
@@ -450,6 +464,12 @@ impl Replica {
 
     /// A flush completed: what was staged before it is durable.
     pub(crate) fn on_flushed(&mut self, id: FlushId, fx: &mut Effects) {
+        if let Some(until) = self.superblock_blocked {
+            if id < until {
+                return; // The superblock this durability rests on is not durable yet.
+            }
+            self.superblock_blocked = None;
+        }
         let mut advanced = false;
         while let Some((flush, op)) = self.pending_durable.front().copied() {
             if flush > id {
@@ -480,7 +500,7 @@ impl Replica {
 
     /// The earliest tick at which this replica has timed work.
     pub fn next_wakeup(&self) -> u64 {
-        let mut wake = u64::MAX;
+        let mut wake = if self.superblock_retry { 0 } else { u64::MAX };
         match self.status {
             Status::ViewChange => {
                 wake = wake.min(self.view_change_deadline).min(self.view_change_resend_tick);
@@ -511,6 +531,9 @@ impl Replica {
     /// Timed work due at `fx.now`.
     pub(crate) fn on_tick(&mut self, fx: &mut Effects) {
         let now = fx.now;
+        if self.superblock_retry {
+            self.stage_superblock(fx);
+        }
         let timing = self.config.timing.clone();
         match self.status {
             Status::ViewChange => {
