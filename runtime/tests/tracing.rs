@@ -13,10 +13,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use cohort_actors::core::StateMachine;
 use cohort_messages::{ClusterId, GroupId, NodeId, Op, RequestKind};
 use cohort_runtime::config::{ClusterConfig, TelemetryConfig};
-use cohort_runtime::node::{GroupPlacement, Node, NodeBuilder, NodeHandle};
+use cohort_runtime::node::{GroupPlacement, Node, NodeBuilder, NodeHandle, Register};
 use cohort_runtime::shard::GroupEvent;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
@@ -151,25 +150,6 @@ async fn serve_connection(mut stream: tokio::net::TcpStream, sink: Arc<Mutex<Vec
         if stream.write_all(response.as_bytes()).await.is_err() {
             return;
         }
-    }
-}
-
-#[derive(Default)]
-struct Register(Bytes);
-
-impl StateMachine for Register {
-    fn apply(&mut self, _op: Op, operation: &[u8]) -> Bytes {
-        std::mem::replace(&mut self.0, Bytes::copy_from_slice(operation))
-    }
-    fn read(&self, _query: &[u8]) -> Bytes {
-        self.0.clone()
-    }
-    fn snapshot(&self) -> Bytes {
-        self.0.clone()
-    }
-    fn restore(&mut self, snapshot: &[u8]) -> Result<(), String> {
-        self.0 = Bytes::copy_from_slice(snapshot);
-        Ok(())
     }
 }
 
