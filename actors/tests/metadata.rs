@@ -223,3 +223,107 @@ proptest! {
         }
     }
 }
+
+mod sessions_end_to_end {
+    use super::*;
+    use cohort_actors::core::metadata::{
+        ExpiredPolicy, KeepaliveOutcome, MetadataDriver, SessionAction, SessionClient, SessionState,
+    };
+
+    /// Two registered nodes, node 1 with an open session.
+    fn cluster() -> (Metadata, SessionId) {
+        let mut metadata = Metadata::default();
+        register(&mut metadata, 1, 1);
+        register(&mut metadata, 2, 2);
+        let session = open(&mut metadata, 3, 1);
+        (metadata, session)
+    }
+
+    #[test]
+    fn s1_s2_the_metadata_primary_expires_a_silent_session_through_the_log() {
+        let (mut metadata, session) = cluster();
+        let mut driver = MetadataDriver::new(30);
+        assert_eq!(driver.on_keepalive(NodeId(1), session, 0, &metadata), KeepaliveOutcome::NotPrimary);
+        assert!(driver.on_tick(0, true, &metadata).is_empty());
+        for now in (5..30).step_by(5) {
+            assert_eq!(driver.on_keepalive(NodeId(1), session, now, &metadata), KeepaliveOutcome::Renewed);
+            assert!(driver.on_tick(now, true, &metadata).is_empty(), "kept alive at {now}");
+        }
+        // Silence: 30 ticks after the last keepalive (25) the expiry is proposed, once.
+        assert!(driver.on_tick(54, true, &metadata).is_empty());
+        let proposed = driver.on_tick(55, true, &metadata);
+        assert_eq!(proposed, vec![MetadataCommand::ExpireSession { node: NodeId(1), session }]);
+        assert!(driver.on_tick(56, true, &metadata).is_empty(), "not proposed twice");
+        // Lost (never applied): proposed again one timeout later.
+        assert_eq!(driver.on_tick(85, true, &metadata), proposed);
+        // Once it commits, the node's keepalives are told the session expired.
+        metadata.apply(Epoch(4), proposed[0].clone());
+        assert_eq!(driver.on_keepalive(NodeId(1), session, 57, &metadata), KeepaliveOutcome::Expired);
+    }
+
+    #[test]
+    fn s1_a_new_metadata_primary_gives_every_session_a_full_timeout() {
+        let (metadata, session) = cluster();
+        let mut driver = MetadataDriver::new(30);
+        // This member becomes primary at tick 100, long after the last keepalive
+        // reached its predecessor: it still waits a full timeout.
+        assert!(driver.on_tick(100, true, &metadata).is_empty());
+        assert!(driver.on_tick(129, true, &metadata).is_empty());
+        assert_eq!(driver.on_tick(130, true, &metadata).len(), 1);
+        let _ = session;
+        // Losing the primary role stops proposals.
+        let mut driver = MetadataDriver::new(30);
+        driver.on_tick(0, true, &metadata);
+        assert!(driver.on_tick(40, false, &metadata).is_empty());
+    }
+
+    #[test]
+    fn s3_reconnect_then_shutdown_after_attempts() {
+        let mut client = SessionClient::new(ExpiredPolicy::Reconnect { attempts: 2 }, 10);
+        assert_eq!(client.on_tick(0), Some(SessionAction::Open { attempt: 1 }));
+        assert_eq!(client.on_opened(SessionId(1), 3), Some(SessionAction::Reown(SessionId(1))));
+        assert_eq!(client.on_tick(13), Some(SessionAction::Keepalive(SessionId(1))));
+        // The session expires: reconnect, attempt 1; a stale notice is ignored.
+        assert_eq!(client.on_expired(SessionId(7)), None);
+        assert_eq!(client.on_expired(SessionId(1)), None);
+        assert_eq!(client.on_tick(20), Some(SessionAction::Open { attempt: 1 }));
+        // No answer for two intervals: attempt 2; no answer again: stop.
+        assert_eq!(client.on_tick(40), Some(SessionAction::Open { attempt: 2 }));
+        assert_eq!(client.on_tick(60), Some(SessionAction::Stop("no new session after every reconnect attempt")));
+        assert_eq!(client.state(), SessionState::Stopped);
+    }
+
+    #[test]
+    fn s3_reconnect_succeeds_and_reowns() {
+        let mut client = SessionClient::new(ExpiredPolicy::Reconnect { attempts: 3 }, 10);
+        client.on_tick(0);
+        client.on_opened(SessionId(1), 1);
+        client.on_expired(SessionId(1));
+        assert_eq!(client.on_tick(5), Some(SessionAction::Open { attempt: 1 }));
+        assert_eq!(
+            client.on_opened(SessionId(4), 8),
+            Some(SessionAction::Reown(SessionId(4))),
+            "S4: re-own under the new session"
+        );
+    }
+
+    #[test]
+    fn s3_shutdown_policy_stops_on_expiry() {
+        let mut client = SessionClient::new(ExpiredPolicy::Shutdown, 10);
+        client.on_tick(0);
+        client.on_opened(SessionId(1), 1);
+        assert_eq!(
+            client.on_expired(SessionId(1)),
+            Some(SessionAction::Stop("session expired and session_expired_policy is shutdown"))
+        );
+    }
+
+    #[test]
+    fn s3_the_first_session_is_retried_until_the_metadata_group_answers() {
+        let mut client = SessionClient::new(ExpiredPolicy::Shutdown, 10);
+        assert_eq!(client.on_tick(0), Some(SessionAction::Open { attempt: 1 }));
+        for (now, attempt) in [(20, 2), (40, 3), (60, 4)] {
+            assert_eq!(client.on_tick(now), Some(SessionAction::Open { attempt }), "boot keeps trying");
+        }
+    }
+}

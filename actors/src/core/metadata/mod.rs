@@ -20,6 +20,8 @@
 //! A session is not a lock (seed 004): safety comes from the view that
 //! backups check, not from ownership records, which only route clients.
 
+mod driver;
+mod session_client;
 mod sessions;
 
 use std::collections::BTreeMap;
@@ -29,6 +31,8 @@ use cohort_messages::metadata::{MetadataCommand, MetadataResult, decode_value, e
 use cohort_messages::{Epoch, GroupId, Incarnation, NodeId, Op, SessionId, View};
 use serde::{Deserialize, Serialize};
 
+pub use driver::{KeepaliveOutcome, MetadataDriver};
+pub use session_client::{ExpiredPolicy, SessionAction, SessionClient, SessionState};
 pub use sessions::SessionTracker;
 
 use crate::core::state_machine::StateMachine;

@@ -28,7 +28,7 @@ impl SessionTracker {
     /// A session opened, or this member became metadata primary and learned
     /// of a live session: its clock starts now.
     pub fn start(&mut self, node: NodeId, session: SessionId, now: u64) {
-        self.deadlines.insert((node, session), now + self.timeout_ticks);
+        self.deadlines.insert((node, session), now.saturating_add(self.timeout_ticks));
     }
 
     /// A keepalive arrived. False if the session is not tracked (expired or
@@ -36,7 +36,7 @@ impl SessionTracker {
     pub fn keepalive(&mut self, node: NodeId, session: SessionId, now: u64) -> bool {
         match self.deadlines.get_mut(&(node, session)) {
             Some(deadline) => {
-                *deadline = now + self.timeout_ticks;
+                *deadline = now.saturating_add(self.timeout_ticks);
                 true
             }
             None => false,
@@ -52,6 +52,11 @@ impl SessionTracker {
             self.deadlines.remove(key);
         }
         expired
+    }
+
+    /// True if the session's clock is running here.
+    pub fn tracks(&self, node: NodeId, session: SessionId) -> bool {
+        self.deadlines.contains_key(&(node, session))
     }
 
     /// Stop tracking a session (it expired through the log, or was replaced).
