@@ -74,28 +74,28 @@ impl MemberSet {
     }
 }
 
+/// The `k`-th largest of `values` (k from 1), without allocating: groups have
+/// at most [`GROUP_MEMBERS_MAX`] members, so the copy lives on the stack.
+/// This runs on every acknowledgement and every primary's wakeup.
+pub fn kth_largest<T: Copy + Ord + Default>(values: &[T], k: usize) -> T {
+    assert!(k >= 1 && k <= values.len() && values.len() <= GROUP_MEMBERS_MAX, "k {k} of {} values", values.len());
+    let mut buffer = [T::default(); GROUP_MEMBERS_MAX];
+    let sorted = &mut buffer[..values.len()];
+    sorted.copy_from_slice(values);
+    sorted.sort_unstable_by(|a, b| b.cmp(a));
+    sorted[k - 1]
+}
+
 /// The highest op that at least `quorum` members hold, given the highest op
 /// each member holds. Ops are held as prefixes (holding op n means holding
 /// every op up to n in the current view), so this is the `quorum`-th largest.
 pub fn quorum_op(held: &[Op], quorum: usize) -> Op {
-    assert!(quorum >= 1 && quorum <= held.len(), "quorum {quorum} of {} members", held.len());
-    let mut sorted: Vec<Op> = held.to_vec();
-    sorted.sort_unstable_by(|a, b| b.cmp(a));
-    sorted[quorum - 1]
+    kth_largest(held, quorum)
 }
 
 /// How many members hold `op`.
 pub fn holders(held: &[Op], op: Op) -> usize {
     held.iter().filter(|h| **h >= op).count()
-}
-
-/// The tick since which a quorum has been heard from: the `quorum`-th latest
-/// of the members' last-contact ticks (the primary counts itself as `now`).
-pub fn quorum_contact_tick(contact: &[u64], quorum: usize) -> u64 {
-    assert!(quorum >= 1 && quorum <= contact.len());
-    let mut sorted = contact.to_vec();
-    sorted.sort_unstable_by(|a, b| b.cmp(a));
-    sorted[quorum - 1]
 }
 
 /// What a view change knows of one member's log.

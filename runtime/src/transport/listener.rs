@@ -74,36 +74,17 @@ async fn read_connection(mut stream: TcpStream, router: Router) {
         decoder: FrameDecoder::new(router.cluster),
         buffer: BytesMut::with_capacity(64 * 1024),
     };
-    loop {
-        loop {
-            match inbound.decoder.decode(&mut inbound.buffer) {
-                Ok(Some(frame)) => {
-                    let mut peer = None;
-                    if !router.handle(&mut peer, frame, &mut inbound.rejects, inbound.connection) {
-                        return;
-                    }
-                    let Some(peer) = peer else { return };
-                    match router.shards.link(peer) {
-                        Some(link) => link.do_send(super::peer_link::Adopt { stream, inbound, peer, router }),
-                        None => {
-                            router.stats.handshakes_refused.fetch_add(1, Ordering::Relaxed);
-                            eprintln!("cohort: refusing {peer}: not a peer of this node");
-                        }
-                    }
-                    return;
-                }
-                Ok(None) => break,
-                Err(error) => {
-                    router.reject_frame(&mut inbound, &error, None);
-                    if error.closes_connection() {
-                        return;
-                    }
-                }
-            }
-        }
-        match stream.read_buf(&mut inbound.buffer).await {
-            Ok(0) | Err(_) => return,
-            Ok(_) => {}
+    let Some(frame) = inbound.next_frame(&mut stream, &router, None).await else { return };
+    let mut peer = None;
+    if !router.handle(&mut peer, frame, &mut inbound.rejects, inbound.connection) {
+        return;
+    }
+    let Some(peer) = peer else { return };
+    match router.shards.link(peer) {
+        Some(link) => link.do_send(super::peer_link::Adopt { stream, inbound, peer, router }),
+        None => {
+            router.stats.handshakes_refused.fetch_add(1, Ordering::Relaxed);
+            eprintln!("cohort: refusing {peer}: not a peer of this node");
         }
     }
 }
@@ -116,31 +97,37 @@ pub struct Connection {
     buffer: BytesMut,
 }
 
+impl Connection {
+    /// The next frame with good checksums, reading from `stream` as needed.
+    /// Bad frames are counted and skipped (R15); `None` once the connection
+    /// ends or its framing is lost.
+    async fn next_frame(&mut self, stream: &mut TcpStream, router: &Router, peer: Option<NodeId>) -> Option<Frame> {
+        loop {
+            match self.decoder.decode(&mut self.buffer) {
+                Ok(Some(frame)) => return Some(frame),
+                Ok(None) => match stream.read_buf(&mut self.buffer).await {
+                    Ok(0) | Err(_) => return None,
+                    Ok(_) => {}
+                },
+                Err(error) => {
+                    router.reject_frame(self, &error, peer);
+                    if error.closes_connection() {
+                        return None;
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// Read frames from a connection whose Handshake named `peer`, and route
 /// them, until the connection closes or goes bad. Runs in the peer link's
 /// context, so a restarted link starts from a fresh connection.
 pub async fn read_frames(mut stream: TcpStream, mut inbound: Connection, peer: NodeId, router: Router) {
     let mut known = Some(peer);
-    loop {
-        loop {
-            match inbound.decoder.decode(&mut inbound.buffer) {
-                Ok(Some(frame)) => {
-                    if !router.handle(&mut known, frame, &mut inbound.rejects, inbound.connection) {
-                        return;
-                    }
-                }
-                Ok(None) => break,
-                Err(error) => {
-                    router.reject_frame(&mut inbound, &error, known);
-                    if error.closes_connection() {
-                        return;
-                    }
-                }
-            }
-        }
-        match stream.read_buf(&mut inbound.buffer).await {
-            Ok(0) | Err(_) => return,
-            Ok(_) => {}
+    while let Some(frame) = inbound.next_frame(&mut stream, &router, known).await {
+        if !router.handle(&mut known, frame, &mut inbound.rejects, inbound.connection) {
+            return;
         }
     }
 }

@@ -618,16 +618,23 @@ impl Replica {
     /// a primary of a stale view (elected late from old DoViewChanges) never
     /// hears from members that moved on, so it never serves a read (V7).
     pub(crate) fn quorum_contact_tick(&self) -> Option<u64> {
-        let mut contact: Vec<u64> = self.contact_tick.iter().map(|tick| tick.unwrap_or(0)).collect();
-        let answered: Vec<bool> = self.contact_tick.iter().map(Option::is_some).collect();
-        contact[self.spec.me.0 as usize] = u64::MAX;
         let members = self.spec.members.len();
-        let needed = self.spec.quorums.replication.max(2.min(members));
-        let mut sorted: Vec<(u64, bool)> = contact.into_iter().zip(answered).collect();
-        sorted.sort_unstable_by_key(|entry| std::cmp::Reverse(entry.0));
-        let (tick, _) = sorted[needed - 1];
-        let confirmed = sorted.iter().take(needed).enumerate().all(|(rank, (_, answered))| rank == 0 || *answered);
-        confirmed.then_some(tick)
+        // Backups that must have answered, besides this primary.
+        let needed = self.spec.quorums.replication.max(2.min(members)) - 1;
+        if needed == 0 {
+            return Some(u64::MAX);
+        }
+        let mut answered = [0u64; cohort_messages::GROUP_MEMBERS_MAX];
+        let mut count = 0;
+        for (member, tick) in self.contact_tick.iter().enumerate() {
+            if member != self.spec.me.0 as usize
+                && let Some(tick) = tick
+            {
+                answered[count] = *tick;
+                count += 1;
+            }
+        }
+        (count >= needed).then(|| crate::core::quorum::kth_largest(&answered[..count], needed))
     }
 
     /// When this primary must step down if no quorum answers (R24): one
