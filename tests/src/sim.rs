@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 
 use cohort_actors::core::{Command, CoreConfig, GroupSpec, Quorums, Role, TimingConfig};
 use cohort_messages::{
-    CommitBatch, CommitReplyBatch, Frame, GroupId, Incarnation, MemberIndex, Message, Op, TraceContext,
+    CommitBatch, CommitReplyBatch, Frame, GroupId, Incarnation, MemberIndex, Message, Op, Outcome, Reply, ReplyError,
+    TraceContext,
 };
 
 use crate::check::Checkers;
@@ -499,6 +500,7 @@ impl Sim {
         let nodes = self.nodes.len();
         match message {
             Message::Reply(reply) => {
+                self.check_not_refused(index, &reply);
                 if let Some(done) = self.clients[index].on_reply(self.now, &reply, &mut self.history) {
                     self.checkers.replied(self.now, index, reply.group, reply.request);
                     let entry = &self.history[done];
@@ -517,7 +519,23 @@ impl Sim {
         }
     }
 
+    /// No simulated client is ever evicted (there are fewer clients than
+    /// the client table holds) and each retries only its outstanding request,
+    /// so a refusal of that request as superseded or unknown is a bug: the
+    /// client would give up on a write the group still owes it.
+    fn check_not_refused(&mut self, index: usize, reply: &Reply) {
+        let Outcome::Error { code: ReplyError::Superseded, detail } = &reply.outcome else { return };
+        let Some(outstanding) = &self.clients[index].outstanding else { return };
+        if outstanding.request.request == reply.request && outstanding.request.group == reply.group {
+            let violation = format!("tick {}: client {index} refused: {detail}", self.now);
+            self.checkers.violations.push(violation);
+        }
+    }
+
     fn check_acknowledged(&mut self, history: usize, op: Op) {
+        if self.config.write_mode == cohort_actors::core::WriteMode::Async {
+            return; // Q4: acknowledged on the primary's durable copy, before any apply.
+        }
         let entry = &self.history[history];
         let operation = entry.op.encode();
         self.checkers.acknowledged(self.now, entry.group, op, digest(&operation));

@@ -316,6 +316,29 @@ fn q4_async_write_is_acknowledged_before_the_quorum() {
     assert_eq!(sim.replica(primary, G).expect("up").commit_max(), Op(0), "not committed yet");
 }
 
+/// Q4 with one client writing back to back: its second write reaches the
+/// primary while the first is acknowledged but not yet applied (so not yet in
+/// the client table). That is not an evicted client: the write is taken, not
+/// refused, and both apply in order once the backups return.
+#[test]
+fn q4_async_client_may_write_again_before_its_first_write_commits() {
+    let mut sim = cluster_with(3, None, WriteMode::Async);
+    let primary = sim.primary_of(G).expect("a primary");
+    let backups = [(primary + 1) % 3, (primary + 2) % 3];
+    for backup in backups {
+        sim.crash_node(backup, 60);
+    }
+    let first = sim.submit_as(0, G, KvOp::Put { key: 1, value: 1 }, primary).expect("client 0 is idle");
+    assert!(sim.run_until(40, |sim| done(sim, first)), "first write acknowledged");
+    let second = sim.submit_as(0, G, KvOp::Put { key: 1, value: 2 }, primary).expect("client 0 is idle again");
+    assert!(sim.run_until(40, |sim| done(sim, second)), "second write acknowledged, not refused");
+    assert_eq!(sim.replica(primary, G).expect("up").commit_max(), Op(0), "neither committed yet");
+    assert_eq!(sim.history[second].committed_op, Some(Op(2)));
+    assert!(sim.run_until(2000, |sim| sim.replica(primary, G).is_some_and(|r| r.commit_max() >= Op(2))));
+    assert_eq!(read(&mut sim, 1), 2, "both applied, in order");
+    assert_clean(&sim);
+}
+
 /// Ticks from the primary's crash until the first backup starts a view change.
 fn failover_start_ticks(sim: &mut Sim) -> u64 {
     let old = sim.primary_of(G).expect("a primary");

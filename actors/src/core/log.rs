@@ -94,6 +94,11 @@ impl Log {
         self.entries.iter().skip(skip)
     }
 
+    /// Whether an entry after `after` belongs to `client`.
+    pub fn has_client_after(&self, after: Op, client: cohort_messages::ClientId) -> bool {
+        self.entries_from(after.next()).any(|entry| entry.client == client)
+    }
+
     /// Find the op of a client's request in the log after `after`.
     pub fn find_request(
         &self,

@@ -111,9 +111,22 @@ impl Replica {
                     format!("{}: {} is older than the client's latest request", self.spec.group, request.request);
                 return self.reply_error(&request, ReplyError::Superseded, detail, fx);
             }
+            // The table only knows applied ops. An earlier request of this
+            // client may still be in the log unapplied (an async write is
+            // acknowledged on the primary's durable copy), or a new primary
+            // may not yet have applied what it inherited: neither is an
+            // eviction.
+            Admission::UnknownClient if self.log.has_client_after(self.commit_min, request.client) => {}
+            Admission::UnknownClient if self.commit_min < self.start_view_op => {
+                let detail = format!(
+                    "{}: new primary of {} is still applying inherited ops; {} is not in its client table yet",
+                    self.spec.group, self.view, request.client
+                );
+                return self.reply_error(&request, ReplyError::ViewChange, detail, fx);
+            }
             Admission::UnknownClient => {
                 let detail = format!(
-                    "{}: {} is not known (evicted from the client table); start a new client at request 1",
+                    "{}: {} is not known (evicted from the client table, or its earlier async writes were lost in a view change); start a new client at request 1",
                     self.spec.group, request.client
                 );
                 return self.reply_error(&request, ReplyError::Superseded, detail, fx);
