@@ -20,6 +20,7 @@
 //! A session is not a lock (seed 004): safety comes from the view that
 //! backups check, not from ownership records, which only route clients.
 
+mod agent;
 mod driver;
 mod session_client;
 mod sessions;
@@ -31,6 +32,7 @@ use cohort_messages::metadata::{MetadataCommand, MetadataResult, decode_value, e
 use cohort_messages::{Epoch, GroupId, Incarnation, NodeId, Op, SessionId, View};
 use serde::{Deserialize, Serialize};
 
+pub use agent::{AgentConfig, AgentCounters, AgentOutput, HostedGroup, MetadataAgent};
 pub use driver::{KeepaliveOutcome, MetadataDriver};
 pub use session_client::{ExpiredPolicy, SessionAction, SessionClient, SessionState};
 pub use sessions::SessionTracker;
@@ -85,6 +87,10 @@ pub struct Metadata {
     pub groups: BTreeMap<GroupId, GroupRecord>,
     /// The last session id handed out.
     pub last_session: SessionId,
+    /// The epoch of the last change to nodes, sessions or groups: what
+    /// nodes ack (M1). Acks and ownership reports do not move it, so acking
+    /// never needs another ack.
+    pub config_epoch: Epoch,
 }
 
 impl Metadata {
@@ -92,6 +98,16 @@ impl Metadata {
     pub fn apply(&mut self, epoch: Epoch, command: MetadataCommand) -> MetadataResult {
         assert!(epoch > self.epoch, "metadata epochs go forward: {epoch} after {}", self.epoch);
         self.epoch = epoch;
+        let changes_config =
+            !matches!(command, MetadataCommand::AckEpoch { .. } | MetadataCommand::ReportOwnership { .. });
+        let result = self.apply_command(epoch, command);
+        if changes_config && !matches!(result, MetadataResult::Refused { .. }) {
+            self.config_epoch = epoch;
+        }
+        result
+    }
+
+    fn apply_command(&mut self, epoch: Epoch, command: MetadataCommand) -> MetadataResult {
         let refused = |reason: String| MetadataResult::Refused { reason };
         match command {
             MetadataCommand::RegisterNode { node, address } => {
