@@ -53,6 +53,11 @@ id_type!(
     GroupId(u64),
     "group:"
 );
+impl GroupId {
+    /// The metadata group's reserved id; partition groups use any other.
+    pub const METADATA: GroupId = GroupId(u64::MAX);
+}
+
 id_type!(
     /// A view number of one group. The primary of a view is fixed by the view.
     View(u32),
