@@ -53,6 +53,12 @@ id_type!(
     GroupId(u64),
     "group:"
 );
+id_type!(
+    /// Identifies one multi-step operation in the metadata (M2–M5).
+    OperationId(u64),
+    "operation:"
+);
+
 impl GroupId {
     /// The metadata group's reserved id; partition groups use any other.
     pub const METADATA: GroupId = GroupId(u64::MAX);

@@ -13,11 +13,51 @@ use serde::{Deserialize, Serialize};
 
 use crate::command::Command;
 use crate::error::{BodyError, Invalid, invalid};
-use crate::ids::{Epoch, GroupId, Incarnation, NodeId, SessionId, View};
+use crate::ids::{Epoch, GroupId, Incarnation, NodeId, Op, OperationId, SessionId, View};
 use crate::limits::GROUP_MEMBERS_MAX;
 
 /// The longest node address or group kind name, in bytes.
 pub const METADATA_TEXT_SIZE_MAX_BYTES: usize = 256;
+
+/// The most groups one join may name.
+pub const OPERATION_GROUPS_MAX: usize = 4096;
+
+/// What a multi-step operation does (M2). Each adds replicas as candidates
+/// that catch up before they vote (P4), and removes a replica only after its
+/// replacement votes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OperationSpec {
+    /// Move `group`'s replica on `from` to `to`.
+    Move {
+        /// The group.
+        group: GroupId,
+        /// The node giving up its replica.
+        from: NodeId,
+        /// The node taking it.
+        to: NodeId,
+    },
+    /// Replace `group`'s replica on a dead node: a move whose source need not ack.
+    Replace {
+        /// The group.
+        group: GroupId,
+        /// The dead node.
+        dead: NodeId,
+        /// Its replacement.
+        with: NodeId,
+    },
+    /// Add `node` as a replica of each of `groups`.
+    Join {
+        /// The joining node (registered first).
+        node: NodeId,
+        /// The groups it joins.
+        groups: Vec<GroupId>,
+    },
+    /// Move every replica off `node`.
+    Decommission {
+        /// The node to empty.
+        node: NodeId,
+    },
+}
 
 /// One change to the cluster metadata.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -79,6 +119,69 @@ pub enum MetadataCommand {
         /// The highest epoch it applied.
         epoch: Epoch,
     },
+    /// Start a multi-step operation: its whole plan is stored and its first
+    /// step applied in this one epoch (M4). Refused if it touches a group of
+    /// an in-flight operation (M3).
+    StartOperation {
+        /// What to do.
+        spec: OperationSpec,
+    },
+    /// Apply step `step` (counted from 0) of an operation (M2). Refused
+    /// unless it is the next step and its preconditions hold.
+    AdvanceOperation {
+        /// The operation.
+        operation: OperationId,
+        /// The step.
+        step: u32,
+    },
+    /// Cancel an operation: its committed steps are reverted, step by step,
+    /// back to the placement before it (M5).
+    CancelOperation {
+        /// The operation.
+        operation: OperationId,
+    },
+    /// A group's primary reports that candidate `node` holds every op up to
+    /// `op` (P4): it may be promoted to a voting member.
+    ReportCaughtUp {
+        /// The group.
+        group: GroupId,
+        /// Its incarnation.
+        incarnation: Incarnation,
+        /// The candidate.
+        node: NodeId,
+        /// The op it holds through.
+        op: Op,
+    },
+}
+
+impl OperationSpec {
+    /// Node 0 is never a node, a move needs two nodes, a join names 1 to
+    /// [`OPERATION_GROUPS_MAX`] distinct groups.
+    pub fn validate(&self) -> Result<(), Invalid> {
+        let bad = |why: &'static str| Err(invalid(Command::Request, why));
+        match self {
+            OperationSpec::Move { from, to, .. } | OperationSpec::Replace { dead: from, with: to, .. } => {
+                if from.0 == 0 || to.0 == 0 || from == to {
+                    return bad("move: node 0, or the same node on both sides");
+                }
+            }
+            OperationSpec::Join { node, groups } => {
+                let mut seen = std::collections::BTreeSet::new();
+                if node.0 == 0 || groups.is_empty() || groups.len() > OPERATION_GROUPS_MAX {
+                    return bad("join: node 0, or not 1 to 4096 groups");
+                }
+                if !groups.iter().all(|group| seen.insert(*group)) {
+                    return bad("join: a group listed twice");
+                }
+            }
+            OperationSpec::Decommission { node } => {
+                if node.0 == 0 {
+                    return bad("decommission: node 0");
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 impl MetadataCommand {
@@ -119,6 +222,17 @@ impl MetadataCommand {
                     return Err(invalid(Command::Request, "report ownership: node 0 or session 0"));
                 }
             }
+            MetadataCommand::StartOperation { spec } => spec.validate()?,
+            MetadataCommand::AdvanceOperation { operation, .. } | MetadataCommand::CancelOperation { operation } => {
+                if operation.0 == 0 {
+                    return Err(invalid(Command::Request, "operation 0 is reserved"));
+                }
+            }
+            MetadataCommand::ReportCaughtUp { node, .. } => {
+                if node.0 == 0 {
+                    return Err(invalid(Command::Request, "report caught up: node 0"));
+                }
+            }
         }
         Ok(())
     }
@@ -144,6 +258,13 @@ pub enum MetadataResult {
     /// Applied.
     Done {
         /// The epoch it was applied at.
+        epoch: Epoch,
+    },
+    /// An operation started (its first step applied).
+    OperationStarted {
+        /// Its id.
+        operation: OperationId,
+        /// The epoch.
         epoch: Epoch,
     },
     /// A session was opened.

@@ -12,8 +12,9 @@
 //!   deleted it) for `unload_grace_ticks` in a row (S4);
 //! - acks the configuration epochs it has applied (M1);
 //! - on the metadata primary only, runs the [`MetadataDriver`] (expiry
-//!   through the log, S1/S2) and creates the bootstrap groups once their
-//!   members have registered.
+//!   through the log, S1/S2), creates the bootstrap groups once their
+//!   members have registered, and drives multi-step operations one gated
+//!   step at a time from their stored plans (M2, M4).
 //!
 //! It is one client of the metadata group with at most one request in
 //! flight, retried with the same request number until answered, so every
@@ -278,6 +279,10 @@ impl MetadataAgent {
         if metadata_primary && let Some(create) = self.bootstrap_command(metadata) {
             return Some(create);
         }
+        // M2/M4: the metadata primary drives operations from the stored plans.
+        if metadata_primary && let Some(step) = metadata.next_operation_step() {
+            return Some(step);
+        }
         if let Some(session) = self.current.filter(|session| record.session == Some(*session)) {
             if let Some(report) = self.report_command(metadata, session, hosted) {
                 return Some(report);
@@ -331,7 +336,9 @@ impl MetadataAgent {
             .filter(|hosted| hosted.group != self.config.metadata_group)
             .filter(|hosted| {
                 metadata.groups.get(&hosted.group).is_some_and(|record| {
-                    !record.live || record.incarnation > hosted.incarnation || !record.members.contains(&node)
+                    !record.live
+                        || record.incarnation > hosted.incarnation
+                        || !(record.members.contains(&node) || record.candidates.contains(&node))
                 })
             })
             .map(|hosted| hosted.group)

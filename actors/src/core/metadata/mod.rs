@@ -22,18 +22,20 @@
 
 mod agent;
 mod driver;
+mod operations;
 mod session_client;
 mod sessions;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
 use cohort_messages::metadata::{MetadataCommand, MetadataResult, decode_value, encode_value};
-use cohort_messages::{Epoch, GroupId, Incarnation, NodeId, Op, SessionId, View};
+use cohort_messages::{Epoch, GroupId, Incarnation, NodeId, Op, OperationId, SessionId, View};
 use serde::{Deserialize, Serialize};
 
 pub use agent::{AgentConfig, AgentCounters, AgentOutput, HostedGroup, MetadataAgent};
 pub use driver::{KeepaliveOutcome, MetadataDriver};
+pub use operations::{OperationRecord, OperationTotals, Step};
 pub use session_client::{ExpiredPolicy, SessionAction, SessionClient, SessionState};
 pub use sessions::SessionTracker;
 
@@ -68,8 +70,12 @@ pub struct GroupRecord {
     pub kind: String,
     /// Its incarnation.
     pub incarnation: Incarnation,
-    /// Members in member-index order (empty once deleted).
+    /// Voting members in member-index order (empty once deleted).
     pub members: Vec<NodeId>,
+    /// Candidates: replicas catching up that do not vote yet (P4).
+    pub candidates: Vec<NodeId>,
+    /// Candidates their primary reported caught up: promotable.
+    pub caught_up: BTreeSet<NodeId>,
     /// False once deleted (the record stays to remember the incarnation).
     pub live: bool,
     /// The last ownership report, if any.
@@ -91,6 +97,12 @@ pub struct Metadata {
     /// nodes ack (M1). Acks and ownership reports do not move it, so acking
     /// never needs another ack.
     pub config_epoch: Epoch,
+    /// Multi-step operations in flight, with their plans (M2–M5).
+    pub operations: BTreeMap<OperationId, OperationRecord>,
+    /// The last operation id handed out.
+    pub last_operation: OperationId,
+    /// Operations finished so far.
+    pub operation_totals: OperationTotals,
 }
 
 impl Metadata {
@@ -98,8 +110,12 @@ impl Metadata {
     pub fn apply(&mut self, epoch: Epoch, command: MetadataCommand) -> MetadataResult {
         assert!(epoch > self.epoch, "metadata epochs go forward: {epoch} after {}", self.epoch);
         self.epoch = epoch;
-        let changes_config =
-            !matches!(command, MetadataCommand::AckEpoch { .. } | MetadataCommand::ReportOwnership { .. });
+        let changes_config = !matches!(
+            command,
+            MetadataCommand::AckEpoch { .. }
+                | MetadataCommand::ReportOwnership { .. }
+                | MetadataCommand::ReportCaughtUp { .. }
+        );
         let result = self.apply_command(epoch, command);
         if changes_config && !matches!(result, MetadataResult::Refused { .. }) {
             self.config_epoch = epoch;
@@ -153,13 +169,29 @@ impl Metadata {
                     Some(existing) => Incarnation(existing.incarnation.0 + 1),
                     None => Incarnation(1),
                 };
-                self.groups.insert(group, GroupRecord { kind, incarnation, members, live: true, owner: None });
+                self.groups.insert(
+                    group,
+                    GroupRecord {
+                        kind,
+                        incarnation,
+                        members,
+                        candidates: Vec::new(),
+                        caught_up: BTreeSet::new(),
+                        live: true,
+                        owner: None,
+                    },
+                );
                 MetadataResult::GroupCreated { incarnation, epoch }
+            }
+            MetadataCommand::DeleteGroup { group } if let Some(id) = self.operation_of(group) => {
+                refused(format!("{group} is in {id}; cancel it or wait before deleting the group"))
             }
             MetadataCommand::DeleteGroup { group } => match self.groups.get_mut(&group) {
                 Some(record) if record.live => {
                     record.live = false;
                     record.members.clear();
+                    record.candidates.clear();
+                    record.caught_up.clear();
                     record.owner = None;
                     MetadataResult::Done { epoch }
                 }
@@ -190,6 +222,12 @@ impl Metadata {
                 record.owner = Some(Ownership { node, view, session });
                 MetadataResult::Done { epoch }
             }
+            MetadataCommand::StartOperation { spec } => self.start_operation(epoch, spec),
+            MetadataCommand::AdvanceOperation { operation, step } => self.advance_operation(epoch, operation, step),
+            MetadataCommand::CancelOperation { operation } => self.cancel_operation(epoch, operation),
+            MetadataCommand::ReportCaughtUp { group, incarnation, node, .. } => {
+                self.report_caught_up(epoch, group, incarnation, node)
+            }
             MetadataCommand::AckEpoch { node, epoch: applied } => {
                 let Some(record) = self.nodes.get_mut(&node) else {
                     return refused(format!("{node} is not registered"));
@@ -198,6 +236,11 @@ impl Metadata {
                 MetadataResult::Done { epoch }
             }
         }
+    }
+
+    /// The in-flight operation touching `group`, if any (M3).
+    pub fn operation_of(&self, group: GroupId) -> Option<OperationId> {
+        self.operations.iter().find(|(_, record)| record.groups().contains(&group)).map(|(id, _)| *id)
     }
 
     fn drop_ownership(&mut self, node: NodeId) {

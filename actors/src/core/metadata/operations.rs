@@ -1,0 +1,447 @@
+//! Multi-step operations on group placement (M2–M5, P4; seed 001).
+//!
+//! Join, decommission, move and replace each change some groups' members,
+//! and a member set may only change one small step at a time: a new replica
+//! first joins as a *candidate* that receives the log but does not vote, is
+//! promoted only once its group's primary reports it caught up (P4), and the
+//! replica it replaces is removed only after that. So a group never has
+//! fewer voting members than it had before the operation, and every voter
+//! holds the log.
+//!
+//! The whole plan is stored with the first step (M4): whichever metadata
+//! primary drives it next reads the plan from the metadata and resumes. Each
+//! next step is applied only after a majority of the previous step's group
+//! replicas acked the epoch of that step (M2); the state machine itself
+//! refuses a step whose gate is not met, so a stale or duplicate driver can
+//! never skip one. Operations on disjoint groups run side by side; one that
+//! touches a group of an in-flight operation is refused with that
+//! operation's name (M3). Cancelling replaces the rest of the plan with the
+//! inverse of the steps already applied, in reverse order, driven the same
+//! way, so the previous placement comes back exactly (M5).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use cohort_messages::metadata::{MetadataCommand, MetadataResult, OperationSpec};
+use cohort_messages::{Epoch, GroupId, NodeId, OperationId};
+use serde::{Deserialize, Serialize};
+
+use super::{GroupRecord, Metadata};
+
+/// One change to one group's member set.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Step {
+    /// `node` starts receiving the group's log as a non-voting candidate.
+    AddCandidate {
+        /// The group.
+        group: GroupId,
+        /// The node.
+        node: NodeId,
+    },
+    /// A candidate leaves (the inverse of `AddCandidate`).
+    RemoveCandidate {
+        /// The group.
+        group: GroupId,
+        /// The node.
+        node: NodeId,
+    },
+    /// A caught-up candidate becomes a voting member at member index `index`.
+    Promote {
+        /// The group.
+        group: GroupId,
+        /// The node.
+        node: NodeId,
+        /// Its member index.
+        index: usize,
+    },
+    /// A member goes back to being a candidate (the inverse of `Promote`).
+    Demote {
+        /// The group.
+        group: GroupId,
+        /// The node.
+        node: NodeId,
+    },
+    /// A member leaves; `index` is where it was, for the inverse.
+    RemoveMember {
+        /// The group.
+        group: GroupId,
+        /// The node.
+        node: NodeId,
+        /// Its member index before removal.
+        index: usize,
+    },
+}
+
+impl Step {
+    /// The group it changes.
+    pub fn group(&self) -> GroupId {
+        match self {
+            Step::AddCandidate { group, .. }
+            | Step::RemoveCandidate { group, .. }
+            | Step::Promote { group, .. }
+            | Step::Demote { group, .. }
+            | Step::RemoveMember { group, .. } => *group,
+        }
+    }
+
+    /// The steps that undo this one, in order.
+    fn inverse(&self) -> Vec<Step> {
+        match *self {
+            Step::AddCandidate { group, node } => vec![Step::RemoveCandidate { group, node }],
+            Step::RemoveCandidate { group, node } => vec![Step::AddCandidate { group, node }],
+            Step::Promote { group, node, .. } => vec![Step::Demote { group, node }],
+            Step::Demote { group, node } => {
+                vec![Step::Promote { group, node, index: usize::MAX }]
+            }
+            // A removed member has missed ops: it comes back through P4.
+            Step::RemoveMember { group, node, index } => {
+                vec![Step::AddCandidate { group, node }, Step::Promote { group, node, index }]
+            }
+        }
+    }
+}
+
+/// An operation in flight.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OperationRecord {
+    /// What the operator asked for.
+    pub spec: OperationSpec,
+    /// Every step, applied in order (after a cancel: the reverting steps).
+    pub plan: Vec<Step>,
+    /// Steps of `plan` applied so far.
+    pub done: usize,
+    /// The epoch of the last applied step, which the next step's group must ack.
+    pub last_step_epoch: Epoch,
+    /// True once cancelled: `plan` is then the revert plan.
+    pub cancelled: bool,
+    /// Voting members of each touched group before the operation: no step
+    /// leaves a group with fewer voters than this.
+    pub voters_before: BTreeMap<GroupId, usize>,
+    /// A node that is dead and need not ack (replace).
+    pub dead: Option<NodeId>,
+}
+
+impl OperationRecord {
+    /// The groups it touches.
+    pub fn groups(&self) -> BTreeSet<GroupId> {
+        self.voters_before.keys().copied().collect()
+    }
+
+    /// The next step, if any.
+    pub fn next_step(&self) -> Option<&Step> {
+        self.plan.get(self.done)
+    }
+}
+
+/// Counters of finished operations.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OperationTotals {
+    /// Operations whose every step applied.
+    pub completed: u64,
+    /// Operations cancelled and fully reverted.
+    pub reverted: u64,
+}
+
+impl Metadata {
+    /// `StartOperation`: plan, check M3, store the plan and apply step 0 (M4).
+    pub(super) fn start_operation(&mut self, epoch: Epoch, spec: OperationSpec) -> MetadataResult {
+        let plan = match self.plan(&spec) {
+            Ok(plan) => plan,
+            Err(reason) => return MetadataResult::Refused { reason },
+        };
+        let groups: BTreeSet<GroupId> = plan.iter().map(Step::group).collect();
+        for (id, operation) in &self.operations {
+            if let Some(group) = operation.groups().intersection(&groups).next() {
+                return MetadataResult::Refused {
+                    reason: format!(
+                        "{group} is already in {id} ({:?}); wait for it or cancel it first",
+                        operation.spec
+                    ),
+                };
+            }
+        }
+        let voters_before = groups.iter().map(|group| (*group, self.groups[group].members.len())).collect();
+        let dead = match spec {
+            OperationSpec::Replace { dead, .. } => Some(dead),
+            _ => None,
+        };
+        let id = OperationId(self.last_operation.0 + 1);
+        let mut record =
+            OperationRecord { spec, plan, done: 0, last_step_epoch: epoch, cancelled: false, voters_before, dead };
+        if let Err(reason) = self.apply_step(&record, 0) {
+            return MetadataResult::Refused { reason };
+        }
+        record.done = 1;
+        self.last_operation = id;
+        self.operations.insert(id, record);
+        self.finish_if_done(id);
+        MetadataResult::OperationStarted { operation: id, epoch }
+    }
+
+    /// `AdvanceOperation`: apply step `step` if it is next and its gate holds (M2).
+    pub(super) fn advance_operation(&mut self, epoch: Epoch, id: OperationId, step: u32) -> MetadataResult {
+        let Some(record) = self.operations.get(&id) else {
+            return MetadataResult::Refused { reason: format!("{id} is not in flight") };
+        };
+        if step as usize != record.done {
+            return MetadataResult::Refused {
+                reason: format!("{id}: step {step} is not next (next is {})", record.done),
+            };
+        }
+        if let Err(reason) = self.step_gate(record) {
+            return MetadataResult::Refused { reason: format!("{id}: {reason}") };
+        }
+        let record = record.clone();
+        if let Err(reason) = self.apply_step(&record, record.done) {
+            return MetadataResult::Refused { reason: format!("{id}: {reason}") };
+        }
+        if let Some(record) = self.operations.get_mut(&id) {
+            record.done += 1;
+            record.last_step_epoch = epoch;
+        }
+        self.finish_if_done(id);
+        MetadataResult::Done { epoch }
+    }
+
+    /// `CancelOperation`: the rest of the plan becomes the inverse of what was done (M5).
+    pub(super) fn cancel_operation(&mut self, epoch: Epoch, id: OperationId) -> MetadataResult {
+        let Some(record) = self.operations.get_mut(&id) else {
+            return MetadataResult::Refused { reason: format!("{id} is not in flight (finished or never started)") };
+        };
+        if record.cancelled {
+            return MetadataResult::Refused { reason: format!("{id} is already being reverted") };
+        }
+        let mut revert = Vec::new();
+        for step in record.plan[..record.done].iter().rev() {
+            revert.extend(step.inverse());
+        }
+        record.plan = revert;
+        record.done = 0;
+        record.cancelled = true;
+        self.finish_if_done(id);
+        MetadataResult::Done { epoch }
+    }
+
+    /// The command that drives an operation one step on, if one may go now:
+    /// what the metadata primary proposes (the driver is stateless, so a new
+    /// primary resumes from the stored plan, M4).
+    pub fn next_operation_step(&self) -> Option<MetadataCommand> {
+        self.operations.iter().find_map(|(id, record)| {
+            record.next_step()?;
+            self.step_gate(record).ok()?;
+            Some(MetadataCommand::AdvanceOperation { operation: *id, step: record.done as u32 })
+        })
+    }
+
+    /// Whether the next step of `record` may apply: a majority of the previous
+    /// step's group replicas acked its epoch (M2), and a promotion needs a
+    /// caught-up candidate (P4).
+    pub fn step_gate(&self, record: &OperationRecord) -> Result<(), String> {
+        let Some(next) = record.next_step() else { return Err("no step left".into()) };
+        let previous = record.done.checked_sub(1).and_then(|done| record.plan.get(done)).unwrap_or(next);
+        if let Some(group) = self.groups.get(&previous.group()) {
+            let replicas: Vec<NodeId> = group
+                .members
+                .iter()
+                .chain(&group.candidates)
+                .copied()
+                .filter(|node| Some(*node) != record.dead)
+                .collect();
+            let acked = replicas
+                .iter()
+                .filter(|node| self.nodes.get(node).is_some_and(|n| n.acked >= record.last_step_epoch))
+                .count();
+            if acked * 2 <= replicas.len() {
+                return Err(format!(
+                    "{acked} of {} replicas of {} acked {}; waiting for a majority",
+                    replicas.len(),
+                    previous.group(),
+                    record.last_step_epoch
+                ));
+            }
+        }
+        if let Step::Promote { group, node, .. } = next
+            && !self.groups.get(group).is_some_and(|g| g.caught_up.contains(node))
+        {
+            return Err(format!("candidate {node} of {group} has not caught up yet"));
+        }
+        Ok(())
+    }
+
+    fn finish_if_done(&mut self, id: OperationId) {
+        if let Some(record) = self.operations.get(&id)
+            && record.done >= record.plan.len()
+        {
+            if record.cancelled {
+                self.operation_totals.reverted += 1;
+            } else {
+                self.operation_totals.completed += 1;
+            }
+            self.operations.remove(&id);
+        }
+    }
+
+    /// The steps of an operation, from the current placement.
+    fn plan(&self, spec: &OperationSpec) -> Result<Vec<Step>, String> {
+        let registered = |node: &NodeId| {
+            if self.nodes.contains_key(node) { Ok(()) } else { Err(format!("{node} is not registered")) }
+        };
+        match spec {
+            OperationSpec::Move { group, from, to } | OperationSpec::Replace { group, dead: from, with: to } => {
+                registered(to)?;
+                let record = self.live_group(*group)?;
+                self.move_steps(*group, record, *from, *to)
+            }
+            OperationSpec::Join { node, groups } => {
+                registered(node)?;
+                let mut plan = Vec::new();
+                for group in groups {
+                    let record = self.live_group(*group)?;
+                    if record.members.contains(node) || record.candidates.contains(node) {
+                        return Err(format!("{node} already hosts {group}"));
+                    }
+                    plan.push(Step::AddCandidate { group: *group, node: *node });
+                    plan.push(Step::Promote { group: *group, node: *node, index: record.members.len() });
+                }
+                Ok(plan)
+            }
+            OperationSpec::Decommission { node } => {
+                registered(node)?;
+                let mut load: BTreeMap<NodeId, usize> = self
+                    .nodes
+                    .iter()
+                    .filter(|(id, record)| *id != node && record.session.is_some())
+                    .map(|(id, _)| (*id, 0))
+                    .collect();
+                for record in self.groups.values() {
+                    for replica in record.members.iter().chain(&record.candidates) {
+                        if let Some(count) = load.get_mut(replica) {
+                            *count += 1;
+                        }
+                    }
+                }
+                let mut plan = Vec::new();
+                for (group, record) in self.groups.iter().filter(|(_, r)| r.live && r.members.contains(node)) {
+                    let target = load
+                        .iter()
+                        .filter(|(id, _)| !record.members.contains(id) && !record.candidates.contains(id))
+                        .min_by_key(|(id, count)| (**count, **id))
+                        .map(|(id, _)| *id)
+                        .ok_or_else(|| format!("no live node outside {group} can take its replica from {node}"))?;
+                    *load.entry(target).or_default() += 1;
+                    plan.extend(self.move_steps(*group, record, *node, target)?);
+                }
+                if plan.is_empty() {
+                    return Err(format!("{node} hosts no replica; nothing to decommission"));
+                }
+                Ok(plan)
+            }
+        }
+    }
+
+    fn live_group(&self, group: GroupId) -> Result<&GroupRecord, String> {
+        self.groups.get(&group).filter(|record| record.live).ok_or_else(|| format!("{group} does not exist"))
+    }
+
+    fn move_steps(&self, group: GroupId, record: &GroupRecord, from: NodeId, to: NodeId) -> Result<Vec<Step>, String> {
+        let index = record
+            .members
+            .iter()
+            .position(|member| *member == from)
+            .ok_or_else(|| format!("{from} is not a member of {group} (members {:?})", record.members))?;
+        if record.members.contains(&to) || record.candidates.contains(&to) {
+            return Err(format!("{to} already hosts {group}"));
+        }
+        Ok(vec![
+            Step::AddCandidate { group, node: to },
+            Step::Promote { group, node: to, index: record.members.len() },
+            Step::RemoveMember { group, node: from, index },
+        ])
+    }
+
+    /// Apply step `index` of `record` to the placement, or say why it cannot.
+    fn apply_step(&mut self, record: &OperationRecord, index: usize) -> Result<(), String> {
+        let step = record.plan.get(index).ok_or("no such step")?;
+        let voters_before = record.voters_before.get(&step.group()).copied().unwrap_or(1);
+        let node_known = |node: &NodeId| self.nodes.contains_key(node);
+        let group = step.group();
+        if let Step::AddCandidate { node, .. } = step
+            && !node_known(node)
+        {
+            return Err(format!("{node} is not registered"));
+        }
+        let record =
+            self.groups.get_mut(&group).filter(|record| record.live).ok_or(format!("{group} does not exist"))?;
+        match *step {
+            Step::AddCandidate { node, .. } => {
+                if record.members.contains(&node) || record.candidates.contains(&node) {
+                    return Err(format!("{node} already hosts {group}"));
+                }
+                record.candidates.push(node);
+            }
+            Step::RemoveCandidate { node, .. } => {
+                let at = record
+                    .candidates
+                    .iter()
+                    .position(|c| *c == node)
+                    .ok_or(format!("{node} is not a candidate of {group}"))?;
+                record.candidates.remove(at);
+                record.caught_up.remove(&node);
+            }
+            Step::Promote { node, index, .. } => {
+                if !record.caught_up.contains(&node) {
+                    return Err(format!("candidate {node} of {group} has not caught up"));
+                }
+                let at = record
+                    .candidates
+                    .iter()
+                    .position(|c| *c == node)
+                    .ok_or(format!("{node} is not a candidate of {group}"))?;
+                record.candidates.remove(at);
+                record.caught_up.remove(&node);
+                let index = index.min(record.members.len());
+                record.members.insert(index, node);
+            }
+            Step::Demote { node, .. } | Step::RemoveMember { node, .. } => {
+                let at = record
+                    .members
+                    .iter()
+                    .position(|m| *m == node)
+                    .ok_or(format!("{node} is not a member of {group}"))?;
+                if record.members.len() - 1 < voters_before {
+                    return Err(format!(
+                        "removing {node} would leave {group} with {} voters, fewer than its {voters_before}",
+                        record.members.len() - 1
+                    ));
+                }
+                record.members.remove(at);
+                if record.owner.is_some_and(|owner| owner.node == node) {
+                    record.owner = None;
+                }
+                if matches!(step, Step::Demote { .. }) {
+                    record.candidates.push(node);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `ReportCaughtUp`: a candidate holds the log; it may be promoted (P4).
+    pub(super) fn report_caught_up(
+        &mut self,
+        epoch: Epoch,
+        group: GroupId,
+        incarnation: cohort_messages::Incarnation,
+        node: NodeId,
+    ) -> MetadataResult {
+        let Some(record) = self.groups.get_mut(&group).filter(|record| record.live) else {
+            return MetadataResult::Refused { reason: format!("{group} does not exist") };
+        };
+        if record.incarnation != incarnation || !record.candidates.contains(&node) {
+            return MetadataResult::Refused {
+                reason: format!("{node} is not a candidate of {group} at incarnation {}", incarnation.0),
+            };
+        }
+        record.caught_up.insert(node);
+        MetadataResult::Done { epoch }
+    }
+}
