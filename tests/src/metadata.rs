@@ -100,13 +100,7 @@ pub fn metadata_spec(nodes: usize, template: &GroupSpec) -> GroupSpec {
 /// is new on every start (a restarted agent must not reuse request numbers)
 /// and derived from the seed, so runs stay reproducible; the top bit keeps it
 /// apart from the simulated clients' ids.
-pub fn agent(
-    seed: u64,
-    index: usize,
-    restarts: u64,
-    policy: ExpiredPolicy,
-    kv_specs: &[GroupSpec],
-) -> MetadataAgent {
+pub fn agent(seed: u64, index: usize, restarts: u64, policy: ExpiredPolicy, kv_specs: &[GroupSpec]) -> MetadataAgent {
     let client = ClientId((u128::from(seed) << 64) | (1 << 63) | ((index as u128) << 32) | u128::from(restarts));
     let config = AgentConfig {
         node: node_id(index),

@@ -5,9 +5,9 @@
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::rc::Rc;
 
+use cohort_actors::core::metadata::MetadataAgent;
 use cohort_actors::core::storage::Storage;
 use cohort_actors::core::storage::memory::MemoryStorage;
-use cohort_actors::core::metadata::MetadataAgent;
 use cohort_actors::core::{Command, CoreConfig, FlushId, GroupSpec, Shard, StateMachine};
 use cohort_messages::{ClusterId, GroupId, NodeId, Request};
 

@@ -239,8 +239,8 @@ impl Sim {
                 }
             })
             .collect();
-        let metadata_spec = (config.scenario == Scenario::Metadata)
-            .then(|| crate::metadata::metadata_spec(config.nodes, &specs[0]));
+        let metadata_spec =
+            (config.scenario == Scenario::Metadata).then(|| crate::metadata::metadata_spec(config.nodes, &specs[0]));
         let nodes = (0..config.nodes)
             .map(|index| SimNode::new(index, &config.core, &node_specs(&specs, metadata_spec.as_ref(), index)))
             .collect();

@@ -55,3 +55,48 @@ impl OwnerPrimary {
         self.highest.retain(|(owner, _), _| *owner != node);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use cohort_actors::core::metadata::{GroupRecord, Ownership};
+    use cohort_messages::{NodeId, SessionId};
+
+    use super::*;
+
+    fn owned_by(node: u64, view: u32) -> Metadata {
+        let mut metadata = Metadata::default();
+        let owner = Ownership { node: NodeId(node), view: View(view), session: SessionId(1) };
+        let record = GroupRecord {
+            kind: "kv".into(),
+            incarnation: Incarnation(1),
+            members: vec![NodeId(1), NodeId(2)],
+            live: true,
+            owner: Some(owner),
+            owner_view_max: View(view),
+        };
+        metadata.groups.insert(GroupId(0), record);
+        metadata
+    }
+
+    #[test]
+    fn an_owner_that_was_not_primary_of_its_view_is_caught() {
+        let mut primaries = SinglePrimary::default();
+        primaries.record(GroupId(0), View(3), 0).expect("first");
+        let mut owners = OwnerPrimary::default();
+        assert!(owners.check(0, &owned_by(1, 3), &primaries).is_empty(), "node 0 (NodeId 1) led view 3");
+        assert_eq!(owners.check(0, &owned_by(2, 3), &primaries).len(), 1, "node 1 did not");
+        assert_eq!(owners.check(0, &owned_by(1, 4), &primaries).len(), 1, "nobody led view 4");
+    }
+
+    #[test]
+    fn an_owner_view_going_back_is_caught_until_a_crash() {
+        let mut primaries = SinglePrimary::default();
+        primaries.record(GroupId(0), View(2), 0).expect("first");
+        primaries.record(GroupId(0), View(5), 0).expect("first");
+        let mut owners = OwnerPrimary::default();
+        assert!(owners.check(1, &owned_by(1, 5), &primaries).is_empty());
+        assert_eq!(owners.check(1, &owned_by(1, 2), &primaries).len(), 1, "view 5 then view 2");
+        owners.crashed(1);
+        assert!(owners.check(1, &owned_by(1, 2), &primaries).is_empty(), "a restarted node replays from the start");
+    }
+}

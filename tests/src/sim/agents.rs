@@ -175,7 +175,11 @@ impl Sim {
 
     fn send_from_node(&mut self, from: usize, to: usize, message: Message) {
         let bytes = message.encode(CLUSTER, node_id(from), TraceContext::NONE).to_bytes();
-        self.network.send(self.now, Packet { from: Endpoint::Node(from), to: Endpoint::Node(to), bytes }, &mut self.rng);
+        self.network.send(
+            self.now,
+            Packet { from: Endpoint::Node(from), to: Endpoint::Node(to), bytes },
+            &mut self.rng,
+        );
     }
 }
 
