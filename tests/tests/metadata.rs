@@ -85,8 +85,8 @@ fn s1_sessions_open_and_stay_alive() {
     let sessions: Vec<Option<SessionId>> = (0..3).map(|i| session(&sim, i)).collect();
     // Quiet for ten session timeouts: keepalives keep every session.
     sim.run_until(10 * SESSION_TIMEOUT_TICKS, |_| false);
-    for index in 0..3 {
-        assert_eq!(session(&sim, index), sessions[index], "node {index} kept its session");
+    for (index, kept) in sessions.iter().enumerate() {
+        assert_eq!(session(&sim, index), *kept, "node {index} kept its session");
         let counters = sim.nodes[index].agent.as_ref().expect("running").counters();
         assert_eq!((counters.sessions_opened, counters.sessions_expired), (1, 0), "node {index}");
     }
