@@ -140,6 +140,38 @@ fn s4_a_new_session_ends_the_old_one_and_its_ownership() {
     assert!(matches!(metadata.apply(Epoch(7), report(second)), MetadataResult::Done { .. }));
 }
 
+/// Found by `cohort-sim --scenario metadata` (seed 3448): the owner's new
+/// session emptied the record, and a stale primary's report of an older view
+/// was then accepted. The highest recorded view outlives the record.
+#[test]
+fn s4_a_stale_view_is_refused_after_the_owner_record_was_dropped() {
+    let mut metadata = Metadata::default();
+    register(&mut metadata, 1, 1);
+    register(&mut metadata, 2, 2);
+    let create =
+        MetadataCommand::CreateGroup { group: GroupId(0), kind: "kv".into(), members: vec![NodeId(1), NodeId(2)] };
+    metadata.apply(Epoch(3), create);
+    let first = open(&mut metadata, 4, 1);
+    let stale = open(&mut metadata, 5, 2);
+    let report = |node: u64, session: SessionId, view: u32| MetadataCommand::ReportOwnership {
+        group: GroupId(0),
+        incarnation: Incarnation(1),
+        node: NodeId(node),
+        session,
+        view: View(view),
+    };
+    assert_eq!(metadata.apply(Epoch(6), report(1, first, 6)), MetadataResult::Done { epoch: Epoch(6) });
+    // Node 1 opens a new session: its record goes (S4) ...
+    let second = open(&mut metadata, 7, 1);
+    assert_eq!(owner(&metadata, 0), None);
+    // ... and node 2, primary of view 4 before it stalled, must not take it.
+    assert!(matches!(metadata.apply(Epoch(8), report(2, stale, 4)), MetadataResult::Refused { .. }));
+    assert_eq!(owner(&metadata, 0), None);
+    // Node 1 re-owns in the same view under its new session.
+    assert_eq!(metadata.apply(Epoch(9), report(1, second, 6)), MetadataResult::Done { epoch: Epoch(9) });
+    assert_eq!(owner(&metadata, 0), Some(NodeId(1)));
+}
+
 #[test]
 fn s1_sessions_expire_after_silence_in_ticks() {
     let mut tracker = SessionTracker::new(30);

@@ -7,11 +7,11 @@ use std::cell::{Cell, RefCell};
 use std::fmt::Write as _;
 use std::panic::{self, AssertUnwindSafe};
 
-use crate::sim::{Report, Sim, SimConfig};
+use crate::sim::{Report, Scenario, Sim, SimConfig};
 
 /// The usage text.
 pub const USAGE: &str = "usage: cohort-sim --seeds N [--seed-start S] [--nodes 3|5] [--groups G] \
-[--replication-quorum Q] [--fault-ticks T] [--liveness-ticks T] [--json]
+[--replication-quorum Q] [--fault-ticks T] [--liveness-ticks T] [--scenario default|metadata] [--json]
 
 Runs seeds S..S+N of the deterministic simulator and checks every run.
   --seeds N                 how many seeds (default 10)
@@ -21,8 +21,11 @@ Runs seeds S..S+N of the deterministic simulator and checks every run.
   --replication-quorum Q    Q2, acks needed to commit, 1..=nodes (default: majority)
   --fault-ticks T           ticks of the fault phase (default 1500)
   --liveness-ticks T        tick budget of the liveness phase (default 1500)
+  --scenario S              default, or metadata: every node also hosts the metadata group and
+                            runs its metadata agent (sessions, expiry, re-owning), with long pauses
   --json                    also print one JSON summary line per seed
-The last line is `seeds=N violations=V ops_committed=C view_changes=X`; the exit code is 1
+The last line is `seeds=N violations=V ops_committed=C view_changes=X` (the metadata scenario
+adds its session counters); the exit code is 1
 if any seed broke an invariant, 2 on bad arguments.";
 
 /// Most nodes a command line may ask for (member indexes are one byte, and
@@ -49,6 +52,8 @@ pub struct Args {
     pub fault_ticks: u64,
     /// Tick budget of the liveness phase.
     pub liveness_ticks: u64,
+    /// What runs besides the kv groups.
+    pub scenario: Scenario,
     /// Print a JSON line per seed.
     pub json: bool,
     /// Print the usage and exit.
@@ -66,6 +71,7 @@ impl Default for Args {
             replication_quorum: shape.replication_quorum,
             fault_ticks: shape.fault_ticks,
             liveness_ticks: shape.liveness_ticks,
+            scenario: shape.scenario,
             json: false,
             help: false,
         }
@@ -89,6 +95,7 @@ impl Args {
                 "--replication-quorum" => parsed.replication_quorum = Some(number(&flag, args.next())?),
                 "--fault-ticks" => parsed.fault_ticks = number(&flag, args.next())?,
                 "--liveness-ticks" => parsed.liveness_ticks = number(&flag, args.next())?,
+                "--scenario" => parsed.scenario = scenario(&flag, args.next())?,
                 other => return Err(format!("unknown argument `{other}`")),
             }
         }
@@ -122,12 +129,22 @@ impl Args {
         config.replication_quorum = self.replication_quorum;
         config.fault_ticks = self.fault_ticks;
         config.liveness_ticks = self.liveness_ticks;
+        config.scenario = self.scenario;
         config
     }
 
     /// The command that runs `seed` alone with these arguments.
     pub fn reproduce(&self, seed: u64) -> String {
         reproduce(&self.config(seed))
+    }
+}
+
+fn scenario(flag: &str, value: Option<String>) -> Result<Scenario, String> {
+    match value.as_deref() {
+        Some("default") => Ok(Scenario::Default),
+        Some("metadata") => Ok(Scenario::Metadata),
+        Some(other) => Err(format!("{flag} must be `default` or `metadata`, not `{other}`")),
+        None => Err(format!("{flag} needs a value")),
     }
 }
 
@@ -154,6 +171,9 @@ pub fn reproduce(config: &SimConfig) -> String {
     }
     if config.liveness_ticks != defaults.liveness_ticks {
         let _ = write!(command, " --liveness-ticks {}", config.liveness_ticks);
+    }
+    if config.scenario != defaults.scenario {
+        let _ = write!(command, " --scenario {}", config.scenario.name());
     }
     command
 }
@@ -224,6 +244,23 @@ pub fn json_summary(config: &SimConfig, outcome: &Result<Report, String>) -> Str
                 report.frames_rejected,
                 report.history.len()
             );
+            if config.scenario == Scenario::Metadata {
+                line.pop(); // The closing brace: the scenario's fields follow.
+                let agents = &report.agents;
+                let _ = write!(
+                    line,
+                    ",\"scenario\":\"metadata\",\"sessions_opened\":{},\"sessions_expired\":{},\
+                     \"reports_accepted\":{},\"reports_refused\":{},\"expiries_proposed\":{},\
+                     \"groups_unloaded\":{},\"node_stops\":{}}}",
+                    agents.sessions_opened,
+                    agents.sessions_expired,
+                    agents.reports_accepted,
+                    agents.reports_refused,
+                    agents.expiries_proposed,
+                    agents.groups_unloaded,
+                    report.node_stops
+                );
+            }
         }
         Err(panic) => {
             let _ = write!(line, ",\"panic\":{},\"violations\":1}}", json_string(panic));
@@ -264,7 +301,7 @@ mod tests {
     #[test]
     fn parses_every_flag() {
         let line = "--seeds 200 --seed-start 7 --nodes 5 --groups 2 --replication-quorum 5 --fault-ticks 9 \
-                    --liveness-ticks 8 --json";
+                    --liveness-ticks 8 --scenario metadata --json";
         assert_eq!(
             parse(line).expect("valid"),
             Args {
@@ -275,6 +312,7 @@ mod tests {
                 replication_quorum: Some(5),
                 fault_ticks: 9,
                 liveness_ticks: 8,
+                scenario: Scenario::Metadata,
                 json: true,
                 help: false
             }
@@ -289,6 +327,7 @@ mod tests {
         assert!(parse("--verbose").unwrap_err().contains("unknown argument"));
         assert!(parse("--nodes 3 --replication-quorum 4").unwrap_err().contains("1..=3"));
         assert!(parse("--nodes 0").is_err());
+        assert!(parse("--scenario sessions").unwrap_err().contains("`default` or `metadata`"));
     }
 
     #[test]
@@ -299,6 +338,8 @@ mod tests {
             "cargo run --release --bin cohort-sim -- --seeds 1 --seed-start 12 --nodes 5 --groups 3 \
              --replication-quorum 5"
         );
+        let metadata = parse("--scenario metadata").expect("valid");
+        assert!(metadata.reproduce(4).ends_with("--groups 4 --scenario metadata"), "{}", metadata.reproduce(4));
         let mut config = args.config(3);
         config.fault_ticks = 400;
         assert!(reproduce(&config).ends_with("--replication-quorum 5 --fault-ticks 400"), "{}", reproduce(&config));

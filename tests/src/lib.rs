@@ -11,13 +11,14 @@ pub mod cli;
 pub mod client;
 pub mod kv;
 pub mod linearizability;
+pub mod metadata;
 pub mod network;
 pub mod node;
 pub mod rng;
 pub mod sim;
 pub mod traffic;
 
-pub use sim::{Faults, Report, Sim, SimConfig};
+pub use sim::{Faults, Report, Scenario, Sim, SimConfig};
 
 #[doc = include_str!("../../docs/simulator.md")]
 pub mod guide {}

@@ -1,15 +1,18 @@
 //! A simulated node: the production [`Shard`] with a [`MemoryStorage`],
-//! driven exactly as the driving contract on `Shard` says.
+//! driven exactly as the driving contract on `Shard` says, and in the
+//! metadata scenario the node's [`MetadataAgent`] next to it.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::rc::Rc;
 
+use cohort_actors::core::metadata::MetadataAgent;
 use cohort_actors::core::storage::Storage;
 use cohort_actors::core::storage::memory::MemoryStorage;
-use cohort_actors::core::{Command, CoreConfig, FlushId, GroupSpec, Shard};
-use cohort_messages::{ClusterId, GroupId, NodeId};
+use cohort_actors::core::{Command, CoreConfig, FlushId, GroupSpec, Shard, StateMachine};
+use cohort_messages::{ClusterId, GroupId, NodeId, Request};
 
 use crate::kv::{ApplySink, Kv};
+use crate::metadata::{MetadataMirror, MirroredMetadata};
 
 /// The simulated cluster id.
 pub const CLUSTER: ClusterId = ClusterId(0xC0_4087);
@@ -32,6 +35,16 @@ pub struct SimNode {
     pub sinks: HashMap<GroupId, ApplySink>,
     /// Times this node restarted.
     pub restarts: u64,
+    /// The applied metadata of this node's metadata replica (metadata scenario).
+    pub metadata: MetadataMirror,
+    /// The metadata agent of the running process (metadata scenario).
+    pub agent: Option<MetadataAgent>,
+    /// The node the agent's requests go to: its guess of the metadata primary.
+    pub agent_target: usize,
+    /// The agent's last request, resent on a redirect.
+    pub agent_last: Option<Request>,
+    /// Groups the agent unloaded (S4): not hosted again after a restart.
+    pub unloaded: BTreeSet<GroupId>,
 }
 
 /// The node id of node `index`.
@@ -56,11 +69,16 @@ impl SimNode {
             flushes: VecDeque::new(),
             sinks: HashMap::new(),
             restarts: 0,
+            metadata: MetadataMirror::default(),
+            agent: None,
+            agent_target: index,
+            agent_last: None,
+            unloaded: BTreeSet::new(),
         };
         let mut shard = Shard::new(node_id(index), config.clone());
         for spec in specs {
-            let sink = node.sink(spec.group);
-            shard.create_group(spec.clone(), Box::new(Kv::new(sink))).expect("fresh group");
+            let state = node.state_machine(spec.group);
+            shard.create_group(spec.clone(), state).expect("fresh group");
         }
         node.shard = Some(shard);
         node
@@ -68,6 +86,17 @@ impl SimNode {
 
     fn sink(&mut self, group: GroupId) -> ApplySink {
         Rc::clone(self.sinks.entry(group).or_default())
+    }
+
+    /// A fresh state machine for `group`: the mirrored metadata state
+    /// machine for the metadata group, the kv map for the others.
+    fn state_machine(&mut self, group: GroupId) -> Box<dyn StateMachine> {
+        let sink = self.sink(group);
+        if group == GroupId::METADATA {
+            Box::new(MirroredMetadata::new(Rc::clone(&self.metadata), sink))
+        } else {
+            Box::new(Kv::new(sink))
+        }
     }
 
     /// True if the node runs and is not paused at `now`.
@@ -83,6 +112,8 @@ impl SimNode {
             self.storage.crash_mid_flush(seed);
         }
         self.shard = None;
+        self.agent = None;
+        self.agent_last = None;
         self.flushes.clear();
         self.down_until = until;
         self.paused_until = 0;
@@ -97,13 +128,17 @@ impl SimNode {
         let mut shard = Shard::new(node_id(self.index), config.clone());
         shard.on_tick(now);
         for spec in specs {
-            let sink = self.sink(spec.group);
+            if self.unloaded.contains(&spec.group) {
+                continue;
+            }
+            let state = self.state_machine(spec.group);
             let group = recovered.groups.remove(&spec.group).unwrap_or_default();
-            if let Err(error) = shard.recover_group(spec.clone(), Box::new(Kv::new(sink)), group) {
+            if let Err(error) = shard.recover_group(spec.clone(), state, group) {
                 panic!("node {} cannot recover {}: {error}", self.index, spec.group);
             }
         }
         self.shard = Some(shard);
+        self.agent_target = self.index;
         self.restarts += 1;
     }
 

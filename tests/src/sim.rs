@@ -1,9 +1,14 @@
 //! One simulated run: N nodes × G groups on the production core, seeded
 //! faults for a fault phase, then a healed liveness phase in which every
-//! group must commit a new write within a tick budget.
+//! group must commit a new write within a tick budget. In the metadata
+//! scenario every node also hosts the metadata group and runs its metadata
+//! agent (`agents.rs`).
+
+mod agents;
 
 use std::collections::BTreeMap;
 
+use cohort_actors::core::metadata::{AgentCounters, ExpiredPolicy};
 use cohort_actors::core::{Command, CoreConfig, GroupSpec, Quorums, Role, TimingConfig};
 use cohort_messages::{
     CommitBatch, CommitReplyBatch, Frame, GroupId, Incarnation, MemberIndex, Message, Op, Outcome, Reply, ReplyError,
@@ -53,6 +58,27 @@ impl Faults {
     }
 }
 
+/// What a run exercises besides the kv groups.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub enum Scenario {
+    /// The kv groups alone.
+    #[default]
+    Default,
+    /// The kv groups plus the metadata group on every node, each node's
+    /// metadata agent (sessions, expiry, re-owning), and pauses in most seeds.
+    Metadata,
+}
+
+impl Scenario {
+    /// The name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::Default => "default",
+            Scenario::Metadata => "metadata",
+        }
+    }
+}
+
 /// A run's shape.
 #[derive(Clone, Debug)]
 pub struct SimConfig {
@@ -77,6 +103,10 @@ pub struct SimConfig {
     /// Q4: write mode of every group. Acknowledged async writes may be lost
     /// by design, so only scenarios use `Async`.
     pub write_mode: cohort_actors::core::WriteMode,
+    /// What runs besides the kv groups.
+    pub scenario: Scenario,
+    /// Metadata scenario: every agent's S3 policy (None: drawn from the seed).
+    pub expired_policy: Option<ExpiredPolicy>,
 }
 
 impl SimConfig {
@@ -101,7 +131,14 @@ impl SimConfig {
                 ..CoreConfig::default()
             },
             write_mode: cohort_actors::core::WriteMode::Sync,
+            scenario: Scenario::Default,
+            expired_policy: None,
         }
+    }
+
+    /// The metadata scenario's run for `seed`.
+    pub fn metadata(seed: u64) -> SimConfig {
+        SimConfig { scenario: Scenario::Metadata, ..SimConfig::new(seed) }
     }
 }
 
@@ -126,6 +163,11 @@ pub struct Report {
     pub frames_rejected: u64,
     /// The client history.
     pub history: Vec<HistoryOp>,
+    /// Metadata scenario: the agents' counters, summed over every node and
+    /// every start of it.
+    pub agents: AgentCounters,
+    /// Metadata scenario: nodes that stopped themselves (S3).
+    pub node_stops: u64,
 }
 
 /// A simulation in progress.
@@ -134,6 +176,13 @@ pub struct Sim {
     pub config: SimConfig,
     faults: Faults,
     specs: Vec<GroupSpec>,
+    /// Metadata scenario: the metadata group (every node a member).
+    metadata_spec: Option<GroupSpec>,
+    /// Metadata scenario: the agents' S3 policy.
+    policy: ExpiredPolicy,
+    /// Counters of agents that are gone (their node crashed or stopped).
+    retired_agents: AgentCounters,
+    node_stops: u64,
     /// The nodes.
     pub nodes: Vec<SimNode>,
     /// The network.
@@ -164,7 +213,17 @@ impl Sim {
     /// Build the cluster of `config`.
     pub fn new(config: SimConfig) -> Sim {
         let mut rng = Rng::new(config.seed);
-        let faults = config.faults.clone().unwrap_or_else(|| Faults::draw(&mut rng));
+        let mut faults = config.faults.clone().unwrap_or_else(|| Faults::draw(&mut rng));
+        let mut policy = ExpiredPolicy::Reconnect { attempts: 3 };
+        if config.scenario == Scenario::Metadata {
+            if config.faults.is_none() {
+                // S5: most seeds see several pauses longer than the session timeout.
+                faults.pause_per_mille = rng.range(2, 5);
+            }
+            policy = config.expired_policy.unwrap_or_else(|| {
+                if rng.chance(200) { ExpiredPolicy::Shutdown } else { ExpiredPolicy::Reconnect { attempts: 3 } }
+            });
+        }
         let quorums = Quorums::new(config.nodes, config.replication_quorum).expect("valid quorum");
         let specs: Vec<GroupSpec> = (0..config.groups)
             .map(|g| {
@@ -180,11 +239,10 @@ impl Sim {
                 }
             })
             .collect();
+        let metadata_spec =
+            (config.scenario == Scenario::Metadata).then(|| crate::metadata::metadata_spec(config.nodes, &specs[0]));
         let nodes = (0..config.nodes)
-            .map(|index| {
-                let own: Vec<GroupSpec> = specs.iter().map(|spec| spec_for(spec, index)).collect();
-                SimNode::new(index, &config.core, &own)
-            })
+            .map(|index| SimNode::new(index, &config.core, &node_specs(&specs, metadata_spec.as_ref(), index)))
             .collect();
         let clients = (0..config.clients).map(|index| Client::new(index, config.seed)).collect();
         let mut network = Network::default();
@@ -193,6 +251,10 @@ impl Sim {
             config,
             faults,
             specs,
+            metadata_spec,
+            policy,
+            retired_agents: AgentCounters::default(),
+            node_stops: 0,
             nodes,
             network,
             clients,
@@ -209,6 +271,7 @@ impl Sim {
             value_counter: 0,
         };
         for index in 0..sim.nodes.len() {
+            sim.start_agent(index);
             sim.drain(index);
         }
         sim
@@ -259,6 +322,8 @@ impl Sim {
             crashes: self.crashes,
             frames_sent: self.network.stats.sent,
             frames_rejected: self.frames_rejected,
+            agents: self.agent_counters(),
+            node_stops: self.node_stops,
             history: self.history,
         }
     }
@@ -285,8 +350,9 @@ impl Sim {
         }
         for index in 0..self.nodes.len() {
             if self.nodes[index].shard.is_none() && now >= self.nodes[index].down_until {
-                let specs: Vec<GroupSpec> = self.specs.iter().map(|spec| spec_for(spec, index)).collect();
+                let specs = node_specs(&self.specs, self.metadata_spec.as_ref(), index);
                 self.nodes[index].restart(now, &self.config.core, &specs);
+                self.start_agent(index);
                 self.drain(index);
             }
         }
@@ -296,6 +362,7 @@ impl Sim {
                     shard.on_tick(now);
                 }
                 self.drain(index);
+                self.tick_agent(index);
             }
         }
         while let Some(packet) = self.network.pop_due(now) {
@@ -328,6 +395,7 @@ impl Sim {
 
     fn kill(&mut self, index: usize, _why: &str) {
         self.collect_applies(index);
+        self.retire_agent(index);
         self.checkers.crashed(index);
         let until = self.now + self.rng.range(20, 200);
         let seed = self.rng.next_u64();
@@ -400,6 +468,10 @@ impl Sim {
                 self.checkers.applied(now, index, *group, op, digest);
             }
         }
+        if self.metadata_spec.is_some() && self.nodes[index].shard.is_some() {
+            let metadata = self.nodes[index].metadata.borrow();
+            self.checkers.metadata_applied(now, index, &metadata);
+        }
     }
 
     fn execute(&mut self, index: usize, commands: Vec<Command>) {
@@ -414,12 +486,12 @@ impl Sim {
                 Command::SendCommitReplyBatch { to, entries } => {
                     (Endpoint::Node(node_index(to)), Message::CommitReply(CommitReplyBatch::encode(&entries)))
                 }
-                Command::Reply(reply) => match self.client_of(reply.client) {
-                    Some(client) => (Endpoint::Client(client), Message::Reply(reply)),
+                Command::Reply(reply) => match self.endpoint_of(reply.client) {
+                    Some(endpoint) => (endpoint, Message::Reply(reply)),
                     None => continue,
                 },
-                Command::Redirect(redirect) => match self.client_of(redirect.client) {
-                    Some(client) => (Endpoint::Client(client), Message::Redirect(redirect)),
+                Command::Redirect(redirect) => match self.endpoint_of(redirect.client) {
+                    Some(endpoint) => (endpoint, Message::Redirect(redirect)),
                     None => continue,
                 },
                 Command::QuorumWaitDone { wait, result } => {
@@ -463,6 +535,15 @@ impl Sim {
         self.clients.iter().position(|client| client.id == id)
     }
 
+    /// Where an answer to client `id` goes: a simulated client, or the node
+    /// whose running metadata agent uses that id.
+    fn endpoint_of(&self, id: cohort_messages::ClientId) -> Option<Endpoint> {
+        if let Some(client) = self.client_of(id) {
+            return Some(Endpoint::Client(client));
+        }
+        self.agent_of(id).map(Endpoint::Node)
+    }
+
     fn deliver(&mut self, packet: Packet) {
         let decoded = Frame::decode(packet.bytes.clone(), CLUSTER).map_err(|_| ()).and_then(|frame| {
             let message = frame.message().map_err(|_| ())?;
@@ -484,6 +565,10 @@ impl Sim {
                     self.network.defer(later, packet);
                     return;
                 }
+                let message = match self.deliver_to_agent(index, message) {
+                    Some(message) => message,
+                    None => return,
+                };
                 let Some(shard) = self.nodes[index].shard.as_mut() else { return };
                 match message {
                     Message::Commit(batch) => shard.on_commit_batch(sender, &batch),
@@ -618,6 +703,7 @@ impl Sim {
     /// Crash a node; it restarts from its storage after `down_ticks`.
     pub fn crash_node(&mut self, index: usize, down_ticks: u64) {
         self.collect_applies(index);
+        self.retire_agent(index);
         self.checkers.crashed(index);
         let seed = self.rng.next_u64();
         self.nodes[index].crash(self.now + down_ticks, seed);
@@ -703,6 +789,12 @@ impl Sim {
     pub fn unblock_all(&mut self) {
         self.network.blocked.clear();
     }
+}
+
+/// The groups node `index` hosts: every kv group, and the metadata group in
+/// the metadata scenario.
+fn node_specs(specs: &[GroupSpec], metadata: Option<&GroupSpec>, index: usize) -> Vec<GroupSpec> {
+    specs.iter().chain(metadata).map(|spec| spec_for(spec, index)).collect()
 }
 
 fn spec_for(spec: &GroupSpec, index: usize) -> GroupSpec {

@@ -2,12 +2,15 @@
 //! violation with the command that reproduces it. See docs/simulator.md.
 //!
 //! stdout: one line per violation, a JSON line per seed with `--json`, and
-//! last `seeds=N violations=V ops_committed=C view_changes=X`. stderr:
+//! last `seeds=N violations=V ops_committed=C view_changes=X` (plus the
+//! session counters with `--scenario metadata`). stderr:
 //! progress and seeds/s. Exit code 1 on any violation, 2 on bad arguments.
 
 use std::process::ExitCode;
 use std::time::Instant;
 
+use cohort_actors::core::metadata::AgentCounters;
+use cohort_sim::Scenario;
 use cohort_sim::cli::{self, Args};
 
 /// Violation lines printed per seed; the rest are counted, not printed.
@@ -34,6 +37,7 @@ fn main() -> ExitCode {
     let started = Instant::now();
     let progress_every = (args.seeds / 10).max(1);
     let (mut violations, mut ops, mut views) = (0u64, 0u64, 0u64);
+    let (mut agents, mut stops, mut seeds_expired) = (AgentCounters::default(), 0u64, 0u64);
     for (done, seed) in (args.seed_start..args.seed_start + args.seeds).enumerate() {
         let config = args.config(seed);
         let outcome = cli::run_catching(config.clone());
@@ -52,6 +56,14 @@ fn main() -> ExitCode {
                 violations += report.violations.len() as u64;
                 ops += report.ops_committed;
                 views += report.view_changes;
+                agents.sessions_opened += report.agents.sessions_opened;
+                agents.sessions_expired += report.agents.sessions_expired;
+                agents.reports_accepted += report.agents.reports_accepted;
+                agents.reports_refused += report.agents.reports_refused;
+                agents.expiries_proposed += report.agents.expiries_proposed;
+                agents.groups_unloaded += report.agents.groups_unloaded;
+                stops += report.node_stops;
+                seeds_expired += u64::from(report.agents.sessions_expired > 0);
             }
             Err(panic) => {
                 println!("seed={seed} panic: {panic} (reproduce: {})", args.reproduce(seed));
@@ -66,7 +78,20 @@ fn main() -> ExitCode {
     }
     let elapsed = started.elapsed().as_secs_f64();
     eprintln!("{} seeds in {elapsed:.1} s: {:.1} seeds/s", args.seeds, args.seeds as f64 / elapsed.max(1e-9));
-    println!("seeds={} violations={violations} ops_committed={ops} view_changes={views}", args.seeds);
+    let mut last = format!("seeds={} violations={violations} ops_committed={ops} view_changes={views}", args.seeds);
+    if args.scenario == Scenario::Metadata {
+        last.push_str(&format!(
+            " sessions_opened={} sessions_expired={} seeds_with_expiry={seeds_expired} reports_accepted={} \
+             reports_refused={} expiries_proposed={} groups_unloaded={} node_stops={stops}",
+            agents.sessions_opened,
+            agents.sessions_expired,
+            agents.reports_accepted,
+            agents.reports_refused,
+            agents.expiries_proposed,
+            agents.groups_unloaded
+        ));
+    }
+    println!("{last}");
     if violations == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE }
 }
 

@@ -8,15 +8,26 @@
 //! - [`reply_order`]: each client's replies come in request order.
 //! - [`applied_stream`]: what a custom group actor is told (`Applied`,
 //!   `Restored`) is exactly what the state machine applied, in order, once.
+//! - [`owner_primary`] (metadata scenario): P1 against the metadata, every
+//!   recorded owner was primary in the recorded view, and a node's recorded
+//!   owner view never goes back.
+//! - [`owner_session`] (metadata scenario): S2, an owner always holds the
+//!   live session it reported under.
+//! - [`metadata_epochs`] (metadata scenario): M1, every node's metadata is
+//!   the same state at the same epoch, and epochs only go forward.
 //! - `crate::linearizability`: the client history is linearizable per key
 //!   (porcupine), checked at the end of a run.
 
 pub mod acknowledged;
 pub mod agreement;
 pub mod applied_stream;
+pub mod metadata_epochs;
+pub mod owner_primary;
+pub mod owner_session;
 pub mod reply_order;
 pub mod single_primary;
 
+use cohort_actors::core::metadata::Metadata;
 use cohort_messages::{GroupId, Op, RequestNumber, View};
 
 /// All per-step checkers of a run.
@@ -26,6 +37,8 @@ pub struct Checkers {
     agreement: agreement::Agreement,
     replies: reply_order::ReplyOrder,
     applied_stream: applied_stream::AppliedStream,
+    owners: owner_primary::OwnerPrimary,
+    metadata_epochs: metadata_epochs::MetadataEpochs,
     /// Violations found, in order.
     pub violations: Vec<String>,
     /// Views in which some member became primary (after view 0).
@@ -66,9 +79,25 @@ impl Checkers {
         }
     }
 
-    /// `node` crashed: its applied streams end.
+    /// `node` crashed: its applied streams end, and its next process
+    /// rebuilds its metadata from storage.
     pub fn crashed(&mut self, node: usize) {
         self.applied_stream.crashed(node);
+        self.owners.crashed(node);
+        self.metadata_epochs.crashed(node);
+    }
+
+    /// Metadata scenario: `node`'s metadata replica holds `metadata` (after
+    /// a turn that may have applied commands). Checked when its epoch moved.
+    pub fn metadata_applied(&mut self, tick: u64, node: usize, metadata: &Metadata) {
+        let mut violations = match self.metadata_epochs.observed(node, metadata) {
+            Ok(false) => return,
+            Ok(true) => Vec::new(),
+            Err(violation) => vec![violation],
+        };
+        violations.extend(self.owners.check(node, metadata, &self.primaries));
+        violations.extend(owner_session::check(node, metadata));
+        self.violations.extend(violations.into_iter().map(|violation| format!("tick {tick}: {violation}")));
     }
 
     /// At the end of a run: every apply was reported.

@@ -26,4 +26,9 @@ impl SinglePrimary {
             }
         }
     }
+
+    /// The node that became primary of `group` in `view`, if any did.
+    pub fn primary_of(&self, group: GroupId, view: View) -> Option<usize> {
+        self.primaries.get(&(group, view)).copied()
+    }
 }

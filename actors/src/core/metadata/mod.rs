@@ -13,7 +13,8 @@
 //! - an expiry removes the node's ownership records (S2), so clients are no
 //!   longer sent to it;
 //! - an ownership report needs the node's live session and may not go back
-//!   in view or incarnation (S4, fencing: a stale primary is refused);
+//!   in view or incarnation (S4, fencing: a stale primary is refused), not
+//!   even after an expiry or a new session emptied the owner record;
 //! - creating or deleting a group bumps its incarnation, so frames of an
 //!   older incarnation of a recreated group are refused by its replicas.
 //!
@@ -80,6 +81,11 @@ pub struct GroupRecord {
     pub live: bool,
     /// The last ownership report, if any.
     pub owner: Option<Ownership>,
+    /// The highest view any accepted report named in this incarnation. It
+    /// outlives the owner record: after an expiry or a new session empties
+    /// the record, a stale primary's report of an older view is still
+    /// refused (S4 fencing).
+    pub owner_view_max: View,
 }
 
 /// The whole metadata state.
@@ -179,6 +185,7 @@ impl Metadata {
                         caught_up: BTreeSet::new(),
                         live: true,
                         owner: None,
+                        owner_view_max: View(0),
                     },
                 );
                 MetadataResult::GroupCreated { incarnation, epoch }
@@ -214,12 +221,11 @@ impl Metadata {
                 if !record.members.contains(&node) {
                     return refused(format!("{node} is not a member of {group}"));
                 }
-                if let Some(owner) = record.owner
-                    && owner.view > view
-                {
-                    return refused(format!("{group}: {view} is older than the recorded {}", owner.view));
+                if view < record.owner_view_max {
+                    return refused(format!("{group}: {view} is older than the recorded {}", record.owner_view_max));
                 }
                 record.owner = Some(Ownership { node, view, session });
+                record.owner_view_max = view;
                 MetadataResult::Done { epoch }
             }
             MetadataCommand::StartOperation { spec } => self.start_operation(epoch, spec),

@@ -94,6 +94,13 @@ impl Replica {
         }));
     }
 
+    /// True if a replication quorum confirmed this primary within the last
+    /// `commit_heartbeat_timeout_ticks` (R24): no newer view can exist yet.
+    fn quorum_window_holds(&self, now: u64) -> bool {
+        let window = self.config.timing.commit_heartbeat_timeout_ticks;
+        self.quorum_contact_tick().is_some_and(|contact| now < contact.saturating_add(window))
+    }
+
     fn on_write(&mut self, request: Request, fx: &mut Effects) {
         match self.clients.admit(request.client, request.request) {
             Admission::Duplicate(entry) => {
@@ -123,6 +130,17 @@ impl Replica {
                     self.spec.group, self.view, request.client
                 );
                 return self.reply_error(&request, ReplyError::ViewChange, detail, fx);
+            }
+            // Only a primary that a quorum confirmed within its window (R24)
+            // knows every committed op: a stale one (paused, or elected in a
+            // view the others already left) may simply not have applied the
+            // client's earlier writes, so it must not refuse the client.
+            Admission::UnknownClient if !self.quorum_window_holds(fx.now) => {
+                let detail = format!(
+                    "{}: primary of {} is not confirmed by a quorum within its window; {} may be known to a newer view",
+                    self.spec.group, self.view, request.client
+                );
+                return self.reply_error(&request, ReplyError::QuorumWindowExpired, detail, fx);
             }
             Admission::UnknownClient => {
                 let detail = format!(

@@ -1,0 +1,121 @@
+//! The metadata scenario's pieces that are not the simulation loop: the
+//! metadata group's state machine as the simulator hosts it, and the
+//! settings of each node's [`MetadataAgent`].
+//!
+//! The agent must be given the *applied* metadata of the node's own metadata
+//! replica every tick. The core keeps that state inside the shard, behind the
+//! `StateMachine` trait object, and offers no accessor, so the simulator wraps
+//! the production [`MetadataStateMachine`] in [`MirroredMetadata`], which
+//! delegates every call and mirrors the state into a shared cell after each
+//! apply or restore (the same way the kv state machine reports its applies
+//! through an `ApplySink`). The core's API stays as it is.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use bytes::Bytes;
+use cohort_actors::core::metadata::{AgentConfig, ExpiredPolicy, Metadata, MetadataAgent, MetadataStateMachine};
+use cohort_actors::core::{GroupSpec, StateMachine};
+use cohort_messages::{ClientId, GroupId, Op};
+
+use crate::kv::{ApplySink, digest};
+use crate::node::node_id;
+
+/// The applied metadata of one node's metadata replica, shared with the harness.
+pub type MetadataMirror = Rc<RefCell<Metadata>>;
+
+/// A keepalive leaves every second (10 ticks of 100 ms, the core's tick).
+pub const KEEPALIVE_INTERVAL_TICKS: u64 = 10;
+
+/// Six seconds of silence end a session: six keepalive intervals, so a few
+/// lost keepalives never expire a live node, and well under the long pause
+/// fault (over 130 ticks), so a paused node's session expires (S5).
+pub const SESSION_TIMEOUT_TICKS: u64 = 60;
+
+/// An unanswered metadata request is sent again (to the next node) after this long.
+pub const REQUEST_RETRY_TICKS: u64 = 20;
+
+/// A hosted group placed elsewhere is unloaded after this long (S4).
+pub const UNLOAD_GRACE_TICKS: u64 = 100;
+
+/// How long an "operator" takes to restart a node that stopped itself (S3).
+pub const STOPPED_DOWN_TICKS: u64 = 300;
+
+/// The kind name of the simulator's kv groups in the metadata.
+pub const KV_KIND: &str = "kv";
+
+const _: () = assert!(SESSION_TIMEOUT_TICKS > 2 * KEEPALIVE_INTERVAL_TICKS);
+
+/// The production metadata state machine, mirrored into a [`MetadataMirror`]
+/// and reporting every apply to an [`ApplySink`] like the kv groups, so the
+/// agreement checker covers the metadata log too (M1).
+pub struct MirroredMetadata {
+    inner: MetadataStateMachine,
+    mirror: MetadataMirror,
+    sink: ApplySink,
+}
+
+impl MirroredMetadata {
+    /// An empty metadata state mirrored into `mirror`.
+    pub fn new(mirror: MetadataMirror, sink: ApplySink) -> MirroredMetadata {
+        *mirror.borrow_mut() = Metadata::default();
+        MirroredMetadata { inner: MetadataStateMachine::default(), mirror, sink }
+    }
+
+    fn mirror(&self) {
+        self.mirror.borrow_mut().clone_from(self.inner.state());
+    }
+}
+
+impl StateMachine for MirroredMetadata {
+    fn apply(&mut self, op: Op, operation: &[u8]) -> Bytes {
+        self.sink.borrow_mut().push((op, digest(operation)));
+        let result = self.inner.apply(op, operation);
+        self.mirror();
+        result
+    }
+
+    fn read(&self, query: &[u8]) -> Bytes {
+        self.inner.read(query)
+    }
+
+    fn snapshot(&self) -> Bytes {
+        self.inner.snapshot()
+    }
+
+    fn restore(&mut self, snapshot: &[u8]) -> Result<(), String> {
+        self.inner.restore(snapshot)?;
+        self.mirror();
+        Ok(())
+    }
+}
+
+/// The metadata group's spec for node `index` of `nodes`: every node is a
+/// member, in node order (node 0 is view 0's primary).
+pub fn metadata_spec(nodes: usize, template: &GroupSpec) -> GroupSpec {
+    GroupSpec { group: GroupId::METADATA, members: (0..nodes).map(node_id).collect(), ..template.clone() }
+}
+
+/// A fresh agent for node `index` on its `restarts`-th start. Its client id
+/// is new on every start (a restarted agent must not reuse request numbers)
+/// and derived from the seed, so runs stay reproducible; the top bit keeps it
+/// apart from the simulated clients' ids.
+pub fn agent(seed: u64, index: usize, restarts: u64, policy: ExpiredPolicy, kv_specs: &[GroupSpec]) -> MetadataAgent {
+    let client = ClientId((u128::from(seed) << 64) | (1 << 63) | ((index as u128) << 32) | u128::from(restarts));
+    let config = AgentConfig {
+        node: node_id(index),
+        address: format!("sim-node-{index}"),
+        client,
+        metadata_group: GroupId::METADATA,
+        policy,
+        keepalive_interval_ticks: KEEPALIVE_INTERVAL_TICKS,
+        session_timeout_ticks: SESSION_TIMEOUT_TICKS,
+        request_retry_ticks: REQUEST_RETRY_TICKS,
+        unload_grace_ticks: UNLOAD_GRACE_TICKS,
+        bootstrap_groups: kv_specs.iter().map(|spec| (spec.group, KV_KIND.to_string(), spec.members.clone())).collect(),
+    };
+    if let Err(error) = config.validate() {
+        panic!("the simulator's agent settings are invalid: {error}");
+    }
+    MetadataAgent::new(config)
+}

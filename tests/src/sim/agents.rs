@@ -1,0 +1,193 @@
+//! The metadata scenario's shell around each node's [`MetadataAgent`]: the
+//! simulator drives the agent exactly as its docs say and carries its
+//! outputs over the simulated network as real frames, like any other
+//! traffic, so loss, delay, partitions and pauses reach it too.
+//!
+//! - Every tick a running node's agent gets the applied metadata of the
+//!   node's own metadata replica, whether that replica is primary, and the
+//!   kv groups the node hosts.
+//! - `Submit` becomes a `Request` from the node to the node it believes is
+//!   the metadata primary (first itself); a `Redirect` moves that belief and
+//!   resends, a resend by the agent (no answer in time) tries the next node.
+//!   Answers to the agent's client id are addressed to its node, and reach
+//!   the agent there (the shard ignores replies and session messages).
+//! - `Keepalive` goes to every node, where the agent's driver judges it;
+//!   `NotifyExpired` goes to the named node.
+//! - `Unload` removes the group from the shard; `Stop` takes the node down
+//!   until an operator restarts it, with a fresh agent and client id.
+
+use cohort_actors::core::metadata::{AgentCounters, AgentOutput, HostedGroup};
+use cohort_messages::{ClientId, GroupId, Message, Redirect, TraceContext};
+
+use super::Sim;
+use crate::metadata::{self, STOPPED_DOWN_TICKS};
+use crate::network::{Endpoint, Packet};
+use crate::node::{CLUSTER, node_id, node_index};
+
+impl Sim {
+    /// A node (re)started: give it a fresh agent in the metadata scenario.
+    pub(super) fn start_agent(&mut self, index: usize) {
+        if self.metadata_spec.is_none() {
+            return;
+        }
+        let node = &mut self.nodes[index];
+        node.agent = Some(metadata::agent(self.config.seed, index, node.restarts, self.policy, &self.specs));
+        node.agent_target = index;
+        node.agent_last = None;
+    }
+
+    /// A node's process ends: keep its agent's counters.
+    pub(super) fn retire_agent(&mut self, index: usize) {
+        if let Some(agent) = self.nodes[index].agent.take() {
+            add(&mut self.retired_agents, agent.counters());
+        }
+    }
+
+    /// The counters of every agent of the run, past and present.
+    pub(super) fn agent_counters(&self) -> AgentCounters {
+        let mut total = self.retired_agents;
+        for agent in self.nodes.iter().filter_map(|node| node.agent.as_ref()) {
+            add(&mut total, agent.counters());
+        }
+        total
+    }
+
+    /// The node whose running agent uses client id `id`.
+    pub(super) fn agent_of(&self, id: ClientId) -> Option<usize> {
+        self.nodes.iter().position(|node| node.agent.as_ref().is_some_and(|agent| agent.config().client == id))
+    }
+
+    /// One tick of a running node's agent.
+    pub(super) fn tick_agent(&mut self, index: usize) {
+        let now = self.now;
+        let node = &mut self.nodes[index];
+        let (Some(shard), Some(agent)) = (node.shard.as_ref(), node.agent.as_mut()) else { return };
+        let metadata_primary = shard.replica(GroupId::METADATA).is_some_and(|replica| replica.is_primary());
+        let hosted: Vec<HostedGroup> = self
+            .specs
+            .iter()
+            .filter_map(|spec| {
+                let replica = shard.replica(spec.group)?;
+                Some(HostedGroup {
+                    group: spec.group,
+                    incarnation: spec.incarnation,
+                    primary: replica.is_primary(),
+                    view: replica.view(),
+                })
+            })
+            .collect();
+        let metadata = node.metadata.borrow();
+        let outputs = agent.on_tick(now, &metadata, metadata_primary, &hosted);
+        drop(metadata);
+        self.run_agent_outputs(index, outputs);
+    }
+
+    /// A message for node `index` that its agent takes; anything else is
+    /// handed back for the shard.
+    pub(super) fn deliver_to_agent(&mut self, index: usize, message: Message) -> Option<Message> {
+        let now = self.now;
+        let node = &mut self.nodes[index];
+        let Some(agent) = node.agent.as_mut() else { return Some(message) };
+        let outputs = match message {
+            Message::Reply(reply) => agent.on_reply(now, &reply),
+            Message::Redirect(redirect) => {
+                self.agent_redirected(index, &redirect);
+                return None;
+            }
+            Message::SessionKeepalive(keepalive) => {
+                let metadata = node.metadata.borrow();
+                agent.on_keepalive(now, &keepalive, &metadata)
+            }
+            Message::SessionExpired(notice) => agent.on_session_expired(&notice),
+            other => return Some(other),
+        };
+        self.run_agent_outputs(index, outputs);
+        None
+    }
+
+    /// A member that is not the metadata primary redirected the agent's
+    /// request: resend it to the primary it names, or to the next node.
+    fn agent_redirected(&mut self, index: usize, redirect: &Redirect) {
+        let nodes = self.nodes.len();
+        let node = &mut self.nodes[index];
+        let Some(last) = node.agent_last.clone() else { return };
+        if last.client != redirect.client || last.request != redirect.request {
+            return; // About an older request.
+        }
+        let target = match redirect.primary {
+            Some(primary) if primary.0 >= 1 && node_index(primary) < nodes => node_index(primary),
+            _ => (node.agent_target + 1) % nodes,
+        };
+        if target == node.agent_target {
+            return; // Nothing new: the agent's own retry moves on.
+        }
+        node.agent_target = target;
+        self.send_from_node(index, target, Message::Request(last));
+    }
+
+    fn run_agent_outputs(&mut self, index: usize, outputs: Vec<AgentOutput>) {
+        let nodes = self.nodes.len();
+        for output in outputs {
+            match output {
+                AgentOutput::Submit(request) => {
+                    let node = &mut self.nodes[index];
+                    let resend = node.agent_last.as_ref().is_some_and(|last| last.request == request.request);
+                    if resend {
+                        // No answer in time: the guess may be down or cut off.
+                        node.agent_target = (node.agent_target + 1) % nodes;
+                    }
+                    node.agent_last = Some(request.clone());
+                    let target = node.agent_target;
+                    self.send_from_node(index, target, Message::Request(request));
+                }
+                AgentOutput::Keepalive(keepalive) => {
+                    for to in 0..nodes {
+                        self.send_from_node(index, to, Message::SessionKeepalive(keepalive));
+                    }
+                }
+                AgentOutput::NotifyExpired { to, notice } => {
+                    if to.0 >= 1 && node_index(to) < nodes {
+                        self.send_from_node(index, node_index(to), Message::SessionExpired(notice));
+                    }
+                }
+                AgentOutput::SessionOpened(_) => {}
+                AgentOutput::Unload(group) => {
+                    self.collect_applies(index);
+                    let node = &mut self.nodes[index];
+                    if let Some(shard) = node.shard.as_mut() {
+                        shard.remove_group(group);
+                    }
+                    node.unloaded.insert(group);
+                }
+                AgentOutput::Stop(_reason) => {
+                    // S3: the node stops; an operator restarts it much later.
+                    self.node_stops += 1;
+                    self.collect_applies(index);
+                    self.retire_agent(index);
+                    self.checkers.crashed(index);
+                    let seed = self.rng.next_u64();
+                    self.nodes[index].crash(self.now + STOPPED_DOWN_TICKS, seed);
+                    return;
+                }
+            }
+        }
+    }
+
+    fn send_from_node(&mut self, from: usize, to: usize, message: Message) {
+        let bytes = message.encode(CLUSTER, node_id(from), TraceContext::NONE).to_bytes();
+        self.network.send(
+            self.now,
+            Packet { from: Endpoint::Node(from), to: Endpoint::Node(to), bytes },
+            &mut self.rng,
+        );
+    }
+}
+
+fn add(total: &mut AgentCounters, counters: AgentCounters) {
+    total.sessions_opened += counters.sessions_opened;
+    total.sessions_expired += counters.sessions_expired;
+    total.reports_accepted += counters.reports_accepted;
+    total.reports_refused += counters.reports_refused;
+    total.expiries_proposed += counters.expiries_proposed;
+    total.groups_unloaded += counters.groups_unloaded;
+}
