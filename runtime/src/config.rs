@@ -98,7 +98,8 @@ impl SessionConfig {
             }
             Ok((u128::from(value_ms) / tick_ms) as u64)
         };
-        let keepalive_interval_ticks = ticks("session.session_keepalive_interval_ms", self.session_keepalive_interval_ms)?;
+        let keepalive_interval_ticks =
+            ticks("session.session_keepalive_interval_ms", self.session_keepalive_interval_ms)?;
         let timeout_ticks = ticks("session.session_timeout_ms", self.session_timeout_ms)?;
         if timeout_ticks <= 2 * keepalive_interval_ticks {
             return Err(rule(

@@ -430,13 +430,13 @@ impl NodeBuilder {
             .collect();
         let mut kinds = self.kinds.clone();
         let factory_metadata = shared_metadata.clone();
-        kinds.state_machines.push((
-            GroupKind::new(metadata::METADATA_KIND),
-            Arc::new(move |_| factory_metadata.state_machine()),
-        ));
+        kinds
+            .state_machines
+            .push((GroupKind::new(metadata::METADATA_KIND), Arc::new(move |_| factory_metadata.state_machine())));
         let mut placements = self.groups.clone();
         if metadata_members.contains(&self.node) {
-            placements.push(GroupPlacement::new(GroupId::METADATA, metadata_members.clone()).kind(metadata::METADATA_KIND));
+            placements
+                .push(GroupPlacement::new(GroupId::METADATA, metadata_members.clone()).kind(metadata::METADATA_KIND));
         }
         let kinds = Arc::new(kinds.resolve()?);
         if self.shards == 0 || self.shards > cohort_messages::SHARD_COUNT_MAX as usize {

@@ -544,7 +544,11 @@ impl Handler<GetHostedGroups> for ShardActor {
                 .replicas()
                 .map(|replica| cohort_actors::core::metadata::HostedGroup {
                     group: replica.group(),
-                    incarnation: self.incarnations.get(&replica.group()).copied().unwrap_or(cohort_messages::Incarnation(1)),
+                    incarnation: self
+                        .incarnations
+                        .get(&replica.group())
+                        .copied()
+                        .unwrap_or(cohort_messages::Incarnation(1)),
                     primary: replica.is_primary(),
                     view: replica.view(),
                 })

@@ -238,7 +238,9 @@ fn route(head: &[u8], metrics: &NodeMetrics, status: Option<&StatusBoard>) -> Re
         }
         ("GET", "/health") => Response { status: Status::Ok, content_type: TEXT_CONTENT_TYPE, body: "ok\n".to_owned() },
         ("GET", "/status") => match status {
-            Some(board) => Response { status: Status::Ok, content_type: JSON_CONTENT_TYPE, body: board.json().to_string() },
+            Some(board) => {
+                Response { status: Status::Ok, content_type: JSON_CONTENT_TYPE, body: board.json().to_string() }
+            }
             None => Response::error(Status::NotFound),
         },
         (_, "/metrics" | "/health" | "/status") => Response::error(Status::MethodNotAllowed),

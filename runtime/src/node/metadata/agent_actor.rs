@@ -253,7 +253,10 @@ impl MetadataAgentActor {
                     if let Some(shard) = self.setup.directory.shard(shard_of(group, shards)) {
                         shard.do_send(UnloadGroup(group));
                     }
-                    eprintln!("cohort: node {}: unloading {group}: the metadata placed it elsewhere (S4)", self.node().0);
+                    eprintln!(
+                        "cohort: node {}: unloading {group}: the metadata placed it elsewhere (S4)",
+                        self.node().0
+                    );
                 }
                 AgentOutput::Stop(reason) => self.stop(reason.to_string()),
             }

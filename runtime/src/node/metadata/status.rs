@@ -79,9 +79,10 @@ impl StatusBoard {
                 .groups
                 .iter()
                 .map(|(id, record)| {
-                    let owner = record.owner.map_or(Value::Null, |owner| {
-                        json!({ "node": owner.node.0, "view": owner.view.0, "session": owner.session.0 })
-                    });
+                    let owner = record.owner.map_or(
+                        Value::Null,
+                        |owner| json!({ "node": owner.node.0, "view": owner.view.0, "session": owner.session.0 }),
+                    );
                     json!({
                         "id": id.0,
                         "kind": record.kind,
@@ -188,7 +189,11 @@ fn render(status: &Value) -> String {
             text(&node["acked_epoch"])
         );
     }
-    let _ = writeln!(out, "\ngroups\n{:<22} {:<16} {:<12} {:<5} {}", "id", "members", "incarnation", "live", "owner (node, view)");
+    let _ = writeln!(
+        out,
+        "\ngroups\n{:<22} {:<16} {:<12} {:<5} {}",
+        "id", "members", "incarnation", "live", "owner (node, view)"
+    );
     for group in status["metadata"]["groups"].as_array().into_iter().flatten() {
         let owner = &group["owner"];
         let owner = if owner.is_null() {
