@@ -90,7 +90,10 @@ impl SessionConfig {
     pub fn ticks(&self, tick: Duration) -> Result<SessionTicks, ConfigError> {
         let tick_ms = tick.as_millis().max(1);
         let ticks = |key: &'static str, value_ms: u64| -> Result<u64, ConfigError> {
-            if value_ms == 0 || !u128::from(value_ms).is_multiple_of(tick_ms) || tick.subsec_nanos() % 1_000_000 != 0 {
+            if value_ms == 0
+                || !u128::from(value_ms).is_multiple_of(tick_ms)
+                || !tick.subsec_nanos().is_multiple_of(1_000_000)
+            {
                 return Err(rule(
                     key,
                     format!("{value_ms}ms is not a whole, non-zero number of ticks of {}", ms(tick)),

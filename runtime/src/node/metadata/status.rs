@@ -178,7 +178,7 @@ fn render(status: &Value) -> String {
     if !status["stopped"].is_null() {
         let _ = writeln!(out, "STOPPED: {}", text(&status["stopped"]));
     }
-    let _ = writeln!(out, "\nnodes\n{:<6} {:<24} {:<8} {}", "id", "address", "session", "acked epoch");
+    let _ = writeln!(out, "\nnodes\n{:<6} {:<24} {:<8} acked epoch", "id", "address", "session");
     for node in status["metadata"]["nodes"].as_array().into_iter().flatten() {
         let _ = writeln!(
             out,
@@ -191,8 +191,8 @@ fn render(status: &Value) -> String {
     }
     let _ = writeln!(
         out,
-        "\ngroups\n{:<22} {:<16} {:<12} {:<5} {}",
-        "id", "members", "incarnation", "live", "owner (node, view)"
+        "\ngroups\n{:<22} {:<16} {:<12} {:<5} owner (node, view)",
+        "id", "members", "incarnation", "live"
     );
     for group in status["metadata"]["groups"].as_array().into_iter().flatten() {
         let owner = &group["owner"];
