@@ -25,6 +25,109 @@ pub struct Config {
     pub groups: GroupsSection,
     /// Trace export (the `[telemetry]` table); off by default.
     pub telemetry: TelemetryConfig,
+    /// The node's session with the metadata group (the `[session]` table; S1, S3).
+    pub session: SessionConfig,
+}
+
+/// The `[session]` table: the node's session with the metadata group.
+///
+/// Every node keeps a session open by sending keepalives to the metadata
+/// group's members; the metadata primary expires a session that stayed
+/// silent for `session_timeout_ms` (S1), and the node then follows
+/// `session_expired_policy` (S3). Durations are whole numbers of
+/// `cluster.tick`, because the sans-IO agent counts in ticks. All nodes of a
+/// cluster should use the same values: the metadata primary applies its own
+/// timeout to every node's session.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SessionConfig {
+    /// Silence after which the metadata primary expires a session (default
+    /// 10000 ms). More than twice the keepalive interval.
+    pub session_timeout_ms: u64,
+    /// How often a node sends a keepalive (default 1000 ms).
+    pub session_keepalive_interval_ms: u64,
+    /// What a node does when its session expired: `"reconnect"` (default)
+    /// opens a new session and re-owns its groups; `"shutdown"` stops the node.
+    pub session_expired_policy: ExpiredPolicyName,
+    /// With `reconnect`: open attempts in a row before the node stops (default 3).
+    pub session_reconnect_attempts: u32,
+}
+
+impl Default for SessionConfig {
+    fn default() -> Self {
+        SessionConfig {
+            session_timeout_ms: 10_000,
+            session_keepalive_interval_ms: 1_000,
+            session_expired_policy: ExpiredPolicyName::Reconnect,
+            session_reconnect_attempts: 3,
+        }
+    }
+}
+
+/// `session_expired_policy` as written in the file (S3).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ExpiredPolicyName {
+    /// Stop the node.
+    Shutdown,
+    /// Open a new session, up to `session_reconnect_attempts` times in a row.
+    Reconnect,
+}
+
+/// The `[session]` durations in ticks, checked.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct SessionTicks {
+    /// `session_timeout_ms` in ticks.
+    pub timeout_ticks: u64,
+    /// `session_keepalive_interval_ms` in ticks.
+    pub keepalive_interval_ticks: u64,
+    /// The policy with its attempts.
+    pub policy: cohort_actors::core::metadata::ExpiredPolicy,
+}
+
+impl SessionConfig {
+    /// Check the rules and convert to ticks of `tick`; errors name the key.
+    pub fn ticks(&self, tick: Duration) -> Result<SessionTicks, ConfigError> {
+        let tick_ms = tick.as_millis().max(1);
+        let ticks = |key: &'static str, value_ms: u64| -> Result<u64, ConfigError> {
+            if value_ms == 0
+                || !u128::from(value_ms).is_multiple_of(tick_ms)
+                || !tick.subsec_nanos().is_multiple_of(1_000_000)
+            {
+                return Err(rule(
+                    key,
+                    format!("{value_ms}ms is not a whole, non-zero number of ticks of {}", ms(tick)),
+                ));
+            }
+            Ok((u128::from(value_ms) / tick_ms) as u64)
+        };
+        let keepalive_interval_ticks =
+            ticks("session.session_keepalive_interval_ms", self.session_keepalive_interval_ms)?;
+        let timeout_ticks = ticks("session.session_timeout_ms", self.session_timeout_ms)?;
+        if timeout_ticks <= 2 * keepalive_interval_ticks {
+            return Err(rule(
+                "session.session_timeout_ms",
+                format!(
+                    "must exceed 2 x session.session_keepalive_interval_ms ({}ms <= 2 x {}ms)",
+                    self.session_timeout_ms, self.session_keepalive_interval_ms
+                ),
+            ));
+        }
+        let policy = match self.session_expired_policy {
+            ExpiredPolicyName::Shutdown => cohort_actors::core::metadata::ExpiredPolicy::Shutdown,
+            ExpiredPolicyName::Reconnect => {
+                if self.session_reconnect_attempts == 0 {
+                    return Err(rule(
+                        "session.session_reconnect_attempts",
+                        "must be at least 1 with session_expired_policy = \"reconnect\" (use \"shutdown\" to stop at once)"
+                            .into(),
+                    ));
+                }
+                cohort_actors::core::metadata::ExpiredPolicy::Reconnect { attempts: self.session_reconnect_attempts }
+            }
+        };
+        Ok(SessionTicks { timeout_ticks, keepalive_interval_ticks, policy })
+    }
 }
 
 /// The `[telemetry]` table: where spans go (see `docs/tracing.md`).
@@ -278,6 +381,7 @@ impl Config {
         let config: Config = toml::from_str(text).map_err(|error| ConfigError::Parse(error.to_string()))?;
         config.cluster.validate()?;
         config.telemetry.validate()?;
+        config.session.ticks(config.cluster.tick)?;
         if let Some(node) = &config.node {
             node.validate()?;
         }
@@ -531,6 +635,28 @@ mod tests {
         assert!(matches!(&error, ConfigError::Rule { key: "telemetry.service_name", .. }), "{error}");
         let error = Config::from_toml("[telemetry]\notlp_level = \"loud\"").expect_err("unknown level");
         assert!(error.to_string().contains("loud"), "{error}");
+    }
+
+    #[test]
+    fn s1_s3_session_keys_have_defaults_and_rules() {
+        let session = Config::from_toml("").expect("valid").session;
+        let ticks = session.ticks(Duration::from_millis(100)).expect("valid");
+        assert_eq!((ticks.timeout_ticks, ticks.keepalive_interval_ticks), (100, 10));
+        assert_eq!(ticks.policy, cohort_actors::core::metadata::ExpiredPolicy::Reconnect { attempts: 3 });
+        let shutdown = Config::from_toml("[session]\nsession_expired_policy = \"shutdown\"").expect("valid");
+        assert_eq!(shutdown.session.session_expired_policy, ExpiredPolicyName::Shutdown);
+        for (text, key, why) in [
+            ("session_timeout_ms = 2000\nsession_keepalive_interval_ms = 1000", "session.session_timeout_ms", "2 x"),
+            ("session_timeout_ms = 1050", "session.session_timeout_ms", "whole"),
+            ("session_keepalive_interval_ms = 0", "session.session_keepalive_interval_ms", "non-zero"),
+            ("session_reconnect_attempts = 0", "session.session_reconnect_attempts", "at least 1"),
+        ] {
+            let error = Config::from_toml(&format!("[session]\n{text}")).expect_err(text);
+            assert!(matches!(&error, ConfigError::Rule { key: k, .. } if *k == key), "{text}: {error}");
+            assert!(error.to_string().contains(why), "{text}: {error}");
+        }
+        let error = Config::from_toml("[session]\nsession_expired_policy = \"panic\"").expect_err("unknown policy");
+        assert!(error.to_string().contains("panic"), "{error}");
     }
 
     #[test]

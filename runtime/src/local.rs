@@ -51,9 +51,16 @@ pub struct LocalClusterBuilder {
     kinds: KindRegistrations,
     groups: Vec<GroupPlacement>,
     data_dir: Option<PathBuf>,
+    session: crate::config::SessionConfig,
 }
 
 impl LocalClusterBuilder {
+    /// Every node's session settings (`[session]`; S1, S3).
+    pub fn session_config(mut self, session: crate::config::SessionConfig) -> Self {
+        self.session = session;
+        self
+    }
+
     /// Register a group kind (see [`NodeBuilder::group_kind`]).
     pub fn group_kind(
         mut self,
@@ -190,6 +197,7 @@ impl LocalCluster {
             kinds: KindRegistrations::default(),
             groups: Vec::new(),
             data_dir: None,
+            session: crate::config::SessionConfig::default(),
         }
     }
 
@@ -298,6 +306,7 @@ impl LocalCluster {
             .data_dir(self.dir.join(format!("node-{}", node.0)))
             .shards(template.shards)
             .cluster_config(template.timing.clone())
+            .session_config(template.session.clone())
             .kinds(template.kinds.clone());
         for (peer, address) in self.addresses.iter().enumerate() {
             if peer != index {

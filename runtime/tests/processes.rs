@@ -1,6 +1,9 @@
 //! Three `cohort node` processes on loopback, driven through their client
 //! ports: writes follow redirects to the primary (V5), a node killed with
-//! SIGKILL fails over, and restarts from its data directory (V4).
+//! SIGKILL fails over, and restarts from its data directory (V4). Nodes
+//! stalled with SIGSTOP longer than the session timeout lose their session:
+//! with `shutdown` the node exits (S3), with `reconnect` it opens a new one
+//! and no group ever commits under two primaries (S5).
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -20,6 +23,7 @@ const GROUPS: u64 = 6;
 struct Ports {
     listen: SocketAddr,
     client: SocketAddr,
+    admin: Option<SocketAddr>,
 }
 
 fn free_addresses(n: usize) -> Vec<SocketAddr> {
@@ -28,6 +32,11 @@ fn free_addresses(n: usize) -> Vec<SocketAddr> {
 }
 
 fn write_config(dir: &Path, index: usize, ports: &[Ports]) -> PathBuf {
+    write_config_with(dir, index, ports, "")
+}
+
+/// A node's config with `extra` TOML appended (e.g. a `[session]` table).
+fn write_config_with(dir: &Path, index: usize, ports: &[Ports], extra: &str) -> PathBuf {
     let mut text = format!(
         "[cluster]\ntick = \"50ms\"\ncommit_broadcast_interval = \"250ms\"\ncommit_heartbeat_timeout = \"2s\"\n\
          commit_idle_heartbeat_interval = \"500ms\"\ncommit_idle_heartbeat_timeout = \"2s\"\n\
@@ -44,7 +53,11 @@ fn write_config(dir: &Path, index: usize, ports: &[Ports]) -> PathBuf {
             text.push_str(&format!("\n[[node.peers]]\nid = {}\naddress = \"{}\"\n", peer + 1, port.listen));
         }
     }
+    if let Some(admin) = ports[index].admin {
+        text = text.replace("shards = 2\n", &format!("shards = 2\nadmin = \"{admin}\"\n"));
+    }
     text.push_str(&format!("\n[groups]\npartitions = {GROUPS}\n"));
+    text.push_str(extra);
     let path = dir.join(format!("node-{}.toml", index + 1));
     std::fs::write(&path, text).expect("write config");
     path
@@ -138,7 +151,8 @@ fn v5_v4_three_node_processes_redirect_fail_over_and_restart() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("temp dir");
     let addresses = free_addresses(6);
-    let ports: Vec<Ports> = (0..3).map(|i| Ports { listen: addresses[i], client: addresses[3 + i] }).collect();
+    let ports: Vec<Ports> =
+        (0..3).map(|i| Ports { listen: addresses[i], client: addresses[3 + i], admin: None }).collect();
     for index in 0..3 {
         write_config(&dir, index, &ports);
     }
@@ -166,6 +180,282 @@ fn v5_v4_three_node_processes_redirect_fail_over_and_restart() {
     let _ = Command::new("kill").arg("-TERM").arg(pid.to_string()).status();
     let status = children[1].wait().expect("node 2 exits");
     assert!(status.success(), "SIGTERM gives a clean exit: {status}");
+    for child in children.iter_mut() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Short sessions for the stall tests: 1 s timeout, keepalives every 200 ms.
+fn session_table(policy: &str) -> String {
+    format!(
+        "\n[session]\nsession_timeout_ms = 1000\nsession_keepalive_interval_ms = 200\n\
+         session_expired_policy = \"{policy}\"\nsession_reconnect_attempts = 3\n"
+    )
+}
+
+/// Start three nodes with admin ports and `extra` config; returns the ports and children.
+fn start_stall_cluster(dir: &Path, extra: &str) -> (Vec<Ports>, Vec<Child>) {
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).expect("temp dir");
+    let addresses = free_addresses(9);
+    let ports: Vec<Ports> = (0..3)
+        .map(|i| Ports { listen: addresses[i], client: addresses[3 + i], admin: Some(addresses[6 + i]) })
+        .collect();
+    for index in 0..3 {
+        write_config_with(dir, index, &ports, extra);
+    }
+    let children = (0..3).map(|index| spawn_node(dir, index)).collect();
+    (ports, children)
+}
+
+/// GET /status from a node's admin port; `None` if it does not answer.
+fn status(admin: SocketAddr) -> Option<serde_json::Value> {
+    let mut stream = TcpStream::connect_timeout(&admin, Duration::from_millis(300)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_millis(500))).ok()?;
+    stream.write_all(b"GET /status HTTP/1.1\r\nConnection: close\r\n\r\n").ok()?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).ok()?;
+    let (_, body) = answer.split_once("\r\n\r\n")?;
+    serde_json::from_str(body).ok()
+}
+
+fn wait_for(timeout: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
+/// Every node's /status shows three live sessions and an owner for every group.
+fn sessions_and_owners(ports: &[Ports]) -> bool {
+    ports.iter().all(|port| {
+        status(port.admin.expect("admin")).is_some_and(|s| {
+            let nodes = s["metadata"]["nodes"].as_array().cloned().unwrap_or_default();
+            let groups = s["metadata"]["groups"].as_array().cloned().unwrap_or_default();
+            nodes.len() == 3
+                && nodes.iter().all(|n| !n["session"].is_null())
+                && groups.len() == GROUPS as usize
+                && groups.iter().all(|g| !g["owner"].is_null())
+        })
+    })
+}
+
+fn signal(child: &Child, name: &str) {
+    let status = Command::new("kill").arg(format!("-{name}")).arg(child.id().to_string()).status().expect("kill");
+    assert!(status.success(), "kill -{name}");
+}
+
+#[test]
+fn s3_shutdown_policy_stops_node() {
+    let dir = std::env::temp_dir().join(format!("cohort-s3-{}", std::process::id()));
+    let (ports, mut children) = start_stall_cluster(&dir, &session_table("shutdown"));
+    assert!(wait_for(Duration::from_secs(20), || sessions_and_owners(&ports)), "sessions open");
+    // Node 3 stalls past its session timeout; on resuming it learns that its
+    // session expired and, by policy, stops with a non-zero exit and the reason.
+    signal(&children[2], "STOP");
+    std::thread::sleep(Duration::from_millis(2500));
+    signal(&children[2], "CONT");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let exit = loop {
+        if let Some(exit) = children[2].try_wait().expect("wait") {
+            break Some(exit);
+        }
+        if Instant::now() > deadline {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let log = std::fs::read_to_string(dir.join("node-3.log")).unwrap_or_default();
+    let exit = exit.unwrap_or_else(|| panic!("node 3 did not stop; its log:\n{log}"));
+    assert_eq!(exit.code(), Some(3), "S3 exit code; log:\n{log}");
+    assert!(log.contains("session expired"), "the reason is printed; log:\n{log}");
+    // The others go on, without node 3's session.
+    assert!(
+        wait_for(Duration::from_secs(5), || status(ports[0].admin.expect("admin")).is_some_and(|s| {
+            s["metadata"]["nodes"].as_array().is_some_and(|n| n.iter().any(|n| n["id"] == 3 && n["session"].is_null()))
+        })),
+        "node 3's session is gone from the metadata"
+    );
+    for child in children.iter_mut() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// One acknowledged write: its group, op, value and the value it replaced
+/// (the register returns what it overwrote), and when it was acknowledged.
+#[derive(Clone, Debug)]
+struct Acked {
+    group: u64,
+    op: Op,
+    value: Vec<u8>,
+    replaced: Vec<u8>,
+    at: Instant,
+}
+
+/// One attempt at a write (or read) through the client ports, following
+/// redirects, for up to `budget`. `None`: no definite answer.
+fn try_call(ports: &[Ports], request: &Request, budget: Duration) -> Option<(Op, Bytes)> {
+    let deadline = Instant::now() + budget;
+    let mut target = request.group.0 as usize % ports.len();
+    while Instant::now() < deadline {
+        let answer = Client::connect(ports[target].client).and_then(|mut client| {
+            client.stream.set_read_timeout(Some(Duration::from_millis(700))).ok()?;
+            client.call(request)
+        });
+        match answer {
+            Some(Message::Reply(reply)) => match reply.outcome {
+                Outcome::Ok(result) => return Some((reply.op, result)),
+                Outcome::Error { .. } => std::thread::sleep(Duration::from_millis(50)),
+            },
+            Some(Message::Redirect(redirect)) => {
+                if let Some(primary) = redirect.primary.filter(|p| p.0 as usize - 1 != target) {
+                    target = primary.0 as usize - 1;
+                    continue;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            _ => {}
+        }
+        target = (target + 1) % ports.len();
+    }
+    None
+}
+
+#[test]
+fn s5_sigstop_primary_longer_than_session_timeout_never_commits_twice() {
+    let dir = std::env::temp_dir().join(format!("cohort-s5-{}", std::process::id()));
+    let (ports, mut children) = start_stall_cluster(&dir, &session_table("reconnect"));
+    assert!(wait_for(Duration::from_secs(20), || sessions_and_owners(&ports)), "sessions open");
+    // The victim: the primary of a written group that is not the metadata
+    // primary (its stall then tests a partition primary, not the CMS's failover).
+    let first = status(ports[0].admin.expect("admin")).expect("status");
+    let metadata_primary =
+        (0..3).find(|i| status(ports[*i].admin.expect("admin")).is_some_and(|s| s["metadata_primary"] == true));
+    let (group, victim) = first["metadata"]["groups"]
+        .as_array()
+        .expect("groups")
+        .iter()
+        .filter_map(|g| Some((g["id"].as_u64()?, g["owner"]["node"].as_u64()? as usize - 1)))
+        .find(|(_, owner)| Some(*owner) != metadata_primary)
+        .expect("a group led by a node other than the metadata primary");
+    let victim_status = status(ports[victim].admin.expect("admin")).expect("victim status");
+    let old_session = victim_status["session"].as_u64().expect("victim session");
+
+    // A writer per written group: unique values, fresh client per write.
+    let ports = std::sync::Arc::new(ports);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let written = [group, (group + 1) % GROUPS, (group + 2) % GROUPS];
+    let writers: Vec<_> = written
+        .iter()
+        .map(|&g| {
+            let (ports, stop) = (std::sync::Arc::clone(&ports), std::sync::Arc::clone(&stop));
+            std::thread::spawn(move || {
+                let mut acked = Vec::new();
+                let mut k = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    k += 1;
+                    let value = format!("g{g}-w{k}").into_bytes();
+                    let request = Request {
+                        client: ClientId((u128::from(g) << 64) | u128::from(k) | (1 << 100)),
+                        request: RequestNumber(1),
+                        group: GroupId(g),
+                        kind: RequestKind::Write,
+                        operation: Bytes::from(value.clone()),
+                    };
+                    if let Some((op, replaced)) = try_call(&ports, &request, Duration::from_secs(3)) {
+                        acked.push(Acked { group: g, op, value, replaced: replaced.to_vec(), at: Instant::now() });
+                    }
+                }
+                acked
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    // Stall the victim well past the session timeout (1 s) and the failover
+    // time (2 s heartbeat timeout + election).
+    signal(&children[victim], "STOP");
+    let stopped_at = Instant::now();
+    std::thread::sleep(Duration::from_millis(4500));
+    signal(&children[victim], "CONT");
+    let resumed_at = Instant::now();
+    // The victim learns its session expired and opens a new one.
+    let reopened = wait_for(Duration::from_secs(10), || {
+        status(ports[victim].admin.expect("admin")).is_some_and(|s| {
+            s["session"].as_u64().is_some_and(|session| session > old_session)
+                && s["sessions"]["expired"].as_u64() >= Some(1)
+        })
+    });
+    std::thread::sleep(Duration::from_millis(1000));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let acked: Vec<Acked> = writers.into_iter().flat_map(|w| w.join().expect("writer")).collect();
+    let log = std::fs::read_to_string(dir.join(format!("node-{}.log", victim + 1))).unwrap_or_default();
+    assert!(reopened, "the victim reopened a session after resuming; its log:\n{log}");
+
+    // Writes to the victim's group were acknowledged during the stall, via the others.
+    let during = acked.iter().filter(|a| a.group == group && a.at > stopped_at && a.at < resumed_at).count();
+    assert!(during > 0, "writes to {group} were acknowledged while its old primary was stopped");
+    // No two acknowledged writes share an op, and each acknowledged write was
+    // the one the next acknowledged op replaced: nothing lost or overwritten.
+    for &g in &written {
+        let mut ops: Vec<&Acked> = acked.iter().filter(|a| a.group == g).collect();
+        ops.sort_by_key(|a| a.op);
+        assert!(ops.len() > 3, "group {g}: writes went on ({} acked)", ops.len());
+        for pair in ops.windows(2) {
+            assert_ne!(pair[0].op, pair[1].op, "group {g}: two acknowledged writes at {}", pair[0].op);
+            if pair[1].op.0 == pair[0].op.0 + 1 {
+                assert_eq!(pair[1].replaced, pair[0].value, "group {g}: the write at {} was lost", pair[0].op);
+            }
+        }
+        // Read back: a final write replaces exactly the last acknowledged value
+        // (or one written after it whose answer was lost), and a read sees it.
+        let last = ops.last().expect("acked");
+        let request = Request {
+            client: ClientId((u128::from(g) << 64) | (1 << 101)),
+            request: RequestNumber(1),
+            group: GroupId(g),
+            kind: RequestKind::Write,
+            operation: Bytes::from(format!("final-{g}")),
+        };
+        let (op, replaced) = try_call(&ports, &request, Duration::from_secs(10)).expect("final write");
+        assert!(op > last.op, "group {g}: the final write follows every acknowledged one");
+        if op.0 == last.op.0 + 1 {
+            assert_eq!(replaced.to_vec(), last.value, "group {g}: the last acknowledged write is read back");
+        }
+        let read = Request { kind: RequestKind::Read, operation: Bytes::new(), ..request.clone() };
+        let read = Request { client: ClientId((u128::from(g) << 64) | (1 << 102)), ..read };
+        let (_, value) = try_call(&ports, &read, Duration::from_secs(10)).expect("read");
+        assert_eq!(value, Bytes::from(format!("final-{g}")), "group {g}: read back");
+    }
+    // The old primary does not serve as primary of its old view: a request
+    // sent to it directly is redirected, or answered consistently (at an op
+    // after every acknowledged one).
+    let last_op = acked.iter().filter(|a| a.group == group).map(|a| a.op).max().expect("acked");
+    let probe = Request {
+        client: ClientId((u128::from(group) << 64) | (1 << 103)),
+        request: RequestNumber(1),
+        group: GroupId(group),
+        kind: RequestKind::Write,
+        operation: Bytes::from_static(b"probe"),
+    };
+    match Client::connect(ports[victim].client).and_then(|mut client| client.call(&probe)) {
+        Some(Message::Redirect(redirect)) => {
+            assert_ne!(redirect.primary, Some(NodeId(victim as u64 + 1)), "it does not name itself")
+        }
+        Some(Message::Reply(reply)) => {
+            if let Outcome::Ok(_) = reply.outcome {
+                assert!(reply.op > last_op, "answered after every acknowledged write")
+            }
+        }
+        other => panic!("the old primary answers after resuming: {other:?}"),
+    }
     for child in children.iter_mut() {
         let _ = child.kill();
         let _ = child.wait();

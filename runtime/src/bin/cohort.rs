@@ -24,6 +24,17 @@ enum Command {
         #[arg(long)]
         config: std::path::PathBuf,
     },
+    /// Print a node's view of the cluster: nodes with their sessions and
+    /// acked epochs, groups with members, incarnation and owner, and the
+    /// in-flight operations (from the node's admin port, GET /status).
+    Status {
+        /// The node's admin address (`[node] admin`), HOST:PORT.
+        #[arg(long)]
+        admin: String,
+        /// Print the JSON document as served instead of tables.
+        #[arg(long)]
+        json: bool,
+    },
     /// Run a real cluster on this machine under a write workload, crash and
     /// restart the busiest node, and report what happened.
     Demo {
@@ -128,9 +139,20 @@ fn run_node(path: &std::path::Path) -> ExitCode {
                 _ = async { match terminate.as_mut() { Some(signal) => { signal.recv().await; } None => std::future::pending::<()>().await } } => "terminate",
             }
         };
-        let why = stop.await;
-        eprintln!("cohort node {}: {why}, stopping", handle.node().0);
+        let session = handle.clone();
+        let session_stopped = tokio::select! {
+            why = stop => {
+                eprintln!("cohort node {}: {why}, stopping", handle.node().0);
+                None
+            }
+            reason = session.wait_session_stopped() => Some(reason),
+        };
         node.stop();
+        if let Some(reason) = session_stopped {
+            // S3: the session expired and the policy says stop.
+            eprintln!("cohort node {}: stopped: {reason}", handle.node().0);
+            return ExitCode::from(3);
+        }
         match handle.fatal() {
             Some(fatal) => {
                 eprintln!("cohort node {}: stopped after a fatal error: {fatal}", handle.node().0);
@@ -146,6 +168,16 @@ fn run_node(path: &std::path::Path) -> ExitCode {
 fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Node { config } => run_node(&config),
+        Command::Status { admin, json } => match cohort_runtime::node::metadata::status_command(&admin, json) {
+            Ok(text) => {
+                println!("{text}");
+                ExitCode::SUCCESS
+            }
+            Err(error) => {
+                eprintln!("cohort status: {error}");
+                ExitCode::from(2)
+            }
+        },
         Command::Demo { nodes, partitions, duration_secs, shards, writers, json, keep_data, otlp_endpoint } => {
             let telemetry = cohort_runtime::config::TelemetryConfig {
                 otlp_endpoint,

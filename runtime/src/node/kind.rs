@@ -170,7 +170,13 @@ impl KindRegistrations {
 
 /// The error for a placement of `group` as an unregistered `kind`.
 pub(crate) fn unknown(kinds: &Kinds, group: GroupId, kind: &GroupKind) -> GroupKindError {
-    let registered = kinds.keys().map(GroupKind::to_string).collect::<Vec<_>>().join(", ");
+    // The metadata group's internal kind is not the host's to place.
+    let registered = kinds
+        .keys()
+        .filter(|kind| kind.as_str() != super::metadata::METADATA_KIND)
+        .map(GroupKind::to_string)
+        .collect::<Vec<_>>()
+        .join(", ");
     let registered = if registered.is_empty() { "none".to_string() } else { registered };
     GroupKindError::Unknown { group, kind: kind.clone(), registered }
 }

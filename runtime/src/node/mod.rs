@@ -58,6 +58,7 @@ use crate::transport::listener::{self, InboundStats, Router};
 
 mod detached;
 pub mod kind;
+pub mod metadata;
 mod parts;
 mod placement;
 mod register;
@@ -159,6 +160,7 @@ impl NodeBuilder {
             .data_dir(node.data_dir.clone())
             .shards(node.shards)
             .cluster_config(config.cluster.clone())
+            .session_config(config.session.clone())
             .state_machine(|_| Box::new(Register::default()));
         if let Some(admin) = node.admin {
             builder = builder.admin(admin);
@@ -210,6 +212,7 @@ pub struct NodeBuilder {
     kinds: kind::KindRegistrations,
     admin: Option<SocketAddr>,
     client_port: Option<SocketAddr>,
+    session: crate::config::SessionConfig,
 }
 
 impl NodeBuilder {
@@ -230,7 +233,14 @@ impl NodeBuilder {
             kinds: kind::KindRegistrations::default(),
             admin: None,
             client_port: None,
+            session: crate::config::SessionConfig::default(),
         }
+    }
+
+    /// The node's session with the metadata group (`[session]`; S1, S3).
+    pub fn session_config(mut self, session: crate::config::SessionConfig) -> Self {
+        self.session = session;
+        self
     }
 
     /// Accept client Request frames on this address (V5: non-primaries redirect).
@@ -396,14 +406,46 @@ impl NodeBuilder {
                 "no state machine: register one with `state_machine(..)` or `group_kind(..)`".into(),
             ));
         }
-        let kinds = Arc::new(self.kinds.resolve()?);
+        // The metadata group (see `metadata`): reserved id and kind, members
+        // the first METADATA_MEMBERS_MAX nodes of the cluster by id.
+        if self.groups.iter().any(|placement| placement.group == GroupId::METADATA) {
+            return Err(NodeError::Config(format!(
+                "{} is the metadata group's reserved id: place partition groups under other ids",
+                GroupId::METADATA
+            )));
+        }
+        if self.kinds.state_machines.iter().any(|(kind, _)| kind.as_str() == metadata::METADATA_KIND) {
+            return Err(NodeError::Config(format!(
+                "group kind {:?} is reserved for the metadata group: name your kind otherwise",
+                metadata::METADATA_KIND
+            )));
+        }
+        let session = self.session.ticks(self.timing.tick).map_err(|error| NodeError::Config(error.to_string()))?;
+        let metadata_members = metadata::metadata_members(std::iter::once(self.node).chain(self.peers.keys().copied()));
+        let shared_metadata = metadata::SharedMetadata::default();
+        let bootstrap_groups: Vec<(GroupId, String, Vec<NodeId>)> = self
+            .groups
+            .iter()
+            .map(|placement| (placement.group, placement.kind.as_str().to_string(), placement.members.clone()))
+            .collect();
+        let mut kinds = self.kinds.clone();
+        let factory_metadata = shared_metadata.clone();
+        kinds
+            .state_machines
+            .push((GroupKind::new(metadata::METADATA_KIND), Arc::new(move |_| factory_metadata.state_machine())));
+        let mut placements = self.groups.clone();
+        if metadata_members.contains(&self.node) {
+            placements
+                .push(GroupPlacement::new(GroupId::METADATA, metadata_members.clone()).kind(metadata::METADATA_KIND));
+        }
+        let kinds = Arc::new(kinds.resolve()?);
         if self.shards == 0 || self.shards > cohort_messages::SHARD_COUNT_MAX as usize {
             return Err(NodeError::Config(format!("shards must be in 1..={}", cohort_messages::SHARD_COUNT_MAX)));
         }
         let timing = self.timing.timing().map_err(|error| NodeError::Config(error.to_string()))?;
         let core = CoreConfig { timing, ..self.core };
         core.validate().map_err(|error| NodeError::Config(error.to_string()))?;
-        let hosted = placement::to_hosted(self.node, &self.groups, &kinds)?;
+        let hosted = placement::to_hosted(self.node, &placements, &kinds)?;
 
         let std_listener = match self.bound {
             Some(listener) => {
@@ -472,10 +514,41 @@ impl NodeBuilder {
             links,
             outboxes: outboxes_per_shard,
             restarts: Arc::clone(&restarts),
+            shutting_down: false,
         };
         let supervisor = Supervisor::start_in_arbiter(&supervisor_arbiter.handle(), move |_| supervisor);
+        let board = Arc::new(metadata::StatusBoard::new(self.node, metadata_members.clone(), shared_metadata.clone()));
+        let session_stop = Arc::new(metadata::SessionStop::default());
+        let agent_config = cohort_actors::core::metadata::AgentConfig {
+            node: self.node,
+            address: listen.to_string(),
+            client: crate::client::fresh_client_id(),
+            metadata_group: GroupId::METADATA,
+            policy: session.policy,
+            keepalive_interval_ticks: session.keepalive_interval_ticks,
+            session_timeout_ticks: session.timeout_ticks,
+            request_retry_ticks: session.keepalive_interval_ticks,
+            unload_grace_ticks: session.timeout_ticks,
+            bootstrap_groups,
+        };
+        agent_config.validate().map_err(|error| NodeError::Config(format!("session: {error}")))?;
+        let agent = metadata::agent_actor::AgentSetup {
+            cluster: self.cluster,
+            config: agent_config,
+            tick: self.timing.tick,
+            members: metadata_members,
+            directory: Arc::clone(&directory),
+            metadata: shared_metadata,
+            board: Arc::clone(&board),
+            metrics: Arc::clone(&metrics),
+            stop: Arc::clone(&session_stop),
+            shutdown: supervisor.clone().recipient(),
+        };
+        let agent = metadata::agent_actor::MetadataAgentActor::new(agent);
+        let agent = metadata::agent_actor::MetadataAgentActor::start_in_arbiter(&io.handle(), move |_| agent);
         let stats = Arc::new(InboundStats::default());
         let router = Router {
+            agent: Some(agent.recipient()),
             cluster: self.cluster,
             shards: Arc::clone(&directory),
             stats: Arc::clone(&stats),
@@ -494,9 +567,10 @@ impl NodeBuilder {
         }
         if let Some(admin) = admin {
             let metrics = Arc::clone(&metrics);
+            let board = Arc::clone(&board);
             io.spawn(async move {
                 match tokio::net::TcpListener::from_std(admin) {
-                    Ok(listener) => crate::telemetry::serve(listener, metrics).await,
+                    Ok(listener) => crate::telemetry::admin::serve_node(listener, metrics, board).await,
                     Err(error) => eprintln!("cohort: cannot serve metrics: {error}"),
                 }
             });
@@ -518,6 +592,8 @@ impl NodeBuilder {
             metrics,
             supervisor,
             restarts,
+            board,
+            session_stop,
         };
         Ok(Node {
             handle,
@@ -609,9 +685,38 @@ pub struct NodeHandle {
     stats: Arc<InboundStats>,
     fatal: Arc<std::sync::Mutex<Option<String>>>,
     metrics: Arc<NodeMetrics>,
+    board: Arc<metadata::StatusBoard>,
+    session_stop: Arc<metadata::SessionStop>,
 }
 
 impl NodeHandle {
+    /// The session this node holds with the metadata group now (S1).
+    pub fn session(&self) -> Option<cohort_messages::SessionId> {
+        self.board.agent().session
+    }
+
+    /// This node's copy of the applied cluster metadata (M1).
+    pub fn metadata(&self) -> cohort_actors::core::metadata::Metadata {
+        self.board.metadata().snapshot()
+    }
+
+    /// What `/status` serves: the session, the agent's counters, nodes and
+    /// groups as the metadata has them (see `docs/embedding.md`).
+    pub fn status(&self) -> serde_json::Value {
+        self.board.json()
+    }
+
+    /// Why the node stopped after its session expired (S3), if it did.
+    pub fn session_stopped(&self) -> Option<String> {
+        self.session_stop.reason()
+    }
+
+    /// Wait until the node stops because its session expired (S3); returns why.
+    /// A host that embeds a node should then call [`Node::stop`].
+    pub async fn wait_session_stopped(&self) -> String {
+        self.session_stop.wait().await
+    }
+
     /// This node.
     pub fn node(&self) -> NodeId {
         self.node

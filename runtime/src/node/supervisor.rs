@@ -94,6 +94,8 @@ pub(crate) struct Supervisor {
     pub links: HashMap<NodeId, Addr<PeerLink>>,
     pub outboxes: Vec<HashMap<NodeId, Addr<Outbox>>>,
     pub restarts: Arc<AtomicU64>,
+    /// Set once the node shuts down for its session (S3): nothing is restarted.
+    pub shutting_down: bool,
 }
 
 impl Actor for Supervisor {
@@ -111,6 +113,9 @@ impl Supervisor {
     }
 
     fn check(&mut self) {
+        if self.shutting_down {
+            return;
+        }
         let peers: Vec<NodeId> = self.links.keys().copied().collect();
         for peer in peers {
             if self.links.get(&peer).is_some_and(|link| !link.connected())
@@ -152,6 +157,20 @@ impl Supervisor {
                     }
                 }
             }
+        }
+    }
+}
+
+impl Handler<super::metadata::agent_actor::Shutdown> for Supervisor {
+    type Result = ();
+
+    /// S3: stop the network first (no new input, peers see the node go),
+    /// then the shards, whose storage threads finish their queued jobs.
+    fn handle(&mut self, _: super::metadata::agent_actor::Shutdown, _ctx: &mut Self::Context) {
+        self.shutting_down = true;
+        self.io.stop();
+        for arbiter in &self.shard_arbiters {
+            arbiter.stop();
         }
     }
 }

@@ -35,6 +35,9 @@ use super::traces::ShardTraces;
 use crate::node::kind::{HostedGroup, Kinds};
 use crate::telemetry::{DropReason, Drops, NodeMetrics};
 
+/// Requests from peer nodes awaiting an answer, at most (see `ShardActor::remote_waiting`).
+pub const REMOTE_WAITERS_MAX: usize = 4096;
+
 /// Input from a peer link, routed to the shard that owns the groups (R16).
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -149,6 +152,13 @@ pub struct ShardActor {
     /// Local submitters by (group, client, request): one client may have a
     /// request of the same number in flight in each of its groups.
     waiting: HashMap<(cohort_messages::GroupId, ClientId, RequestNumber), oneshot::Sender<ClientAnswer>>,
+    /// Requests that came from peer nodes (a node's metadata agent submits
+    /// to the metadata primary over the peer link): the answer goes back to
+    /// the sender as a Reply or Redirect frame. Bounded by
+    /// [`REMOTE_WAITERS_MAX`]; entries older than a few seconds are forgotten.
+    remote_waiting: HashMap<(cohort_messages::GroupId, ClientId, RequestNumber), (NodeId, u64)>,
+    /// Each hosted group's incarnation, as placed.
+    incarnations: HashMap<cohort_messages::GroupId, cohort_messages::Incarnation>,
     fatal: Arc<std::sync::Mutex<Option<String>>>,
     drops: Arc<Drops>,
     metrics: Arc<NodeMetrics>,
@@ -209,6 +219,8 @@ impl ShardActor {
             outboxes: setup.outboxes,
             connected: setup.connected,
             waiting: HashMap::new(),
+            remote_waiting: HashMap::new(),
+            incarnations: setup.groups.iter().map(|hosted| (hosted.spec.group, hosted.spec.incarnation)).collect(),
             fatal: setup.fatal,
             drops: setup.drops,
             metrics: setup.metrics,
@@ -293,12 +305,22 @@ impl ShardActor {
                         cohort_messages::Outcome::Error { .. } => "error",
                     };
                     self.traces.on_answer(reply.group, reply.client, reply.request, reply.op, outcome);
-                    self.answer((reply.group, reply.client, reply.request), ClientAnswer::Reply(reply))
+                    let key = (reply.group, reply.client, reply.request);
+                    if let Some(to) = self.remote_answer(key) {
+                        outgoing.entry(to).or_default().push((Message::Reply(reply), TraceContext::NONE));
+                    } else {
+                        self.answer(key, ClientAnswer::Reply(reply))
+                    }
                 }
                 Command::Redirect(redirect) => {
                     let op = cohort_messages::Op(0);
                     self.traces.on_answer(redirect.group, redirect.client, redirect.request, op, "redirect");
-                    self.answer((redirect.group, redirect.client, redirect.request), ClientAnswer::Redirect(redirect))
+                    let key = (redirect.group, redirect.client, redirect.request);
+                    if let Some(to) = self.remote_answer(key) {
+                        outgoing.entry(to).or_default().push((Message::Redirect(redirect), TraceContext::NONE));
+                    } else {
+                        self.answer(key, ClientAnswer::Redirect(redirect))
+                    }
                 }
                 Command::RoleChanged { group, view, role } => {
                     self.traces.on_role_changed(group, view, role);
@@ -344,6 +366,14 @@ impl ShardActor {
                 Some(Err(SendError::Closed(_))) | None => self.drops.add(DropReason::MailboxClosed, count),
             }
         }
+    }
+
+    /// The peer waiting for the answer to `key`, if it came from one.
+    fn remote_answer(&mut self, key: (cohort_messages::GroupId, ClientId, RequestNumber)) -> Option<NodeId> {
+        if self.waiting.contains_key(&key) {
+            return None;
+        }
+        self.remote_waiting.remove(&key).map(|(from, _)| from)
     }
 
     fn answer(&mut self, key: (cohort_messages::GroupId, ClientId, RequestNumber), answer: ClientAnswer) {
@@ -419,6 +449,8 @@ impl Actor for ShardActor {
                     actor.metrics.set_peers_connected(peers);
                 }
                 actor.waiting.retain(|_, waiter| !waiter.is_closed());
+                let stale = now.saturating_sub(10 * second_ticks);
+                actor.remote_waiting.retain(|_, (_, since)| *since >= stale);
                 actor.traces.retain_submits(|key| actor.waiting.contains_key(key));
             }
         });
@@ -436,7 +468,17 @@ impl Handler<Inbound> for ShardActor {
         };
         let _entered = span.enter();
         match inbound {
-            Inbound::Message { from, message, .. } => self.core.on_message(from, message),
+            Inbound::Message { from, message, .. } => {
+                if let Message::Request(request) = &message {
+                    if self.remote_waiting.len() >= REMOTE_WAITERS_MAX {
+                        self.drops.add(DropReason::MailboxFull, 1);
+                        return;
+                    }
+                    let key = (request.group, request.client, request.request);
+                    self.remote_waiting.insert(key, (from, self.core.now()));
+                }
+                self.core.on_message(from, message)
+            }
             Inbound::Commits { from, entries } => self.core.on_commit_entries(from, &entries),
             Inbound::Replies { from, entries } => self.core.on_commit_reply_entries(from, &entries),
         }
@@ -483,6 +525,60 @@ impl Handler<GetReport> for ShardActor {
             metrics: self.core.metrics().clone(),
             gauges: self.core.heartbeat_gauges(),
             primaries: self.core.replicas().filter(|r| r.is_primary()).map(|r| r.group()).collect(),
+        }
+    }
+}
+
+/// Ask a shard what its groups' replicas are now (for the metadata agent:
+/// which groups this node hosts, leads, and in which view).
+#[derive(Message)]
+#[rtype(result = "Vec<cohort_actors::core::metadata::HostedGroup>")]
+pub struct GetHostedGroups;
+
+impl Handler<GetHostedGroups> for ShardActor {
+    type Result = MessageResult<GetHostedGroups>;
+
+    fn handle(&mut self, _: GetHostedGroups, _ctx: &mut Self::Context) -> Self::Result {
+        MessageResult(
+            self.core
+                .replicas()
+                .map(|replica| cohort_actors::core::metadata::HostedGroup {
+                    group: replica.group(),
+                    incarnation: self
+                        .incarnations
+                        .get(&replica.group())
+                        .copied()
+                        .unwrap_or(cohort_messages::Incarnation(1)),
+                    primary: replica.is_primary(),
+                    view: replica.view(),
+                })
+                .collect(),
+        )
+    }
+}
+
+/// Stop hosting a group: its actors stop, waiting callers are dropped, and
+/// its data is removed from the shard's storage (S4, the metadata placed it
+/// elsewhere).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct UnloadGroup(pub cohort_messages::GroupId);
+
+impl Handler<UnloadGroup> for ShardActor {
+    type Result = ();
+
+    fn handle(&mut self, UnloadGroup(group): UnloadGroup, _ctx: &mut Self::Context) {
+        if !self.core.remove_group(group) {
+            return;
+        }
+        // Dropping the links drops the last addresses: the actors stop.
+        self.groups.remove(&group);
+        self.incarnations.remove(&group);
+        self.waiting.retain(|key, _| key.0 != group);
+        self.remote_waiting.retain(|key, _| key.0 != group);
+        self.resync_pending.retain(|pending| *pending != group);
+        if !self.storage.remove_group(group) {
+            self.fail("the storage worker stopped".into());
         }
     }
 }

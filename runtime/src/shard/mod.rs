@@ -12,7 +12,8 @@ pub mod traces;
 
 pub(crate) use actor::GetCustomActor;
 pub use actor::{
-    ClientAnswer, GetReport, Inbound, ReplaceOutbox, ShardActor, ShardReport, ShardSetup, Submit, SubscribeGroup,
+    ClientAnswer, GetHostedGroups, GetReport, Inbound, REMOTE_WAITERS_MAX, ReplaceOutbox, ShardActor, ShardReport,
+    ShardSetup, Submit, SubscribeGroup, UnloadGroup,
 };
 pub use custom::{Applied, AppliedOp, CustomGroupActor, GroupReplica, Restored};
 pub use group::{GroupEvent, GroupRole, RoleChanged};

@@ -31,6 +31,8 @@ pub enum StorageEvent {
 
 enum Job {
     Run(Vec<Command>),
+    /// Remove everything of a group (S4 unload), after the jobs before it.
+    RemoveGroup(GroupId),
     Stop,
 }
 
@@ -108,6 +110,12 @@ impl StorageWorker {
         Ok((StorageWorker { jobs, thread: Some(thread) }, recovered))
     }
 
+    /// Queue the removal of a group's data, after every job queued before.
+    /// False if the worker stopped.
+    pub fn remove_group(&self, group: GroupId) -> bool {
+        self.jobs.send(Job::RemoveGroup(group)).is_ok()
+    }
+
     /// Queue one turn's storage commands, in order. False if the worker stopped.
     pub fn run(&self, commands: Vec<Command>) -> bool {
         self.jobs.send(Job::Run(commands)).is_ok()
@@ -137,9 +145,19 @@ fn serve(storage: &mut FileStorage, jobs: &mpsc::Receiver<Job>, report: &impl Fn
         let mut stop = false;
         let mut flush = None;
         for job in batch {
-            let Job::Run(commands) = job else {
-                stop = true;
-                break;
+            let commands = match job {
+                Job::Run(commands) => commands,
+                Job::RemoveGroup(group) => {
+                    if let Err(error) = storage.remove_group(group) {
+                        report(StorageEvent::Fatal(error));
+                        return;
+                    }
+                    continue;
+                }
+                Job::Stop => {
+                    stop = true;
+                    break;
+                }
             };
             for command in commands {
                 if let Command::Flush { id } = command {

@@ -1,5 +1,6 @@
-//! The admin port: a deliberately tiny HTTP/1.1 server for `GET /metrics`
-//! and `GET /health`.
+//! The admin port: a deliberately tiny HTTP/1.1 server for `GET /metrics`,
+//! `GET /health` and, on a node, `GET /status` (JSON: the node's session and
+//! the cluster metadata as it sees it; `cohort status` prints it).
 //!
 //! Why not an HTTP framework: the port answers two fixed paths to scrapers
 //! and probes, one request per connection. A framework would bring a large
@@ -30,6 +31,7 @@ use tokio::sync::Semaphore;
 use tokio::time::timeout;
 
 use super::metrics::{NodeMetrics, OPENMETRICS_CONTENT_TYPE};
+use crate::node::metadata::StatusBoard;
 
 /// The bounds the admin server enforces on every connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -80,6 +82,21 @@ pub async fn serve(listener: TcpListener, metrics: Arc<NodeMetrics>) {
 
 /// [`serve`] with explicit limits.
 pub async fn serve_with_limits(listener: TcpListener, metrics: Arc<NodeMetrics>, limits: AdminLimits) {
+    serve_all(listener, metrics, None, limits).await;
+}
+
+/// Serve a node's admin port: `/metrics`, `/health` and `/status` (from
+/// `status`), with [`AdminLimits::default`].
+pub async fn serve_node(listener: TcpListener, metrics: Arc<NodeMetrics>, status: Arc<StatusBoard>) {
+    serve_all(listener, metrics, Some(status), AdminLimits::default()).await;
+}
+
+async fn serve_all(
+    listener: TcpListener,
+    metrics: Arc<NodeMetrics>,
+    status: Option<Arc<StatusBoard>>,
+    limits: AdminLimits,
+) {
     let permits = Arc::new(Semaphore::new(limits.connections_max.max(1)));
     loop {
         // The semaphore is never closed, so acquiring only fails if it were.
@@ -87,8 +104,9 @@ pub async fn serve_with_limits(listener: TcpListener, metrics: Arc<NodeMetrics>,
         match listener.accept().await {
             Ok((stream, _peer)) => {
                 let metrics = Arc::clone(&metrics);
+                let status = status.clone();
                 tokio::spawn(async move {
-                    handle_connection(stream, &metrics, limits).await;
+                    handle_connection(stream, &metrics, status.as_deref(), limits).await;
                     drop(permit);
                 });
             }
@@ -98,14 +116,19 @@ pub async fn serve_with_limits(listener: TcpListener, metrics: Arc<NodeMetrics>,
 }
 
 /// Read one request, answer it, close.
-async fn handle_connection(mut stream: TcpStream, metrics: &NodeMetrics, limits: AdminLimits) {
+async fn handle_connection(
+    mut stream: TcpStream,
+    metrics: &NodeMetrics,
+    status: Option<&StatusBoard>,
+    limits: AdminLimits,
+) {
     let response = match timeout(limits.read_timeout, read_head(&mut stream, limits.request_head_max_bytes)).await {
         Err(_elapsed) => Response::error(Status::RequestTimeout),
         // The client reset the connection: nobody to answer.
         Ok(Err(_)) => return,
         Ok(Ok(HeadRead::TooLarge)) => Response::error(Status::HeaderFieldsTooLarge),
         Ok(Ok(HeadRead::Incomplete)) => Response::error(Status::BadRequest),
-        Ok(Ok(HeadRead::Complete(head))) => route(&head, metrics),
+        Ok(Ok(HeadRead::Complete(head))) => route(&head, metrics, status),
     };
     // A client that does not take the response in time is simply dropped.
     if let Ok(Ok(())) = timeout(limits.write_timeout, stream.write_all(&response.to_bytes())).await {
@@ -205,7 +228,7 @@ fn parse_request_line(head: &[u8]) -> Option<RequestLine<'_>> {
 }
 
 /// The response to a complete request head.
-fn route(head: &[u8], metrics: &NodeMetrics) -> Response {
+fn route(head: &[u8], metrics: &NodeMetrics, status: Option<&StatusBoard>) -> Response {
     let Some(request) = parse_request_line(head) else {
         return Response::error(Status::BadRequest);
     };
@@ -214,12 +237,19 @@ fn route(head: &[u8], metrics: &NodeMetrics) -> Response {
             Response { status: Status::Ok, content_type: OPENMETRICS_CONTENT_TYPE, body: metrics.encode() }
         }
         ("GET", "/health") => Response { status: Status::Ok, content_type: TEXT_CONTENT_TYPE, body: "ok\n".to_owned() },
-        (_, "/metrics" | "/health") => Response::error(Status::MethodNotAllowed),
+        ("GET", "/status") => match status {
+            Some(board) => {
+                Response { status: Status::Ok, content_type: JSON_CONTENT_TYPE, body: board.json().to_string() }
+            }
+            None => Response::error(Status::NotFound),
+        },
+        (_, "/metrics" | "/health" | "/status") => Response::error(Status::MethodNotAllowed),
         _ => Response::error(Status::NotFound),
     }
 }
 
 const TEXT_CONTENT_TYPE: &str = "text/plain; charset=utf-8";
+const JSON_CONTENT_TYPE: &str = "application/json";
 
 /// The statuses the server answers with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -430,14 +460,14 @@ mod tests {
         #[test]
         fn routing_never_panics(head in proptest::collection::vec(any::<u8>(), 0..512)) {
             let metrics = NodeMetrics::new();
-            let response = route(&head, &metrics);
+            let response = route(&head, &metrics, None);
             prop_assert!(response.to_bytes().starts_with(b"HTTP/1.1 "));
         }
 
         #[test]
         fn routing_text_like_input_never_panics(head in "[A-Z]{0,8} /[a-z?=/]{0,16} HTTP/[0-9.]{0,4}\r\n.{0,32}") {
             let metrics = NodeMetrics::new();
-            let response = route(head.as_bytes(), &metrics);
+            let response = route(head.as_bytes(), &metrics, None);
             prop_assert!(response.to_bytes().starts_with(b"HTTP/1.1 "));
         }
     }

@@ -292,9 +292,31 @@ fn reject_totals(counters: &RejectCounters) -> RejectTotals {
     levels.into_iter().flat_map(|(level, map)| map.iter().map(move |(&kind, &count)| ((level, kind), count))).collect()
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SessionLabels {
+    event: &'static str,
+}
+
+/// The session events exported, in the order of [`session_counts`].
+const SESSION_EVENTS: [&str; 6] =
+    ["opened", "expired", "report_accepted", "report_refused", "expiry_proposed", "group_unloaded"];
+
+fn session_counts(counters: &cohort_actors::core::metadata::AgentCounters) -> [u64; 6] {
+    let cohort_actors::core::metadata::AgentCounters {
+        sessions_opened,
+        sessions_expired,
+        reports_accepted,
+        reports_refused,
+        expiries_proposed,
+        groups_unloaded,
+    } = *counters;
+    [sessions_opened, sessions_expired, reports_accepted, reports_refused, expiries_proposed, groups_unloaded]
+}
+
 /// The last snapshot applied from each source, to turn the next into deltas.
 #[derive(Debug, Default)]
 struct Applied {
+    sessions: [u64; 6],
     shards: BTreeMap<usize, [u64; SHARD_COUNTER_COUNT]>,
     rejects: BTreeMap<usize, RejectTotals>,
 }
@@ -359,6 +381,7 @@ pub struct NodeMetrics {
     commit_latency: Histogram,
     ops_applied: Family<KindLabels, Counter>,
     apply_latency: Family<KindLabels, Histogram, fn() -> Histogram>,
+    session_events: Family<SessionLabels, Counter>,
     applied: Mutex<Applied>,
 }
 
@@ -419,8 +442,18 @@ impl NodeMetrics {
             Unit::Seconds,
             apply_latency.clone(),
         );
+        let session_events = Family::<SessionLabels, Counter>::default();
+        registry.register(
+            "session_events",
+            "S1-S4: this node's metadata agent: sessions opened and expired, ownership reports accepted and refused, expiries proposed (as metadata primary), groups unloaded",
+            session_events.clone(),
+        );
+        for event in SESSION_EVENTS {
+            let _series = session_events.get_or_create(&SessionLabels { event });
+        }
         NodeMetrics {
             registry,
+            session_events,
             shard_counters,
             groups,
             frames_rejected,
@@ -484,6 +517,19 @@ impl NodeMetrics {
     /// Set how many peer nodes are connected now.
     pub fn set_peers_connected(&self, peers: usize) {
         self.peers_connected.set(gauge_value(u64::try_from(peers).unwrap_or(u64::MAX)));
+    }
+
+    /// Publish the metadata agent's counters (only what grew since the last call is added).
+    pub fn set_sessions(&self, counters: &cohort_actors::core::metadata::AgentCounters) {
+        let counts = session_counts(counters);
+        let mut applied = self.applied();
+        for (index, event) in SESSION_EVENTS.iter().enumerate() {
+            let delta = counts[index].saturating_sub(applied.sessions[index]);
+            if delta > 0 {
+                self.session_events.get_or_create(&SessionLabels { event }).inc_by(delta);
+            }
+        }
+        applied.sessions = counts;
     }
 
     /// Record one op's time from submit to reply.

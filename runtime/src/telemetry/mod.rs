@@ -14,7 +14,7 @@ pub mod metrics;
 pub mod otlp;
 pub mod trace_context;
 
-pub use admin::{AdminLimits, serve, serve_with_limits};
+pub use admin::{AdminLimits, serve, serve_node, serve_with_limits};
 pub use metrics::{DEFAULT_GROUP_KIND, DropReason, GroupKindMetrics, GroupState, NodeMetrics, RejectLevel};
 pub use otlp::{TracingError, TracingGuard, init_tracing, otlp_layer};
 

@@ -10,6 +10,9 @@
 //! framing). Single-group messages go to the shard that owns the group;
 //! Commit and CommitReply batches are split by shard, each bad entry rejected
 //! alone (R17, R29), and each shard gets one message per frame (R16).
+//! Session frames carry no group: `SessionKeepalive` and `SessionExpired`, and
+//! the metadata group's `Reply`/`Redirect` to a request a peer's agent
+//! forwarded, go to the node's metadata agent (S1).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -50,6 +53,9 @@ pub struct Router {
     pub drops: Arc<crate::telemetry::Drops>,
     /// Numbers connections, as the source of their reject counts.
     pub next_connection: Arc<AtomicU64>,
+    /// The node's metadata agent: session frames (which carry no group) and
+    /// the metadata group's answers to the agent's forwarded requests.
+    pub agent: Option<actix::Recipient<crate::node::metadata::AgentInbound>>,
 }
 
 /// Accept connections forever, each served by its own task.
@@ -212,6 +218,13 @@ impl Router {
                     }
                 }
             }
+            message @ (Message::SessionKeepalive(_) | Message::SessionExpired(_)) => self.to_agent(from, message),
+            Message::Reply(reply) if reply.group == cohort_messages::GroupId::METADATA => {
+                self.to_agent(from, Message::Reply(reply))
+            }
+            Message::Redirect(redirect) if redirect.group == cohort_messages::GroupId::METADATA => {
+                self.to_agent(from, Message::Redirect(redirect))
+            }
             message => {
                 if let Some(group) = message.group() {
                     let trace = frame.header.trace;
@@ -236,6 +249,16 @@ impl Router {
             rejects.entry(error);
         }
         self.metrics.record_rejected(connection, rejects);
+    }
+
+    /// Session frames go to the metadata agent (dropped and counted if its
+    /// mailbox is full: keepalives repeat, and the agent re-sends requests).
+    fn to_agent(&self, from: NodeId, message: Message) {
+        let Some(agent) = &self.agent else { return };
+        if agent.try_send(crate::node::metadata::AgentInbound { from, message }).is_err() {
+            self.stats.mailbox_full.fetch_add(1, Ordering::Relaxed);
+            self.drops.add(crate::telemetry::DropReason::MailboxFull, 1);
+        }
     }
 
     fn deliver(&self, shard: usize, inbound: Inbound) {

@@ -1,0 +1,103 @@
+//! Node sessions with the metadata group in real nodes (S1, S3): every node
+//! of a local cluster (real TCP, real files, real actors) runs the metadata
+//! group and its metadata agent.
+
+use std::time::{Duration, Instant};
+
+use cohort_runtime::config::{ExpiredPolicyName, SessionConfig};
+use cohort_runtime::prelude::*;
+
+fn fast_sessions(policy: ExpiredPolicyName) -> SessionConfig {
+    SessionConfig {
+        session_timeout_ms: 1000,
+        session_keepalive_interval_ms: 200,
+        session_expired_policy: policy,
+        session_reconnect_attempts: 3,
+    }
+}
+
+async fn wait_until(timeout: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if done() {
+            return true;
+        }
+        actix_rt::time::sleep(Duration::from_millis(50)).await;
+    }
+    done()
+}
+
+#[actix_rt::test]
+async fn s1_nodes_hold_sessions() {
+    let cluster = LocalCluster::builder(3)
+        .group_kind("register", |_| Box::new(Register::default()))
+        .groups("register", (0..3).map(GroupId))
+        .session_config(fast_sessions(ExpiredPolicyName::Reconnect))
+        .start()
+        .expect("cluster starts");
+    let handles = cluster.handles();
+    // Every node opens a session, and every node's copy of the metadata shows
+    // all three sessions, the three groups and an owner for each: the node
+    // whose replica is primary, in its view (S4 re-own after the session).
+    let all_owned = wait_until(Duration::from_secs(15), || {
+        handles.iter().all(|handle| {
+            let metadata = handle.metadata();
+            handle.session().is_some()
+                && metadata.nodes.len() == 3
+                && metadata.nodes.values().all(|record| record.session.is_some())
+                && (0..3).all(|g| metadata.groups.get(&GroupId(g)).is_some_and(|group| group.owner.is_some()))
+        })
+    })
+    .await;
+    let statuses: Vec<String> = handles.iter().map(|handle| handle.status().to_string()).collect();
+    assert!(all_owned, "sessions and owners within 15 s: {statuses:#?}");
+    for handle in &handles {
+        let metadata = handle.metadata();
+        let session = handle.session().expect("a session");
+        assert_eq!(metadata.nodes[&handle.node()].session, Some(session), "{}", handle.node());
+    }
+    // Each owner record names the node that leads the group now.
+    let mut primaries = std::collections::BTreeMap::new();
+    for handle in &handles {
+        for group in handle.report().await.primaries {
+            primaries.insert(group, handle.node());
+        }
+    }
+    let metadata = handles[0].metadata();
+    for g in 0..3 {
+        let owner = metadata.groups[&GroupId(g)].owner.expect("owned");
+        assert_eq!(Some(&owner.node), primaries.get(&GroupId(g)), "group {g}: the owner is its primary");
+    }
+    let status = handles[0].status();
+    assert_eq!(status["operations"].as_array().map(Vec::len), Some(0));
+    assert!(status["sessions"]["opened"].as_u64() >= Some(1), "{status}");
+}
+
+#[actix_rt::test]
+async fn s1_s2_a_silent_node_session_expires() {
+    let mut cluster = LocalCluster::builder(3)
+        .group_kind("register", |_| Box::new(Register::default()))
+        .groups("register", [GroupId(0)])
+        .session_config(fast_sessions(ExpiredPolicyName::Shutdown))
+        .start()
+        .expect("cluster starts");
+    let handles = cluster.handles();
+    let opened = wait_until(Duration::from_secs(15), || {
+        handles.iter().all(|handle| handle.metadata().nodes.values().filter(|r| r.session.is_some()).count() == 3)
+    })
+    .await;
+    assert!(opened, "every node holds a session");
+    // Node 3 goes silent (stopped as in a crash): the metadata primary
+    // expires its session after session_timeout, through the log (S1, S2).
+    // The S3 policy on a live node is checked with real processes
+    // (processes.rs: s3_shutdown_policy_stops_node).
+    let victim = handles[2].clone();
+    let session = victim.session().expect("node 3 has a session");
+    cluster.stop_node(NodeId(3));
+    let expired = wait_until(Duration::from_secs(10), || {
+        handles[0].metadata().nodes.get(&NodeId(3)).is_some_and(|record| record.session != Some(session))
+    })
+    .await;
+    assert!(expired, "node 3's session expired in the metadata: {}", handles[0].status());
+    let _ = victim;
+}
