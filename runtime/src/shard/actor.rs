@@ -539,6 +539,7 @@ impl Handler<GetHostedGroups> for ShardActor {
     type Result = MessageResult<GetHostedGroups>;
 
     fn handle(&mut self, _: GetHostedGroups, _ctx: &mut Self::Context) -> Self::Result {
+        let now = self.core.now();
         MessageResult(
             self.core
                 .replicas()
@@ -549,7 +550,7 @@ impl Handler<GetHostedGroups> for ShardActor {
                         .get(&replica.group())
                         .copied()
                         .unwrap_or(cohort_messages::Incarnation(1)),
-                    primary: replica.is_primary(),
+                    primary: replica.is_confirmed_primary(now),
                     view: replica.view(),
                 })
                 .collect(),

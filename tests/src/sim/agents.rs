@@ -62,7 +62,8 @@ impl Sim {
         let now = self.now;
         let node = &mut self.nodes[index];
         let (Some(shard), Some(agent)) = (node.shard.as_ref(), node.agent.as_mut()) else { return };
-        let metadata_primary = shard.replica(GroupId::METADATA).is_some_and(|replica| replica.is_primary());
+        let metadata_primary =
+            shard.replica(GroupId::METADATA).is_some_and(|replica| replica.is_confirmed_primary(now));
         let hosted: Vec<HostedGroup> = self
             .specs
             .iter()
@@ -71,7 +72,7 @@ impl Sim {
                 Some(HostedGroup {
                     group: spec.group,
                     incarnation: spec.incarnation,
-                    primary: replica.is_primary(),
+                    primary: replica.is_confirmed_primary(now),
                     view: replica.view(),
                 })
             })

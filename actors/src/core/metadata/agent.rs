@@ -11,9 +11,10 @@
 //! - unloads a hosted group once the metadata has placed it elsewhere (or
 //!   deleted it) for `unload_grace_ticks` in a row (S4);
 //! - acks the configuration epochs it has applied (M1);
+//! - creates the groups configured on this node that the metadata does not
+//!   know yet, once their members have registered;
 //! - on the metadata primary only, runs the [`MetadataDriver`] (expiry
-//!   through the log, S1/S2), creates the bootstrap groups once their
-//!   members have registered, and drives multi-step operations one gated
+//!   through the log, S1/S2) and drives multi-step operations one gated
 //!   step at a time from their stored plans (M2, M4).
 //!
 //! It is one client of the metadata group with at most one request in
@@ -55,8 +56,8 @@ pub struct AgentConfig {
     pub request_retry_ticks: u64,
     /// S4: a group placed elsewhere is unloaded after this long.
     pub unload_grace_ticks: u64,
-    /// Groups the metadata primary creates once their members registered:
-    /// (group, kind, members in member-index order).
+    /// Groups configured on this node, created in the metadata once their
+    /// members registered: (group, kind, members in member-index order).
     pub bootstrap_groups: Vec<(GroupId, String, Vec<NodeId>)>,
 }
 
@@ -83,7 +84,10 @@ pub struct HostedGroup {
     pub group: GroupId,
     /// Its incarnation.
     pub incarnation: Incarnation,
-    /// True if this node's replica is its primary (in normal status).
+    /// True if this node's replica is its primary in normal status and a
+    /// quorum confirmed it within its window
+    /// ([`crate::core::Replica::is_confirmed_primary`]): a primary that was
+    /// paused neither reports ownership nor judges keepalives.
     pub primary: bool,
     /// The replica's view.
     pub view: View,
@@ -276,7 +280,9 @@ impl MetadataAgent {
         if let Some(expiry) = self.expiries.pop_front() {
             return Some(expiry);
         }
-        if metadata_primary && let Some(create) = self.bootstrap_command(metadata) {
+        // Each node creates its own configured groups the metadata lacks; a
+        // group another node created first is refused as existing, harmlessly.
+        if let Some(create) = self.bootstrap_command(metadata) {
             return Some(create);
         }
         // M2/M4: the metadata primary drives operations from the stored plans.

@@ -346,6 +346,15 @@ impl Replica {
         self.status == Status::Normal && self.log_view == self.view && self.primary_index() == self.spec.me
     }
 
+    /// True if this replica is primary and a replication quorum confirmed
+    /// it within the last `commit_heartbeat_timeout_ticks` (R24), so no newer
+    /// view can have started: what a host should use before acting as the
+    /// group's leader outside the protocol (ownership reports, the metadata
+    /// primary's session judgements).
+    pub fn is_confirmed_primary(&self, now: u64) -> bool {
+        self.is_primary() && self.quorum_window_holds(now)
+    }
+
     /// The current view.
     pub fn view(&self) -> View {
         self.view

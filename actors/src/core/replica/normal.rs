@@ -96,7 +96,7 @@ impl Replica {
 
     /// True if a replication quorum confirmed this primary within the last
     /// `commit_heartbeat_timeout_ticks` (R24): no newer view can exist yet.
-    fn quorum_window_holds(&self, now: u64) -> bool {
+    pub(crate) fn quorum_window_holds(&self, now: u64) -> bool {
         let window = self.config.timing.commit_heartbeat_timeout_ticks;
         self.quorum_contact_tick().is_some_and(|contact| now < contact.saturating_add(window))
     }
