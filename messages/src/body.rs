@@ -89,6 +89,9 @@ impl Request {
         if self.operation.len() > OPERATION_SIZE_MAX_BYTES {
             return Err(invalid(Command::Request, "operation exceeds OPERATION_SIZE_MAX_BYTES"));
         }
+        if self.client == ClientId::SEAL {
+            return Err(invalid(Command::Request, "client 0 is reserved for seal entries"));
+        }
         Ok(())
     }
 }
@@ -180,6 +183,9 @@ impl LogEntry {
         }
         if self.operation.len() > OPERATION_SIZE_MAX_BYTES {
             return Err(invalid(command, "log entry operation exceeds OPERATION_SIZE_MAX_BYTES"));
+        }
+        if self.client == ClientId::SEAL && crate::seal::Seal::decode(&self.operation).is_err() {
+            return Err(invalid(command, "seal entry whose operation is not a valid seal"));
         }
         Ok(())
     }

@@ -27,6 +27,7 @@ mod le;
 pub mod limits;
 pub mod message;
 pub mod metadata;
+pub mod seal;
 mod serde_fields;
 pub mod stats;
 

@@ -338,6 +338,24 @@ mod tests {
                 view: View(9),
             },
             MetadataCommand::AckEpoch { node: NodeId(2), epoch: Epoch(12) },
+            MetadataCommand::StartOperation {
+                spec: OperationSpec::Move { group: GroupId(4), from: NodeId(1), to: NodeId(3) },
+            },
+            MetadataCommand::StartOperation {
+                spec: OperationSpec::Join { node: NodeId(5), groups: vec![GroupId(1), GroupId(2)] },
+            },
+            MetadataCommand::StartOperation { spec: OperationSpec::Decommission { node: NodeId(2) } },
+            MetadataCommand::StartOperation {
+                spec: OperationSpec::Replace { group: GroupId(4), dead: NodeId(2), with: NodeId(5) },
+            },
+            MetadataCommand::AdvanceOperation { operation: OperationId(3), step: 2 },
+            MetadataCommand::CancelOperation { operation: OperationId(3) },
+            MetadataCommand::ReportCaughtUp {
+                group: GroupId(4),
+                incarnation: Incarnation(1),
+                node: NodeId(3),
+                op: Op(40),
+            },
         ];
         for command in commands {
             assert_eq!(MetadataCommand::decode(&command.encode()), Ok(command));
@@ -351,6 +369,12 @@ mod tests {
         assert!(MetadataCommand::decode(&twice.encode()).is_err());
         let node_zero = MetadataCommand::OpenSession { node: NodeId(0) };
         assert!(MetadataCommand::decode(&node_zero.encode()).is_err());
+        let to_itself = OperationSpec::Move { group: GroupId(1), from: NodeId(2), to: NodeId(2) };
+        assert!(MetadataCommand::decode(&MetadataCommand::StartOperation { spec: to_itself }.encode()).is_err());
+        let no_groups = OperationSpec::Join { node: NodeId(2), groups: Vec::new() };
+        assert!(MetadataCommand::decode(&MetadataCommand::StartOperation { spec: no_groups }.encode()).is_err());
+        let operation_zero = MetadataCommand::CancelOperation { operation: OperationId(0) };
+        assert!(MetadataCommand::decode(&operation_zero.encode()).is_err());
     }
 
     proptest! {

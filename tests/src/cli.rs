@@ -11,7 +11,7 @@ use crate::sim::{Report, Scenario, Sim, SimConfig};
 
 /// The usage text.
 pub const USAGE: &str = "usage: cohort-sim --seeds N [--seed-start S] [--nodes 3|5] [--groups G] \
-[--replication-quorum Q] [--fault-ticks T] [--liveness-ticks T] [--scenario default|metadata] [--json]
+[--replication-quorum Q] [--fault-ticks T] [--liveness-ticks T] [--scenario default|metadata|reconfigure] [--json]
 
 Runs seeds S..S+N of the deterministic simulator and checks every run.
   --seeds N                 how many seeds (default 10)
@@ -22,10 +22,12 @@ Runs seeds S..S+N of the deterministic simulator and checks every run.
   --fault-ticks T           ticks of the fault phase (default 1500)
   --liveness-ticks T        tick budget of the liveness phase (default 1500)
   --scenario S              default, or metadata: every node also hosts the metadata group and
-                            runs its metadata agent (sessions, expiry, re-owning), with long pauses
+                            runs its metadata agent (sessions, expiry, re-owning), with long pauses;
+                            or reconfigure: an operator changes group members under the faults
+                            (seal the incarnation, switch the next members)
   --json                    also print one JSON summary line per seed
 The last line is `seeds=N violations=V ops_committed=C view_changes=X` (the metadata scenario
-adds its session counters); the exit code is 1
+adds its session counters, reconfigure its member changes); the exit code is 1
 if any seed broke an invariant, 2 on bad arguments.";
 
 /// Most nodes a command line may ask for (member indexes are one byte, and
@@ -143,7 +145,8 @@ fn scenario(flag: &str, value: Option<String>) -> Result<Scenario, String> {
     match value.as_deref() {
         Some("default") => Ok(Scenario::Default),
         Some("metadata") => Ok(Scenario::Metadata),
-        Some(other) => Err(format!("{flag} must be `default` or `metadata`, not `{other}`")),
+        Some("reconfigure") => Ok(Scenario::Reconfigure),
+        Some(other) => Err(format!("{flag} must be `default`, `metadata` or `reconfigure`, not `{other}`")),
         None => Err(format!("{flag} needs a value")),
     }
 }
@@ -261,6 +264,14 @@ pub fn json_summary(config: &SimConfig, outcome: &Result<Report, String>) -> Str
                     report.node_stops
                 );
             }
+            if config.scenario == Scenario::Reconfigure {
+                line.pop();
+                let _ = write!(
+                    line,
+                    ",\"scenario\":\"reconfigure\",\"reconfigurations_started\":{},\"reconfigurations_completed\":{}}}",
+                    report.reconfigurations.0, report.reconfigurations.1
+                );
+            }
         }
         Err(panic) => {
             let _ = write!(line, ",\"panic\":{},\"violations\":1}}", json_string(panic));
@@ -327,7 +338,7 @@ mod tests {
         assert!(parse("--verbose").unwrap_err().contains("unknown argument"));
         assert!(parse("--nodes 3 --replication-quorum 4").unwrap_err().contains("1..=3"));
         assert!(parse("--nodes 0").is_err());
-        assert!(parse("--scenario sessions").unwrap_err().contains("`default` or `metadata`"));
+        assert!(parse("--scenario sessions").unwrap_err().contains("`metadata` or `reconfigure`"));
     }
 
     #[test]

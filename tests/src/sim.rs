@@ -5,6 +5,7 @@
 //! agent (`agents.rs`).
 
 mod agents;
+mod reconfigure;
 
 use std::collections::BTreeMap;
 
@@ -67,6 +68,10 @@ pub enum Scenario {
     /// The kv groups plus the metadata group on every node, each node's
     /// metadata agent (sessions, expiry, re-owning), and pauses in most seeds.
     Metadata,
+    /// The kv groups, and an operator that changes their members under the
+    /// faults: each change seals an incarnation and switches its next
+    /// members to the next one (see `sim/reconfigure.rs`).
+    Reconfigure,
 }
 
 impl Scenario {
@@ -75,6 +80,7 @@ impl Scenario {
         match self {
             Scenario::Default => "default",
             Scenario::Metadata => "metadata",
+            Scenario::Reconfigure => "reconfigure",
         }
     }
 }
@@ -166,6 +172,8 @@ pub struct Report {
     /// Metadata scenario: the agents' counters, summed over every node and
     /// every start of it.
     pub agents: AgentCounters,
+    /// Reconfigure scenario: member changes started and completed.
+    pub reconfigurations: (u64, u64),
     /// Metadata scenario: nodes that stopped themselves (S3).
     pub node_stops: u64,
 }
@@ -183,6 +191,8 @@ pub struct Sim {
     /// Counters of agents that are gone (their node crashed or stopped).
     retired_agents: AgentCounters,
     node_stops: u64,
+    /// Reconfigure scenario: the member-change operator.
+    reconfigurations: reconfigure::Reconfigurations,
     /// The nodes.
     pub nodes: Vec<SimNode>,
     /// The network.
@@ -255,6 +265,7 @@ impl Sim {
             policy,
             retired_agents: AgentCounters::default(),
             node_stops: 0,
+            reconfigurations: reconfigure::Reconfigurations::default(),
             nodes,
             network,
             clients,
@@ -324,6 +335,7 @@ impl Sim {
             frames_rejected: self.frames_rejected,
             agents: self.agent_counters(),
             node_stops: self.node_stops,
+            reconfigurations: (self.reconfigurations.started, self.reconfigurations.completed),
             history: self.history,
         }
     }
@@ -384,6 +396,9 @@ impl Sim {
                     }
                 }
             }
+        }
+        if self.config.scenario == Scenario::Reconfigure {
+            self.drive_reconfigurations(faults);
         }
         self.run_clients();
         for node in &self.nodes {
@@ -498,9 +513,9 @@ impl Sim {
                     self.wait_results.push((index, wait, result));
                     continue;
                 }
-                Command::RoleChanged { group, view, role } => {
+                Command::RoleChanged { group, incarnation, view, role } => {
                     if role == Role::Primary {
-                        self.checkers.primary(self.now, group, view, index);
+                        self.checkers.primary(self.now, group, incarnation, view, index);
                     }
                     continue;
                 }
@@ -689,7 +704,7 @@ impl Sim {
             .iter()
             .filter_map(|node| {
                 let replica = node.shard.as_ref()?.replica(group)?;
-                replica.is_primary().then_some((replica.view(), node.index))
+                replica.is_primary().then_some(((replica.incarnation(), replica.view()), node.index))
             })
             .max()
             .map(|(_, index)| index)

@@ -164,6 +164,8 @@ pub enum Command {
     RoleChanged {
         /// The group.
         group: GroupId,
+        /// The incarnation the replica is in (views restart at 0 in each).
+        incarnation: cohort_messages::Incarnation,
         /// The view.
         view: View,
         /// The new role.

@@ -34,7 +34,7 @@ use cohort_messages::{CommitEntry, CommitReplyEntry, GroupId, Message, NodeId, O
 use crate::core::command::{Command, FlushId, WaitId};
 use crate::core::config::CoreConfig;
 use crate::core::effects::Effects;
-use crate::core::replica::{GroupSpec, Replica};
+use crate::core::replica::{GroupSpec, Replica, SealError};
 use crate::core::state_machine::StateMachine;
 use crate::core::storage::RecoveredGroup;
 
@@ -71,6 +71,10 @@ pub enum ShardError {
     /// Recovery found an inconsistent log.
     #[error("{0}")]
     Recovery(String),
+    /// The group switched to an incarnation this node is not a member of
+    /// before the restart: the host should drop it (and its data).
+    #[error("{0}")]
+    NotInIncarnation(SealError),
 }
 
 impl Shard {
@@ -125,6 +129,11 @@ impl Shard {
         state: Box<dyn StateMachine>,
         recovered: RecoveredGroup,
     ) -> Result<(), ShardError> {
+        // The group may have switched to a later incarnation before the restart.
+        let spec = spec.adopt_recovered(&recovered, self.node).map_err(|error| match error {
+            SealError::NotNextMember { .. } => ShardError::NotInIncarnation(error),
+            other => ShardError::Recovery(other.to_string()),
+        })?;
         self.check_spec(&spec)?;
         let group = spec.group;
         let replica = Replica::recover(spec, self.config.clone(), state, recovered, &mut self.fx)
@@ -136,6 +145,25 @@ impl Shard {
     fn insert(&mut self, group: GroupId, replica: Replica) {
         self.groups.insert(group, replica);
         self.refile(group);
+    }
+
+    /// Seal `group`'s log for a member change (only its primary can).
+    pub fn propose_seal(&mut self, group: GroupId, seal: cohort_messages::seal::Seal) -> Result<(), SealError> {
+        let replica = self.groups.get_mut(&group).ok_or(SealError::NotSealed(group))?;
+        let result = replica.propose_seal(seal, &mut self.fx);
+        self.refile(group);
+        result
+    }
+
+    /// Switch a sealed group to the incarnation its seal names. Call only
+    /// once every member of that incarnation has applied the seal.
+    pub fn switch_incarnation(&mut self, group: GroupId) -> Result<(), SealError> {
+        let spec = self.groups.get(&group).ok_or(SealError::NotSealed(group))?.next_spec(self.node)?;
+        let replica = self.groups.remove(&group).ok_or(SealError::NotSealed(group))?;
+        let next = replica.into_next_incarnation(spec, &mut self.fx);
+        self.filed.remove(&group);
+        self.insert(group, next);
+        Ok(())
     }
 
     /// Stop hosting a group (its storage is the caller's to remove).
@@ -321,6 +349,20 @@ impl Shard {
     /// A client request (from a local submitter or a client connection).
     pub fn on_request(&mut self, request: Request) {
         let group = request.group;
+        if request.client == cohort_messages::ClientId::SEAL {
+            self.fx.push(Command::Reply(cohort_messages::Reply {
+                client: request.client,
+                request: request.request,
+                group,
+                view: cohort_messages::View(0),
+                op: Op(0),
+                outcome: cohort_messages::Outcome::Error {
+                    code: cohort_messages::ReplyError::Rejected,
+                    detail: "client 0 is reserved for seal entries".into(),
+                },
+            }));
+            return;
+        }
         if !self.groups.contains_key(&group) {
             self.fx.push(Command::Reply(cohort_messages::Reply {
                 client: request.client,

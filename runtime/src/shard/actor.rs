@@ -322,7 +322,7 @@ impl ShardActor {
                         self.answer(key, ClientAnswer::Redirect(redirect))
                     }
                 }
-                Command::RoleChanged { group, view, role } => {
+                Command::RoleChanged { group, view, role, .. } => {
                     self.traces.on_role_changed(group, view, role);
                     if let Some(link) = self.groups.get_mut(&group) {
                         let role = GroupRole::from_core(role, view);

@@ -38,6 +38,7 @@ fn main() -> ExitCode {
     let progress_every = (args.seeds / 10).max(1);
     let (mut violations, mut ops, mut views) = (0u64, 0u64, 0u64);
     let (mut agents, mut stops, mut seeds_expired) = (AgentCounters::default(), 0u64, 0u64);
+    let (mut changes_started, mut changes_completed, mut seeds_changed) = (0u64, 0u64, 0u64);
     for (done, seed) in (args.seed_start..args.seed_start + args.seeds).enumerate() {
         let config = args.config(seed);
         let outcome = cli::run_catching(config.clone());
@@ -64,6 +65,9 @@ fn main() -> ExitCode {
                 agents.groups_unloaded += report.agents.groups_unloaded;
                 stops += report.node_stops;
                 seeds_expired += u64::from(report.agents.sessions_expired > 0);
+                changes_started += report.reconfigurations.0;
+                changes_completed += report.reconfigurations.1;
+                seeds_changed += u64::from(report.reconfigurations.1 > 0);
             }
             Err(panic) => {
                 println!("seed={seed} panic: {panic} (reproduce: {})", args.reproduce(seed));
@@ -89,6 +93,12 @@ fn main() -> ExitCode {
             agents.reports_refused,
             agents.expiries_proposed,
             agents.groups_unloaded
+        ));
+    }
+    if args.scenario == Scenario::Reconfigure {
+        last.push_str(&format!(
+            " reconfigurations_started={changes_started} reconfigurations_completed={changes_completed} \
+             seeds_with_completed_change={seeds_changed}"
         ));
     }
     println!("{last}");

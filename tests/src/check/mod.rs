@@ -28,7 +28,7 @@ pub mod reply_order;
 pub mod single_primary;
 
 use cohort_actors::core::metadata::Metadata;
-use cohort_messages::{GroupId, Op, RequestNumber, View};
+use cohort_messages::{GroupId, Incarnation, Op, RequestNumber, View};
 
 /// All per-step checkers of a run.
 #[derive(Debug, Default)]
@@ -47,8 +47,8 @@ pub struct Checkers {
 
 impl Checkers {
     /// P1: `node` became primary of `group` in `view`.
-    pub fn primary(&mut self, tick: u64, group: GroupId, view: View, node: usize) {
-        match self.primaries.record(group, view, node) {
+    pub fn primary(&mut self, tick: u64, group: GroupId, incarnation: Incarnation, view: View, node: usize) {
+        match self.primaries.record(group, incarnation, view, node) {
             Ok(true) if view.0 > 0 => self.view_changes += 1,
             Ok(_) => {}
             Err(violation) => self.violations.push(format!("tick {tick}: {violation}")),

@@ -28,7 +28,7 @@ impl OwnerPrimary {
         for (group, record) in &metadata.groups {
             let Some(owner) = record.owner else { continue };
             let owner_index = owner.node.0.checked_sub(1).map(|_| node_index(owner.node));
-            let primary = primaries.primary_of(*group, owner.view);
+            let primary = primaries.primary_of(*group, record.incarnation, owner.view);
             if owner_index.is_none() || primary != owner_index {
                 violations.push(format!(
                     "P1 broken: node {node}'s metadata ({}) records {} as owner of {group} in {}, but the primary \
@@ -83,7 +83,7 @@ mod tests {
     #[test]
     fn an_owner_that_was_not_primary_of_its_view_is_caught() {
         let mut primaries = SinglePrimary::default();
-        primaries.record(GroupId(0), View(3), 0).expect("first");
+        primaries.record(GroupId(0), Incarnation(1), View(3), 0).expect("first");
         let mut owners = OwnerPrimary::default();
         assert!(owners.check(0, &owned_by(1, 3), &primaries).is_empty(), "node 0 (NodeId 1) led view 3");
         assert_eq!(owners.check(0, &owned_by(2, 3), &primaries).len(), 1, "node 1 did not");
@@ -93,8 +93,8 @@ mod tests {
     #[test]
     fn an_owner_view_going_back_is_caught_until_a_crash() {
         let mut primaries = SinglePrimary::default();
-        primaries.record(GroupId(0), View(2), 0).expect("first");
-        primaries.record(GroupId(0), View(5), 0).expect("first");
+        primaries.record(GroupId(0), Incarnation(1), View(2), 0).expect("first");
+        primaries.record(GroupId(0), Incarnation(1), View(5), 0).expect("first");
         let mut owners = OwnerPrimary::default();
         assert!(owners.check(1, &owned_by(1, 5), &primaries).is_empty());
         assert_eq!(owners.check(1, &owned_by(1, 2), &primaries).len(), 1, "view 5 then view 2");

@@ -18,6 +18,7 @@
 mod heartbeat;
 mod normal;
 mod repair;
+mod seal;
 mod snapshot;
 mod view_change;
 mod wait;
@@ -36,6 +37,7 @@ use crate::core::state_machine::StateMachine;
 use crate::core::storage::{Snapshot, Superblock};
 
 pub use heartbeat::HeartbeatState as GroupActivity;
+pub use seal::{SealError, Sealed};
 pub(crate) use view_change::DoViewChangeSummary;
 pub(crate) use wait::QuorumWait;
 
@@ -138,6 +140,10 @@ pub struct Replica {
     /// The flush that carries the latest staged superblock (R12).
     pub(crate) superblock_flush: FlushId,
     pub(crate) role_reported: Option<(View, Role)>,
+    /// The seal this replica applied: its incarnation's state is final.
+    pub(crate) sealed: Option<Sealed>,
+    /// The commit point of the newest durable superblock.
+    pub(crate) superblock_durable_commit: Op,
     /// R25: whether the last Commit batch to each member went to a connected link.
     pub(crate) link_connected: Vec<bool>,
 }
@@ -205,6 +211,8 @@ impl Replica {
             superblock_blocked: None,
             superblock_flush: 0,
             role_reported: None,
+            sealed: None,
+            superblock_durable_commit: Op(0),
             link_connected: vec![true; members],
             spec,
             config,
@@ -259,11 +267,16 @@ impl Replica {
             replica.log.push(entry);
         }
         replica.durable_op = replica.log.op();
-        if let Some(superblock) = &recovered.superblock {
+        // A superblock of an earlier incarnation (a crash right after a
+        // member change saved the new incarnation's snapshot) says nothing
+        // about this one: it starts at view 0 from that snapshot.
+        if let Some(superblock) = recovered.superblock.as_ref().filter(|sb| sb.incarnation == replica.spec.incarnation)
+        {
             replica.view = superblock.view;
             replica.log_view = superblock.log_view;
             replica.commit_max = superblock.commit.max(base);
             replica.superblock_saved = Some(superblock.clone());
+            replica.superblock_durable_commit = superblock.commit;
         }
         // The log becomes durable before the superblock that describes it,
         // so a crash between the two leaves entries of a newer view than the
@@ -355,6 +368,16 @@ impl Replica {
         self.is_primary() && self.quorum_window_holds(now)
     }
 
+    /// The group's incarnation.
+    pub fn incarnation(&self) -> Incarnation {
+        self.spec.incarnation
+    }
+
+    /// The voting members, in member-index order.
+    pub fn members(&self) -> &[NodeId] {
+        &self.spec.members
+    }
+
     /// The current view.
     pub fn view(&self) -> View {
         self.view
@@ -404,6 +427,15 @@ impl Replica {
     pub(crate) fn others(&self) -> impl Iterator<Item = MemberIndex> + use<> {
         let me = self.spec.me;
         (0..self.spec.members.len() as u8).map(MemberIndex).filter(move |m| *m != me)
+    }
+
+    /// The membership a snapshot records.
+    pub(crate) fn membership(&self) -> snapshot::SnapshotMembership {
+        snapshot::SnapshotMembership {
+            incarnation: self.spec.incarnation,
+            replication_quorum: self.spec.quorums.replication as u8,
+            members: self.spec.members.clone(),
+        }
     }
 
     pub(crate) fn superblock(&self) -> Superblock {
@@ -479,6 +511,11 @@ impl Replica {
             }
             self.superblock_blocked = None;
         }
+        if id >= self.superblock_flush
+            && let Some(saved) = &self.superblock_saved
+        {
+            self.superblock_durable_commit = saved.commit;
+        }
         let mut advanced = false;
         while let Some((flush, op)) = self.pending_durable.front().copied() {
             if flush > id {
@@ -501,6 +538,7 @@ impl Replica {
             self.role_reported = Some(now);
             fx.push(crate::core::command::Command::RoleChanged {
                 group: self.spec.group,
+                incarnation: self.spec.incarnation,
                 view: self.view,
                 role: now.1,
             });
@@ -529,7 +567,7 @@ impl Replica {
                 if self.svc_view_seen > self.view {
                     wake = wake.min(self.lease_expiry);
                 }
-                if self.needs_repair() {
+                if self.needs_repair() || (self.log_view < self.view && self.state_transfer.is_none()) {
                     wake = wake.min(self.repair_deadline);
                 }
             }
@@ -587,6 +625,13 @@ impl Replica {
                 }
                 if self.needs_repair() && now >= self.repair_deadline {
                     self.request_repair(fx);
+                } else if self.log_view < self.view && self.state_transfer.is_none() && now >= self.repair_deadline {
+                    // Lagging with nothing to fetch (the state transfer is
+                    // done, or the StartView was lost): ask the primary for
+                    // its StartView again. It may count us as confirmed from
+                    // before a crash, and then would not re-send it unasked.
+                    self.repair_deadline = now + timing.repair_timeout_ticks;
+                    self.request_start_view(fx);
                 }
             }
         }

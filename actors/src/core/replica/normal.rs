@@ -59,6 +59,9 @@ impl Replica {
     /// carries the applied point, so a host can serve a linearizable read
     /// from its own index once that index has reached it (read index).
     fn on_read(&mut self, request: Request, fx: &mut Effects) {
+        if self.is_sealing() {
+            return self.refuse_sealed(&request, fx);
+        }
         let window = self.config.timing.commit_heartbeat_timeout_ticks;
         match self.quorum_contact_tick() {
             None => {
@@ -102,6 +105,9 @@ impl Replica {
     }
 
     fn on_write(&mut self, request: Request, fx: &mut Effects) {
+        if self.is_sealing() {
+            return self.refuse_sealed(&request, fx);
+        }
         match self.clients.admit(request.client, request.request) {
             Admission::Duplicate(entry) => {
                 return fx.push(Command::Reply(Reply {
@@ -174,6 +180,9 @@ impl Replica {
         if !self.is_primary() || self.commit_max < self.start_view_op {
             return;
         }
+        if self.seal_in_log() {
+            return self.refuse_queued(fx);
+        }
         while self.log.op().0 - self.commit_max.0 < self.config.pipeline_max_ops {
             let Some(request) = self.request_queue.pop_front() else { break };
             let entry = LogEntry {
@@ -183,10 +192,15 @@ impl Replica {
                 request: request.request,
                 operation: request.operation,
             };
+            let seal = entry.client == cohort_messages::ClientId::SEAL;
             self.stage_append(entry.clone(), fx);
             for member in self.others() {
                 let prepare = self.prepare_message(entry.clone());
                 fx.send(self.node_of(member), Message::Prepare(prepare));
+            }
+            if seal {
+                // Nothing is prepared after a seal (see `seal`).
+                return self.refuse_queued(fx);
             }
         }
     }
@@ -365,6 +379,12 @@ impl Replica {
         while self.commit_min < target {
             let op = self.commit_min.next();
             let Some(entry) = self.log.get(op) else { break };
+            if entry.client == cohort_messages::ClientId::SEAL {
+                let operation = entry.operation.clone();
+                self.commit_min = op;
+                self.apply_seal(op, &operation, fx);
+                continue;
+            }
             let (client, request) = (entry.client, entry.request);
             let result = if self.clients.should_apply(client, request) {
                 let operation = entry.operation.clone();

@@ -6,12 +6,20 @@
 //! what state transfer sends to a member that lags behind it.
 //!
 //! Encoding of `Snapshot::data` (little-endian): magic `b"COHS"`, format u8
-//! (1), state size u32, state bytes, client count u32, then per client: id
-//! u128, request u64, op u64, result size u32, result bytes. It comes from the
-//! network in state transfer, so decoding checks every length.
+//! (2), state size u32, state bytes, client count u32, then per client: id
+//! u128, request u64, op u64, result size u32, result bytes; then the group's
+//! membership when the snapshot was taken: incarnation u64, replication
+//! quorum u8, member count u8, member node ids u64 each. Format 1 has no
+//! membership. It comes from the network in state transfer, so decoding
+//! checks every length.
+//!
+//! The membership makes a snapshot self-describing: the snapshot a member
+//! change saves at the seal is the first durable record of the new
+//! incarnation, and a restart that finds it newer than the superblock (a
+//! crash between the two) recovers into that incarnation.
 
 use bytes::{BufMut, Bytes, BytesMut};
-use cohort_messages::{ClientId, Op, RequestNumber};
+use cohort_messages::{ClientId, Incarnation, NodeId, Op, RequestNumber};
 
 use super::Replica;
 use crate::core::client_table::ClientEntry;
@@ -21,10 +29,21 @@ use crate::core::log::Log;
 use crate::core::storage::Snapshot;
 
 const MAGIC: &[u8; 4] = b"COHS";
-const FORMAT: u8 = 1;
+const FORMAT: u8 = 2;
 
-/// Encode a state machine snapshot and client table.
-pub(crate) fn encode(state: &[u8], clients: &[(ClientId, ClientEntry)]) -> Bytes {
+/// The group's membership as a snapshot records it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SnapshotMembership {
+    /// The incarnation.
+    pub incarnation: Incarnation,
+    /// Its replication quorum.
+    pub replication_quorum: u8,
+    /// Its voting members.
+    pub members: Vec<NodeId>,
+}
+
+/// Encode a state machine snapshot, client table and membership.
+pub(crate) fn encode(state: &[u8], clients: &[(ClientId, ClientEntry)], membership: &SnapshotMembership) -> Bytes {
     let mut out = BytesMut::with_capacity(13 + state.len() + clients.len() * 40);
     out.put_slice(MAGIC);
     out.put_u8(FORMAT);
@@ -38,7 +57,18 @@ pub(crate) fn encode(state: &[u8], clients: &[(ClientId, ClientEntry)]) -> Bytes
         out.put_u32_le(entry.result.len() as u32);
         out.put_slice(&entry.result);
     }
+    out.put_u64_le(membership.incarnation.0);
+    out.put_u8(membership.replication_quorum);
+    out.put_u8(u8::try_from(membership.members.len()).expect("at most 64 members"));
+    for member in &membership.members {
+        out.put_u64_le(member.0);
+    }
     out.freeze()
+}
+
+/// The membership a snapshot records (`None` for format 1 or bad data).
+pub fn snapshot_membership(data: &[u8]) -> Option<SnapshotMembership> {
+    decode(data).ok()?.2
 }
 
 struct Cursor<'a> {
@@ -70,15 +100,18 @@ impl<'a> Cursor<'a> {
     }
 }
 
+/// What a snapshot holds: state, clients, and (format 2) membership.
+type Decoded = (Bytes, Vec<(ClientId, ClientEntry)>, Option<SnapshotMembership>);
+
 /// Decode; every length is checked against what is left.
-pub(crate) fn decode(data: &[u8]) -> Result<(Bytes, Vec<(ClientId, ClientEntry)>), String> {
+pub(crate) fn decode(data: &[u8]) -> Result<Decoded, String> {
     let mut cursor = Cursor { bytes: data };
     if cursor.take(4)? != MAGIC {
         return Err("snapshot has a bad magic".into());
     }
     let format = cursor.take(1)?[0];
-    if format != FORMAT {
-        return Err(format!("snapshot format {format} is not {FORMAT}"));
+    if format != 1 && format != FORMAT {
+        return Err(format!("snapshot format {format} is neither 1 nor {FORMAT}"));
     }
     let state_len = cursor.u32()? as usize;
     let state = Bytes::copy_from_slice(cursor.take(state_len)?);
@@ -96,10 +129,25 @@ pub(crate) fn decode(data: &[u8]) -> Result<(Bytes, Vec<(ClientId, ClientEntry)>
         let result = Bytes::copy_from_slice(cursor.take(result_len)?);
         clients.push((id, ClientEntry { request, op, result }));
     }
+    let membership = if format == FORMAT {
+        let incarnation = Incarnation(cursor.u64()?);
+        let replication_quorum = cursor.take(1)?[0];
+        let count = usize::from(cursor.take(1)?[0]);
+        if count == 0 || count > cohort_messages::GROUP_MEMBERS_MAX {
+            return Err(format!("snapshot membership of {count} members"));
+        }
+        let mut members = Vec::with_capacity(count);
+        for _ in 0..count {
+            members.push(NodeId(cursor.u64()?));
+        }
+        Some(SnapshotMembership { incarnation, replication_quorum, members })
+    } else {
+        None
+    };
     if !cursor.bytes.is_empty() {
         return Err(format!("snapshot has {} trailing bytes", cursor.bytes.len()));
     }
-    Ok((state, clients))
+    Ok((state, clients, membership))
 }
 
 impl Replica {
@@ -127,9 +175,12 @@ impl Replica {
     }
 
     fn take_snapshot(&mut self, fx: &mut Effects) {
+        if self.sealed.is_some() {
+            return; // The seal stays in the log: a restart must apply it again.
+        }
         let op = self.commit_min;
         let view = self.log.view_at(op).expect("applied ops are in the log");
-        let data = encode(&self.state.snapshot(), &self.clients.encode());
+        let data = encode(&self.state.snapshot(), &self.clients.encode(), &self.membership());
         let snapshot = Snapshot { op, view, data };
         let flush =
             fx.stage(self.spec.group, Command::SaveSnapshot { group: self.spec.group, snapshot: snapshot.clone() });
@@ -140,7 +191,7 @@ impl Replica {
 
     /// Replace the state machine, client table and log with a snapshot.
     pub(crate) fn install_snapshot_state(&mut self, snapshot: &Snapshot, fx: &mut Effects) -> Result<(), String> {
-        let (state, clients) = decode(&snapshot.data)?;
+        let (state, clients, _) = decode(&snapshot.data)?;
         self.state.restore(&state)?;
         self.clients.restore(clients);
         self.log = Log::new(snapshot.op, snapshot.view);
@@ -164,10 +215,16 @@ mod tests {
             ClientId(9),
             ClientEntry { request: RequestNumber(3), op: Op(12), result: Bytes::from_static(b"ok") },
         )];
-        let data = encode(b"state", &clients);
-        let (state, back) = decode(&data).unwrap();
+        let membership = SnapshotMembership {
+            incarnation: Incarnation(3),
+            replication_quorum: 2,
+            members: vec![NodeId(4), NodeId(1)],
+        };
+        let data = encode(b"state", &clients, &membership);
+        let (state, back, recorded) = decode(&data).unwrap();
         assert_eq!(&state[..], b"state");
         assert_eq!(back, clients);
+        assert_eq!(recorded, Some(membership));
     }
 
     proptest! {

@@ -116,10 +116,26 @@ impl Replica {
         self.svc_view_seen = self.svc_view_seen.max(view);
         let healthy_primary = self.is_primary() && fx.now < self.step_down_tick();
         let leased_backup = self.status == Status::Normal && !self.is_primary() && fx.now < self.lease_expiry;
-        if healthy_primary || leased_backup {
+        // A sealing incarnation serves no reads (its primary stopped when the
+        // seal entered its log, before any backup holds it), so nothing rests
+        // on leases any more: follow a member that moved to a later view, so
+        // that it too reaches the seal before the group switches.
+        if (healthy_primary || leased_backup) && !self.is_sealing() {
             return;
         }
         self.start_view_change(view, fx);
+    }
+
+    /// A lagging backup asks the primary of its view for the StartView: a
+    /// StartViewChange for the primary's own view is answered with it.
+    pub(crate) fn request_start_view(&mut self, fx: &mut Effects) {
+        let svc = StartViewChange {
+            group: self.spec.group,
+            incarnation: self.spec.incarnation,
+            view: self.view,
+            replica: self.spec.me,
+        };
+        fx.send(self.node_of(self.primary_index()), Message::StartViewChange(svc));
     }
 
     pub(crate) fn on_start_view_change(&mut self, svc: StartViewChange, fx: &mut Effects) {
