@@ -47,9 +47,10 @@ impl Log {
     }
 
     fn caught_up(&mut self, group: u64, node: u64) -> MetadataResult {
+        let incarnation = self.metadata.groups[&GroupId(group)].incarnation;
         self.apply(MetadataCommand::ReportCaughtUp {
             group: GroupId(group),
-            incarnation: Incarnation(1),
+            incarnation,
             node: NodeId(node),
             op: Op(10),
         })
@@ -61,6 +62,29 @@ impl Log {
 
     fn candidates(&self, group: u64) -> Vec<u64> {
         self.metadata.groups[&GroupId(group)].candidates.iter().map(|node| node.0).collect()
+    }
+
+    /// The groups carry out their pending member changes: every next member
+    /// reports holding the seal (what each node's agent does once its
+    /// replica holds it durably).
+    fn seal_pending(&mut self) {
+        let pending: Vec<(GroupId, Incarnation, Vec<NodeId>)> = self
+            .metadata
+            .groups
+            .iter()
+            .filter_map(|(group, record)| {
+                Some((*group, record.incarnation, record.pending.as_ref()?.seal.members.clone()))
+            })
+            .collect();
+        for (group, incarnation, members) in pending {
+            for node in members {
+                self.apply(MetadataCommand::ReportSealed { group, incarnation, node });
+            }
+        }
+    }
+
+    fn incarnation(&self, group: u64) -> u64 {
+        self.metadata.groups[&GroupId(group)].incarnation.0
     }
 
     /// What the metadata primary's driver proposes next, applied.
@@ -86,6 +110,7 @@ impl Log {
                 self.caught_up(group, node);
             }
             self.drive();
+            self.seal_pending();
         }
         panic!("operations did not finish: {:?}", self.metadata.operations);
     }
@@ -113,11 +138,16 @@ fn m2_next_step_waits_for_majority_ack() {
     log.ack(&[4]);
     assert_eq!(log.metadata.next_operation_step(), Some(MetadataCommand::AdvanceOperation { operation: id, step: 1 }));
     assert!(matches!(log.drive(), Some(MetadataResult::Done { .. })));
-    assert_eq!(log.members(0), vec![1, 2, 3, 4], "promoted");
-    assert_eq!(log.metadata.next_operation_step(), None, "the promotion is not acked yet");
+    assert_eq!(log.members(0), vec![1, 2, 3], "the promotion is decided; the group carries it out");
+    log.ack(&[1, 2, 3, 4]);
+    assert_eq!(log.metadata.next_operation_step(), None, "not before the group switched");
+    log.seal_pending();
+    assert_eq!((log.members(0), log.incarnation(0)), (vec![1, 2, 3, 4], 2), "promoted by a switch");
+    assert_eq!(log.metadata.next_operation_step(), None, "the switch is not acked yet");
     log.ack(&[1, 2, 4]);
     log.drive();
-    assert_eq!(log.members(0), vec![1, 2, 4], "the old replica leaves last");
+    log.seal_pending();
+    assert_eq!((log.members(0), log.incarnation(0)), (vec![1, 2, 4], 3), "the old replica leaves last");
     assert!(log.metadata.operations.is_empty());
     assert_eq!(log.metadata.operation_totals.completed, 1);
     // Other metadata changes went on meanwhile: the log took acks between steps.
@@ -146,7 +176,11 @@ fn m4_driver_restart_resumes_plan() {
     let mut log = Log::new(4, &[&[1, 2, 3]]);
     let id = log.start(OperationSpec::Replace { group: GroupId(0), dead: NodeId(2), with: NodeId(4) });
     let record = &log.metadata.operations[&id];
-    assert_eq!((record.plan.len(), record.done), (3, 1), "the whole plan is stored with the first step");
+    assert_eq!(
+        (record.plan.len(), record.done),
+        (2, 1),
+        "the whole plan (add candidate, swap) is stored with the first step"
+    );
     log.ack(&[1, 3, 4]);
     log.caught_up(0, 4);
     // The metadata primary fails: its successor restores the state machine
@@ -162,7 +196,7 @@ fn m4_driver_restart_resumes_plan() {
     log.metadata = successor.state().clone();
     // The dead node never acks: a Replace does not wait for it.
     log.drive_to_end(&[1, 3, 4]);
-    assert_eq!(log.members(0), vec![1, 3, 4]);
+    assert_eq!(log.members(0), vec![1, 4, 3], "node 4 took the dead node's member index");
 }
 
 fn encode(metadata: &Metadata) -> Vec<u8> {
@@ -176,6 +210,7 @@ fn m5_cancel_reverts_steps() {
     let id = log.start(OperationSpec::Decommission { node: NodeId(3) });
     // Finish group 0's move entirely (steps 1 and 2) and group 1's first step.
     for _ in 0..3 {
+        log.seal_pending();
         log.ack(&[1, 2, 3, 4, 5]);
         let candidates: Vec<(u64, u64)> = log
             .metadata
@@ -188,6 +223,7 @@ fn m5_cancel_reverts_steps() {
         }
         log.drive();
     }
+    log.seal_pending();
     assert!(!log.members(0).contains(&3), "group 0 no longer has node 3: {:?}", log.members(0));
     assert!(!log.candidates(1).is_empty(), "group 1 has its candidate");
     assert!(matches!(log.apply(MetadataCommand::CancelOperation { operation: id }), MetadataResult::Done { .. }));
@@ -224,6 +260,7 @@ fn p4_candidate_catches_up_before_voting() {
     assert!(refused(log.apply(report)).contains("not a member"));
     assert!(matches!(log.caught_up(0, 4), MetadataResult::Done { .. }));
     log.drive();
+    log.seal_pending();
     assert_eq!(log.members(0), vec![1, 2, 3, 4]);
     assert!(log.metadata.operations.is_empty());
     assert!(refused(log.caught_up(0, 4)).contains("not a candidate"), "only candidates are reported");
@@ -270,6 +307,17 @@ fn command(nodes: u64, groups: u64) -> impl Strategy<Value = MetadataCommand> {
             op: Op(1)
         }),
         (node.clone(), 0u64..200).prop_map(|(n, e)| MetadataCommand::AckEpoch { node: NodeId(n), epoch: Epoch(e) }),
+        (group.clone(), 1u64..4, node.clone()).prop_map(|(g, i, n)| MetadataCommand::ReportSealed {
+            group: GroupId(g),
+            incarnation: Incarnation(i),
+            node: NodeId(n)
+        }),
+        (group.clone(), node.clone(), 1u64..4).prop_map(|(g, n, i)| MetadataCommand::ReportCaughtUp {
+            group: GroupId(g),
+            incarnation: Incarnation(i),
+            node: NodeId(n),
+            op: Op(1)
+        }),
         Just(MetadataCommand::DeleteGroup { group: GroupId(0) }),
     ]
 }
@@ -292,6 +340,9 @@ proptest! {
                     prop_assert!(seen.insert(*group), "{group} in two operations");
                     let live = &log.metadata.groups[group];
                     prop_assert!(live.members.len() >= *voters, "{group} below its voters: {live:?}");
+                    if let Some(pending) = &live.pending {
+                        prop_assert!(pending.seal.members.len() >= *voters, "{group} would fall below: {live:?}");
+                    }
                 }
             }
             for (group, record) in &log.metadata.groups {

@@ -140,6 +140,17 @@ pub enum MetadataCommand {
         /// The operation.
         operation: OperationId,
     },
+    /// `node` holds the seal of `group`'s incarnation `incarnation` durably
+    /// (a member change in progress): once every next member did, the group
+    /// switches to the next incarnation in the metadata too.
+    ReportSealed {
+        /// The group.
+        group: GroupId,
+        /// The sealed incarnation.
+        incarnation: Incarnation,
+        /// The reporting node.
+        node: NodeId,
+    },
     /// A group's primary reports that candidate `node` holds every op up to
     /// `op` (P4): it may be promoted to a voting member.
     ReportCaughtUp {
@@ -228,9 +239,9 @@ impl MetadataCommand {
                     return Err(invalid(Command::Request, "operation 0 is reserved"));
                 }
             }
-            MetadataCommand::ReportCaughtUp { node, .. } => {
+            MetadataCommand::ReportCaughtUp { node, .. } | MetadataCommand::ReportSealed { node, .. } => {
                 if node.0 == 0 {
-                    return Err(invalid(Command::Request, "report caught up: node 0"));
+                    return Err(invalid(Command::Request, "report caught up or sealed: node 0"));
                 }
             }
         }
@@ -350,6 +361,7 @@ mod tests {
             },
             MetadataCommand::AdvanceOperation { operation: OperationId(3), step: 2 },
             MetadataCommand::CancelOperation { operation: OperationId(3) },
+            MetadataCommand::ReportSealed { group: GroupId(4), incarnation: Incarnation(2), node: NodeId(1) },
             MetadataCommand::ReportCaughtUp {
                 group: GroupId(4),
                 incarnation: Incarnation(1),

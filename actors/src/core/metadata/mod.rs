@@ -36,7 +36,7 @@ use serde::{Deserialize, Serialize};
 
 pub use agent::{AgentConfig, AgentCounters, AgentOutput, HostedGroup, MetadataAgent};
 pub use driver::{KeepaliveOutcome, MetadataDriver};
-pub use operations::{OperationRecord, OperationTotals, Step};
+pub use operations::{OperationRecord, OperationTotals, PendingSwitch, Step};
 pub use session_client::{ExpiredPolicy, SessionAction, SessionClient, SessionState};
 pub use sessions::SessionTracker;
 
@@ -77,6 +77,8 @@ pub struct GroupRecord {
     pub candidates: Vec<NodeId>,
     /// Candidates their primary reported caught up: promotable.
     pub caught_up: BTreeSet<NodeId>,
+    /// A member change decided and not yet carried out by the group.
+    pub pending: Option<PendingSwitch>,
     /// False once deleted (the record stays to remember the incarnation).
     pub live: bool,
     /// The last ownership report, if any.
@@ -121,6 +123,7 @@ impl Metadata {
             MetadataCommand::AckEpoch { .. }
                 | MetadataCommand::ReportOwnership { .. }
                 | MetadataCommand::ReportCaughtUp { .. }
+                | MetadataCommand::ReportSealed { .. }
         );
         let result = self.apply_command(epoch, command);
         if changes_config && !matches!(result, MetadataResult::Refused { .. }) {
@@ -183,6 +186,7 @@ impl Metadata {
                         members,
                         candidates: Vec::new(),
                         caught_up: BTreeSet::new(),
+                        pending: None,
                         live: true,
                         owner: None,
                         owner_view_max: View(0),
@@ -233,6 +237,9 @@ impl Metadata {
             MetadataCommand::CancelOperation { operation } => self.cancel_operation(epoch, operation),
             MetadataCommand::ReportCaughtUp { group, incarnation, node, .. } => {
                 self.report_caught_up(epoch, group, incarnation, node)
+            }
+            MetadataCommand::ReportSealed { group, incarnation, node } => {
+                self.report_sealed(epoch, group, incarnation, node)
             }
             MetadataCommand::AckEpoch { node, epoch: applied } => {
                 let Some(record) = self.nodes.get_mut(&node) else {

@@ -37,14 +37,16 @@ pub enum Step {
         /// The node.
         node: NodeId,
     },
-    /// A candidate leaves (the inverse of `AddCandidate`).
+    /// A candidate leaves (the inverse of `AddCandidate`); nothing to do if
+    /// it is no candidate (any more).
     RemoveCandidate {
         /// The group.
         group: GroupId,
         /// The node.
         node: NodeId,
     },
-    /// A caught-up candidate becomes a voting member at member index `index`.
+    /// A caught-up candidate becomes a voting member at member index `index`:
+    /// a member change, carried out by the group (see [`PendingSwitch`]).
     Promote {
         /// The group.
         group: GroupId,
@@ -53,14 +55,19 @@ pub enum Step {
         /// Its member index.
         index: usize,
     },
-    /// A member goes back to being a candidate (the inverse of `Promote`).
-    Demote {
+    /// A caught-up candidate takes the place of member `out` in one member
+    /// change (replacing a dead replica: the dead one could never hold the
+    /// seal of a change that keeps it). Carried out by the group.
+    Swap {
         /// The group.
         group: GroupId,
-        /// The node.
-        node: NodeId,
+        /// The member leaving.
+        out: NodeId,
+        /// The candidate taking its member index.
+        into: NodeId,
     },
-    /// A member leaves; `index` is where it was, for the inverse.
+    /// A member leaves; `index` is where it was, for the inverse. A member
+    /// change, carried out by the group (see [`PendingSwitch`]).
     RemoveMember {
         /// The group.
         group: GroupId,
@@ -78,7 +85,7 @@ impl Step {
             Step::AddCandidate { group, .. }
             | Step::RemoveCandidate { group, .. }
             | Step::Promote { group, .. }
-            | Step::Demote { group, .. }
+            | Step::Swap { group, .. }
             | Step::RemoveMember { group, .. } => *group,
         }
     }
@@ -88,9 +95,11 @@ impl Step {
         match *self {
             Step::AddCandidate { group, node } => vec![Step::RemoveCandidate { group, node }],
             Step::RemoveCandidate { group, node } => vec![Step::AddCandidate { group, node }],
-            Step::Promote { group, node, .. } => vec![Step::Demote { group, node }],
-            Step::Demote { group, node } => {
-                vec![Step::Promote { group, node, index: usize::MAX }]
+            // The promoted member leaves again; the candidate step's inverse
+            // that follows then finds nothing left to remove.
+            Step::Promote { group, node, index } => vec![Step::RemoveMember { group, node, index }],
+            Step::Swap { group, out, into } => {
+                vec![Step::AddCandidate { group, node: out }, Step::Swap { group, out: into, into: out }]
             }
             // A removed member has missed ops: it comes back through P4.
             Step::RemoveMember { group, node, index } => {
@@ -98,6 +107,22 @@ impl Step {
             }
         }
     }
+}
+
+/// A member change decided by a step and not yet carried out: the group's
+/// primary seals its incarnation with `seal`, each next member reports
+/// holding the seal durably, and when all did the metadata switches the
+/// group to `seal.incarnation` with `seal.members`. Until then the step is
+/// not complete: the next step waits, and a cancel is refused (a sealed
+/// incarnation takes no more writes, so the switch must finish).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingSwitch {
+    /// What the group seals its incarnation with.
+    pub seal: cohort_messages::seal::Seal,
+    /// The candidates after the switch.
+    pub candidates: Vec<NodeId>,
+    /// Next members that reported the seal durable.
+    pub sealed_by: BTreeSet<NodeId>,
 }
 
 /// An operation in flight.
@@ -118,6 +143,18 @@ pub struct OperationRecord {
     pub voters_before: BTreeMap<GroupId, usize>,
     /// A node that is dead and need not ack (replace).
     pub dead: Option<NodeId>,
+}
+
+impl PendingSwitch {
+    fn new(incarnation: cohort_messages::Incarnation, members: Vec<NodeId>, candidates: Vec<NodeId>) -> PendingSwitch {
+        let replication_quorum = (members.len() / 2 + 1) as u8;
+        let seal = cohort_messages::seal::Seal {
+            incarnation: cohort_messages::Incarnation(incarnation.0 + 1),
+            members,
+            replication_quorum,
+        };
+        PendingSwitch { seal, candidates, sealed_by: BTreeSet::new() }
+    }
 }
 
 impl OperationRecord {
@@ -204,12 +241,22 @@ impl Metadata {
 
     /// `CancelOperation`: the rest of the plan becomes the inverse of what was done (M5).
     pub(super) fn cancel_operation(&mut self, epoch: Epoch, id: OperationId) -> MetadataResult {
-        let Some(record) = self.operations.get_mut(&id) else {
+        let Some(record) = self.operations.get(&id) else {
             return MetadataResult::Refused { reason: format!("{id} is not in flight (finished or never started)") };
         };
         if record.cancelled {
             return MetadataResult::Refused { reason: format!("{id} is already being reverted") };
         }
+        if let Some(group) =
+            record.groups().into_iter().find(|g| self.groups.get(g).is_some_and(|r| r.pending.is_some()))
+        {
+            return MetadataResult::Refused {
+                reason: format!("{id}: {group} is switching members; cancel once the switch is done"),
+            };
+        }
+        let Some(record) = self.operations.get_mut(&id) else {
+            return MetadataResult::Refused { reason: format!("{id} is not in flight") };
+        };
         let mut revert = Vec::new();
         for step in record.plan[..record.done].iter().rev() {
             revert.extend(step.inverse());
@@ -238,6 +285,15 @@ impl Metadata {
     pub fn step_gate(&self, record: &OperationRecord) -> Result<(), String> {
         let Some(next) = record.next_step() else { return Err("no step left".into()) };
         let previous = record.done.checked_sub(1).and_then(|done| record.plan.get(done)).unwrap_or(next);
+        if let Some(pending) = self.groups.get(&previous.group()).and_then(|g| g.pending.as_ref()) {
+            return Err(format!(
+                "{} is switching to incarnation {} ({} of {} next members hold the seal)",
+                previous.group(),
+                pending.seal.incarnation.0,
+                pending.sealed_by.len(),
+                pending.seal.members.len()
+            ));
+        }
         if let Some(group) = self.groups.get(&previous.group()) {
             let replicas: Vec<NodeId> = group
                 .members
@@ -259,7 +315,7 @@ impl Metadata {
                 ));
             }
         }
-        if let Step::Promote { group, node, .. } = next
+        if let Step::Promote { group, node, .. } | Step::Swap { group, into: node, .. } = next
             && !self.groups.get(group).is_some_and(|g| g.caught_up.contains(node))
         {
             return Err(format!("candidate {node} of {group} has not caught up yet"));
@@ -267,9 +323,10 @@ impl Metadata {
         Ok(())
     }
 
-    fn finish_if_done(&mut self, id: OperationId) {
+    pub(super) fn finish_if_done(&mut self, id: OperationId) {
         if let Some(record) = self.operations.get(&id)
             && record.done >= record.plan.len()
+            && !record.groups().iter().any(|g| self.groups.get(g).is_some_and(|r| r.pending.is_some()))
         {
             if record.cancelled {
                 self.operation_totals.reverted += 1;
@@ -286,10 +343,24 @@ impl Metadata {
             if self.nodes.contains_key(node) { Ok(()) } else { Err(format!("{node} is not registered")) }
         };
         match spec {
-            OperationSpec::Move { group, from, to } | OperationSpec::Replace { group, dead: from, with: to } => {
+            OperationSpec::Move { group, from, to } => {
                 registered(to)?;
                 let record = self.live_group(*group)?;
                 self.move_steps(*group, record, *from, *to)
+            }
+            OperationSpec::Replace { group, dead, with } => {
+                registered(with)?;
+                let record = self.live_group(*group)?;
+                if !record.members.contains(dead) {
+                    return Err(format!("{dead} is not a member of {group} (members {:?})", record.members));
+                }
+                if record.members.contains(with) || record.candidates.contains(with) {
+                    return Err(format!("{with} already hosts {group}"));
+                }
+                Ok(vec![
+                    Step::AddCandidate { group: *group, node: *with },
+                    Step::Swap { group: *group, out: *dead, into: *with },
+                ])
             }
             OperationSpec::Join { node, groups } => {
                 registered(node)?;
@@ -371,6 +442,9 @@ impl Metadata {
         }
         let record =
             self.groups.get_mut(&group).filter(|record| record.live).ok_or(format!("{group} does not exist"))?;
+        if record.pending.is_some() {
+            return Err(format!("{group} is still switching members"));
+        }
         match *step {
             Step::AddCandidate { node, .. } => {
                 if record.members.contains(&node) || record.candidates.contains(&node) {
@@ -379,50 +453,94 @@ impl Metadata {
                 record.candidates.push(node);
             }
             Step::RemoveCandidate { node, .. } => {
-                let at = record
-                    .candidates
-                    .iter()
-                    .position(|c| *c == node)
-                    .ok_or(format!("{node} is not a candidate of {group}"))?;
-                record.candidates.remove(at);
+                record.candidates.retain(|candidate| *candidate != node);
                 record.caught_up.remove(&node);
             }
             Step::Promote { node, index, .. } => {
+                if !record.candidates.contains(&node) {
+                    return Err(format!("{node} is not a candidate of {group}"));
+                }
                 if !record.caught_up.contains(&node) {
                     return Err(format!("candidate {node} of {group} has not caught up"));
                 }
-                let at = record
-                    .candidates
-                    .iter()
-                    .position(|c| *c == node)
-                    .ok_or(format!("{node} is not a candidate of {group}"))?;
-                record.candidates.remove(at);
-                record.caught_up.remove(&node);
-                let index = index.min(record.members.len());
-                record.members.insert(index, node);
+                let mut members = record.members.clone();
+                members.insert(index.min(members.len()), node);
+                let candidates = record.candidates.iter().copied().filter(|c| *c != node).collect();
+                record.pending = Some(PendingSwitch::new(record.incarnation, members, candidates));
             }
-            Step::Demote { node, .. } | Step::RemoveMember { node, .. } => {
-                let at = record
-                    .members
-                    .iter()
-                    .position(|m| *m == node)
-                    .ok_or(format!("{node} is not a member of {group}"))?;
+            Step::Swap { out, into, .. } => {
+                if !record.candidates.contains(&into) || !record.caught_up.contains(&into) {
+                    return Err(format!("candidate {into} of {group} has not caught up"));
+                }
+                let at =
+                    record.members.iter().position(|m| *m == out).ok_or(format!("{out} is not a member of {group}"))?;
+                let mut members = record.members.clone();
+                members[at] = into;
+                let candidates = record.candidates.iter().copied().filter(|c| *c != into).collect();
+                record.pending = Some(PendingSwitch::new(record.incarnation, members, candidates));
+            }
+            Step::RemoveMember { node, .. } => {
+                if !record.members.contains(&node) {
+                    return Err(format!("{node} is not a member of {group}"));
+                }
                 if record.members.len() - 1 < voters_before {
                     return Err(format!(
                         "removing {node} would leave {group} with {} voters, fewer than its {voters_before}",
                         record.members.len() - 1
                     ));
                 }
-                record.members.remove(at);
-                if record.owner.is_some_and(|owner| owner.node == node) {
-                    record.owner = None;
-                }
-                if matches!(step, Step::Demote { .. }) {
-                    record.candidates.push(node);
-                }
+                let members = record.members.iter().copied().filter(|m| *m != node).collect();
+                record.pending = Some(PendingSwitch::new(record.incarnation, members, record.candidates.clone()));
             }
         }
         Ok(())
+    }
+
+    /// `ReportSealed`: `node` holds the seal of the pending switch durably;
+    /// when every next member did, the group switches in the metadata and
+    /// the step that decided it is complete (its epoch is what the next step
+    /// waits for).
+    pub(super) fn report_sealed(
+        &mut self,
+        epoch: Epoch,
+        group: GroupId,
+        incarnation: cohort_messages::Incarnation,
+        node: NodeId,
+    ) -> MetadataResult {
+        let Some(record) = self.groups.get_mut(&group).filter(|record| record.live) else {
+            return MetadataResult::Refused { reason: format!("{group} does not exist") };
+        };
+        let current = record.incarnation == incarnation;
+        let Some(pending) = record.pending.as_mut().filter(|_| current) else {
+            return MetadataResult::Refused {
+                reason: format!("{group} has no member change pending at incarnation {}", incarnation.0),
+            };
+        };
+        if !pending.seal.members.contains(&node) {
+            return MetadataResult::Refused { reason: format!("{node} is not a next member of {group}") };
+        }
+        pending.sealed_by.insert(node);
+        if pending.sealed_by.len() < pending.seal.members.len() {
+            return MetadataResult::Done { epoch };
+        }
+        let Some(pending) = record.pending.take() else { return MetadataResult::Done { epoch } };
+        for promoted in pending.seal.members.iter().filter(|m| !record.members.contains(m)) {
+            record.caught_up.remove(promoted);
+        }
+        record.incarnation = pending.seal.incarnation;
+        record.members = pending.seal.members;
+        record.candidates = pending.candidates;
+        // Views start again at 0 in the new incarnation.
+        record.owner = None;
+        record.owner_view_max = cohort_messages::View(0);
+        if let Some(id) = self.operation_of(group)
+            && let Some(operation) = self.operations.get_mut(&id)
+        {
+            operation.last_step_epoch = epoch;
+            self.finish_if_done(id);
+        }
+        self.config_epoch = epoch;
+        MetadataResult::Done { epoch }
     }
 
     /// `ReportCaughtUp`: a candidate holds the log; it may be promoted (P4).
