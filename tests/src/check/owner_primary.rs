@@ -72,6 +72,7 @@ mod tests {
             members: vec![NodeId(1), NodeId(2)],
             candidates: Vec::new(),
             caught_up: Default::default(),
+            pending: None,
             live: true,
             owner: Some(owner),
             owner_view_max: View(view),
