@@ -33,8 +33,22 @@ impl Harness {
         };
         config.validate().expect("valid");
         let hosted = vec![
-            HostedGroup { group: GroupId(0), incarnation: Incarnation(1), primary: true, view: View(2) },
-            HostedGroup { group: GroupId(1), incarnation: Incarnation(1), primary: false, view: View(0) },
+            HostedGroup {
+                group: GroupId(0),
+                incarnation: Incarnation(1),
+                primary: true,
+                view: View(2),
+                sealed: None,
+                seal_durable: false,
+            },
+            HostedGroup {
+                group: GroupId(1),
+                incarnation: Incarnation(1),
+                primary: false,
+                view: View(0),
+                sealed: None,
+                seal_durable: false,
+            },
         ];
         Harness {
             agent: MetadataAgent::new(config),

@@ -541,19 +541,7 @@ impl Handler<GetHostedGroups> for ShardActor {
     fn handle(&mut self, _: GetHostedGroups, _ctx: &mut Self::Context) -> Self::Result {
         let now = self.core.now();
         MessageResult(
-            self.core
-                .replicas()
-                .map(|replica| cohort_actors::core::metadata::HostedGroup {
-                    group: replica.group(),
-                    incarnation: self
-                        .incarnations
-                        .get(&replica.group())
-                        .copied()
-                        .unwrap_or(cohort_messages::Incarnation(1)),
-                    primary: replica.is_confirmed_primary(now),
-                    view: replica.view(),
-                })
-                .collect(),
+            self.core.replicas().map(|replica| cohort_actors::core::metadata::HostedGroup::of(replica, now)).collect(),
         )
     }
 }
@@ -581,6 +569,56 @@ impl Handler<UnloadGroup> for ShardActor {
         if !self.storage.remove_group(group) {
             self.fail("the storage worker stopped".into());
         }
+    }
+}
+
+/// The metadata decided a member change of a group this shard leads: seal
+/// its incarnation (refused quietly if it is not the primary, or already
+/// sealed; the agent asks again while the change is pending).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct ProposeSeal {
+    /// The group.
+    pub group: cohort_messages::GroupId,
+    /// The seal.
+    pub seal: cohort_messages::seal::Seal,
+}
+
+impl Handler<ProposeSeal> for ShardActor {
+    type Result = ();
+
+    fn handle(&mut self, ProposeSeal { group, seal }: ProposeSeal, _ctx: &mut Self::Context) {
+        if let Err(error) = self.core.propose_seal(group, seal) {
+            tracing::debug!(group = group.0, %error, "seal not proposed");
+        }
+        self.run();
+    }
+}
+
+/// Every next member held the seal and the metadata switched the group:
+/// switch this shard's sealed replica to the next incarnation.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct SwitchIncarnation(pub cohort_messages::GroupId);
+
+impl Handler<SwitchIncarnation> for ShardActor {
+    type Result = ();
+
+    fn handle(&mut self, SwitchIncarnation(group): SwitchIncarnation, _ctx: &mut Self::Context) {
+        match self.core.switch_incarnation(group) {
+            Ok(()) => {
+                if let Some(replica) = self.core.replica(group) {
+                    self.incarnations.insert(group, replica.incarnation());
+                    eprintln!(
+                        "cohort: {group} switched to incarnation {} with members {:?}",
+                        replica.incarnation().0,
+                        replica.members()
+                    );
+                }
+            }
+            Err(error) => tracing::warn!(group = group.0, %error, "switch refused"),
+        }
+        self.run();
     }
 }
 

@@ -69,12 +69,7 @@ impl Sim {
             .iter()
             .filter_map(|spec| {
                 let replica = shard.replica(spec.group)?;
-                Some(HostedGroup {
-                    group: spec.group,
-                    incarnation: spec.incarnation,
-                    primary: replica.is_confirmed_primary(now),
-                    view: replica.view(),
-                })
+                Some(HostedGroup::of(replica, now))
             })
             .collect();
         let metadata = node.metadata.borrow();
@@ -159,6 +154,18 @@ impl Sim {
                         shard.remove_group(group);
                     }
                     node.unloaded.insert(group);
+                }
+                AgentOutput::ProposeSeal { group, seal } => {
+                    if let Some(shard) = self.nodes[index].shard.as_mut() {
+                        let _ = shard.propose_seal(group, seal);
+                    }
+                    self.drain(index);
+                }
+                AgentOutput::Switch(group) => {
+                    if let Some(shard) = self.nodes[index].shard.as_mut() {
+                        let _ = shard.switch_incarnation(group);
+                    }
+                    self.drain(index);
                 }
                 AgentOutput::Stop(_reason) => {
                     // S3: the node stops; an operator restarts it much later.

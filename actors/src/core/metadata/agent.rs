@@ -26,6 +26,7 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use cohort_messages::metadata::{MetadataCommand, MetadataResult};
+use cohort_messages::seal::Seal;
 use cohort_messages::{
     ClientId, GroupId, Incarnation, NodeId, Outcome, Reply, Request, RequestKind, RequestNumber, SessionExpired,
     SessionId, SessionKeepalive, View,
@@ -77,8 +78,9 @@ impl AgentConfig {
     }
 }
 
-/// A group this node hosts, as its replica sees itself now.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+/// A group this node hosts, as its replica sees itself now
+/// ([`HostedGroup::of`] fills it from the replica).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HostedGroup {
     /// The group.
     pub group: GroupId,
@@ -91,6 +93,24 @@ pub struct HostedGroup {
     pub primary: bool,
     /// The replica's view.
     pub view: View,
+    /// The seal the replica applied, if any (its state is final).
+    pub sealed: Option<Seal>,
+    /// True once that seal is durable on this node.
+    pub seal_durable: bool,
+}
+
+impl HostedGroup {
+    /// What `replica` says of itself at tick `now`.
+    pub fn of(replica: &crate::core::Replica, now: u64) -> HostedGroup {
+        HostedGroup {
+            group: replica.group(),
+            incarnation: replica.incarnation(),
+            primary: replica.is_confirmed_primary(now),
+            view: replica.view(),
+            sealed: replica.sealed().map(|sealed| sealed.seal.clone()),
+            seal_durable: replica.seal_durable().is_some(),
+        }
+    }
 }
 
 /// What the shell must do.
@@ -113,6 +133,19 @@ pub enum AgentOutput {
     SessionOpened(SessionId),
     /// Stop and remove this group's replica and data (S4).
     Unload(GroupId),
+    /// This node's replica is the group's primary and the metadata decided a
+    /// member change: seal the incarnation
+    /// ([`crate::core::Shard::propose_seal`]; a refusal is fine, it is asked
+    /// again while the change is pending).
+    ProposeSeal {
+        /// The group.
+        group: GroupId,
+        /// The seal.
+        seal: Seal,
+    },
+    /// Every next member held the seal and the metadata switched the group:
+    /// switch this node's sealed replica ([`crate::core::Shard::switch_incarnation`]).
+    Switch(GroupId),
     /// Stop the node (S3), with the reason.
     Stop(&'static str),
 }
@@ -160,6 +193,8 @@ pub struct MetadataAgent {
     refused_reports: BTreeMap<GroupId, (View, SessionId)>,
     /// Hosted groups placed elsewhere, since when.
     misplaced_since: BTreeMap<GroupId, u64>,
+    /// Seals proposed, by group, with when (asked again after a retry period).
+    seals_proposed: BTreeMap<GroupId, u64>,
     stopped: bool,
     counters: AgentCounters,
 }
@@ -180,6 +215,7 @@ impl MetadataAgent {
             expiries: VecDeque::new(),
             refused_reports: BTreeMap::new(),
             misplaced_since: BTreeMap::new(),
+            seals_proposed: BTreeMap::new(),
             stopped: false,
             counters: AgentCounters::default(),
         }
@@ -239,6 +275,7 @@ impl MetadataAgent {
             self.expiries.push_back(command);
         }
         self.unload_misplaced(now, metadata, hosted, &mut out);
+        self.carry_out_switches(now, metadata, hosted, &mut out);
         match &mut self.in_flight {
             Some(in_flight) if now >= in_flight.sent_tick.saturating_add(self.config.request_retry_ticks) => {
                 in_flight.sent_tick = now;
@@ -289,11 +326,14 @@ impl MetadataAgent {
         if metadata_primary && let Some(step) = metadata.next_operation_step() {
             return Some(step);
         }
+        if let Some(sealed) = self.sealed_report(metadata, hosted) {
+            return Some(sealed);
+        }
         if let Some(session) = self.current.filter(|session| record.session == Some(*session)) {
             if let Some(report) = self.report_command(metadata, session, hosted) {
                 return Some(report);
             }
-            if record.acked < metadata.config_epoch {
+            if record.acked < metadata.config_epoch && self.conforms(metadata, hosted) {
                 return Some(MetadataCommand::AckEpoch { node, epoch: metadata.config_epoch });
             }
         }
@@ -342,9 +382,8 @@ impl MetadataAgent {
             .filter(|hosted| hosted.group != self.config.metadata_group)
             .filter(|hosted| {
                 metadata.groups.get(&hosted.group).is_some_and(|record| {
-                    !record.live
-                        || record.incarnation > hosted.incarnation
-                        || !(record.members.contains(&node) || record.candidates.contains(&node))
+                    let next = record.pending.as_ref().is_some_and(|pending| pending.seal.members.contains(&node));
+                    !record.live || !(record.members.contains(&node) || record.candidates.contains(&node) || next)
                 })
             })
             .map(|hosted| hosted.group)
@@ -358,6 +397,71 @@ impl MetadataAgent {
                 out.push(AgentOutput::Unload(group));
             }
         }
+    }
+
+    /// Member changes (see `operations`): the primary seals, and a next
+    /// member whose replica is sealed switches once the metadata did.
+    fn carry_out_switches(
+        &mut self,
+        now: u64,
+        metadata: &Metadata,
+        hosted: &[HostedGroup],
+        out: &mut Vec<AgentOutput>,
+    ) {
+        let node = self.config.node;
+        for hosted in hosted.iter().filter(|hosted| hosted.group != self.config.metadata_group) {
+            let Some(record) = metadata.groups.get(&hosted.group).filter(|record| record.live) else { continue };
+            if let Some(pending) = &record.pending
+                && record.incarnation == hosted.incarnation
+                && hosted.primary
+                && hosted.sealed.is_none()
+            {
+                let due = self
+                    .seals_proposed
+                    .get(&hosted.group)
+                    .is_none_or(|sent| now >= sent.saturating_add(self.config.request_retry_ticks));
+                if due {
+                    self.seals_proposed.insert(hosted.group, now);
+                    out.push(AgentOutput::ProposeSeal { group: hosted.group, seal: pending.seal.clone() });
+                }
+            }
+            let switched_in_metadata = hosted.sealed.as_ref().is_some_and(|seal| {
+                seal.incarnation == record.incarnation
+                    && seal.members == record.members
+                    && record.members.contains(&node)
+            });
+            if switched_in_metadata && record.incarnation > hosted.incarnation {
+                self.seals_proposed.remove(&hosted.group);
+                out.push(AgentOutput::Switch(hosted.group));
+            }
+        }
+    }
+
+    /// A next member whose replica holds the pending seal durably says so.
+    fn sealed_report(&self, metadata: &Metadata, hosted: &[HostedGroup]) -> Option<MetadataCommand> {
+        let node = self.config.node;
+        hosted.iter().find_map(|hosted| {
+            let record = metadata.groups.get(&hosted.group)?;
+            let pending = record.pending.as_ref()?;
+            let holds = hosted.seal_durable
+                && hosted.sealed.as_ref() == Some(&pending.seal)
+                && record.incarnation == hosted.incarnation;
+            (holds && pending.seal.members.contains(&node) && !pending.sealed_by.contains(&node))
+                .then_some(MetadataCommand::ReportSealed { group: hosted.group, incarnation: hosted.incarnation, node })
+        })
+    }
+
+    /// Whether this node's replicas match the metadata's placement: every
+    /// group it is a member of is hosted at the metadata's incarnation. A
+    /// node acks a configuration epoch only then, so a step's gate (M2)
+    /// waits for the groups, not just for the log.
+    fn conforms(&self, metadata: &Metadata, hosted: &[HostedGroup]) -> bool {
+        let node = self.config.node;
+        metadata.groups.iter().filter(|(_, record)| record.live && record.members.contains(&node)).all(
+            |(group, record)| {
+                hosted.iter().any(|hosted| hosted.group == *group && hosted.incarnation == record.incarnation)
+            },
+        )
     }
 
     /// The answer to one of this agent's requests (others are ignored).

@@ -45,7 +45,7 @@ use tokio::sync::{oneshot, watch};
 
 use super::{SharedMetadata, StatusBoard, status::AgentStatus};
 use crate::node::Directory;
-use crate::shard::{ClientAnswer, GetHostedGroups, Submit, UnloadGroup};
+use crate::shard::{ClientAnswer, GetHostedGroups, ProposeSeal, Submit, SwitchIncarnation, UnloadGroup};
 use crate::telemetry::NodeMetrics;
 use crate::transport::SendFrames;
 
@@ -259,6 +259,18 @@ impl MetadataAgentActor {
                     );
                 }
                 AgentOutput::Stop(reason) => self.stop(reason.to_string()),
+                AgentOutput::ProposeSeal { group, seal } => {
+                    let shards = self.setup.directory.shard_count();
+                    if let Some(shard) = self.setup.directory.shard(shard_of(group, shards)) {
+                        shard.do_send(ProposeSeal { group, seal });
+                    }
+                }
+                AgentOutput::Switch(group) => {
+                    let shards = self.setup.directory.shard_count();
+                    if let Some(shard) = self.setup.directory.shard(shard_of(group, shards)) {
+                        shard.do_send(SwitchIncarnation(group));
+                    }
+                }
             }
         }
         self.publish();
