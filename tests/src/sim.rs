@@ -232,6 +232,7 @@ impl Sim {
                     group: GroupId(g as u64),
                     incarnation: Incarnation(1),
                     members,
+                    candidates: Vec::new(),
                     me: MemberIndex(0),
                     quorums,
                     write_mode: config.write_mode,
