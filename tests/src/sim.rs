@@ -93,6 +93,9 @@ pub struct SimConfig {
     /// Candidate nodes (P4): indexes `nodes..nodes + candidates`, candidates
     /// of every kv group from the start. Default scenario only.
     pub candidates: usize,
+    /// False: the candidate nodes start hosting nothing, and a scenario
+    /// makes them candidates later with [`Sim::set_candidates`].
+    pub candidates_from_start: bool,
     /// Groups.
     pub groups: usize,
     /// Replication quorum (None: majority).
@@ -123,6 +126,7 @@ impl SimConfig {
             seed,
             nodes: 3,
             candidates: 0,
+            candidates_from_start: true,
             groups: 4,
             replication_quorum: None,
             clients: 6,
@@ -237,7 +241,10 @@ impl Sim {
             "candidates run in the default scenario only"
         );
         let quorums = Quorums::new(config.nodes, config.replication_quorum).expect("valid quorum");
-        let candidates: Vec<_> = (config.nodes..config.nodes + config.candidates).map(node_id).collect();
+        let candidates: Vec<_> = (config.nodes..config.nodes + config.candidates)
+            .filter(|_| config.candidates_from_start)
+            .map(node_id)
+            .collect();
         let specs: Vec<GroupSpec> = (0..config.groups)
             .map(|g| {
                 let members = (0..config.nodes).map(|i| node_id((g + i) % config.nodes)).collect();
