@@ -201,3 +201,17 @@ fn p4_seeds_with_candidates_under_faults() {
     }
     assert!(failures.is_empty(), "{} of {SEEDS} seeds failed:\n{}", failures.len(), failures.join("\n"));
 }
+
+/// Seed 2081 with 2 candidates: a candidate acknowledged a view, crashed
+/// before that view was durable, came back in the older view and ignored
+/// the newer view's Commits, while the primary counted it as confirmed and
+/// never re-sent the StartView. The primary now counts a candidate silent
+/// for a heartbeat timeout as unconfirmed again.
+#[test]
+fn p4_regression_seed_2081_candidate_back_in_an_older_view_rejoins() {
+    let mut config = SimConfig::new(2081);
+    config.candidates = 2;
+    let command = reproduce(&config);
+    let report = run_catching(config).unwrap_or_else(|panic| panic!("{panic}\n  reproduce: {command}"));
+    assert_eq!(report.violations, Vec::<String>::new(), "reproduce: {command}");
+}

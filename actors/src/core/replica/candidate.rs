@@ -23,6 +23,14 @@
 //!   from it, and its messages of that kind are refused at the door. Its
 //!   heartbeat timeout does nothing: a view change among the voters reaches
 //!   it as the new primary's StartView, re-sent until it confirms.
+//! - A backup stuck in an older view times out and asks for the view (its
+//!   StartViewChange draws the primary's StartView); a candidate cannot. So
+//!   the primary counts a candidate that has not answered for
+//!   `commit_heartbeat_timeout_ticks` as unconfirmed again and re-sends it
+//!   the StartView. The simulator found why (seed 2081 with 2 candidates): a
+//!   candidate acknowledged a view, crashed before that view was durable,
+//!   came back in the older view, and ignored the newer view's Commits
+//!   forever while the primary believed it confirmed.
 //! - Candidates are not persisted: the superblock holds the voters. The host
 //!   passes the current candidates in the spec when it recovers a group.
 
@@ -149,11 +157,14 @@ pub(crate) struct CandidateTrack {
     pub confirmed: bool,
     /// R25: whether the last Commit batch to it went to a connected link.
     pub link_connected: bool,
+    /// The last tick it was heard from in this view (a PrepareOk's arrival,
+    /// or the send tick of a Commit it answered), or when tracking began.
+    pub heard_tick: u64,
 }
 
 impl CandidateTrack {
-    pub(crate) fn new(node: NodeId) -> CandidateTrack {
-        CandidateTrack { node, acked: Op(0), confirmed: false, link_connected: true }
+    pub(crate) fn new(node: NodeId, now: u64) -> CandidateTrack {
+        CandidateTrack { node, acked: Op(0), confirmed: false, link_connected: true, heard_tick: now }
     }
 }
 
@@ -187,19 +198,21 @@ impl Replica {
     }
 
     /// A new view: nothing is known of any candidate yet.
-    pub(crate) fn reset_candidate_tracks(&mut self) {
+    pub(crate) fn reset_candidate_tracks(&mut self, now: u64) {
         for track in &mut self.candidates {
             track.acked = Op(0);
             track.confirmed = false;
+            track.heard_tick = now;
         }
     }
 
     /// The primary counts a candidate's PrepareOk: progress only, no quorum.
-    pub(crate) fn on_candidate_prepare_ok(&mut self, slot: usize, op: Op) {
+    pub(crate) fn on_candidate_prepare_ok(&mut self, slot: usize, op: Op, now: u64) {
         debug_assert!(self.is_primary());
         let log_op = self.log.op();
         let track = &mut self.candidates[slot];
         track.confirmed = true;
+        track.heard_tick = track.heard_tick.max(now);
         if op > track.acked && op <= log_op {
             track.acked = op;
         }
@@ -207,9 +220,24 @@ impl Replica {
 
     /// The primary notes a candidate's CommitReply: it is in this view. The
     /// quorum window (R24) is dated from voters' replies only.
-    pub(crate) fn on_candidate_commit_reply(&mut self, slot: usize) {
+    pub(crate) fn on_candidate_commit_reply(&mut self, slot: usize, sent_tick: u64) {
         debug_assert!(self.is_primary());
-        self.candidates[slot].confirmed = true;
+        let track = &mut self.candidates[slot];
+        track.confirmed = true;
+        track.heard_tick = track.heard_tick.max(sent_tick);
+    }
+
+    /// On the primary's send ticks: a candidate silent for a heartbeat
+    /// timeout may sit in an older view (see the module docs); count it as
+    /// unconfirmed so the StartView is re-sent until it answers in this view.
+    pub(crate) fn unconfirm_silent_candidates(&mut self, now: u64) {
+        let timeout = self.config.timing.commit_heartbeat_timeout_ticks;
+        for track in &mut self.candidates {
+            if track.confirmed && now.saturating_sub(track.heard_tick) >= timeout {
+                track.confirmed = false;
+                track.heard_tick = now;
+            }
+        }
     }
 
     /// R6 for candidates: an eager Commit to each candidate that holds the
@@ -267,7 +295,7 @@ impl Replica {
             .map(|node| {
                 old.iter().find(|track| track.node == *node).cloned().unwrap_or_else(|| {
                     added.push(*node);
-                    CandidateTrack::new(*node)
+                    CandidateTrack::new(*node, fx.now)
                 })
             })
             .collect();

@@ -114,6 +114,7 @@ impl Replica {
             let entry = self.commit_entry(state, now);
             fx.queue_commit(self.node_of(member), entry, self.superblock_flush);
         }
+        self.unconfirm_silent_candidates(now);
         self.resend_start_view(fx);
     }
 
@@ -195,7 +196,8 @@ impl Replica {
             return;
         }
         if let Some(slot) = self.candidate_slot(entry.replica) {
-            return self.on_candidate_commit_reply(slot);
+            let sent_tick = entry.timestamp_monotonic.0 / TIMESTAMP_PER_TICK;
+            return self.on_candidate_commit_reply(slot, sent_tick);
         }
         let member = entry.replica.0 as usize;
         if member >= self.contact_tick.len() {

@@ -183,7 +183,7 @@ impl Replica {
             panic!("a replica needs a valid spec (validated by the shard): {error}");
         }
         let members = spec.members.len();
-        let candidates = spec.candidates.iter().map(|node| CandidateTrack::new(*node)).collect();
+        let candidates = spec.candidates.iter().map(|node| CandidateTrack::new(*node, now)).collect();
         let clients = ClientTable::new(config.clients_max);
         Replica {
             status: Status::Normal,

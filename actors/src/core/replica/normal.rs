@@ -281,7 +281,7 @@ impl Replica {
             return;
         }
         if let Some(slot) = self.candidate_slot(ok.replica) {
-            return self.on_candidate_prepare_ok(slot, ok.op);
+            return self.on_candidate_prepare_ok(slot, ok.op, fx.now);
         }
         let member = ok.replica.0 as usize;
         if member >= self.acked.len() {

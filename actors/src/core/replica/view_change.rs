@@ -227,7 +227,7 @@ impl Replica {
         // No member has confirmed the new view yet: no reads until a quorum
         // answers, and the step-down clock starts with the view (R24, V7).
         self.contact_tick = vec![None; members];
-        self.reset_candidate_tracks();
+        self.reset_candidate_tracks(fx.now);
         self.heartbeat.reset(fx.now);
         self.stage_superblock(fx);
         let message = self.start_view_message();
