@@ -55,6 +55,7 @@ fn spec(group: u64, members: Vec<NodeId>, me: u8, replication: Option<usize>) ->
         group: GroupId(group),
         incarnation: Incarnation(1),
         members,
+        candidates: Vec::new(),
         me: MemberIndex(me),
         quorums,
         write_mode: WriteMode::Sync,

@@ -88,6 +88,12 @@ impl SimNode {
         Rc::clone(self.sinks.entry(group).or_default())
     }
 
+    /// A fresh state machine for `group` (see `state_machine`), for a
+    /// replica the harness creates on a running node.
+    pub fn state_machine_for(&mut self, group: GroupId) -> Box<dyn StateMachine> {
+        self.state_machine(group)
+    }
+
     /// A fresh state machine for `group`: the mirrored metadata state
     /// machine for the metadata group, the kv map for the others.
     fn state_machine(&mut self, group: GroupId) -> Box<dyn StateMachine> {

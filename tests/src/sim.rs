@@ -1,6 +1,10 @@
 //! One simulated run: N nodes × G groups on the production core, seeded
 //! faults for a fault phase, then a healed liveness phase in which every
-//! group must commit a new write within a tick budget. In the metadata
+//! group must commit a new write within a tick budget. With `candidates`,
+//! extra nodes are candidates (learners, P4) of every kv group: they take
+//! every fault the voters take, their applies are checked for agreement, they
+//! must never be primary or electing, and after healing each must catch up
+//! with its group's commit point. In the metadata
 //! scenario every node also hosts the metadata group and runs its metadata
 //! agent (`agents.rs`).
 
@@ -90,8 +94,14 @@ impl Scenario {
 pub struct SimConfig {
     /// The seed.
     pub seed: u64,
-    /// Nodes (every group has every node as a member).
+    /// Voting nodes (every group has every one as a member).
     pub nodes: usize,
+    /// Candidate nodes (P4): indexes `nodes..nodes + candidates`, candidates
+    /// of every kv group from the start. Default scenario only.
+    pub candidates: usize,
+    /// False: the candidate nodes start hosting nothing, and a scenario
+    /// makes them candidates later with [`Sim::set_candidates`].
+    pub candidates_from_start: bool,
     /// Groups.
     pub groups: usize,
     /// Replication quorum (None: majority).
@@ -121,6 +131,8 @@ impl SimConfig {
         SimConfig {
             seed,
             nodes: 3,
+            candidates: 0,
+            candidates_from_start: true,
             groups: 4,
             replication_quorum: None,
             clients: 6,
@@ -234,7 +246,15 @@ impl Sim {
                 if rng.chance(200) { ExpiredPolicy::Shutdown } else { ExpiredPolicy::Reconnect { attempts: 3 } }
             });
         }
+        assert!(
+            config.candidates == 0 || config.scenario == Scenario::Default,
+            "candidates run in the default scenario only"
+        );
         let quorums = Quorums::new(config.nodes, config.replication_quorum).expect("valid quorum");
+        let candidates: Vec<_> = (config.nodes..config.nodes + config.candidates)
+            .filter(|_| config.candidates_from_start)
+            .map(node_id)
+            .collect();
         let specs: Vec<GroupSpec> = (0..config.groups)
             .map(|g| {
                 let members = (0..config.nodes).map(|i| node_id((g + i) % config.nodes)).collect();
@@ -242,6 +262,7 @@ impl Sim {
                     group: GroupId(g as u64),
                     incarnation: Incarnation(1),
                     members,
+                    candidates: candidates.clone(),
                     me: MemberIndex(0),
                     quorums,
                     write_mode: config.write_mode,
@@ -251,7 +272,7 @@ impl Sim {
             .collect();
         let metadata_spec =
             (config.scenario == Scenario::Metadata).then(|| crate::metadata::metadata_spec(config.nodes, &specs[0]));
-        let nodes = (0..config.nodes)
+        let nodes = (0..config.nodes + config.candidates)
             .map(|index| SimNode::new(index, &config.core, &node_specs(&specs, metadata_spec.as_ref(), index)))
             .collect();
         let clients = (0..config.clients).map(|index| Client::new(index, config.seed)).collect();
@@ -314,6 +335,7 @@ impl Sim {
                 ));
             }
         }
+        self.check_candidates_catch_up();
         for index in 0..self.nodes.len() {
             self.collect_applies(index);
         }
@@ -514,6 +536,8 @@ impl Sim {
                     continue;
                 }
                 Command::RoleChanged { group, incarnation, view, role } => {
+                    let candidate = self.is_candidate_node(group, index);
+                    self.checkers.role(self.now, group, index, role, candidate);
                     if role == Role::Primary {
                         self.checkers.primary(self.now, group, incarnation, view, index);
                     }
@@ -804,15 +828,81 @@ impl Sim {
     pub fn unblock_all(&mut self) {
         self.network.blocked.clear();
     }
+
+    /// P4: make `nodes` the candidates of `group`, as a host following the
+    /// metadata would: every running replica of the group gets the new list,
+    /// a running node that becomes a candidate creates an empty candidate
+    /// replica, and a running candidate that is dropped unloads the group. A
+    /// crashed node picks up the change when it restarts.
+    pub fn set_candidates(&mut self, group: GroupId, nodes: &[usize]) {
+        let Some(position) = self.specs.iter().position(|spec| spec.group == group) else { return };
+        self.specs[position].candidates = nodes.iter().map(|node| node_id(*node)).collect();
+        let spec = self.specs[position].clone();
+        for index in 0..self.nodes.len() {
+            let wanted = spec_for(&spec, index);
+            let node = &mut self.nodes[index];
+            let Some(hosted) = node.shard.as_ref().map(|shard| shard.replica(group).is_some()) else { continue };
+            let state = (wanted.is_some() && !hosted).then(|| node.state_machine_for(group));
+            let Some(shard) = node.shard.as_mut() else { continue };
+            match (wanted, state) {
+                (Some(mine), Some(state)) => shard.create_group(mine, state).expect("a new candidate replica"),
+                (Some(_), None) => shard.set_candidates(group, spec.candidates.clone()).expect("a valid list"),
+                (None, _) if hosted => {
+                    shard.remove_group(group);
+                    self.checkers.unloaded(index, group);
+                }
+                (None, _) => {}
+            }
+            self.drain(index);
+        }
+    }
+
+    /// True if node `index` is a candidate of `group` (kv groups only).
+    pub fn is_candidate_node(&self, group: GroupId, index: usize) -> bool {
+        self.specs.iter().any(|spec| spec.group == group && spec.candidates.contains(&node_id(index)))
+    }
+
+    /// P4: the primary of `group` says candidate node `index` durably holds
+    /// the log through its commit point.
+    pub fn candidate_caught_up(&self, group: GroupId, index: usize) -> bool {
+        let Some(primary) = self.primary_of(group) else { return false };
+        self.replica(primary, group).is_some_and(|replica| replica.candidate_caught_up(node_id(index)))
+    }
+
+    /// After the liveness phase: every candidate of every group catches up
+    /// with its primary's commit point within another liveness budget (P4,
+    /// V3 for candidates). Nothing to do without candidates.
+    fn check_candidates_catch_up(&mut self) {
+        let mut pending: Vec<(GroupId, usize)> = self
+            .specs
+            .iter()
+            .flat_map(|spec| spec.candidates.iter().map(|node| (spec.group, node_index(*node))))
+            .collect();
+        let deadline = self.now + self.config.liveness_ticks;
+        while !pending.is_empty() && self.now < deadline {
+            pending.retain(|(group, index)| !self.candidate_caught_up(*group, *index));
+            if !pending.is_empty() {
+                self.step(false);
+            }
+        }
+        for (group, index) in pending {
+            self.checkers.violations.push(format!(
+                "liveness: candidate node {index} of {group} did not catch up within {} ticks after the liveness phase",
+                self.config.liveness_ticks
+            ));
+        }
+    }
 }
 
-/// The groups node `index` hosts: every kv group, and the metadata group in
-/// the metadata scenario.
+/// The groups node `index` hosts: every kv group it is a member or a
+/// candidate of, and the metadata group in the metadata scenario.
 fn node_specs(specs: &[GroupSpec], metadata: Option<&GroupSpec>, index: usize) -> Vec<GroupSpec> {
-    specs.iter().chain(metadata).map(|spec| spec_for(spec, index)).collect()
+    specs.iter().chain(metadata).filter_map(|spec| spec_for(spec, index)).collect()
 }
 
-fn spec_for(spec: &GroupSpec, index: usize) -> GroupSpec {
-    let me = spec.members.iter().position(|node| node_index(*node) == index).expect("every node is a member");
-    GroupSpec { me: MemberIndex(me as u8), ..spec.clone() }
+/// `spec` as node `index`'s replica sees it, if the node is a voter or a
+/// candidate of the group.
+fn spec_for(spec: &GroupSpec, index: usize) -> Option<GroupSpec> {
+    let me = spec.members.iter().chain(&spec.candidates).position(|node| node_index(*node) == index)?;
+    Some(GroupSpec { me: MemberIndex(me as u8), ..spec.clone() })
 }

@@ -24,6 +24,9 @@ pub enum Role {
     Backup,
     /// Between views: neither serves nor follows.
     ViewChange,
+    /// A learner (P4): follows the primary and applies committed ops, but
+    /// votes in no quorum and never takes part in a view change.
+    Candidate,
 }
 
 /// Why a quorum wait ended without its quorum (Q2).

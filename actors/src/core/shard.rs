@@ -75,6 +75,12 @@ pub enum ShardError {
     /// before the restart: the host should drop it (and its data).
     #[error("{0}")]
     NotInIncarnation(SealError),
+    /// The spec (or a change of candidates) is invalid.
+    #[error(transparent)]
+    Spec(#[from] crate::core::replica::SpecError),
+    /// The group is not hosted here.
+    #[error("{0} is not on this shard")]
+    UnknownGroup(GroupId),
 }
 
 impl Shard {
@@ -106,14 +112,18 @@ impl Shard {
         if self.groups.contains_key(&spec.group) {
             return Err(ShardError::Exists(spec.group));
         }
-        let member_node = spec.members.get(spec.me.0 as usize).copied().unwrap_or(NodeId(u64::MAX));
+        spec.validate()?;
+        let member_node = spec.node_at(spec.me).unwrap_or(NodeId(u64::MAX));
         if member_node != self.node {
             return Err(ShardError::NotAMember { group: spec.group, me: spec.me, member_node, node: self.node });
         }
         Ok(())
     }
 
-    /// Host a brand-new group (R2: if primary, it heartbeats on the next send tick).
+    /// Host a brand-new group (R2: if primary, it heartbeats on the next send
+    /// tick). With `me` a candidate's index this is a new candidate replica
+    /// of an existing group (P4): it starts empty at view 0 and catches up by
+    /// repair and state transfer once it hears the primary.
     pub fn create_group(&mut self, spec: GroupSpec, state: Box<dyn StateMachine>) -> Result<(), ShardError> {
         self.check_spec(&spec)?;
         let group = spec.group;
@@ -164,6 +174,19 @@ impl Shard {
         self.filed.remove(&group);
         self.insert(group, next);
         Ok(())
+    }
+
+    /// Replace the candidates of a running group (P4), on any of its
+    /// replicas (voter or candidate). Every replica of the group should get
+    /// the same list. A primary starts sending to added candidates at once
+    /// and forgets removed ones; a candidate's own node must stay in the list
+    /// (a removed candidate is unloaded with [`Shard::remove_group`]). The
+    /// list is not persisted: pass it again in the spec on recovery.
+    pub fn set_candidates(&mut self, group: GroupId, candidates: Vec<NodeId>) -> Result<(), ShardError> {
+        let Some(replica) = self.groups.get_mut(&group) else { return Err(ShardError::UnknownGroup(group)) };
+        let result = replica.set_candidates(candidates, &mut self.fx);
+        self.refile(group);
+        result.map_err(ShardError::from)
     }
 
     /// Stop hosting a group (its storage is the caller's to remove).
@@ -320,7 +343,8 @@ impl Shard {
                     crate::core::replica::GroupActivity::Busy => gauges.busy += 1,
                     crate::core::replica::GroupActivity::Idle => gauges.idle += 1,
                 },
-                crate::core::command::Role::Backup => gauges.backup += 1,
+                // Candidates follow like backups (and heartbeat like them).
+                crate::core::command::Role::Backup | crate::core::command::Role::Candidate => gauges.backup += 1,
                 crate::core::command::Role::ViewChange => gauges.view_change += 1,
             }
         }
@@ -339,7 +363,7 @@ impl Shard {
     /// One CommitReply entry of a batch from `from` (R29).
     pub fn on_commit_reply_entry(&mut self, from: NodeId, entry: CommitReplyEntry) {
         self.with_group(entry.group, |replica, _| {
-            let member_ok = replica.spec.members.get(entry.replica.0 as usize) == Some(&from);
+            let member_ok = replica.spec.node_at(entry.replica) == Some(from);
             if entry.partition_incarnation == replica.spec.incarnation && member_ok {
                 replica.on_commit_reply(entry);
             }
@@ -439,7 +463,9 @@ impl Shard {
 
 impl Replica {
     /// Fencing at the door: a group message must come from the node that is
-    /// the member it claims to be, for this incarnation.
+    /// the member it claims to be, for this incarnation; election messages
+    /// only from voters (P4: an index past the group, or a candidate's
+    /// StartViewChange or DoViewChange, is refused here).
     pub(crate) fn accepts_from(&self, from: NodeId, message: &Message) -> bool {
         let (incarnation, replica) = match message {
             Message::Prepare(m) => (m.incarnation, m.replica),
@@ -453,6 +479,9 @@ impl Replica {
             Message::Request(_) => return true,
             _ => return false,
         };
-        incarnation == self.spec.incarnation && self.spec.members.get(replica.0 as usize) == Some(&from)
+        let election = matches!(message, Message::StartViewChange(_) | Message::DoViewChange(_));
+        incarnation == self.spec.incarnation
+            && self.spec.node_at(replica) == Some(from)
+            && (!election || self.spec.is_voter(replica))
     }
 }

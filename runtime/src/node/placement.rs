@@ -99,6 +99,7 @@ pub(crate) fn to_hosted(
                 group: placement.group,
                 incarnation: placement.incarnation,
                 members: placement.members.clone(),
+                candidates: Vec::new(),
                 me: MemberIndex(me as u8),
                 quorums,
                 write_mode: placement.write_mode,

@@ -4,7 +4,7 @@
 //! shard batches every group's Commits and flushes every group's log with one
 //! sync (see docs/architecture.md). The group actor is the replica's face to
 //! the rest of the node and to the host: it holds the typed role
-//! ([`GroupRole`]: primary, backup or electing, with the view) and the commit
+//! ([`GroupRole`]: primary, backup, electing or candidate, with the view) and the commit
 //! point, as the core reports them, and tells subscribers about every change
 //! ([`GroupEvent`]). A host's custom group actors ([`super::custom`]) get
 //! the same role messages from the shard, and the applied ops as well.
@@ -23,6 +23,9 @@ pub enum GroupRole {
     Backup(View),
     /// Electing the primary of `view`.
     ViewChange(View),
+    /// A learner (P4) following the primary of `view`: it applies committed
+    /// ops but votes in no quorum.
+    Candidate(View),
 }
 
 impl GroupRole {
@@ -35,7 +38,10 @@ impl GroupRole {
     /// ```
     pub fn view(self) -> View {
         match self {
-            GroupRole::Primary(view) | GroupRole::Backup(view) | GroupRole::ViewChange(view) => view,
+            GroupRole::Primary(view)
+            | GroupRole::Backup(view)
+            | GroupRole::ViewChange(view)
+            | GroupRole::Candidate(view) => view,
         }
     }
 
@@ -49,6 +55,7 @@ impl GroupRole {
             Role::Primary => GroupRole::Primary(view),
             Role::Backup => GroupRole::Backup(view),
             Role::ViewChange => GroupRole::ViewChange(view),
+            Role::Candidate => GroupRole::Candidate(view),
         }
     }
 }

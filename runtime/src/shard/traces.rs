@@ -420,6 +420,7 @@ fn role_name(role: Role) -> &'static str {
         Role::Primary => "primary",
         Role::Backup => "backup",
         Role::ViewChange => "view_change",
+        Role::Candidate => "candidate",
     }
 }
 

@@ -67,6 +67,11 @@ impl AppliedStream {
         self.streams.retain(|(owner, _), _| *owner != node);
     }
 
+    /// `node` unloaded `group`: that stream ends.
+    pub fn unloaded(&mut self, node: usize, group: GroupId) {
+        self.streams.remove(&(node, group));
+    }
+
     /// Streams with applies never reported (or reports of nothing applied).
     pub fn unmatched(&self) -> Vec<String> {
         let mut found: Vec<String> = self

@@ -6,6 +6,7 @@
 //!   what was committed is never replaced.
 //! - [`acknowledged`]: no acknowledged write lost.
 //! - [`reply_order`]: each client's replies come in request order.
+//! - [`candidates`]: P4, a candidate is never primary and never electing.
 //! - [`applied_stream`]: what a custom group actor is told (`Applied`,
 //!   `Restored`) is exactly what the state machine applied, in order, once.
 //! - [`owner_primary`] (metadata scenario): P1 against the metadata, every
@@ -21,6 +22,7 @@
 pub mod acknowledged;
 pub mod agreement;
 pub mod applied_stream;
+pub mod candidates;
 pub mod metadata_epochs;
 pub mod owner_primary;
 pub mod owner_session;
@@ -55,6 +57,13 @@ impl Checkers {
         }
     }
 
+    /// P4: `node` reported `role` for `group`; `candidate` if it is one.
+    pub fn role(&mut self, tick: u64, group: GroupId, node: usize, role: cohort_actors::core::Role, candidate: bool) {
+        if let Err(violation) = candidates::check(group, node, role, candidate) {
+            self.violations.push(format!("tick {tick}: {violation}"));
+        }
+    }
+
     /// P2/P3: `node` applied `op` of `group` with this digest.
     pub fn applied(&mut self, tick: u64, node: usize, group: GroupId, op: Op, digest: u64) {
         if let Err(violation) = self.agreement.record(node, group, op, digest) {
@@ -85,6 +94,12 @@ impl Checkers {
         self.applied_stream.crashed(node);
         self.owners.crashed(node);
         self.metadata_epochs.crashed(node);
+    }
+
+    /// `node` unloaded `group`: its applied stream of it ends (a later
+    /// replica there starts a new one).
+    pub fn unloaded(&mut self, node: usize, group: GroupId) {
+        self.applied_stream.unloaded(node, group);
     }
 
     /// Metadata scenario: `node`'s metadata replica holds `metadata` (after

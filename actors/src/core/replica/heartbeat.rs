@@ -110,10 +110,11 @@ impl Replica {
         let Some(state) = state else { return };
         // R12: the superblock is saved before the group's Commit joins a batch.
         self.stage_superblock(fx);
-        for member in self.others() {
+        for member in self.receivers() {
             let entry = self.commit_entry(state, now);
             fx.queue_commit(self.node_of(member), entry, self.superblock_flush);
         }
+        self.unconfirm_silent_candidates(now);
         self.resend_start_view(fx);
     }
 
@@ -123,8 +124,8 @@ impl Replica {
         if self.log.op() <= self.commit_max {
             return;
         }
-        for member in self.others() {
-            let from = self.acked[member.0 as usize].max(self.commit_max).next();
+        for member in self.receivers() {
+            let from = self.acked_of(member).max(self.commit_max).next();
             let entries: Vec<_> = self.log.entries_from(from).cloned().collect();
             for entry in entries {
                 let prepare = self.prepare_message(entry);
@@ -138,7 +139,7 @@ impl Replica {
         if fx.now < self.heartbeat.view_start_tick + 2 * self.config.timing.commit_broadcast_interval_ticks {
             return;
         }
-        let unconfirmed: Vec<_> = self.others().filter(|m| !self.confirmed[m.0 as usize]).collect();
+        let unconfirmed: Vec<_> = self.receivers().filter(|m| !self.confirmed_of(*m)).collect();
         if unconfirmed.is_empty() {
             return;
         }
@@ -193,6 +194,10 @@ impl Replica {
     pub(crate) fn on_commit_reply(&mut self, entry: CommitReplyEntry) {
         if !self.is_primary() || entry.view != self.view || entry.replica == self.spec.me {
             return;
+        }
+        if let Some(slot) = self.candidate_slot(entry.replica) {
+            let sent_tick = entry.timestamp_monotonic.0 / TIMESTAMP_PER_TICK;
+            return self.on_candidate_commit_reply(slot, sent_tick);
         }
         let member = entry.replica.0 as usize;
         if member >= self.contact_tick.len() {

@@ -14,7 +14,13 @@
 //!   transfer); it acknowledges nothing until it has.
 //! - `ViewChange`: gave up on the primary of `view - 1` or earlier and is
 //!   electing the primary of `view`.
+//!
+//! # Voters and candidates (P4)
+//! Member indexes `0..members.len()` are the voters; the group's candidates
+//! follow (`members.len() + i`). A candidate receives the log and applies
+//! committed ops but never votes: see `candidate`.
 
+mod candidate;
 mod heartbeat;
 mod normal;
 mod repair;
@@ -36,6 +42,8 @@ use crate::core::quorum::Quorums;
 use crate::core::state_machine::StateMachine;
 use crate::core::storage::{Snapshot, Superblock};
 
+pub(crate) use candidate::CandidateTrack;
+pub use candidate::SpecError;
 pub use heartbeat::HeartbeatState as GroupActivity;
 pub use seal::{SealError, Sealed};
 pub(crate) use view_change::DoViewChangeSummary;
@@ -71,9 +79,13 @@ pub struct GroupSpec {
     pub group: GroupId,
     /// Its incarnation.
     pub incarnation: Incarnation,
-    /// Members in member-index order.
+    /// Voting members in member-index order.
     pub members: Vec<NodeId>,
-    /// This node's member index.
+    /// Candidates (learners, P4): they receive the log and apply committed
+    /// ops but are counted in no quorum. Their member indexes follow the
+    /// voters' (`members.len() + i`).
+    pub candidates: Vec<NodeId>,
+    /// This node's member index (a voter's, or a candidate's).
     pub me: MemberIndex,
     /// Quorum sizes.
     pub quorums: Quorums,
@@ -146,6 +158,10 @@ pub struct Replica {
     pub(crate) superblock_durable_commit: Op,
     /// R25: whether the last Commit batch to each member went to a connected link.
     pub(crate) link_connected: Vec<bool>,
+    /// Per candidate, in `spec.candidates` order: what the primary knows of
+    /// it (P4). Kept apart from the voters' vectors so that no quorum, window
+    /// or lease can count a candidate.
+    pub(crate) candidates: Vec<CandidateTrack>,
 }
 
 impl std::fmt::Debug for Replica {
@@ -169,9 +185,11 @@ impl std::fmt::Debug for Replica {
 
 impl Replica {
     fn blank(spec: GroupSpec, config: CoreConfig, state: Box<dyn StateMachine>, now: u64) -> Replica {
+        if let Err(error) = spec.validate() {
+            panic!("a replica needs a valid spec (validated by the shard): {error}");
+        }
         let members = spec.members.len();
-        assert_eq!(members, spec.quorums.members, "quorums are for another group size");
-        assert!((spec.me.0 as usize) < members, "member index outside the group");
+        let candidates = spec.candidates.iter().map(|node| CandidateTrack::new(*node, now)).collect();
         let clients = ClientTable::new(config.clients_max);
         Replica {
             status: Status::Normal,
@@ -214,6 +232,7 @@ impl Replica {
             sealed: None,
             superblock_durable_commit: Op(0),
             link_connected: vec![true; members],
+            candidates,
             spec,
             config,
         }
@@ -296,7 +315,9 @@ impl Replica {
             let next = replica.view.next();
             replica.lease_expiry = fx.now;
             replica.start_view_change(next, fx);
-        } else if was_normal {
+        } else if was_normal || replica.is_candidate() {
+            // A candidate never takes part in a view change: it waits for
+            // the primary's StartView, which is re-sent until it confirms.
             replica.status = Status::Normal;
             replica.report_role(fx);
         } else {
@@ -312,12 +333,17 @@ impl Replica {
     pub(crate) fn record_link(&mut self, node: NodeId, connected: bool) {
         if let Some(member) = self.spec.members.iter().position(|m| *m == node) {
             self.link_connected[member] = connected;
+        } else if let Some(track) = self.candidates.iter_mut().find(|track| track.node == node) {
+            track.link_connected = connected;
         }
     }
 
     /// R25: whether the last Commit batch to `member` went to a connected link.
     pub fn link_connected(&self, member: MemberIndex) -> bool {
-        self.link_connected.get(member.0 as usize).copied().unwrap_or(false)
+        match self.candidate_slot(member) {
+            Some(slot) => self.candidates[slot].link_connected,
+            None => self.link_connected.get(member.0 as usize).copied().unwrap_or(false),
+        }
     }
 
     /// A primary's heartbeat state (R20); `Busy` for other roles.
@@ -340,13 +366,20 @@ impl Replica {
         self.primary_index_of(self.view)
     }
 
-    /// The node of a member.
+    /// The node of a member (voter or candidate). Indexes from the network
+    /// are checked at the door ([`GroupSpec::node_at`]) before they get here.
     pub fn node_of(&self, member: MemberIndex) -> NodeId {
-        self.spec.members[member.0 as usize]
+        match self.spec.node_at(member) {
+            Some(node) => node,
+            None => panic!("{}: member index {member} outside the group", self.spec.group),
+        }
     }
 
     /// This member's role.
     pub fn role(&self) -> Role {
+        if self.is_candidate() {
+            return Role::Candidate;
+        }
         match self.status {
             Status::ViewChange => Role::ViewChange,
             Status::Normal if self.is_primary() => Role::Primary,
@@ -423,7 +456,7 @@ impl Replica {
         self.state.as_ref()
     }
 
-    /// Other members' indexes.
+    /// Other voters' indexes: who takes part in a view change.
     pub(crate) fn others(&self) -> impl Iterator<Item = MemberIndex> + use<> {
         let me = self.spec.me;
         (0..self.spec.members.len() as u8).map(MemberIndex).filter(move |m| *m != me)
@@ -436,6 +469,13 @@ impl Replica {
             replication_quorum: self.spec.quorums.replication as u8,
             members: self.spec.members.clone(),
         }
+    }
+
+    /// Every other voter, then every candidate: who receives the log
+    /// (Prepares, Commits, StartView). Only quorum-free work uses this.
+    pub(crate) fn receivers(&self) -> impl Iterator<Item = MemberIndex> + use<> {
+        let me = self.spec.me;
+        (0..self.spec.total() as u8).map(MemberIndex).filter(move |m| *m != me)
     }
 
     pub(crate) fn superblock(&self) -> Superblock {
@@ -562,6 +602,12 @@ impl Replica {
                     wake = wake.min(wait.deadline_tick);
                 }
             }
+            Status::Normal if self.is_candidate() => {
+                // No heartbeat timeout: a candidate never starts a view change.
+                if self.needs_repair() {
+                    wake = wake.min(self.repair_deadline);
+                }
+            }
             Status::Normal => {
                 wake = wake.min(self.heartbeat_deadline);
                 if self.svc_view_seen > self.view {
@@ -616,6 +662,11 @@ impl Replica {
                 }
                 self.heartbeat_tick(fx);
             }
+            Status::Normal if self.is_candidate() => {
+                if self.needs_repair() && now >= self.repair_deadline {
+                    self.request_repair(fx);
+                }
+            }
             Status::Normal => {
                 let lease_over_with_election = self.svc_view_seen > self.view && now >= self.lease_expiry;
                 if now >= self.heartbeat_deadline || lease_over_with_election {
@@ -655,6 +706,7 @@ impl Replica {
             );
             assert_eq!(self.acked[self.spec.me.0 as usize], Op(0), "primary counts itself by durable_op");
         }
+        self.candidate_invariants();
         if let Some(previous) = self.log.view_at(self.log.base()) {
             let mut view = previous;
             for entry in self.log.entries_from(self.log.base().next()) {

@@ -194,7 +194,7 @@ impl Replica {
             };
             let seal = entry.client == cohort_messages::ClientId::SEAL;
             self.stage_append(entry.clone(), fx);
-            for member in self.others() {
+            for member in self.receivers() {
                 let prepare = self.prepare_message(entry.clone());
                 fx.send(self.node_of(member), Message::Prepare(prepare));
             }
@@ -294,6 +294,9 @@ impl Replica {
         if !self.is_primary() || ok.view != self.view || ok.replica == self.spec.me {
             return;
         }
+        if let Some(slot) = self.candidate_slot(ok.replica) {
+            return self.on_candidate_prepare_ok(slot, ok.op, fx.now);
+        }
         let member = ok.replica.0 as usize;
         if member >= self.acked.len() {
             return;
@@ -310,6 +313,7 @@ impl Replica {
     pub(crate) fn held_ops(&self) -> Vec<Op> {
         let mut held = self.acked.clone();
         held[self.spec.me.0 as usize] = self.durable_op;
+        debug_assert_eq!(held.len(), self.spec.members.len(), "only voters are counted");
         held
     }
 
@@ -331,6 +335,7 @@ impl Replica {
                 fx.queue_commit(self.node_of(member), entry, self.superblock_flush);
             }
         }
+        self.eager_commits_to_candidates(commit, fx);
         self.check_waits(fx);
         self.prepare_queued(fx);
     }

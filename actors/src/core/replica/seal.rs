@@ -181,6 +181,9 @@ impl Replica {
             group,
             incarnation: sealed.seal.incarnation,
             members,
+            // The next incarnation starts without candidates; the host adds
+            // any the metadata names with `Shard::set_candidates`.
+            candidates: Vec::new(),
             me: MemberIndex(me as u8),
             quorums,
             write_mode: self.spec.write_mode,
@@ -247,6 +250,7 @@ impl GroupSpec {
             .map_err(|error| SealError::Invalid { group, reason: error.to_string() })?;
         self.incarnation = newest.incarnation;
         self.members = newest.members;
+        self.candidates.clear();
         self.me = MemberIndex(me as u8);
         Ok(self)
     }

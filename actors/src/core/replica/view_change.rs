@@ -38,6 +38,7 @@ pub(crate) struct DoViewChangeSummary {
 impl Replica {
     /// Enter the view change for `view`.
     pub(crate) fn start_view_change(&mut self, view: View, fx: &mut Effects) {
+        assert!(!self.is_candidate(), "{self:?}: a candidate never starts a view change (P4)");
         assert!(view > self.view || (view == self.view && self.status == Status::Normal && self.log_view < view));
         let was_primary = self.is_primary();
         fx.metrics.view_changes_started += 1;
@@ -110,7 +111,7 @@ impl Replica {
     /// This is also what keeps one member that cannot hear the primary (a
     /// one-way partition) from dragging a healthy group through view changes.
     fn join_view_change(&mut self, view: View, fx: &mut Effects) {
-        if view <= self.view {
+        if view <= self.view || self.is_candidate() {
             return;
         }
         self.svc_view_seen = self.svc_view_seen.max(view);
@@ -139,6 +140,9 @@ impl Replica {
     }
 
     pub(crate) fn on_start_view_change(&mut self, svc: StartViewChange, fx: &mut Effects) {
+        if self.is_candidate() {
+            return; // P4: a candidate takes no part in elections.
+        }
         if svc.view > self.view {
             self.join_view_change(svc.view, fx);
         }
@@ -152,6 +156,9 @@ impl Replica {
     }
 
     pub(crate) fn on_do_view_change(&mut self, dvc: DoViewChange, fx: &mut Effects) {
+        if self.is_candidate() {
+            return; // P4: a candidate takes no part in elections.
+        }
         if dvc.view > self.view {
             self.join_view_change(dvc.view, fx);
             if dvc.view > self.view && self.primary_index_of(dvc.view) == self.spec.me {
@@ -236,10 +243,11 @@ impl Replica {
         // No member has confirmed the new view yet: no reads until a quorum
         // answers, and the step-down clock starts with the view (R24, V7).
         self.contact_tick = vec![None; members];
+        self.reset_candidate_tracks(fx.now);
         self.heartbeat.reset(fx.now);
         self.stage_superblock(fx);
         let message = self.start_view_message();
-        for member in self.others() {
+        for member in self.receivers() {
             fx.send_durable(self.node_of(member), Message::StartView(message.clone()));
         }
         self.report_role(fx);
@@ -301,6 +309,9 @@ impl Replica {
             self.stage_superblock(fx);
             self.apply_committed(fx);
             self.repair_target = self.repair_target.max(self.commit_max);
+            if self.is_candidate() {
+                self.confirm_view_as_candidate(fx);
+            }
         } else {
             // Lagging: fetch the primary's snapshot; the primary re-sends
             // StartView until we confirm.

@@ -1,0 +1,363 @@
+//! Candidates (learners, P4): replicas that receive a group's log and apply
+//! its committed ops, but never vote.
+//!
+//! Why: a new replica must catch up before it is given a vote, or adding it
+//! would weaken the group while it lags (a majority that counts an empty
+//! member may be one real copy short). So a new replica first joins as a
+//! candidate; once it holds the log through the primary's commit point, the
+//! metadata's multi-step operation promotes it by switching the group to a
+//! new incarnation whose voters include it. Every running incarnation's
+//! quorums stay fixed: they are computed over the voters only.
+//!
+//! Rules:
+//! - Member indexes `0..members.len()` are voters; candidates follow
+//!   (`members.len() + i`). A candidate index is never the primary of any
+//!   view (`view mod voters`).
+//! - The primary sends Prepares, Commit heartbeats (in the same per-peer
+//!   batches, R11) and StartView to candidates too, and answers their repair
+//!   and state-transfer requests like a lagging backup's (V3). It tracks what
+//!   each candidate acknowledged in [`CandidateTrack`], apart from the
+//!   voters' vectors: no commit point, quorum wait, quorum window (R24) or
+//!   lease ever counts a candidate.
+//! - A candidate sends no StartViewChange or DoViewChange, none is awaited
+//!   from it, and its messages of that kind are refused at the door. Its
+//!   heartbeat timeout does nothing: a view change among the voters reaches
+//!   it as the new primary's StartView, re-sent until it confirms.
+//! - A backup stuck in an older view times out and asks for the view (its
+//!   StartViewChange draws the primary's StartView); a candidate cannot. So
+//!   the primary counts a candidate that has not answered for
+//!   `commit_heartbeat_timeout_ticks` as unconfirmed again and re-sends it
+//!   the StartView. The simulator found why (seed 2081 with 2 candidates): a
+//!   candidate acknowledged a view, crashed before that view was durable,
+//!   came back in the older view, and ignored the newer view's Commits
+//!   forever while the primary believed it confirmed.
+//! - Candidates are not persisted: the superblock holds the voters. The host
+//!   passes the current candidates in the spec when it recovers a group.
+
+use cohort_messages::{GROUP_MEMBERS_MAX, GroupId, MemberIndex, Message, NodeId, Op, PrepareOk};
+
+use super::{GroupSpec, Replica, Status};
+use crate::core::effects::Effects;
+
+/// Why a [`GroupSpec`] (or a change of its candidates) is invalid.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SpecError {
+    /// A group needs at least one voter.
+    #[error("{group}: a group needs at least one voting member")]
+    NoVoters {
+        /// The group.
+        group: GroupId,
+    },
+    /// The quorums were computed for another number of voters.
+    #[error("{group}: quorums are for {quorum_members} members, but the group has {voters} voters")]
+    QuorumSize {
+        /// The group.
+        group: GroupId,
+        /// Members the quorums were computed for.
+        quorum_members: usize,
+        /// Voters in the spec.
+        voters: usize,
+    },
+    /// A node is listed twice (among voters, among candidates, or in both).
+    #[error("{group}: {node} is listed twice among the members and candidates")]
+    Duplicate {
+        /// The group.
+        group: GroupId,
+        /// The node listed twice.
+        node: NodeId,
+    },
+    /// More voters and candidates than a member index can name.
+    #[error("{group}: {total} members and candidates exceed {GROUP_MEMBERS_MAX}")]
+    TooMany {
+        /// The group.
+        group: GroupId,
+        /// Voters plus candidates.
+        total: usize,
+    },
+    /// `me` names no voter or candidate.
+    #[error("{group}: member index {me} is outside the {total} members and candidates")]
+    MeOutOfRange {
+        /// The group.
+        group: GroupId,
+        /// The index in the spec.
+        me: MemberIndex,
+        /// Voters plus candidates.
+        total: usize,
+    },
+    /// A candidate's own node is missing from its new candidate list: a
+    /// removed candidate is unloaded (`Shard::remove_group`), not changed.
+    #[error("{group}: this candidate ({node}) is not in the new candidate list; unload the group instead")]
+    RemovesSelf {
+        /// The group.
+        group: GroupId,
+        /// This replica's node.
+        node: NodeId,
+    },
+}
+
+impl GroupSpec {
+    /// Voters plus candidates.
+    pub fn total(&self) -> usize {
+        self.members.len() + self.candidates.len()
+    }
+
+    /// The node of member index `member` (voter or candidate), or `None` if
+    /// the index names neither: what the door checks on every message.
+    pub fn node_at(&self, member: MemberIndex) -> Option<NodeId> {
+        let index = member.0 as usize;
+        match index.checked_sub(self.members.len()) {
+            None => self.members.get(index).copied(),
+            Some(candidate) => self.candidates.get(candidate).copied(),
+        }
+    }
+
+    /// True if `member` is a voter's index.
+    pub fn is_voter(&self, member: MemberIndex) -> bool {
+        (member.0 as usize) < self.members.len()
+    }
+
+    /// The one place a spec is checked: at least one voter, quorums computed
+    /// over the voters, no node twice, at most [`GROUP_MEMBERS_MAX`] voters
+    /// and candidates together, and `me` inside them.
+    pub fn validate(&self) -> Result<(), SpecError> {
+        let group = self.group;
+        let voters = self.members.len();
+        if voters == 0 {
+            return Err(SpecError::NoVoters { group });
+        }
+        if self.quorums.members != voters {
+            return Err(SpecError::QuorumSize { group, quorum_members: self.quorums.members, voters });
+        }
+        let total = self.total();
+        if total > GROUP_MEMBERS_MAX {
+            return Err(SpecError::TooMany { group, total });
+        }
+        let all: Vec<NodeId> = self.members.iter().chain(&self.candidates).copied().collect();
+        for (index, node) in all.iter().enumerate() {
+            if all[..index].contains(node) {
+                return Err(SpecError::Duplicate { group, node: *node });
+            }
+        }
+        if self.me.0 as usize >= total {
+            return Err(SpecError::MeOutOfRange { group, me: self.me, total });
+        }
+        Ok(())
+    }
+}
+
+/// What the primary knows of one candidate (P4). Never read by quorum math.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct CandidateTrack {
+    /// The candidate's node.
+    pub node: NodeId,
+    /// The highest op it acknowledged (PrepareOk) as durably held in this
+    /// view's log.
+    pub acked: Op,
+    /// It confirmed this view (a PrepareOk or CommitReply of this view).
+    pub confirmed: bool,
+    /// R25: whether the last Commit batch to it went to a connected link.
+    pub link_connected: bool,
+    /// The last tick it was heard from in this view (a PrepareOk's arrival,
+    /// or the send tick of a Commit it answered), or when tracking began.
+    pub heard_tick: u64,
+}
+
+impl CandidateTrack {
+    pub(crate) fn new(node: NodeId, now: u64) -> CandidateTrack {
+        CandidateTrack { node, acked: Op(0), confirmed: false, link_connected: true, heard_tick: now }
+    }
+}
+
+impl Replica {
+    /// True if this replica is a candidate of its group.
+    pub fn is_candidate(&self) -> bool {
+        !self.spec.is_voter(self.spec.me)
+    }
+
+    /// The position in `candidates` of member index `member`, if it is a
+    /// candidate's.
+    pub(crate) fn candidate_slot(&self, member: MemberIndex) -> Option<usize> {
+        let slot = (member.0 as usize).checked_sub(self.spec.members.len())?;
+        (slot < self.candidates.len()).then_some(slot)
+    }
+
+    /// The highest op `member` (voter or candidate) acknowledged in this view.
+    pub(crate) fn acked_of(&self, member: MemberIndex) -> Op {
+        match self.candidate_slot(member) {
+            Some(slot) => self.candidates[slot].acked,
+            None => self.acked[member.0 as usize],
+        }
+    }
+
+    /// True if `member` (voter or candidate) confirmed this view.
+    pub(crate) fn confirmed_of(&self, member: MemberIndex) -> bool {
+        match self.candidate_slot(member) {
+            Some(slot) => self.candidates[slot].confirmed,
+            None => self.confirmed[member.0 as usize],
+        }
+    }
+
+    /// A new view: nothing is known of any candidate yet.
+    pub(crate) fn reset_candidate_tracks(&mut self, now: u64) {
+        for track in &mut self.candidates {
+            track.acked = Op(0);
+            track.confirmed = false;
+            track.heard_tick = now;
+        }
+    }
+
+    /// The primary counts a candidate's PrepareOk: progress only, no quorum.
+    pub(crate) fn on_candidate_prepare_ok(&mut self, slot: usize, op: Op, now: u64) {
+        debug_assert!(self.is_primary());
+        let log_op = self.log.op();
+        let track = &mut self.candidates[slot];
+        track.confirmed = true;
+        track.heard_tick = track.heard_tick.max(now);
+        if op > track.acked && op <= log_op {
+            track.acked = op;
+        }
+    }
+
+    /// The primary notes a candidate's CommitReply: it is in this view. The
+    /// quorum window (R24) is dated from voters' replies only.
+    pub(crate) fn on_candidate_commit_reply(&mut self, slot: usize, sent_tick: u64) {
+        debug_assert!(self.is_primary());
+        let track = &mut self.candidates[slot];
+        track.confirmed = true;
+        track.heard_tick = track.heard_tick.max(sent_tick);
+    }
+
+    /// On the primary's send ticks: a candidate silent for a heartbeat
+    /// timeout may sit in an older view (see the module docs); count it as
+    /// unconfirmed so the StartView is re-sent until it answers in this view.
+    pub(crate) fn unconfirm_silent_candidates(&mut self, now: u64) {
+        let timeout = self.config.timing.commit_heartbeat_timeout_ticks;
+        for track in &mut self.candidates {
+            if track.confirmed && now.saturating_sub(track.heard_tick) >= timeout {
+                track.confirmed = false;
+                track.heard_tick = now;
+            }
+        }
+    }
+
+    /// R6 for candidates: an eager Commit to each candidate that holds the
+    /// new commit point.
+    pub(crate) fn eager_commits_to_candidates(&mut self, commit: Op, fx: &mut Effects) {
+        for slot in 0..self.candidates.len() {
+            if self.candidates[slot].acked >= commit {
+                let entry = self.commit_entry(cohort_messages::HeartbeatState::Eager, fx.now);
+                fx.queue_commit(self.candidates[slot].node, entry, self.superblock_flush);
+            }
+        }
+    }
+
+    /// A candidate that adopted a view's log tells the primary at once how
+    /// far it holds it, once the adoption is durable: otherwise an idle
+    /// group's primary would not learn a candidate's progress until the next
+    /// write. (Voters confirm by CommitReply; their progress counts only
+    /// through later PrepareOks, which keeps their behaviour as it was.)
+    pub(crate) fn confirm_view_as_candidate(&mut self, fx: &mut Effects) {
+        debug_assert!(self.is_candidate());
+        if self.durable_op == Op(0) || self.status != Status::Normal || self.log_view != self.view {
+            return;
+        }
+        let ok = PrepareOk {
+            group: self.spec.group,
+            incarnation: self.spec.incarnation,
+            view: self.view,
+            op: self.durable_op,
+            replica: self.spec.me,
+        };
+        fx.send_durable(self.node_of(self.primary_index()), Message::PrepareOk(ok));
+    }
+
+    /// Replace the group's candidates (P4), on any replica. Tracking of a
+    /// kept candidate carries over (by node), a removed one's is dropped, an
+    /// added one starts empty; a primary sends each added candidate the
+    /// StartView at once and includes it in every later send. A candidate's
+    /// own member index follows its position in the new list.
+    pub(crate) fn set_candidates(&mut self, candidates: Vec<NodeId>, fx: &mut Effects) -> Result<(), SpecError> {
+        let mut spec = self.spec.clone();
+        spec.candidates = candidates;
+        if self.is_candidate() {
+            let node = self.node_of(self.spec.me);
+            let Some(slot) = spec.candidates.iter().position(|candidate| *candidate == node) else {
+                return Err(SpecError::RemovesSelf { group: spec.group, node });
+            };
+            spec.me = MemberIndex(u8::try_from(spec.members.len() + slot).unwrap_or(u8::MAX));
+        }
+        spec.validate()?;
+        let old = std::mem::take(&mut self.candidates);
+        let mut added = Vec::new();
+        self.candidates = spec
+            .candidates
+            .iter()
+            .map(|node| {
+                old.iter().find(|track| track.node == *node).cloned().unwrap_or_else(|| {
+                    added.push(*node);
+                    CandidateTrack::new(*node, fx.now)
+                })
+            })
+            .collect();
+        self.spec = spec;
+        // A transfer from a candidate's index may now name another node.
+        if self.state_transfer.as_ref().is_some_and(|transfer| !self.spec.is_voter(transfer.source)) {
+            self.state_transfer = None;
+        }
+        if self.is_primary() && !added.is_empty() {
+            let message = self.start_view_message();
+            for node in added {
+                fx.send_durable(node, Message::StartView(message.clone()));
+            }
+        }
+        Ok(())
+    }
+
+    /// P4, on the primary: per candidate, the op through which it holds this
+    /// view's log durably (as acknowledged). Empty on any other replica.
+    pub fn candidate_progress(&self) -> Vec<(NodeId, Op)> {
+        if !self.is_primary() {
+            return Vec::new();
+        }
+        self.candidates.iter().map(|track| (track.node, track.acked)).collect()
+    }
+
+    /// P4, on the primary: true if candidate `node` confirmed this view and
+    /// durably holds its log through the primary's commit point. What a host
+    /// waits for before reporting `ReportCaughtUp`. False on any other
+    /// replica and for nodes that are not candidates.
+    pub fn candidate_caught_up(&self, node: NodeId) -> bool {
+        self.is_primary()
+            && self
+                .candidates
+                .iter()
+                .any(|track| track.node == node && track.confirmed && track.acked >= self.commit_max)
+    }
+
+    /// The candidates' share of [`Replica::invariants`].
+    pub(crate) fn candidate_invariants(&self) {
+        let voters = self.spec.members.len();
+        assert!(self.spec.validate().is_ok(), "{self:?}: invalid spec");
+        // Quorum math reads only these voter-sized vectors: a candidate is
+        // never counted in a commit point, quorum wait, window or election.
+        assert_eq!(self.acked.len(), voters, "{self:?}: acks of non-voters");
+        assert_eq!(self.confirmed.len(), voters, "{self:?}: confirmations of non-voters");
+        assert_eq!(self.contact_tick.len(), voters, "{self:?}: quorum window over non-voters");
+        assert_eq!(self.dvcs.len(), voters, "{self:?}: DoViewChanges of non-voters");
+        assert!(
+            self.candidates.iter().map(|track| track.node).eq(self.spec.candidates.iter().copied()),
+            "{self:?}: candidate tracking out of step with the spec"
+        );
+        if self.is_candidate() {
+            assert_eq!(self.status, Status::Normal, "{self:?}: a candidate in a view change");
+            assert!(!self.is_primary(), "{self:?}: a candidate is primary");
+            assert!(self.dvcs.iter().all(Option::is_none), "{self:?}: a candidate collected DoViewChanges");
+            assert!(self.waits.is_empty() && self.request_queue.is_empty(), "{self:?}: a candidate holds requests");
+        }
+        if self.is_primary() {
+            for track in &self.candidates {
+                assert!(track.acked <= self.log.op(), "{self:?}: candidate acked past the log");
+            }
+        }
+    }
+}
