@@ -40,6 +40,8 @@ impl Harness {
                 view: View(2),
                 sealed: None,
                 seal_durable: false,
+                candidates: Vec::new(),
+                caught_up: Vec::new(),
             },
             HostedGroup {
                 group: GroupId(1),
@@ -48,6 +50,8 @@ impl Harness {
                 view: View(0),
                 sealed: None,
                 seal_durable: false,
+                candidates: Vec::new(),
+                caught_up: Vec::new(),
             },
         ];
         Harness {

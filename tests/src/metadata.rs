@@ -93,7 +93,14 @@ impl StateMachine for MirroredMetadata {
 /// The metadata group's spec for node `index` of `nodes`: every node is a
 /// member, in node order (node 0 is view 0's primary).
 pub fn metadata_spec(nodes: usize, template: &GroupSpec) -> GroupSpec {
-    GroupSpec { group: GroupId::METADATA, members: (0..nodes).map(node_id).collect(), ..template.clone() }
+    let quorums = cohort_actors::core::Quorums::new(nodes, None).expect("a metadata group of 1 to 64 nodes");
+    GroupSpec {
+        group: GroupId::METADATA,
+        members: (0..nodes).map(node_id).collect(),
+        candidates: Vec::new(),
+        quorums,
+        ..template.clone()
+    }
 }
 
 /// A fresh agent for node `index` on its `restarts`-th start. Its client id

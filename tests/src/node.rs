@@ -45,6 +45,10 @@ pub struct SimNode {
     pub agent_last: Option<Request>,
     /// Groups the agent unloaded (S4): not hosted again after a restart.
     pub unloaded: BTreeSet<GroupId>,
+    /// Candidate replicas created while running (P4), by group: recovered
+    /// with this spec after a restart (storage upgrades it if the group
+    /// switched incarnation since).
+    pub extra_specs: std::collections::BTreeMap<GroupId, cohort_actors::core::GroupSpec>,
 }
 
 /// The node id of node `index`.
@@ -74,6 +78,7 @@ impl SimNode {
             agent_target: index,
             agent_last: None,
             unloaded: BTreeSet::new(),
+            extra_specs: std::collections::BTreeMap::new(),
         };
         let mut shard = Shard::new(node_id(index), config.clone());
         for spec in specs {
@@ -133,14 +138,23 @@ impl SimNode {
         };
         let mut shard = Shard::new(node_id(self.index), config.clone());
         shard.on_tick(now);
-        for spec in specs {
+        let mut all: Vec<GroupSpec> =
+            specs.iter().filter(|spec| !self.extra_specs.contains_key(&spec.group)).cloned().collect();
+        all.extend(self.extra_specs.values().cloned());
+        for spec in all {
             if self.unloaded.contains(&spec.group) {
                 continue;
             }
-            let state = self.state_machine(spec.group);
-            let group = recovered.groups.remove(&spec.group).unwrap_or_default();
-            if let Err(error) = shard.recover_group(spec.clone(), state, group) {
-                panic!("node {} cannot recover {}: {error}", self.index, spec.group);
+            let group_id = spec.group;
+            let state = self.state_machine(group_id);
+            let group = recovered.groups.remove(&group_id).unwrap_or_default();
+            match shard.recover_group(spec, state, group) {
+                Ok(()) => {}
+                // Switched away before the restart (a member change): drop it.
+                Err(cohort_actors::core::ShardError::NotInIncarnation(_)) => {
+                    self.unloaded.insert(group_id);
+                }
+                Err(error) => panic!("node {} cannot recover {group_id}: {error}", self.index),
             }
         }
         self.shard = Some(shard);

@@ -104,6 +104,9 @@ pub struct SimConfig {
     pub candidates_from_start: bool,
     /// Groups.
     pub groups: usize,
+    /// Voters of each kv group (None: every node; the metadata scenario
+    /// uses one node fewer, so operations have somewhere to move replicas).
+    pub group_size: Option<usize>,
     /// Replication quorum (None: majority).
     pub replication_quorum: Option<usize>,
     /// Clients.
@@ -134,6 +137,7 @@ impl SimConfig {
             candidates: 0,
             candidates_from_start: true,
             groups: 4,
+            group_size: None,
             replication_quorum: None,
             clients: 6,
             fault_ticks: 1500,
@@ -250,14 +254,17 @@ impl Sim {
             config.candidates == 0 || config.scenario == Scenario::Default,
             "candidates run in the default scenario only"
         );
-        let quorums = Quorums::new(config.nodes, config.replication_quorum).expect("valid quorum");
+        let default_size = if config.scenario == Scenario::Metadata { config.nodes - 1 } else { config.nodes };
+        let group_size = config.group_size.unwrap_or(default_size).clamp(1, config.nodes);
+        let replication = config.replication_quorum.map(|q| q.min(group_size));
+        let quorums = Quorums::new(group_size, replication).expect("valid quorum");
         let candidates: Vec<_> = (config.nodes..config.nodes + config.candidates)
             .filter(|_| config.candidates_from_start)
             .map(node_id)
             .collect();
         let specs: Vec<GroupSpec> = (0..config.groups)
             .map(|g| {
-                let members = (0..config.nodes).map(|i| node_id((g + i) % config.nodes)).collect();
+                let members = (0..group_size).map(|i| node_id((g + i) % config.nodes)).collect();
                 GroupSpec {
                     group: GroupId(g as u64),
                     incarnation: Incarnation(1),

@@ -25,6 +25,8 @@ fn cluster(policy: ExpiredPolicy) -> Sim {
     let mut config = SimConfig::metadata(11);
     config.faults = Some(Faults::default());
     config.groups = GROUPS;
+    // Every node a member of every kv group: a paused primary leaves a quorum.
+    config.group_size = Some(3);
     config.clients = 0;
     config.expired_policy = Some(policy);
     let mut sim = Sim::new(config);

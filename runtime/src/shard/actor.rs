@@ -172,6 +172,8 @@ pub struct ShardActor {
     /// True while draining what the core emitted while building the groups:
     /// the actors were told the resulting role already.
     draining_build: bool,
+    /// The node's group kinds, for groups created while running (P4 candidates).
+    kinds: Arc<crate::node::kind::Kinds>,
 }
 
 /// The actors that follow one group replica on this shard.
@@ -230,6 +232,7 @@ impl ShardActor {
             custom_factories,
             resync_pending: Vec::new(),
             draining_build: false,
+            kinds: setup.kinds,
         };
         (actor, failure)
     }
@@ -590,6 +593,75 @@ impl Handler<ProposeSeal> for ShardActor {
     fn handle(&mut self, ProposeSeal { group, seal }: ProposeSeal, _ctx: &mut Self::Context) {
         if let Err(error) = self.core.propose_seal(group, seal) {
             tracing::debug!(group = group.0, %error, "seal not proposed");
+        }
+        self.run();
+    }
+}
+
+/// The metadata names this node a candidate of a group (P4): host an empty
+/// candidate replica of it (replacing the replica of an older incarnation
+/// and its data); it catches up from the primary.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct HostCandidate {
+    /// The replica to create: `me` is this node's candidate index.
+    pub spec: cohort_actors::core::GroupSpec,
+    /// Its kind.
+    pub kind: crate::node::GroupKind,
+}
+
+impl Handler<HostCandidate> for ShardActor {
+    type Result = ();
+
+    fn handle(&mut self, HostCandidate { spec, kind }: HostCandidate, _ctx: &mut Self::Context) {
+        let group = spec.group;
+        let Some(kind_spec) = self.kinds.get(&kind) else {
+            tracing::warn!(group = group.0, %kind, "candidate of an unregistered kind: not hosted");
+            return;
+        };
+        if self.core.remove_group(group) {
+            self.groups.remove(&group);
+            self.waiting.retain(|key, _| key.0 != group);
+            self.remote_waiting.retain(|key, _| key.0 != group);
+            if !self.storage.remove_group(group) {
+                return self.fail("the storage worker stopped".into());
+            }
+        }
+        let label = self.metrics.group_kind(&kind.to_string());
+        let state = (kind_spec.state_machines)(group);
+        let state = Box::new(ObservedStateMachine::new(state, group, label, Rc::clone(&self.traces)));
+        let incarnation = spec.incarnation;
+        if let Err(error) = self.core.create_group(spec, state) {
+            tracing::warn!(group = group.0, %error, "candidate not hosted");
+            return;
+        }
+        self.incarnations.insert(group, incarnation);
+        let actor = GroupActor::new(group).start();
+        if let Some(replica) = self.core.replica(group) {
+            actor.do_send(RoleChanged { group, role: GroupRole::from_core(replica.role(), replica.view()) });
+        }
+        self.groups.insert(group, GroupLink { actor, custom: None });
+        eprintln!("cohort: hosting {group} (incarnation {}) as a candidate", incarnation.0);
+        self.run();
+    }
+}
+
+/// The metadata's candidates of a hosted group changed (P4).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct SetCandidates {
+    /// The group.
+    pub group: cohort_messages::GroupId,
+    /// Its candidates.
+    pub candidates: Vec<NodeId>,
+}
+
+impl Handler<SetCandidates> for ShardActor {
+    type Result = ();
+
+    fn handle(&mut self, SetCandidates { group, candidates }: SetCandidates, _ctx: &mut Self::Context) {
+        if let Err(error) = self.core.set_candidates(group, candidates) {
+            tracing::warn!(group = group.0, %error, "candidates not set");
         }
         self.run();
     }

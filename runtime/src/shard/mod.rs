@@ -12,8 +12,8 @@ pub mod traces;
 
 pub(crate) use actor::GetCustomActor;
 pub use actor::{
-    ClientAnswer, GetHostedGroups, GetReport, Inbound, ProposeSeal, REMOTE_WAITERS_MAX, ReplaceOutbox, ShardActor,
-    ShardReport, ShardSetup, Submit, SubscribeGroup, SwitchIncarnation, UnloadGroup,
+    ClientAnswer, GetHostedGroups, GetReport, HostCandidate, Inbound, ProposeSeal, REMOTE_WAITERS_MAX, ReplaceOutbox,
+    SetCandidates, ShardActor, ShardReport, ShardSetup, Submit, SubscribeGroup, SwitchIncarnation, UnloadGroup,
 };
 pub use custom::{Applied, AppliedOp, CustomGroupActor, GroupReplica, Restored};
 pub use group::{GroupEvent, GroupRole, RoleChanged};

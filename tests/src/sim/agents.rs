@@ -149,15 +149,33 @@ impl Sim {
                 AgentOutput::SessionOpened(_) => {}
                 AgentOutput::Unload(group) => {
                     self.collect_applies(index);
+                    self.checkers.unloaded(index, group);
                     let node = &mut self.nodes[index];
                     if let Some(shard) = node.shard.as_mut() {
                         shard.remove_group(group);
                     }
+                    let _ = cohort_actors::core::storage::Storage::remove_group(&mut node.storage, group);
                     node.unloaded.insert(group);
+                    node.extra_specs.remove(&group);
                 }
                 AgentOutput::ProposeSeal { group, seal } => {
                     if let Some(shard) = self.nodes[index].shard.as_mut() {
                         let _ = shard.propose_seal(group, seal);
+                    }
+                    self.drain(index);
+                }
+                AgentOutput::HostCandidate { group, incarnation, members, candidates, .. } => {
+                    self.host_candidate(index, group, incarnation, members, candidates);
+                }
+                AgentOutput::SetCandidates { group, candidates } => {
+                    let node = &mut self.nodes[index];
+                    if let Some(shard) = node.shard.as_mut()
+                        && shard.set_candidates(group, candidates.clone()).is_ok()
+                        && let Some(spec) = node.extra_specs.get_mut(&group)
+                        && let Some(slot) = candidates.iter().position(|c| *c == node_id(index))
+                    {
+                        spec.me = cohort_messages::MemberIndex((spec.members.len() + slot) as u8);
+                        spec.candidates = candidates;
                     }
                     self.drain(index);
                 }
@@ -179,6 +197,45 @@ impl Sim {
                 }
             }
         }
+    }
+
+    /// P4: node `index` hosts an empty candidate replica of `group` (replacing
+    /// a replica of an older incarnation and its data).
+    fn host_candidate(
+        &mut self,
+        index: usize,
+        group: GroupId,
+        incarnation: cohort_messages::Incarnation,
+        members: Vec<cohort_messages::NodeId>,
+        candidates: Vec<cohort_messages::NodeId>,
+    ) {
+        let Some(slot) = candidates.iter().position(|node| *node == node_id(index)) else { return };
+        let Ok(quorums) = cohort_actors::core::Quorums::new(members.len(), None) else { return };
+        let spec = cohort_actors::core::GroupSpec {
+            group,
+            incarnation,
+            me: cohort_messages::MemberIndex((members.len() + slot) as u8),
+            members,
+            candidates,
+            quorums,
+            write_mode: self.config.write_mode,
+            report_applied: true,
+        };
+        self.collect_applies(index);
+        let node = &mut self.nodes[index];
+        let Some(shard) = node.shard.as_mut() else { return };
+        if shard.remove_group(group) {
+            let _ = cohort_actors::core::storage::Storage::remove_group(&mut node.storage, group);
+            self.checkers.unloaded(index, group);
+        }
+        let state = node.state_machine_for(group);
+        if let Some(shard) = node.shard.as_mut()
+            && shard.create_group(spec.clone(), state).is_ok()
+        {
+            node.unloaded.remove(&group);
+            node.extra_specs.insert(group, spec);
+        }
+        self.drain(index);
     }
 
     fn send_from_node(&mut self, from: usize, to: usize, message: Message) {

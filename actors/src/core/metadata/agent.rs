@@ -97,6 +97,10 @@ pub struct HostedGroup {
     pub sealed: Option<Seal>,
     /// True once that seal is durable on this node.
     pub seal_durable: bool,
+    /// The replica's candidates (P4).
+    pub candidates: Vec<NodeId>,
+    /// On the primary: candidates that hold the log through its commit point.
+    pub caught_up: Vec<NodeId>,
 }
 
 impl HostedGroup {
@@ -109,6 +113,13 @@ impl HostedGroup {
             view: replica.view(),
             sealed: replica.sealed().map(|sealed| sealed.seal.clone()),
             seal_durable: replica.seal_durable().is_some(),
+            candidates: replica.candidate_nodes().to_vec(),
+            caught_up: replica
+                .candidate_nodes()
+                .iter()
+                .copied()
+                .filter(|node| replica.candidate_caught_up(*node))
+                .collect(),
         }
     }
 }
@@ -146,6 +157,30 @@ pub enum AgentOutput {
     /// Every next member held the seal and the metadata switched the group:
     /// switch this node's sealed replica ([`crate::core::Shard::switch_incarnation`]).
     Switch(GroupId),
+    /// The metadata names this node a candidate of a group it does not host
+    /// (at this incarnation): create an empty candidate replica with these
+    /// members and candidates (dropping an older incarnation's replica); it
+    /// catches up from the primary (P4).
+    HostCandidate {
+        /// The group.
+        group: GroupId,
+        /// Its kind.
+        kind: String,
+        /// Its incarnation.
+        incarnation: Incarnation,
+        /// Its voting members.
+        members: Vec<NodeId>,
+        /// Its candidates, this node among them.
+        candidates: Vec<NodeId>,
+    },
+    /// A hosted replica's candidates differ from the metadata's: set them
+    /// ([`crate::core::Shard::set_candidates`]).
+    SetCandidates {
+        /// The group.
+        group: GroupId,
+        /// The candidates.
+        candidates: Vec<NodeId>,
+    },
     /// Stop the node (S3), with the reason.
     Stop(&'static str),
 }
@@ -195,6 +230,8 @@ pub struct MetadataAgent {
     misplaced_since: BTreeMap<GroupId, u64>,
     /// Seals proposed, by group, with when (asked again after a retry period).
     seals_proposed: BTreeMap<GroupId, u64>,
+    /// Candidate replicas asked for, by (group, incarnation, candidates).
+    candidates_hosted: std::collections::BTreeSet<(GroupId, Incarnation, Vec<NodeId>)>,
     stopped: bool,
     counters: AgentCounters,
 }
@@ -216,6 +253,7 @@ impl MetadataAgent {
             refused_reports: BTreeMap::new(),
             misplaced_since: BTreeMap::new(),
             seals_proposed: BTreeMap::new(),
+            candidates_hosted: std::collections::BTreeSet::new(),
             stopped: false,
             counters: AgentCounters::default(),
         }
@@ -276,6 +314,7 @@ impl MetadataAgent {
         }
         self.unload_misplaced(now, metadata, hosted, &mut out);
         self.carry_out_switches(now, metadata, hosted, &mut out);
+        self.follow_candidates(metadata, hosted, &mut out);
         match &mut self.in_flight {
             Some(in_flight) if now >= in_flight.sent_tick.saturating_add(self.config.request_retry_ticks) => {
                 in_flight.sent_tick = now;
@@ -328,6 +367,9 @@ impl MetadataAgent {
         }
         if let Some(sealed) = self.sealed_report(metadata, hosted) {
             return Some(sealed);
+        }
+        if let Some(caught_up) = self.caught_up_report(metadata, hosted) {
+            return Some(caught_up);
         }
         if let Some(session) = self.current.filter(|session| record.session == Some(*session)) {
             if let Some(report) = self.report_command(metadata, session, hosted) {
@@ -437,6 +479,54 @@ impl MetadataAgent {
         }
     }
 
+    /// P4: host the groups this node is a candidate of, and keep every hosted
+    /// replica's candidates as the metadata has them.
+    fn follow_candidates(&mut self, metadata: &Metadata, hosted: &[HostedGroup], out: &mut Vec<AgentOutput>) {
+        let node = self.config.node;
+        for (group, record) in metadata.groups.iter().filter(|(_, record)| record.live && record.pending.is_none()) {
+            let here = hosted.iter().find(|hosted| hosted.group == *group && hosted.incarnation == record.incarnation);
+            match here {
+                None if record.candidates.contains(&node) => {
+                    // Only one creation per change of the metadata's list.
+                    let key = (*group, record.incarnation, record.candidates.clone());
+                    if self.candidates_hosted.insert(key) {
+                        out.push(AgentOutput::HostCandidate {
+                            group: *group,
+                            kind: record.kind.clone(),
+                            incarnation: record.incarnation,
+                            members: record.members.clone(),
+                            candidates: record.candidates.clone(),
+                        });
+                    }
+                }
+                Some(hosted) if hosted.candidates != record.candidates => {
+                    let keeps_self = record.members.contains(&node) || record.candidates.contains(&node);
+                    if keeps_self {
+                        out.push(AgentOutput::SetCandidates { group: *group, candidates: record.candidates.clone() });
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// P4: the primary reports candidates that caught up.
+    fn caught_up_report(&self, metadata: &Metadata, hosted: &[HostedGroup]) -> Option<MetadataCommand> {
+        hosted.iter().filter(|hosted| hosted.primary).find_map(|hosted| {
+            let record = metadata.groups.get(&hosted.group).filter(|r| r.live && r.incarnation == hosted.incarnation)?;
+            let candidate = hosted
+                .caught_up
+                .iter()
+                .find(|node| record.candidates.contains(node) && !record.caught_up.contains(node))?;
+            Some(MetadataCommand::ReportCaughtUp {
+                group: hosted.group,
+                incarnation: hosted.incarnation,
+                node: *candidate,
+                op: cohort_messages::Op(0),
+            })
+        })
+    }
+
     /// A next member whose replica holds the pending seal durably says so.
     fn sealed_report(&self, metadata: &Metadata, hosted: &[HostedGroup]) -> Option<MetadataCommand> {
         let node = self.config.node;
@@ -457,11 +547,17 @@ impl MetadataAgent {
     /// waits for the groups, not just for the log.
     fn conforms(&self, metadata: &Metadata, hosted: &[HostedGroup]) -> bool {
         let node = self.config.node;
-        metadata.groups.iter().filter(|(_, record)| record.live && record.members.contains(&node)).all(
-            |(group, record)| {
-                hosted.iter().any(|hosted| hosted.group == *group && hosted.incarnation == record.incarnation)
-            },
-        )
+        metadata
+            .groups
+            .iter()
+            .filter(|(_, record)| record.live && (record.members.contains(&node) || record.candidates.contains(&node)))
+            .all(|(group, record)| {
+                hosted.iter().any(|hosted| {
+                    hosted.group == *group
+                        && hosted.incarnation == record.incarnation
+                        && hosted.candidates == record.candidates
+                })
+            })
     }
 
     /// The answer to one of this agent's requests (others are ignored).

@@ -411,6 +411,11 @@ impl Replica {
         &self.spec.members
     }
 
+    /// The candidates (P4), in order.
+    pub fn candidate_nodes(&self) -> &[NodeId] {
+        &self.spec.candidates
+    }
+
     /// The current view.
     pub fn view(&self) -> View {
         self.view

@@ -45,7 +45,9 @@ use tokio::sync::{oneshot, watch};
 
 use super::{SharedMetadata, StatusBoard, status::AgentStatus};
 use crate::node::Directory;
-use crate::shard::{ClientAnswer, GetHostedGroups, ProposeSeal, Submit, SwitchIncarnation, UnloadGroup};
+use crate::shard::{
+    ClientAnswer, GetHostedGroups, HostCandidate, ProposeSeal, SetCandidates, Submit, SwitchIncarnation, UnloadGroup,
+};
 use crate::telemetry::NodeMetrics;
 use crate::transport::SendFrames;
 
@@ -265,6 +267,23 @@ impl MetadataAgentActor {
                         shard.do_send(ProposeSeal { group, seal });
                     }
                 }
+                AgentOutput::HostCandidate { group, kind, incarnation, members, candidates } => {
+                    match candidate_spec(self.node(), group, incarnation, members, candidates) {
+                        Ok(spec) => {
+                            let shards = self.setup.directory.shard_count();
+                            if let Some(shard) = self.setup.directory.shard(shard_of(group, shards)) {
+                                shard.do_send(HostCandidate { spec, kind: crate::node::GroupKind::new(kind) });
+                            }
+                        }
+                        Err(error) => tracing::warn!(group = group.0, %error, "candidate spec refused"),
+                    }
+                }
+                AgentOutput::SetCandidates { group, candidates } => {
+                    let shards = self.setup.directory.shard_count();
+                    if let Some(shard) = self.setup.directory.shard(shard_of(group, shards)) {
+                        shard.do_send(SetCandidates { group, candidates });
+                    }
+                }
                 AgentOutput::Switch(group) => {
                     let shards = self.setup.directory.shard_count();
                     if let Some(shard) = self.setup.directory.shard(shard_of(group, shards)) {
@@ -415,4 +434,29 @@ impl Handler<AgentInbound> for MetadataAgentActor {
             _ => {}
         }
     }
+}
+
+/// The spec of this node's candidate replica of `group` (P4).
+fn candidate_spec(
+    node: NodeId,
+    group: GroupId,
+    incarnation: cohort_messages::Incarnation,
+    members: Vec<NodeId>,
+    candidates: Vec<NodeId>,
+) -> Result<cohort_actors::core::GroupSpec, String> {
+    let slot = candidates.iter().position(|candidate| *candidate == node).ok_or("not a candidate")?;
+    let me = cohort_messages::MemberIndex(u8::try_from(members.len() + slot).map_err(|_| "too many members")?);
+    let quorums = cohort_actors::core::Quorums::new(members.len(), None).map_err(|error| error.to_string())?;
+    let spec = cohort_actors::core::GroupSpec {
+        group,
+        incarnation,
+        members,
+        candidates,
+        me,
+        quorums,
+        write_mode: cohort_actors::core::WriteMode::Sync,
+        report_applied: false,
+    };
+    spec.validate().map_err(|error| error.to_string())?;
+    Ok(spec)
 }
