@@ -52,9 +52,18 @@ pub struct LocalClusterBuilder {
     groups: Vec<GroupPlacement>,
     data_dir: Option<PathBuf>,
     session: crate::config::SessionConfig,
+    admin_ports: bool,
 }
 
 impl LocalClusterBuilder {
+    /// Give every node an admin port on a free loopback port (`/metrics`,
+    /// `/status`, the operator commands); read it with
+    /// [`Node::admin_address`]. A restarted node gets a new port.
+    pub fn admin_ports(mut self) -> Self {
+        self.admin_ports = true;
+        self
+    }
+
     /// Every node's session settings (`[session]`; S1, S3).
     pub fn session_config(mut self, session: crate::config::SessionConfig) -> Self {
         self.session = session;
@@ -198,6 +207,7 @@ impl LocalCluster {
             groups: Vec::new(),
             data_dir: None,
             session: crate::config::SessionConfig::default(),
+            admin_ports: false,
         }
     }
 
@@ -308,6 +318,9 @@ impl LocalCluster {
             .cluster_config(template.timing.clone())
             .session_config(template.session.clone())
             .kinds(template.kinds.clone());
+        if template.admin_ports {
+            builder = builder.admin(std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
+        }
         for (peer, address) in self.addresses.iter().enumerate() {
             if peer != index {
                 builder = builder.peer(NodeId(peer as u64 + 1), *address);

@@ -1,5 +1,6 @@
 //! The `cohort` command: `cohort node` runs one node from a configuration
-//! file, `cohort demo` runs a local demo cluster. Both export spans over
+//! file, `cohort status` and `cohort admin` talk to a running node's admin
+//! port, `cohort demo` runs a local demo cluster. Both export spans over
 //! OTLP when told to (`[telemetry] otlp_endpoint`, `--otlp-endpoint` or
 //! `OTEL_EXPORTER_OTLP_ENDPOINT`), and flush them before exiting.
 
@@ -8,6 +9,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use cohort_runtime::demo::{self, DemoOptions};
+use cohort_runtime::node::metadata::admin_cli::{AdminAction, admin_command};
 
 #[derive(Parser)]
 #[command(name = "cohort", version, about = "cohort: a replication engine for Rust programs")]
@@ -34,6 +36,19 @@ enum Command {
         /// Print the JSON document as served instead of tables.
         #[arg(long)]
         json: bool,
+    },
+    /// Start or cancel a multi-step operation (move, replace, join,
+    /// decommission) through a node's admin port (POST /admin/operations).
+    /// Exit code 1: refused by the metadata, or no answer; 2: usage.
+    Admin {
+        /// The node's admin address (`[node] admin`), HOST:PORT.
+        #[arg(long)]
+        admin: String,
+        /// Print the node's JSON answer instead of one line.
+        #[arg(long, global = true)]
+        json: bool,
+        #[command(subcommand)]
+        action: AdminCommand,
     },
     /// Run a real cluster on this machine under a write workload, crash and
     /// restart the busiest node, and report what happened.
@@ -64,6 +79,69 @@ enum Command {
         #[arg(long)]
         otlp_endpoint: Option<String>,
     },
+}
+
+/// The operator commands of `cohort admin`.
+#[derive(Subcommand)]
+enum AdminCommand {
+    /// Move a group's replica from one node to another: add the new one as
+    /// a candidate, promote it once caught up, remove the old one.
+    Move {
+        /// The group.
+        #[arg(long)]
+        group: u64,
+        /// The node giving up its replica.
+        #[arg(long)]
+        from: u64,
+        /// The node taking it (registered).
+        #[arg(long)]
+        to: u64,
+    },
+    /// Replace a group's replica on a dead node (a move whose source need not ack).
+    Replace {
+        /// The group.
+        #[arg(long)]
+        group: u64,
+        /// The dead node.
+        #[arg(long)]
+        dead: u64,
+        /// Its replacement (registered).
+        #[arg(long)]
+        with: u64,
+    },
+    /// Add a registered node as a replica of each of the groups.
+    Join {
+        /// The node.
+        #[arg(long)]
+        node: u64,
+        /// The groups, comma-separated (e.g. 1,2).
+        #[arg(long, value_delimiter = ',', required = true)]
+        groups: Vec<u64>,
+    },
+    /// Move every replica off a node.
+    Decommission {
+        /// The node.
+        #[arg(long)]
+        node: u64,
+    },
+    /// Cancel an in-flight operation: its applied steps are reverted.
+    Cancel {
+        /// The operation id (as `started operation:7` printed it: 7).
+        #[arg(long)]
+        operation: u64,
+    },
+}
+
+impl AdminCommand {
+    fn action(self) -> AdminAction {
+        match self {
+            AdminCommand::Move { group, from, to } => AdminAction::Move { group, from, to },
+            AdminCommand::Replace { group, dead, with } => AdminAction::Replace { group, dead, with },
+            AdminCommand::Join { node, groups } => AdminAction::Join { node, groups },
+            AdminCommand::Decommission { node } => AdminAction::Decommission { node },
+            AdminCommand::Cancel { operation } => AdminAction::Cancel { operation },
+        }
+    }
 }
 
 /// Start span export as `telemetry` says; `Err` is the exit code after the
@@ -176,6 +254,20 @@ fn main() -> ExitCode {
             Err(error) => {
                 eprintln!("cohort status: {error}");
                 ExitCode::from(2)
+            }
+        },
+        Command::Admin { admin, json, action } => match admin_command(&admin, &action.action(), json) {
+            Ok(line) => {
+                println!("{line}");
+                ExitCode::SUCCESS
+            }
+            Err(error) if json => {
+                println!("{}", error.message);
+                ExitCode::from(error.code)
+            }
+            Err(error) => {
+                eprintln!("cohort admin: {}", error.message);
+                ExitCode::from(error.code)
             }
         },
         Command::Demo { nodes, partitions, duration_secs, shards, writers, json, keep_data, otlp_endpoint } => {

@@ -249,7 +249,8 @@ impl NodeBuilder {
         self
     }
 
-    /// Serve `/metrics` (Prometheus text) and `/health` on this address.
+    /// Serve `/metrics` (Prometheus text), `/health`, `/status` and the
+    /// operator commands under `/admin/` on this address.
     pub fn admin(mut self, address: SocketAddr) -> Self {
         self.admin = Some(address);
         self
@@ -546,6 +547,7 @@ impl NodeBuilder {
         };
         let agent = metadata::agent_actor::MetadataAgentActor::new(agent);
         let agent = metadata::agent_actor::MetadataAgentActor::start_in_arbiter(&io.handle(), move |_| agent);
+        let operator = metadata::operator::OperatorPort::new(Arc::clone(&board), agent.clone().recipient());
         let stats = Arc::new(InboundStats::default());
         let router = Router {
             agent: Some(agent.recipient()),
@@ -570,7 +572,7 @@ impl NodeBuilder {
             let board = Arc::clone(&board);
             io.spawn(async move {
                 match tokio::net::TcpListener::from_std(admin) {
-                    Ok(listener) => crate::telemetry::admin::serve_node(listener, metrics, board).await,
+                    Ok(listener) => crate::telemetry::admin::serve_node(listener, metrics, board, operator).await,
                     Err(error) => eprintln!("cohort: cannot serve metrics: {error}"),
                 }
             });

@@ -1,6 +1,9 @@
 //! The admin port: a deliberately tiny HTTP/1.1 server for `GET /metrics`,
 //! `GET /health` and, on a node, `GET /status` (JSON: the node's session and
-//! the cluster metadata as it sees it; `cohort status` prints it).
+//! the cluster metadata as it sees it; `cohort status` prints it) and the
+//! operator commands `POST /admin/operations` and
+//! `POST /admin/operations/{id}/cancel` (see
+//! [`crate::node::metadata::operator`]; `cohort admin` sends them).
 //!
 //! Why not an HTTP framework: the port answers two fixed paths to scrapers
 //! and probes, one request per connection. A framework would bring a large
@@ -15,7 +18,10 @@
 //! - a head not complete within [`AdminLimits::read_timeout`] gets `408`;
 //! - at most [`AdminLimits::connections_max`] connections are served at once
 //!   (further ones wait in the listen backlog);
-//! - bytes that are not a request line get `400`; parsing never panics.
+//! - bytes that are not a request line get `400`; parsing never panics;
+//! - only `/admin/` requests have a body, read by `Content-Length` up to
+//!   [`OPERATOR_BODY_MAX_BYTES`] (`413` beyond, `411` for a chunked body)
+//!   within the same read timeout.
 //!
 //! Each response carries `Connection: close`: one request per connection
 //! keeps the server free of keep-alive state, and a scrape every few seconds
@@ -32,6 +38,7 @@ use tokio::time::timeout;
 
 use super::metrics::{NodeMetrics, OPENMETRICS_CONTENT_TYPE};
 use crate::node::metadata::StatusBoard;
+use crate::node::metadata::operator::{OPERATOR_BODY_MAX_BYTES, OperatorPort};
 
 /// The bounds the admin server enforces on every connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -85,18 +92,26 @@ pub async fn serve_with_limits(listener: TcpListener, metrics: Arc<NodeMetrics>,
     serve_all(listener, metrics, None, limits).await;
 }
 
-/// Serve a node's admin port: `/metrics`, `/health` and `/status` (from
-/// `status`), with [`AdminLimits::default`].
-pub async fn serve_node(listener: TcpListener, metrics: Arc<NodeMetrics>, status: Arc<StatusBoard>) {
-    serve_all(listener, metrics, Some(status), AdminLimits::default()).await;
-}
-
-async fn serve_all(
+/// Serve a node's admin port: `/metrics`, `/health`, `/status` (from
+/// `status`) and the operator commands under `/admin/` (through
+/// `operator`), with [`AdminLimits::default`].
+pub async fn serve_node(
     listener: TcpListener,
     metrics: Arc<NodeMetrics>,
-    status: Option<Arc<StatusBoard>>,
-    limits: AdminLimits,
+    status: Arc<StatusBoard>,
+    operator: OperatorPort,
 ) {
+    serve_all(listener, metrics, Some(Node { status, operator }), AdminLimits::default()).await;
+}
+
+/// What a node's admin port serves beyond metrics.
+#[derive(Clone)]
+struct Node {
+    status: Arc<StatusBoard>,
+    operator: OperatorPort,
+}
+
+async fn serve_all(listener: TcpListener, metrics: Arc<NodeMetrics>, node: Option<Node>, limits: AdminLimits) {
     let permits = Arc::new(Semaphore::new(limits.connections_max.max(1)));
     loop {
         // The semaphore is never closed, so acquiring only fails if it were.
@@ -104,9 +119,9 @@ async fn serve_all(
         match listener.accept().await {
             Ok((stream, _peer)) => {
                 let metrics = Arc::clone(&metrics);
-                let status = status.clone();
+                let node = node.clone();
                 tokio::spawn(async move {
-                    handle_connection(stream, &metrics, status.as_deref(), limits).await;
+                    handle_connection(stream, &metrics, node.as_ref(), limits).await;
                     drop(permit);
                 });
             }
@@ -116,19 +131,33 @@ async fn serve_all(
 }
 
 /// Read one request, answer it, close.
-async fn handle_connection(
-    mut stream: TcpStream,
-    metrics: &NodeMetrics,
-    status: Option<&StatusBoard>,
-    limits: AdminLimits,
-) {
+async fn handle_connection(mut stream: TcpStream, metrics: &NodeMetrics, node: Option<&Node>, limits: AdminLimits) {
+    let started = tokio::time::Instant::now();
     let response = match timeout(limits.read_timeout, read_head(&mut stream, limits.request_head_max_bytes)).await {
         Err(_elapsed) => Response::error(Status::RequestTimeout),
         // The client reset the connection: nobody to answer.
         Ok(Err(_)) => return,
         Ok(Ok(HeadRead::TooLarge)) => Response::error(Status::HeaderFieldsTooLarge),
         Ok(Ok(HeadRead::Incomplete)) => Response::error(Status::BadRequest),
-        Ok(Ok(HeadRead::Complete(head))) => route(&head, metrics, status),
+        Ok(Ok(HeadRead::Complete(head, rest))) => match (node, parse_request_line(&head)) {
+            (Some(node), Some(request)) if request.path.starts_with("/admin/") => {
+                let deadline = started + limits.read_timeout;
+                match tokio::time::timeout_at(deadline, read_body(&mut stream, &head, rest)).await {
+                    Err(_elapsed) => Response::error(Status::RequestTimeout),
+                    Ok(Err(_)) => return,
+                    Ok(Ok(Err(status))) => Response::error(status),
+                    Ok(Ok(Ok(body))) => {
+                        let answer = node.operator.handle(request.method, request.path, &body).await;
+                        Response {
+                            status: Status::Code(answer.status),
+                            content_type: JSON_CONTENT_TYPE,
+                            body: format!("{}\n", answer.body),
+                        }
+                    }
+                }
+            }
+            _ => route(&head, metrics, node.map(|node| &*node.status)),
+        },
     };
     // A client that does not take the response in time is simply dropped.
     if let Ok(Ok(())) = timeout(limits.write_timeout, stream.write_all(&response.to_bytes())).await {
@@ -159,9 +188,9 @@ async fn linger(stream: &mut TcpStream) {
 /// What reading a request head produced.
 #[derive(Debug, PartialEq, Eq)]
 enum HeadRead {
-    /// The head up to and excluding its terminating empty line; each of its
-    /// lines ends with CRLF.
-    Complete(Vec<u8>),
+    /// The head up to and excluding its terminating empty line (each of its
+    /// lines ends with CRLF), and the bytes read after it (the start of a body).
+    Complete(Vec<u8>, Vec<u8>),
     /// The client closed its side before the head ended.
     Incomplete,
     /// No end of head within the limit.
@@ -190,10 +219,40 @@ async fn read_head(stream: &mut TcpStream, head_max_bytes: usize) -> io::Result<
         head.extend_from_slice(&chunk[..read]);
         if let Some(end) = find(&head[search_from..], HEAD_END) {
             // Keep the last line's CRLF: every line of the head ends with one.
+            let rest = head.split_off(search_from + end + HEAD_END.len());
             head.truncate(search_from + end + 2);
-            return Ok(HeadRead::Complete(head));
+            return Ok(HeadRead::Complete(head, rest));
         }
     }
+}
+
+/// Read the body `head` announces with `Content-Length` (none: empty),
+/// `rest` being what was read past the head; at most
+/// [`OPERATOR_BODY_MAX_BYTES`]. `Ok(Err(status))` refuses it.
+async fn read_body(stream: &mut TcpStream, head: &[u8], mut rest: Vec<u8>) -> io::Result<Result<Vec<u8>, Status>> {
+    let mut length = None;
+    for line in head.split(|&byte| byte == b'\n').skip(1) {
+        let line = String::from_utf8_lossy(line);
+        let Some((name, value)) = line.split_once(':') else { continue };
+        let name = name.trim().to_ascii_lowercase();
+        if name == "transfer-encoding" {
+            return Ok(Err(Status::LengthRequired));
+        }
+        if name == "content-length" {
+            match value.trim().parse::<usize>() {
+                Ok(value) if length.is_none_or(|length| length == value) => length = Some(value),
+                _ => return Ok(Err(Status::BadRequest)),
+            }
+        }
+    }
+    let length = length.unwrap_or(0);
+    if length > OPERATOR_BODY_MAX_BYTES || rest.len() > length {
+        return Ok(Err(if length > OPERATOR_BODY_MAX_BYTES { Status::PayloadTooLarge } else { Status::BadRequest }));
+    }
+    let already = rest.len();
+    rest.resize(length, 0);
+    stream.read_exact(&mut rest[already..]).await?;
+    Ok(Ok(rest))
 }
 
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
@@ -244,6 +303,10 @@ fn route(head: &[u8], metrics: &NodeMetrics, status: Option<&StatusBoard>) -> Re
             None => Response::error(Status::NotFound),
         },
         (_, "/metrics" | "/health" | "/status") => Response::error(Status::MethodNotAllowed),
+        (_, path) if path.starts_with("/admin/") && status.is_some() => {
+            // Served by `handle_connection`, which reads the body first.
+            Response::error(Status::BadRequest)
+        }
         _ => Response::error(Status::NotFound),
     }
 }
@@ -260,6 +323,10 @@ enum Status {
     MethodNotAllowed,
     RequestTimeout,
     HeaderFieldsTooLarge,
+    LengthRequired,
+    PayloadTooLarge,
+    /// An operator answer's code (see `node::metadata::operator`).
+    Code(u16),
 }
 
 impl Status {
@@ -271,6 +338,16 @@ impl Status {
             Status::MethodNotAllowed => "405 Method Not Allowed",
             Status::RequestTimeout => "408 Request Timeout",
             Status::HeaderFieldsTooLarge => "431 Request Header Fields Too Large",
+            Status::LengthRequired => "411 Length Required",
+            Status::PayloadTooLarge => "413 Content Too Large",
+            Status::Code(code) => match code {
+                200 => "200 OK",
+                400 => "400 Bad Request",
+                404 => "404 Not Found",
+                405 => "405 Method Not Allowed",
+                409 => "409 Conflict",
+                _ => "503 Service Unavailable",
+            },
         }
     }
 }
@@ -289,7 +366,11 @@ impl Response {
     }
 
     fn to_bytes(&self) -> Vec<u8> {
-        let allow = if self.status == Status::MethodNotAllowed { "Allow: GET\r\n" } else { "" };
+        let allow = match self.status {
+            Status::MethodNotAllowed => "Allow: GET\r\n",
+            Status::Code(405) => "Allow: POST\r\n",
+            _ => "",
+        };
         let head = format!(
             "HTTP/1.1 {}\r\nContent-Type: {}\r\nContent-Length: {}\r\n{allow}Connection: close\r\n\r\n",
             self.status.line(),

@@ -26,6 +26,10 @@
 //! - **Non-members** read the whole metadata state linearizably from the
 //!   metadata primary every [`FETCH_INTERVAL_TICKS`] ticks.
 //!
+//! - **Operator commands** ([`OperatorSubmit`], from the admin port) take the
+//!   same way to the metadata primary under their own client id; see
+//!   [`super::operator_client`].
+//!
 //! The listener routes the frames that carry no group (`SessionKeepalive`,
 //! `SessionExpired`) and the metadata group's `Reply`/`Redirect` frames here
 //! as [`AgentInbound`].
@@ -37,12 +41,14 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use cohort_actors::core::metadata::{AgentConfig, AgentOutput, HostedGroup, MetadataAgent};
 use cohort_actors::core::routing::shard_of;
+use cohort_messages::metadata::MetadataCommand;
 use cohort_messages::{
     ClientId, ClusterId, GroupId, Message, NodeId, Outcome, Redirect, Reply, Request, RequestKind, RequestNumber,
     TraceContext,
 };
 use tokio::sync::{oneshot, watch};
 
+use super::operator_client::{OperatorAnswer, OperatorClient};
 use super::{SharedMetadata, StatusBoard, status::AgentStatus};
 use crate::node::Directory;
 use crate::shard::{
@@ -104,6 +110,19 @@ pub struct AgentInbound {
     pub message: Message,
 }
 
+/// An operator's command for the metadata group (from the admin port). The
+/// answer is the committed result, or why there is none by `deadline`.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct OperatorSubmit {
+    /// The command, validated.
+    pub command: MetadataCommand,
+    /// When to give up.
+    pub deadline: Instant,
+    /// Where the result goes.
+    pub answer: OperatorAnswer,
+}
+
 /// Stop the node's shards and network (S3); sent to the supervisor.
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -140,6 +159,8 @@ pub(crate) struct MetadataAgentActor {
     reader: ClientId,
     next_read: u64,
     fetched_tick: u64,
+    /// Operator commands from the admin port.
+    operator: OperatorClient,
 }
 
 impl MetadataAgentActor {
@@ -159,6 +180,7 @@ impl MetadataAgentActor {
             reader,
             next_read: 1,
             fetched_tick: 0,
+            operator: OperatorClient::new(),
         }
     }
 
@@ -205,6 +227,9 @@ impl MetadataAgentActor {
         let metadata = self.setup.metadata.clone();
         let outputs = metadata.with(|state| self.agent.on_tick(now, state, primary, &hosted));
         self.execute(outputs, ctx);
+        if let Some(request) = self.operator.on_tick(Instant::now()) {
+            self.route(request, ctx);
+        }
         if !self.member() && now >= self.fetched_tick + FETCH_INTERVAL_TICKS {
             self.fetched_tick = now;
             self.fetch();
@@ -305,12 +330,25 @@ impl MetadataAgentActor {
     /// Send `request` to the metadata primary as the agent knows it.
     fn submit(&mut self, request: Request, ctx: &mut Context<Self>) {
         self.submitted = Some(request.clone());
+        self.route(request, ctx);
+    }
+
+    /// Send `request` to the local metadata replica or to the member the
+    /// agent targets.
+    fn route(&mut self, request: Request, ctx: &mut Context<Self>) {
         let local = self.member() && (self.metadata_primary || self.target.is_none_or(|t| t == self.node()));
+        let operator = self.operator.owns(request.client);
         if local {
+            if operator {
+                self.operator.sent(self.node(), true, Instant::now());
+            }
             self.submit_locally(request, ctx);
         } else {
             let target = self.target.filter(|t| *t != self.node()).unwrap_or_else(|| self.next_member());
             self.target = Some(target);
+            if operator {
+                self.operator.sent(target, false, Instant::now());
+            }
             self.send(target, Message::Request(request));
         }
     }
@@ -344,6 +382,10 @@ impl MetadataAgentActor {
     }
 
     fn on_reply(&mut self, reply: Reply, ctx: &mut Context<Self>) {
+        if self.operator.owns(reply.client) {
+            self.operator.on_reply(&reply);
+            return;
+        }
         if reply.client == self.reader {
             if let Outcome::Ok(state) = &reply.outcome
                 && let Err(error) = self.setup.metadata.replace_encoded(state)
@@ -360,6 +402,12 @@ impl MetadataAgentActor {
     fn on_redirect(&mut self, from: NodeId, redirect: Redirect, ctx: &mut Context<Self>) {
         let next = redirect.primary.filter(|p| *p != from && self.setup.members.contains(p));
         self.target = Some(next.unwrap_or_else(|| self.next_member()));
+        if self.operator.owns(redirect.client) {
+            if let Some(request) = self.operator.on_redirect(from, &redirect).filter(|_| next.is_some()) {
+                self.route(request, ctx);
+            }
+            return;
+        }
         // Send the same request there now if it is still the one in flight.
         if next.is_some()
             && let Some(request) = self.submitted.clone()
@@ -401,6 +449,20 @@ impl Actor for MetadataAgentActor {
     fn started(&mut self, ctx: &mut Self::Context) {
         ctx.set_mailbox_capacity(1024);
         ctx.run_interval(self.setup.tick, |actor, ctx| actor.poll(ctx));
+    }
+}
+
+impl Handler<OperatorSubmit> for MetadataAgentActor {
+    type Result = ();
+
+    fn handle(&mut self, submit: OperatorSubmit, ctx: &mut Self::Context) {
+        if self.agent.stopped() {
+            let _ = submit.answer.send(Err(super::OperatorFailure::Stopped));
+            return;
+        }
+        if let Some(request) = self.operator.start(&submit.command, submit.deadline, submit.answer, Instant::now()) {
+            self.route(request, ctx);
+        }
     }
 }
 

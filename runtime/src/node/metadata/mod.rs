@@ -20,11 +20,18 @@
 //!   the sans-IO `MetadataAgent` (register, session, keepalives, expiry on the
 //!   metadata primary, re-owning, unloading, epoch acks).
 //! - **Status**: [`StatusBoard`] is what `/status` and `cohort status` show.
+//! - **Operator commands**: [`operator`] serves `POST /admin/operations` on
+//!   the admin port and submits through the agent
+//!   ([`operator_client`]); [`admin_cli`] is `cohort admin`.
 //!
 //! Why the metadata group is a group like any other: failover, the WAL,
 //! repair and fencing come for free, and the simulator checks the same code.
 
+pub mod admin_cli;
 pub(crate) mod agent_actor;
+mod http;
+pub mod operator;
+pub mod operator_client;
 mod status;
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -34,7 +41,8 @@ use cohort_actors::core::StateMachine;
 use cohort_actors::core::metadata::{Metadata, MetadataStateMachine};
 use cohort_messages::{NodeId, Op};
 
-pub use agent_actor::{AgentInbound, SessionStop};
+pub use agent_actor::{AgentInbound, OperatorSubmit, SessionStop};
+pub use operator_client::OperatorFailure;
 pub use status::{AgentStatus, StatusBoard, status_command};
 
 /// The group kind of the metadata group. Reserved: a host may not register it.

@@ -1,8 +1,9 @@
 //! What `GET /status` and `cohort status` show: this node's session and the
 //! cluster as the node's copy of the metadata has it (nodes with their
-//! sessions and acked epochs, groups with members, incarnation and owner),
-//! and the in-flight multi-step operations (M2; none exist yet, so the list
-//! is honestly empty).
+//! sessions and acked epochs, groups with members, candidates, incarnation
+//! and owner), the in-flight multi-step operations (M2–M5: spec, plan with
+//! done and remaining steps, cancelled flag, what the next step waits for)
+//! and how many operations completed or were reverted.
 //!
 //! The agent writes [`AgentStatus`] on every tick; the admin port renders
 //! the JSON on demand, so an idle node does no work for it.
@@ -87,19 +88,28 @@ impl StatusBoard {
                         "id": id.0,
                         "kind": record.kind,
                         "members": record.members.iter().map(|m| m.0).collect::<Vec<_>>(),
+                        "candidates": record.candidates.iter().map(|m| m.0).collect::<Vec<_>>(),
                         "incarnation": record.incarnation.0,
                         "live": record.live,
                         "owner": owner,
                     })
                 })
                 .collect();
-            json!({
+            let operations: Vec<Value> = metadata
+                .operations
+                .iter()
+                .map(|(id, record)| super::operator::operation_json(metadata, *id, record))
+                .collect();
+            let totals = metadata.operation_totals;
+            let cluster = json!({
                 "epoch": metadata.epoch.0,
                 "config_epoch": metadata.config_epoch.0,
                 "nodes": nodes,
                 "groups": groups,
-            })
+            });
+            (cluster, operations, json!({ "completed": totals.completed, "reverted": totals.reverted }))
         });
+        let (cluster, operations, totals) = cluster;
         let counters = agent.counters;
         json!({
             "node": self.node.0,
@@ -116,8 +126,8 @@ impl StatusBoard {
                 "groups_unloaded": counters.groups_unloaded,
             },
             "metadata": cluster,
-            // M2's multi-step operations are not built yet: nothing is in flight.
-            "operations": [],
+            "operations": operations,
+            "operation_totals": totals,
         })
     }
 }
@@ -126,31 +136,13 @@ impl StatusBoard {
 /// port and render it as text (or return the JSON as served). The error
 /// says which address could not be reached or what came back instead.
 pub fn status_command(admin: &str, json: bool) -> Result<String, String> {
-    use std::io::{Read, Write};
-    use std::net::ToSocketAddrs;
-    let timeout = std::time::Duration::from_secs(3);
-    let address = admin
-        .to_socket_addrs()
-        .map_err(|error| format!("{admin}: not a HOST:PORT address ({error})"))?
-        .next()
-        .ok_or_else(|| format!("{admin}: the name resolves to no address"))?;
-    let unreachable = |error: std::io::Error| {
-        format!("cannot reach the node's admin port at {admin}: {error} (is the node running, with [node] admin set?)")
-    };
-    let mut stream = std::net::TcpStream::connect_timeout(&address, timeout).map_err(unreachable)?;
-    stream.set_read_timeout(Some(timeout)).map_err(unreachable)?;
-    stream
-        .write_all(format!("GET /status HTTP/1.1\r\nHost: {admin}\r\nConnection: close\r\n\r\n").as_bytes())
-        .map_err(unreachable)?;
-    let mut answer = Vec::new();
-    stream.take(16 * 1024 * 1024).read_to_end(&mut answer).map_err(unreachable)?;
-    let answer = String::from_utf8_lossy(&answer);
-    let (head, body) = answer.split_once("\r\n\r\n").ok_or_else(|| format!("{admin}: not an HTTP answer"))?;
-    if !head.starts_with("HTTP/1.1 200") {
-        let line = head.lines().next().unwrap_or_default();
+    let answer = super::http::exchange(admin, "GET", "/status", None, std::time::Duration::from_secs(3))?;
+    if answer.code != 200 {
+        let line = answer.line;
         return Err(format!("{admin} answered {line:?} to GET /status (an older cohort, or not a cohort node?)"));
     }
-    let status: Value = serde_json::from_str(body).map_err(|error| format!("{admin}: /status is not JSON: {error}"))?;
+    let status: Value =
+        serde_json::from_str(&answer.body).map_err(|error| format!("{admin}: /status is not JSON: {error}"))?;
     if json {
         return Ok(status.to_string());
     }
@@ -191,8 +183,8 @@ fn render(status: &Value) -> String {
     }
     let _ = writeln!(
         out,
-        "\ngroups\n{:<22} {:<16} {:<12} {:<5} owner (node, view)",
-        "id", "members", "incarnation", "live"
+        "\ngroups\n{:<22} {:<16} {:<12} {:<12} {:<5} owner (node, view)",
+        "id", "members", "candidates", "incarnation", "live"
     );
     for group in status["metadata"]["groups"].as_array().into_iter().flatten() {
         let owner = &group["owner"];
@@ -203,21 +195,50 @@ fn render(status: &Value) -> String {
         };
         let _ = writeln!(
             out,
-            "{:<22} {:<16} {:<12} {:<5} {}",
+            "{:<22} {:<16} {:<12} {:<12} {:<5} {}",
             text(&group["id"]),
             text(&group["members"]),
+            text(&group["candidates"]),
             text(&group["incarnation"]),
             text(&group["live"]),
             owner
         );
     }
     let operations = status["operations"].as_array().map_or(0, Vec::len);
-    let _ = writeln!(out, "\nin-flight operations");
-    if operations == 0 {
-        let _ = writeln!(out, "(none: multi-step operations (M2) are not built yet)");
-    }
+    let totals = &status["operation_totals"];
+    let _ = writeln!(
+        out,
+        "\noperations: {operations} in flight, {} completed, {} reverted",
+        text(&totals["completed"]),
+        text(&totals["reverted"])
+    );
     for operation in status["operations"].as_array().into_iter().flatten() {
-        let _ = writeln!(out, "{operation}");
+        let _ = writeln!(out, "{}", operation_text(operation));
+    }
+    out
+}
+
+/// An in-flight operation of `/status` in words: its id and spec, then each
+/// step marked done (`[x]`) or not (`[ ]`), and what the next one waits for.
+pub(crate) fn operation_text(operation: &Value) -> String {
+    use std::fmt::Write as _;
+    let state = if operation["cancelled"] == true { "cancelled, reverting" } else { "in flight" };
+    let mut out = format!(
+        "operation:{}: {} ({state}; {} done, {} remaining)",
+        operation["id"],
+        operation["text"].as_str().unwrap_or("?"),
+        operation["done"],
+        operation["remaining"]
+    );
+    let steps = operation["plan"].as_array().cloned().unwrap_or_default();
+    let groups: std::collections::BTreeSet<String> = steps.iter().map(|step| step["group"].to_string()).collect();
+    for step in &steps {
+        let mark = if step["done"] == true { "[x]" } else { "[ ]" };
+        let group = if groups.len() > 1 { format!("group:{}: ", step["group"]) } else { String::new() };
+        let _ = write!(out, "\n  {mark} {group}{}", step["step"].as_str().unwrap_or("?"));
+    }
+    if let Some(waiting) = operation["waiting_for"].as_str() {
+        let _ = write!(out, "\n  next step waits: {waiting}");
     }
     out
 }

@@ -1,0 +1,241 @@
+//! Operator commands over a node's admin port (M3, M4, M5) and `cohort
+//! admin`, against real nodes (real TCP, real files, real actors).
+//!
+//! Executing an operation's steps on the replicas is not built yet, so these
+//! tests rely only on what the metadata does by itself: the first step is
+//! applied with the start (M4), the next one waits (a promotion needs a
+//! caught-up candidate), and a cancel's revert is driven by the metadata
+//! primary once the group's replicas acked (M5).
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use cohort_runtime::config::{ExpiredPolicyName, SessionConfig};
+use cohort_runtime::prelude::*;
+use serde_json::Value;
+
+/// Four nodes; group 3 on nodes 1 and 2 only, so a move to node 4 and a
+/// decommission of node 2 (to node 3) both have a plan.
+fn start_cluster() -> LocalCluster {
+    LocalCluster::builder(4)
+        .group_kind("register", |_| Box::new(Register::default()))
+        .group(GroupPlacement::new(GroupId(3), vec![NodeId(1), NodeId(2)]).kind("register"))
+        .session_config(SessionConfig {
+            session_timeout_ms: 3000,
+            session_keepalive_interval_ms: 200,
+            session_expired_policy: ExpiredPolicyName::Reconnect,
+            session_reconnect_attempts: 3,
+        })
+        .admin_ports()
+        .start()
+        .expect("cluster starts")
+}
+
+fn admin(cluster: &LocalCluster, node: u64) -> SocketAddr {
+    cluster.node(NodeId(node)).and_then(Node::admin_address).expect("an admin port")
+}
+
+/// One HTTP exchange with an admin port: the status code and the JSON body.
+fn http(admin: SocketAddr, method: &str, path: &str, body: &str) -> (u16, Value) {
+    let mut stream = TcpStream::connect_timeout(&admin, Duration::from_secs(2)).expect("connect");
+    stream.set_read_timeout(Some(Duration::from_secs(20))).expect("timeout");
+    let request =
+        format!("{method} {path} HTTP/1.1\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}", body.len());
+    stream.write_all(request.as_bytes()).expect("send");
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).expect("answer");
+    let (head, body) = answer.split_once("\r\n\r\n").expect("an HTTP answer");
+    let code = head.split(' ').nth(1).and_then(|code| code.parse().ok()).expect("a status code");
+    (code, serde_json::from_str(body).unwrap_or(Value::String(body.to_string())))
+}
+
+/// `http` off the test's thread (the exchange blocks until the node answers).
+async fn call(admin: SocketAddr, method: &'static str, path: String, body: String) -> (u16, Value) {
+    tokio::task::spawn_blocking(move || http(admin, method, &path, &body)).await.expect("exchange")
+}
+
+fn status(admin: SocketAddr) -> Value {
+    http(admin, "GET", "/status", "").1
+}
+
+async fn wait_until(timeout: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if done() {
+            return true;
+        }
+        actix_rt::time::sleep(Duration::from_millis(100)).await;
+    }
+    done()
+}
+
+/// Every node registered with a live session, and group 3 created.
+async fn wait_ready(cluster: &LocalCluster) {
+    let handles = cluster.handles();
+    let ready = wait_until(Duration::from_secs(20), || {
+        handles.iter().all(|handle| {
+            let metadata = handle.metadata();
+            metadata.nodes.len() == 4
+                && metadata.nodes.values().all(|node| node.session.is_some())
+                && metadata.groups.contains_key(&GroupId(3))
+        })
+    })
+    .await;
+    assert!(ready, "sessions and group 3 within 20 s: {}", handles[0].status());
+}
+
+#[actix_rt::test]
+async fn m3_overlapping_operation_rejected_over_admin() {
+    let cluster = start_cluster();
+    wait_ready(&cluster).await;
+    // Started on node 3, which is not in group 3: any node takes commands.
+    let (code, started) = call(
+        admin(&cluster, 3),
+        "POST",
+        "/admin/operations".into(),
+        r#"{"op":"move","group":3,"from":1,"to":4}"#.into(),
+    )
+    .await;
+    assert_eq!(code, 200, "{started}");
+    assert_eq!(started["result"], "started");
+    let id = started["operation"].as_u64().expect("an operation id");
+    // M4: the stored plan, first step done with the start.
+    let plan: Vec<&str> =
+        started["record"]["plan"].as_array().expect("a plan").iter().filter_map(|s| s["step"].as_str()).collect();
+    assert_eq!(plan, ["add candidate node:4", "promote node:4", "remove node:1"], "{started}");
+    assert_eq!(started["record"]["done"], 1);
+
+    // A decommission of node 2 touches group 3 too: refused, naming the move.
+    let (code, refused) =
+        call(admin(&cluster, 1), "POST", "/admin/operations".into(), r#"{"op":"decommission","node":2}"#.into()).await;
+    assert_eq!(code, 409, "{refused}");
+    let reason = refused["reason"].as_str().expect("a reason");
+    assert!(reason.starts_with(&format!("group:3 is already in operation:{id} (Move")), "{reason}");
+
+    // /status shows the move in flight, its plan and group 3's candidate.
+    let shown = status(admin(&cluster, 2));
+    let operation = &shown["operations"][0];
+    assert_eq!(operation["id"].as_u64(), Some(id), "{shown}");
+    assert_eq!((operation["done"].as_u64(), operation["remaining"].as_u64()), (Some(1), Some(2)), "{shown}");
+    assert_eq!(operation["cancelled"], false);
+    let group = shown["metadata"]["groups"].as_array().and_then(|g| g.iter().find(|g| g["id"] == 3)).cloned();
+    assert_eq!(group.map(|g| g["candidates"].clone()), Some(serde_json::json!([4])), "{shown}");
+}
+
+#[actix_rt::test]
+async fn m5_cancel_over_admin() {
+    let cluster = start_cluster();
+    wait_ready(&cluster).await;
+    let port = admin(&cluster, 2);
+    // Started and cancelled with the real `cohort admin` binary.
+    let cohort = |args: Vec<String>| {
+        tokio::task::spawn_blocking(move || {
+            let output = std::process::Command::new(env!("CARGO_BIN_EXE_cohort")).args(&args).output().expect("run");
+            let text = String::from_utf8_lossy(&output.stdout).trim().to_string();
+            (output.status.code(), text, String::from_utf8_lossy(&output.stderr).into_owned())
+        })
+    };
+    let args = |rest: &str| -> Vec<String> {
+        let mut args = vec!["admin".to_string(), "--admin".to_string(), port.to_string()];
+        args.extend(rest.split(' ').map(String::from));
+        args
+    };
+    let (code, line, stderr) = cohort(args("join --node 4 --groups 3")).await.expect("cohort admin");
+    assert_eq!(code, Some(0), "{line} {stderr}");
+    let id: u64 = line
+        .strip_prefix("started operation:")
+        .and_then(|rest| rest.split(':').next())
+        .and_then(|id| id.parse().ok())
+        .unwrap_or_else(|| panic!("not a start line: {line}"));
+    assert_eq!(
+        line,
+        format!("started operation:{id}: join node:4 to group:3 (2 steps: add candidate node:4, promote node:4)")
+    );
+
+    // The same join again is refused by the metadata (node 4 is already a
+    // candidate): exit code 1 with the metadata's reason.
+    let (code, _, stderr) = cohort(args("join --node 4 --groups 3")).await.expect("cohort admin");
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("refused: node:4 already hosts group:3"), "{stderr}");
+
+    let (code, line, stderr) = cohort(args(&format!("cancel --operation {id} --json"))).await.expect("cohort admin");
+    assert_eq!(code, Some(0), "{line} {stderr}");
+    let cancelled: Value = serde_json::from_str(&line).expect("--json prints the answer");
+    assert_eq!(cancelled["result"], "cancelled", "{cancelled}");
+
+    // The revert (remove candidate node:4) is driven by the metadata primary
+    // once the group acked; until then /status shows it reverting.
+    let reverted = wait_until(Duration::from_secs(15), || {
+        let shown = status(port);
+        match shown["operations"].as_array().and_then(|ops| ops.first()) {
+            Some(operation) => {
+                assert_eq!(operation["cancelled"], true, "{shown}");
+                false
+            }
+            None => shown["operation_totals"]["reverted"] == 1,
+        }
+    })
+    .await;
+    let shown = status(port);
+    assert!(reverted, "reverted within 15 s: {shown}");
+    let group = shown["metadata"]["groups"].as_array().and_then(|g| g.iter().find(|g| g["id"] == 3)).cloned();
+    assert_eq!(
+        group.map(|g| (g["members"].clone(), g["candidates"].clone())),
+        Some((serde_json::json!([1, 2]), serde_json::json!([])))
+    );
+
+    // A finished operation cannot be cancelled: 409 with the metadata's reason.
+    let (code, refused) = call(port, "POST", format!("/admin/operations/{id}/cancel"), String::new()).await;
+    assert_eq!(code, 409, "{refused}");
+    assert!(refused["reason"].as_str().is_some_and(|r| r.contains("is not in flight")), "{refused}");
+
+    // `cohort status` prints the totals.
+    let (code, text, stderr) = tokio::task::spawn_blocking(move || {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_cohort"))
+            .args(["status", "--admin", &port.to_string()])
+            .output()
+            .expect("run");
+        (output.status.code(), String::from_utf8_lossy(&output.stdout).into_owned(), output.stderr)
+    })
+    .await
+    .expect("cohort status");
+    assert_eq!(code, Some(0), "{stderr:?}");
+    assert!(text.contains("operations: 0 in flight, 0 completed, 1 reverted"), "{text}");
+}
+
+#[actix_rt::test]
+async fn operator_bad_input_gets_400_naming_the_field() {
+    let cluster = LocalCluster::builder(1)
+        .group_kind("register", |_| Box::new(Register::default()))
+        .groups("register", [GroupId(0)])
+        .admin_ports()
+        .start()
+        .expect("cluster starts");
+    let port = admin(&cluster, 1);
+    for (body, field) in [
+        ("not json", "body"),
+        (r#"{"op":"move","group":3,"from":1}"#, "to"),
+        (r#"{"op":"move","group":3,"from":2,"to":2}"#, "to"),
+        (r#"{"op":"join","node":4,"groups":[1,1]}"#, "groups"),
+        (r#"{"op":"decommission","node":0}"#, "node"),
+        (r#"{"op":"decommission","node":2,"now":true}"#, "now"),
+    ] {
+        let (code, answer) = call(port, "POST", "/admin/operations".into(), body.into()).await;
+        assert_eq!((code, answer["field"].as_str()), (400, Some(field)), "{body}: {answer}");
+    }
+    let (code, answer) = call(port, "POST", "/admin/operations/seven/cancel".into(), String::new()).await;
+    assert_eq!((code, answer["field"].as_str()), (400, Some("operation")), "{answer}");
+    let (code, _) = call(port, "GET", "/admin/operations".into(), String::new()).await;
+    assert_eq!(code, 405);
+    let (code, _) = call(port, "POST", "/admin/elsewhere".into(), String::new()).await;
+    assert_eq!(code, 404);
+    // Past the body bound: 413, and the node goes on answering.
+    let mut stream = TcpStream::connect_timeout(&port, Duration::from_secs(2)).expect("connect");
+    stream.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+    stream.write_all(b"POST /admin/operations HTTP/1.1\r\nContent-Length: 204800\r\n\r\n{").expect("send");
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 413 "), "{answer}");
+    assert_eq!(http(port, "GET", "/health", "").0, 200);
+}
