@@ -332,7 +332,7 @@ pub fn step_text(step: &Step) -> String {
         Step::AddCandidate { node, .. } => format!("add candidate {node}"),
         Step::RemoveCandidate { node, .. } => format!("remove candidate {node}"),
         Step::Promote { node, .. } => format!("promote {node}"),
-        Step::Demote { node, .. } => format!("demote {node}"),
+        Step::Swap { out, into, .. } => format!("swap {out} for {into}"),
         Step::RemoveMember { node, .. } => format!("remove {node}"),
     }
 }
