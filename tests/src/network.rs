@@ -17,6 +17,8 @@ pub enum Endpoint {
     Node(usize),
     /// A client, by index.
     Client(usize),
+    /// The metadata scenario's operator.
+    Operator,
 }
 
 /// One frame in flight.

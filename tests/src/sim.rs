@@ -9,6 +9,7 @@
 //! agent (`agents.rs`).
 
 mod agents;
+mod operator;
 mod reconfigure;
 
 use std::collections::BTreeMap;
@@ -164,6 +165,19 @@ impl SimConfig {
     }
 }
 
+/// Multi-step operations of a metadata-scenario run.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct OperationCounts {
+    /// Started by the operator.
+    pub started: u64,
+    /// Every step applied (the most any node's metadata shows).
+    pub completed: u64,
+    /// Cancelled and fully reverted.
+    pub reverted: u64,
+    /// Starts and cancels the metadata refused (overlaps, no target, ...).
+    pub refused: u64,
+}
+
 /// What a run found.
 #[derive(Clone, Debug, Default)]
 pub struct Report {
@@ -190,6 +204,9 @@ pub struct Report {
     pub agents: AgentCounters,
     /// Reconfigure scenario: member changes started and completed.
     pub reconfigurations: (u64, u64),
+    /// Metadata scenario: operations started, completed, reverted, and
+    /// requests the metadata refused.
+    pub operations: OperationCounts,
     /// Metadata scenario: nodes that stopped themselves (S3).
     pub node_stops: u64,
 }
@@ -209,6 +226,8 @@ pub struct Sim {
     node_stops: u64,
     /// Reconfigure scenario: the member-change operator.
     reconfigurations: reconfigure::Reconfigurations,
+    /// Metadata scenario: the operator of multi-step operations.
+    operator: operator::Operator,
     /// The nodes.
     pub nodes: Vec<SimNode>,
     /// The network.
@@ -285,6 +304,7 @@ impl Sim {
         let clients = (0..config.clients).map(|index| Client::new(index, config.seed)).collect();
         let mut network = Network::default();
         network.faults = faults.network.clone();
+        let operator = operator::Operator::new(config.seed);
         let mut sim = Sim {
             config,
             faults,
@@ -294,6 +314,7 @@ impl Sim {
             retired_agents: AgentCounters::default(),
             node_stops: 0,
             reconfigurations: reconfigure::Reconfigurations::default(),
+            operator,
             nodes,
             network,
             clients,
@@ -334,6 +355,9 @@ impl Sim {
                 }
             }
         }
+        if self.config.scenario == Scenario::Metadata {
+            self.settle_operations();
+        }
         for (group, done) in live {
             if !done {
                 self.checkers.violations.push(format!(
@@ -365,7 +389,45 @@ impl Sim {
             agents: self.agent_counters(),
             node_stops: self.node_stops,
             reconfigurations: (self.reconfigurations.started, self.reconfigurations.completed),
+            operations: self.operation_counts(),
             history: self.history,
+        }
+    }
+
+    /// Metadata scenario: after healing, every operation in flight finishes
+    /// (completes, or finishes reverting) within the liveness budget.
+    fn settle_operations(&mut self) {
+        let in_flight = |sim: &Sim| {
+            sim.nodes
+                .iter()
+                .filter(|node| node.shard.is_some())
+                .map(|node| node.metadata.borrow().operations.keys().copied().collect::<Vec<_>>())
+                .max_by_key(Vec::len)
+                .unwrap_or_default()
+        };
+        let deadline = self.now + self.config.liveness_ticks;
+        while self.now < deadline && !in_flight(self).is_empty() {
+            self.step(false);
+        }
+        for id in in_flight(self) {
+            self.checkers
+                .violations
+                .push(format!("liveness: {id} still in flight {} ticks after healing", self.config.liveness_ticks));
+        }
+    }
+
+    fn operation_counts(&self) -> OperationCounts {
+        let totals = self
+            .nodes
+            .iter()
+            .map(|node| node.metadata.borrow().operation_totals)
+            .max_by_key(|totals| (totals.completed, totals.reverted))
+            .unwrap_or_default();
+        OperationCounts {
+            started: self.operator.started,
+            completed: totals.completed,
+            reverted: totals.reverted,
+            refused: self.operator.refused,
         }
     }
 
@@ -428,6 +490,9 @@ impl Sim {
         }
         if self.config.scenario == Scenario::Reconfigure {
             self.drive_reconfigurations(faults);
+        }
+        if self.config.scenario == Scenario::Metadata {
+            self.drive_operator(faults);
         }
         self.run_clients();
         for node in &self.nodes {
@@ -515,6 +580,23 @@ impl Sim {
         if self.metadata_spec.is_some() && self.nodes[index].shard.is_some() {
             let metadata = self.nodes[index].metadata.borrow();
             self.checkers.metadata_applied(now, index, &metadata);
+            // The replicas of an incarnation have the members the metadata names for it.
+            for (group, record) in metadata.groups.iter().filter(|(_, record)| record.live) {
+                for node in &self.nodes {
+                    let Some(replica) = node.shard.as_ref().and_then(|shard| shard.replica(*group)) else { continue };
+                    if replica.incarnation() == record.incarnation && replica.members() != record.members.as_slice() {
+                        let violation = format!(
+                            "tick {now}: node {}'s replica of {group} ({}) has members {:?}; node {index}'s \
+                             metadata says {:?}",
+                            node.index,
+                            record.incarnation,
+                            replica.members(),
+                            record.members
+                        );
+                        self.checkers.violations.push(violation);
+                    }
+                }
+            }
         }
     }
 
@@ -587,6 +669,9 @@ impl Sim {
         if let Some(client) = self.client_of(id) {
             return Some(Endpoint::Client(client));
         }
+        if id == self.operator.client {
+            return Some(Endpoint::Operator);
+        }
         self.agent_of(id).map(Endpoint::Node)
     }
 
@@ -601,6 +686,7 @@ impl Sim {
         };
         match packet.to {
             Endpoint::Client(client) => self.deliver_to_client(client, message),
+            Endpoint::Operator => self.deliver_to_operator(message),
             Endpoint::Node(index) => {
                 let node = &self.nodes[index];
                 if node.shard.is_none() {
@@ -866,6 +952,10 @@ impl Sim {
 
     /// True if node `index` is a candidate of `group` (kv groups only).
     pub fn is_candidate_node(&self, group: GroupId, index: usize) -> bool {
+        // Placed at run time (metadata scenario): what the hosted replica was given.
+        if let Some(replica) = self.replica(index, group) {
+            return replica.candidate_nodes().contains(&node_id(index));
+        }
         self.specs.iter().any(|spec| spec.group == group && spec.candidates.contains(&node_id(index)))
     }
 

@@ -39,6 +39,7 @@ fn main() -> ExitCode {
     let (mut violations, mut ops, mut views) = (0u64, 0u64, 0u64);
     let (mut agents, mut stops, mut seeds_expired) = (AgentCounters::default(), 0u64, 0u64);
     let (mut changes_started, mut changes_completed, mut seeds_changed) = (0u64, 0u64, 0u64);
+    let (mut operations, mut seeds_operated) = (cohort_sim::sim::OperationCounts::default(), 0u64);
     for (done, seed) in (args.seed_start..args.seed_start + args.seeds).enumerate() {
         let config = args.config(seed);
         let outcome = cli::run_catching(config.clone());
@@ -65,6 +66,11 @@ fn main() -> ExitCode {
                 agents.groups_unloaded += report.agents.groups_unloaded;
                 stops += report.node_stops;
                 seeds_expired += u64::from(report.agents.sessions_expired > 0);
+                operations.started += report.operations.started;
+                operations.completed += report.operations.completed;
+                operations.reverted += report.operations.reverted;
+                operations.refused += report.operations.refused;
+                seeds_operated += u64::from(report.operations.completed > 0);
                 changes_started += report.reconfigurations.0;
                 changes_completed += report.reconfigurations.1;
                 seeds_changed += u64::from(report.reconfigurations.1 > 0);
@@ -86,13 +92,19 @@ fn main() -> ExitCode {
     if args.scenario == Scenario::Metadata {
         last.push_str(&format!(
             " sessions_opened={} sessions_expired={} seeds_with_expiry={seeds_expired} reports_accepted={} \
-             reports_refused={} expiries_proposed={} groups_unloaded={} node_stops={stops}",
+             reports_refused={} expiries_proposed={} groups_unloaded={} node_stops={stops} \
+             operations_started={} operations_completed={} operations_reverted={} operations_refused={} \
+             seeds_with_completed_operation={seeds_operated}",
             agents.sessions_opened,
             agents.sessions_expired,
             agents.reports_accepted,
             agents.reports_refused,
             agents.expiries_proposed,
-            agents.groups_unloaded
+            agents.groups_unloaded,
+            operations.started,
+            operations.completed,
+            operations.reverted,
+            operations.refused
         ));
     }
     if args.scenario == Scenario::Reconfigure {

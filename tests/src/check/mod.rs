@@ -16,6 +16,8 @@
 //!   live session it reported under.
 //! - [`metadata_epochs`] (metadata scenario): M1, every node's metadata is
 //!   the same state at the same epoch, and epochs only go forward.
+//! - [`placement`] (metadata scenario): M2–M5, no step leaves a group below
+//!   its voters, a cancelled operation leaves the placement as it found it.
 //! - `crate::linearizability`: the client history is linearizable per key
 //!   (porcupine), checked at the end of a run.
 
@@ -26,6 +28,7 @@ pub mod candidates;
 pub mod metadata_epochs;
 pub mod owner_primary;
 pub mod owner_session;
+pub mod placement;
 pub mod reply_order;
 pub mod single_primary;
 
@@ -41,6 +44,7 @@ pub struct Checkers {
     applied_stream: applied_stream::AppliedStream,
     owners: owner_primary::OwnerPrimary,
     metadata_epochs: metadata_epochs::MetadataEpochs,
+    placement: placement::Placement,
     /// Violations found, in order.
     pub violations: Vec<String>,
     /// Views in which some member became primary (after view 0).
@@ -93,6 +97,7 @@ impl Checkers {
     pub fn crashed(&mut self, node: usize) {
         self.applied_stream.crashed(node);
         self.owners.crashed(node);
+        self.placement.crashed(node);
         self.metadata_epochs.crashed(node);
     }
 
@@ -112,6 +117,7 @@ impl Checkers {
         };
         violations.extend(self.owners.check(node, metadata, &self.primaries));
         violations.extend(owner_session::check(node, metadata));
+        violations.extend(self.placement.check(node, metadata));
         self.violations.extend(violations.into_iter().map(|violation| format!("tick {tick}: {violation}")));
     }
 

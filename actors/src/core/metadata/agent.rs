@@ -230,8 +230,8 @@ pub struct MetadataAgent {
     misplaced_since: BTreeMap<GroupId, u64>,
     /// Seals proposed, by group, with when (asked again after a retry period).
     seals_proposed: BTreeMap<GroupId, u64>,
-    /// Candidate replicas asked for, by (group, incarnation, candidates).
-    candidates_hosted: std::collections::BTreeSet<(GroupId, Incarnation, Vec<NodeId>)>,
+    /// Candidate replicas asked for, by group, with when.
+    candidates_hosted: BTreeMap<GroupId, u64>,
     stopped: bool,
     counters: AgentCounters,
 }
@@ -253,7 +253,7 @@ impl MetadataAgent {
             refused_reports: BTreeMap::new(),
             misplaced_since: BTreeMap::new(),
             seals_proposed: BTreeMap::new(),
-            candidates_hosted: std::collections::BTreeSet::new(),
+            candidates_hosted: BTreeMap::new(),
             stopped: false,
             counters: AgentCounters::default(),
         }
@@ -314,7 +314,7 @@ impl MetadataAgent {
         }
         self.unload_misplaced(now, metadata, hosted, &mut out);
         self.carry_out_switches(now, metadata, hosted, &mut out);
-        self.follow_candidates(metadata, hosted, &mut out);
+        self.follow_candidates(now, metadata, hosted, &mut out);
         match &mut self.in_flight {
             Some(in_flight) if now >= in_flight.sent_tick.saturating_add(self.config.request_retry_ticks) => {
                 in_flight.sent_tick = now;
@@ -481,15 +481,19 @@ impl MetadataAgent {
 
     /// P4: host the groups this node is a candidate of, and keep every hosted
     /// replica's candidates as the metadata has them.
-    fn follow_candidates(&mut self, metadata: &Metadata, hosted: &[HostedGroup], out: &mut Vec<AgentOutput>) {
+    fn follow_candidates(&mut self, now: u64, metadata: &Metadata, hosted: &[HostedGroup], out: &mut Vec<AgentOutput>) {
         let node = self.config.node;
-        for (group, record) in metadata.groups.iter().filter(|(_, record)| record.live && record.pending.is_none()) {
+        for (group, record) in metadata.groups.iter().filter(|(_, record)| record.live) {
             let here = hosted.iter().find(|hosted| hosted.group == *group && hosted.incarnation == record.incarnation);
             match here {
                 None if record.candidates.contains(&node) => {
-                    // Only one creation per change of the metadata's list.
-                    let key = (*group, record.incarnation, record.candidates.clone());
-                    if self.candidates_hosted.insert(key) {
+                    // Asked again only if a retry period passed without it.
+                    let due = self
+                        .candidates_hosted
+                        .get(group)
+                        .is_none_or(|asked| now >= asked.saturating_add(self.config.request_retry_ticks));
+                    if due {
+                        self.candidates_hosted.insert(*group, now);
                         out.push(AgentOutput::HostCandidate {
                             group: *group,
                             kind: record.kind.clone(),
@@ -513,7 +517,8 @@ impl MetadataAgent {
     /// P4: the primary reports candidates that caught up.
     fn caught_up_report(&self, metadata: &Metadata, hosted: &[HostedGroup]) -> Option<MetadataCommand> {
         hosted.iter().filter(|hosted| hosted.primary).find_map(|hosted| {
-            let record = metadata.groups.get(&hosted.group).filter(|r| r.live && r.incarnation == hosted.incarnation)?;
+            let record =
+                metadata.groups.get(&hosted.group).filter(|r| r.live && r.incarnation == hosted.incarnation)?;
             let candidate = hosted
                 .caught_up
                 .iter()

@@ -143,6 +143,9 @@ pub struct OperationRecord {
     pub voters_before: BTreeMap<GroupId, usize>,
     /// A node that is dead and need not ack (replace).
     pub dead: Option<NodeId>,
+    /// Each touched group's (members, candidates) before the operation: what
+    /// a cancel restores (M5).
+    pub placement_before: BTreeMap<GroupId, (Vec<NodeId>, Vec<NodeId>)>,
 }
 
 impl PendingSwitch {
@@ -197,13 +200,25 @@ impl Metadata {
             }
         }
         let voters_before = groups.iter().map(|group| (*group, self.groups[group].members.len())).collect();
+        let placement_before = groups
+            .iter()
+            .map(|group| (*group, (self.groups[group].members.clone(), self.groups[group].candidates.clone())))
+            .collect();
         let dead = match spec {
             OperationSpec::Replace { dead, .. } => Some(dead),
             _ => None,
         };
         let id = OperationId(self.last_operation.0 + 1);
-        let mut record =
-            OperationRecord { spec, plan, done: 0, last_step_epoch: epoch, cancelled: false, voters_before, dead };
+        let mut record = OperationRecord {
+            spec,
+            plan,
+            done: 0,
+            last_step_epoch: epoch,
+            cancelled: false,
+            voters_before,
+            dead,
+            placement_before,
+        };
         if let Err(reason) = self.apply_step(&record, 0) {
             return MetadataResult::Refused { reason };
         }

@@ -45,6 +45,10 @@ use crate::core::storage::{Snapshot, Superblock};
 pub(crate) use candidate::CandidateTrack;
 pub use candidate::SpecError;
 pub use heartbeat::HeartbeatState as GroupActivity;
+
+/// Heartbeat timeouts a healthy primary waits for a voter stuck alone in a
+/// later view before the group moves up to that view.
+const STRANDED_TIMEOUTS: u64 = 3;
 pub use seal::{SealError, Sealed};
 pub(crate) use view_change::DoViewChangeSummary;
 pub(crate) use wait::QuorumWait;
@@ -142,6 +146,9 @@ pub struct Replica {
     pub(crate) dvcs: Vec<Option<DoViewChangeSummary>>,
     /// DoViewChanges for a later view that we lead, kept while our lease runs.
     pub(crate) early_dvcs: Vec<cohort_messages::DoViewChange>,
+    /// Primary: a voter that keeps asking for a later view while this
+    /// primary is healthy, with when it first asked (see `on_tick`).
+    pub(crate) stranded: Option<(MemberIndex, View, u64)>,
     // Superblock.
     pub(crate) superblock_saved: Option<Superblock>,
     pub(crate) superblock_retry: bool,
@@ -224,6 +231,7 @@ impl Replica {
             svc_from: crate::core::quorum::MemberSet::EMPTY,
             dvcs: vec![None; members],
             early_dvcs: Vec::new(),
+            stranded: None,
             superblock_saved: None,
             superblock_retry: false,
             superblock_blocked: None,
@@ -663,6 +671,19 @@ impl Replica {
                     // R24: no quorum heard within the window: step down.
                     let next = self.view.next().max(self.svc_view_seen);
                     self.start_view_change(next, fx);
+                    return;
+                }
+                // A voter alone in a later view cannot come back: it promised
+                // not to act in earlier views. If it keeps asking for that
+                // view for several heartbeat timeouts while this group is
+                // healthy, the group moves up to it once (the member cannot
+                // drag it further: alone, it never moves on without evidence).
+                if let Some((_, view, since)) = self.stranded
+                    && view > self.view
+                    && now >= since.saturating_add(STRANDED_TIMEOUTS * timing.commit_heartbeat_timeout_ticks)
+                {
+                    self.stranded = None;
+                    self.start_view_change(view, fx);
                     return;
                 }
                 self.heartbeat_tick(fx);

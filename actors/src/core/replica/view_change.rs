@@ -143,6 +143,18 @@ impl Replica {
         if self.is_candidate() {
             return; // P4: a candidate takes no part in elections.
         }
+        if svc.view < self.view && self.is_primary() && self.spec.is_voter(svc.replica) {
+            // A member still electing an earlier view (it fell back after a
+            // restart, say) while this one runs: show it the current view.
+            let message = self.start_view_message();
+            return fx.send_durable(self.node_of(svc.replica), Message::StartView(message));
+        }
+        if svc.view > self.view && self.is_primary() && self.spec.is_voter(svc.replica) {
+            match self.stranded {
+                Some((member, view, _)) if member == svc.replica && view == svc.view => {}
+                _ => self.stranded = Some((svc.replica, svc.view, fx.now)),
+            }
+        }
         if svc.view > self.view {
             self.join_view_change(svc.view, fx);
         }
@@ -232,6 +244,7 @@ impl Replica {
     /// Take the role of primary of the current view: the log is the view's.
     pub(crate) fn become_primary(&mut self, fx: &mut Effects) {
         fx.metrics.primaries_started += 1;
+        self.stranded = None;
         self.status = Status::Normal;
         self.log_view = self.view;
         self.start_view_op = self.log.op();
