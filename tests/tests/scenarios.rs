@@ -293,6 +293,37 @@ fn liveness_one_way_partition() {
     assert_clean(&sim);
 }
 
+/// A voter cut off long enough moves alone to a later view; it may not come
+/// back to the earlier one (its promise). Once it hears the primary again it
+/// answers Commits from its view, and the group moves up to it.
+#[test]
+fn liveness_voter_stranded_in_a_later_view_rejoins() {
+    let mut sim = cluster(3, None);
+    write(&mut sim, 1, 1);
+    let primary = sim.primary_of(G).expect("a primary");
+    let stranded = (primary + 2) % 3;
+    sim.block(primary, stranded);
+    sim.block(stranded, primary);
+    sim.block((primary + 1) % 3, stranded);
+    sim.block(stranded, (primary + 1) % 3);
+    let view = sim.replica(primary, G).expect("up").view();
+    assert!(sim.run_until(400, |sim| sim.replica(stranded, G).is_some_and(|r| r.view() > view)), "moved on alone");
+    sim.unblock_all();
+    let timing = cohort_actors::core::TimingConfig::default();
+    let rejoined = sim.run_until(6 * timing.commit_heartbeat_timeout_ticks, |sim| {
+        let group_view = sim.primary_of(G).and_then(|p| sim.replica(p, G)).map(|r| r.view());
+        sim.replica(stranded, G).is_some_and(|r| {
+            r.status() == cohort_actors::core::replica::Status::Normal
+                && Some(r.view()) == group_view
+                && r.log_view() == r.view()
+        })
+    });
+    assert!(rejoined, "the group moved up to the stranded voter's view and it follows again");
+    write(&mut sim, 1, 2);
+    assert_eq!(read(&mut sim, 1), 2);
+    assert_clean(&sim);
+}
+
 #[test]
 fn q4_sync_write_waits_for_the_quorum() {
     let mut sim = cluster(3, None);

@@ -362,10 +362,10 @@ impl Shard {
 
     /// One CommitReply entry of a batch from `from` (R29).
     pub fn on_commit_reply_entry(&mut self, from: NodeId, entry: CommitReplyEntry) {
-        self.with_group(entry.group, |replica, _| {
+        self.with_group(entry.group, |replica, fx| {
             let member_ok = replica.spec.node_at(entry.replica) == Some(from);
             if entry.partition_incarnation == replica.spec.incarnation && member_ok {
-                replica.on_commit_reply(entry);
+                replica.on_commit_reply(entry, fx.now);
             }
         });
     }

@@ -151,6 +151,27 @@ impl Replica {
 
     /// A backup handles one Commit entry (R8, R17, R22).
     pub(crate) fn on_commit(&mut self, from: cohort_messages::NodeId, entry: CommitEntry, fx: &mut Effects) {
+        if entry.view < self.view
+            && self.status == Status::ViewChange
+            && !self.is_candidate()
+            && self.svc_from.count() < self.spec.quorums.view_change
+            && entry.replica == self.primary_index_of(entry.view)
+            && self.spec.node_at(entry.replica) == Some(from)
+        {
+            // Stranded alone in a later view while the group goes on: answer
+            // from our view, so its primary knows we hear it and can move the
+            // group up to us (see `on_tick`).
+            return fx.queue_reply(
+                from,
+                CommitReplyEntry {
+                    group: self.spec.group,
+                    partition_incarnation: self.spec.incarnation,
+                    view: self.view,
+                    timestamp_monotonic: entry.timestamp_monotonic,
+                    replica: self.spec.me,
+                },
+            );
+        }
         if entry.view != self.view
             || entry.replica != self.primary_index()
             || self.node_of(entry.replica) != from
@@ -191,7 +212,16 @@ impl Replica {
     }
 
     /// The primary handles one CommitReply entry (R24, R29).
-    pub(crate) fn on_commit_reply(&mut self, entry: CommitReplyEntry) {
+    pub(crate) fn on_commit_reply(&mut self, entry: CommitReplyEntry, now: u64) {
+        if self.is_primary() && entry.view > self.view && self.spec.is_voter(entry.replica) {
+            self.stranded = match self.stranded {
+                Some((member, view, since, _)) if member == entry.replica && view == entry.view => {
+                    Some((member, view, since, now))
+                }
+                _ => Some((entry.replica, entry.view, now, now)),
+            };
+            return;
+        }
         if !self.is_primary() || entry.view != self.view || entry.replica == self.spec.me {
             return;
         }

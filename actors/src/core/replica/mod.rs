@@ -146,9 +146,10 @@ pub struct Replica {
     pub(crate) dvcs: Vec<Option<DoViewChangeSummary>>,
     /// DoViewChanges for a later view that we lead, kept while our lease runs.
     pub(crate) early_dvcs: Vec<cohort_messages::DoViewChange>,
-    /// Primary: a voter that keeps asking for a later view while this
-    /// primary is healthy, with when it first asked (see `on_tick`).
-    pub(crate) stranded: Option<(MemberIndex, View, u64)>,
+    /// Primary: a voter that hears this primary but is stuck alone in a
+    /// later view (it answers Commits from that view), with when it first
+    /// and last did (see `on_tick`).
+    pub(crate) stranded: Option<(MemberIndex, View, u64, u64)>,
     // Superblock.
     pub(crate) superblock_saved: Option<Superblock>,
     pub(crate) superblock_retry: bool,
@@ -674,13 +675,15 @@ impl Replica {
                     return;
                 }
                 // A voter alone in a later view cannot come back: it promised
-                // not to act in earlier views. If it keeps asking for that
-                // view for several heartbeat timeouts while this group is
-                // healthy, the group moves up to it once (the member cannot
-                // drag it further: alone, it never moves on without evidence).
-                if let Some((_, view, since)) = self.stranded
+                // not to act in earlier views. If it keeps answering this
+                // primary's Commits from that view for several heartbeat
+                // timeouts (so it hears us: a member that cannot hear the
+                // primary never does), the group moves up to its view once.
+                let window = timing.commit_heartbeat_timeout_ticks;
+                if let Some((_, view, since, last)) = self.stranded
                     && view > self.view
-                    && now >= since.saturating_add(STRANDED_TIMEOUTS * timing.commit_heartbeat_timeout_ticks)
+                    && now >= since.saturating_add(STRANDED_TIMEOUTS * window)
+                    && now < last.saturating_add(window)
                 {
                     self.stranded = None;
                     self.start_view_change(view, fx);

@@ -149,12 +149,6 @@ impl Replica {
             let message = self.start_view_message();
             return fx.send_durable(self.node_of(svc.replica), Message::StartView(message));
         }
-        if svc.view > self.view && self.is_primary() && self.spec.is_voter(svc.replica) {
-            match self.stranded {
-                Some((member, view, _)) if member == svc.replica && view == svc.view => {}
-                _ => self.stranded = Some((svc.replica, svc.view, fx.now)),
-            }
-        }
         if svc.view > self.view {
             self.join_view_change(svc.view, fx);
         }
