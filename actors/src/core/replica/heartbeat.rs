@@ -215,10 +215,9 @@ impl Replica {
     pub(crate) fn on_commit_reply(&mut self, entry: CommitReplyEntry, now: u64) {
         if self.is_primary() && entry.view > self.view && self.spec.is_voter(entry.replica) {
             self.stranded = match self.stranded {
-                Some((member, view, since, _)) if member == entry.replica && view == entry.view => {
-                    Some((member, view, since, now))
-                }
-                _ => Some((entry.replica, entry.view, now, now)),
+                Some((view, since, _)) if view == entry.view => Some((view, since, now)),
+                Some((view, since, last)) if view > entry.view => Some((view, since, last)),
+                _ => Some((entry.view, now, now)),
             };
             return;
         }

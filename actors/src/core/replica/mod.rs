@@ -146,10 +146,11 @@ pub struct Replica {
     pub(crate) dvcs: Vec<Option<DoViewChangeSummary>>,
     /// DoViewChanges for a later view that we lead, kept while our lease runs.
     pub(crate) early_dvcs: Vec<cohort_messages::DoViewChange>,
-    /// Primary: a voter that hears this primary but is stuck alone in a
-    /// later view (it answers Commits from that view), with when it first
-    /// and last did (see `on_tick`).
-    pub(crate) stranded: Option<(MemberIndex, View, u64, u64)>,
+    /// Primary: voters that hear this primary but are stuck without a
+    /// quorum in a later view (they answer Commits from that view): the
+    /// highest such view, with when it was first and last heard of (see
+    /// `on_tick`).
+    pub(crate) stranded: Option<(View, u64, u64)>,
     // Superblock.
     pub(crate) superblock_saved: Option<Superblock>,
     pub(crate) superblock_retry: bool,
@@ -680,7 +681,7 @@ impl Replica {
                 // timeouts (so it hears us: a member that cannot hear the
                 // primary never does), the group moves up to its view once.
                 let window = timing.commit_heartbeat_timeout_ticks;
-                if let Some((_, view, since, last)) = self.stranded
+                if let Some((view, since, last)) = self.stranded
                     && view > self.view
                     && now >= since.saturating_add(STRANDED_TIMEOUTS * window)
                     && now < last.saturating_add(window)
