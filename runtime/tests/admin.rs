@@ -1,11 +1,11 @@
 //! Operator commands over a node's admin port (M3, M4, M5) and `cohort
 //! admin`, against real nodes (real TCP, real files, real actors).
 //!
-//! Executing an operation's steps on the replicas is not built yet, so these
-//! tests rely only on what the metadata does by itself: the first step is
-//! applied with the start (M4), the next one waits (a promotion needs a
-//! caught-up candidate), and a cancel's revert is driven by the metadata
-//! primary once the group's replicas acked (M5).
+//! The nodes carry operations out (candidates catch up, member changes seal
+//! and switch the group's incarnation): `m2_move_completes_on_a_running_cluster`
+//! follows one to the end. The other tests hold an operation at a step on
+//! purpose (a move's promotion waits for its candidate to catch up; a
+//! stopped node's candidate never does) to look at it and cancel it.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -87,8 +87,10 @@ async fn wait_ready(cluster: &LocalCluster) {
 
 #[actix_rt::test]
 async fn m3_overlapping_operation_rejected_over_admin() {
-    let cluster = start_cluster();
+    let mut cluster = start_cluster();
     wait_ready(&cluster).await;
+    // Node 4 is down: the move waits at its promotion, where we look at it.
+    cluster.stop_node(NodeId(4));
     // Started on node 3, which is not in group 3: any node takes commands.
     let (code, started) = call(
         admin(&cluster, 3),
@@ -125,8 +127,11 @@ async fn m3_overlapping_operation_rejected_over_admin() {
 
 #[actix_rt::test]
 async fn m5_cancel_over_admin() {
-    let cluster = start_cluster();
+    let mut cluster = start_cluster();
     wait_ready(&cluster).await;
+    // Node 4 is down: its candidate replica cannot catch up, so the join
+    // waits at its promotion until the cancel reverts it.
+    cluster.stop_node(NodeId(4));
     let port = admin(&cluster, 2);
     // Started and cancelled with the real `cohort admin` binary.
     let cohort = |args: Vec<String>| {
@@ -238,4 +243,39 @@ async fn operator_bad_input_gets_400_naming_the_field() {
     let _ = stream.read_to_string(&mut answer);
     assert!(answer.starts_with("HTTP/1.1 413 "), "{answer}");
     assert_eq!(http(port, "GET", "/health", "").0, 200);
+}
+
+/// M2–M4 and P4 end to end on real nodes: a move of group 3's replica from
+/// node 1 to node 4 adds node 4 as a candidate that catches up, promotes it
+/// by sealing the group's incarnation and switching every member, then
+/// removes node 1 the same way; the register's value survives it all and
+/// the group takes writes on its new members.
+#[actix_rt::test]
+async fn m2_move_completes_on_a_running_cluster() {
+    let cluster = start_cluster();
+    wait_ready(&cluster).await;
+    let client = cluster.client();
+    client.write(GroupId(3), &b"before the move"[..]).await.expect("a write before the move");
+    let (code, started) = call(
+        admin(&cluster, 2),
+        "POST",
+        "/admin/operations".into(),
+        r#"{"op":"move","group":3,"from":1,"to":4}"#.into(),
+    )
+    .await;
+    assert_eq!(code, 200, "{started}");
+    let port = admin(&cluster, 3);
+    let moved = wait_until(Duration::from_secs(60), || {
+        let shown = status(port);
+        let group = shown["metadata"]["groups"].as_array().and_then(|g| g.iter().find(|g| g["id"] == 3)).cloned();
+        shown["operation_totals"]["completed"] == 1
+            && group.is_some_and(|g| g["members"] == serde_json::json!([2, 4]) && g["incarnation"] == 3)
+    })
+    .await;
+    assert!(moved, "the move completed within 60 s: {}", status(port));
+    let read = client.read(GroupId(3), Vec::new()).await.expect("a read after the move");
+    assert_eq!(&read.result[..], b"before the move");
+    client.write(GroupId(3), &b"after the move"[..]).await.expect("a write after the move");
+    let read = client.read(GroupId(3), Vec::new()).await.expect("a read");
+    assert_eq!(&read.result[..], b"after the move");
 }
