@@ -92,12 +92,14 @@ impl StateMachine for MirroredMetadata {
 
 /// The metadata group's spec for node `index` of `nodes`: every node is a
 /// member, in node order (node 0 is view 0's primary).
-pub fn metadata_spec(nodes: usize, template: &GroupSpec) -> GroupSpec {
-    let quorums = cohort_actors::core::Quorums::new(nodes, None).expect("a metadata group of 1 to 64 nodes");
+pub fn metadata_spec(nodes: usize, voters: usize, template: &GroupSpec) -> GroupSpec {
+    let voters = voters.clamp(1, nodes);
+    let quorums = cohort_actors::core::Quorums::new(voters, None).expect("a metadata group of 1 to 64 nodes");
     GroupSpec {
         group: GroupId::METADATA,
-        members: (0..nodes).map(node_id).collect(),
-        candidates: Vec::new(),
+        members: (0..voters).map(node_id).collect(),
+        // The other nodes follow the metadata log as candidates (non-voting).
+        candidates: (voters..nodes).map(node_id).collect(),
         quorums,
         ..template.clone()
     }

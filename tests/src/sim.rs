@@ -105,6 +105,9 @@ pub struct SimConfig {
     pub candidates_from_start: bool,
     /// Groups.
     pub groups: usize,
+    /// Metadata scenario: voters of the metadata group, the first nodes
+    /// (None: every node); the others follow its log as candidates (M6).
+    pub metadata_voters: Option<usize>,
     /// Voters of each kv group (None: every node; the metadata scenario
     /// uses one node fewer, so operations have somewhere to move replicas).
     pub group_size: Option<usize>,
@@ -139,6 +142,7 @@ impl SimConfig {
             candidates_from_start: true,
             groups: 4,
             group_size: None,
+            metadata_voters: None,
             replication_quorum: None,
             clients: 6,
             fault_ticks: 1500,
@@ -296,8 +300,10 @@ impl Sim {
                 }
             })
             .collect();
-        let metadata_spec =
-            (config.scenario == Scenario::Metadata).then(|| crate::metadata::metadata_spec(config.nodes, &specs[0]));
+        let metadata_spec = (config.scenario == Scenario::Metadata).then(|| {
+            let voters = config.metadata_voters.unwrap_or(config.nodes);
+            crate::metadata::metadata_spec(config.nodes, voters, &specs[0])
+        });
         let nodes = (0..config.nodes + config.candidates)
             .map(|index| SimNode::new(index, &config.core, &node_specs(&specs, metadata_spec.as_ref(), index)))
             .collect();

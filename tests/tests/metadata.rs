@@ -238,6 +238,46 @@ fn p1_ownership_matches_primaries() {
 
 /// 50 seeds of `cohort-sim --scenario metadata`: no violation, and sessions
 /// expire in most seeds (the pause fault is in play).
+/// M6: a node that follows the metadata log without a vote (nodes past the
+/// metadata group's voters are its candidates) and misses many epochs while
+/// it is down starts again from a snapshot plus the events after it, and
+/// ends with the same metadata as everyone.
+#[test]
+fn m6_metadata_follower_starts_from_a_snapshot_plus_later_events() {
+    let mut config = SimConfig::metadata(11);
+    config.faults = Some(Faults::default());
+    config.nodes = 4;
+    config.metadata_voters = Some(3);
+    config.groups = GROUPS;
+    config.group_size = Some(3);
+    config.clients = 0;
+    config.expired_policy = Some(RECONNECT);
+    config.core.snapshot_interval_ops = 4;
+    let mut sim = Sim::new(config);
+    assert!(sim.run_until(600, settled), "every node holds a session, every group an owner");
+    let follower = 3;
+    let replica = sim.replica(follower, GroupId::METADATA).expect("the follower hosts the metadata group");
+    assert_eq!(replica.role(), cohort_actors::core::Role::Candidate, "it follows without a vote");
+    let before = metadata(&sim, follower).epoch;
+    sim.crash_node(follower, 2 * LONG_PAUSE_TICKS);
+    // Meanwhile the metadata moves on: the follower's session expires, and a
+    // stalled voter's session expires and reopens.
+    pause(&mut sim, 1, LONG_PAUSE_TICKS);
+    sim.run_until(LONG_PAUSE_TICKS + 20, |_| false);
+    let moved_on = metadata(&sim, 0).epoch;
+    assert!(moved_on.0 >= before.0 + 8, "the metadata moved on by two snapshot intervals: {before} → {moved_on}");
+    let voters_base = (0..3).filter_map(|n| sim.replica(n, GroupId::METADATA)).map(|r| r.log_base()).min();
+    assert!(voters_base.is_some_and(|base| base.0 > before.0), "what it missed is only in the voters' snapshots");
+    let caught_up = sim.run_until(3 * LONG_PAUSE_TICKS, |sim| {
+        sim.replica(follower, GroupId::METADATA).is_some() && metadata(sim, follower) == metadata(sim, 0)
+    });
+    assert!(caught_up, "the follower has the same metadata as the voters again");
+    let replica = sim.replica(follower, GroupId::METADATA).expect("up");
+    assert!(replica.log_base().0 > before.0, "it started from a snapshot taken while it was down");
+    assert!(sim.run_until(600, settled), "and its node holds a session again");
+    assert_clean(&sim);
+}
+
 #[test]
 fn metadata_seed_sweep() {
     let seeds = 0..50u64;
