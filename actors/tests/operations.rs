@@ -93,6 +93,19 @@ impl Log {
         Some(self.apply(step))
     }
 
+    /// Every group's primary reports every candidate caught up.
+    fn all_candidates_caught_up(&mut self) {
+        let candidates: Vec<(u64, u64)> = self
+            .metadata
+            .groups
+            .iter()
+            .flat_map(|(group, record)| record.candidates.iter().map(move |node| (group.0, node.0)))
+            .collect();
+        for (group, node) in candidates {
+            self.caught_up(group, node);
+        }
+    }
+
     /// Drive to the end: every node acks, every candidate is reported caught up.
     fn drive_to_end(&mut self, nodes: &[u64]) {
         for _ in 0..100 {
@@ -100,15 +113,7 @@ impl Log {
                 return;
             }
             self.ack(nodes);
-            let candidates: Vec<(u64, u64)> = self
-                .metadata
-                .groups
-                .iter()
-                .flat_map(|(group, record)| record.candidates.iter().map(move |node| (group.0, node.0)))
-                .collect();
-            for (group, node) in candidates {
-                self.caught_up(group, node);
-            }
+            self.all_candidates_caught_up();
             self.drive();
             self.seal_pending();
         }
@@ -212,15 +217,7 @@ fn m5_cancel_reverts_steps() {
     for _ in 0..3 {
         log.seal_pending();
         log.ack(&[1, 2, 3, 4, 5]);
-        let candidates: Vec<(u64, u64)> = log
-            .metadata
-            .groups
-            .iter()
-            .flat_map(|(group, record)| record.candidates.iter().map(move |node| (group.0, node.0)))
-            .collect();
-        for (group, node) in candidates {
-            log.caught_up(group, node);
-        }
+        log.all_candidates_caught_up();
         log.drive();
     }
     log.seal_pending();

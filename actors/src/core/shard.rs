@@ -374,34 +374,26 @@ impl Shard {
     pub fn on_request(&mut self, request: Request) {
         let group = request.group;
         if request.client == cohort_messages::ClientId::SEAL {
-            self.fx.push(Command::Reply(cohort_messages::Reply {
-                client: request.client,
-                request: request.request,
-                group,
-                view: cohort_messages::View(0),
-                op: Op(0),
-                outcome: cohort_messages::Outcome::Error {
-                    code: cohort_messages::ReplyError::Rejected,
-                    detail: "client 0 is reserved for seal entries".into(),
-                },
-            }));
-            return;
+            let detail = "client 0 is reserved for seal entries".to_string();
+            return self.refuse_request(&request, cohort_messages::ReplyError::Rejected, detail);
         }
         if !self.groups.contains_key(&group) {
-            self.fx.push(Command::Reply(cohort_messages::Reply {
-                client: request.client,
-                request: request.request,
-                group,
-                view: cohort_messages::View(0),
-                op: Op(0),
-                outcome: cohort_messages::Outcome::Error {
-                    code: cohort_messages::ReplyError::UnknownGroup,
-                    detail: format!("{group} is not hosted on {}", self.node),
-                },
-            }));
-            return;
+            let detail = format!("{group} is not hosted on {}", self.node);
+            return self.refuse_request(&request, cohort_messages::ReplyError::UnknownGroup, detail);
         }
         self.with_group(group, |replica, fx| replica.on_request(request, fx));
+    }
+
+    /// Answer a request no group here takes.
+    fn refuse_request(&mut self, request: &Request, code: cohort_messages::ReplyError, detail: String) {
+        self.fx.push(Command::Reply(cohort_messages::Reply {
+            client: request.client,
+            request: request.request,
+            group: request.group,
+            view: cohort_messages::View(0),
+            op: Op(0),
+            outcome: cohort_messages::Outcome::Error { code, detail },
+        }));
     }
 
     /// A flush completed durably.

@@ -424,6 +424,14 @@ impl Metadata {
         }
     }
 
+    /// A live group's record, or the refusal to answer with.
+    fn live_group_mut(&mut self, group: GroupId) -> Result<&mut GroupRecord, MetadataResult> {
+        self.groups
+            .get_mut(&group)
+            .filter(|record| record.live)
+            .ok_or_else(|| MetadataResult::Refused { reason: format!("{group} does not exist") })
+    }
+
     fn live_group(&self, group: GroupId) -> Result<&GroupRecord, String> {
         self.groups.get(&group).filter(|record| record.live).ok_or_else(|| format!("{group} does not exist"))
     }
@@ -522,8 +530,9 @@ impl Metadata {
         incarnation: cohort_messages::Incarnation,
         node: NodeId,
     ) -> MetadataResult {
-        let Some(record) = self.groups.get_mut(&group).filter(|record| record.live) else {
-            return MetadataResult::Refused { reason: format!("{group} does not exist") };
+        let record = match self.live_group_mut(group) {
+            Ok(record) => record,
+            Err(refused) => return refused,
         };
         let current = record.incarnation == incarnation;
         let Some(pending) = record.pending.as_mut().filter(|_| current) else {
@@ -566,8 +575,9 @@ impl Metadata {
         incarnation: cohort_messages::Incarnation,
         node: NodeId,
     ) -> MetadataResult {
-        let Some(record) = self.groups.get_mut(&group).filter(|record| record.live) else {
-            return MetadataResult::Refused { reason: format!("{group} does not exist") };
+        let record = match self.live_group_mut(group) {
+            Ok(record) => record,
+            Err(refused) => return refused,
         };
         if record.incarnation != incarnation || !record.candidates.contains(&node) {
             return MetadataResult::Refused {
