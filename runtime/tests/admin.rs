@@ -3,15 +3,18 @@
 //!
 //! The nodes carry operations out (candidates catch up, member changes seal
 //! and switch the group's incarnation): `m2_move_completes_on_a_running_cluster`
-//! follows one to the end. The other tests hold an operation at a step on
-//! purpose (a move's promotion waits for its candidate to catch up; a
-//! stopped node's candidate never does) to look at it and cancel it.
+//! follows one to the end, and `m4_moved_replica_survives_a_restart` restarts
+//! the node that gained the group at run time. The other tests hold an
+//! operation at a step on purpose (a move's promotion waits for its candidate
+//! to catch up; a stopped node's candidate never does) to look at it and
+//! cancel it.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use cohort_runtime::config::{ExpiredPolicyName, SessionConfig};
+use cohort_runtime::node::PLACEMENTS_FILE;
 use cohort_runtime::prelude::*;
 use serde_json::Value;
 
@@ -278,4 +281,72 @@ async fn m2_move_completes_on_a_running_cluster() {
     client.write(GroupId(3), &b"after the move"[..]).await.expect("a write after the move");
     let read = client.read(GroupId(3), Vec::new()).await.expect("a read");
     assert_eq!(&read.result[..], b"after the move");
+}
+
+/// Start `op` over node `via`'s admin port and wait until `completed`
+/// operations completed in total and group 3 has `members` at `incarnation`.
+async fn run_operation(cluster: &LocalCluster, via: u64, op: &str, completed: u64, members: Value, incarnation: u64) {
+    let (code, started) = call(admin(cluster, via), "POST", "/admin/operations".into(), op.into()).await;
+    assert_eq!(code, 200, "{op}: {started}");
+    let port = admin(cluster, via);
+    let done = wait_until(Duration::from_secs(60), || {
+        let shown = status(port);
+        let group = shown["metadata"]["groups"].as_array().and_then(|g| g.iter().find(|g| g["id"] == 3)).cloned();
+        shown["operation_totals"]["completed"] == completed
+            && group.is_some_and(|g| g["members"] == members && g["incarnation"] == incarnation)
+    })
+    .await;
+    assert!(done, "{op} completed within 60 s: {}", status(port));
+}
+
+/// The groups recorded in node `node`'s run-time placements file.
+fn recorded_groups(cluster: &LocalCluster, node: u64) -> Vec<u64> {
+    let path = cluster.data_dir().join(format!("node-{node}")).join(PLACEMENTS_FILE);
+    let Ok(text) = std::fs::read_to_string(&path) else { return Vec::new() };
+    let content: Value = serde_json::from_str(&text).expect("the placements file is JSON");
+    content["placements"].as_array().expect("a list").iter().filter_map(|p| p["group"].as_u64()).collect()
+}
+
+/// M4 and P4 across a restart: a replica the metadata placed on node 4 at
+/// run time (a candidate, promoted since) is hosted again after node 4
+/// restarts, at the group's new incarnation, with its data; the group then
+/// takes writes that need node 4 (members 2 and 4, both in the quorum), and
+/// a further operation on the group completes.
+#[actix_rt::test]
+async fn m4_moved_replica_survives_a_restart() {
+    let mut cluster = start_cluster();
+    wait_ready(&cluster).await;
+    let client = cluster.client();
+    client.write(GroupId(3), &b"before the move"[..]).await.expect("a write before the move");
+    let move_out = r#"{"op":"move","group":3,"from":1,"to":4}"#;
+    run_operation(&cluster, 2, move_out, 1, serde_json::json!([2, 4]), 3).await;
+    // Node 4 hosts group 3 only because the metadata placed it there.
+    assert_eq!(recorded_groups(&cluster, 4), [3]);
+
+    cluster.stop_node(NodeId(4));
+    cluster.restart_node(NodeId(4)).expect("node 4 restarts from its data directory");
+    let node4 = cluster.handle(NodeId(4)).expect("node 4 runs");
+    assert!(node4.subscribe(GroupId(3)).await.is_some(), "node 4 hosts group 3 again");
+    assert_eq!(node4.fatal(), None);
+    let client = cluster.client();
+    let read = client.read(GroupId(3), Vec::new()).await.expect("a read after the restart");
+    assert_eq!(&read.result[..], b"before the move");
+    // Members 2 and 4 with a majority of 2: this commits only with node 4's
+    // replica at incarnation 3.
+    client.write(GroupId(3), &b"after the restart"[..]).await.expect("a write after the restart");
+    let caught_up = wait_until(Duration::from_secs(20), || {
+        let metadata = node4.metadata();
+        metadata.nodes.get(&NodeId(4)).is_some_and(|n| n.session.is_some() && n.acked == metadata.config_epoch)
+    })
+    .await;
+    assert!(caught_up, "node 4 acks the config epoch: {}", node4.status());
+
+    // Another operation on group 3 completes: node 1 gets it back.
+    let move_back = r#"{"op":"move","group":3,"from":4,"to":1}"#;
+    run_operation(&cluster, 3, move_back, 2, serde_json::json!([2, 1]), 5).await;
+    let read = client.read(GroupId(3), Vec::new()).await.expect("a read after the move back");
+    assert_eq!(&read.result[..], b"after the restart");
+    let unloaded = wait_until(Duration::from_secs(20), || recorded_groups(&cluster, 4).is_empty()).await;
+    assert!(unloaded, "node 4's record goes with its replica: {:?}", recorded_groups(&cluster, 4));
+    assert_eq!(recorded_groups(&cluster, 1), [3], "node 1 hosts group 3 as placed at run time");
 }

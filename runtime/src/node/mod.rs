@@ -61,12 +61,14 @@ pub mod kind;
 pub mod metadata;
 mod parts;
 mod placement;
+pub(crate) mod recorded;
 mod register;
 mod supervisor;
 
 pub use detached::DetachedNode;
 pub use kind::{GroupKind, GroupKindError};
 pub use placement::GroupPlacement;
+pub use recorded::{PLACEMENTS_FILE, PlacementFileError};
 pub use register::Register;
 
 use parts::Parts;
@@ -99,6 +101,10 @@ pub enum NodeError {
     /// The group kinds and placements do not fit together; the message says what to fix.
     #[error(transparent)]
     Kind(#[from] GroupKindError),
+    /// The run-time placements file could not be read, or a record in it is
+    /// wrong; the message names the file and what is wrong.
+    #[error(transparent)]
+    Placements(#[from] PlacementFileError),
 }
 
 /// Why a submitted request got no result.
@@ -281,7 +287,8 @@ impl NodeBuilder {
         self
     }
 
-    /// Where the shards keep their logs (one subdirectory per shard).
+    /// Where the shards keep their logs (one subdirectory per shard), and
+    /// the node keeps the groups placed on it at run time ([`PLACEMENTS_FILE`]).
     pub fn data_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.data_dir = Some(dir.into());
         self
@@ -447,6 +454,11 @@ impl NodeBuilder {
         let core = CoreConfig { timing, ..self.core };
         core.validate().map_err(|error| NodeError::Config(error.to_string()))?;
         let hosted = placement::to_hosted(self.node, &placements, &kinds)?;
+        // Groups the metadata placed here at run time (see `recorded`): each
+        // shard merges its own at every start; checked here first, so a bad
+        // record stops the node before anything runs.
+        let recorded = Arc::new(recorded::PlacementFile::open(&data_dir)?);
+        recorded.hosted(self.node, &kinds, self.shards, None)?;
 
         let std_listener = match self.bound {
             Some(listener) => {
@@ -484,6 +496,7 @@ impl NodeBuilder {
             peers: self.peers,
             storage_locks: (0..self.shards).map(|_| Arc::new(std::sync::Mutex::new(()))).collect(),
             groups,
+            recorded,
         });
 
         let io = Arbiter::new();

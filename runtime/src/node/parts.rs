@@ -15,6 +15,7 @@ use cohort_messages::{ClusterId, NodeId};
 
 use super::NodeError;
 use super::kind::{HostedGroup, Kinds};
+use super::recorded::{self, PlacementFile};
 use crate::shard::storage_worker::StorageWorker;
 use crate::shard::{Outbox, ShardActor, ShardSetup};
 use crate::storage::FileStorageConfig;
@@ -35,8 +36,11 @@ pub(crate) struct Parts {
     pub fatal: Arc<Mutex<Option<String>>>,
     pub peers: BTreeMap<NodeId, SocketAddr>,
     pub connected: HashMap<NodeId, Arc<AtomicBool>>,
-    /// The groups of each shard.
+    /// The configured groups of each shard.
     pub groups: Vec<Vec<HostedGroup>>,
+    /// The groups the metadata placed here at run time; a shard merges its
+    /// own with its configured ones each time it is built.
+    pub recorded: Arc<PlacementFile>,
     /// One lock per shard directory, held by its storage thread.
     pub storage_locks: Vec<Arc<Mutex<()>>>,
 }
@@ -70,13 +74,15 @@ impl Parts {
     }
 
     /// Recover shard `index`'s storage and start its actor on `arbiter`.
-    /// Blocks until the actor has rebuilt its groups.
+    /// Blocks until the actor has rebuilt its groups: the configured ones and
+    /// those recorded at run time (a recorded group replaces a configured one).
     pub fn spawn_shard(
         &self,
         index: usize,
         arbiter: &ArbiterHandle,
         outboxes: HashMap<NodeId, Addr<Outbox>>,
     ) -> Result<Addr<ShardActor>, NodeError> {
+        let own = self.recorded.hosted(self.node, &self.kinds, self.shard_count(), Some(index))?;
         let target: Arc<Mutex<Option<Addr<ShardActor>>>> = Arc::new(Mutex::new(None));
         let reporter = Arc::clone(&target);
         let (storage, recovered) = StorageWorker::start(
@@ -97,7 +103,8 @@ impl Parts {
             node: self.node,
             config: self.core.clone(),
             tick: self.tick,
-            groups: self.groups[index].clone(),
+            groups: recorded::merge(&self.groups[index], own),
+            recorded: Arc::clone(&self.recorded),
             recovered,
             kinds: Arc::clone(&self.kinds),
             outboxes,

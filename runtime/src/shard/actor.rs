@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use cohort_actors::core::storage::Recovered;
-use cohort_actors::core::{Command, CoreConfig, Shard};
+use cohort_actors::core::{Command, CoreConfig, Shard, ShardError};
 use cohort_messages::{
     ClientId, CommitBatch, CommitEntry, CommitReplyBatch, CommitReplyEntry, Message, NodeId, Redirect, Reply, Request,
     RequestNumber, TraceContext,
@@ -33,6 +33,7 @@ use super::outbox::{Outbox, Outgoing};
 use super::storage_worker::{StorageEvent, StorageWorker};
 use super::traces::ShardTraces;
 use crate::node::kind::{HostedGroup, Kinds};
+use crate::node::recorded::{PlacementFile, RecordedPlacement};
 use crate::telemetry::{DropReason, Drops, NodeMetrics};
 
 /// Requests from peer nodes awaiting an answer, at most (see `ShardActor::remote_waiting`).
@@ -120,8 +121,11 @@ pub struct ShardSetup {
     pub config: CoreConfig,
     /// Tick length.
     pub tick: Duration,
-    /// The groups this shard hosts, with their kinds.
+    /// The groups this shard hosts, with their kinds: the configured ones
+    /// and those recorded at run time.
     pub(crate) groups: Vec<HostedGroup>,
+    /// The node's run-time placements (shared by its shards).
+    pub(crate) recorded: Arc<PlacementFile>,
     /// What storage recovered.
     pub recovered: Recovered,
     /// The node's group kinds: each group's state machine and custom actor.
@@ -174,6 +178,9 @@ pub struct ShardActor {
     draining_build: bool,
     /// The node's group kinds, for groups created while running (P4 candidates).
     kinds: Arc<crate::node::kind::Kinds>,
+    /// Where the groups created while running are recorded, so that the
+    /// next start hosts them again (see `node::recorded`).
+    recorded: Arc<PlacementFile>,
 }
 
 /// The actors that follow one group replica on this shard.
@@ -191,25 +198,46 @@ impl ShardActor {
         let mut failure = None;
         let traces = Rc::new(ShardTraces::new(setup.node));
         let mut custom_factories = Vec::new();
+        let mut incarnations = HashMap::new();
         for HostedGroup { spec, kind } in setup.groups.iter().cloned() {
             let Some(kind_spec) = setup.kinds.get(&kind) else {
                 failure = Some(format!("shard {}: {}: group kind {kind} is not registered", setup.index, spec.group));
                 break;
             };
-            if let Some(factory) = &kind_spec.actor {
-                let replica = GroupReplica { node: setup.node, group: spec.group, kind: kind.clone() };
-                custom_factories.push((replica, Arc::clone(factory)));
-            }
+            let group = spec.group;
             let label = setup.metrics.group_kind(&kind.to_string());
-            let state = (kind_spec.state_machines)(spec.group);
-            let state = Box::new(ObservedStateMachine::new(state, spec.group, label, Rc::clone(&traces)));
-            let result = match recovered.groups.remove(&spec.group) {
-                Some(group) => core.recover_group(spec, state, group),
+            let state = (kind_spec.state_machines)(group);
+            let state = Box::new(ObservedStateMachine::new(state, group, label, Rc::clone(&traces)));
+            let result = match recovered.groups.remove(&group) {
+                Some(data) => core.recover_group(spec, state, data),
                 None => core.create_group(spec, state),
             };
-            if let Err(error) = result {
-                failure = Some(format!("shard {}: {error}", setup.index));
-                break;
+            match result {
+                Ok(()) => {}
+                Err(ShardError::NotInIncarnation(error)) => {
+                    // Removed from the group before the restart: what is
+                    // left here is not this node's any more (S4).
+                    eprintln!("cohort: shard {}: dropping {group} and its data: {error}", setup.index);
+                    if !setup.storage.remove_group(group) {
+                        failure = Some(format!("shard {}: the storage worker stopped", setup.index));
+                        break;
+                    }
+                    if let Err(error) = setup.recorded.remove(group) {
+                        tracing::warn!(group = group.0, %error, "dropped group's record not removed");
+                    }
+                    continue;
+                }
+                Err(error) => {
+                    failure = Some(format!("shard {}: {error}", setup.index));
+                    break;
+                }
+            }
+            if let Some(replica) = core.replica(group) {
+                incarnations.insert(group, replica.incarnation());
+            }
+            if let Some(factory) = &kind_spec.actor {
+                let replica = GroupReplica { node: setup.node, group, kind: kind.clone() };
+                custom_factories.push((replica, Arc::clone(factory)));
             }
         }
         let actor = ShardActor {
@@ -222,7 +250,7 @@ impl ShardActor {
             connected: setup.connected,
             waiting: HashMap::new(),
             remote_waiting: HashMap::new(),
-            incarnations: setup.groups.iter().map(|hosted| (hosted.spec.group, hosted.spec.incarnation)).collect(),
+            incarnations,
             fatal: setup.fatal,
             drops: setup.drops,
             metrics: setup.metrics,
@@ -233,6 +261,7 @@ impl ShardActor {
             resync_pending: Vec::new(),
             draining_build: false,
             kinds: setup.kinds,
+            recorded: setup.recorded,
         };
         (actor, failure)
     }
@@ -570,7 +599,13 @@ impl Handler<UnloadGroup> for ShardActor {
         self.remote_waiting.retain(|key, _| key.0 != group);
         self.resync_pending.retain(|pending| *pending != group);
         if !self.storage.remove_group(group) {
-            self.fail("the storage worker stopped".into());
+            return self.fail("the storage worker stopped".into());
+        }
+        // Without its record the next start does not host it again (if it is
+        // not configured); a record left by a failed write only re-creates
+        // an empty candidate, which the agent unloads again.
+        if let Err(error) = self.recorded.remove(group) {
+            tracing::warn!(group = group.0, %error, "unloaded group's record not removed");
         }
     }
 }
@@ -600,7 +635,10 @@ impl Handler<ProposeSeal> for ShardActor {
 
 /// The metadata names this node a candidate of a group (P4): host an empty
 /// candidate replica of it (replacing the replica of an older incarnation
-/// and its data); it catches up from the primary.
+/// and its data); it catches up from the primary. The placement is recorded
+/// durably first (`node::recorded`), so the next start hosts the group
+/// again; if it cannot be recorded the candidate is not hosted (the agent
+/// asks again).
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct HostCandidate {
@@ -619,6 +657,10 @@ impl Handler<HostCandidate> for ShardActor {
             tracing::warn!(group = group.0, %kind, "candidate of an unregistered kind: not hosted");
             return;
         };
+        if let Err(error) = self.recorded.record(RecordedPlacement::of(&spec, &kind)) {
+            eprintln!("cohort: {group}: candidate not hosted: {error}");
+            return;
+        }
         if self.core.remove_group(group) {
             self.groups.remove(&group);
             self.waiting.retain(|key, _| key.0 != group);
@@ -633,6 +675,9 @@ impl Handler<HostCandidate> for ShardActor {
         let incarnation = spec.incarnation;
         if let Err(error) = self.core.create_group(spec, state) {
             tracing::warn!(group = group.0, %error, "candidate not hosted");
+            if let Err(error) = self.recorded.remove(group) {
+                tracing::warn!(group = group.0, %error, "record of a candidate not hosted not removed");
+            }
             return;
         }
         self.incarnations.insert(group, incarnation);
@@ -660,8 +705,18 @@ impl Handler<SetCandidates> for ShardActor {
     type Result = ();
 
     fn handle(&mut self, SetCandidates { group, candidates }: SetCandidates, _ctx: &mut Self::Context) {
-        if let Err(error) = self.core.set_candidates(group, candidates) {
-            tracing::warn!(group = group.0, %error, "candidates not set");
+        match self.core.set_candidates(group, candidates.clone()) {
+            // A recorded candidate's index follows the list: keep the record's
+            // in step (a record of an older incarnation keeps its own).
+            Ok(()) => {
+                let incarnation = self.core.replica(group).map(|replica| replica.incarnation());
+                if let Some(incarnation) = incarnation
+                    && let Err(error) = self.recorded.set_candidates(group, incarnation, &candidates)
+                {
+                    tracing::warn!(group = group.0, %error, "recorded candidates not updated");
+                }
+            }
+            Err(error) => tracing::warn!(group = group.0, %error, "candidates not set"),
         }
         self.run();
     }
