@@ -106,7 +106,7 @@ pub struct ShardReport {
     pub metrics: cohort_actors::core::ShardMetrics,
     /// Groups per heartbeat state.
     pub gauges: cohort_actors::core::HeartbeatGauges,
-    /// Groups this shard's members lead now.
+    /// The host's groups this shard's members lead now (the metadata group is not listed).
     pub primaries: Vec<cohort_messages::GroupId>,
 }
 
@@ -556,7 +556,12 @@ impl Handler<GetReport> for ShardActor {
         ShardReport {
             metrics: self.core.metrics().clone(),
             gauges: self.core.heartbeat_gauges(),
-            primaries: self.core.replicas().filter(|r| r.is_primary()).map(|r| r.group()).collect(),
+            primaries: self
+                .core
+                .replicas()
+                .filter(|r| r.is_primary() && r.group() != cohort_messages::GroupId::METADATA)
+                .map(|r| r.group())
+                .collect(),
         }
     }
 }
