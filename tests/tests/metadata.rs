@@ -304,6 +304,17 @@ fn metadata_seed_sweep() {
 /// primary's report of an older view was accepted once an expiry had emptied
 /// the owner record (P1/S4 fencing).
 #[test]
+fn s4_regression_seed_12639_stale_metadata_never_replaces_a_newer_replica() {
+    // A node restarted with metadata older than a group it had already
+    // switched to a newer incarnation; its agent re-created an empty candidate
+    // of the old incarnation over it, and the group stalled.
+    let config = SimConfig::metadata(12639);
+    let report = run_catching(config.clone()).unwrap_or_else(|panic| panic!("{panic}"));
+    assert!(report.violations.is_empty(), "{:?} ({})", report.violations, reproduce(&config));
+    assert!(report.operations.completed > 0, "the run completes operations");
+}
+
+#[test]
 fn q4_p1_regression_seeds() {
     for seed in [55, 3448] {
         let config = SimConfig::metadata(seed);

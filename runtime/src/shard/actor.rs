@@ -662,6 +662,11 @@ impl Handler<HostCandidate> for ShardActor {
             tracing::warn!(group = group.0, %kind, "candidate of an unregistered kind: not hosted");
             return;
         };
+        if self.core.replica(group).is_some_and(|replica| replica.incarnation() >= spec.incarnation) {
+            // Never replace a replica of this incarnation or a later one (the
+            // agent's metadata may be older than the replica after a restart).
+            return;
+        }
         if let Err(error) = self.recorded.record(RecordedPlacement::of(&spec, &kind)) {
             eprintln!("cohort: {group}: candidate not hosted: {error}");
             return;

@@ -224,6 +224,9 @@ impl Sim {
         self.collect_applies(index);
         let node = &mut self.nodes[index];
         let Some(shard) = node.shard.as_mut() else { return };
+        if shard.replica(group).is_some_and(|replica| replica.incarnation() >= incarnation) {
+            return; // Never replace a replica of this incarnation or a later one.
+        }
         if shard.remove_group(group) {
             let _ = cohort_actors::core::storage::Storage::remove_group(&mut node.storage, group);
             self.checkers.unloaded(index, group);

@@ -424,8 +424,12 @@ impl MetadataAgent {
             .filter(|hosted| hosted.group != self.config.metadata_group)
             .filter(|hosted| {
                 metadata.groups.get(&hosted.group).is_some_and(|record| {
+                    // Metadata older than the replica (a restarted node replays
+                    // its metadata log from a snapshot) says nothing about it.
+                    let current = record.incarnation >= hosted.incarnation;
                     let next = record.pending.as_ref().is_some_and(|pending| pending.seal.members.contains(&node));
-                    !record.live || !(record.members.contains(&node) || record.candidates.contains(&node) || next)
+                    let placed = record.members.contains(&node) || record.candidates.contains(&node) || next;
+                    !record.live || (current && !placed)
                 })
             })
             .map(|hosted| hosted.group)
@@ -485,8 +489,12 @@ impl MetadataAgent {
         let node = self.config.node;
         for (group, record) in metadata.groups.iter().filter(|(_, record)| record.live) {
             let here = hosted.iter().find(|hosted| hosted.group == *group && hosted.incarnation == record.incarnation);
+            // Never replace a replica of this incarnation or a later one: the
+            // applied metadata may be older than the replica after a restart.
+            let newer_here =
+                hosted.iter().any(|hosted| hosted.group == *group && hosted.incarnation > record.incarnation);
             match here {
-                None if record.candidates.contains(&node) => {
+                None if record.candidates.contains(&node) && !newer_here => {
                     // Asked again only if a retry period passed without it.
                     let due = self
                         .candidates_hosted
