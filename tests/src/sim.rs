@@ -1006,6 +1006,5 @@ fn node_specs(specs: &[GroupSpec], metadata: Option<&GroupSpec>, index: usize) -
 /// `spec` as node `index`'s replica sees it, if the node is a voter or a
 /// candidate of the group.
 fn spec_for(spec: &GroupSpec, index: usize) -> Option<GroupSpec> {
-    let me = spec.members.iter().chain(&spec.candidates).position(|node| node_index(*node) == index)?;
-    Some(GroupSpec { me: MemberIndex(me as u8), ..spec.clone() })
+    Some(GroupSpec { me: spec.index_of(node_id(index))?, ..spec.clone() })
 }

@@ -95,12 +95,6 @@ impl RecordedPlacement {
         let group = GroupId(self.group);
         let members: Vec<NodeId> = self.members.iter().copied().map(NodeId).collect();
         let candidates: Vec<NodeId> = self.candidates.iter().copied().map(NodeId).collect();
-        let me = members
-            .iter()
-            .chain(&candidates)
-            .position(|member| *member == node)
-            .ok_or_else(|| format!("{group}: this node {node} is neither a member nor a candidate"))?;
-        let me = u8::try_from(me).map_err(|_| format!("{group}: too many members and candidates"))?;
         let quorums =
             Quorums::new(members.len(), Some(self.replication_quorum)).map_err(|error| format!("{group}: {error}"))?;
         let write_mode = match self.write_mode.as_str() {
@@ -108,16 +102,19 @@ impl RecordedPlacement {
             "async" => WriteMode::Async,
             other => return Err(format!("{group}: write_mode {other:?} is neither \"sync\" nor \"async\"")),
         };
-        let spec = GroupSpec {
+        let mut spec = GroupSpec {
             group,
             incarnation: Incarnation(self.incarnation),
             members,
             candidates,
-            me: MemberIndex(me),
+            me: MemberIndex(0),
             quorums,
             write_mode,
             report_applied,
         };
+        spec.me = spec
+            .index_of(node)
+            .ok_or_else(|| format!("{group}: this node {node} is neither a member nor a candidate"))?;
         spec.validate().map_err(|error| format!("{group}: {error}"))?;
         Ok(spec)
     }

@@ -414,6 +414,26 @@ impl ShardActor {
         }
     }
 
+    /// Stop hosting `group` here: its replica, its actors (dropping the
+    /// links drops their last addresses), its waiting callers and its data.
+    /// `Ok(false)` if it was not hosted; `Err` if the storage worker stopped
+    /// (the shard has failed).
+    fn forget_group(&mut self, group: cohort_messages::GroupId) -> Result<bool, ()> {
+        if !self.core.remove_group(group) {
+            return Ok(false);
+        }
+        self.groups.remove(&group);
+        self.incarnations.remove(&group);
+        self.waiting.retain(|key, _| key.0 != group);
+        self.remote_waiting.retain(|key, _| key.0 != group);
+        self.resync_pending.retain(|pending| *pending != group);
+        if !self.storage.remove_group(group) {
+            self.fail("the storage worker stopped".into());
+            return Err(());
+        }
+        Ok(true)
+    }
+
     fn fail(&mut self, reason: String) {
         if let Ok(mut fatal) = self.fatal.lock() {
             fatal.get_or_insert(reason);
@@ -594,17 +614,8 @@ impl Handler<UnloadGroup> for ShardActor {
     type Result = ();
 
     fn handle(&mut self, UnloadGroup(group): UnloadGroup, _ctx: &mut Self::Context) {
-        if !self.core.remove_group(group) {
+        if self.forget_group(group) != Ok(true) {
             return;
-        }
-        // Dropping the links drops the last addresses: the actors stop.
-        self.groups.remove(&group);
-        self.incarnations.remove(&group);
-        self.waiting.retain(|key, _| key.0 != group);
-        self.remote_waiting.retain(|key, _| key.0 != group);
-        self.resync_pending.retain(|pending| *pending != group);
-        if !self.storage.remove_group(group) {
-            return self.fail("the storage worker stopped".into());
         }
         // Without its record the next start does not host it again (if it is
         // not configured); a record left by a failed write only re-creates
@@ -658,7 +669,7 @@ impl Handler<HostCandidate> for ShardActor {
 
     fn handle(&mut self, HostCandidate { spec, kind }: HostCandidate, _ctx: &mut Self::Context) {
         let group = spec.group;
-        let Some(kind_spec) = self.kinds.get(&kind) else {
+        let Some(state_machines) = self.kinds.get(&kind).map(|spec| Arc::clone(&spec.state_machines)) else {
             tracing::warn!(group = group.0, %kind, "candidate of an unregistered kind: not hosted");
             return;
         };
@@ -671,16 +682,11 @@ impl Handler<HostCandidate> for ShardActor {
             eprintln!("cohort: {group}: candidate not hosted: {error}");
             return;
         }
-        if self.core.remove_group(group) {
-            self.groups.remove(&group);
-            self.waiting.retain(|key, _| key.0 != group);
-            self.remote_waiting.retain(|key, _| key.0 != group);
-            if !self.storage.remove_group(group) {
-                return self.fail("the storage worker stopped".into());
-            }
+        if self.forget_group(group).is_err() {
+            return;
         }
         let label = self.metrics.group_kind(&kind.to_string());
-        let state = (kind_spec.state_machines)(group);
+        let state = state_machines(group);
         let state = Box::new(ObservedStateMachine::new(state, group, label, Rc::clone(&self.traces)));
         let incarnation = spec.incarnation;
         if let Err(error) = self.core.create_group(spec, state) {

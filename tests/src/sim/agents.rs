@@ -148,13 +148,8 @@ impl Sim {
                 }
                 AgentOutput::SessionOpened(_) => {}
                 AgentOutput::Unload(group) => {
-                    self.collect_applies(index);
-                    self.checkers.unloaded(index, group);
+                    self.drop_replica(index, group);
                     let node = &mut self.nodes[index];
-                    if let Some(shard) = node.shard.as_mut() {
-                        shard.remove_group(group);
-                    }
-                    let _ = cohort_actors::core::storage::Storage::remove_group(&mut node.storage, group);
                     node.unloaded.insert(group);
                     node.extra_specs.remove(&group);
                 }
@@ -172,10 +167,12 @@ impl Sim {
                     if let Some(shard) = node.shard.as_mut()
                         && shard.set_candidates(group, candidates.clone()).is_ok()
                         && let Some(spec) = node.extra_specs.get_mut(&group)
-                        && let Some(slot) = candidates.iter().position(|c| *c == node_id(index))
                     {
-                        spec.me = cohort_messages::MemberIndex((spec.members.len() + slot) as u8);
-                        spec.candidates = candidates;
+                        let previous = std::mem::replace(&mut spec.candidates, candidates);
+                        match spec.index_of(node_id(index)) {
+                            Some(me) => spec.me = me,
+                            None => spec.candidates = previous,
+                        }
                     }
                     self.drain(index);
                 }
@@ -209,28 +206,25 @@ impl Sim {
         members: Vec<cohort_messages::NodeId>,
         candidates: Vec<cohort_messages::NodeId>,
     ) {
-        let Some(slot) = candidates.iter().position(|node| *node == node_id(index)) else { return };
         let Ok(quorums) = cohort_actors::core::Quorums::new(members.len(), None) else { return };
-        let spec = cohort_actors::core::GroupSpec {
+        let mut spec = cohort_actors::core::GroupSpec {
             group,
             incarnation,
-            me: cohort_messages::MemberIndex((members.len() + slot) as u8),
+            me: cohort_messages::MemberIndex(0),
             members,
             candidates,
             quorums,
             write_mode: self.config.write_mode,
             report_applied: true,
         };
-        self.collect_applies(index);
-        let node = &mut self.nodes[index];
-        let Some(shard) = node.shard.as_mut() else { return };
+        let Some(me) = spec.index_of(node_id(index)).filter(|me| !spec.is_voter(*me)) else { return };
+        spec.me = me;
+        let Some(shard) = self.nodes[index].shard.as_ref() else { return };
         if shard.replica(group).is_some_and(|replica| replica.incarnation() >= incarnation) {
             return; // Never replace a replica of this incarnation or a later one.
         }
-        if shard.remove_group(group) {
-            let _ = cohort_actors::core::storage::Storage::remove_group(&mut node.storage, group);
-            self.checkers.unloaded(index, group);
-        }
+        self.drop_replica(index, group);
+        let node = &mut self.nodes[index];
         let state = node.state_machine_for(group);
         if let Some(shard) = node.shard.as_mut()
             && shard.create_group(spec.clone(), state).is_ok()
@@ -239,6 +233,17 @@ impl Sim {
             node.extra_specs.insert(group, spec);
         }
         self.drain(index);
+    }
+
+    /// Node `index` stops hosting `group`: its replica, its data, and the
+    /// stream of applies the checkers follow.
+    fn drop_replica(&mut self, index: usize, group: GroupId) {
+        self.collect_applies(index);
+        let node = &mut self.nodes[index];
+        if node.shard.as_mut().is_some_and(|shard| shard.remove_group(group)) {
+            let _ = cohort_actors::core::storage::Storage::remove_group(&mut node.storage, group);
+            self.checkers.unloaded(index, group);
+        }
     }
 
     fn send_from_node(&mut self, from: usize, to: usize, message: Message) {

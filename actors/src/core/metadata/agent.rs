@@ -487,14 +487,20 @@ impl MetadataAgent {
     /// replica's candidates as the metadata has them.
     fn follow_candidates(&mut self, now: u64, metadata: &Metadata, hosted: &[HostedGroup], out: &mut Vec<AgentOutput>) {
         let node = self.config.node;
+        let hosted = by_group(hosted);
         for (group, record) in metadata.groups.iter().filter(|(_, record)| record.live) {
-            let here = hosted.iter().find(|hosted| hosted.group == *group && hosted.incarnation == record.incarnation);
-            // Never replace a replica of this incarnation or a later one: the
-            // applied metadata may be older than the replica after a restart.
-            let newer_here =
-                hosted.iter().any(|hosted| hosted.group == *group && hosted.incarnation > record.incarnation);
-            match here {
-                None if record.candidates.contains(&node) && !newer_here => {
+            match hosted.get(group) {
+                // Never replace a replica of this incarnation or a later one:
+                // the applied metadata may be older than the replica after a
+                // restart.
+                Some(here) if here.incarnation > record.incarnation => {}
+                Some(here) if here.incarnation == record.incarnation => {
+                    let keeps_self = record.members.contains(&node) || record.candidates.contains(&node);
+                    if here.candidates != record.candidates && keeps_self {
+                        out.push(AgentOutput::SetCandidates { group: *group, candidates: record.candidates.clone() });
+                    }
+                }
+                _ if record.candidates.contains(&node) => {
                     // Asked again only if a retry period passed without it.
                     let due = self
                         .candidates_hosted
@@ -509,12 +515,6 @@ impl MetadataAgent {
                             members: record.members.clone(),
                             candidates: record.candidates.clone(),
                         });
-                    }
-                }
-                Some(hosted) if hosted.candidates != record.candidates => {
-                    let keeps_self = record.members.contains(&node) || record.candidates.contains(&node);
-                    if keeps_self {
-                        out.push(AgentOutput::SetCandidates { group: *group, candidates: record.candidates.clone() });
                     }
                 }
                 _ => {}
@@ -560,15 +560,14 @@ impl MetadataAgent {
     /// waits for the groups, not just for the log.
     fn conforms(&self, metadata: &Metadata, hosted: &[HostedGroup]) -> bool {
         let node = self.config.node;
+        let hosted = by_group(hosted);
         metadata
             .groups
             .iter()
             .filter(|(_, record)| record.live && (record.members.contains(&node) || record.candidates.contains(&node)))
             .all(|(group, record)| {
-                hosted.iter().any(|hosted| {
-                    hosted.group == *group
-                        && hosted.incarnation == record.incarnation
-                        && hosted.candidates == record.candidates
+                hosted.get(group).is_some_and(|hosted| {
+                    hosted.incarnation == record.incarnation && hosted.candidates == record.candidates
                 })
             })
     }
@@ -653,4 +652,10 @@ impl MetadataAgent {
         out.push(AgentOutput::Stop(reason));
         out
     }
+}
+
+/// The hosted groups by id (a node hosts at most one replica of a group), so
+/// per-tick work over every group in the metadata stays linear.
+fn by_group(hosted: &[HostedGroup]) -> std::collections::HashMap<GroupId, &HostedGroup> {
+    hosted.iter().map(|hosted| (hosted.group, hosted)).collect()
 }

@@ -34,7 +34,7 @@
 //! - Candidates are not persisted: the superblock holds the voters. The host
 //!   passes the current candidates in the spec when it recovers a group.
 
-use cohort_messages::{GROUP_MEMBERS_MAX, GroupId, MemberIndex, Message, NodeId, Op, PrepareOk};
+use cohort_messages::{GROUP_MEMBERS_MAX, GroupId, MemberIndex, Message, NodeId, Op};
 
 use super::{GroupSpec, Replica, Status};
 use crate::core::effects::Effects;
@@ -109,6 +109,13 @@ impl GroupSpec {
             None => self.members.get(index).copied(),
             Some(candidate) => self.candidates.get(candidate).copied(),
         }
+    }
+
+    /// The member index of `node`: its place among the voters, then among
+    /// the candidates (the inverse of [`GroupSpec::node_at`]).
+    pub fn index_of(&self, node: NodeId) -> Option<MemberIndex> {
+        let index = self.members.iter().chain(&self.candidates).position(|member| *member == node)?;
+        u8::try_from(index).ok().map(MemberIndex)
     }
 
     /// True if `member` is a voter's index.
@@ -261,14 +268,7 @@ impl Replica {
         if self.durable_op == Op(0) || self.status != Status::Normal || self.log_view != self.view {
             return;
         }
-        let ok = PrepareOk {
-            group: self.spec.group,
-            incarnation: self.spec.incarnation,
-            view: self.view,
-            op: self.durable_op,
-            replica: self.spec.me,
-        };
-        fx.send_durable(self.node_of(self.primary_index()), Message::PrepareOk(ok));
+        fx.send_durable(self.node_of(self.primary_index()), Message::PrepareOk(self.prepare_ok()));
     }
 
     /// Replace the group's candidates (P4), on any replica. Tracking of a

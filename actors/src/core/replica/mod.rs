@@ -252,13 +252,18 @@ impl Replica {
     /// is the primary of view 0. Stages the first superblock.
     pub fn create(spec: GroupSpec, config: CoreConfig, state: Box<dyn StateMachine>, fx: &mut Effects) -> Replica {
         let mut replica = Replica::blank(spec, config, state, fx.now);
-        replica.stage_superblock(fx);
-        if replica.is_primary() {
-            replica.become_primary(fx);
-        } else {
-            replica.report_role(fx);
-        }
+        replica.start_view_zero(fx);
         replica
+    }
+
+    /// Stage the superblock and take the role of view 0: member 0 leads it.
+    pub(crate) fn start_view_zero(&mut self, fx: &mut Effects) {
+        self.stage_superblock(fx);
+        if self.is_primary() {
+            self.become_primary(fx);
+        } else {
+            self.report_role(fx);
+        }
     }
 
     /// Rebuild a member from what storage recovered (V4).

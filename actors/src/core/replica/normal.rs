@@ -279,14 +279,18 @@ impl Replica {
         if self.durable_op == Op(0) {
             return;
         }
-        let ok = PrepareOk {
+        fx.send(self.node_of(self.primary_index()), Message::PrepareOk(self.prepare_ok()));
+    }
+
+    /// What this member holds durably in its view, for the primary.
+    pub(crate) fn prepare_ok(&self) -> PrepareOk {
+        PrepareOk {
             group: self.spec.group,
             incarnation: self.spec.incarnation,
             view: self.view,
             op: self.durable_op,
             replica: self.spec.me,
-        };
-        fx.send(self.node_of(self.primary_index()), Message::PrepareOk(ok));
+        }
     }
 
     /// The primary counts an acknowledgement.

@@ -211,12 +211,7 @@ impl Replica {
         let snapshot = Snapshot { op, view: View(0), data };
         fx.stage(next.spec.group, Command::SaveSnapshot { group: next.spec.group, snapshot: snapshot.clone() });
         next.snapshot = Some(snapshot);
-        next.stage_superblock(fx);
-        if next.is_primary() {
-            next.become_primary(fx);
-        } else {
-            next.report_role(fx);
-        }
+        next.start_view_zero(fx);
         next
     }
 }

@@ -276,10 +276,7 @@ impl MetadataAgentActor {
                     tracing::info!(node = self.node().0, session = session.0, "session opened");
                 }
                 AgentOutput::Unload(group) => {
-                    let shards = self.setup.directory.shard_count();
-                    if let Some(shard) = self.setup.directory.shard(shard_of(group, shards)) {
-                        shard.do_send(UnloadGroup(group));
-                    }
+                    self.to_shard_of(group, UnloadGroup(group));
                     eprintln!(
                         "cohort: node {}: unloading {group}: the metadata placed it elsewhere (S4)",
                         self.node().0
@@ -287,37 +284,36 @@ impl MetadataAgentActor {
                 }
                 AgentOutput::Stop(reason) => self.stop(reason.to_string()),
                 AgentOutput::ProposeSeal { group, seal } => {
-                    let shards = self.setup.directory.shard_count();
-                    if let Some(shard) = self.setup.directory.shard(shard_of(group, shards)) {
-                        shard.do_send(ProposeSeal { group, seal });
-                    }
+                    self.to_shard_of(group, ProposeSeal { group, seal });
                 }
                 AgentOutput::HostCandidate { group, kind, incarnation, members, candidates } => {
                     match candidate_spec(self.node(), group, incarnation, members, candidates) {
                         Ok(spec) => {
-                            let shards = self.setup.directory.shard_count();
-                            if let Some(shard) = self.setup.directory.shard(shard_of(group, shards)) {
-                                shard.do_send(HostCandidate { spec, kind: crate::node::GroupKind::new(kind) });
-                            }
+                            self.to_shard_of(group, HostCandidate { spec, kind: crate::node::GroupKind::new(kind) })
                         }
                         Err(error) => tracing::warn!(group = group.0, %error, "candidate spec refused"),
                     }
                 }
                 AgentOutput::SetCandidates { group, candidates } => {
-                    let shards = self.setup.directory.shard_count();
-                    if let Some(shard) = self.setup.directory.shard(shard_of(group, shards)) {
-                        shard.do_send(SetCandidates { group, candidates });
-                    }
+                    self.to_shard_of(group, SetCandidates { group, candidates });
                 }
-                AgentOutput::Switch(group) => {
-                    let shards = self.setup.directory.shard_count();
-                    if let Some(shard) = self.setup.directory.shard(shard_of(group, shards)) {
-                        shard.do_send(SwitchIncarnation(group));
-                    }
-                }
+                AgentOutput::Switch(group) => self.to_shard_of(group, SwitchIncarnation(group)),
             }
         }
         self.publish();
+    }
+
+    /// Hand `message` to the shard that hosts `group` (a stopped shard drops it).
+    fn to_shard_of<M>(&self, group: GroupId, message: M)
+    where
+        M: actix::Message + Send + 'static,
+        M::Result: Send,
+        crate::shard::ShardActor: actix::Handler<M>,
+    {
+        let shards = self.setup.directory.shard_count();
+        if let Some(shard) = self.setup.directory.shard(shard_of(group, shards)) {
+            shard.do_send(message);
+        }
     }
 
     fn stop(&mut self, reason: String) {
@@ -506,19 +502,18 @@ fn candidate_spec(
     members: Vec<NodeId>,
     candidates: Vec<NodeId>,
 ) -> Result<cohort_actors::core::GroupSpec, String> {
-    let slot = candidates.iter().position(|candidate| *candidate == node).ok_or("not a candidate")?;
-    let me = cohort_messages::MemberIndex(u8::try_from(members.len() + slot).map_err(|_| "too many members")?);
     let quorums = cohort_actors::core::Quorums::new(members.len(), None).map_err(|error| error.to_string())?;
-    let spec = cohort_actors::core::GroupSpec {
+    let mut spec = cohort_actors::core::GroupSpec {
         group,
         incarnation,
         members,
         candidates,
-        me,
+        me: cohort_messages::MemberIndex(0),
         quorums,
         write_mode: cohort_actors::core::WriteMode::Sync,
         report_applied: false,
     };
+    spec.me = spec.index_of(node).filter(|me| !spec.is_voter(*me)).ok_or("not a candidate")?;
     spec.validate().map_err(|error| error.to_string())?;
     Ok(spec)
 }
