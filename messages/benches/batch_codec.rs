@@ -1,4 +1,4 @@
-//! Criterion benchmark of the batch codecs (issue #2).
+//! Criterion benchmark of the batch codecs (R10, R26).
 //!
 //! Encode: build the batch body from 10,000 entries and seal it into a frame
 //! (header, both crc32c checksums). Decode: check the frame (header, cluster,

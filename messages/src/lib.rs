@@ -6,7 +6,7 @@
 //! context, followed by a body. Most bodies are serde values encoded in one
 //! codec module; Commit heartbeats and their replies are batches of fixed-size
 //! entries ([`CommitEntry`], [`CommitReplyEntry`]) so that thousands of groups
-//! share one frame (seed 000, R10 and R26).
+//! share one frame (R10 and R26).
 //!
 //! This crate does no I/O and depends on neither actix nor tokio. Decoding
 //! never panics on any input: a bad frame, body or entry is an error value

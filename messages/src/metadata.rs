@@ -1,7 +1,7 @@
 //! The metadata group's commands and results.
 //!
 //! Cluster metadata is a log of committed commands in the metadata group
-//! (brief §3.3, seed 001): every change (a node registered, a session opened
+//! (M1): every change (a node registered, a session opened
 //! or expired, a group created or deleted, an owner recorded) is one command,
 //! applied in log order on every member; its op number is its epoch (M1).
 //! Commands travel as the operation bytes of Requests and sit in the log, so
@@ -22,7 +22,7 @@ pub const METADATA_TEXT_SIZE_MAX_BYTES: usize = 256;
 /// The most groups one join may name.
 pub const OPERATION_GROUPS_MAX: usize = 4096;
 
-/// What a multi-step operation does (M2). Each adds replicas as candidates
+/// What a multi-step operation does (M2). Each adds replicas as learners
 /// that catch up before they vote (P4), and removes a replica only after its
 /// replacement votes.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -151,14 +151,14 @@ pub enum MetadataCommand {
         /// The reporting node.
         node: NodeId,
     },
-    /// A group's primary reports that candidate `node` holds every op up to
+    /// A group's primary reports that learner `node` holds every op up to
     /// `op` (P4): it may be promoted to a voting member.
     ReportCaughtUp {
         /// The group.
         group: GroupId,
         /// Its incarnation.
         incarnation: Incarnation,
-        /// The candidate.
+        /// The learner.
         node: NodeId,
         /// The op it holds through.
         op: Op,

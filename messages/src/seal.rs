@@ -29,7 +29,7 @@ pub struct Seal {
     pub incarnation: Incarnation,
     /// Its voting members in member-index order.
     pub members: Vec<NodeId>,
-    /// Its replication quorum Q2.
+    /// Its replication quorum Qr.
     pub replication_quorum: u8,
 }
 

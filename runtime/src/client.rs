@@ -32,13 +32,14 @@
 //! answer's `op` is the applied point the read saw.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use cohort_messages::{ClientId, GroupId, NodeId, ReplyError, Request, RequestKind, RequestNumber};
+use cohort_core::client::{self, Sequence};
+use cohort_messages::{GroupId, NodeId, ReplyError, Request, RequestKind, RequestNumber};
+
+pub use cohort_actors::client_id::fresh_client_id;
 
 use crate::node::{Committed, NodeHandle, SubmitError};
 
@@ -137,16 +138,15 @@ pub enum ClientError {
 /// One client's writes to one group.
 #[derive(Debug)]
 struct Session {
-    client: ClientId,
-    next: RequestNumber,
+    writes: Sequence,
     /// A write was sent and did not succeed (it failed, or its caller gave
     /// up waiting): it may still apply, so the next write takes a new id.
     in_doubt: bool,
 }
 
 impl Session {
-    fn fresh() -> Session {
-        Session { client: fresh_client_id(), next: RequestNumber(1), in_doubt: false }
+    fn fresh(group: GroupId) -> Session {
+        Session { writes: Sequence::new(fresh_client_id(), group), in_doubt: false }
     }
 }
 
@@ -223,11 +223,9 @@ impl Client {
         if session.in_doubt {
             // The last write perhaps applied, perhaps not (or its id is no
             // longer usable): start a new client (see the module docs).
-            *session = Session::fresh();
+            session.writes.restart(fresh_client_id());
         }
-        let request =
-            Request { client: session.client, request: session.next, group, kind: RequestKind::Write, operation };
-        session.next = RequestNumber(session.next.0 + 1);
+        let request = session.writes.write(operation);
         // Cleared only on success, so a caller that stops waiting leaves it set.
         session.in_doubt = true;
         let result = self.run(request).await;
@@ -268,8 +266,7 @@ impl Client {
         let operation = query.into();
         check_size(&operation)?;
         // Reads are not numbered; a fresh id keeps each apart from writes.
-        let request =
-            Request { client: fresh_client_id(), request: RequestNumber(1), group, kind: RequestKind::Read, operation };
+        let request = client::read(fresh_client_id(), RequestNumber(1), group, operation);
         let mut result = self.run(request).await;
         if let Err(ClientError::Timeout { request, .. }) = &mut result {
             *request = None;
@@ -284,7 +281,7 @@ impl Client {
 
     fn session(&self, group: GroupId) -> Arc<tokio::sync::Mutex<Session>> {
         let mut sessions = self.inner.sessions.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let session = sessions.entry(group).or_insert_with(|| Arc::new(tokio::sync::Mutex::new(Session::fresh())));
+        let session = sessions.entry(group).or_insert_with(|| Arc::new(tokio::sync::Mutex::new(Session::fresh(group))));
         Arc::clone(session)
     }
 
@@ -364,20 +361,18 @@ impl Client {
                 stopped[target] = true;
                 if stopped.iter().all(|s| *s) { Next::Done(Err(ClientError::Stopped { group })) } else { Next::Later }
             }
-            Err(SubmitError::Refused { code, detail, .. }) => match code {
-                ReplyError::QuorumWindowExpired | ReplyError::Busy | ReplyError::ViewChange => Next::Later,
-                ReplyError::UnknownGroup => {
-                    unknown[target] = true;
-                    if unknown.iter().all(|u| *u) {
-                        Next::Done(Err(ClientError::UnknownGroup { group }))
-                    } else {
-                        Next::Later
-                    }
+            Err(SubmitError::Refused { code: ReplyError::UnknownGroup, .. }) => {
+                unknown[target] = true;
+                if unknown.iter().all(|u| *u) {
+                    Next::Done(Err(ClientError::UnknownGroup { group }))
+                } else {
+                    Next::Later
                 }
-                ReplyError::Superseded | ReplyError::Rejected => {
-                    Next::Done(Err(ClientError::Refused { group, code, detail }))
-                }
-            },
+            }
+            Err(SubmitError::Refused { code, .. }) if client::retryable(code) => Next::Later,
+            Err(SubmitError::Refused { code, detail, .. }) => {
+                Next::Done(Err(ClientError::Refused { group, code, detail }))
+            }
         }
     }
 
@@ -397,35 +392,13 @@ fn check_size(operation: &Bytes) -> Result<(), ClientError> {
     if operation.len() > max { Err(ClientError::TooLarge { size: operation.len(), max }) } else { Ok(()) }
 }
 
-/// A client id no other client of any process is likely to have: 128 bits
-/// from the process's random hasher keys, the time and a counter.
-///
-/// ```
-/// use cohort_runtime::client::fresh_client_id;
-/// assert_ne!(fresh_client_id(), fresh_client_id());
-/// ```
-pub fn fresh_client_id() -> ClientId {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let count = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-    let half = |salt: u64| {
-        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-        hasher.write_u64(salt);
-        hasher.write_u64(count);
-        hasher.write_u128(nanos);
-        hasher.write_u32(std::process::id());
-        hasher.finish()
-    };
-    ClientId((u128::from(half(1)) << 64) | u128::from(half(2)) | 1)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn fresh_ids_differ() {
-        let ids: std::collections::HashSet<ClientId> = (0..1000).map(|_| fresh_client_id()).collect();
+        let ids: std::collections::HashSet<cohort_messages::ClientId> = (0..1000).map(|_| fresh_client_id()).collect();
         assert_eq!(ids.len(), 1000);
     }
 

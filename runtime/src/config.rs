@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use cohort_actors::core::TimingConfig;
+use cohort_core::TimingConfig;
 use serde::Deserialize;
 
 /// The shipped defaults file, for docs and tests.
@@ -82,7 +82,7 @@ pub struct SessionTicks {
     /// `session_keepalive_interval_ms` in ticks.
     pub keepalive_interval_ticks: u64,
     /// The policy with its attempts.
-    pub policy: cohort_actors::core::metadata::ExpiredPolicy,
+    pub policy: cohort_core::metadata::ExpiredPolicy,
 }
 
 impl SessionConfig {
@@ -114,7 +114,7 @@ impl SessionConfig {
             ));
         }
         let policy = match self.session_expired_policy {
-            ExpiredPolicyName::Shutdown => cohort_actors::core::metadata::ExpiredPolicy::Shutdown,
+            ExpiredPolicyName::Shutdown => cohort_core::metadata::ExpiredPolicy::Shutdown,
             ExpiredPolicyName::Reconnect => {
                 if self.session_reconnect_attempts == 0 {
                     return Err(rule(
@@ -123,7 +123,7 @@ impl SessionConfig {
                             .into(),
                     ));
                 }
-                cohort_actors::core::metadata::ExpiredPolicy::Reconnect { attempts: self.session_reconnect_attempts }
+                cohort_core::metadata::ExpiredPolicy::Reconnect { attempts: self.session_reconnect_attempts }
             }
         };
         Ok(SessionTicks { timeout_ticks, keepalive_interval_ticks, policy })
@@ -255,15 +255,15 @@ pub struct PeerEntry {
     pub address: std::net::SocketAddr,
 }
 
-/// The `[groups]` table: until the metadata group places groups (issue #7),
-/// a node hosts `partitions` groups 0..partitions, each with every node of
+/// The `[groups]` table: the groups a node is built with (the metadata
+/// group records them at start and may place more at run time); a node hosts `partitions` groups 0..partitions, each with every node of
 /// the cluster as a member, in node-id order rotated by the group id.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct GroupsSection {
     /// Partition groups.
     pub partitions: u64,
-    /// Q2 per group; absent means a majority.
+    /// Qr per group; absent means a majority.
     pub replication_quorum: Option<usize>,
     /// `sync` (acknowledge after commit) or `async` (after the primary's own durable copy), Q4.
     pub write_mode: WriteModeName,
@@ -501,14 +501,14 @@ mod duration {
         Text(String),
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
         match Raw::deserialize(deserializer)? {
             Raw::Millis(ms) => Ok(Duration::from_millis(ms)),
             Raw::Text(text) => parse(&text).map_err(D::Error::custom),
         }
     }
 
-    pub fn parse(text: &str) -> Result<Duration, String> {
+    pub(super) fn parse(text: &str) -> Result<Duration, String> {
         let text = text.trim();
         let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
         let (number, unit) = text.split_at(split);
@@ -642,7 +642,7 @@ mod tests {
         let session = Config::from_toml("").expect("valid").session;
         let ticks = session.ticks(Duration::from_millis(100)).expect("valid");
         assert_eq!((ticks.timeout_ticks, ticks.keepalive_interval_ticks), (100, 10));
-        assert_eq!(ticks.policy, cohort_actors::core::metadata::ExpiredPolicy::Reconnect { attempts: 3 });
+        assert_eq!(ticks.policy, cohort_core::metadata::ExpiredPolicy::Reconnect { attempts: 3 });
         let shutdown = Config::from_toml("[session]\nsession_expired_policy = \"shutdown\"").expect("valid");
         assert_eq!(shutdown.session.session_expired_policy, ExpiredPolicyName::Shutdown);
         for (text, key, why) in [

@@ -1,24 +1,51 @@
-//! cohort's node runtime: the actix shell around the sans-IO core.
+//! cohort's node: what a host builds, starts and talks to.
 //!
-//! - [`node`]: build and start a node from code ([`node::NodeBuilder`]), group kinds, submit requests.
+//! - [`node`]: build and start a node from code ([`node::NodeBuilder`]): group
+//!   kinds, placements, submit requests through a [`node::NodeHandle`].
 //! - [`client`]: writes and linearizable reads that follow redirects and retry exactly once.
 //! - [`local`]: a whole cluster of real nodes in one process, for tests and examples.
 //! - [`prelude`]: what host code needs in one `use`.
-//! - [`shard`]: one Arbiter per shard: the shard actor, its outboxes, its storage worker,
-//!   group actors and a host's custom group actors ([`shard::custom`]).
-//! - [`transport`]: TCP peer links (handshake, reconnect) and inbound routing.
-//! - [`storage`]: the shard's write-ahead log on real files.
 //! - [`config`]: TOML configuration with documented defaults and boot checks.
-//! - [`telemetry`]: Prometheus metrics and the admin HTTP endpoint.
+//! - [`client_port`]: the TCP port where other processes send requests.
+//! - [`admin`]: the admin HTTP port (`/metrics`, `/health`, `/status`, operator commands).
+//! - [`otlp`]: span export to an OTLP collector (Jaeger).
+//! - [`cli`]: `cohort status` and `cohort admin`, the operator's side of the admin port.
 //! - [`demo`]: `cohort demo`, a real cluster through a crash.
+//!
+//! The actors a node is made of are in `cohort-actors`, the protocol they
+//! shell in `cohort-core`, the write-ahead log in `cohort-wal` and the wire
+//! in `cohort-messages`. What a host may rely on is what `docs/embedding.md`
+//! documents; it is re-exported here.
 
+#![warn(unreachable_pub)]
+
+pub mod admin;
+pub mod cli;
 pub mod client;
+pub mod client_port;
 pub mod config;
 pub mod demo;
 pub mod local;
 pub mod node;
+pub mod otlp;
 pub mod prelude;
-pub mod shard;
-pub mod storage;
-pub mod telemetry;
-pub mod transport;
+
+/// Custom group actors: a host's own actor per group replica (see
+/// [`cohort_actors::custom`] for what cohort guarantees to it).
+pub mod custom {
+    pub use cohort_actors::custom::{
+        Applied, AppliedOp, CustomGroupActor, GROUP_ACTOR_MAILBOX_MAX, GroupReplica, Restored,
+    };
+}
+
+/// A replica's role and the events a subscriber hears.
+pub mod group {
+    pub use cohort_actors::group::{GroupEvent, GroupRole, RoleChanged, SUBSCRIBER_EVENTS_MAX};
+}
+
+/// The node's metrics, as `/metrics` serves them.
+pub mod metrics {
+    pub use cohort_actors::listener::InboundStats;
+    pub use cohort_actors::metrics::{DropReason, NodeMetrics};
+    pub use cohort_actors::shard::ShardReport;
+}

@@ -15,14 +15,14 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use cohort_actors::core::{StateMachine, WriteMode};
+use cohort_core::{StateMachine, WriteMode};
 use cohort_messages::{ClusterId, GroupId, NodeId};
 
 use crate::client::Client;
 use crate::config::ClusterConfig;
-use crate::node::kind::KindRegistrations;
 use crate::node::{GroupKind, GroupPlacement, Node, NodeBuilder, NodeError, NodeHandle};
-use crate::shard::CustomGroupActor;
+use cohort_actors::custom::CustomGroupActor;
+use cohort_actors::registry::KindRegistrations;
 
 /// The cluster id of local clusters.
 pub const LOCAL_CLUSTER_ID: ClusterId = ClusterId(0x10CA_1C1A_57E2);
@@ -84,9 +84,9 @@ impl LocalClusterBuilder {
     pub fn group_actor<A, F>(mut self, kind: impl Into<GroupKind>, make: F) -> Self
     where
         A: CustomGroupActor,
-        F: Fn(&crate::shard::custom::GroupReplica) -> A + Send + Sync + 'static,
+        F: Fn(&cohort_actors::custom::GroupReplica) -> A + Send + Sync + 'static,
     {
-        self.kinds.actors.push((kind.into(), crate::shard::custom::factory(make)));
+        self.kinds.actors.push((kind.into(), cohort_actors::custom::factory(make)));
         self
     }
 

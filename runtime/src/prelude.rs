@@ -9,17 +9,16 @@
 //! ```
 
 pub use bytes::Bytes;
-pub use cohort_actors::core::{StateMachine, WriteMode};
+pub use cohort_core::{StateMachine, WriteMode};
 pub use cohort_messages::{
     ClientId, ClusterId, GroupId, Incarnation, NodeId, Op, ReplyError, RequestKind, RequestNumber, View,
 };
 
 pub use crate::client::{Client, ClientError};
+pub use crate::custom::{Applied, AppliedOp, CustomGroupActor, GroupReplica, Restored};
+pub use crate::group::{GroupEvent, GroupRole, RoleChanged};
 pub use crate::local::{LocalCluster, LocalClusterBuilder};
 pub use crate::node::{
     Committed, DetachedNode, GroupKind, GroupKindError, GroupPlacement, Node, NodeBuilder, NodeError, NodeHandle,
     Register, SubmitError,
-};
-pub use crate::shard::{
-    Applied, AppliedOp, CustomGroupActor, GroupEvent, GroupReplica, GroupRole, Restored, RoleChanged,
 };

@@ -1,12 +1,12 @@
 //! Operator commands over a node's admin port (M3, M4, M5) and `cohort
 //! admin`, against real nodes (real TCP, real files, real actors).
 //!
-//! The nodes carry operations out (candidates catch up, member changes seal
+//! The nodes carry operations out (learners catch up, member changes seal
 //! and switch the group's incarnation): `m2_move_completes_on_a_running_cluster`
 //! follows one to the end, and `m4_moved_replica_survives_a_restart` restarts
 //! the node that gained the group at run time. The other tests hold an
-//! operation at a step on purpose (a move's promotion waits for its candidate
-//! to catch up; a stopped node's candidate never does) to look at it and
+//! operation at a step on purpose (a move's promotion waits for its learner
+//! to catch up; a stopped node's learner never does) to look at it and
 //! cancel it.
 
 use std::io::{Read, Write};
@@ -108,7 +108,7 @@ async fn m3_overlapping_operation_rejected_over_admin() {
     // M4: the stored plan, first step done with the start.
     let plan: Vec<&str> =
         started["record"]["plan"].as_array().expect("a plan").iter().filter_map(|s| s["step"].as_str()).collect();
-    assert_eq!(plan, ["add candidate node:4", "promote node:4", "remove node:1"], "{started}");
+    assert_eq!(plan, ["add learner node:4", "promote node:4", "remove node:1"], "{started}");
     assert_eq!(started["record"]["done"], 1);
 
     // A decommission of node 2 touches group 3 too: refused, naming the move.
@@ -118,21 +118,21 @@ async fn m3_overlapping_operation_rejected_over_admin() {
     let reason = refused["reason"].as_str().expect("a reason");
     assert!(reason.starts_with(&format!("group:3 is already in operation:{id} (Move")), "{reason}");
 
-    // /status shows the move in flight, its plan and group 3's candidate.
+    // /status shows the move in flight, its plan and group 3's learner.
     let shown = status(admin(&cluster, 2));
     let operation = &shown["operations"][0];
     assert_eq!(operation["id"].as_u64(), Some(id), "{shown}");
     assert_eq!((operation["done"].as_u64(), operation["remaining"].as_u64()), (Some(1), Some(2)), "{shown}");
     assert_eq!(operation["cancelled"], false);
     let group = shown["metadata"]["groups"].as_array().and_then(|g| g.iter().find(|g| g["id"] == 3)).cloned();
-    assert_eq!(group.map(|g| g["candidates"].clone()), Some(serde_json::json!([4])), "{shown}");
+    assert_eq!(group.map(|g| g["learners"].clone()), Some(serde_json::json!([4])), "{shown}");
 }
 
 #[actix_rt::test]
 async fn m5_cancel_over_admin() {
     let mut cluster = start_cluster();
     wait_ready(&cluster).await;
-    // Node 4 is down: its candidate replica cannot catch up, so the join
+    // Node 4 is down: its learner replica cannot catch up, so the join
     // waits at its promotion until the cancel reverts it.
     cluster.stop_node(NodeId(4));
     let port = admin(&cluster, 2);
@@ -158,11 +158,11 @@ async fn m5_cancel_over_admin() {
         .unwrap_or_else(|| panic!("not a start line: {line}"));
     assert_eq!(
         line,
-        format!("started operation:{id}: join node:4 to group:3 (2 steps: add candidate node:4, promote node:4)")
+        format!("started operation:{id}: join node:4 to group:3 (2 steps: add learner node:4, promote node:4)")
     );
 
     // The same join again is refused by the metadata (node 4 is already a
-    // candidate): exit code 1 with the metadata's reason.
+    // learner): exit code 1 with the metadata's reason.
     let (code, _, stderr) = cohort(args("join --node 4 --groups 3")).await.expect("cohort admin");
     assert_eq!(code, Some(1), "{stderr}");
     assert!(stderr.contains("refused: node:4 already hosts group:3"), "{stderr}");
@@ -172,7 +172,7 @@ async fn m5_cancel_over_admin() {
     let cancelled: Value = serde_json::from_str(&line).expect("--json prints the answer");
     assert_eq!(cancelled["result"], "cancelled", "{cancelled}");
 
-    // The revert (remove candidate node:4) is driven by the metadata primary
+    // The revert (remove learner node:4) is driven by the metadata primary
     // once the group acked; until then /status shows it reverting.
     let reverted = wait_until(Duration::from_secs(15), || {
         let shown = status(port);
@@ -189,7 +189,7 @@ async fn m5_cancel_over_admin() {
     assert!(reverted, "reverted within 15 s: {shown}");
     let group = shown["metadata"]["groups"].as_array().and_then(|g| g.iter().find(|g| g["id"] == 3)).cloned();
     assert_eq!(
-        group.map(|g| (g["members"].clone(), g["candidates"].clone())),
+        group.map(|g| (g["members"].clone(), g["learners"].clone())),
         Some((serde_json::json!([1, 2]), serde_json::json!([])))
     );
 
@@ -249,7 +249,7 @@ async fn operator_bad_input_gets_400_naming_the_field() {
 }
 
 /// M2–M4 and P4 end to end on real nodes: a move of group 3's replica from
-/// node 1 to node 4 adds node 4 as a candidate that catches up, promotes it
+/// node 1 to node 4 adds node 4 as a learner that catches up, promotes it
 /// by sealing the group's incarnation and switching every member, then
 /// removes node 1 the same way; the register's value survives it all and
 /// the group takes writes on its new members.
@@ -308,7 +308,7 @@ fn recorded_groups(cluster: &LocalCluster, node: u64) -> Vec<u64> {
 }
 
 /// M4 and P4 across a restart: a replica the metadata placed on node 4 at
-/// run time (a candidate, promoted since) is hosted again after node 4
+/// run time (a learner, promoted since) is hosted again after node 4
 /// restarts, at the group's new incarnation, with its data; the group then
 /// takes writes that need node 4 (members 2 and 4, both in the quorum), and
 /// a further operation on the group completes.

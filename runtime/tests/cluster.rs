@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::Bytes;
-use cohort_actors::core::WriteMode;
+use cohort_core::WriteMode;
 use cohort_messages::{ClusterId, GroupId, Incarnation, NodeId, Op, RequestKind};
 use cohort_runtime::config::ClusterConfig;
 use cohort_runtime::node::{GroupPlacement, Node, NodeBuilder, NodeHandle, Register, SubmitError};
@@ -307,7 +307,7 @@ fn a_supervisor_restarts_a_crashed_outbox_and_shard_and_traffic_resumes() {
 
 #[test]
 fn group_actors_report_typed_roles_and_commits_to_subscribers() {
-    use cohort_runtime::shard::{GroupEvent, GroupRole};
+    use cohort_runtime::group::{GroupEvent, GroupRole};
     let dir = temp_dir("cluster-group-actors");
     let system = actix_rt::System::new();
     system.block_on(async {

@@ -1,4 +1,4 @@
-//! One client write is one trace across three nodes (issue #8, tracing).
+//! One client write is one trace across three nodes (O: tracing).
 //!
 //! An in-process OTLP/HTTP receiver stands in for Jaeger (which cannot run on
 //! this machine): a few dozen lines of tokio that accept `POST /v1/traces`
@@ -15,8 +15,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use cohort_messages::{ClusterId, GroupId, NodeId, Op, RequestKind};
 use cohort_runtime::config::{ClusterConfig, TelemetryConfig};
+use cohort_runtime::group::GroupEvent;
 use cohort_runtime::node::{GroupPlacement, Node, NodeBuilder, NodeHandle, Register};
-use cohort_runtime::shard::GroupEvent;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use prost::Message as _;
@@ -263,7 +263,7 @@ fn one_write_is_one_trace_across_three_nodes() {
     let (receiver, spans) = start_receiver();
     let config =
         TelemetryConfig { otlp_endpoint: Some(format!("http://{receiver}/v1/traces")), ..TelemetryConfig::default() };
-    let guard = cohort_runtime::telemetry::init_tracing(&config, None).expect("export starts").expect("export is on");
+    let guard = cohort_runtime::otlp::init_tracing(&config, None).expect("export starts").expect("export is on");
     let dir = std::env::temp_dir().join(format!("cohort-tracing-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let op = run_cluster_and_write(&dir);

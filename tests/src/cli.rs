@@ -10,17 +10,17 @@ use std::panic::{self, AssertUnwindSafe};
 use crate::sim::{Report, Scenario, Sim, SimConfig};
 
 /// The usage text.
-pub const USAGE: &str = "usage: cohort-sim --seeds N [--seed-start S] [--nodes 3|5] [--candidates C] [--groups G] \
+pub const USAGE: &str = "usage: cohort-sim --seeds N [--seed-start S] [--nodes 3|5] [--learners C] [--groups G] \
 [--replication-quorum Q] [--fault-ticks T] [--liveness-ticks T] [--scenario default|metadata|reconfigure] [--json]
 
 Runs seeds S..S+N of the deterministic simulator and checks every run.
   --seeds N                 how many seeds (default 10)
   --seed-start S            the first seed (default 0)
   --nodes N                 nodes in the cluster, every node a member of every group (default 3)
-  --candidates C            extra nodes that are candidates (learners, P4) of every group: never
+  --learners C            extra nodes that are learners (P4) of every group: never
                             counted, never primary, must catch up after healing (default 0)
   --groups G                replication groups (default 4)
-  --replication-quorum Q    Q2, acks needed to commit, 1..=nodes (default: majority)
+  --replication-quorum Q    Qr, acks needed to commit, 1..=nodes (default: majority)
   --fault-ticks T           ticks of the fault phase (default 1500)
   --liveness-ticks T        tick budget of the liveness phase (default 1500)
   --scenario S              default, or metadata: every node also hosts the metadata group and
@@ -36,8 +36,8 @@ if any seed broke an invariant, 2 on bad arguments.";
 /// more would only slow the run).
 pub const NODES_MAX: usize = 9;
 
-/// Most candidate nodes a command line may ask for.
-pub const CANDIDATES_MAX: usize = 4;
+/// Most learner nodes a command line may ask for.
+pub const LEARNERS_MAX: usize = 4;
 
 /// Most groups a command line may ask for.
 pub const GROUPS_MAX: usize = 1024;
@@ -51,8 +51,8 @@ pub struct Args {
     pub seed_start: u64,
     /// Nodes.
     pub nodes: usize,
-    /// Candidate nodes (P4).
-    pub candidates: usize,
+    /// Learner nodes (P4).
+    pub learners: usize,
     /// Groups.
     pub groups: usize,
     /// Replication quorum (None: majority).
@@ -76,7 +76,7 @@ impl Default for Args {
             seeds: 10,
             seed_start: 0,
             nodes: shape.nodes,
-            candidates: shape.candidates,
+            learners: shape.learners,
             groups: shape.groups,
             replication_quorum: shape.replication_quorum,
             fault_ticks: shape.fault_ticks,
@@ -101,7 +101,7 @@ impl Args {
                 "--seeds" => parsed.seeds = number(&flag, args.next())?,
                 "--seed-start" => parsed.seed_start = number(&flag, args.next())?,
                 "--nodes" => parsed.nodes = number(&flag, args.next())?,
-                "--candidates" => parsed.candidates = number(&flag, args.next())?,
+                "--learners" => parsed.learners = number(&flag, args.next())?,
                 "--groups" => parsed.groups = number(&flag, args.next())?,
                 "--replication-quorum" => parsed.replication_quorum = Some(number(&flag, args.next())?),
                 "--fault-ticks" => parsed.fault_ticks = number(&flag, args.next())?,
@@ -118,11 +118,11 @@ impl Args {
         if self.nodes == 0 || self.nodes > NODES_MAX {
             return Err(format!("--nodes must be 1..={NODES_MAX}, not {}", self.nodes));
         }
-        if self.candidates > CANDIDATES_MAX {
-            return Err(format!("--candidates must be 0..={CANDIDATES_MAX}, not {}", self.candidates));
+        if self.learners > LEARNERS_MAX {
+            return Err(format!("--learners must be 0..={LEARNERS_MAX}, not {}", self.learners));
         }
-        if self.candidates > 0 && self.scenario != Scenario::Default {
-            return Err("--candidates runs in the default scenario only".into());
+        if self.learners > 0 && self.scenario != Scenario::Default {
+            return Err("--learners runs in the default scenario only".into());
         }
         if self.groups == 0 || self.groups > GROUPS_MAX {
             return Err(format!("--groups must be 1..={GROUPS_MAX}, not {}", self.groups));
@@ -142,7 +142,7 @@ impl Args {
     pub fn config(&self, seed: u64) -> SimConfig {
         let mut config = SimConfig::new(seed);
         config.nodes = self.nodes;
-        config.candidates = self.candidates;
+        config.learners = self.learners;
         config.groups = self.groups;
         config.replication_quorum = self.replication_quorum;
         config.fault_ticks = self.fault_ticks;
@@ -182,8 +182,8 @@ pub fn reproduce(config: &SimConfig) -> String {
         "cargo run --release --bin cohort-sim -- --seeds 1 --seed-start {} --nodes {} --groups {}",
         config.seed, config.nodes, config.groups
     );
-    if config.candidates > 0 {
-        let _ = write!(command, " --candidates {}", config.candidates);
+    if config.learners > 0 {
+        let _ = write!(command, " --learners {}", config.learners);
     }
     if let Some(quorum) = config.replication_quorum {
         let _ = write!(command, " --replication-quorum {quorum}");
@@ -249,8 +249,8 @@ pub fn json_summary(config: &SimConfig, outcome: &Result<Report, String>) -> Str
         "{{\"seed\":{},\"nodes\":{},\"groups\":{},\"replication_quorum\":{quorum}",
         config.seed, config.nodes, config.groups
     );
-    if config.candidates > 0 {
-        let _ = write!(line, ",\"candidates\":{}", config.candidates);
+    if config.learners > 0 {
+        let _ = write!(line, ",\"learners\":{}", config.learners);
     }
     match outcome {
         Ok(report) => {
@@ -341,7 +341,7 @@ mod tests {
                 seeds: 200,
                 seed_start: 7,
                 nodes: 5,
-                candidates: 0,
+                learners: 0,
                 groups: 2,
                 replication_quorum: Some(5),
                 fault_ticks: 9,
@@ -352,10 +352,10 @@ mod tests {
             }
         );
         assert_eq!(parse("").expect("defaults"), Args::default());
-        let candidates = parse("--candidates 2").expect("valid");
-        assert_eq!(candidates.candidates, 2);
-        assert_eq!(candidates.config(1).candidates, 2);
-        assert!(candidates.reproduce(1).ends_with("--groups 4 --candidates 2"), "{}", candidates.reproduce(1));
+        let learners = parse("--learners 2").expect("valid");
+        assert_eq!(learners.learners, 2);
+        assert_eq!(learners.config(1).learners, 2);
+        assert!(learners.reproduce(1).ends_with("--groups 4 --learners 2"), "{}", learners.reproduce(1));
     }
 
     #[test]
@@ -366,8 +366,8 @@ mod tests {
         assert!(parse("--nodes 3 --replication-quorum 4").unwrap_err().contains("1..=3"));
         assert!(parse("--nodes 0").is_err());
         assert!(parse("--scenario sessions").unwrap_err().contains("`metadata` or `reconfigure`"));
-        assert!(parse("--candidates 9").unwrap_err().contains("0..=4"));
-        assert!(parse("--candidates 1 --scenario metadata").unwrap_err().contains("default scenario"));
+        assert!(parse("--learners 9").unwrap_err().contains("0..=4"));
+        assert!(parse("--learners 1 --scenario metadata").unwrap_err().contains("default scenario"));
     }
 
     #[test]

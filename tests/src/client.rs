@@ -1,9 +1,12 @@
 //! Simulated clients: one outstanding request each, retries that reuse the
-//! request number, redirects followed, and a history for the checkers.
+//! request number, redirects followed, and a history for the checkers. The
+//! exactly-once rules (numbering, matching answers, judging them) are the
+//! core's own (`cohort_core::client`), as in every client of a node.
 
 use std::collections::HashMap;
 
-use cohort_messages::{ClientId, GroupId, Op, Outcome, Redirect, Reply, Request, RequestKind, RequestNumber};
+use cohort_core::client::{self, Sequence, Verdict};
+use cohort_messages::{ClientId, GroupId, Op, Redirect, Reply, Request, RequestKind, RequestNumber};
 
 use crate::kv::{KvOp, result_value};
 use crate::node::node_index;
@@ -43,14 +46,14 @@ pub struct Outstanding {
 
 /// One client.
 #[derive(Clone, Debug)]
-pub struct Client {
+pub struct SimClient {
     /// Its index.
     pub index: usize,
     /// Its id.
     pub id: ClientId,
-    /// Next request number per group (each group's client table numbers a
-    /// client's requests from 1).
-    pub next_request: HashMap<GroupId, u64>,
+    /// Its writes per group (each group's client table numbers a client's
+    /// requests from 1).
+    pub writes: HashMap<GroupId, Sequence>,
     /// The request in flight.
     pub outstanding: Option<Outstanding>,
     /// Primary guesses per group.
@@ -67,13 +70,13 @@ pub struct Send {
     pub request: Request,
 }
 
-impl Client {
+impl SimClient {
     /// A fresh client.
-    pub fn new(index: usize, seed_salt: u64) -> Client {
-        Client {
+    pub fn new(index: usize, seed_salt: u64) -> SimClient {
+        SimClient {
             index,
             id: ClientId((u128::from(seed_salt) << 64) | (index as u128 + 1)),
-            next_request: HashMap::new(),
+            writes: HashMap::new(),
             outstanding: None,
             guess: HashMap::new(),
             wait_until: 0,
@@ -93,19 +96,16 @@ impl Client {
         if self.outstanding.is_some() || now < self.wait_until {
             return None;
         }
-        let kind = if matches!(op, KvOp::Get { .. }) { RequestKind::Read } else { RequestKind::Write };
         // Writes are numbered per group from 1; reads never enter the client
         // table, so they consume nothing there. Each read still gets a number
         // of its own (top bit set, then its history index): a late or
         // duplicated reply to an earlier read must not answer this one.
-        let number = if kind == RequestKind::Write {
-            let next = self.next_request.entry(group).or_insert(1);
-            *next += 1;
-            *next - 1
+        let request = if matches!(op, KvOp::Get { .. }) {
+            client::read(self.id, RequestNumber((1 << 63) | history.len() as u64), group, op.encode())
         } else {
-            (1 << 63) | history.len() as u64
+            let id = self.id;
+            self.writes.entry(group).or_insert_with(|| Sequence::new(id, group)).write(op.encode())
         };
-        let request = Request { client: self.id, request: RequestNumber(number), group, kind, operation: op.encode() };
         history.push(HistoryOp {
             client: self.index,
             group,
@@ -135,23 +135,27 @@ impl Client {
     /// A reply arrived. Returns the history index it completed, if any.
     pub fn on_reply(&mut self, now: u64, reply: &Reply, history: &mut [HistoryOp]) -> Option<usize> {
         let outstanding = self.outstanding.as_ref()?;
-        if reply.request != outstanding.request.request || reply.group != outstanding.request.group {
+        if !client::answers(&outstanding.request, reply) {
             return None; // A late duplicate of an older answer.
         }
-        match &reply.outcome {
-            Outcome::Ok(result) => {
+        match client::verdict(reply) {
+            Verdict::Done { op, result } => {
                 let index = outstanding.history;
                 let entry = &mut history[index];
                 entry.returned_tick = Some(now);
                 entry.output = result_value(result);
                 if outstanding.request.kind == RequestKind::Write {
-                    entry.committed_op = Some(reply.op);
+                    entry.committed_op = Some(op);
                 }
                 self.outstanding = None;
                 Some(index)
             }
-            Outcome::Error { .. } => {
-                // Retry the same request number soon (exactly-once makes it safe).
+            // Retry the same request number soon (exactly-once makes it
+            // safe). A refusal is never right for a simulated client (none
+            // is ever evicted; the checker flags it): it keeps retrying too,
+            // so a broken rule under test cannot grow the history of ops
+            // whose outcome is unknown past what the checkers can search.
+            Verdict::Retry { .. } | Verdict::Refused { .. } => {
                 self.wait_until = now + 3;
                 if let Some(outstanding) = self.outstanding.as_mut() {
                     outstanding.sent_tick = 0;

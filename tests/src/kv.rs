@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::rc::Rc;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use cohort_actors::core::StateMachine;
+use cohort_core::StateMachine;
 use cohort_messages::Op;
 
 /// A KV operation.

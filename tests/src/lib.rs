@@ -1,7 +1,7 @@
 //! cohort's deterministic simulator.
 //!
-//! It runs the production sans-IO core ([`cohort_actors::core::Shard`]) on N
-//! simulated nodes with [`cohort_actors::core::storage::memory::MemoryStorage`]
+//! It runs the production sans-IO core ([`cohort_core::Shard`]) on N
+//! simulated nodes with [`cohort_core::storage::memory::MemoryStorage`]
 //! disks and a seeded network, injects faults drawn from the seed, and checks
 //! the protocol's invariants after every step. A seed reproduces a run
 //! exactly. See docs/simulator.md.

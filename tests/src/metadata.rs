@@ -14,8 +14,8 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use bytes::Bytes;
-use cohort_actors::core::metadata::{AgentConfig, ExpiredPolicy, Metadata, MetadataAgent, MetadataStateMachine};
-use cohort_actors::core::{GroupSpec, StateMachine};
+use cohort_core::metadata::{AgentConfig, ExpiredPolicy, Metadata, MetadataAgent, MetadataStateMachine};
+use cohort_core::{GroupSpec, StateMachine};
 use cohort_messages::{ClientId, GroupId, Op};
 
 use crate::kv::{ApplySink, digest};
@@ -94,12 +94,12 @@ impl StateMachine for MirroredMetadata {
 /// member, in node order (node 0 is view 0's primary).
 pub fn metadata_spec(nodes: usize, voters: usize, template: &GroupSpec) -> GroupSpec {
     let voters = voters.clamp(1, nodes);
-    let quorums = cohort_actors::core::Quorums::new(voters, None).expect("a metadata group of 1 to 64 nodes");
+    let quorums = cohort_core::Quorums::new(voters, None).expect("a metadata group of 1 to 64 nodes");
     GroupSpec {
         group: GroupId::METADATA,
         members: (0..voters).map(node_id).collect(),
-        // The other nodes follow the metadata log as candidates (non-voting).
-        candidates: (voters..nodes).map(node_id).collect(),
+        // The other nodes follow the metadata log as learners (non-voting).
+        learners: (voters..nodes).map(node_id).collect(),
         quorums,
         ..template.clone()
     }

@@ -5,10 +5,10 @@
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::rc::Rc;
 
-use cohort_actors::core::metadata::MetadataAgent;
-use cohort_actors::core::storage::Storage;
-use cohort_actors::core::storage::memory::MemoryStorage;
-use cohort_actors::core::{Command, CoreConfig, FlushId, GroupSpec, Shard, StateMachine};
+use cohort_core::metadata::MetadataAgent;
+use cohort_core::storage::memory::MemoryStorage;
+use cohort_core::storage::{self, Executed, Storage};
+use cohort_core::{CoreConfig, Effect, FlushId, GroupSpec, Shard, StateMachine};
 use cohort_messages::{ClusterId, GroupId, NodeId, Request};
 
 use crate::kv::{ApplySink, Kv};
@@ -45,10 +45,10 @@ pub struct SimNode {
     pub agent_last: Option<Request>,
     /// Groups the agent unloaded (S4): not hosted again after a restart.
     pub unloaded: BTreeSet<GroupId>,
-    /// Candidate replicas created while running (P4), by group: recovered
+    /// Learner replicas created while running (P4), by group: recovered
     /// with this spec after a restart (storage upgrades it if the group
     /// switched incarnation since).
-    pub extra_specs: std::collections::BTreeMap<GroupId, cohort_actors::core::GroupSpec>,
+    pub extra_specs: std::collections::BTreeMap<GroupId, cohort_core::GroupSpec>,
 }
 
 /// The node id of node `index`.
@@ -151,7 +151,7 @@ impl SimNode {
             match shard.recover_group(spec, state, group) {
                 Ok(()) => {}
                 // Switched away before the restart (a member change): drop it.
-                Err(cohort_actors::core::ShardError::NotInIncarnation(_)) => {
+                Err(cohort_core::ShardError::NotInIncarnation(_)) => {
                     self.unloaded.insert(group_id);
                 }
                 Err(error) => panic!("node {} cannot recover {group_id}: {error}", self.index),
@@ -162,37 +162,26 @@ impl SimNode {
         self.restarts += 1;
     }
 
-    /// Apply the storage commands of a turn and return the rest, in order.
-    /// A storage error other than a superblock stage (R12) kills the node.
+    /// Execute the storage effects of a turn (with the core's one storage
+    /// executor, as a node's storage worker does) and return the rest, in
+    /// order. A storage error other than a superblock stage (R12) kills the node.
     pub fn run_storage(
         &mut self,
-        commands: Vec<Command>,
+        effects: Vec<Effect>,
         now: u64,
         flush_delay_ticks: u64,
-    ) -> Result<Vec<Command>, String> {
-        let mut rest = Vec::with_capacity(commands.len());
+    ) -> Result<Vec<Effect>, String> {
+        let mut rest = Vec::with_capacity(effects.len());
         let mut failed_superblocks = Vec::new();
-        for command in commands {
-            match command {
-                Command::Append { group, entry } => {
-                    self.storage.append(group, &entry).map_err(|e| e.to_string())?;
-                }
-                Command::Truncate { group, after } => {
-                    self.storage.truncate_after(group, after).map_err(|e| e.to_string())?;
-                }
-                Command::StageSuperblock { group, superblock } => {
-                    if self.storage.stage_superblock(group, &superblock).is_err() {
-                        failed_superblocks.push(group);
-                    }
-                }
-                Command::SaveSnapshot { group, snapshot } => {
-                    self.storage.save_snapshot(group, &snapshot).map_err(|e| e.to_string())?;
-                }
-                Command::Flush { id } => {
+        for effect in effects {
+            match storage::execute(&mut self.storage, effect).map_err(|e| e.to_string())? {
+                Executed::Done => {}
+                Executed::Flush(id) => {
                     let at = self.flushes.back().map_or(now, |(tick, _)| *tick).max(now + flush_delay_ticks);
                     self.flushes.push_back((at, id));
                 }
-                other => rest.push(other),
+                Executed::SuperblockFailed(group) => failed_superblocks.push(group),
+                Executed::NotStorage(other) => rest.push(other),
             }
         }
         if let Some(shard) = self.shard.as_mut() {

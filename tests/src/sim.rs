@@ -1,7 +1,7 @@
 //! One simulated run: N nodes × G groups on the production core, seeded
 //! faults for a fault phase, then a healed liveness phase in which every
-//! group must commit a new write within a tick budget. With `candidates`,
-//! extra nodes are candidates (learners, P4) of every kv group: they take
+//! group must commit a new write within a tick budget. With `learners`,
+//! extra nodes are learners (P4) of every kv group: they take
 //! every fault the voters take, their applies are checked for agreement, they
 //! must never be primary or electing, and after healing each must catch up
 //! with its group's commit point. In the metadata
@@ -14,15 +14,15 @@ mod reconfigure;
 
 use std::collections::BTreeMap;
 
-use cohort_actors::core::metadata::{AgentCounters, ExpiredPolicy};
-use cohort_actors::core::{Command, CoreConfig, GroupSpec, Quorums, Role, TimingConfig};
+use cohort_core::metadata::{AgentCounters, ExpiredPolicy};
+use cohort_core::{CoreConfig, Effect, GroupSpec, Quorums, Role, TimingConfig};
 use cohort_messages::{
     CommitBatch, CommitReplyBatch, Frame, GroupId, Incarnation, MemberIndex, Message, Op, Outcome, Reply, ReplyError,
     TraceContext,
 };
 
 use crate::check::Checkers;
-use crate::client::{Client, HistoryOp, Send};
+use crate::client::{HistoryOp, Send, SimClient};
 use crate::kv::{KvOp, digest};
 use crate::network::{Endpoint, Network, NetworkFaults, Packet};
 use crate::node::{CLUSTER, SimNode, node_id, node_index};
@@ -97,16 +97,16 @@ pub struct SimConfig {
     pub seed: u64,
     /// Voting nodes (every group has every one as a member).
     pub nodes: usize,
-    /// Candidate nodes (P4): indexes `nodes..nodes + candidates`, candidates
+    /// Learner nodes (P4): indexes `nodes..nodes + learners`, learners
     /// of every kv group from the start. Default scenario only.
-    pub candidates: usize,
-    /// False: the candidate nodes start hosting nothing, and a scenario
-    /// makes them candidates later with [`Sim::set_candidates`].
-    pub candidates_from_start: bool,
+    pub learners: usize,
+    /// False: the learner nodes start hosting nothing, and a scenario
+    /// makes them learners later with [`Sim::set_learners`].
+    pub learners_from_start: bool,
     /// Groups.
     pub groups: usize,
     /// Metadata scenario: voters of the metadata group, the first nodes
-    /// (None: every node); the others follow its log as candidates (M6).
+    /// (None: every node); the others follow its log as learners (M6).
     pub metadata_voters: Option<usize>,
     /// Voters of each kv group (None: every node; the metadata scenario
     /// uses one node fewer, so operations have somewhere to move replicas).
@@ -125,7 +125,7 @@ pub struct SimConfig {
     pub core: CoreConfig,
     /// Q4: write mode of every group. Acknowledged async writes may be lost
     /// by design, so only scenarios use `Async`.
-    pub write_mode: cohort_actors::core::WriteMode,
+    pub write_mode: cohort_core::WriteMode,
     /// What runs besides the kv groups.
     pub scenario: Scenario,
     /// Metadata scenario: every agent's S3 policy (None: drawn from the seed).
@@ -138,8 +138,8 @@ impl SimConfig {
         SimConfig {
             seed,
             nodes: 3,
-            candidates: 0,
-            candidates_from_start: true,
+            learners: 0,
+            learners_from_start: true,
             groups: 4,
             group_size: None,
             metadata_voters: None,
@@ -157,7 +157,7 @@ impl SimConfig {
                 request_queue_max: 64,
                 ..CoreConfig::default()
             },
-            write_mode: cohort_actors::core::WriteMode::Sync,
+            write_mode: cohort_core::WriteMode::Sync,
             scenario: Scenario::Default,
             expired_policy: None,
         }
@@ -236,7 +236,7 @@ pub struct Sim {
     pub nodes: Vec<SimNode>,
     /// The network.
     pub network: Network,
-    clients: Vec<Client>,
+    clients: Vec<SimClient>,
     /// The client history.
     pub history: Vec<HistoryOp>,
     /// The checkers.
@@ -244,7 +244,7 @@ pub struct Sim {
     /// Frames sent between nodes: (from, to, command) -> (frames, entries, bytes).
     pub frame_log: BTreeMap<(usize, usize, cohort_messages::Command), (u64, u64, u64)>,
     /// Quorum waits that ended: (node, wait, result).
-    pub wait_results: Vec<(usize, cohort_actors::core::WaitId, Result<(), cohort_actors::core::QuorumWaitError>)>,
+    pub wait_results: Vec<(usize, cohort_core::WaitId, Result<(), cohort_core::QuorumWaitError>)>,
     rng: Rng,
     /// The current tick.
     pub now: u64,
@@ -274,15 +274,15 @@ impl Sim {
             });
         }
         assert!(
-            config.candidates == 0 || config.scenario == Scenario::Default,
-            "candidates run in the default scenario only"
+            config.learners == 0 || config.scenario == Scenario::Default,
+            "learners run in the default scenario only"
         );
         let default_size = if config.scenario == Scenario::Metadata { config.nodes - 1 } else { config.nodes };
         let group_size = config.group_size.unwrap_or(default_size).clamp(1, config.nodes);
         let replication = config.replication_quorum.map(|q| q.min(group_size));
         let quorums = Quorums::new(group_size, replication).expect("valid quorum");
-        let candidates: Vec<_> = (config.nodes..config.nodes + config.candidates)
-            .filter(|_| config.candidates_from_start)
+        let learners: Vec<_> = (config.nodes..config.nodes + config.learners)
+            .filter(|_| config.learners_from_start)
             .map(node_id)
             .collect();
         let specs: Vec<GroupSpec> = (0..config.groups)
@@ -292,7 +292,7 @@ impl Sim {
                     group: GroupId(g as u64),
                     incarnation: Incarnation(1),
                     members,
-                    candidates: candidates.clone(),
+                    learners: learners.clone(),
                     me: MemberIndex(0),
                     quorums,
                     write_mode: config.write_mode,
@@ -304,10 +304,10 @@ impl Sim {
             let voters = config.metadata_voters.unwrap_or(config.nodes);
             crate::metadata::metadata_spec(config.nodes, voters, &specs[0])
         });
-        let nodes = (0..config.nodes + config.candidates)
+        let nodes = (0..config.nodes + config.learners)
             .map(|index| SimNode::new(index, &config.core, &node_specs(&specs, metadata_spec.as_ref(), index)))
             .collect();
-        let clients = (0..config.clients).map(|index| Client::new(index, config.seed)).collect();
+        let clients = (0..config.clients).map(|index| SimClient::new(index, config.seed)).collect();
         let mut network = Network::default();
         network.faults = faults.network.clone();
         let operator = operator::Operator::new(config.seed);
@@ -372,7 +372,7 @@ impl Sim {
                 ));
             }
         }
-        self.check_candidates_catch_up();
+        self.check_learners_catch_up();
         for index in 0..self.nodes.len() {
             self.collect_applies(index);
         }
@@ -561,7 +561,7 @@ impl Sim {
     fn drain(&mut self, index: usize) {
         loop {
             let Some(shard) = self.nodes[index].shard.as_mut() else { return };
-            let commands = shard.drain_commands();
+            let commands = shard.drain_effects();
             if commands.is_empty() {
                 return;
             }
@@ -606,44 +606,44 @@ impl Sim {
         }
     }
 
-    fn execute(&mut self, index: usize, commands: Vec<Command>) {
+    fn execute(&mut self, index: usize, commands: Vec<Effect>) {
         let from = Endpoint::Node(index);
         let sender = node_id(index);
         for command in commands {
             let (to, message) = match command {
-                Command::Send { to, message } => (Endpoint::Node(node_index(to)), message),
-                Command::SendCommitBatch { to, entries } => {
+                Effect::Send { to, message } => (Endpoint::Node(node_index(to)), message),
+                Effect::SendCommitBatch { to, entries } => {
                     (Endpoint::Node(node_index(to)), Message::Commit(CommitBatch::encode(&entries)))
                 }
-                Command::SendCommitReplyBatch { to, entries } => {
+                Effect::SendCommitReplyBatch { to, entries } => {
                     (Endpoint::Node(node_index(to)), Message::CommitReply(CommitReplyBatch::encode(&entries)))
                 }
-                Command::Reply(reply) => match self.endpoint_of(reply.client) {
+                Effect::Reply(reply) => match self.endpoint_of(reply.client) {
                     Some(endpoint) => (endpoint, Message::Reply(reply)),
                     None => continue,
                 },
-                Command::Redirect(redirect) => match self.endpoint_of(redirect.client) {
+                Effect::Redirect(redirect) => match self.endpoint_of(redirect.client) {
                     Some(endpoint) => (endpoint, Message::Redirect(redirect)),
                     None => continue,
                 },
-                Command::QuorumWaitDone { wait, result } => {
+                Effect::QuorumWaitDone { wait, result } => {
                     self.wait_results.push((index, wait, result));
                     continue;
                 }
-                Command::RoleChanged { group, incarnation, view, role } => {
-                    let candidate = self.is_candidate_node(group, index);
-                    self.checkers.role(self.now, group, index, role, candidate);
+                Effect::RoleChanged { group, incarnation, view, role } => {
+                    let learner = self.is_learner_node(group, index);
+                    self.checkers.role(self.now, group, index, role, learner);
                     if role == Role::Primary {
                         self.checkers.primary(self.now, group, incarnation, view, index);
                     }
                     continue;
                 }
-                Command::Applied { group, ops, through } => {
+                Effect::Applied { group, ops, through } => {
                     let ops: Vec<(Op, u64)> = ops.iter().map(|a| (a.op, digest(&a.operation))).collect();
                     self.checkers.applied_reported(self.now, index, group, &ops, through);
                     continue;
                 }
-                Command::Restored { group, op, .. } => {
+                Effect::Restored { group, op, .. } => {
                     self.checkers.restored(self.now, index, group, op);
                     continue;
                 }
@@ -756,7 +756,7 @@ impl Sim {
     }
 
     fn check_acknowledged(&mut self, history: usize, op: Op) {
-        if self.config.write_mode == cohort_actors::core::WriteMode::Async {
+        if self.config.write_mode == cohort_core::WriteMode::Async {
             return; // Q4: acknowledged on the primary's durable copy, before any apply.
         }
         let entry = &self.history[history];
@@ -834,7 +834,7 @@ impl Sim {
     }
 
     /// A node's replica of `group`, if the node is up.
-    pub fn replica(&self, node: usize, group: GroupId) -> Option<&cohort_actors::core::Replica> {
+    pub fn replica(&self, node: usize, group: GroupId) -> Option<&cohort_core::Replica> {
         self.nodes[node].shard.as_ref()?.replica(group)
     }
 
@@ -851,7 +851,7 @@ impl Sim {
     /// A new client sends `op` for `group` to node `to`; returns its history index.
     pub fn submit(&mut self, group: GroupId, op: KvOp, to: usize) -> usize {
         let index = self.clients.len();
-        let mut client = Client::new(index, self.config.seed);
+        let mut client = SimClient::new(index, self.config.seed);
         client.guess.insert(group, to);
         let nodes = self.nodes.len();
         let send =
@@ -866,7 +866,7 @@ impl Sim {
     pub fn submit_as(&mut self, client: usize, group: GroupId, op: KvOp, to: usize) -> Option<usize> {
         while self.clients.len() <= client.max(self.config.clients) {
             let index = self.clients.len();
-            self.clients.push(Client::new(index, self.config.seed));
+            self.clients.push(SimClient::new(index, self.config.seed));
         }
         let nodes = self.nodes.len();
         self.clients[client].guess.entry(group).or_insert(to);
@@ -928,14 +928,14 @@ impl Sim {
         self.network.blocked.clear();
     }
 
-    /// P4: make `nodes` the candidates of `group`, as a host following the
+    /// P4: make `nodes` the learners of `group`, as a host following the
     /// metadata would: every running replica of the group gets the new list,
-    /// a running node that becomes a candidate creates an empty candidate
-    /// replica, and a running candidate that is dropped unloads the group. A
+    /// a running node that becomes a learner creates an empty learner
+    /// replica, and a running learner that is dropped unloads the group. A
     /// crashed node picks up the change when it restarts.
-    pub fn set_candidates(&mut self, group: GroupId, nodes: &[usize]) {
+    pub fn set_learners(&mut self, group: GroupId, nodes: &[usize]) {
         let Some(position) = self.specs.iter().position(|spec| spec.group == group) else { return };
-        self.specs[position].candidates = nodes.iter().map(|node| node_id(*node)).collect();
+        self.specs[position].learners = nodes.iter().map(|node| node_id(*node)).collect();
         let spec = self.specs[position].clone();
         for index in 0..self.nodes.len() {
             let wanted = spec_for(&spec, index);
@@ -944,8 +944,8 @@ impl Sim {
             let state = (wanted.is_some() && !hosted).then(|| node.state_machine_for(group));
             let Some(shard) = node.shard.as_mut() else { continue };
             match (wanted, state) {
-                (Some(mine), Some(state)) => shard.create_group(mine, state).expect("a new candidate replica"),
-                (Some(_), None) => shard.set_candidates(group, spec.candidates.clone()).expect("a valid list"),
+                (Some(mine), Some(state)) => shard.create_group(mine, state).expect("a new learner replica"),
+                (Some(_), None) => shard.set_learners(group, spec.learners.clone()).expect("a valid list"),
                 (None, _) if hosted => {
                     shard.remove_group(group);
                     self.checkers.unloaded(index, group);
@@ -956,41 +956,41 @@ impl Sim {
         }
     }
 
-    /// True if node `index` is a candidate of `group` (kv groups only).
-    pub fn is_candidate_node(&self, group: GroupId, index: usize) -> bool {
+    /// True if node `index` is a learner of `group` (kv groups only).
+    pub fn is_learner_node(&self, group: GroupId, index: usize) -> bool {
         // Placed at run time (metadata scenario): what the hosted replica was given.
         if let Some(replica) = self.replica(index, group) {
-            return replica.candidate_nodes().contains(&node_id(index));
+            return replica.learner_nodes().contains(&node_id(index));
         }
-        self.specs.iter().any(|spec| spec.group == group && spec.candidates.contains(&node_id(index)))
+        self.specs.iter().any(|spec| spec.group == group && spec.learners.contains(&node_id(index)))
     }
 
-    /// P4: the primary of `group` says candidate node `index` durably holds
+    /// P4: the primary of `group` says learner node `index` durably holds
     /// the log through its commit point.
-    pub fn candidate_caught_up(&self, group: GroupId, index: usize) -> bool {
+    pub fn learner_caught_up(&self, group: GroupId, index: usize) -> bool {
         let Some(primary) = self.primary_of(group) else { return false };
-        self.replica(primary, group).is_some_and(|replica| replica.candidate_caught_up(node_id(index)))
+        self.replica(primary, group).is_some_and(|replica| replica.learner_caught_up(node_id(index)))
     }
 
-    /// After the liveness phase: every candidate of every group catches up
+    /// After the liveness phase: every learner of every group catches up
     /// with its primary's commit point within another liveness budget (P4,
-    /// V3 for candidates). Nothing to do without candidates.
-    fn check_candidates_catch_up(&mut self) {
+    /// V3 for learners). Nothing to do without learners.
+    fn check_learners_catch_up(&mut self) {
         let mut pending: Vec<(GroupId, usize)> = self
             .specs
             .iter()
-            .flat_map(|spec| spec.candidates.iter().map(|node| (spec.group, node_index(*node))))
+            .flat_map(|spec| spec.learners.iter().map(|node| (spec.group, node_index(*node))))
             .collect();
         let deadline = self.now + self.config.liveness_ticks;
         while !pending.is_empty() && self.now < deadline {
-            pending.retain(|(group, index)| !self.candidate_caught_up(*group, *index));
+            pending.retain(|(group, index)| !self.learner_caught_up(*group, *index));
             if !pending.is_empty() {
                 self.step(false);
             }
         }
         for (group, index) in pending {
             self.checkers.violations.push(format!(
-                "liveness: candidate node {index} of {group} did not catch up within {} ticks after the liveness phase",
+                "liveness: learner node {index} of {group} did not catch up within {} ticks after the liveness phase",
                 self.config.liveness_ticks
             ));
         }
@@ -998,13 +998,13 @@ impl Sim {
 }
 
 /// The groups node `index` hosts: every kv group it is a member or a
-/// candidate of, and the metadata group in the metadata scenario.
+/// learner of, and the metadata group in the metadata scenario.
 fn node_specs(specs: &[GroupSpec], metadata: Option<&GroupSpec>, index: usize) -> Vec<GroupSpec> {
     specs.iter().chain(metadata).filter_map(|spec| spec_for(spec, index)).collect()
 }
 
 /// `spec` as node `index`'s replica sees it, if the node is a voter or a
-/// candidate of the group.
+/// learner of the group.
 fn spec_for(spec: &GroupSpec, index: usize) -> Option<GroupSpec> {
     Some(GroupSpec { me: spec.index_of(node_id(index))?, ..spec.clone() })
 }

@@ -1,8 +1,8 @@
 //! `cohort-sim traffic`: heartbeat traffic per node pair, measured in the
-//! simulator (deterministic, in ticks), for the batched schedule of seed 000
+//! simulator (deterministic, in ticks), for the batched schedule of R1–R32
 //! and for the unbatched behaviour it replaces, in the same run.
 //!
-//! The unbatched model is seed 000's "today": every group sends its own
+//! The unbatched model is the schedule before batching: every group sends its own
 //! 256-byte Commit frame to each backup on every broadcast interval (no idle
 //! state), and each backup answers every accepted Commit with its own
 //! 256-byte CommitReply frame. It is measured by running the same cluster
@@ -17,7 +17,7 @@ use cohort_messages::{Command, GroupId};
 use crate::kv::KvOp;
 use crate::sim::{Faults, Sim, SimConfig};
 
-/// Bytes of one Commit or CommitReply frame before batching (seed 000).
+/// Bytes of one Commit or CommitReply frame before batching.
 pub const UNBATCHED_FRAME_BYTES: u64 = 256;
 
 /// Which groups get writes.

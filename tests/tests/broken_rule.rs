@@ -3,16 +3,16 @@
 //!
 //! `CoreConfig::commit_quorum_short_by_for_tests = 1` makes a primary commit
 //! (apply and reply) with one durable copy fewer than the replication quorum
-//! Q2. Such a commit no longer meets every view-change quorum
-//! (Q1 + Q2 - 1 = n), so a new view can be elected without it.
+//! Qr. Such a commit no longer meets every view-change quorum
+//! (Qv + Qr - 1 = n), so a new view can be elected without it.
 //!
 //! Left to random faults, the core's own assertion (a member refusing to
 //! rewrite an op it applied) usually fires first, so the checkers get little
 //! chance. This test makes the loss visible to them on purpose: for each
 //! seed (which draws the workload and the network's loss, duplication and
 //! delay), it cuts the cluster in two from tick 0: the view-0 primary with
-//! Q2 - 2 backups, which with the broken rule can still commit, and the
-//! other n - Q2 + 1 = Q1 members, which elect a new view and commit other
+//! Qr - 2 backups, which with the broken rule can still commit, and the
+//! other n - Qr + 1 = Qv members, which elect a new view and commit other
 //! ops at the same op numbers. The P3 checker (two different ops applied at
 //! one op number), the acknowledged-write checker and the linearizability
 //! checker must notice before the halves ever meet. With the correct rule
@@ -36,7 +36,7 @@ fn split_run(seed: u64, nodes: usize, short_by: usize, heal: bool) -> Vec<String
     let quorum = nodes / 2 + 1;
     let mut sim = Sim::new(config);
     // Node 0 is the view-0 primary of group 0; nodes 0..minority can commit
-    // with the broken rule (Q2 - 1 copies) and the rest form a Q1.
+    // with the broken rule (Qr - 1 copies) and the rest form a Qv.
     let minority = quorum - 1;
     for a in 0..minority {
         for b in minority..nodes {

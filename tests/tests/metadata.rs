@@ -7,7 +7,7 @@
 //! The hand-written ones run without random faults and inject exactly the
 //! fault they are about; see docs/simulator.md for the scenario itself.
 
-use cohort_actors::core::metadata::{ExpiredPolicy, Metadata};
+use cohort_core::metadata::{ExpiredPolicy, Metadata};
 use cohort_messages::{GroupId, NodeId, SessionId};
 use cohort_sim::cli::{reproduce, run_catching};
 use cohort_sim::kv::KvOp;
@@ -239,7 +239,7 @@ fn p1_ownership_matches_primaries() {
 /// 50 seeds of `cohort-sim --scenario metadata`: no violation, and sessions
 /// expire in most seeds (the pause fault is in play).
 /// M6: a node that follows the metadata log without a vote (nodes past the
-/// metadata group's voters are its candidates) and misses many epochs while
+/// metadata group's voters are its learners) and misses many epochs while
 /// it is down starts again from a snapshot plus the events after it, and
 /// ends with the same metadata as everyone.
 #[test]
@@ -257,7 +257,7 @@ fn m6_metadata_follower_starts_from_a_snapshot_plus_later_events() {
     assert!(sim.run_until(600, settled), "every node holds a session, every group an owner");
     let follower = 3;
     let replica = sim.replica(follower, GroupId::METADATA).expect("the follower hosts the metadata group");
-    assert_eq!(replica.role(), cohort_actors::core::Role::Candidate, "it follows without a vote");
+    assert_eq!(replica.role(), cohort_core::Role::Learner, "it follows without a vote");
     let before = metadata(&sim, follower).epoch;
     sim.crash_node(follower, 2 * LONG_PAUSE_TICKS);
     // Meanwhile the metadata moves on: the follower's session expires, and a
@@ -306,7 +306,7 @@ fn metadata_seed_sweep() {
 #[test]
 fn s4_regression_seed_12639_stale_metadata_never_replaces_a_newer_replica() {
     // A node restarted with metadata older than a group it had already
-    // switched to a newer incarnation; its agent re-created an empty candidate
+    // switched to a newer incarnation; its agent re-created an empty learner
     // of the old incarnation over it, and the group stalled.
     let config = SimConfig::metadata(12639);
     let report = run_catching(config.clone()).unwrap_or_else(|panic| panic!("{panic}"));

@@ -1,5 +1,5 @@
 //! Member changes by sealing an incarnation and switching to the next one
-//! (the core of M2–M5 moves: see `actors/src/core/replica/seal.rs`).
+//! (the core of M2–M5 moves: see `actors/core/src/replica/seal.rs`).
 
 use cohort_messages::seal::Seal;
 use cohort_messages::{GroupId, Incarnation, NodeId};

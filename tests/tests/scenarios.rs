@@ -2,7 +2,7 @@
 //! ids. Each runs the production core with no random faults; the scenario
 //! injects exactly the fault it is about.
 
-use cohort_actors::core::{QuorumWaitError, Role, WriteMode};
+use cohort_core::{QuorumWaitError, Role, WriteMode};
 use cohort_messages::{GroupId, Op, View};
 use cohort_sim::kv::{KvOp, digest};
 use cohort_sim::{Faults, Sim, SimConfig};
@@ -92,7 +92,7 @@ fn v2_view_change_after_primary_crash() {
     let old = sim.primary_of(G).expect("a primary");
     let crashed_at = sim.now;
     sim.crash_node(old, 10_000);
-    let timing = cohort_actors::core::TimingConfig::default();
+    let timing = cohort_core::TimingConfig::default();
     let elected = sim.run_until(1000, |sim| sim.primary_of(G).is_some_and(|p| p != old));
     assert!(elected, "a new primary is elected");
     let new = sim.primary_of(G).expect("a primary");
@@ -108,7 +108,7 @@ fn v2_view_change_after_primary_crash() {
     assert_clean(&sim);
 }
 
-/// Seed 002's failure: a write the old primary acknowledged with a bare
+/// A timed-out leader must not lose what it acknowledged: a write the old primary acknowledged with a bare
 /// quorum must survive a view change whose new primary never saw it.
 #[test]
 fn q3_new_primary_commits_inherited_ops() {
@@ -192,7 +192,7 @@ fn p1_single_primary_per_view_when_the_primary_is_cut_off() {
             sim.block(other, old);
         }
     }
-    let timing = cohort_actors::core::TimingConfig::default();
+    let timing = cohort_core::TimingConfig::default();
     // The cut-off primary steps down once its quorum window passes (R24)...
     let stepped_down = sim.run_until(timing.commit_heartbeat_timeout_ticks + 10, |sim| {
         sim.replica(old, G).is_some_and(|r| r.role() != Role::Primary)
@@ -215,7 +215,7 @@ fn v7_read_refused_outside_the_quorum_window() {
             sim.block(other, primary);
         }
     }
-    let timing = cohort_actors::core::TimingConfig::default();
+    let timing = cohort_core::TimingConfig::default();
     sim.run_until(timing.commit_heartbeat_timeout_ticks - 5, |_| false);
     // Still primary, but no CommitReply for most of a window: the read must
     // not be served from a state that a new primary may already have passed.
@@ -309,11 +309,11 @@ fn liveness_voter_stranded_in_a_later_view_rejoins() {
     let view = sim.replica(primary, G).expect("up").view();
     assert!(sim.run_until(400, |sim| sim.replica(stranded, G).is_some_and(|r| r.view() > view)), "moved on alone");
     sim.unblock_all();
-    let timing = cohort_actors::core::TimingConfig::default();
+    let timing = cohort_core::TimingConfig::default();
     let rejoined = sim.run_until(6 * timing.commit_heartbeat_timeout_ticks, |sim| {
         let group_view = sim.primary_of(G).and_then(|p| sim.replica(p, G)).map(|r| r.view());
         sim.replica(stranded, G).is_some_and(|r| {
-            r.status() == cohort_actors::core::replica::Status::Normal
+            r.status() == cohort_core::replica::Status::Normal
                 && Some(r.view()) == group_view
                 && r.log_view() == r.view()
         })
@@ -388,7 +388,7 @@ fn r22_busy_group_backups_start_a_view_change_within_the_heartbeat_timeout() {
     for value in 0..5 {
         write(&mut sim, 1, value);
     }
-    let timing = cohort_actors::core::TimingConfig::default();
+    let timing = cohort_core::TimingConfig::default();
     let ticks = failover_start_ticks(&mut sim);
     println!("busy failover start: {ticks} ticks");
     assert!(ticks <= timing.commit_heartbeat_timeout_ticks + 1, "{ticks} ticks");
@@ -398,11 +398,11 @@ fn r22_busy_group_backups_start_a_view_change_within_the_heartbeat_timeout() {
 fn r22_idle_group_backups_start_a_view_change_within_the_idle_timeout() {
     let mut sim = cluster(3, None);
     write(&mut sim, 1, 1);
-    let timing = cohort_actors::core::TimingConfig::default();
+    let timing = cohort_core::TimingConfig::default();
     // Quiet for long enough that the group turned idle (R20).
     sim.run_until(timing.commit_heartbeat_timeout_ticks * 3, |_| false);
     let primary = sim.primary_of(G).expect("a primary");
-    assert_eq!(sim.replica(primary, G).expect("up").activity(), cohort_actors::core::replica::GroupActivity::Idle);
+    assert_eq!(sim.replica(primary, G).expect("up").activity(), cohort_core::replica::GroupActivity::Idle);
     let ticks = failover_start_ticks(&mut sim);
     println!("idle failover start: {ticks} ticks");
     assert!(ticks > timing.commit_heartbeat_timeout_ticks, "an idle group waits longer: {ticks}");

@@ -3,7 +3,7 @@
 //! Each test runs a range of seeds in one cluster shape and fails with every
 //! failing seed, its first violation (or panic) and the command that
 //! reproduces it. The four shapes are 3 and 5 nodes, each with a majority
-//! replication quorum and with Q2 = n (write-all, Q1 = 1).
+//! replication quorum and with Qr = n (write-all, Qv = 1).
 //!
 //! Every seed runs the binary's default shape (4 groups, 1500 fault ticks,
 //! 1500 liveness ticks), so the reproduce command is the binary's with no

@@ -1,4 +1,4 @@
-//! Issue #4's done-when, measured: batching cuts heartbeat traffic.
+//! Batching cuts heartbeat traffic, measured (R10, R26, R20).
 
 use cohort_sim::traffic::{TrafficConfig, Workload, measure};
 

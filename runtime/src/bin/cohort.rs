@@ -8,8 +8,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use cohort_runtime::cli::{AdminAction, admin_command};
 use cohort_runtime::demo::{self, DemoOptions};
-use cohort_runtime::node::metadata::admin_cli::{AdminAction, admin_command};
 
 #[derive(Parser)]
 #[command(name = "cohort", version, about = "cohort: a replication engine for Rust programs")]
@@ -85,7 +85,7 @@ enum Command {
 #[derive(Subcommand)]
 enum AdminCommand {
     /// Move a group's replica from one node to another: add the new one as
-    /// a candidate, promote it once caught up, remove the old one.
+    /// a learner, promote it once caught up, remove the old one.
     Move {
         /// The group.
         #[arg(long)]
@@ -150,8 +150,8 @@ fn start_tracing(
     what: &str,
     telemetry: &cohort_runtime::config::TelemetryConfig,
     instance: Option<&str>,
-) -> Result<Option<cohort_runtime::telemetry::TracingGuard>, ExitCode> {
-    match cohort_runtime::telemetry::init_tracing(telemetry, instance) {
+) -> Result<Option<cohort_runtime::otlp::TracingGuard>, ExitCode> {
+    match cohort_runtime::otlp::init_tracing(telemetry, instance) {
         Ok(Some(guard)) => {
             eprintln!("{what}: exporting spans to {}", guard.endpoint());
             Ok(Some(guard))
@@ -165,7 +165,7 @@ fn start_tracing(
 }
 
 /// Send the spans still queued and stop exporting (after the System ended).
-fn stop_tracing(what: &str, guard: Option<cohort_runtime::telemetry::TracingGuard>) {
+fn stop_tracing(what: &str, guard: Option<cohort_runtime::otlp::TracingGuard>) {
     if let Some(guard) = guard
         && let Err(error) = guard.shutdown()
     {
@@ -246,7 +246,7 @@ fn run_node(path: &std::path::Path) -> ExitCode {
 fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Node { config } => run_node(&config),
-        Command::Status { admin, json } => match cohort_runtime::node::metadata::status_command(&admin, json) {
+        Command::Status { admin, json } => match cohort_runtime::cli::status_command(&admin, json) {
             Ok(text) => {
                 println!("{text}");
                 ExitCode::SUCCESS

@@ -5,7 +5,7 @@
 //! still there after failover and restart.
 
 use bytes::{BufMut, Bytes, BytesMut};
-use cohort_actors::core::StateMachine;
+use cohort_core::StateMachine;
 use cohort_messages::Op;
 
 /// The ledger of one group.
@@ -23,7 +23,7 @@ fn encode(ids: &[u64]) -> Bytes {
 }
 
 /// Decode a list of ids (a read result or a snapshot).
-pub fn decode(bytes: &[u8]) -> Result<Vec<u64>, String> {
+pub(crate) fn decode(bytes: &[u8]) -> Result<Vec<u64>, String> {
     if !bytes.len().is_multiple_of(8) {
         return Err(format!("ledger of {} bytes is not whole ids", bytes.len()));
     }

@@ -20,7 +20,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use cohort_actors::core::WriteMode;
+use cohort_core::WriteMode;
 use cohort_messages::{ClientId, ClusterId, GroupId, Incarnation, NodeId, Request, RequestKind, RequestNumber};
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -132,7 +132,7 @@ impl Demo {
             .collect();
         let duration = demo.options.duration;
         let (kill_at, restart_at) = (duration / 3, duration * 2 / 3);
-        let mut killed: Option<(usize, crate::shard::ShardReport)> = None;
+        let mut killed: Option<(usize, cohort_actors::shard::ShardReport)> = None;
         let mut restarted = false;
         let mut phase = "steady".to_string();
         while started.elapsed() < duration {
@@ -293,8 +293,8 @@ impl Demo {
         }
     }
 
-    async fn kill_busiest(&self, nodes: &mut [Option<Node>]) -> (usize, crate::shard::ShardReport) {
-        let mut best = (0, crate::shard::ShardReport::default());
+    async fn kill_busiest(&self, nodes: &mut [Option<Node>]) -> (usize, cohort_actors::shard::ShardReport) {
+        let mut best = (0, cohort_actors::shard::ShardReport::default());
         for (index, node) in nodes.iter().enumerate() {
             if let Some(node) = node {
                 let report = node.handle().report().await;
@@ -353,7 +353,7 @@ impl Demo {
     async fn summarize(
         &self,
         nodes: &[Option<Node>],
-        killed: Option<&(usize, crate::shard::ShardReport)>,
+        killed: Option<&(usize, cohort_actors::shard::ShardReport)>,
         workload_secs: f64,
         lost: u64,
         verified: u64,
@@ -365,7 +365,7 @@ impl Demo {
         if let Some((_, report)) = killed {
             reports.push(report.clone());
         }
-        let sum = |field: fn(&cohort_actors::core::ShardMetrics) -> u64| -> u64 {
+        let sum = |field: fn(&cohort_core::ShardMetrics) -> u64| -> u64 {
             reports.iter().map(|report| field(&report.metrics)).sum()
         };
         let mut latencies = self.latencies_us.borrow().clone();

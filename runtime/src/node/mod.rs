@@ -34,49 +34,34 @@
 //! # }
 //! ```
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
-use std::time::Instant;
 
-use actix::prelude::*;
 use bytes::Bytes;
-use cohort_actors::core::routing::shard_of;
-use cohort_actors::core::{CoreConfig, StateMachine, WriteMode};
-use cohort_messages::{ClientId, ClusterId, GroupId, Incarnation, NodeId, Request, RequestKind, RequestNumber};
-use tokio::sync::oneshot;
-use tracing::Instrument as _;
+use cohort_actors::registry::KindRegistrations;
+use cohort_core::{CoreConfig, StateMachine, WriteMode};
+use cohort_messages::{ClusterId, GroupId, Incarnation, NodeId};
+use cohort_wal::FileStorageConfig;
 
 use crate::config::ClusterConfig;
-use crate::shard::{ClientAnswer, Outbox, Submit};
-use crate::storage::FileStorageConfig;
-use crate::telemetry::{Drops, NodeMetrics};
-use crate::transport::listener::{self, InboundStats, Router};
 
 mod detached;
-pub mod kind;
-pub mod metadata;
-mod parts;
+mod handle;
 mod placement;
-pub(crate) mod recorded;
 mod register;
-mod supervisor;
+mod start;
 
+pub use cohort_actors::kind::{GroupKind, GroupKindError};
+pub use cohort_actors::placements::{PLACEMENTS_FILE, PlacementFileError};
+pub use cohort_actors::registry::StateMachineFactory;
+pub use cohort_actors::supervisor::{CHECK_INTERVAL, InjectPanic};
 pub use detached::DetachedNode;
-pub use kind::{GroupKind, GroupKindError};
+pub use handle::{Node, NodeHandle};
 pub use placement::GroupPlacement;
-pub use recorded::{PLACEMENTS_FILE, PlacementFileError};
 pub use register::Register;
-
-use parts::Parts;
-use supervisor::Supervisor;
-pub use supervisor::{CHECK_INTERVAL, Directory, InjectPanic};
-
-/// Makes the state machine of a group; called on the shard's thread.
-pub type StateMachineFactory = Arc<dyn Fn(GroupId) -> Box<dyn StateMachine> + Send + Sync>;
 
 /// Why a node could not start or a request failed.
 #[derive(Debug, thiserror::Error)]
@@ -94,7 +79,7 @@ pub enum NodeError {
     },
     /// A shard's storage could not be opened or recovered.
     #[error(transparent)]
-    Storage(#[from] crate::shard::storage_worker::StartError),
+    Storage(#[from] cohort_actors::storage_worker::StartError),
     /// A shard could not rebuild its groups.
     #[error("{0}")]
     Shard(String),
@@ -105,6 +90,16 @@ pub enum NodeError {
     /// wrong; the message names the file and what is wrong.
     #[error(transparent)]
     Placements(#[from] PlacementFileError),
+}
+
+impl From<cohort_actors::parts::PartError> for NodeError {
+    fn from(error: cohort_actors::parts::PartError) -> NodeError {
+        match error {
+            cohort_actors::parts::PartError::Storage(error) => NodeError::Storage(error),
+            cohort_actors::parts::PartError::Shard(reason) => NodeError::Shard(reason),
+            cohort_actors::parts::PartError::Placements(error) => NodeError::Placements(error),
+        }
+    }
 }
 
 /// Why a submitted request got no result.
@@ -215,7 +210,7 @@ pub struct NodeBuilder {
     core: CoreConfig,
     storage: FileStorageConfig,
     groups: Vec<GroupPlacement>,
-    kinds: kind::KindRegistrations,
+    kinds: KindRegistrations,
     admin: Option<SocketAddr>,
     client_port: Option<SocketAddr>,
     session: crate::config::SessionConfig,
@@ -236,7 +231,7 @@ impl NodeBuilder {
             core: CoreConfig::default(),
             storage: FileStorageConfig::default(),
             groups: Vec::new(),
-            kinds: kind::KindRegistrations::default(),
+            kinds: KindRegistrations::default(),
             admin: None,
             client_port: None,
             session: crate::config::SessionConfig::default(),
@@ -276,7 +271,7 @@ impl NodeBuilder {
     }
 
     /// Replace the registered kinds (a local cluster builds every node alike).
-    pub(crate) fn kinds(mut self, kinds: kind::KindRegistrations) -> Self {
+    pub(crate) fn kinds(mut self, kinds: KindRegistrations) -> Self {
         self.kinds = kinds;
         self
     }
@@ -360,7 +355,7 @@ impl NodeBuilder {
     /// Give `kind` a custom group actor: for each group of the kind, `make`
     /// builds one on the group's shard thread (told which node, group and
     /// kind it is for), and cohort feeds it role
-    /// changes and the applied ops (see [`crate::shard::custom`] for what it
+    /// changes and the applied ops (see [`cohort_actors::custom`] for what it
     /// is guaranteed). Reach it with [`NodeHandle::group_actor`].
     ///
     /// ```
@@ -392,10 +387,10 @@ impl NodeBuilder {
     /// ```
     pub fn group_actor<A, F>(mut self, kind: impl Into<GroupKind>, make: F) -> Self
     where
-        A: crate::shard::CustomGroupActor,
-        F: Fn(&crate::shard::custom::GroupReplica) -> A + Send + Sync + 'static,
+        A: cohort_actors::custom::CustomGroupActor,
+        F: Fn(&cohort_actors::custom::GroupReplica) -> A + Send + Sync + 'static,
     {
-        self.kinds.actors.push((kind.into(), crate::shard::custom::factory(make)));
+        self.kinds.actors.push((kind.into(), cohort_actors::custom::factory(make)));
         self
     }
 
@@ -403,483 +398,5 @@ impl NodeBuilder {
     /// starts, for hosts that do not run actix (see [`DetachedNode`]).
     pub fn start_detached(self) -> Result<DetachedNode, NodeError> {
         detached::start(self)
-    }
-
-    /// Start the node inside the current actix System.
-    pub fn start(self) -> Result<Node, NodeError> {
-        let listen = self.listen.ok_or_else(|| NodeError::Config("listen address is not set".into()))?;
-        let data_dir = self.data_dir.ok_or_else(|| NodeError::Config("data_dir is not set".into()))?;
-        if self.kinds.state_machines.is_empty() {
-            return Err(NodeError::Config(
-                "no state machine: register one with `state_machine(..)` or `group_kind(..)`".into(),
-            ));
-        }
-        // The metadata group (see `metadata`): reserved id and kind, members
-        // the first METADATA_MEMBERS_MAX nodes of the cluster by id.
-        if self.groups.iter().any(|placement| placement.group == GroupId::METADATA) {
-            return Err(NodeError::Config(format!(
-                "{} is the metadata group's reserved id: place partition groups under other ids",
-                GroupId::METADATA
-            )));
-        }
-        if self.kinds.state_machines.iter().any(|(kind, _)| kind.as_str() == metadata::METADATA_KIND) {
-            return Err(NodeError::Config(format!(
-                "group kind {:?} is reserved for the metadata group: name your kind otherwise",
-                metadata::METADATA_KIND
-            )));
-        }
-        let session = self.session.ticks(self.timing.tick).map_err(|error| NodeError::Config(error.to_string()))?;
-        let metadata_members = metadata::metadata_members(std::iter::once(self.node).chain(self.peers.keys().copied()));
-        let shared_metadata = metadata::SharedMetadata::default();
-        let bootstrap_groups: Vec<(GroupId, String, Vec<NodeId>)> = self
-            .groups
-            .iter()
-            .map(|placement| (placement.group, placement.kind.as_str().to_string(), placement.members.clone()))
-            .collect();
-        let mut kinds = self.kinds.clone();
-        let factory_metadata = shared_metadata.clone();
-        kinds
-            .state_machines
-            .push((GroupKind::new(metadata::METADATA_KIND), Arc::new(move |_| factory_metadata.state_machine())));
-        let mut placements = self.groups.clone();
-        if metadata_members.contains(&self.node) {
-            placements
-                .push(GroupPlacement::new(GroupId::METADATA, metadata_members.clone()).kind(metadata::METADATA_KIND));
-        }
-        let kinds = Arc::new(kinds.resolve()?);
-        if self.shards == 0 || self.shards > cohort_messages::SHARD_COUNT_MAX as usize {
-            return Err(NodeError::Config(format!("shards must be in 1..={}", cohort_messages::SHARD_COUNT_MAX)));
-        }
-        let timing = self.timing.timing().map_err(|error| NodeError::Config(error.to_string()))?;
-        let core = CoreConfig { timing, ..self.core };
-        core.validate().map_err(|error| NodeError::Config(error.to_string()))?;
-        let hosted = placement::to_hosted(self.node, &placements, &kinds)?;
-        // Groups the metadata placed here at run time (see `recorded`): each
-        // shard merges its own at every start; checked here first, so a bad
-        // record stops the node before anything runs.
-        let recorded = Arc::new(recorded::PlacementFile::open(&data_dir)?);
-        recorded.hosted(self.node, &kinds, self.shards, None)?;
-
-        let std_listener = match self.bound {
-            Some(listener) => {
-                listener
-                    .set_nonblocking(true)
-                    .map_err(|error| NodeError::Bind { address: listen, reason: error.to_string() })?;
-                listener
-            }
-            None => bind_nonblocking(listen)?,
-        };
-        let listen = std_listener.local_addr().unwrap_or(listen);
-
-        let metrics = Arc::new(NodeMetrics::new());
-        let drops = Arc::new(Drops::new(Arc::clone(&metrics)));
-        let admin = self.admin.map(bind_nonblocking).transpose()?;
-        let admin_address = admin.as_ref().and_then(|listener| listener.local_addr().ok());
-        let client = self.client_port.map(bind_nonblocking).transpose()?;
-        let client_address = client.as_ref().and_then(|listener| listener.local_addr().ok());
-        let mut groups: Vec<Vec<kind::HostedGroup>> = (0..self.shards).map(|_| Vec::new()).collect();
-        for group in hosted {
-            groups[shard_of(group.spec.group, self.shards)].push(group);
-        }
-        let parts = Arc::new(Parts {
-            cluster: self.cluster,
-            node: self.node,
-            core,
-            tick: self.timing.tick,
-            storage: self.storage,
-            data_dir,
-            kinds,
-            drops: Arc::clone(&drops),
-            metrics: Arc::clone(&metrics),
-            fatal: Arc::new(std::sync::Mutex::new(None)),
-            connected: self.peers.keys().map(|peer| (*peer, Arc::new(AtomicBool::new(false)))).collect(),
-            peers: self.peers,
-            storage_locks: (0..self.shards).map(|_| Arc::new(std::sync::Mutex::new(()))).collect(),
-            groups,
-            recorded,
-        });
-
-        let io = Arbiter::new();
-        let mut links = HashMap::new();
-        for &peer in parts.peers.keys() {
-            if let Some(link) = parts.spawn_link(peer, &io.handle()) {
-                links.insert(peer, link);
-            }
-        }
-        let mut arbiters = Vec::new();
-        let mut shards = Vec::new();
-        let mut outboxes_per_shard = Vec::new();
-        for index in 0..parts.shard_count() {
-            let arbiter = Arbiter::new();
-            let outboxes: HashMap<NodeId, Addr<Outbox>> =
-                links.iter().map(|(&peer, link)| (peer, parts.spawn_outbox(link.clone(), &arbiter.handle()))).collect();
-            shards.push(parts.spawn_shard(index, &arbiter.handle(), outboxes.clone())?);
-            outboxes_per_shard.push(outboxes);
-            arbiters.push(arbiter);
-        }
-        let directory = Arc::new(Directory::new(shards, links.clone()));
-        let restarts = Arc::new(AtomicU64::new(0));
-        let supervisor_arbiter = Arbiter::new();
-        let supervisor = Supervisor {
-            parts: Arc::clone(&parts),
-            directory: Arc::clone(&directory),
-            io: io.handle(),
-            shard_arbiters: arbiters.iter().map(Arbiter::handle).collect(),
-            links,
-            outboxes: outboxes_per_shard,
-            restarts: Arc::clone(&restarts),
-            shutting_down: false,
-        };
-        let supervisor = Supervisor::start_in_arbiter(&supervisor_arbiter.handle(), move |_| supervisor);
-        let board = Arc::new(metadata::StatusBoard::new(self.node, metadata_members.clone(), shared_metadata.clone()));
-        let session_stop = Arc::new(metadata::SessionStop::default());
-        let agent_config = cohort_actors::core::metadata::AgentConfig {
-            node: self.node,
-            address: listen.to_string(),
-            client: crate::client::fresh_client_id(),
-            metadata_group: GroupId::METADATA,
-            policy: session.policy,
-            keepalive_interval_ticks: session.keepalive_interval_ticks,
-            session_timeout_ticks: session.timeout_ticks,
-            request_retry_ticks: session.keepalive_interval_ticks,
-            unload_grace_ticks: session.timeout_ticks,
-            bootstrap_groups,
-        };
-        agent_config.validate().map_err(|error| NodeError::Config(format!("session: {error}")))?;
-        let agent = metadata::agent_actor::AgentSetup {
-            cluster: self.cluster,
-            config: agent_config,
-            tick: self.timing.tick,
-            members: metadata_members,
-            directory: Arc::clone(&directory),
-            metadata: shared_metadata,
-            board: Arc::clone(&board),
-            metrics: Arc::clone(&metrics),
-            stop: Arc::clone(&session_stop),
-            shutdown: supervisor.clone().recipient(),
-        };
-        let agent = metadata::agent_actor::MetadataAgentActor::new(agent);
-        let agent = metadata::agent_actor::MetadataAgentActor::start_in_arbiter(&io.handle(), move |_| agent);
-        let operator = metadata::operator::OperatorPort::new(Arc::clone(&board), agent.clone().recipient());
-        let stats = Arc::new(InboundStats::default());
-        let router = Router {
-            agent: Some(agent.recipient()),
-            cluster: self.cluster,
-            shards: Arc::clone(&directory),
-            stats: Arc::clone(&stats),
-            metrics: Arc::clone(&metrics),
-            drops: Arc::clone(&drops),
-            next_connection: Arc::new(AtomicU64::new(1)),
-        };
-        if let Some(client) = client {
-            let (cluster, node, directory) = (self.cluster, self.node, Arc::clone(&directory));
-            io.spawn(async move {
-                match tokio::net::TcpListener::from_std(client) {
-                    Ok(listener) => crate::transport::client_port::serve(listener, cluster, node, directory).await,
-                    Err(error) => eprintln!("cohort: cannot serve clients: {error}"),
-                }
-            });
-        }
-        if let Some(admin) = admin {
-            let metrics = Arc::clone(&metrics);
-            let board = Arc::clone(&board);
-            io.spawn(async move {
-                match tokio::net::TcpListener::from_std(admin) {
-                    Ok(listener) => crate::telemetry::admin::serve_node(listener, metrics, board, operator).await,
-                    Err(error) => eprintln!("cohort: cannot serve metrics: {error}"),
-                }
-            });
-        }
-        io.spawn(async move {
-            match tokio::net::TcpListener::from_std(std_listener) {
-                Ok(listener) => listener::serve(listener, router).await,
-                Err(error) => eprintln!("cohort: cannot listen: {error}"),
-            }
-        });
-        let handle = NodeHandle {
-            node: self.node,
-            shards: directory,
-            next_client: Arc::new(AtomicU64::new(1)),
-            connected: Arc::new(parts.connected.clone()),
-            drops,
-            stats,
-            fatal: Arc::clone(&parts.fatal),
-            metrics,
-            supervisor,
-            restarts,
-            board,
-            session_stop,
-        };
-        Ok(Node {
-            handle,
-            listen,
-            admin: admin_address,
-            client: client_address,
-            supervisor: Some(supervisor_arbiter),
-            arbiters,
-            io: Some(io),
-        })
-    }
-}
-
-/// Bind a listener for tokio to adopt later; errors name the address.
-fn bind_nonblocking(address: SocketAddr) -> Result<std::net::TcpListener, NodeError> {
-    let bind_error = |error: std::io::Error| NodeError::Bind { address, reason: error.to_string() };
-    let listener = std::net::TcpListener::bind(address).map_err(bind_error)?;
-    listener.set_nonblocking(true).map_err(bind_error)?;
-    Ok(listener)
-}
-
-/// A running node.
-pub struct Node {
-    handle: NodeHandle,
-    listen: SocketAddr,
-    admin: Option<SocketAddr>,
-    client: Option<SocketAddr>,
-    supervisor: Option<Arbiter>,
-    arbiters: Vec<Arbiter>,
-    io: Option<Arbiter>,
-}
-
-impl Node {
-    /// A handle for submitting requests.
-    pub fn handle(&self) -> NodeHandle {
-        self.handle.clone()
-    }
-
-    /// The bound listen address (useful with port 0).
-    pub fn listen_address(&self) -> SocketAddr {
-        self.listen
-    }
-
-    /// The bound client port, if configured.
-    pub fn client_address(&self) -> Option<SocketAddr> {
-        self.client
-    }
-
-    /// The bound admin address serving `/metrics`, if configured.
-    pub fn admin_address(&self) -> Option<SocketAddr> {
-        self.admin
-    }
-
-    /// Stop every actor and thread of the node. Nothing new is accepted or
-    /// acknowledged once this starts; what the shards had already handed to
-    /// storage is written out. The demo and the tests use it as a crash of
-    /// the node: peers see its connections drop at once.
-    ///
-    /// Order: the supervisor first (so it does not restart what is being
-    /// stopped), then the network (no new input), then the shards, each of
-    /// whose storage thread finishes the jobs already queued before it exits.
-    pub fn stop(mut self) {
-        let stop = |arbiter: Arbiter| {
-            arbiter.stop();
-            let _ = arbiter.join();
-        };
-        if let Some(supervisor) = self.supervisor.take() {
-            stop(supervisor);
-        }
-        if let Some(io) = self.io.take() {
-            stop(io);
-        }
-        for arbiter in self.arbiters.drain(..) {
-            stop(arbiter);
-        }
-    }
-}
-
-/// Submits requests to a node. Cheap to clone.
-#[derive(Clone)]
-pub struct NodeHandle {
-    node: NodeId,
-    shards: Arc<Directory>,
-    supervisor: Addr<Supervisor>,
-    restarts: Arc<AtomicU64>,
-    next_client: Arc<AtomicU64>,
-    connected: Arc<HashMap<NodeId, Arc<AtomicBool>>>,
-    drops: Arc<Drops>,
-    stats: Arc<InboundStats>,
-    fatal: Arc<std::sync::Mutex<Option<String>>>,
-    metrics: Arc<NodeMetrics>,
-    board: Arc<metadata::StatusBoard>,
-    session_stop: Arc<metadata::SessionStop>,
-}
-
-impl NodeHandle {
-    /// The session this node holds with the metadata group now (S1).
-    pub fn session(&self) -> Option<cohort_messages::SessionId> {
-        self.board.agent().session
-    }
-
-    /// This node's copy of the applied cluster metadata (M1).
-    pub fn metadata(&self) -> cohort_actors::core::metadata::Metadata {
-        self.board.metadata().snapshot()
-    }
-
-    /// What `/status` serves: the session, the agent's counters, nodes and
-    /// groups as the metadata has them (see `docs/embedding.md`).
-    pub fn status(&self) -> serde_json::Value {
-        self.board.json()
-    }
-
-    /// Why the node stopped after its session expired (S3), if it did.
-    pub fn session_stopped(&self) -> Option<String> {
-        self.session_stop.reason()
-    }
-
-    /// Wait until the node stops because its session expired (S3); returns why.
-    /// A host that embeds a node should then call [`Node::stop`].
-    pub async fn wait_session_stopped(&self) -> String {
-        self.session_stop.wait().await
-    }
-
-    /// This node.
-    pub fn node(&self) -> NodeId {
-        self.node
-    }
-
-    /// Submit `operation` to `group` and wait up to `timeout` for its result.
-    ///
-    /// Each call is its own client (request number 1), so concurrent calls
-    /// never supersede each other; a retry of the same write must reuse the
-    /// returned client and request (see [`NodeHandle::submit_as`]).
-    pub async fn submit(
-        &self,
-        group: GroupId,
-        kind: RequestKind,
-        operation: Bytes,
-        timeout: Duration,
-    ) -> Result<Committed, SubmitError> {
-        let client =
-            ClientId((u128::from(self.node.0) << 64) | u128::from(self.next_client.fetch_add(1, Ordering::Relaxed)));
-        let request = Request { client, request: RequestNumber(1), group, kind, operation };
-        self.submit_as(request, timeout).await
-    }
-
-    /// Submit a request with an explicit client and request number (retries).
-    pub async fn submit_as(&self, request: Request, timeout: Duration) -> Result<Committed, SubmitError> {
-        let group = request.group;
-        let Some(shard) = self.shards.shard(shard_of(group, self.shards.shard_count())) else {
-            return Err(SubmitError::Stopped { group });
-        };
-        let (answer, answered) = oneshot::channel();
-        let started = Instant::now();
-        let span = crate::shard::traces::submit_span(self.node, &request);
-        if shard.try_send(Submit { request, answer, span: span.clone() }).is_err() {
-            return Err(SubmitError::Stopped { group });
-        }
-        match tokio::time::timeout(timeout, answered).instrument(span).await {
-            Err(_) => Err(SubmitError::Timeout { group, waited: timeout }),
-            Ok(Err(_)) => Err(SubmitError::Stopped { group }),
-            Ok(Ok(ClientAnswer::Redirect(redirect))) => {
-                Err(SubmitError::NotPrimary { group, primary: redirect.primary })
-            }
-            Ok(Ok(ClientAnswer::Reply(reply))) => match reply.outcome {
-                cohort_messages::Outcome::Ok(result) => {
-                    self.metrics.observe_commit_latency(started.elapsed());
-                    Ok(Committed { op: reply.op, result })
-                }
-                cohort_messages::Outcome::Error { code, detail } => Err(SubmitError::Refused { group, code, detail }),
-            },
-        }
-    }
-
-    /// Whether this node's link to `peer` is connected now.
-    ///
-    /// ```no_run
-    /// # use cohort_runtime::prelude::*;
-    /// # fn example(node: NodeHandle) {
-    /// if !node.is_connected(NodeId(2)) {
-    ///     eprintln!("node 2 is unreachable from {}", node.node());
-    /// }
-    /// # }
-    /// ```
-    pub fn is_connected(&self, peer: NodeId) -> bool {
-        self.connected.get(&peer).is_some_and(|flag| flag.load(Ordering::Relaxed))
-    }
-
-    /// Peers whose links are connected.
-    pub fn connected_peers(&self) -> usize {
-        self.connected.values().filter(|flag| flag.load(Ordering::Relaxed)).count()
-    }
-
-    /// Frames and messages dropped on full or disconnected queues.
-    pub fn dropped(&self) -> u64 {
-        self.drops.total()
-    }
-
-    /// The node's metrics (what `/metrics` serves).
-    pub fn metrics(&self) -> &NodeMetrics {
-        &self.metrics
-    }
-
-    /// Inbound counters (refused handshakes, rejected frames and entries).
-    pub fn inbound_stats(&self) -> &InboundStats {
-        &self.stats
-    }
-
-    /// Counters and gauges summed over the node's shards, and the groups it leads.
-    pub async fn report(&self) -> crate::shard::ShardReport {
-        let mut total = crate::shard::ShardReport::default();
-        for index in 0..self.shards.shard_count() {
-            let Some(shard) = self.shards.shard(index) else { continue };
-            if let Ok(report) = shard.send(crate::shard::GetReport).await {
-                total.metrics.add(&report.metrics);
-                total.gauges.add(&report.gauges);
-                total.primaries.extend(report.primaries);
-            }
-        }
-        total
-    }
-
-    /// Subscribe to `group`'s role changes and commit points on this node (the
-    /// current role comes first). `None` if the group is not hosted here.
-    /// A subscriber that falls more than [`crate::shard::group::SUBSCRIBER_EVENTS_MAX`]
-    /// events behind misses events.
-    pub async fn subscribe(&self, group: GroupId) -> Option<tokio::sync::mpsc::Receiver<crate::shard::GroupEvent>> {
-        let shard = self.shards.shard(shard_of(group, self.shards.shard_count()))?;
-        let (events, receiver) = tokio::sync::mpsc::channel(crate::shard::group::SUBSCRIBER_EVENTS_MAX);
-        match shard.send(crate::shard::SubscribeGroup { group, events }).await {
-            Ok(true) => Some(receiver),
-            _ => None,
-        }
-    }
-
-    /// The custom actor of `group` on this node, if its kind has one of type
-    /// `A` (see [`NodeBuilder::group_actor`]). After a shard restart this is
-    /// the new instance. `None` if the group is not hosted here, its kind has
-    /// no actor or it is not an `A`.
-    ///
-    /// ```no_run
-    /// # use actix::prelude::*;
-    /// # use cohort_runtime::prelude::*;
-    /// # struct Index;
-    /// # impl Actor for Index { type Context = Context<Self>; }
-    /// # impl Handler<Applied> for Index { type Result = (); fn handle(&mut self, _: Applied, _: &mut Context<Self>) {} }
-    /// # impl Handler<Restored> for Index { type Result = (); fn handle(&mut self, _: Restored, _: &mut Context<Self>) {} }
-    /// # impl Handler<RoleChanged> for Index { type Result = (); fn handle(&mut self, _: RoleChanged, _: &mut Context<Self>) {} }
-    /// # async fn example(node: NodeHandle) {
-    /// let index: Option<Addr<Index>> = node.group_actor::<Index>(GroupId(3)).await;
-    /// # }
-    /// ```
-    pub async fn group_actor<A: crate::shard::CustomGroupActor>(&self, group: GroupId) -> Option<Addr<A>> {
-        let shard = self.shards.shard(shard_of(group, self.shards.shard_count()))?;
-        let erased = shard.send(crate::shard::GetCustomActor(group)).await.ok()??;
-        erased.downcast_ref::<Addr<A>>().cloned()
-    }
-
-    /// Actors the supervisor re-created since start.
-    pub fn restarts(&self) -> u64 {
-        self.restarts.load(Ordering::Relaxed)
-    }
-
-    /// Make an actor of this node panic, to test supervision.
-    #[doc(hidden)]
-    pub fn inject_panic(&self, fault: InjectPanic) {
-        self.supervisor.do_send(fault);
-    }
-
-    /// The fatal error that stopped a shard, if any.
-    pub fn fatal(&self) -> Option<String> {
-        self.fatal.lock().ok().and_then(|fatal| fatal.clone())
     }
 }

@@ -6,11 +6,12 @@
 //! index. The placement's fields are public so that existing code can build
 //! one literally; [`GroupPlacement::new`] fills in the defaults.
 
-use cohort_actors::core::{GroupSpec, Quorums, WriteMode};
+use cohort_core::{GroupSpec, Quorums, WriteMode};
 use cohort_messages::{GroupId, Incarnation, MemberIndex, NodeId};
 
 use super::NodeError;
-use super::kind::{self, GroupKind, HostedGroup, Kinds};
+use cohort_actors::kind::{GroupKind, HostedGroup};
+use cohort_actors::registry::{self, Kinds};
 
 /// Where a group lives.
 ///
@@ -31,7 +32,7 @@ pub struct GroupPlacement {
     pub incarnation: Incarnation,
     /// Members in member-index order; member 0 is the primary of view 0.
     pub members: Vec<NodeId>,
-    /// Q2 (None: majority).
+    /// Qr (None: majority).
     pub replication_quorum: Option<usize>,
     /// Q4: acknowledge writes after commit (`Sync`) or once the primary's
     /// copy is durable (`Async`, may be lost if the primary fails).
@@ -66,7 +67,7 @@ impl GroupPlacement {
         self
     }
 
-    /// Q2: members that must hold an op durably before it commits.
+    /// Qr: members that must hold an op durably before it commits.
     pub fn replication_quorum(mut self, quorum: usize) -> GroupPlacement {
         self.replication_quorum = Some(quorum);
         self
@@ -89,7 +90,7 @@ pub(crate) fn to_hosted(
         .iter()
         .map(|placement| {
             let kind_spec =
-                kinds.get(&placement.kind).ok_or_else(|| kind::unknown(kinds, placement.group, &placement.kind))?;
+                kinds.get(&placement.kind).ok_or_else(|| registry::unknown(kinds, placement.group, &placement.kind))?;
             let me = placement.members.iter().position(|member| *member == node).ok_or_else(|| {
                 NodeError::Config(format!("{}: this node {node} is not among its members", placement.group))
             })?;
@@ -99,7 +100,7 @@ pub(crate) fn to_hosted(
                 group: placement.group,
                 incarnation: placement.incarnation,
                 members: placement.members.clone(),
-                candidates: Vec::new(),
+                learners: Vec::new(),
                 me: MemberIndex(me as u8),
                 quorums,
                 write_mode: placement.write_mode,

@@ -4,7 +4,7 @@
 //! cluster from the command line; applications embed their own.
 
 use bytes::Bytes;
-use cohort_actors::core::StateMachine;
+use cohort_core::StateMachine;
 use cohort_messages::Op;
 
 /// A register.

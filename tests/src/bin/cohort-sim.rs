@@ -9,7 +9,7 @@
 use std::process::ExitCode;
 use std::time::Instant;
 
-use cohort_actors::core::metadata::AgentCounters;
+use cohort_core::metadata::AgentCounters;
 use cohort_sim::Scenario;
 use cohort_sim::cli::{self, Args};
 

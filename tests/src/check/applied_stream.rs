@@ -1,5 +1,5 @@
 //! The applied stream that a host's custom group actor follows
-//! (`Command::Applied` and `Command::Restored`): on each member and group,
+//! (`Effect::Applied` and `Effect::Restored`): on each member and group,
 //! the reports list exactly the ops the state machine applied, in op order,
 //! each once; a `Restored` moves the position to its snapshot's op; the
 //! position never goes back. The state machine's own record of its applies is

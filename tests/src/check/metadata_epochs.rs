@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 
-use cohort_actors::core::metadata::Metadata;
+use cohort_core::metadata::Metadata;
 use cohort_messages::Epoch;
 use cohort_messages::metadata::encode_value;
 

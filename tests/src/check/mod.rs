@@ -6,7 +6,7 @@
 //!   what was committed is never replaced.
 //! - [`acknowledged`]: no acknowledged write lost.
 //! - [`reply_order`]: each client's replies come in request order.
-//! - [`candidates`]: P4, a candidate is never primary and never electing.
+//! - [`learners`]: P4, a learner is never primary and never electing.
 //! - [`applied_stream`]: what a custom group actor is told (`Applied`,
 //!   `Restored`) is exactly what the state machine applied, in order, once.
 //! - [`owner_primary`] (metadata scenario): P1 against the metadata, every
@@ -24,7 +24,7 @@
 pub mod acknowledged;
 pub mod agreement;
 pub mod applied_stream;
-pub mod candidates;
+pub mod learners;
 pub mod metadata_epochs;
 pub mod owner_primary;
 pub mod owner_session;
@@ -32,7 +32,7 @@ pub mod placement;
 pub mod reply_order;
 pub mod single_primary;
 
-use cohort_actors::core::metadata::Metadata;
+use cohort_core::metadata::Metadata;
 use cohort_messages::{GroupId, Incarnation, Op, RequestNumber, View};
 
 /// All per-step checkers of a run.
@@ -61,9 +61,9 @@ impl Checkers {
         }
     }
 
-    /// P4: `node` reported `role` for `group`; `candidate` if it is one.
-    pub fn role(&mut self, tick: u64, group: GroupId, node: usize, role: cohort_actors::core::Role, candidate: bool) {
-        if let Err(violation) = candidates::check(group, node, role, candidate) {
+    /// P4: `node` reported `role` for `group`; `learner` if it is one.
+    pub fn role(&mut self, tick: u64, group: GroupId, node: usize, role: cohort_core::Role, learner: bool) {
+        if let Err(violation) = learners::check(group, node, role, learner) {
             self.violations.push(format!("tick {tick}: {violation}"));
         }
     }

@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 
-use cohort_actors::core::metadata::Metadata;
+use cohort_core::metadata::Metadata;
 use cohort_messages::{GroupId, Incarnation, View};
 
 use super::single_primary::SinglePrimary;
@@ -58,7 +58,7 @@ impl OwnerPrimary {
 
 #[cfg(test)]
 mod tests {
-    use cohort_actors::core::metadata::{GroupRecord, Ownership};
+    use cohort_core::metadata::{GroupRecord, Ownership};
     use cohort_messages::{NodeId, SessionId};
 
     use super::*;
@@ -70,7 +70,7 @@ mod tests {
             kind: "kv".into(),
             incarnation: Incarnation(1),
             members: vec![NodeId(1), NodeId(2)],
-            candidates: Vec::new(),
+            learners: Vec::new(),
             caught_up: Default::default(),
             pending: None,
             live: true,

@@ -4,7 +4,7 @@
 //! session, or clients would keep being sent to a node the cluster has
 //! written off.
 
-use cohort_actors::core::metadata::Metadata;
+use cohort_core::metadata::Metadata;
 
 /// Check one node's applied metadata.
 pub fn check(node: usize, metadata: &Metadata) -> Vec<String> {

@@ -1,15 +1,15 @@
 //! Multi-step operations as each node's metadata records them (M2–M5, P4):
 //! - no step leaves a group with fewer voters than before its operation,
 //!   nor decides a member change that would;
-//! - a node is never both member and candidate of a group;
+//! - a node is never both member and learner of a group;
 //! - an operation that is cancelled and then gone (reverted) left every
-//!   group it touched with the members and candidates it had before;
+//!   group it touched with the members and learners it had before;
 //! - the replicas of a group's current incarnation have the members the
 //!   metadata names (checked by the simulator against the shards).
 
 use std::collections::HashMap;
 
-use cohort_actors::core::metadata::{Metadata, OperationRecord};
+use cohort_core::metadata::{Metadata, OperationRecord};
 use cohort_messages::OperationId;
 
 /// What one node's metadata last showed of each operation.
@@ -43,8 +43,8 @@ impl Placement {
             }
         }
         for (group, record) in &metadata.groups {
-            if let Some(both) = record.candidates.iter().find(|c| record.members.contains(c)) {
-                violations.push(format!("node {node}'s metadata: {both} is member and candidate of {group}"));
+            if let Some(both) = record.learners.iter().find(|c| record.members.contains(c)) {
+                violations.push(format!("node {node}'s metadata: {both} is member and learner of {group}"));
             }
         }
         let reverted = metadata.operation_totals.reverted;
@@ -61,18 +61,18 @@ impl Placement {
             if !last.cancelled || reverted <= before {
                 continue;
             }
-            for (group, (members, candidates)) in &last.placement_before {
+            for (group, (members, learners)) in &last.placement_before {
                 // A later operation may already have touched the group again
                 // before this node's metadata was looked at.
                 if metadata.operation_of(*group).is_some() {
                     continue;
                 }
                 let Some(now) = metadata.groups.get(group) else { continue };
-                if &now.members != members || &now.candidates != candidates {
+                if &now.members != members || &now.learners != learners {
                     violations.push(format!(
                         "M5 broken: node {node}'s metadata ({}): reverting {id} left {group} with members {:?} \
-                         candidates {:?}, not {members:?} {candidates:?}",
-                        metadata.epoch, now.members, now.candidates
+                         learners {:?}, not {members:?} {learners:?}",
+                        metadata.epoch, now.members, now.learners
                     ));
                 }
             }

@@ -16,7 +16,7 @@
 //! - `Unload` removes the group from the shard; `Stop` takes the node down
 //!   until an operator restarts it, with a fresh agent and client id.
 
-use cohort_actors::core::metadata::{AgentCounters, AgentOutput, HostedGroup};
+use cohort_core::metadata::{AgentCounters, AgentOutput, HostedReplica};
 use cohort_messages::{ClientId, GroupId, Message, Redirect, TraceContext};
 
 use super::Sim;
@@ -64,12 +64,12 @@ impl Sim {
         let (Some(shard), Some(agent)) = (node.shard.as_ref(), node.agent.as_mut()) else { return };
         let metadata_primary =
             shard.replica(GroupId::METADATA).is_some_and(|replica| replica.is_confirmed_primary(now));
-        let hosted: Vec<HostedGroup> = self
+        let hosted: Vec<HostedReplica> = self
             .specs
             .iter()
             .filter_map(|spec| {
                 let replica = shard.replica(spec.group)?;
-                Some(HostedGroup::of(replica, now))
+                Some(HostedReplica::of(replica, now))
             })
             .collect();
         let metadata = node.metadata.borrow();
@@ -159,19 +159,19 @@ impl Sim {
                     }
                     self.drain(index);
                 }
-                AgentOutput::HostCandidate { group, incarnation, members, candidates, .. } => {
-                    self.host_candidate(index, group, incarnation, members, candidates);
+                AgentOutput::HostLearner { group, incarnation, members, learners, .. } => {
+                    self.host_learner(index, group, incarnation, members, learners);
                 }
-                AgentOutput::SetCandidates { group, candidates } => {
+                AgentOutput::SetLearners { group, learners } => {
                     let node = &mut self.nodes[index];
                     if let Some(shard) = node.shard.as_mut()
-                        && shard.set_candidates(group, candidates.clone()).is_ok()
+                        && shard.set_learners(group, learners.clone()).is_ok()
                         && let Some(spec) = node.extra_specs.get_mut(&group)
                     {
-                        let previous = std::mem::replace(&mut spec.candidates, candidates);
+                        let previous = std::mem::replace(&mut spec.learners, learners);
                         match spec.index_of(node_id(index)) {
                             Some(me) => spec.me = me,
-                            None => spec.candidates = previous,
+                            None => spec.learners = previous,
                         }
                     }
                     self.drain(index);
@@ -196,23 +196,23 @@ impl Sim {
         }
     }
 
-    /// P4: node `index` hosts an empty candidate replica of `group` (replacing
+    /// P4: node `index` hosts an empty learner replica of `group` (replacing
     /// a replica of an older incarnation and its data).
-    fn host_candidate(
+    fn host_learner(
         &mut self,
         index: usize,
         group: GroupId,
         incarnation: cohort_messages::Incarnation,
         members: Vec<cohort_messages::NodeId>,
-        candidates: Vec<cohort_messages::NodeId>,
+        learners: Vec<cohort_messages::NodeId>,
     ) {
-        let Ok(quorums) = cohort_actors::core::Quorums::new(members.len(), None) else { return };
-        let mut spec = cohort_actors::core::GroupSpec {
+        let Ok(quorums) = cohort_core::Quorums::new(members.len(), None) else { return };
+        let mut spec = cohort_core::GroupSpec {
             group,
             incarnation,
             me: cohort_messages::MemberIndex(0),
             members,
-            candidates,
+            learners,
             quorums,
             write_mode: self.config.write_mode,
             report_applied: true,
@@ -241,7 +241,7 @@ impl Sim {
         self.collect_applies(index);
         let node = &mut self.nodes[index];
         if node.shard.as_mut().is_some_and(|shard| shard.remove_group(group)) {
-            let _ = cohort_actors::core::storage::Storage::remove_group(&mut node.storage, group);
+            let _ = cohort_core::storage::Storage::remove_group(&mut node.storage, group);
             self.checkers.unloaded(index, group);
         }
     }

@@ -91,7 +91,7 @@ impl Sim {
         let outside: Vec<NodeId> = nodes
             .iter()
             .copied()
-            .filter(|node| !record.members.contains(node) && !record.candidates.contains(node))
+            .filter(|node| !record.members.contains(node) && !record.learners.contains(node))
             .collect();
         let pick = self.rng.below(100);
         let spec = match pick {

@@ -1,0 +1,234 @@
+//! The shard's output buffer, shared by all of its replicas.
+//!
+//! Replicas never build the effect list by hand; they call these methods,
+//! which keep the three ordering rules in one place:
+//! 1. Storage effects are staged; the first staged effect after a flush
+//!    starts a new flush id, and [`Effects::end_turn`] closes it with a
+//!    [`Effect::Flush`].
+//! 2. A durable send ([`Effects::send_durable`]) is held until every storage
+//!    effect staged before it is durable, then released in order.
+//! 3. Commit entries collect per peer until the end of the tick (R11, R6) and
+//!    CommitReply entries per peer until the end of the next tick (R27).
+
+use std::collections::{BTreeMap, VecDeque};
+
+use cohort_messages::{CommitEntry, CommitReplyEntry, GroupId, Message, NodeId};
+
+use crate::effect::{Effect, FlushId};
+
+/// A send waiting for a flush.
+#[derive(Clone, Debug)]
+enum Held {
+    Effect(Effect),
+    Commit(NodeId, CommitEntry),
+}
+
+/// Output buffer. See the module docs.
+#[derive(Debug, Default)]
+pub struct Effects {
+    /// The current tick.
+    pub now: u64,
+    effects: Vec<Effect>,
+    staged: bool,
+    flush_next: FlushId,
+    flush_emitted: FlushId,
+    flush_completed: FlushId,
+    held: VecDeque<(FlushId, Held)>,
+    /// Held sends of groups whose superblock stage failed (R12): they wait
+    /// for the retried superblock's flush.
+    parked: Vec<(GroupId, Held)>,
+    touched: VecDeque<(FlushId, GroupId)>,
+    commit_queue: BTreeMap<NodeId, Vec<CommitEntry>>,
+    reply_queue: BTreeMap<NodeId, Vec<CommitReplyEntry>>,
+    /// Counters (R19, R32).
+    pub metrics: crate::metrics::ShardMetrics,
+}
+
+impl Effects {
+    /// A fresh buffer; flush ids start at 1.
+    pub fn new() -> Effects {
+        Effects { flush_next: 1, ..Effects::default() }
+    }
+
+    /// Emit a effect now.
+    pub fn push(&mut self, effect: Effect) {
+        debug_assert!(!Self::is_storage(&effect), "storage effects go through stage()");
+        self.effects.push(effect);
+    }
+
+    fn is_storage(effect: &Effect) -> bool {
+        effect.kind().is_storage()
+    }
+
+    /// Stage a storage effect for `group`; it becomes durable with the flush
+    /// this turn ends with. Returns that flush's id.
+    pub fn stage(&mut self, group: GroupId, effect: Effect) -> FlushId {
+        debug_assert!(Self::is_storage(&effect) && !matches!(effect, Effect::Flush { .. }));
+        self.staged = true;
+        if self.touched.back() != Some(&(self.flush_next, group)) {
+            self.touched.push_back((self.flush_next, group));
+        }
+        self.effects.push(effect);
+        self.flush_next
+    }
+
+    /// The flush a durable send issued now must wait for, if any.
+    fn barrier(&self) -> Option<FlushId> {
+        if self.staged {
+            Some(self.flush_next)
+        } else if self.flush_emitted > self.flush_completed {
+            Some(self.flush_emitted)
+        } else {
+            None
+        }
+    }
+
+    /// Send a message immediately (no durability needed).
+    pub fn send(&mut self, to: NodeId, message: Message) {
+        self.effects.push(Effect::Send { to, message });
+    }
+
+    /// Send a message once everything staged so far is durable.
+    pub fn send_durable(&mut self, to: NodeId, message: Message) {
+        let effect = Effect::Send { to, message };
+        match self.barrier() {
+            Some(flush) => self.held.push_back((flush, Held::Effect(effect))),
+            None => self.effects.push(effect),
+        }
+    }
+
+    /// Queue a Commit entry for `to`'s next batch once flush `after` (the
+    /// one carrying the group's latest superblock, R12) is durable; 0 or a
+    /// completed flush means at once. A later entry of the same group replaces
+    /// an earlier one in the same batch.
+    pub fn queue_commit(&mut self, to: NodeId, entry: CommitEntry, after: FlushId) {
+        let pending = after > self.flush_completed;
+        debug_assert!(!pending || after <= self.flush_next, "waiting for a flush that does not exist");
+        if pending {
+            // Held entries are released in queue order, and `after` never
+            // exceeds the open flush, so the queue stays sorted enough: an
+            // entry is released no earlier than its flush.
+            self.held.push_back((after.max(self.held.back().map_or(0, |(flush, _)| *flush)), Held::Commit(to, entry)));
+        } else {
+            Self::put_commit(&mut self.commit_queue, to, entry);
+        }
+    }
+
+    /// The id of the last completed flush.
+    pub fn flush_completed(&self) -> FlushId {
+        self.flush_completed
+    }
+
+    fn put_commit(queue_of: &mut BTreeMap<NodeId, Vec<CommitEntry>>, to: NodeId, entry: CommitEntry) {
+        let queue = queue_of.entry(to).or_default();
+        match queue.iter_mut().find(|queued| queued.group == entry.group) {
+            Some(queued) if (queued.view, queued.timestamp_monotonic) <= (entry.view, entry.timestamp_monotonic) => {
+                *queued = entry
+            }
+            Some(_) => {}
+            None => queue.push(entry),
+        }
+    }
+
+    /// Queue a CommitReply for `to` (R27): it leaves at the end of the next tick.
+    pub fn queue_reply(&mut self, to: NodeId, entry: CommitReplyEntry) {
+        self.reply_queue.entry(to).or_default().push(entry);
+    }
+
+    /// The group a held send belongs to.
+    fn group_of(held: &Held) -> Option<GroupId> {
+        match held {
+            Held::Effect(Effect::Send { message, .. }) => message.group(),
+            Held::Commit(_, entry) => Some(entry.group),
+            Held::Effect(_) => None,
+        }
+    }
+
+    /// `group`'s superblock stage failed (R12): everything of the group that
+    /// waits for durability (view-change messages, StartViews, Commits) waits
+    /// until a retried superblock is flushed, instead of leaving with the
+    /// flush that did not carry it.
+    pub fn park_group(&mut self, group: GroupId) {
+        let held = std::mem::take(&mut self.held);
+        for (flush, item) in held {
+            if Self::group_of(&item) == Some(group) {
+                self.parked.push((group, item));
+            } else {
+                self.held.push_back((flush, item));
+            }
+        }
+    }
+
+    /// The retried superblock of `group` is staged in flush `flush`: what was
+    /// parked now waits for that flush.
+    pub fn unpark_group(&mut self, group: GroupId, flush: FlushId) {
+        let parked = std::mem::take(&mut self.parked);
+        for (owner, item) in parked {
+            if owner == group {
+                debug_assert!(self.held.back().is_none_or(|(last, _)| *last <= flush));
+                self.held.push_back((flush, item));
+            } else {
+                self.parked.push((owner, item));
+            }
+        }
+    }
+
+    /// A flush completed: release what waited for it. Returns the groups
+    /// whose staged writes are now durable, with the flush id.
+    pub fn flushed(&mut self, id: FlushId) -> Vec<(FlushId, GroupId)> {
+        assert!(id > self.flush_completed && id <= self.flush_emitted, "flush {id} completed out of order");
+        self.flush_completed = id;
+        while let Some((flush, _)) = self.held.front() {
+            if *flush > id {
+                break;
+            }
+            if let Some((_, held)) = self.held.pop_front() {
+                match held {
+                    Held::Effect(effect) => self.effects.push(effect),
+                    Held::Commit(to, entry) => Self::put_commit(&mut self.commit_queue, to, entry),
+                }
+            }
+        }
+        let mut done = Vec::new();
+        while let Some((flush, group)) = self.touched.front().copied() {
+            if flush > id {
+                break;
+            }
+            self.touched.pop_front();
+            done.push((flush, group));
+        }
+        done
+    }
+
+    /// End of the tick: one Commit batch per peer (R11) and one reply batch
+    /// per peer (R27). Replies queued before this tick's end leave now, so a
+    /// reply waits at most one tick (R28).
+    pub fn end_tick(&mut self) {
+        for (to, entries) in std::mem::take(&mut self.commit_queue) {
+            if !entries.is_empty() {
+                debug_assert!(entries.len() <= cohort_messages::COMMIT_BATCH_ENTRIES_MAX, "R13");
+                self.metrics.commit_batches_sent += 1;
+                self.metrics.commit_entries_sent += entries.len() as u64;
+                self.effects.push(Effect::SendCommitBatch { to, entries });
+            }
+        }
+        for (to, entries) in std::mem::take(&mut self.reply_queue) {
+            if !entries.is_empty() {
+                self.metrics.reply_batches_sent += 1;
+                self.metrics.reply_entries_sent += entries.len() as u64;
+                self.effects.push(Effect::SendCommitReplyBatch { to, entries });
+            }
+        }
+    }
+
+    /// End of a turn: close the open flush, and hand over the effects.
+    pub fn end_turn(&mut self) -> Vec<Effect> {
+        if self.staged {
+            self.effects.push(Effect::Flush { id: self.flush_next });
+            self.flush_emitted = self.flush_next;
+            self.flush_next += 1;
+            self.staged = false;
+        }
+        std::mem::take(&mut self.effects)
+    }
+}

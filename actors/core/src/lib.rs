@@ -1,0 +1,29 @@
+//! The sans-IO protocol core.
+//!
+//! Nothing in this module tree may import actix, tokio, `std::net`, `std::fs`
+//! or read a clock; `actors/core/tests/sans_io.rs` fails if one appears. Time comes
+//! in as tick numbers, messages come in as values, and everything the core
+//! wants done goes out as a [`Effect`]. The driving contract is on [`Shard`].
+
+pub mod client;
+pub mod client_table;
+pub mod config;
+pub mod effect;
+pub mod effects;
+pub mod log;
+pub mod metadata;
+pub mod metrics;
+pub mod quorum;
+pub mod replica;
+pub mod routing;
+pub mod shard;
+pub mod state_machine;
+pub mod storage;
+
+pub use config::{CoreConfig, CoreConfigError, TimingConfig};
+pub use effect::{Effect, EffectKind, FlushId, QuorumWaitError, Role, WaitId};
+pub use metrics::{HeartbeatGauges, ShardMetrics};
+pub use quorum::Quorums;
+pub use replica::{GroupSpec, Replica, Status, WriteMode};
+pub use shard::{Shard, ShardError};
+pub use state_machine::StateMachine;

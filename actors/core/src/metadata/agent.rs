@@ -1,0 +1,666 @@
+//! A node's metadata agent: everything one node does with the metadata group,
+//! in one sans-IO state machine that the runtime's node and the simulator
+//! both drive, so the simulator checks the code nodes run.
+//!
+//! Per node it:
+//! - registers the node, then keeps a session open through the
+//!   [`SessionClient`] (S1) and applies the expiry policy (S3);
+//! - after every new session re-owns the groups this node is primary of
+//!   (S4): it reports each (group, incarnation, view) under the session, and
+//!   a report with a stale view is refused by the metadata state machine;
+//! - unloads a hosted group once the metadata has placed it elsewhere (or
+//!   deleted it) for `unload_grace_ticks` in a row (S4);
+//! - acks the configuration epochs it has applied (M1);
+//! - creates the groups configured on this node that the metadata does not
+//!   know yet, once their members have registered;
+//! - on the metadata primary only, runs the [`MetadataDriver`] (expiry
+//!   through the log, S1/S2) and drives multi-step operations one gated
+//!   step at a time from their stored plans (M2, M4).
+//!
+//! It is one client of the metadata group with at most one request in
+//! flight, retried with the same request number until answered, so every
+//! command applies at most once. Which command goes next is decided afresh
+//! from the applied metadata each time the agent is idle, so a lost answer
+//! or a refused report is simply tried again from the current state.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use cohort_messages::metadata::{MetadataCommand, MetadataResult};
+use cohort_messages::seal::Seal;
+use cohort_messages::{
+    ClientId, GroupId, Incarnation, NodeId, Reply, Request, SessionExpired, SessionId, SessionKeepalive, View,
+};
+
+use super::{ExpiredPolicy, KeepaliveOutcome, Metadata, MetadataDriver, Ownership, SessionAction, SessionClient};
+use crate::client::{self, Sequence, Verdict};
+
+/// The agent's settings; every duration is in ticks of the node's core.
+#[derive(Clone, Debug)]
+pub struct AgentConfig {
+    /// This node.
+    pub node: NodeId,
+    /// Where peers reach it (registered in the metadata).
+    pub address: String,
+    /// The agent's client id for its requests to the metadata group; fresh
+    /// on every start, because a client the group does not know must start
+    /// at request 1.
+    pub client: ClientId,
+    /// The metadata group.
+    pub metadata_group: GroupId,
+    /// S3.
+    pub policy: ExpiredPolicy,
+    /// How often a keepalive leaves.
+    pub keepalive_interval_ticks: u64,
+    /// Silence after which the metadata primary expires a session (S1).
+    pub session_timeout_ticks: u64,
+    /// An unanswered request is sent again after this long.
+    pub request_retry_ticks: u64,
+    /// S4: a group placed elsewhere is unloaded after this long.
+    pub unload_grace_ticks: u64,
+    /// Groups configured on this node, created in the metadata once their
+    /// members registered: (group, kind, members in member-index order).
+    pub bootstrap_groups: Vec<(GroupId, String, Vec<NodeId>)>,
+}
+
+impl AgentConfig {
+    /// Checks the settings; the error names the setting and the rule.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.keepalive_interval_ticks == 0 || self.request_retry_ticks == 0 {
+            return Err("keepalive_interval_ticks and request_retry_ticks must be at least 1".into());
+        }
+        if self.session_timeout_ticks <= 2 * self.keepalive_interval_ticks {
+            return Err(format!(
+                "session_timeout_ticks ({}) must exceed two keepalive intervals ({} ticks each)",
+                self.session_timeout_ticks, self.keepalive_interval_ticks
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A group this node hosts, as its replica sees itself now
+/// ([`HostedReplica::of`] fills it from the replica).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostedReplica {
+    /// The group.
+    pub group: GroupId,
+    /// Its incarnation.
+    pub incarnation: Incarnation,
+    /// True if this node's replica is its primary in normal status and a
+    /// quorum confirmed it within its window
+    /// ([`crate::Replica::is_confirmed_primary`]): a primary that was
+    /// paused neither reports ownership nor judges keepalives.
+    pub primary: bool,
+    /// The replica's view.
+    pub view: View,
+    /// The seal the replica applied, if any (its state is final).
+    pub sealed: Option<Seal>,
+    /// True once that seal is durable on this node.
+    pub seal_durable: bool,
+    /// The replica's learners (P4).
+    pub learners: Vec<NodeId>,
+    /// On the primary: learners that hold the log through its commit point.
+    pub caught_up: Vec<NodeId>,
+}
+
+impl HostedReplica {
+    /// What `replica` says of itself at tick `now`.
+    pub fn of(replica: &crate::Replica, now: u64) -> HostedReplica {
+        HostedReplica {
+            group: replica.group(),
+            incarnation: replica.incarnation(),
+            primary: replica.is_confirmed_primary(now),
+            view: replica.view(),
+            sealed: replica.sealed().map(|sealed| sealed.seal.clone()),
+            seal_durable: replica.seal_durable().is_some(),
+            learners: replica.learner_nodes().to_vec(),
+            caught_up: replica
+                .learner_nodes()
+                .iter()
+                .copied()
+                .filter(|node| replica.learner_caught_up(*node))
+                .collect(),
+        }
+    }
+}
+
+/// What the shell must do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AgentOutput {
+    /// Submit this request to the metadata group's primary (following
+    /// redirects); its reply goes to [`MetadataAgent::on_reply`].
+    Submit(Request),
+    /// Send this keepalive to every member of the metadata group; only the
+    /// primary's driver acts on it.
+    Keepalive(SessionKeepalive),
+    /// Tell `to` that its session is over.
+    NotifyExpired {
+        /// The node whose session ended.
+        to: NodeId,
+        /// The notice.
+        notice: SessionExpired,
+    },
+    /// A new session is open and the hosted groups are being re-owned.
+    SessionOpened(SessionId),
+    /// Stop and remove this group's replica and data (S4).
+    Unload(GroupId),
+    /// This node's replica is the group's primary and the metadata decided a
+    /// member change: seal the incarnation
+    /// ([`crate::Shard::propose_seal`]; a refusal is fine, it is asked
+    /// again while the change is pending).
+    ProposeSeal {
+        /// The group.
+        group: GroupId,
+        /// The seal.
+        seal: Seal,
+    },
+    /// Every next member held the seal and the metadata switched the group:
+    /// switch this node's sealed replica ([`crate::Shard::switch_incarnation`]).
+    Switch(GroupId),
+    /// The metadata names this node a learner of a group it does not host
+    /// (at this incarnation): create an empty learner replica with these
+    /// members and learners (dropping an older incarnation's replica); it
+    /// catches up from the primary (P4).
+    HostLearner {
+        /// The group.
+        group: GroupId,
+        /// Its kind.
+        kind: String,
+        /// Its incarnation.
+        incarnation: Incarnation,
+        /// Its voting members.
+        members: Vec<NodeId>,
+        /// Its learners, this node among them.
+        learners: Vec<NodeId>,
+    },
+    /// A hosted replica's learners differ from the metadata's: set them
+    /// ([`crate::Shard::set_learners`]).
+    SetLearners {
+        /// The group.
+        group: GroupId,
+        /// The learners.
+        learners: Vec<NodeId>,
+    },
+    /// Stop the node (S3), with the reason.
+    Stop(&'static str),
+}
+
+/// What the request in flight is for.
+#[derive(Clone, Debug)]
+struct InFlight {
+    request: Request,
+    command: MetadataCommand,
+    sent_tick: u64,
+}
+
+/// Counters for tests, metrics and the simulator's report.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct AgentCounters {
+    /// Sessions opened.
+    pub sessions_opened: u64,
+    /// Session expiries this node learned of.
+    pub sessions_expired: u64,
+    /// Ownership reports accepted.
+    pub reports_accepted: u64,
+    /// Ownership reports refused (stale view, session or incarnation).
+    pub reports_refused: u64,
+    /// Expiries this node proposed as metadata primary.
+    pub expiries_proposed: u64,
+    /// Groups unloaded.
+    pub groups_unloaded: u64,
+}
+
+/// The agent. See the module docs.
+#[derive(Debug)]
+pub struct MetadataAgent {
+    config: AgentConfig,
+    session: SessionClient,
+    driver: MetadataDriver,
+    /// The session this node holds, once opened.
+    current: Option<SessionId>,
+    requests: Sequence,
+    in_flight: Option<InFlight>,
+    /// An open attempt the session client asked for.
+    open_wanted: bool,
+    /// Expiries the driver asked for, not yet submitted.
+    expiries: VecDeque<MetadataCommand>,
+    /// Reports refused, by (group, view, session): not sent again.
+    refused_reports: BTreeMap<GroupId, (View, SessionId)>,
+    /// Hosted groups placed elsewhere, since when.
+    misplaced_since: BTreeMap<GroupId, u64>,
+    /// Seals proposed, by group, with when (asked again after a retry period).
+    seals_proposed: BTreeMap<GroupId, u64>,
+    /// Learner replicas asked for, by group, with when.
+    learners_hosted: BTreeMap<GroupId, u64>,
+    stopped: bool,
+    counters: AgentCounters,
+}
+
+impl MetadataAgent {
+    /// An agent that registers and opens its session from its first tick.
+    pub fn new(config: AgentConfig) -> MetadataAgent {
+        let session = SessionClient::new(config.policy, config.keepalive_interval_ticks);
+        let driver = MetadataDriver::new(config.session_timeout_ticks);
+        let requests = Sequence::new(config.client, config.metadata_group);
+        MetadataAgent {
+            config,
+            session,
+            driver,
+            current: None,
+            requests,
+            in_flight: None,
+            open_wanted: false,
+            expiries: VecDeque::new(),
+            refused_reports: BTreeMap::new(),
+            misplaced_since: BTreeMap::new(),
+            seals_proposed: BTreeMap::new(),
+            learners_hosted: BTreeMap::new(),
+            stopped: false,
+            counters: AgentCounters::default(),
+        }
+    }
+
+    /// The session this node holds.
+    pub fn session(&self) -> Option<SessionId> {
+        self.current
+    }
+
+    /// True once the node must stop (S3).
+    pub fn stopped(&self) -> bool {
+        self.stopped
+    }
+
+    /// The counters.
+    pub fn counters(&self) -> AgentCounters {
+        self.counters
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &AgentConfig {
+        &self.config
+    }
+
+    /// Every tick: the applied metadata (the local metadata replica's, or
+    /// the last fetched copy), whether the local metadata replica is primary,
+    /// and the groups this node hosts.
+    pub fn on_tick(
+        &mut self,
+        now: u64,
+        metadata: &Metadata,
+        metadata_primary: bool,
+        hosted: &[HostedReplica],
+    ) -> Vec<AgentOutput> {
+        let mut out = Vec::new();
+        if self.stopped {
+            return out;
+        }
+        // The applied log itself may say the session ended (the notice can be lost).
+        if let Some(session) = self.current
+            && metadata.last_session >= session
+            && metadata.nodes.get(&self.config.node).and_then(|record| record.session) != Some(session)
+        {
+            self.expired(session, &mut out);
+        }
+        match self.session.on_tick(now) {
+            Some(SessionAction::Open { .. }) => self.open_wanted = true,
+            Some(SessionAction::Keepalive(session)) => {
+                out.push(AgentOutput::Keepalive(SessionKeepalive { node: self.config.node, session }))
+            }
+            Some(SessionAction::Stop(reason)) => return self.stop(reason, out),
+            Some(SessionAction::Reown(_)) | None => {}
+        }
+        for command in self.driver.on_tick(now, metadata_primary, metadata) {
+            self.counters.expiries_proposed += 1;
+            self.expiries.push_back(command);
+        }
+        self.unload_misplaced(now, metadata, hosted, &mut out);
+        self.carry_out_switches(now, metadata, hosted, &mut out);
+        self.follow_learners(now, metadata, hosted, &mut out);
+        match &mut self.in_flight {
+            Some(in_flight) if now >= in_flight.sent_tick.saturating_add(self.config.request_retry_ticks) => {
+                in_flight.sent_tick = now;
+                out.push(AgentOutput::Submit(in_flight.request.clone()));
+            }
+            Some(_) => {}
+            None => {
+                if let Some(command) = self.next_command(metadata, metadata_primary, hosted) {
+                    let request = self.requests.write(command.encode());
+                    out.push(AgentOutput::Submit(request.clone()));
+                    self.in_flight = Some(InFlight { request, command, sent_tick: now });
+                }
+            }
+        }
+        out
+    }
+
+    /// What to ask of the metadata group next, most urgent first.
+    fn next_command(
+        &mut self,
+        metadata: &Metadata,
+        metadata_primary: bool,
+        hosted: &[HostedReplica],
+    ) -> Option<MetadataCommand> {
+        let node = self.config.node;
+        let Some(record) = metadata.nodes.get(&node).filter(|record| record.address == self.config.address) else {
+            return Some(MetadataCommand::RegisterNode { node, address: self.config.address.clone() });
+        };
+        if std::mem::take(&mut self.open_wanted) {
+            return Some(MetadataCommand::OpenSession { node });
+        }
+        if let Some(expiry) = self.expiries.pop_front() {
+            return Some(expiry);
+        }
+        // Each node creates its own configured groups the metadata lacks; a
+        // group another node created first is refused as existing, harmlessly.
+        if let Some(create) = self.bootstrap_command(metadata) {
+            return Some(create);
+        }
+        // M2/M4: the metadata primary drives operations from the stored plans.
+        if metadata_primary && let Some(step) = metadata.next_operation_step() {
+            return Some(step);
+        }
+        if let Some(sealed) = self.sealed_report(metadata, hosted) {
+            return Some(sealed);
+        }
+        if let Some(caught_up) = self.caught_up_report(metadata, hosted) {
+            return Some(caught_up);
+        }
+        if let Some(session) = self.current.filter(|session| record.session == Some(*session)) {
+            if let Some(report) = self.report_command(metadata, session, hosted) {
+                return Some(report);
+            }
+            if record.acked < metadata.config_epoch && self.conforms(metadata, hosted) {
+                return Some(MetadataCommand::AckEpoch { node, epoch: metadata.config_epoch });
+            }
+        }
+        None
+    }
+
+    /// The first bootstrap group whose members all registered and that the
+    /// metadata does not know yet.
+    fn bootstrap_command(&self, metadata: &Metadata) -> Option<MetadataCommand> {
+        self.config.bootstrap_groups.iter().find_map(|(group, kind, members)| {
+            let ready = !metadata.groups.contains_key(group) && members.iter().all(|m| metadata.nodes.contains_key(m));
+            ready.then(|| MetadataCommand::CreateGroup { group: *group, kind: kind.clone(), members: members.clone() })
+        })
+    }
+
+    /// S4: a group this node leads whose ownership record is not this
+    /// node in this view under this session.
+    fn report_command(
+        &self,
+        metadata: &Metadata,
+        session: SessionId,
+        hosted: &[HostedReplica],
+    ) -> Option<MetadataCommand> {
+        let node = self.config.node;
+        hosted.iter().filter(|hosted| hosted.primary && hosted.group != self.config.metadata_group).find_map(|hosted| {
+            let record = metadata.groups.get(&hosted.group).filter(|record| record.live)?;
+            let placed_here = record.incarnation == hosted.incarnation && record.members.contains(&node);
+            let current = record.owner == Some(Ownership { node, view: hosted.view, session });
+            let refused = self.refused_reports.get(&hosted.group) == Some(&(hosted.view, session));
+            (placed_here && !current && !refused).then_some(MetadataCommand::ReportOwnership {
+                group: hosted.group,
+                incarnation: hosted.incarnation,
+                node,
+                session,
+                view: hosted.view,
+            })
+        })
+    }
+
+    /// S4: unload hosted groups the metadata has placed elsewhere or deleted,
+    /// once that has held for the grace period.
+    fn unload_misplaced(
+        &mut self,
+        now: u64,
+        metadata: &Metadata,
+        hosted: &[HostedReplica],
+        out: &mut Vec<AgentOutput>,
+    ) {
+        let node = self.config.node;
+        let misplaced: Vec<GroupId> = hosted
+            .iter()
+            .filter(|hosted| hosted.group != self.config.metadata_group)
+            .filter(|hosted| {
+                metadata.groups.get(&hosted.group).is_some_and(|record| {
+                    // Metadata older than the replica (a restarted node replays
+                    // its metadata log from a snapshot) says nothing about it.
+                    let current = record.incarnation >= hosted.incarnation;
+                    let next = record.pending.as_ref().is_some_and(|pending| pending.seal.members.contains(&node));
+                    let placed = record.members.contains(&node) || record.learners.contains(&node) || next;
+                    !record.live || (current && !placed)
+                })
+            })
+            .map(|hosted| hosted.group)
+            .collect();
+        self.misplaced_since.retain(|group, _| misplaced.contains(group));
+        for group in misplaced {
+            let since = *self.misplaced_since.entry(group).or_insert(now);
+            if now >= since.saturating_add(self.config.unload_grace_ticks) {
+                self.misplaced_since.remove(&group);
+                self.counters.groups_unloaded += 1;
+                out.push(AgentOutput::Unload(group));
+            }
+        }
+    }
+
+    /// Member changes (see `operations`): the primary seals, and a next
+    /// member whose replica is sealed switches once the metadata did.
+    fn carry_out_switches(
+        &mut self,
+        now: u64,
+        metadata: &Metadata,
+        hosted: &[HostedReplica],
+        out: &mut Vec<AgentOutput>,
+    ) {
+        let node = self.config.node;
+        for hosted in hosted.iter().filter(|hosted| hosted.group != self.config.metadata_group) {
+            let Some(record) = metadata.groups.get(&hosted.group).filter(|record| record.live) else { continue };
+            if let Some(pending) = &record.pending
+                && record.incarnation == hosted.incarnation
+                && hosted.primary
+                && hosted.sealed.is_none()
+            {
+                let due = self
+                    .seals_proposed
+                    .get(&hosted.group)
+                    .is_none_or(|sent| now >= sent.saturating_add(self.config.request_retry_ticks));
+                if due {
+                    self.seals_proposed.insert(hosted.group, now);
+                    out.push(AgentOutput::ProposeSeal { group: hosted.group, seal: pending.seal.clone() });
+                }
+            }
+            let switched_in_metadata = hosted.sealed.as_ref().is_some_and(|seal| {
+                seal.incarnation == record.incarnation
+                    && seal.members == record.members
+                    && record.members.contains(&node)
+            });
+            if switched_in_metadata && record.incarnation > hosted.incarnation {
+                self.seals_proposed.remove(&hosted.group);
+                out.push(AgentOutput::Switch(hosted.group));
+            }
+        }
+    }
+
+    /// P4: host the groups this node is a learner of, and keep every hosted
+    /// replica's learners as the metadata has them.
+    fn follow_learners(&mut self, now: u64, metadata: &Metadata, hosted: &[HostedReplica], out: &mut Vec<AgentOutput>) {
+        let node = self.config.node;
+        let hosted = by_group(hosted);
+        for (group, record) in metadata.groups.iter().filter(|(_, record)| record.live) {
+            match hosted.get(group) {
+                // Never replace a replica of this incarnation or a later one:
+                // the applied metadata may be older than the replica after a
+                // restart.
+                Some(here) if here.incarnation > record.incarnation => {}
+                Some(here) if here.incarnation == record.incarnation => {
+                    let keeps_self = record.members.contains(&node) || record.learners.contains(&node);
+                    if here.learners != record.learners && keeps_self {
+                        out.push(AgentOutput::SetLearners { group: *group, learners: record.learners.clone() });
+                    }
+                }
+                _ if record.learners.contains(&node) => {
+                    // Asked again only if a retry period passed without it.
+                    let due = self
+                        .learners_hosted
+                        .get(group)
+                        .is_none_or(|asked| now >= asked.saturating_add(self.config.request_retry_ticks));
+                    if due {
+                        self.learners_hosted.insert(*group, now);
+                        out.push(AgentOutput::HostLearner {
+                            group: *group,
+                            kind: record.kind.clone(),
+                            incarnation: record.incarnation,
+                            members: record.members.clone(),
+                            learners: record.learners.clone(),
+                        });
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// P4: the primary reports learners that caught up.
+    fn caught_up_report(&self, metadata: &Metadata, hosted: &[HostedReplica]) -> Option<MetadataCommand> {
+        hosted.iter().filter(|hosted| hosted.primary).find_map(|hosted| {
+            let record =
+                metadata.groups.get(&hosted.group).filter(|r| r.live && r.incarnation == hosted.incarnation)?;
+            let learner = hosted
+                .caught_up
+                .iter()
+                .find(|node| record.learners.contains(node) && !record.caught_up.contains(node))?;
+            Some(MetadataCommand::ReportCaughtUp {
+                group: hosted.group,
+                incarnation: hosted.incarnation,
+                node: *learner,
+                op: cohort_messages::Op(0),
+            })
+        })
+    }
+
+    /// A next member whose replica holds the pending seal durably says so.
+    fn sealed_report(&self, metadata: &Metadata, hosted: &[HostedReplica]) -> Option<MetadataCommand> {
+        let node = self.config.node;
+        hosted.iter().find_map(|hosted| {
+            let record = metadata.groups.get(&hosted.group)?;
+            let pending = record.pending.as_ref()?;
+            let holds = hosted.seal_durable
+                && hosted.sealed.as_ref() == Some(&pending.seal)
+                && record.incarnation == hosted.incarnation;
+            (holds && pending.seal.members.contains(&node) && !pending.sealed_by.contains(&node))
+                .then_some(MetadataCommand::ReportSealed { group: hosted.group, incarnation: hosted.incarnation, node })
+        })
+    }
+
+    /// Whether this node's replicas match the metadata's placement: every
+    /// group it is a member of is hosted at the metadata's incarnation. A
+    /// node acks a configuration epoch only then, so a step's gate (M2)
+    /// waits for the groups, not just for the log.
+    fn conforms(&self, metadata: &Metadata, hosted: &[HostedReplica]) -> bool {
+        let node = self.config.node;
+        let hosted = by_group(hosted);
+        metadata
+            .groups
+            .iter()
+            .filter(|(_, record)| record.live && (record.members.contains(&node) || record.learners.contains(&node)))
+            .all(|(group, record)| {
+                hosted.get(group).is_some_and(|hosted| {
+                    hosted.incarnation == record.incarnation && hosted.learners == record.learners
+                })
+            })
+    }
+
+    /// The answer to one of this agent's requests (others are ignored).
+    pub fn on_reply(&mut self, now: u64, reply: &Reply) -> Vec<AgentOutput> {
+        let mut out = Vec::new();
+        let Some(in_flight) = self.in_flight.as_ref() else { return out };
+        if !client::answers(&in_flight.request, reply) {
+            return out;
+        }
+        let result = match client::verdict(reply) {
+            // View change, busy, quorum window: send the same request again soon.
+            Verdict::Retry { .. } => {
+                if let Some(in_flight) = self.in_flight.as_mut() {
+                    in_flight.sent_tick = now.saturating_sub(self.config.request_retry_ticks / 2);
+                }
+                return out;
+            }
+            // Refused for good: what to ask is decided again from the applied state.
+            Verdict::Refused { .. } => {
+                self.in_flight = None;
+                return out;
+            }
+            Verdict::Done { result, .. } => MetadataResult::decode(result),
+        };
+        let Some(InFlight { command, .. }) = self.in_flight.take() else { return out };
+        match (command, result) {
+            (MetadataCommand::OpenSession { .. }, Ok(MetadataResult::SessionOpened { session, .. })) => {
+                if let Some(SessionAction::Reown(session)) = self.session.on_opened(session, now) {
+                    self.current = Some(session);
+                    self.open_wanted = false;
+                    self.refused_reports.clear();
+                    self.counters.sessions_opened += 1;
+                    out.push(AgentOutput::SessionOpened(session));
+                }
+            }
+            (MetadataCommand::ReportOwnership { group, view, session, .. }, Ok(MetadataResult::Refused { .. })) => {
+                self.counters.reports_refused += 1;
+                self.refused_reports.insert(group, (view, session));
+            }
+            (MetadataCommand::ReportOwnership { .. }, Ok(MetadataResult::Done { .. })) => {
+                self.counters.reports_accepted += 1;
+            }
+            // Everything else is decided again from the applied state.
+            _ => {}
+        }
+        out
+    }
+
+    /// The metadata group says this node's session is over.
+    pub fn on_session_expired(&mut self, notice: &SessionExpired) -> Vec<AgentOutput> {
+        let mut out = Vec::new();
+        if notice.node == self.config.node && !self.stopped {
+            self.expired(notice.session, &mut out);
+        }
+        out
+    }
+
+    /// On a metadata member: a keepalive from `keepalive.node`. On the
+    /// primary it renews the session, or answers that it is over.
+    pub fn on_keepalive(&mut self, now: u64, keepalive: &SessionKeepalive, metadata: &Metadata) -> Vec<AgentOutput> {
+        match self.driver.on_keepalive(keepalive.node, keepalive.session, now, metadata) {
+            KeepaliveOutcome::Expired => vec![AgentOutput::NotifyExpired {
+                to: keepalive.node,
+                notice: SessionExpired { node: keepalive.node, session: keepalive.session, epoch: metadata.epoch },
+            }],
+            KeepaliveOutcome::Renewed | KeepaliveOutcome::NotPrimary => Vec::new(),
+        }
+    }
+
+    fn expired(&mut self, session: SessionId, out: &mut Vec<AgentOutput>) {
+        if self.current != Some(session) {
+            return; // A notice about an older session.
+        }
+        self.current = None;
+        self.counters.sessions_expired += 1;
+        if let Some(SessionAction::Stop(reason)) = self.session.on_expired(session) {
+            let taken = std::mem::take(out);
+            *out = self.stop(reason, taken);
+        }
+    }
+
+    fn stop(&mut self, reason: &'static str, mut out: Vec<AgentOutput>) -> Vec<AgentOutput> {
+        self.stopped = true;
+        self.in_flight = None;
+        out.push(AgentOutput::Stop(reason));
+        out
+    }
+}
+
+/// The hosted groups by id (a node hosts at most one replica of a group), so
+/// per-tick work over every group in the metadata stays linear.
+fn by_group(hosted: &[HostedReplica]) -> std::collections::HashMap<GroupId, &HostedReplica> {
+    hosted.iter().map(|hosted| (hosted.group, hosted)).collect()
+}

@@ -1,0 +1,337 @@
+//! The metadata group's state machine (M1, S1, S2, S4).
+//!
+//! The metadata group is a group like any other, on the same replica core;
+//! this is the state machine it runs. Its state is the cluster's
+//! configuration: nodes, their sessions, groups with their members and
+//! incarnations, the owner (primary and view) each group last reported, and
+//! how far each node has applied the metadata log. Every change is a
+//! committed [`MetadataCommand`]; the op it commits at is its epoch (M1).
+//!
+//! Rules it enforces, the same way on every member:
+//! - a session id is handed out once, and an expiry names the session it
+//!   ends, so a late expiry never ends a newer session;
+//! - an expiry removes the node's ownership records (S2), so clients are no
+//!   longer sent to it;
+//! - an ownership report needs the node's live session and may not go back
+//!   in view or incarnation (S4, fencing: a stale primary is refused), not
+//!   even after an expiry or a new session emptied the owner record;
+//! - creating or deleting a group bumps its incarnation, so frames of an
+//!   older incarnation of a recreated group are refused by its replicas.
+//!
+//! A session is not a lock (the lesson of Pulsar's PIP-57 debate): safety comes from the view that
+//! backups check, not from ownership records, which only route clients.
+
+mod agent;
+mod driver;
+mod operations;
+mod session_client;
+mod sessions;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use bytes::Bytes;
+use cohort_messages::metadata::{MetadataCommand, MetadataResult, decode_value, encode_value};
+use cohort_messages::{Epoch, GroupId, Incarnation, NodeId, Op, OperationId, SessionId, View};
+use serde::{Deserialize, Serialize};
+
+pub use agent::{AgentConfig, AgentCounters, AgentOutput, HostedReplica, MetadataAgent};
+pub use driver::{KeepaliveOutcome, MetadataDriver};
+pub use operations::{OperationRecord, OperationTotals, PendingSwitch, Step};
+pub use session_client::{ExpiredPolicy, SessionAction, SessionClient, SessionState};
+pub use sessions::SessionTracker;
+
+use crate::state_machine::StateMachine;
+
+/// The group kind of the metadata group. Reserved: a host may not register it.
+pub const METADATA_KIND: &str = "cohort.metadata";
+
+/// The most members the metadata group has (the first ones by node id).
+pub const METADATA_MEMBERS_MAX: usize = 5;
+
+/// The metadata group's members for a cluster of `nodes`: all of them up to
+/// [`METADATA_MEMBERS_MAX`], else the first [`METADATA_MEMBERS_MAX`] by node
+/// id. Every node computes the same list from the same node set.
+///
+/// ```
+/// use cohort_core::metadata::metadata_members;
+/// use cohort_messages::NodeId;
+/// let seven = (1..=7).rev().map(NodeId);
+/// assert_eq!(metadata_members(seven), (1..=5).map(NodeId).collect::<Vec<_>>());
+/// ```
+pub fn metadata_members(nodes: impl IntoIterator<Item = NodeId>) -> Vec<NodeId> {
+    let mut nodes: Vec<NodeId> = nodes.into_iter().collect();
+    nodes.sort();
+    nodes.dedup();
+    nodes.truncate(METADATA_MEMBERS_MAX);
+    nodes
+}
+
+/// A node as the metadata knows it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeRecord {
+    /// Where peers reach it.
+    pub address: String,
+    /// Its live session, if any.
+    pub session: Option<SessionId>,
+    /// The highest epoch it reported applying (M1).
+    pub acked: Epoch,
+}
+
+/// Who last reported being a group's primary.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ownership {
+    /// The node.
+    pub node: NodeId,
+    /// The view it is primary of.
+    pub view: View,
+    /// The session it reported under.
+    pub session: SessionId,
+}
+
+/// A group as the metadata knows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupRecord {
+    /// Its kind.
+    pub kind: String,
+    /// Its incarnation.
+    pub incarnation: Incarnation,
+    /// Voting members in member-index order (empty once deleted).
+    pub members: Vec<NodeId>,
+    /// Learners: replicas catching up that do not vote yet (P4).
+    pub learners: Vec<NodeId>,
+    /// Learners their primary reported caught up: promotable.
+    pub caught_up: BTreeSet<NodeId>,
+    /// A member change decided and not yet carried out by the group.
+    pub pending: Option<PendingSwitch>,
+    /// False once deleted (the record stays to remember the incarnation).
+    pub live: bool,
+    /// The last ownership report, if any.
+    pub owner: Option<Ownership>,
+    /// The highest view any accepted report named in this incarnation. It
+    /// outlives the owner record: after an expiry or a new session empties
+    /// the record, a stale primary's report of an older view is still
+    /// refused (S4 fencing).
+    pub owner_view_max: View,
+}
+
+/// The whole metadata state.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Metadata {
+    /// The epoch of the last applied command.
+    pub epoch: Epoch,
+    /// Nodes.
+    pub nodes: BTreeMap<NodeId, NodeRecord>,
+    /// Groups.
+    pub groups: BTreeMap<GroupId, GroupRecord>,
+    /// The last session id handed out.
+    pub last_session: SessionId,
+    /// The epoch of the last change to nodes, sessions or groups: what
+    /// nodes ack (M1). Acks and ownership reports do not move it, so acking
+    /// never needs another ack.
+    pub config_epoch: Epoch,
+    /// Multi-step operations in flight, with their plans (M2–M5).
+    pub operations: BTreeMap<OperationId, OperationRecord>,
+    /// The last operation id handed out.
+    pub last_operation: OperationId,
+    /// Operations finished so far.
+    pub operation_totals: OperationTotals,
+}
+
+impl Metadata {
+    /// Apply one command at `epoch`; the result says what happened.
+    pub fn apply(&mut self, epoch: Epoch, command: MetadataCommand) -> MetadataResult {
+        assert!(epoch > self.epoch, "metadata epochs go forward: {epoch} after {}", self.epoch);
+        self.epoch = epoch;
+        let changes_config = !matches!(
+            command,
+            MetadataCommand::AckEpoch { .. }
+                | MetadataCommand::ReportOwnership { .. }
+                | MetadataCommand::ReportCaughtUp { .. }
+                | MetadataCommand::ReportSealed { .. }
+        );
+        let result = self.apply_command(epoch, command);
+        if changes_config && !matches!(result, MetadataResult::Refused { .. }) {
+            self.config_epoch = epoch;
+        }
+        result
+    }
+
+    fn apply_command(&mut self, epoch: Epoch, command: MetadataCommand) -> MetadataResult {
+        let refused = |reason: String| MetadataResult::Refused { reason };
+        match command {
+            MetadataCommand::RegisterNode { node, address } => {
+                self.nodes.entry(node).or_default().address = address;
+                MetadataResult::Done { epoch }
+            }
+            MetadataCommand::OpenSession { node } => {
+                let Some(record) = self.nodes.get_mut(&node) else {
+                    return refused(format!("{node} is not registered; register it first"));
+                };
+                self.last_session = SessionId(self.last_session.0 + 1);
+                let replaced = record.session.replace(self.last_session);
+                if replaced.is_some() {
+                    // A new session ends the old one: its ownership records
+                    // go, and the node re-owns under the new session (S4).
+                    self.drop_ownership(node);
+                }
+                MetadataResult::SessionOpened { session: self.last_session, epoch }
+            }
+            MetadataCommand::ExpireSession { node, session } => {
+                let Some(record) = self.nodes.get_mut(&node) else {
+                    return refused(format!("{node} is not registered"));
+                };
+                if record.session != Some(session) {
+                    return refused(format!("{session} of {node} is not its live session"));
+                }
+                record.session = None;
+                // S2: clients are no longer sent to the expired node.
+                self.drop_ownership(node);
+                MetadataResult::Done { epoch }
+            }
+            MetadataCommand::CreateGroup { group, kind, members } => {
+                if let Some(unknown) = members.iter().find(|member| !self.nodes.contains_key(member)) {
+                    return refused(format!("{unknown} is not registered; register every member first"));
+                }
+                let incarnation = match self.groups.get(&group) {
+                    Some(existing) if existing.live => {
+                        return refused(format!(
+                            "{group} exists (incarnation {}); delete it first",
+                            existing.incarnation.0
+                        ));
+                    }
+                    Some(existing) => Incarnation(existing.incarnation.0 + 1),
+                    None => Incarnation(1),
+                };
+                self.groups.insert(
+                    group,
+                    GroupRecord {
+                        kind,
+                        incarnation,
+                        members,
+                        learners: Vec::new(),
+                        caught_up: BTreeSet::new(),
+                        pending: None,
+                        live: true,
+                        owner: None,
+                        owner_view_max: View(0),
+                    },
+                );
+                MetadataResult::GroupCreated { incarnation, epoch }
+            }
+            MetadataCommand::DeleteGroup { group } if let Some(id) = self.operation_of(group) => {
+                refused(format!("{group} is in {id}; cancel it or wait before deleting the group"))
+            }
+            MetadataCommand::DeleteGroup { group } => match self.groups.get_mut(&group) {
+                Some(record) if record.live => {
+                    record.live = false;
+                    record.members.clear();
+                    record.learners.clear();
+                    record.caught_up.clear();
+                    record.owner = None;
+                    MetadataResult::Done { epoch }
+                }
+                _ => refused(format!("{group} does not exist")),
+            },
+            MetadataCommand::ReportOwnership { group, incarnation, node, session, view } => {
+                let live_session = self.nodes.get(&node).and_then(|record| record.session);
+                if live_session != Some(session) {
+                    return refused(format!("{node} has no live session {session}; open a new session first"));
+                }
+                let Some(record) = self.groups.get_mut(&group).filter(|record| record.live) else {
+                    return refused(format!("{group} does not exist"));
+                };
+                if record.incarnation != incarnation {
+                    return refused(format!(
+                        "{group} is at incarnation {}, not {}",
+                        record.incarnation.0, incarnation.0
+                    ));
+                }
+                if !record.members.contains(&node) {
+                    return refused(format!("{node} is not a member of {group}"));
+                }
+                if view < record.owner_view_max {
+                    return refused(format!("{group}: {view} is older than the recorded {}", record.owner_view_max));
+                }
+                record.owner = Some(Ownership { node, view, session });
+                record.owner_view_max = view;
+                MetadataResult::Done { epoch }
+            }
+            MetadataCommand::StartOperation { spec } => self.start_operation(epoch, spec),
+            MetadataCommand::AdvanceOperation { operation, step } => self.advance_operation(epoch, operation, step),
+            MetadataCommand::CancelOperation { operation } => self.cancel_operation(epoch, operation),
+            MetadataCommand::ReportCaughtUp { group, incarnation, node, .. } => {
+                self.report_caught_up(epoch, group, incarnation, node)
+            }
+            MetadataCommand::ReportSealed { group, incarnation, node } => {
+                self.report_sealed(epoch, group, incarnation, node)
+            }
+            MetadataCommand::AckEpoch { node, epoch: applied } => {
+                let Some(record) = self.nodes.get_mut(&node) else {
+                    return refused(format!("{node} is not registered"));
+                };
+                record.acked = record.acked.max(applied.min(epoch));
+                MetadataResult::Done { epoch }
+            }
+        }
+    }
+
+    /// The in-flight operation touching `group`, if any (M3).
+    pub fn operation_of(&self, group: GroupId) -> Option<OperationId> {
+        self.operations.iter().find(|(_, record)| record.groups().contains(&group)).map(|(id, _)| *id)
+    }
+
+    fn drop_ownership(&mut self, node: NodeId) {
+        for group in self.groups.values_mut() {
+            if group.owner.is_some_and(|owner| owner.node == node) {
+                group.owner = None;
+            }
+        }
+    }
+
+    /// Nodes that applied at least `epoch`.
+    pub fn acked_by(&self, epoch: Epoch) -> usize {
+        self.nodes.values().filter(|record| record.acked >= epoch).count()
+    }
+}
+
+/// The metadata group's [`StateMachine`]: [`Metadata`] behind the codec.
+#[derive(Debug, Default)]
+pub struct MetadataStateMachine {
+    state: Metadata,
+}
+
+impl MetadataStateMachine {
+    /// The current state.
+    pub fn state(&self) -> &Metadata {
+        &self.state
+    }
+}
+
+impl StateMachine for MetadataStateMachine {
+    fn apply(&mut self, op: Op, operation: &[u8]) -> Bytes {
+        let epoch = Epoch(op.0);
+        let result = match MetadataCommand::decode(operation) {
+            Ok(command) => self.state.apply(epoch, command),
+            Err(error) => {
+                // A command that does not decode is refused the same way on
+                // every member, and still takes its epoch.
+                self.state.epoch = self.state.epoch.max(epoch);
+                MetadataResult::Refused { reason: format!("not a metadata command: {error}") }
+            }
+        };
+        result.encode()
+    }
+
+    fn read(&self, _query: &[u8]) -> Bytes {
+        encode_value(&self.state)
+    }
+
+    fn snapshot(&self) -> Bytes {
+        encode_value(&self.state)
+    }
+
+    fn restore(&mut self, snapshot: &[u8]) -> Result<(), String> {
+        self.state = decode_value(snapshot).map_err(|error| error.to_string())?;
+        Ok(())
+    }
+}

@@ -1,0 +1,239 @@
+//! Commit heartbeats and their replies (R1–R8, R14, R20–R24, R27).
+//!
+//! The primary's schedule runs on the shard's send ticks (every P ticks,
+//! R1). A group is busy while its `(view, commit)` moves and heartbeats on
+//! every send tick (R3); after `commit_heartbeat_timeout` without movement it
+//! turns idle, sends its first idle heartbeat on that same send tick (R20),
+//! and afterwards only on send ticks that are multiples of
+//! `commit_idle_heartbeat_interval`, the same ticks for every group of the
+//! shard so idle groups share frames. Eager Commits (R6) are sent by
+//! [`Replica::advance_commit`] whenever the commit point moves.
+//!
+//! A backup restarts its timeout only on a newer Commit from the primary of
+//! its current view (R8, R22), choosing the timeout by the entry's state,
+//! and queues a CommitReply that echoes the Commit's timestamp (R27), from
+//! which the primary dates its quorum window (R24).
+
+use cohort_messages::{CommitEntry, CommitReplyEntry, HeartbeatState as WireState, Message, Op, View};
+
+use super::normal::TIMESTAMP_PER_TICK;
+use super::{Replica, Status};
+use crate::config::CoreConfig;
+use crate::effects::Effects;
+
+/// A primary group's activity (R20).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub enum GroupActivity {
+    /// The commit point moved within `commit_heartbeat_timeout`.
+    #[default]
+    Busy,
+    /// It did not.
+    Idle,
+}
+
+/// The primary's heartbeat schedule state.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct PrimaryHeartbeat {
+    pub activity: GroupActivity,
+    /// `(view, commit)` at the last heartbeat decision.
+    pub last: Option<(View, Op)>,
+    /// The send tick at which `(view, commit)` last changed.
+    pub progress_tick: u64,
+    /// The last tick processed; the next heartbeat is on a send tick after it.
+    pub processed_tick: u64,
+    /// When this member became primary (for re-sending StartView).
+    pub view_start_tick: u64,
+}
+
+fn next_multiple_after(tick: u64, every: u64) -> u64 {
+    (tick / every + 1) * every
+}
+
+impl PrimaryHeartbeat {
+    /// A new primary: its first heartbeat goes on the next send tick (R2).
+    pub fn reset(&mut self, now: u64) {
+        *self = PrimaryHeartbeat {
+            activity: GroupActivity::Busy,
+            last: None,
+            progress_tick: now,
+            processed_tick: now,
+            view_start_tick: now,
+        };
+    }
+
+    /// The next tick at which the schedule has something to decide.
+    pub fn next_due_tick(&self, config: &CoreConfig, commit: Op, view: View) -> u64 {
+        let timing = &config.timing;
+        let idle_unchanged = self.activity == GroupActivity::Idle && self.last == Some((view, commit));
+        if idle_unchanged {
+            next_multiple_after(self.processed_tick, timing.commit_idle_heartbeat_interval_ticks)
+        } else {
+            next_multiple_after(self.processed_tick, timing.commit_broadcast_interval_ticks)
+        }
+    }
+}
+
+impl Replica {
+    /// The primary's work on a tick: decide and queue this send tick's heartbeats.
+    pub(crate) fn heartbeat_tick(&mut self, fx: &mut Effects) {
+        let now = fx.now;
+        let timing = self.config.timing.clone();
+        if !now.is_multiple_of(timing.commit_broadcast_interval_ticks) || now <= self.heartbeat.processed_tick {
+            return;
+        }
+        self.heartbeat.processed_tick = now;
+        let current = (self.view, self.commit_max);
+        if self.heartbeat.last == Some(current) {
+            // No commit since the last send tick: Prepares or PrepareOks may
+            // have been lost.
+            self.resend_uncommitted_prepares(fx);
+        }
+        let state = if self.heartbeat.last != Some(current) {
+            self.heartbeat.last = Some(current);
+            self.heartbeat.progress_tick = now;
+            self.heartbeat.activity = GroupActivity::Busy;
+            Some(WireState::Busy)
+        } else if self.heartbeat.activity == GroupActivity::Busy {
+            if now - self.heartbeat.progress_tick >= timing.commit_heartbeat_timeout_ticks {
+                // R20: turn idle and say so on this same send tick.
+                self.heartbeat.activity = GroupActivity::Idle;
+                self.snapshot_on_idle(fx);
+                Some(WireState::Idle)
+            } else {
+                Some(WireState::Busy)
+            }
+        } else if now.is_multiple_of(timing.commit_idle_heartbeat_interval_ticks) {
+            Some(WireState::Idle)
+        } else {
+            None
+        };
+        let Some(state) = state else { return };
+        // R12: the superblock is saved before the group's Commit joins a batch.
+        self.stage_superblock(fx);
+        for member in self.receivers() {
+            let entry = self.commit_entry(state, now);
+            fx.queue_commit(self.node_of(member), entry, self.superblock_flush);
+        }
+        self.unconfirm_silent_learners(now);
+        self.resend_start_view(fx);
+    }
+
+    /// Re-send the uncommitted Prepares each backup has not acknowledged; a
+    /// backup re-acknowledges a Prepare it already holds durably.
+    fn resend_uncommitted_prepares(&mut self, fx: &mut Effects) {
+        if self.log.op() <= self.commit_max {
+            return;
+        }
+        for member in self.receivers() {
+            let from = self.acked_of(member).max(self.commit_max).next();
+            let entries: Vec<_> = self.log.entries_from(from).cloned().collect();
+            for entry in entries {
+                let prepare = self.prepare_message(entry);
+                fx.send(self.node_of(member), Message::Prepare(prepare));
+            }
+        }
+    }
+
+    /// Members that have not confirmed this view get the StartView again.
+    fn resend_start_view(&mut self, fx: &mut Effects) {
+        if fx.now < self.heartbeat.view_start_tick + 2 * self.config.timing.commit_broadcast_interval_ticks {
+            return;
+        }
+        let unconfirmed: Vec<_> = self.receivers().filter(|m| !self.confirmed_of(*m)).collect();
+        if unconfirmed.is_empty() {
+            return;
+        }
+        let message = self.start_view_message();
+        for member in unconfirmed {
+            fx.send_durable(self.node_of(member), Message::StartView(message.clone()));
+        }
+    }
+
+    /// A backup handles one Commit entry (R8, R17, R22).
+    pub(crate) fn on_commit(&mut self, from: cohort_messages::NodeId, entry: CommitEntry, fx: &mut Effects) {
+        if entry.view < self.view
+            && self.status == Status::ViewChange
+            && !self.is_learner()
+            && self.svc_from.count() < self.spec.quorums.view_change
+            && entry.replica == self.primary_index_of(entry.view)
+            && self.spec.node_at(entry.replica) == Some(from)
+        {
+            // Stranded alone in a later view while the group goes on: answer
+            // from our view, so its primary knows we hear it and can move the
+            // group up to us (see `on_tick`).
+            return fx.queue_reply(
+                from,
+                CommitReplyEntry {
+                    group: self.spec.group,
+                    partition_incarnation: self.spec.incarnation,
+                    view: self.view,
+                    timestamp_monotonic: entry.timestamp_monotonic,
+                    replica: self.spec.me,
+                },
+            );
+        }
+        if entry.view != self.view
+            || entry.replica != self.primary_index()
+            || self.node_of(entry.replica) != from
+            || self.status != Status::Normal
+            || self.is_primary()
+        {
+            // R8: only the primary of our current view restarts our timeout.
+            return;
+        }
+        let stamp = (entry.view, entry.timestamp_monotonic);
+        if stamp > self.last_commit_seen {
+            self.last_commit_seen = stamp;
+            let timing = &self.config.timing;
+            let timeout = match entry.heartbeat_state {
+                WireState::Idle => timing.idle_timeout_effective_ticks(),
+                WireState::Busy | WireState::Eager => timing.commit_heartbeat_timeout_ticks,
+            };
+            self.heartbeat_deadline = fx.now + timeout;
+            self.lease_expiry = self.lease_expiry.max(fx.now + timing.commit_heartbeat_timeout_ticks);
+        }
+        if self.log_view != self.view {
+            return; // Lagging: no reply until our log is the view's.
+        }
+        self.learn_commit(entry.commit, fx);
+        if entry.heartbeat_state == WireState::Idle {
+            self.snapshot_on_idle(fx);
+        }
+        fx.queue_reply(
+            from,
+            CommitReplyEntry {
+                group: self.spec.group,
+                partition_incarnation: self.spec.incarnation,
+                view: entry.view,
+                timestamp_monotonic: entry.timestamp_monotonic,
+                replica: self.spec.me,
+            },
+        );
+    }
+
+    /// The primary handles one CommitReply entry (R24, R29).
+    pub(crate) fn on_commit_reply(&mut self, entry: CommitReplyEntry, now: u64) {
+        if self.is_primary() && entry.view > self.view && self.spec.is_voter(entry.replica) {
+            self.stranded = match self.stranded {
+                Some((view, since, _)) if view == entry.view => Some((view, since, now)),
+                Some((view, since, last)) if view > entry.view => Some((view, since, last)),
+                _ => Some((entry.view, now, now)),
+            };
+            return;
+        }
+        if !self.is_primary() || entry.view != self.view || entry.replica == self.spec.me {
+            return;
+        }
+        if let Some(slot) = self.learner_slot(entry.replica) {
+            let sent_tick = entry.timestamp_monotonic.0 / TIMESTAMP_PER_TICK;
+            return self.on_learner_commit_reply(slot, sent_tick);
+        }
+        let member = entry.replica.0 as usize;
+        if member >= self.contact_tick.len() {
+            return;
+        }
+        self.confirmed[member] = true;
+        let sent_tick = entry.timestamp_monotonic.0 / TIMESTAMP_PER_TICK;
+        self.contact_tick[member] = Some(self.contact_tick[member].map_or(sent_tick, |tick| tick.max(sent_tick)));
+    }
+}

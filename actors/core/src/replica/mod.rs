@@ -1,0 +1,797 @@
+//! One member of one group: the VSR state machine with flexible quorums.
+//!
+//! Handlers are split by concern: `normal` (requests, prepares, commit and
+//! apply), `heartbeat` (Commit heartbeats and replies, busy/idle),
+//! `view_change` (StartViewChange, DoViewChange, StartView), `repair`
+//! (missing prepares and state transfer), `snapshot` (V6) and `wait`
+//! (quorum waits). Every handler leaves the replica in a state that passes
+//! [`Replica::invariants`].
+//!
+//! # Status
+//! - `Normal` with `log_view == view`: primary or backup of `view`.
+//! - `Normal` with `log_view < view`: a backup that knows the primary of
+//!   `view` but has not yet adopted its log (it is catching up by state
+//!   transfer); it acknowledges nothing until it has.
+//! - `ViewChange`: gave up on the primary of `view - 1` or earlier and is
+//!   electing the primary of `view`.
+//!
+//! # Voters and learners (P4)
+//! Member indexes `0..members.len()` are the voters; the group's learners
+//! follow (`members.len() + i`). A learner receives the log and applies
+//! committed ops but never votes: see `learner`.
+
+mod heartbeat;
+mod learner;
+mod normal;
+mod repair;
+mod seal;
+mod snapshot;
+mod view_change;
+mod wait;
+
+use std::collections::VecDeque;
+
+use cohort_messages::{GroupId, Incarnation, MemberIndex, NodeId, Op, Request, StartView, Timestamp, View};
+
+use crate::client_table::ClientTable;
+use crate::config::CoreConfig;
+use crate::effect::{FlushId, Role};
+use crate::effects::Effects;
+use crate::log::Log;
+use crate::quorum::Quorums;
+use crate::state_machine::StateMachine;
+use crate::storage::{Snapshot, Superblock};
+
+pub use heartbeat::GroupActivity;
+pub(crate) use learner::LearnerTrack;
+pub use learner::{Placement, SpecError};
+
+/// Heartbeat timeouts a healthy primary waits for a voter stuck alone in a
+/// later view before the group moves up to that view.
+const STRANDED_TIMEOUTS: u64 = 3;
+pub use seal::{SealError, Sealed};
+pub(crate) use view_change::DoViewChangeSummary;
+pub(crate) use wait::QuorumWait;
+
+/// Where a replica is in the protocol.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Status {
+    /// Serving or following `view`.
+    Normal,
+    /// Electing the primary of `view`.
+    ViewChange,
+}
+
+/// When a write is acknowledged (Q4), chosen per group.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub enum WriteMode {
+    /// After the op commits (a replication quorum holds it durably) and is
+    /// applied; the reply carries the state machine's result. Never lost.
+    #[default]
+    Sync,
+    /// As soon as the primary's own copy is durable, before replication; the
+    /// reply carries the op number and an empty result. Fire-and-forget: a
+    /// write acknowledged this way is lost if the primary fails before a
+    /// quorum holds it (like an asynchronous space).
+    Async,
+}
+
+/// Static facts about a group member.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupSpec {
+    /// The group.
+    pub group: GroupId,
+    /// Its incarnation.
+    pub incarnation: Incarnation,
+    /// Voting members in member-index order.
+    pub members: Vec<NodeId>,
+    /// Learners (P4; PacificA calls them candidates): they receive the log and apply committed
+    /// ops but are counted in no quorum. Their member indexes follow the
+    /// voters' (`members.len() + i`).
+    pub learners: Vec<NodeId>,
+    /// This node's member index (a voter's, or a learner's).
+    pub me: MemberIndex,
+    /// Quorum sizes.
+    pub quorums: Quorums,
+    /// Q4: synchronous or asynchronous writes.
+    pub write_mode: WriteMode,
+    /// Emit [`crate::Effect::Applied`] and [`crate::Effect::Restored`]
+    /// for this group (a host's custom group actor follows it).
+    pub report_applied: bool,
+}
+
+/// One group member. See the module docs.
+pub struct Replica {
+    pub(crate) spec: GroupSpec,
+    pub(crate) config: CoreConfig,
+    pub(crate) status: Status,
+    pub(crate) view: View,
+    pub(crate) log_view: View,
+    pub(crate) log: Log,
+    /// Applied up to here.
+    pub(crate) commit_min: Op,
+    /// Known committed up to here (may exceed `log.op()` on a lagging backup).
+    pub(crate) commit_max: Op,
+    /// Durable up to here, as part of the current `log_view`'s log.
+    pub(crate) durable_op: Op,
+    pending_durable: VecDeque<(FlushId, Op)>,
+    pub(crate) state: Box<dyn StateMachine>,
+    pub(crate) clients: ClientTable,
+    pub(crate) snapshot: Option<Snapshot>,
+    // Primary.
+    pub(crate) acked: Vec<Op>,
+    pub(crate) confirmed: Vec<bool>,
+    /// Per member: the send tick of the newest Commit it answered in this
+    /// view (`None`: no answer in this view yet).
+    pub(crate) contact_tick: Vec<Option<u64>>,
+    pub(crate) start_view_op: Op,
+    /// Async groups: writes acknowledged up to here.
+    pub(crate) async_acked_op: Op,
+    pub(crate) request_queue: VecDeque<Request>,
+    pub(crate) waits: Vec<QuorumWait>,
+    pub(crate) heartbeat: heartbeat::PrimaryHeartbeat,
+    pub(crate) timestamp: Timestamp,
+    // Backup.
+    pub(crate) heartbeat_deadline: u64,
+    pub(crate) lease_expiry: u64,
+    pub(crate) last_commit_seen: (View, Timestamp),
+    pub(crate) repair_deadline: u64,
+    pub(crate) repair_target: Op,
+    pub(crate) state_transfer: Option<repair::StateTransfer>,
+    // View change.
+    pub(crate) view_change_deadline: u64,
+    pub(crate) view_change_resend_tick: u64,
+    pub(crate) svc_view_seen: View,
+    pub(crate) svc_from: crate::quorum::MemberSet,
+    pub(crate) dvcs: Vec<Option<DoViewChangeSummary>>,
+    /// DoViewChanges for a later view that we lead, kept while our lease runs.
+    pub(crate) early_dvcs: Vec<cohort_messages::DoViewChange>,
+    /// Primary: voters that hear this primary but are stuck without a
+    /// quorum in a later view (they answer Commits from that view): the
+    /// highest such view, with when it was first and last heard of (see
+    /// `on_tick`).
+    pub(crate) stranded: Option<(View, u64, u64)>,
+    // Superblock.
+    pub(crate) superblock_saved: Option<Superblock>,
+    pub(crate) superblock_retry: bool,
+    /// After a failed superblock stage (R12): durability of this group does
+    /// not advance until this flush (the retry's) completes; `FlushId::MAX`
+    /// until the retry is staged.
+    pub(crate) superblock_blocked: Option<FlushId>,
+    /// The flush that carries the latest staged superblock (R12).
+    pub(crate) superblock_flush: FlushId,
+    pub(crate) role_reported: Option<(View, Role)>,
+    /// The seal this replica applied: its incarnation's state is final.
+    pub(crate) sealed: Option<Sealed>,
+    /// The commit point of the newest durable superblock.
+    pub(crate) superblock_durable_commit: Op,
+    /// R25: whether the last Commit batch to each member went to a connected link.
+    pub(crate) link_connected: Vec<bool>,
+    /// Per learner, in `spec.learners` order: what the primary knows of
+    /// it (P4). Kept apart from the voters' vectors so that no quorum, window
+    /// or lease can count a learner.
+    pub(crate) learners: Vec<LearnerTrack>,
+}
+
+impl std::fmt::Debug for Replica {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Replica")
+            .field("group", &self.spec.group)
+            .field("me", &self.spec.me)
+            .field("status", &self.status)
+            .field("view", &self.view)
+            .field("log_view", &self.log_view)
+            .field("op", &self.log.op())
+            .field("commit_min", &self.commit_min)
+            .field("commit_max", &self.commit_max)
+            .field("durable_op", &self.durable_op)
+            .field("base", &self.log.base())
+            .field("acked", &self.acked)
+            .field("start_view_op", &self.start_view_op)
+            .finish()
+    }
+}
+
+impl Replica {
+    fn blank(spec: GroupSpec, config: CoreConfig, state: Box<dyn StateMachine>, now: u64) -> Replica {
+        if let Err(error) = spec.validate() {
+            panic!("a replica needs a valid spec (validated by the shard): {error}");
+        }
+        let members = spec.members.len();
+        let learners = spec.learners.iter().map(|node| LearnerTrack::new(*node, now)).collect();
+        let clients = ClientTable::new(config.clients_max);
+        Replica {
+            status: Status::Normal,
+            view: View(0),
+            log_view: View(0),
+            log: Log::new(Op(0), View(0)),
+            commit_min: Op(0),
+            commit_max: Op(0),
+            durable_op: Op(0),
+            pending_durable: VecDeque::new(),
+            state,
+            clients,
+            snapshot: None,
+            acked: vec![Op(0); members],
+            confirmed: vec![false; members],
+            contact_tick: vec![None; members],
+            start_view_op: Op(0),
+            async_acked_op: Op(0),
+            request_queue: VecDeque::new(),
+            waits: Vec::new(),
+            heartbeat: heartbeat::PrimaryHeartbeat::default(),
+            timestamp: Timestamp(0),
+            heartbeat_deadline: now + config.timing.commit_heartbeat_timeout_ticks,
+            lease_expiry: now + config.timing.commit_heartbeat_timeout_ticks,
+            last_commit_seen: (View(0), Timestamp(0)),
+            repair_deadline: 0,
+            repair_target: Op(0),
+            state_transfer: None,
+            view_change_deadline: 0,
+            view_change_resend_tick: 0,
+            svc_view_seen: View(0),
+            svc_from: crate::quorum::MemberSet::EMPTY,
+            dvcs: vec![None; members],
+            early_dvcs: Vec::new(),
+            stranded: None,
+            superblock_saved: None,
+            superblock_retry: false,
+            superblock_blocked: None,
+            superblock_flush: 0,
+            role_reported: None,
+            sealed: None,
+            superblock_durable_commit: Op(0),
+            link_connected: vec![true; members],
+            learners,
+            spec,
+            config,
+        }
+    }
+
+    /// A brand-new member of a brand-new group: view 0, empty log. Member 0
+    /// is the primary of view 0. Stages the first superblock.
+    pub fn create(spec: GroupSpec, config: CoreConfig, state: Box<dyn StateMachine>, fx: &mut Effects) -> Replica {
+        let mut replica = Replica::blank(spec, config, state, fx.now);
+        replica.start_view_zero(fx);
+        replica
+    }
+
+    /// Stage the superblock and take the role of view 0: member 0 leads it.
+    pub(crate) fn start_view_zero(&mut self, fx: &mut Effects) {
+        self.stage_superblock(fx);
+        if self.is_primary() {
+            self.become_primary(fx);
+        } else {
+            self.report_role(fx);
+        }
+    }
+
+    /// Rebuild a member from what storage recovered (V4).
+    ///
+    /// A member that was the normal primary of its view never leads that
+    /// view again: Prepares it sent may be held by backups beyond what it made
+    /// durable itself, so it starts a view change to the next view. Every
+    /// restarted member waits a full heartbeat timeout before it joins a view
+    /// change, because it no longer knows what lease it granted (V7, R24).
+    pub fn recover(
+        spec: GroupSpec,
+        config: CoreConfig,
+        state: Box<dyn StateMachine>,
+        recovered: crate::storage::RecoveredGroup,
+        fx: &mut Effects,
+    ) -> Result<Replica, String> {
+        let mut replica = Replica::blank(spec, config, state, fx.now);
+        if let Some(snapshot) = &recovered.snapshot {
+            replica.install_snapshot_state(snapshot, fx)?;
+            replica.snapshot = Some(snapshot.clone());
+        }
+        let base = replica.log.base();
+        for entry in recovered.entries {
+            if entry.op <= base {
+                continue;
+            }
+            if entry.op != replica.log.op().next() {
+                return Err(format!("{}: recovered log has a gap before {}", replica.spec.group, entry.op));
+            }
+            // Leftovers older than the entry before them were superseded
+            // (see install_snapshot); the log ends there.
+            if replica.log.view_at(replica.log.op()).is_some_and(|view| entry.view < view) {
+                break;
+            }
+            replica.log.push(entry);
+        }
+        replica.durable_op = replica.log.op();
+        // A superblock of an earlier incarnation (a crash right after a
+        // member change saved the new incarnation's snapshot) says nothing
+        // about this one: it starts at view 0 from that snapshot.
+        if let Some(superblock) = recovered.superblock.as_ref().filter(|sb| sb.incarnation == replica.spec.incarnation)
+        {
+            replica.view = superblock.view;
+            replica.log_view = superblock.log_view;
+            replica.commit_max = superblock.commit.max(base);
+            replica.superblock_saved = Some(superblock.clone());
+            replica.superblock_durable_commit = superblock.commit;
+        }
+        // The log becomes durable before the superblock that describes it,
+        // so a crash between the two leaves entries of a newer view than the
+        // superblock names. Adoption writes a view's log in op order from the
+        // first op that differs, so such a log is a prefix of that view's log
+        // that already holds the view's whole StartView log: it is that
+        // view's log, and the member was in that view.
+        if let Some(newest) = replica.log.view_at(replica.log.op())
+            && newest > replica.log_view
+        {
+            replica.log_view = newest;
+            replica.view = replica.view.max(newest);
+        }
+        replica.apply_committed(fx);
+        let was_normal = replica.view == replica.log_view;
+        if was_normal && replica.primary_index() == replica.spec.me {
+            let next = replica.view.next();
+            replica.lease_expiry = fx.now;
+            replica.start_view_change(next, fx);
+        } else if was_normal || replica.is_learner() {
+            // A learner never takes part in a view change: it waits for
+            // the primary's StartView, which is re-sent until it confirms.
+            replica.status = Status::Normal;
+            replica.report_role(fx);
+        } else {
+            replica.status = Status::ViewChange;
+            replica.view_change_deadline = fx.now + replica.config.timing.view_change_timeout_ticks;
+            replica.report_role(fx);
+        }
+        replica.lease_expiry = fx.now + replica.config.timing.commit_heartbeat_timeout_ticks;
+        Ok(replica)
+    }
+
+    /// R25: record whether a Commit batch to `node` reached a connected link.
+    pub(crate) fn record_link(&mut self, node: NodeId, connected: bool) {
+        if let Some(member) = self.spec.members.iter().position(|m| *m == node) {
+            self.link_connected[member] = connected;
+        } else if let Some(track) = self.learners.iter_mut().find(|track| track.node == node) {
+            track.link_connected = connected;
+        }
+    }
+
+    /// R25: whether the last Commit batch to `member` went to a connected link.
+    pub fn link_connected(&self, member: MemberIndex) -> bool {
+        match self.learner_slot(member) {
+            Some(slot) => self.learners[slot].link_connected,
+            None => self.link_connected.get(member.0 as usize).copied().unwrap_or(false),
+        }
+    }
+
+    /// A primary's heartbeat state (R20); `Busy` for other roles.
+    pub fn activity(&self) -> GroupActivity {
+        if self.is_primary() { self.heartbeat.activity } else { GroupActivity::Busy }
+    }
+
+    /// The group.
+    pub fn group(&self) -> GroupId {
+        self.spec.group
+    }
+
+    /// The member index of the primary of `view`.
+    pub fn primary_index_of(&self, view: View) -> MemberIndex {
+        MemberIndex((view.0 as usize % self.spec.members.len()) as u8)
+    }
+
+    /// The member index of the primary of the current view.
+    pub fn primary_index(&self) -> MemberIndex {
+        self.primary_index_of(self.view)
+    }
+
+    /// The node of a member (voter or learner). Indexes from the network
+    /// are checked at the door ([`GroupSpec::node_at`]) before they get here.
+    pub fn node_of(&self, member: MemberIndex) -> NodeId {
+        match self.spec.node_at(member) {
+            Some(node) => node,
+            None => panic!("{}: member index {member} outside the group", self.spec.group),
+        }
+    }
+
+    /// This member's role.
+    pub fn role(&self) -> Role {
+        if self.is_learner() {
+            return Role::Learner;
+        }
+        match self.status {
+            Status::ViewChange => Role::ViewChange,
+            Status::Normal if self.is_primary() => Role::Primary,
+            Status::Normal => Role::Backup,
+        }
+    }
+
+    /// True if normal and the primary of the current view.
+    pub fn is_primary(&self) -> bool {
+        self.status == Status::Normal && self.log_view == self.view && self.primary_index() == self.spec.me
+    }
+
+    /// True if this replica is primary and a replication quorum confirmed
+    /// it within the last `commit_heartbeat_timeout_ticks` (R24), so no newer
+    /// view can have started: what a host should use before acting as the
+    /// group's leader outside the protocol (ownership reports, the metadata
+    /// primary's session judgements).
+    pub fn is_confirmed_primary(&self, now: u64) -> bool {
+        self.is_primary() && self.quorum_window_holds(now)
+    }
+
+    /// The group's incarnation.
+    pub fn incarnation(&self) -> Incarnation {
+        self.spec.incarnation
+    }
+
+    /// The voting members, in member-index order.
+    pub fn members(&self) -> &[NodeId] {
+        &self.spec.members
+    }
+
+    /// The learners (P4), in order.
+    pub fn learner_nodes(&self) -> &[NodeId] {
+        &self.spec.learners
+    }
+
+    /// The current view.
+    pub fn view(&self) -> View {
+        self.view
+    }
+
+    /// The last view this member's log belongs to.
+    pub fn log_view(&self) -> View {
+        self.log_view
+    }
+
+    /// Highest op in the log.
+    pub fn op(&self) -> Op {
+        self.log.op()
+    }
+
+    /// Applied up to here.
+    pub fn commit_min(&self) -> Op {
+        self.commit_min
+    }
+
+    /// Known committed up to here.
+    pub fn commit_max(&self) -> Op {
+        self.commit_max
+    }
+
+    /// Status.
+    pub fn status(&self) -> Status {
+        self.status
+    }
+
+    /// The log entry at `op`, if held in memory.
+    pub fn entry(&self, op: Op) -> Option<&cohort_messages::LogEntry> {
+        self.log.get(op)
+    }
+
+    /// The snapshot op the in-memory log starts after.
+    pub fn log_base(&self) -> Op {
+        self.log.base()
+    }
+
+    /// The state machine (for reads by tests and checkers).
+    pub fn state_machine(&self) -> &dyn StateMachine {
+        self.state.as_ref()
+    }
+
+    /// Other voters' indexes: who takes part in a view change.
+    pub(crate) fn others(&self) -> impl Iterator<Item = MemberIndex> + use<> {
+        let me = self.spec.me;
+        (0..self.spec.members.len() as u8).map(MemberIndex).filter(move |m| *m != me)
+    }
+
+    /// The membership a snapshot records.
+    pub(crate) fn membership(&self) -> snapshot::SnapshotMembership {
+        snapshot::SnapshotMembership {
+            incarnation: self.spec.incarnation,
+            replication_quorum: self.spec.quorums.replication as u8,
+            members: self.spec.members.clone(),
+        }
+    }
+
+    /// Every other voter, then every learner: who receives the log
+    /// (Prepares, Commits, StartView). Only quorum-free work uses this.
+    pub(crate) fn receivers(&self) -> impl Iterator<Item = MemberIndex> + use<> {
+        let me = self.spec.me;
+        (0..self.spec.total() as u8).map(MemberIndex).filter(move |m| *m != me)
+    }
+
+    pub(crate) fn superblock(&self) -> Superblock {
+        Superblock {
+            view: self.view,
+            log_view: self.log_view,
+            // The applied point: always backed by this member's own log,
+            // even when it lags behind the view it knows.
+            commit: self.commit_min,
+            incarnation: self.spec.incarnation,
+            members: self.spec.members.clone(),
+            replication_quorum: self.spec.quorums.replication as u8,
+        }
+    }
+
+    /// Stage the superblock if it changed since the last save.
+    pub(crate) fn stage_superblock(&mut self, fx: &mut Effects) {
+        let superblock = self.superblock();
+        if self.superblock_saved.as_ref() == Some(&superblock) && !self.superblock_retry {
+            return;
+        }
+        self.superblock_retry = false;
+        self.superblock_saved = Some(superblock.clone());
+        let flush =
+            fx.stage(self.spec.group, crate::effect::Effect::StageSuperblock { group: self.spec.group, superblock });
+        self.superblock_flush = flush;
+        self.pending_durable.push_back((flush, self.log.op()));
+        if self.superblock_blocked.is_some() {
+            self.superblock_blocked = Some(flush);
+            fx.unpark_group(self.spec.group, flush);
+        }
+    }
+
+    /// Staging the superblock failed (R12). The next tick stages it again.
+    /// Until that retry is durable, nothing of this group that depends on the
+    /// superblock may leave or count as durable: its held sends are parked
+    /// (view-change messages too, whose promise rests on the durable view),
+    /// and `on_flushed` does not advance its durable point. The other groups
+    /// go on.
+    pub(crate) fn superblock_failed(&mut self, fx: &mut Effects) {
+        self.superblock_retry = true;
+        self.superblock_blocked = Some(FlushId::MAX);
+        fx.park_group(self.spec.group);
+    }
+
+    /// Stage an append and remember when it becomes durable.
+    pub(crate) fn stage_append(&mut self, entry: cohort_messages::LogEntry, fx: &mut Effects) {
+        let op = entry.op;
+        self.log.push(entry.clone());
+        let flush = fx.stage(self.spec.group, crate::effect::Effect::Append { group: self.spec.group, entry });
+        self.pending_durable.push_back((flush, op));
+    }
+
+    /// Stage a truncation; durability claims shrink at once.
+    pub(crate) fn stage_truncate(&mut self, after: Op, fx: &mut Effects) {
+        self.log.truncate_after(after);
+        self.durable_op = self.durable_op.min(after);
+        for pending in self.pending_durable.iter_mut() {
+            pending.1 = pending.1.min(after);
+        }
+        let flush = fx.stage(self.spec.group, crate::effect::Effect::Truncate { group: self.spec.group, after });
+        self.pending_durable.push_back((flush, after));
+    }
+
+    /// A flush completed: what was staged before it is durable.
+    pub(crate) fn on_flushed(&mut self, id: FlushId, fx: &mut Effects) {
+        if let Some(until) = self.superblock_blocked {
+            if id < until {
+                return; // The superblock this durability rests on is not durable yet.
+            }
+            self.superblock_blocked = None;
+        }
+        if id >= self.superblock_flush
+            && let Some(saved) = &self.superblock_saved
+        {
+            self.superblock_durable_commit = saved.commit;
+        }
+        let mut advanced = false;
+        while let Some((flush, op)) = self.pending_durable.front().copied() {
+            if flush > id {
+                break;
+            }
+            self.pending_durable.pop_front();
+            if op.min(self.log.op()) != self.durable_op {
+                self.durable_op = op.min(self.log.op());
+                advanced = true;
+            }
+        }
+        if advanced {
+            self.on_durable(fx);
+        }
+    }
+
+    pub(crate) fn report_role(&mut self, fx: &mut Effects) {
+        let now = (self.view, self.role());
+        if self.role_reported != Some(now) {
+            self.role_reported = Some(now);
+            fx.push(crate::effect::Effect::RoleChanged {
+                group: self.spec.group,
+                incarnation: self.spec.incarnation,
+                view: self.view,
+                role: now.1,
+            });
+        }
+    }
+
+    /// The earliest tick at which this replica has timed work.
+    pub fn next_wakeup(&self) -> u64 {
+        let mut wake = if self.superblock_retry { 0 } else { u64::MAX };
+        match self.status {
+            Status::ViewChange => {
+                wake = wake.min(self.view_change_deadline).min(self.view_change_resend_tick);
+                if self.state_transfer.is_some() {
+                    wake = wake.min(self.repair_deadline);
+                }
+            }
+            Status::Normal if self.is_primary() => {
+                wake = wake.min(self.heartbeat.next_due_tick(&self.config, self.commit_max, self.view));
+                wake = wake.min(self.step_down_tick());
+                for wait in &self.waits {
+                    wake = wake.min(wait.deadline_tick);
+                }
+            }
+            Status::Normal if self.is_learner() => {
+                // No heartbeat timeout: a learner never starts a view change.
+                if self.needs_repair() {
+                    wake = wake.min(self.repair_deadline);
+                }
+            }
+            Status::Normal => {
+                wake = wake.min(self.heartbeat_deadline);
+                if self.svc_view_seen > self.view {
+                    wake = wake.min(self.lease_expiry);
+                }
+                if self.needs_repair() || (self.log_view < self.view && self.state_transfer.is_none()) {
+                    wake = wake.min(self.repair_deadline);
+                }
+            }
+        }
+        wake
+    }
+
+    /// Timed work due at `fx.now`.
+    pub(crate) fn on_tick(&mut self, fx: &mut Effects) {
+        let now = fx.now;
+        if self.superblock_retry {
+            self.stage_superblock(fx);
+        }
+        let timing = self.config.timing.clone();
+        match self.status {
+            Status::ViewChange => {
+                let evidence = self.svc_from.count() >= self.spec.quorums.view_change;
+                if now >= self.view_change_deadline && (evidence || self.svc_view_seen > self.view) {
+                    // This view's election failed with a quorum taking part:
+                    // try the next one (or join a later one under way).
+                    let next = self.view.next().max(self.svc_view_seen);
+                    self.start_view_change(next, fx);
+                } else if now >= self.view_change_deadline {
+                    // Alone in this election (the others still follow a
+                    // primary): stay in this view and keep asking, instead
+                    // of dragging the group through views (pre-vote).
+                    self.view_change_deadline = now + timing.view_change_timeout_ticks;
+                    self.view_change_resend_tick = now + timing.repair_timeout_ticks;
+                    self.send_view_change_messages(fx);
+                } else if now >= self.view_change_resend_tick {
+                    // Loss must not stall the election: say it again.
+                    self.view_change_resend_tick = now + timing.repair_timeout_ticks;
+                    self.send_view_change_messages(fx);
+                }
+                if self.state_transfer.is_some() && now >= self.repair_deadline {
+                    self.retry_state_transfer(fx);
+                }
+            }
+            Status::Normal if self.is_primary() => {
+                self.expire_waits(fx);
+                if now >= self.step_down_tick() {
+                    // R24: no quorum heard within the window: step down.
+                    let next = self.view.next().max(self.svc_view_seen);
+                    self.start_view_change(next, fx);
+                    return;
+                }
+                // A voter alone in a later view cannot come back: it promised
+                // not to act in earlier views. If it keeps answering this
+                // primary's Commits from that view for several heartbeat
+                // timeouts (so it hears us: a member that cannot hear the
+                // primary never does), the group moves up to its view once.
+                let window = timing.commit_heartbeat_timeout_ticks;
+                if let Some((view, since, last)) = self.stranded
+                    && view > self.view
+                    && now >= since.saturating_add(STRANDED_TIMEOUTS * window)
+                    && now < last.saturating_add(window)
+                {
+                    self.stranded = None;
+                    self.start_view_change(view, fx);
+                    return;
+                }
+                self.heartbeat_tick(fx);
+            }
+            Status::Normal if self.is_learner() => {
+                if self.needs_repair() && now >= self.repair_deadline {
+                    self.request_repair(fx);
+                }
+            }
+            Status::Normal => {
+                let lease_over_with_election = self.svc_view_seen > self.view && now >= self.lease_expiry;
+                if now >= self.heartbeat_deadline || lease_over_with_election {
+                    let next = self.view.next().max(self.svc_view_seen);
+                    self.start_view_change(next, fx);
+                    return;
+                }
+                if self.needs_repair() && now >= self.repair_deadline {
+                    self.request_repair(fx);
+                } else if self.log_view < self.view && self.state_transfer.is_none() && now >= self.repair_deadline {
+                    // Lagging with nothing to fetch (the state transfer is
+                    // done, or the StartView was lost): ask the primary for
+                    // its StartView again. It may count us as confirmed from
+                    // before a crash, and then would not re-send it unasked.
+                    self.repair_deadline = now + timing.repair_timeout_ticks;
+                    self.request_start_view(fx);
+                }
+            }
+        }
+    }
+
+    /// Assertions that hold between any two inputs. Panics on a broken one.
+    pub fn invariants(&self) {
+        assert!(self.log_view <= self.view, "{self:?}: log_view after view");
+        assert!(self.commit_min <= self.commit_max.max(self.log.base()), "{self:?}: applied past commit");
+        assert!(self.commit_min <= self.log.op(), "{self:?}: applied past the log");
+        assert!(self.log.base() <= self.commit_min, "{self:?}: snapshot of uncommitted ops");
+        assert!(self.durable_op <= self.log.op(), "{self:?}: durable past the log");
+        if self.is_primary() {
+            assert!(self.commit_max <= self.log.op(), "{self:?}: primary committed past its log");
+            // Inherited ops may exceed the pipeline (a restarted member's
+            // commit point lags its durable log); ops this primary prepares
+            // may not.
+            assert!(
+                self.log.op().0 <= self.commit_max.max(self.start_view_op).0 + self.config.pipeline_max_ops,
+                "{self:?}: pipeline over its limit"
+            );
+            assert_eq!(self.acked[self.spec.me.0 as usize], Op(0), "primary counts itself by durable_op");
+        }
+        self.learner_invariants();
+        if let Some(previous) = self.log.view_at(self.log.base()) {
+            let mut view = previous;
+            for entry in self.log.entries_from(self.log.base().next()) {
+                assert!(entry.view >= view, "{self:?}: log views go backwards at {}", entry.op);
+                assert!(entry.view <= self.log_view.max(self.view), "{self:?}: entry from a future view");
+                view = entry.view;
+            }
+        }
+    }
+
+    /// The latest tick from which a replication quorum (this primary
+    /// included) has confirmed this view with CommitReplies (R24), or `None`
+    /// before such a quorum answered in this view. With other members, at
+    /// least one of them must be in it, even if the replication quorum is 1:
+    /// a primary of a stale view (elected late from old DoViewChanges) never
+    /// hears from members that moved on, so it never serves a read (V7).
+    pub(crate) fn quorum_contact_tick(&self) -> Option<u64> {
+        let members = self.spec.members.len();
+        // Backups that must have answered, besides this primary.
+        let needed = self.spec.quorums.replication.max(2.min(members)) - 1;
+        if needed == 0 {
+            return Some(u64::MAX);
+        }
+        let mut answered = [0u64; cohort_messages::GROUP_MEMBERS_MAX];
+        let mut count = 0;
+        for (member, tick) in self.contact_tick.iter().enumerate() {
+            if member != self.spec.me.0 as usize
+                && let Some(tick) = tick
+            {
+                answered[count] = *tick;
+                count += 1;
+            }
+        }
+        (count >= needed).then(|| crate::quorum::kth_largest(&answered[..count], needed))
+    }
+
+    /// When this primary must step down if no quorum answers (R24): one
+    /// window after the quorum's last confirmation, or after the view began.
+    pub(crate) fn step_down_tick(&self) -> u64 {
+        let since = self.quorum_contact_tick().unwrap_or(self.heartbeat.view_start_tick);
+        since.max(self.heartbeat.view_start_tick).saturating_add(self.config.timing.commit_heartbeat_timeout_ticks)
+    }
+
+    /// The pending StartView of a lagging backup, re-sent by the primary.
+    pub(crate) fn start_view_message(&self) -> StartView {
+        StartView {
+            group: self.spec.group,
+            incarnation: self.spec.incarnation,
+            view: self.view,
+            op: self.log.op(),
+            commit: self.commit_max.min(self.log.op()),
+            replica: self.spec.me,
+            log: self.log.entries_from(self.log.base().next()).cloned().collect(),
+        }
+    }
+}

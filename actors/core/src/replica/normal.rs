@@ -1,0 +1,433 @@
+//! Normal operation (V1): Request → Prepare → PrepareOk → commit → apply → Reply.
+//!
+//! The primary assigns the next op, stages it, and sends the Prepare to every
+//! backup at once (not waiting for its own write). A backup appends Prepares
+//! in op order and answers PrepareOk only for what is durable. A PrepareOk for
+//! op n means the backup durably holds the view's log up to n, so the commit
+//! point is the Qr-th highest of the members' durable ops, the primary's own
+//! included. Ops are applied in order; the client table makes each
+//! (client, request number) apply once.
+
+use cohort_messages::{
+    CommitEntry, HeartbeatState, LogEntry, Message, Op, Outcome, Prepare, PrepareOk, Redirect, Reply, ReplyError,
+    Request, RequestKind,
+};
+
+use super::{Replica, Status};
+
+/// Timestamps per tick: a group's Commits within one tick are ordered by the
+/// low part (saturating), the tick is the high part.
+pub(crate) const TIMESTAMP_PER_TICK: u64 = 16;
+use crate::client_table::Admission;
+use crate::effect::{AppliedOp, Effect};
+use crate::effects::Effects;
+
+impl Replica {
+    /// A client request (V1, V5, V7).
+    pub(crate) fn on_request(&mut self, request: Request, fx: &mut Effects) {
+        if !self.is_primary() {
+            let primary = (self.status == super::Status::Normal).then(|| self.node_of(self.primary_index()));
+            fx.push(Effect::Redirect(Redirect {
+                group: self.spec.group,
+                client: request.client,
+                request: request.request,
+                view: self.view,
+                primary,
+            }));
+            return;
+        }
+        match request.kind {
+            RequestKind::Read => self.on_read(request, fx),
+            RequestKind::Write => self.on_write(request, fx),
+        }
+    }
+
+    /// Answer a request with an error (nothing was applied).
+    pub(crate) fn reply_error(&self, request: &Request, code: ReplyError, detail: String, fx: &mut Effects) {
+        fx.push(Effect::Reply(Reply {
+            client: request.client,
+            request: request.request,
+            group: self.spec.group,
+            view: self.view,
+            op: Op(0),
+            outcome: Outcome::Error { code, detail },
+        }));
+    }
+
+    /// V7: reads are served by the primary only while its quorum window
+    /// holds and after it has applied everything it inherited. The reply
+    /// carries the applied point, so a host can serve a linearizable read
+    /// from its own index once that index has reached it (read index).
+    fn on_read(&mut self, request: Request, fx: &mut Effects) {
+        if self.is_sealing() {
+            return self.refuse_sealed(&request, fx);
+        }
+        let window = self.config.timing.commit_heartbeat_timeout_ticks;
+        match self.quorum_contact_tick() {
+            None => {
+                let detail = format!(
+                    "{}: primary of {} has not yet been confirmed by a replication quorum in this view",
+                    self.spec.group, self.view
+                );
+                return self.reply_error(&request, ReplyError::QuorumWindowExpired, detail, fx);
+            }
+            Some(contact) if fx.now >= contact.saturating_add(window) => {
+                let detail = format!(
+                    "{}: primary of {} has not heard a quorum since tick {contact} (window {window} ticks)",
+                    self.spec.group, self.view
+                );
+                return self.reply_error(&request, ReplyError::QuorumWindowExpired, detail, fx);
+            }
+            Some(_) => {}
+        }
+        if self.commit_min < self.start_view_op {
+            let detail = format!("{}: new primary of {} is still committing inherited ops", self.spec.group, self.view);
+            return self.reply_error(&request, ReplyError::ViewChange, detail, fx);
+        }
+        // The reply's op is the applied point the read saw: every synchronous
+        // write acknowledged before the read arrived is at or below it.
+        let result = self.state.read(&request.operation);
+        fx.push(Effect::Reply(Reply {
+            client: request.client,
+            request: request.request,
+            group: self.spec.group,
+            view: self.view,
+            op: self.commit_min,
+            outcome: Outcome::Ok(result),
+        }));
+    }
+
+    /// True if a replication quorum confirmed this primary within the last
+    /// `commit_heartbeat_timeout_ticks` (R24): no newer view can exist yet.
+    pub(crate) fn quorum_window_holds(&self, now: u64) -> bool {
+        let window = self.config.timing.commit_heartbeat_timeout_ticks;
+        self.quorum_contact_tick().is_some_and(|contact| now < contact.saturating_add(window))
+    }
+
+    fn on_write(&mut self, request: Request, fx: &mut Effects) {
+        if self.is_sealing() {
+            return self.refuse_sealed(&request, fx);
+        }
+        match self.clients.admit(request.client, request.request) {
+            Admission::Duplicate(entry) => {
+                return fx.push(Effect::Reply(Reply {
+                    client: request.client,
+                    request: request.request,
+                    group: self.spec.group,
+                    view: self.view,
+                    op: entry.op,
+                    outcome: Outcome::Ok(entry.result),
+                }));
+            }
+            Admission::Superseded => {
+                let detail =
+                    format!("{}: {} is older than the client's latest request", self.spec.group, request.request);
+                return self.reply_error(&request, ReplyError::Superseded, detail, fx);
+            }
+            // The table only knows applied ops. An earlier request of this
+            // client may still be in the log unapplied (an async write is
+            // acknowledged on the primary's durable copy), or a new primary
+            // may not yet have applied what it inherited: neither is an
+            // eviction.
+            Admission::UnknownClient if self.log.has_client_after(self.commit_min, request.client) => {}
+            Admission::UnknownClient if self.commit_min < self.start_view_op => {
+                let detail = format!(
+                    "{}: new primary of {} is still applying inherited ops; {} is not in its client table yet",
+                    self.spec.group, self.view, request.client
+                );
+                return self.reply_error(&request, ReplyError::ViewChange, detail, fx);
+            }
+            // Only a primary that a quorum confirmed within its window (R24)
+            // knows every committed op: a stale one (paused, or elected in a
+            // view the others already left) may simply not have applied the
+            // client's earlier writes, so it must not refuse the client.
+            Admission::UnknownClient if !self.quorum_window_holds(fx.now) => {
+                let detail = format!(
+                    "{}: primary of {} is not confirmed by a quorum within its window; {} may be known to a newer view",
+                    self.spec.group, self.view, request.client
+                );
+                return self.reply_error(&request, ReplyError::QuorumWindowExpired, detail, fx);
+            }
+            Admission::UnknownClient => {
+                let detail = format!(
+                    "{}: {} is not known (evicted from the client table, or its earlier async writes were lost in a view change); start a new client at request 1",
+                    self.spec.group, request.client
+                );
+                return self.reply_error(&request, ReplyError::Superseded, detail, fx);
+            }
+            Admission::New => {}
+        }
+        // In flight already (in the log or queued): the reply comes on apply.
+        if self.log.find_request(self.commit_min, request.client, request.request).is_some()
+            || self
+                .request_queue
+                .iter()
+                .any(|queued| queued.client == request.client && queued.request == request.request)
+        {
+            return;
+        }
+        if self.request_queue.len() >= self.config.request_queue_max {
+            let detail = format!("{}: {} requests already queued", self.spec.group, self.request_queue.len());
+            return self.reply_error(&request, ReplyError::Busy, detail, fx);
+        }
+        self.request_queue.push_back(request);
+        self.prepare_queued(fx);
+    }
+
+    /// Move queued requests into the pipeline while it has room. Q3: nothing
+    /// new enters before every inherited op is committed.
+    pub(crate) fn prepare_queued(&mut self, fx: &mut Effects) {
+        if !self.is_primary() || self.commit_max < self.start_view_op {
+            return;
+        }
+        if self.seal_in_log() {
+            return self.refuse_queued(fx);
+        }
+        while self.log.op().0 - self.commit_max.0 < self.config.pipeline_max_ops {
+            let Some(request) = self.request_queue.pop_front() else { break };
+            let entry = LogEntry {
+                op: self.log.op().next(),
+                view: self.view,
+                client: request.client,
+                request: request.request,
+                operation: request.operation,
+            };
+            let seal = entry.client == cohort_messages::ClientId::SEAL;
+            self.stage_append(entry.clone(), fx);
+            for member in self.receivers() {
+                let prepare = self.prepare_message(entry.clone());
+                fx.send(self.node_of(member), Message::Prepare(prepare));
+            }
+            if seal {
+                // Nothing is prepared after a seal (see `seal`).
+                return self.refuse_queued(fx);
+            }
+        }
+    }
+
+    pub(crate) fn prepare_message(&self, entry: LogEntry) -> Prepare {
+        Prepare {
+            group: self.spec.group,
+            incarnation: self.spec.incarnation,
+            view: self.view,
+            commit: self.commit_max.min(self.log.op()),
+            replica: self.spec.me,
+            entry,
+        }
+    }
+
+    /// A backup receives a Prepare. R7: Prepares never restart the heartbeat timeout.
+    pub(crate) fn on_prepare(&mut self, prepare: Prepare, fx: &mut Effects) {
+        if prepare.view < self.view || prepare.replica != self.primary_index_of(prepare.view) {
+            return;
+        }
+        if prepare.view > self.view || self.status != Status::Normal || self.log_view != self.view {
+            // We missed the StartView; the primary re-sends it to members
+            // that have not confirmed the view.
+            return;
+        }
+        if self.is_primary() {
+            return;
+        }
+        let op = prepare.entry.op;
+        if op <= self.log.op() {
+            // A duplicate (or a repair of something we hold): re-acknowledge.
+            if self.durable_op >= op {
+                self.send_prepare_ok(fx);
+            }
+        } else if op == self.log.op().next() {
+            self.stage_append(prepare.entry, fx);
+        } else {
+            // A gap: ask for what is missing.
+            self.repair_target = self.repair_target.max(op);
+        }
+        self.learn_commit(prepare.commit, fx);
+    }
+
+    /// A backup's log became durable further.
+    pub(crate) fn on_durable(&mut self, fx: &mut Effects) {
+        if self.is_primary() {
+            self.acknowledge_async(fx);
+            self.advance_commit(fx);
+        } else if self.status == Status::Normal && self.log_view == self.view {
+            self.send_prepare_ok(fx);
+        }
+    }
+
+    /// Q4: in an async group, a write is acknowledged once the primary's
+    /// own copy is durable.
+    fn acknowledge_async(&mut self, fx: &mut Effects) {
+        if self.spec.write_mode != super::WriteMode::Async {
+            return;
+        }
+        while self.async_acked_op < self.durable_op {
+            let op = self.async_acked_op.next();
+            self.async_acked_op = op;
+            let Some(entry) = self.log.get(op) else { continue };
+            fx.push(Effect::Reply(Reply {
+                client: entry.client,
+                request: entry.request,
+                group: self.spec.group,
+                view: self.view,
+                op,
+                outcome: Outcome::Ok(bytes::Bytes::new()),
+            }));
+        }
+    }
+
+    fn send_prepare_ok(&mut self, fx: &mut Effects) {
+        if self.durable_op == Op(0) {
+            return;
+        }
+        fx.send(self.node_of(self.primary_index()), Message::PrepareOk(self.prepare_ok()));
+    }
+
+    /// What this member holds durably in its view, for the primary.
+    pub(crate) fn prepare_ok(&self) -> PrepareOk {
+        PrepareOk {
+            group: self.spec.group,
+            incarnation: self.spec.incarnation,
+            view: self.view,
+            op: self.durable_op,
+            replica: self.spec.me,
+        }
+    }
+
+    /// The primary counts an acknowledgement.
+    pub(crate) fn on_prepare_ok(&mut self, ok: PrepareOk, fx: &mut Effects) {
+        if !self.is_primary() || ok.view != self.view || ok.replica == self.spec.me {
+            return;
+        }
+        if let Some(slot) = self.learner_slot(ok.replica) {
+            return self.on_learner_prepare_ok(slot, ok.op, fx.now);
+        }
+        let member = ok.replica.0 as usize;
+        if member >= self.acked.len() {
+            return;
+        }
+        self.confirmed[member] = true;
+        if ok.op > self.acked[member] && ok.op <= self.log.op() {
+            self.acked[member] = ok.op;
+            self.advance_commit(fx);
+            self.check_waits(fx);
+        }
+    }
+
+    /// Durable ops per member, the primary's own by `durable_op`.
+    pub(crate) fn held_ops(&self) -> Vec<Op> {
+        let mut held = self.acked.clone();
+        held[self.spec.me.0 as usize] = self.durable_op;
+        debug_assert_eq!(held.len(), self.spec.members.len(), "only voters are counted");
+        held
+    }
+
+    /// Recompute the commit point from acknowledgements (V1, Q3).
+    pub(crate) fn advance_commit(&mut self, fx: &mut Effects) {
+        debug_assert!(self.is_primary());
+        let quorum = self.spec.quorums.replication.saturating_sub(self.config.commit_quorum_short_by_for_tests).max(1);
+        let commit = crate::quorum::quorum_op(&self.held_ops(), quorum);
+        if commit <= self.commit_max {
+            self.check_waits(fx);
+            return;
+        }
+        self.commit_max = commit;
+        self.apply_committed(fx);
+        // R6: an eager Commit to each backup that holds the new commit point.
+        for member in self.others() {
+            if self.acked[member.0 as usize] >= commit {
+                let entry = self.commit_entry(HeartbeatState::Eager, fx.now);
+                fx.queue_commit(self.node_of(member), entry, self.superblock_flush);
+            }
+        }
+        self.eager_commits_to_learners(commit, fx);
+        self.check_waits(fx);
+        self.prepare_queued(fx);
+    }
+
+    /// A new Commit entry, with the next monotonic timestamp (R14).
+    ///
+    /// A timestamp is `tick * TIMESTAMP_PER_TICK + sequence`: it grows for
+    /// each Commit of the group, and a CommitReply that echoes it tells the
+    /// primary the tick at which the backup's lease began (R24, V7).
+    pub(crate) fn commit_entry(&mut self, state: HeartbeatState, now: u64) -> CommitEntry {
+        let floor = now * TIMESTAMP_PER_TICK;
+        let next = (self.timestamp.0 + 1).max(floor).min(floor + TIMESTAMP_PER_TICK - 1).max(self.timestamp.0);
+        self.timestamp = cohort_messages::Timestamp(next);
+        CommitEntry {
+            group: self.spec.group,
+            partition_incarnation: self.spec.incarnation,
+            view: self.view,
+            commit: self.commit_max.min(self.log.op()),
+            timestamp_monotonic: self.timestamp,
+            heartbeat_state: state,
+            replica: self.spec.me,
+        }
+    }
+
+    /// A backup learns a commit point.
+    pub(crate) fn learn_commit(&mut self, commit: Op, fx: &mut Effects) {
+        if commit > self.commit_max {
+            self.commit_max = commit;
+        }
+        if self.log_view == self.view {
+            self.apply_committed(fx);
+        }
+        if self.commit_max > self.log.op() {
+            self.repair_target = self.repair_target.max(self.commit_max);
+        }
+    }
+
+    /// Apply every committed op held in the log, in order.
+    pub(crate) fn apply_committed(&mut self, fx: &mut Effects) {
+        let target = self.commit_max.min(self.log.op());
+        if target <= self.commit_min {
+            return;
+        }
+        let primary = self.is_primary();
+        let mut applied = Vec::new();
+        while self.commit_min < target {
+            let op = self.commit_min.next();
+            let Some(entry) = self.log.get(op) else { break };
+            if entry.client == cohort_messages::ClientId::SEAL {
+                let operation = entry.operation.clone();
+                self.commit_min = op;
+                self.apply_seal(op, &operation, fx);
+                continue;
+            }
+            let (client, request) = (entry.client, entry.request);
+            let result = if self.clients.should_apply(client, request) {
+                let operation = entry.operation.clone();
+                let result = self.state.apply(op, &operation);
+                self.clients.record(client, request, op, result.clone());
+                if self.spec.report_applied {
+                    applied.push(AppliedOp { op, operation, result: result.clone() });
+                }
+                Some(result)
+            } else {
+                self.clients.get(client).filter(|e| e.request == request).map(|e| e.result.clone())
+            };
+            self.commit_min = op;
+            let acknowledged = self.spec.write_mode == super::WriteMode::Async && op <= self.async_acked_op;
+            if primary
+                && !acknowledged
+                && let Some(result) = result
+            {
+                fx.push(Effect::Reply(Reply {
+                    client,
+                    request,
+                    group: self.spec.group,
+                    view: self.view,
+                    op,
+                    outcome: Outcome::Ok(result),
+                }));
+            }
+        }
+        if self.spec.report_applied {
+            fx.push(Effect::Applied { group: self.spec.group, ops: applied, through: self.commit_min });
+        }
+        fx.push(Effect::Committed { group: self.spec.group, op: self.commit_min });
+        // R12: the new commit point is saved before a Commit carries it.
+        self.stage_superblock(fx);
+        self.maybe_snapshot(fx);
+    }
+}

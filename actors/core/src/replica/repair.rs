@@ -1,0 +1,214 @@
+//! Catch-up of lagging members (V3): missing prepares, and state transfer
+//! when the primary's log no longer holds what is missing.
+//!
+//! A backup that sees a gap (a Prepare beyond its next op, or a commit point
+//! beyond its log) asks the primary for the missing range, at most
+//! `REPAIR_OPS_MAX` ops at a time and again after `repair_timeout_ticks`.
+//! The primary answers with ordinary Prepares, or, if the range starts at or
+//! below its snapshot, with the first chunk of that snapshot. State transfer
+//! is pulled chunk by chunk, so a lost chunk only costs a retry.
+
+use bytes::Bytes;
+use cohort_messages::{
+    MemberIndex, Message, Op, REPAIR_OPS_MAX, RequestPrepares, RequestStateTransfer, STATE_CHUNK_SIZE_MAX_BYTES,
+    StateChunk, View,
+};
+
+use super::{Replica, Status};
+use crate::effects::Effects;
+use crate::storage::Snapshot;
+
+/// A snapshot being fetched.
+#[derive(Clone, Debug)]
+pub(crate) struct StateTransfer {
+    pub source: MemberIndex,
+    pub snapshot_op: Op,
+    pub snapshot_view: View,
+    pub total_size_bytes: u64,
+    pub data: Vec<u8>,
+}
+
+impl Replica {
+    /// True if this backup is missing ops it knows exist, or is fetching state.
+    pub(crate) fn needs_repair(&self) -> bool {
+        self.status == Status::Normal
+            && !self.is_primary()
+            && (self.state_transfer.is_some() || (self.log_view == self.view && self.repair_target > self.log.op()))
+    }
+
+    /// Ask the primary for the next missing range.
+    pub(crate) fn request_repair(&mut self, fx: &mut Effects) {
+        self.repair_deadline = fx.now + self.config.timing.repair_timeout_ticks;
+        if self.state_transfer.is_some() {
+            return self.retry_state_transfer(fx);
+        }
+        let op_min = self.log.op().next();
+        let op_max = Op(self.repair_target.0.min(op_min.0 + REPAIR_OPS_MAX - 1));
+        let request = RequestPrepares {
+            group: self.spec.group,
+            incarnation: self.spec.incarnation,
+            view: self.view,
+            replica: self.spec.me,
+            op_min,
+            op_max,
+        };
+        fx.send(self.node_of(self.primary_index()), Message::RequestPrepares(request));
+    }
+
+    /// The primary answers a repair request.
+    pub(crate) fn on_request_prepares(&mut self, request: RequestPrepares, fx: &mut Effects) {
+        if !self.is_primary() || request.view != self.view || request.replica == self.spec.me {
+            return;
+        }
+        let to = self.node_of(request.replica);
+        if request.op_min <= self.log.base() {
+            if let Some(snapshot) = self.snapshot.clone() {
+                self.send_chunk(&snapshot, 0, request.replica, fx);
+            }
+            return;
+        }
+        let last = request.op_max.min(self.log.op());
+        let mut op = request.op_min;
+        while op <= last {
+            if let Some(entry) = self.log.get(op).cloned() {
+                fx.send(to, Message::Prepare(self.prepare_message(entry)));
+            }
+            op = op.next();
+        }
+    }
+
+    /// Start fetching the snapshot of `source`.
+    pub(crate) fn request_state_transfer(&mut self, source: MemberIndex, fx: &mut Effects) {
+        self.state_transfer = Some(StateTransfer {
+            source,
+            snapshot_op: Op(0),
+            snapshot_view: View(0),
+            total_size_bytes: 0,
+            data: Vec::new(),
+        });
+        self.retry_state_transfer(fx);
+    }
+
+    /// Ask for the next chunk (or again for a lost one).
+    pub(crate) fn retry_state_transfer(&mut self, fx: &mut Effects) {
+        let Some(transfer) = &self.state_transfer else { return };
+        self.repair_deadline = fx.now + self.config.timing.repair_timeout_ticks;
+        let request = RequestStateTransfer {
+            group: self.spec.group,
+            incarnation: self.spec.incarnation,
+            view: self.view,
+            replica: self.spec.me,
+            snapshot_op: transfer.snapshot_op,
+            offset_bytes: transfer.data.len() as u64,
+        };
+        fx.send(self.node_of(transfer.source), Message::RequestStateTransfer(request));
+    }
+
+    /// Any member with a snapshot serves it: it is committed state.
+    pub(crate) fn on_request_state_transfer(&mut self, request: RequestStateTransfer, fx: &mut Effects) {
+        if request.replica == self.spec.me {
+            return;
+        }
+        let Some(snapshot) = self.snapshot.clone() else { return };
+        let offset = if request.snapshot_op == snapshot.op { request.offset_bytes } else { 0 };
+        self.send_chunk(&snapshot, offset, request.replica, fx);
+    }
+
+    fn send_chunk(&self, snapshot: &Snapshot, offset_bytes: u64, to: MemberIndex, fx: &mut Effects) {
+        let total = snapshot.data.len() as u64;
+        let start = offset_bytes.min(total) as usize;
+        let end = (start + STATE_CHUNK_SIZE_MAX_BYTES).min(snapshot.data.len());
+        let chunk = StateChunk {
+            group: self.spec.group,
+            incarnation: self.spec.incarnation,
+            view: self.view,
+            replica: self.spec.me,
+            snapshot_op: snapshot.op,
+            snapshot_view: snapshot.view,
+            offset_bytes: start as u64,
+            total_size_bytes: total,
+            chunk: snapshot.data.slice(start..end),
+        };
+        fx.send(self.node_of(to), Message::StateChunk(chunk));
+    }
+
+    /// A chunk arrives (asked for, or as the answer to a repair request).
+    pub(crate) fn on_state_chunk(&mut self, chunk: StateChunk, fx: &mut Effects) {
+        if chunk.replica == self.spec.me || chunk.snapshot_op <= self.commit_min {
+            return;
+        }
+        if self.is_primary() {
+            return;
+        }
+        let fresh = StateTransfer {
+            source: chunk.replica,
+            snapshot_op: chunk.snapshot_op,
+            snapshot_view: chunk.snapshot_view,
+            total_size_bytes: chunk.total_size_bytes,
+            data: Vec::new(),
+        };
+        let transfer = self.state_transfer.get_or_insert(fresh.clone());
+        if transfer.snapshot_op != chunk.snapshot_op || transfer.source != chunk.replica {
+            if chunk.offset_bytes != 0 {
+                return;
+            }
+            *transfer = fresh;
+        }
+        if chunk.offset_bytes != transfer.data.len() as u64 || chunk.total_size_bytes != transfer.total_size_bytes {
+            return;
+        }
+        transfer.data.extend_from_slice(&chunk.chunk);
+        if !chunk.is_last() {
+            return self.retry_state_transfer(fx);
+        }
+        let Some(transfer) = self.state_transfer.take() else { return };
+        let snapshot =
+            Snapshot { op: transfer.snapshot_op, view: transfer.snapshot_view, data: Bytes::from(transfer.data) };
+        if self.install_snapshot(snapshot, fx).is_err() {
+            // A snapshot that does not decode is dropped; repair asks again.
+            self.repair_deadline = fx.now;
+        }
+    }
+
+    /// Install a fetched snapshot of committed state. Entries after it that
+    /// we hold are kept: only the committed prefix is replaced (see
+    /// docs/replication.md on why this never loses a committed op).
+    pub(crate) fn install_snapshot(&mut self, snapshot: Snapshot, fx: &mut Effects) -> Result<(), String> {
+        if snapshot.op <= self.commit_min {
+            return Ok(());
+        }
+        let kept: Vec<_> = self.log.entries_from(snapshot.op.next()).cloned().collect();
+        self.install_snapshot_state(&snapshot, fx)?;
+        // Keep what follows the snapshot only while views do not go
+        // backwards: an entry of a view older than the snapshot's entry
+        // cannot be committed (committed logs are prefixes, views in a log
+        // never decrease), and neither can anything after it.
+        let mut dropped = false;
+        for entry in kept {
+            if !dropped && entry.op == self.log.op().next() && entry.view >= snapshot.view {
+                self.log.push(entry);
+            } else {
+                dropped = true;
+            }
+        }
+        self.durable_op = self.durable_op.min(self.log.op());
+        let flush = fx.stage(
+            self.spec.group,
+            crate::effect::Effect::SaveSnapshot { group: self.spec.group, snapshot: snapshot.clone() },
+        );
+        self.pending_durable.push_back((flush, self.log.op()));
+        if dropped {
+            let op = self.log.op();
+            self.stage_truncate(op, fx);
+        }
+        self.snapshot = Some(snapshot);
+        self.stage_superblock(fx);
+        fx.push(crate::effect::Effect::Committed { group: self.spec.group, op: self.commit_min });
+        if self.status == Status::ViewChange {
+            self.try_complete_view_change(fx);
+        } else if self.log_view == self.view {
+            self.apply_committed(fx);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,252 @@
+//! Sealing an incarnation, and switching to the next one (member changes).
+//!
+//! A group's voting members never change inside a running incarnation: every
+//! quorum of an incarnation is computed over one fixed member set. To change
+//! members, the primary prepares a *seal* entry (client [`ClientId::SEAL`],
+//! operation a [`Seal`] naming the next incarnation and its members). It is
+//! the last entry of the incarnation's log:
+//! - nothing is prepared after it, in this view or any later one (a new
+//!   primary whose adopted log ends with a seal commits it and stops), so
+//!   every op the incarnation ever commits is at or before the seal;
+//! - from the moment a seal is in a replica's log it answers no more reads
+//!   or writes (clients retry and reach the next incarnation): a primary
+//!   stops reading before any backup holds the seal, so backups may give up
+//!   their leases and follow a member that moved to a later view (a member
+//!   stuck alone in a later view would otherwise never reach the seal);
+//! - once a replica applies it, the replica's state is final: it takes no
+//!   snapshot past the seal (a restart replays it), and keeps serving repair
+//!   so lagging members of the next incarnation can reach it.
+//!
+//! The host switches a sealed replica to the next incarnation only once every
+//! member of the next incarnation has applied the seal (the metadata gates
+//! it), so all of them start from the same state: the switched replica keeps
+//! the state machine and client table (exactly-once survives the switch),
+//! starts at view 0 with its log based at the seal's op, and saves a snapshot
+//! there, so a restart recovers the new incarnation from it. Frames of one
+//! incarnation are refused by replicas of the other, as for a re-created
+//! group.
+
+use cohort_messages::seal::Seal;
+use cohort_messages::{ClientId, MemberIndex, NodeId, Op, ReplyError, Request, RequestKind, RequestNumber, View};
+
+use super::{GroupSpec, Replica, snapshot};
+use crate::effect::Effect;
+use crate::effects::Effects;
+use crate::log::Log;
+use crate::quorum::Quorums;
+use crate::storage::{RecoveredGroup, Snapshot};
+use snapshot::SnapshotMembership;
+
+/// The seal a replica applied.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sealed {
+    /// The seal's op: the last op of this incarnation.
+    pub op: Op,
+    /// What it says.
+    pub seal: Seal,
+}
+
+/// Why a seal or a switch was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SealError {
+    /// Only the primary prepares a seal.
+    #[error("{0}: only the primary seals its log; this replica is not it")]
+    NotPrimary(cohort_messages::GroupId),
+    /// A seal is already queued, in the log, or applied.
+    #[error("{0}: already sealed (or a seal is on its way)")]
+    AlreadySealed(cohort_messages::GroupId),
+    /// The seal itself is invalid for this group.
+    #[error("{group}: bad seal: {reason}")]
+    Invalid {
+        /// The group.
+        group: cohort_messages::GroupId,
+        /// Why.
+        reason: String,
+    },
+    /// No seal applied yet: nothing to switch to.
+    #[error("{0}: no seal applied yet")]
+    NotSealed(cohort_messages::GroupId),
+    /// This node is not a member of the next incarnation.
+    #[error("{group}: {node} is not a member of incarnation {incarnation}; unload the group instead")]
+    NotNextMember {
+        /// The group.
+        group: cohort_messages::GroupId,
+        /// This node.
+        node: NodeId,
+        /// The next incarnation.
+        incarnation: u64,
+    },
+}
+
+impl Replica {
+    /// The seal this replica applied, if any: its state is final.
+    pub fn sealed(&self) -> Option<&Sealed> {
+        self.sealed.as_ref()
+    }
+
+    /// The applied seal, once this member holds it durably: the log through
+    /// the seal and a superblock whose commit point covers it, so a restart
+    /// applies the seal again without asking anyone. The host switches the
+    /// group only when every next member reports this (a member that lost
+    /// its seal in a crash could not catch up once the others switched).
+    pub fn seal_durable(&self) -> Option<&Sealed> {
+        self.sealed
+            .as_ref()
+            .filter(|sealed| self.durable_op >= sealed.op && self.superblock_durable_commit >= sealed.op)
+    }
+
+    /// Whether the log ends with a seal (committed or not).
+    pub(crate) fn seal_in_log(&self) -> bool {
+        self.log.op() > self.log.base() && self.log.get(self.log.op()).is_some_and(|e| e.client == ClientId::SEAL)
+    }
+
+    fn seal_queued(&self) -> bool {
+        self.request_queue.iter().any(|request| request.client == ClientId::SEAL)
+    }
+
+    /// Prepare a seal: the primary queues it ahead of every request (Q3 still
+    /// holds: it enters the log only after the inherited ops committed).
+    pub fn propose_seal(&mut self, seal: Seal, fx: &mut Effects) -> Result<(), SealError> {
+        let group = self.spec.group;
+        if !self.is_primary() {
+            return Err(SealError::NotPrimary(group));
+        }
+        if self.sealed.is_some() || self.seal_in_log() || self.seal_queued() {
+            return Err(SealError::AlreadySealed(group));
+        }
+        seal.validate().map_err(|error| SealError::Invalid { group, reason: error.to_string() })?;
+        if seal.incarnation.0 != self.spec.incarnation.0 + 1 {
+            let reason = format!("it names incarnation {}, not {}", seal.incarnation.0, self.spec.incarnation.0 + 1);
+            return Err(SealError::Invalid { group, reason });
+        }
+        let request = Request {
+            client: ClientId::SEAL,
+            request: RequestNumber(0),
+            group,
+            kind: RequestKind::Write,
+            operation: seal.encode(),
+        };
+        self.request_queue.push_front(request);
+        self.prepare_queued(fx);
+        Ok(())
+    }
+
+    /// Apply the seal at `op` (called from apply in place of the state machine).
+    pub(crate) fn apply_seal(&mut self, op: Op, operation: &[u8], fx: &mut Effects) {
+        // A seal that does not decode cannot come from a valid Prepare (they
+        // are validated); every member holds the same bytes, so every member
+        // skips it the same way.
+        if let Ok(seal) = Seal::decode(operation) {
+            self.sealed = Some(Sealed { op, seal });
+            self.refuse_queued(fx);
+        }
+    }
+
+    /// Answer every queued request: nothing more enters this incarnation's log.
+    pub(crate) fn refuse_queued(&mut self, fx: &mut Effects) {
+        while let Some(request) = self.request_queue.pop_front() {
+            if request.client != ClientId::SEAL {
+                self.refuse_sealed(&request, fx);
+            }
+        }
+    }
+
+    /// A request reached a sealed incarnation: retry, the next one serves it.
+    pub(crate) fn refuse_sealed(&self, request: &Request, fx: &mut Effects) {
+        let detail = format!(
+            "{}: incarnation {} is sealed for a member change; retry shortly",
+            self.spec.group, self.spec.incarnation.0
+        );
+        self.reply_error(request, ReplyError::ViewChange, detail, fx);
+    }
+
+    /// True if requests must be refused because the incarnation is sealed.
+    pub(crate) fn is_sealing(&self) -> bool {
+        self.sealed.is_some() || self.seal_in_log()
+    }
+
+    /// The next incarnation's spec for `node`, from the applied seal.
+    pub fn next_spec(&self, node: NodeId) -> Result<GroupSpec, SealError> {
+        let group = self.spec.group;
+        let sealed = self.sealed.as_ref().ok_or(SealError::NotSealed(group))?;
+        let members = sealed.seal.members.clone();
+        let me = members.iter().position(|member| *member == node).ok_or(SealError::NotNextMember {
+            group,
+            node,
+            incarnation: sealed.seal.incarnation.0,
+        })?;
+        let quorums = Quorums::new(members.len(), Some(usize::from(sealed.seal.replication_quorum)))
+            .map_err(|error| SealError::Invalid { group, reason: error.to_string() })?;
+        Ok(GroupSpec {
+            group,
+            incarnation: sealed.seal.incarnation,
+            members,
+            // The next incarnation starts without learners; the host adds
+            // any the metadata names with `Shard::set_learners`.
+            learners: Vec::new(),
+            me: MemberIndex(me as u8),
+            quorums,
+            write_mode: self.spec.write_mode,
+            report_applied: self.spec.report_applied,
+        })
+    }
+
+    /// The replica of the next incarnation, from this sealed one, with
+    /// `spec` from [`Replica::next_spec`] (see the module docs). Waits on
+    /// this replica end as not primary.
+    pub(crate) fn into_next_incarnation(mut self, spec: GroupSpec, fx: &mut Effects) -> Replica {
+        let op = self.sealed.as_ref().map_or(self.commit_min, |sealed| sealed.op);
+        self.fail_waits(fx);
+        self.refuse_queued(fx);
+        let Replica { state, clients, config, .. } = self;
+        let mut next = Replica::blank(spec, config, state, fx.now);
+        next.clients = clients;
+        next.log = Log::new(op, View(0));
+        next.commit_min = op;
+        next.commit_max = op;
+        next.durable_op = op;
+        // The new incarnation's recovery starts here: the old log's entries
+        // belong to other views of another incarnation.
+        let data = snapshot::encode(&next.state.snapshot(), &next.clients.encode(), &next.membership());
+        let snapshot = Snapshot { op, view: View(0), data };
+        fx.stage(next.spec.group, Effect::SaveSnapshot { group: next.spec.group, snapshot: snapshot.clone() });
+        next.snapshot = Some(snapshot);
+        next.start_view_zero(fx);
+        next
+    }
+}
+
+impl GroupSpec {
+    /// On recovery: if what survived belongs to a later incarnation (the
+    /// group switched before the restart), that incarnation's members and
+    /// quorum replace the configured ones. The newest of the superblock and
+    /// the snapshot's recorded membership wins: the snapshot a switch saves
+    /// may be durable before the superblock that follows it. `Err` if this
+    /// node is not a member of it (the host should drop the group).
+    pub fn adopt_recovered(mut self, recovered: &RecoveredGroup, node: NodeId) -> Result<GroupSpec, SealError> {
+        let from_superblock = recovered.superblock.as_ref().map(|superblock| SnapshotMembership {
+            incarnation: superblock.incarnation,
+            replication_quorum: superblock.replication_quorum,
+            members: superblock.members.clone(),
+        });
+        let from_snapshot =
+            recovered.snapshot.as_ref().and_then(|snapshot| snapshot::snapshot_membership(&snapshot.data));
+        let newest = [from_superblock, from_snapshot].into_iter().flatten().max_by_key(|m| m.incarnation);
+        let Some(newest) = newest.filter(|membership| membership.incarnation > self.incarnation) else {
+            return Ok(self);
+        };
+        let group = self.group;
+        let me = newest.members.iter().position(|member| *member == node).ok_or(SealError::NotNextMember {
+            group,
+            node,
+            incarnation: newest.incarnation.0,
+        })?;
+        self.quorums = Quorums::new(newest.members.len(), Some(usize::from(newest.replication_quorum)))
+            .map_err(|error| SealError::Invalid { group, reason: error.to_string() })?;
+        self.incarnation = newest.incarnation;
+        self.members = newest.members;
+        self.learners.clear();
+        self.me = MemberIndex(me as u8);
+        Ok(self)
+    }
+}

@@ -1,0 +1,332 @@
+//! View change (V2, Q3, P1, P2).
+//!
+//! A backup whose heartbeat timeout passed (or a primary that lost its quorum
+//! window, R24) moves to the next view: it makes the new view durable, then
+//! sends StartViewChange to all and DoViewChange (its log since its snapshot)
+//! to the new view's primary. The new primary waits for Qv DoViewChanges, its
+//! own included, takes the log with the highest `(log_view, op)`, and sends
+//! StartView. Qv + Qr > n, so the chosen log holds every committed op.
+//!
+//! Leases (V7): a normal backup does not join a view change while the lease
+//! it granted the primary (one heartbeat timeout after the newest Commit it
+//! accepted) is running. Any new view needs a DoViewChange from a member of
+//! every replication quorum, so no new primary exists while the old one may
+//! still serve reads.
+//!
+//! Adoption rule: a member adopts a new log only from the first op where the
+//! two differ. Every op from there on in its old log was uncommitted (a
+//! committed op is in every later view's log at the same op, and commits are
+//! prefixes), so a crash halfway through the rewrite never loses a committed
+//! op that this member held.
+
+use cohort_messages::{DoViewChange, LogEntry, Message, Op, ReplyError, StartView, StartViewChange, View};
+
+use super::{Replica, Status};
+use crate::effects::Effects;
+use crate::quorum::{LogSummary, select_log};
+
+/// What the new primary keeps of one DoViewChange.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct DoViewChangeSummary {
+    pub log_view: View,
+    pub op: Op,
+    pub commit: Op,
+    pub replica: cohort_messages::MemberIndex,
+    pub log: Vec<LogEntry>,
+}
+
+impl Replica {
+    /// Enter the view change for `view`.
+    pub(crate) fn start_view_change(&mut self, view: View, fx: &mut Effects) {
+        assert!(!self.is_learner(), "{self:?}: a learner never starts a view change (P4)");
+        assert!(view > self.view || (view == self.view && self.status == Status::Normal && self.log_view < view));
+        let was_primary = self.is_primary();
+        fx.metrics.view_changes_started += 1;
+        self.status = Status::ViewChange;
+        self.view = view;
+        self.dvcs = vec![None; self.spec.members.len()];
+        self.svc_from = crate::quorum::MemberSet::EMPTY;
+        self.svc_from.insert(self.spec.me);
+        self.view_change_deadline = fx.now + self.config.timing.view_change_timeout_ticks;
+        self.view_change_resend_tick = fx.now + self.config.timing.repair_timeout_ticks;
+        if was_primary || !self.request_queue.is_empty() {
+            self.abandon_requests(fx);
+        }
+        self.fail_waits(fx);
+        self.stage_superblock(fx);
+        self.send_view_change_messages(fx);
+        self.report_role(fx);
+        for early in std::mem::take(&mut self.early_dvcs) {
+            if early.view == self.view {
+                self.svc_from.insert(early.replica);
+                self.record_dvc(early, fx);
+            }
+        }
+    }
+
+    /// Queued requests cannot be served in a view change: tell the clients.
+    fn abandon_requests(&mut self, fx: &mut Effects) {
+        for request in std::mem::take(&mut self.request_queue) {
+            let detail = format!("{}: view change to {} started; retry", self.spec.group, self.view);
+            self.reply_error(&request, ReplyError::ViewChange, detail, fx);
+        }
+    }
+
+    /// SVC to all, DVC to the new primary (or to ourselves), after the view is durable.
+    pub(crate) fn send_view_change_messages(&mut self, fx: &mut Effects) {
+        let svc = StartViewChange {
+            group: self.spec.group,
+            incarnation: self.spec.incarnation,
+            view: self.view,
+            replica: self.spec.me,
+        };
+        for member in self.others() {
+            fx.send_durable(self.node_of(member), Message::StartViewChange(svc));
+        }
+        let dvc = self.do_view_change_message();
+        let primary = self.primary_index();
+        if primary == self.spec.me {
+            self.record_dvc(dvc, fx);
+        } else {
+            fx.send_durable(self.node_of(primary), Message::DoViewChange(dvc));
+        }
+    }
+
+    fn do_view_change_message(&self) -> DoViewChange {
+        DoViewChange {
+            group: self.spec.group,
+            incarnation: self.spec.incarnation,
+            view: self.view,
+            log_view: self.log_view,
+            op: self.log.op(),
+            commit: self.commit_max.min(self.log.op()),
+            replica: self.spec.me,
+            log: self.log.entries_from(self.log.base().next()).cloned().collect(),
+        }
+    }
+
+    /// Join the view change for `view`, unless this member is a primary
+    /// still inside its quorum window, or a backup whose granted lease still
+    /// runs (it joins when the lease ends; `on_tick` reads `svc_view_seen`).
+    /// This is also what keeps one member that cannot hear the primary (a
+    /// one-way partition) from dragging a healthy group through view changes.
+    fn join_view_change(&mut self, view: View, fx: &mut Effects) {
+        if view <= self.view || self.is_learner() {
+            return;
+        }
+        self.svc_view_seen = self.svc_view_seen.max(view);
+        let healthy_primary = self.is_primary() && fx.now < self.step_down_tick();
+        let leased_backup = self.status == Status::Normal && !self.is_primary() && fx.now < self.lease_expiry;
+        // A sealing incarnation serves no reads (its primary stopped when the
+        // seal entered its log, before any backup holds it), so nothing rests
+        // on leases any more: follow a member that moved to a later view, so
+        // that it too reaches the seal before the group switches.
+        if (healthy_primary || leased_backup) && !self.is_sealing() {
+            return;
+        }
+        self.start_view_change(view, fx);
+    }
+
+    /// A lagging backup asks the primary of its view for the StartView: a
+    /// StartViewChange for the primary's own view is answered with it.
+    pub(crate) fn request_start_view(&mut self, fx: &mut Effects) {
+        let svc = StartViewChange {
+            group: self.spec.group,
+            incarnation: self.spec.incarnation,
+            view: self.view,
+            replica: self.spec.me,
+        };
+        fx.send(self.node_of(self.primary_index()), Message::StartViewChange(svc));
+    }
+
+    pub(crate) fn on_start_view_change(&mut self, svc: StartViewChange, fx: &mut Effects) {
+        if self.is_learner() {
+            return; // P4: a learner takes no part in elections.
+        }
+        if svc.view < self.view && self.is_primary() && self.spec.is_voter(svc.replica) {
+            // A member still electing an earlier view (it fell back after a
+            // restart, say) while this one runs: show it the current view.
+            let message = self.start_view_message();
+            return fx.send_durable(self.node_of(svc.replica), Message::StartView(message));
+        }
+        if svc.view > self.view {
+            self.join_view_change(svc.view, fx);
+        }
+        if svc.view == self.view && self.status == Status::ViewChange {
+            self.svc_from.insert(svc.replica);
+        } else if svc.view == self.view && self.is_primary() {
+            // A member still electing our view missed the StartView.
+            let message = self.start_view_message();
+            fx.send_durable(self.node_of(svc.replica), Message::StartView(message));
+        }
+    }
+
+    pub(crate) fn on_do_view_change(&mut self, dvc: DoViewChange, fx: &mut Effects) {
+        if self.is_learner() {
+            return; // P4: a learner takes no part in elections.
+        }
+        if dvc.view > self.view {
+            self.join_view_change(dvc.view, fx);
+            if dvc.view > self.view && self.primary_index_of(dvc.view) == self.spec.me {
+                // Our lease still runs: keep it for when we join, instead of
+                // making the sender wait for its next re-send.
+                self.early_dvcs.retain(|early| early.replica != dvc.replica);
+                self.early_dvcs.push(dvc);
+                return;
+            }
+        }
+        if dvc.view == self.view && self.status == Status::ViewChange {
+            self.svc_from.insert(dvc.replica);
+        }
+        if dvc.view != self.view || self.primary_index() != self.spec.me {
+            return;
+        }
+        if self.is_primary() {
+            let message = self.start_view_message();
+            fx.send_durable(self.node_of(dvc.replica), Message::StartView(message));
+            return;
+        }
+        if self.status == Status::ViewChange {
+            self.record_dvc(dvc, fx);
+        }
+    }
+
+    fn record_dvc(&mut self, dvc: DoViewChange, fx: &mut Effects) {
+        let member = dvc.replica.0 as usize;
+        if member >= self.dvcs.len() {
+            return;
+        }
+        self.dvcs[member] = Some(DoViewChangeSummary {
+            log_view: dvc.log_view,
+            op: dvc.op,
+            commit: dvc.commit,
+            replica: dvc.replica,
+            log: dvc.log,
+        });
+        self.try_complete_view_change(fx);
+    }
+
+    /// With Qv DoViewChanges (ours included), adopt the best log and start the view.
+    pub(crate) fn try_complete_view_change(&mut self, fx: &mut Effects) {
+        if self.status != Status::ViewChange || self.primary_index() != self.spec.me {
+            return;
+        }
+        let count = self.dvcs.iter().filter(|d| d.is_some()).count();
+        if count < self.spec.quorums.view_change || self.dvcs[self.spec.me.0 as usize].is_none() {
+            return;
+        }
+        let logs: Vec<LogSummary> = self
+            .dvcs
+            .iter()
+            .flatten()
+            .map(|d| LogSummary { member: d.replica, log_view: d.log_view, op: d.op, commit: d.commit })
+            .collect();
+        let (best, commit_known) = select_log(&logs, self.spec.me);
+        let best = self.dvcs[best.0 as usize].clone().expect("the chosen log is one we hold");
+        if best.replica != self.spec.me && !self.adopt_log(best.log_view, &best.log, best.op, fx) {
+            // Our log cannot be joined to the chosen one (we lag behind its
+            // snapshot). Abstain; the timeout moves the group to the next view,
+            // and we fetch the state meanwhile.
+            self.request_state_transfer(best.replica, fx);
+            return;
+        }
+        self.log_view = self.view;
+        self.commit_max = self.commit_max.max(commit_known).min(self.log.op()).max(self.commit_min);
+        self.become_primary(fx);
+    }
+
+    /// Take the role of primary of the current view: the log is the view's.
+    pub(crate) fn become_primary(&mut self, fx: &mut Effects) {
+        fx.metrics.primaries_started += 1;
+        self.stranded = None;
+        self.status = Status::Normal;
+        self.log_view = self.view;
+        self.start_view_op = self.log.op();
+        self.async_acked_op = self.log.op();
+        let members = self.spec.members.len();
+        self.acked = vec![Op(0); members];
+        self.confirmed = vec![false; members];
+        self.confirmed[self.spec.me.0 as usize] = true;
+        // No member has confirmed the new view yet: no reads until a quorum
+        // answers, and the step-down clock starts with the view (R24, V7).
+        self.contact_tick = vec![None; members];
+        self.reset_learner_tracks(fx.now);
+        self.heartbeat.reset(fx.now);
+        self.stage_superblock(fx);
+        let message = self.start_view_message();
+        for member in self.receivers() {
+            fx.send_durable(self.node_of(member), Message::StartView(message.clone()));
+        }
+        self.report_role(fx);
+        self.apply_committed(fx);
+        self.advance_commit(fx);
+    }
+
+    /// Replace our log with `log` (a view's log ending at `op`) from the first
+    /// op where they differ. False if our trusted prefix does not reach the
+    /// start of `log`.
+    pub(crate) fn adopt_log(&mut self, source_log_view: View, log: &[LogEntry], op: Op, fx: &mut Effects) -> bool {
+        let start = log.first().map(|entry| entry.op).unwrap_or(op.next());
+        let trusted_end = if self.log_view == source_log_view { self.log.op() } else { self.commit_min };
+        if start.0 > trusted_end.0 + 1 || op < self.log.base() || op < self.commit_min {
+            return false;
+        }
+        let overlap_from = start.max(self.log.base().next());
+        let mut diverge = self.log.op().min(op).next();
+        for entry in log.iter().filter(|entry| entry.op >= overlap_from) {
+            match self.log.get(entry.op) {
+                Some(ours) if ours.view == entry.view && entry.op <= self.log.op() => continue,
+                _ => {
+                    diverge = diverge.min(entry.op);
+                    break;
+                }
+            }
+        }
+        assert!(diverge > self.commit_min, "{self:?}: adoption would rewrite applied op {diverge}");
+        if self.log.op() >= diverge {
+            self.stage_truncate(Op(diverge.0 - 1), fx);
+        }
+        for entry in log.iter().filter(|entry| entry.op >= diverge) {
+            self.stage_append(entry.clone(), fx);
+        }
+        debug_assert_eq!(self.log.op(), op);
+        true
+    }
+
+    /// A backup receives the new view's log.
+    pub(crate) fn on_start_view(&mut self, sv: StartView, fx: &mut Effects) {
+        if sv.view < self.view || sv.replica != self.primary_index_of(sv.view) || sv.replica == self.spec.me {
+            return;
+        }
+        if sv.view == self.view && self.status == Status::Normal && self.log_view == self.view {
+            // Already in this view: confirm to the primary.
+            self.on_durable(fx);
+            return;
+        }
+        let view_changed = sv.view > self.view;
+        self.view = sv.view;
+        self.status = Status::Normal;
+        self.heartbeat_deadline = fx.now + self.config.timing.commit_heartbeat_timeout_ticks;
+        self.svc_view_seen = self.svc_view_seen.max(sv.view);
+        self.fail_waits(fx);
+        if self.adopt_log(sv.view, &sv.log, sv.op, fx) {
+            self.log_view = self.view;
+            self.commit_max = self.commit_max.max(sv.commit);
+            self.state_transfer = None;
+            self.stage_superblock(fx);
+            self.apply_committed(fx);
+            self.repair_target = self.repair_target.max(self.commit_max);
+            if self.is_learner() {
+                self.confirm_view_as_learner(fx);
+            }
+        } else {
+            // Lagging: fetch the primary's snapshot; the primary re-sends
+            // StartView until we confirm.
+            self.stage_superblock(fx);
+            if view_changed || self.state_transfer.is_none() {
+                self.request_state_transfer(sv.replica, fx);
+            }
+        }
+        self.report_role(fx);
+    }
+}

@@ -1,0 +1,103 @@
+//! Quorum waits (Q1, Q2): wait until `quorum` members durably hold an op.
+//!
+//! Members that already hold the op count at once; later PrepareOks count as
+//! they arrive. A wait ends with `Ok`, or with a typed error that names the
+//! quorum, the acks collected and the ticks waited (timeout, cancellation, or
+//! loss of the primary role). A new primary uses exactly this to commit what
+//! it inherited (Q3), the fix of a leader that timed out waiting for its
+//! quorum and dropped an acknowledged write.
+
+use cohort_messages::Op;
+
+use super::Replica;
+use crate::effect::{Effect, QuorumWaitError, WaitId};
+use crate::effects::Effects;
+use crate::quorum::holders;
+
+/// One pending wait.
+#[derive(Clone, Debug)]
+pub(crate) struct QuorumWait {
+    pub id: WaitId,
+    pub op: Op,
+    pub quorum: usize,
+    pub started_tick: u64,
+    pub deadline_tick: u64,
+}
+
+impl Replica {
+    /// Start a wait; it may end at once.
+    pub(crate) fn wait_quorum(&mut self, id: WaitId, op: Op, quorum: usize, timeout_ticks: u64, fx: &mut Effects) {
+        let done = |result| Effect::QuorumWaitDone { wait: id, result };
+        if !self.is_primary() {
+            return fx.push(done(Err(QuorumWaitError::NotPrimary { group: self.spec.group, view: self.view })));
+        }
+        if quorum == 0 || quorum > self.spec.members.len() {
+            return fx.push(done(Err(QuorumWaitError::Impossible { quorum, members: self.spec.members.len() })));
+        }
+        self.waits.push(QuorumWait {
+            id,
+            op,
+            quorum,
+            started_tick: fx.now,
+            deadline_tick: fx.now.saturating_add(timeout_ticks),
+        });
+        self.check_waits(fx);
+    }
+
+    /// End the waits whose quorum is reached.
+    pub(crate) fn check_waits(&mut self, fx: &mut Effects) {
+        if self.waits.is_empty() {
+            return;
+        }
+        let held = self.held_ops();
+        self.waits.retain(|wait| {
+            if holders(&held, wait.op) >= wait.quorum {
+                fx.push(Effect::QuorumWaitDone { wait: wait.id, result: Ok(()) });
+                false
+            } else {
+                true
+            }
+        });
+    }
+
+    /// End the waits whose deadline passed (Q2).
+    pub(crate) fn expire_waits(&mut self, fx: &mut Effects) {
+        let held = self.held_ops();
+        let now = fx.now;
+        self.waits.retain(|wait| {
+            if now < wait.deadline_tick {
+                return true;
+            }
+            let error = QuorumWaitError::Timeout {
+                quorum: wait.quorum,
+                acks: holders(&held, wait.op),
+                waited_ticks: now - wait.started_tick,
+            };
+            fx.push(Effect::QuorumWaitDone { wait: wait.id, result: Err(error) });
+            false
+        });
+    }
+
+    /// Cancel one wait (Q2). False if it is not pending here.
+    pub(crate) fn cancel_wait(&mut self, id: WaitId, fx: &mut Effects) -> bool {
+        let Some(index) = self.waits.iter().position(|wait| wait.id == id) else { return false };
+        let wait = self.waits.remove(index);
+        let error = QuorumWaitError::Cancelled {
+            quorum: wait.quorum,
+            acks: holders(&self.held_ops(), wait.op),
+            waited_ticks: fx.now - wait.started_tick,
+        };
+        fx.push(Effect::QuorumWaitDone { wait: id, result: Err(error) });
+        true
+    }
+
+    /// The primary role ended: every wait fails.
+    pub(crate) fn fail_waits(&mut self, fx: &mut Effects) {
+        for wait in std::mem::take(&mut self.waits) {
+            fx.push(Effect::QuorumWaitDone {
+                wait: wait.id,
+                result: Err(QuorumWaitError::NotPrimary { group: self.spec.group, view: self.view }),
+            });
+        }
+    }
+}

@@ -1,0 +1,471 @@
+//! A shard: thousands of group replicas behind one driving interface.
+//!
+//! # Driving contract
+//! The driver (an actix shard actor, or the simulator) owns one [`Shard`]
+//! and its storage, and calls:
+//! 1. [`Shard::on_tick`] once per tick with the tick number, which never
+//!    goes backwards. Inputs between two ticks belong to the earlier one.
+//!    After a pause, deliver the ticks (or at least the latest one) before
+//!    any message, so leases are judged on the present (V7).
+//! 2. `on_*` for each input: peer messages ([`Shard::on_message`]), Commit and
+//!    CommitReply batch entries one by one ([`Shard::on_commit_entry`],
+//!    [`Shard::on_commit_reply_entry`], R17), client requests
+//!    ([`Shard::on_request`]), storage completions ([`Shard::on_flushed`],
+//!    [`Shard::on_superblock_failed`]).
+//! 3. [`Shard::drain_effects`] at the end of each turn (after a batch of
+//!    inputs, and after every tick), then executes the effects in order:
+//!    storage effects go to storage in that order, a `Flush` is reported back
+//!    with `on_flushed` once durable (flushes complete in id order), sends go
+//!    to the network. Nothing in the list needs to be held back: sends that
+//!    need durability are only emitted once it is reported. `RoleChanged`,
+//!    `Committed`, `Applied` and `Restored` are for the driver's own
+//!    followers of a group (the host's actors); `Applied` and `Restored`
+//!    appear only for groups whose spec sets `report_applied`.
+//!
+//! Cost: a tick touches only the groups whose next timed work is due (a
+//! lazily-updated wakeup set; an entry that finds its group not yet due is
+//! re-filed at the group's real wakeup), so idle groups cost nothing between
+//! their idle heartbeats.
+
+use std::collections::{BTreeSet, HashMap};
+
+use cohort_messages::{CommitEntry, CommitReplyEntry, GroupId, Message, NodeId, Op, Request};
+
+use crate::config::CoreConfig;
+use crate::effect::{Effect, FlushId, WaitId};
+use crate::effects::Effects;
+use crate::replica::{GroupSpec, Replica, SealError};
+use crate::state_machine::StateMachine;
+use crate::storage::RecoveredGroup;
+
+/// The groups of one shard. See the module docs for the driving contract.
+pub struct Shard {
+    node: NodeId,
+    config: CoreConfig,
+    groups: HashMap<GroupId, Replica>,
+    fx: Effects,
+    wakeups: BTreeSet<(u64, GroupId)>,
+    filed: HashMap<GroupId, u64>,
+    next_wait: WaitId,
+    wait_groups: HashMap<WaitId, GroupId>,
+}
+
+/// Why a group could not be added.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ShardError {
+    /// Already hosted.
+    #[error("{0} is already on this shard")]
+    Exists(GroupId),
+    /// This node is not the member the spec names.
+    #[error("{group}: member {me} is node {member_node}, not this node {node}")]
+    NotAMember {
+        /// The group.
+        group: GroupId,
+        /// The member index in the spec.
+        me: cohort_messages::MemberIndex,
+        /// The node at that index.
+        member_node: NodeId,
+        /// This node.
+        node: NodeId,
+    },
+    /// Recovery found an inconsistent log.
+    #[error("{0}")]
+    Recovery(String),
+    /// The group switched to an incarnation this node is not a member of
+    /// before the restart: the host should drop it (and its data).
+    #[error("{0}")]
+    NotInIncarnation(SealError),
+    /// The spec (or a change of learners) is invalid.
+    #[error(transparent)]
+    Spec(#[from] crate::replica::SpecError),
+    /// The group is not hosted here.
+    #[error("{0} is not on this shard")]
+    UnknownGroup(GroupId),
+}
+
+impl Shard {
+    /// An empty shard of `node`.
+    pub fn new(node: NodeId, config: CoreConfig) -> Shard {
+        Shard {
+            node,
+            config,
+            groups: HashMap::new(),
+            fx: Effects::new(),
+            wakeups: BTreeSet::new(),
+            filed: HashMap::new(),
+            next_wait: 1,
+            wait_groups: HashMap::new(),
+        }
+    }
+
+    /// This shard's node.
+    pub fn node(&self) -> NodeId {
+        self.node
+    }
+
+    /// The current tick.
+    pub fn now(&self) -> u64 {
+        self.fx.now
+    }
+
+    fn check_spec(&self, spec: &GroupSpec) -> Result<(), ShardError> {
+        if self.groups.contains_key(&spec.group) {
+            return Err(ShardError::Exists(spec.group));
+        }
+        spec.validate()?;
+        let member_node = spec.node_at(spec.me).unwrap_or(NodeId(u64::MAX));
+        if member_node != self.node {
+            return Err(ShardError::NotAMember { group: spec.group, me: spec.me, member_node, node: self.node });
+        }
+        Ok(())
+    }
+
+    /// Host a brand-new group (R2: if primary, it heartbeats on the next send
+    /// tick). With `me` a learner's index this is a new learner replica
+    /// of an existing group (P4): it starts empty at view 0 and catches up by
+    /// repair and state transfer once it hears the primary.
+    pub fn create_group(&mut self, spec: GroupSpec, state: Box<dyn StateMachine>) -> Result<(), ShardError> {
+        self.check_spec(&spec)?;
+        let group = spec.group;
+        let replica = Replica::create(spec, self.config.clone(), state, &mut self.fx);
+        self.insert(group, replica);
+        Ok(())
+    }
+
+    /// Host a group rebuilt from storage (V4).
+    pub fn recover_group(
+        &mut self,
+        spec: GroupSpec,
+        state: Box<dyn StateMachine>,
+        recovered: RecoveredGroup,
+    ) -> Result<(), ShardError> {
+        // The group may have switched to a later incarnation before the restart.
+        let spec = spec.adopt_recovered(&recovered, self.node).map_err(|error| match error {
+            SealError::NotNextMember { .. } => ShardError::NotInIncarnation(error),
+            other => ShardError::Recovery(other.to_string()),
+        })?;
+        self.check_spec(&spec)?;
+        let group = spec.group;
+        let replica = Replica::recover(spec, self.config.clone(), state, recovered, &mut self.fx)
+            .map_err(ShardError::Recovery)?;
+        self.insert(group, replica);
+        Ok(())
+    }
+
+    fn insert(&mut self, group: GroupId, replica: Replica) {
+        self.groups.insert(group, replica);
+        self.refile(group);
+    }
+
+    /// Seal `group`'s log for a member change (only its primary can).
+    pub fn propose_seal(&mut self, group: GroupId, seal: cohort_messages::seal::Seal) -> Result<(), SealError> {
+        let replica = self.groups.get_mut(&group).ok_or(SealError::NotSealed(group))?;
+        let result = replica.propose_seal(seal, &mut self.fx);
+        self.refile(group);
+        result
+    }
+
+    /// Switch a sealed group to the incarnation its seal names. Call only
+    /// once every member of that incarnation has applied the seal.
+    pub fn switch_incarnation(&mut self, group: GroupId) -> Result<(), SealError> {
+        let spec = self.groups.get(&group).ok_or(SealError::NotSealed(group))?.next_spec(self.node)?;
+        let replica = self.groups.remove(&group).ok_or(SealError::NotSealed(group))?;
+        let next = replica.into_next_incarnation(spec, &mut self.fx);
+        self.filed.remove(&group);
+        self.insert(group, next);
+        Ok(())
+    }
+
+    /// Replace the learners of a running group (P4), on any of its
+    /// replicas (voter or learner). Every replica of the group should get
+    /// the same list. A primary starts sending to added learners at once
+    /// and forgets removed ones; a learner's own node must stay in the list
+    /// (a removed learner is unloaded with [`Shard::remove_group`]). The
+    /// list is not persisted: pass it again in the spec on recovery.
+    pub fn set_learners(&mut self, group: GroupId, learners: Vec<NodeId>) -> Result<(), ShardError> {
+        let Some(replica) = self.groups.get_mut(&group) else { return Err(ShardError::UnknownGroup(group)) };
+        let result = replica.set_learners(learners, &mut self.fx);
+        self.refile(group);
+        result.map_err(ShardError::from)
+    }
+
+    /// Stop hosting a group (its storage is the caller's to remove).
+    pub fn remove_group(&mut self, group: GroupId) -> bool {
+        self.filed.remove(&group);
+        self.groups.remove(&group).is_some()
+    }
+
+    /// A hosted group's replica.
+    pub fn replica(&self, group: GroupId) -> Option<&Replica> {
+        self.groups.get(&group)
+    }
+
+    /// All hosted groups' replicas.
+    pub fn replicas(&self) -> impl Iterator<Item = &Replica> {
+        self.groups.values()
+    }
+
+    /// File the group's wakeup if it is earlier than what is filed.
+    fn refile(&mut self, group: GroupId) {
+        let Some(replica) = self.groups.get(&group) else { return };
+        let wake = replica.next_wakeup().max(self.fx.now + 1);
+        match self.filed.get(&group) {
+            Some(filed) if *filed <= wake && self.wakeups.contains(&(*filed, group)) => {}
+            _ => {
+                self.wakeups.insert((wake, group));
+                self.filed.insert(group, wake);
+            }
+        }
+    }
+
+    fn with_group(&mut self, group: GroupId, handle: impl FnOnce(&mut Replica, &mut Effects)) {
+        let Some(replica) = self.groups.get_mut(&group) else { return };
+        handle(replica, &mut self.fx);
+        self.refile(group);
+    }
+
+    /// A tick: run the groups that are due, then close the tick's batches.
+    pub fn on_tick(&mut self, now: u64) {
+        assert!(now >= self.fx.now, "ticks went backwards: {now} after {}", self.fx.now);
+        self.fx.now = now;
+        while let Some(&(wake, group)) = self.wakeups.first() {
+            if wake > now {
+                break;
+            }
+            self.wakeups.pop_first();
+            if self.filed.get(&group) == Some(&wake) {
+                self.filed.remove(&group);
+            }
+            let Some(replica) = self.groups.get_mut(&group) else { continue };
+            if replica.next_wakeup() <= now {
+                replica.on_tick(&mut self.fx);
+            }
+            self.refile(group);
+        }
+        self.fx.end_tick();
+    }
+
+    /// A single-group message from a peer node.
+    pub fn on_message(&mut self, from: NodeId, message: Message) {
+        let Some(group) = message.group() else { return };
+        self.with_group(group, |replica, fx| {
+            if !replica.accepts_from(from, &message) {
+                return;
+            }
+            match message {
+                Message::Prepare(m) => replica.on_prepare(m, fx),
+                Message::PrepareOk(m) => replica.on_prepare_ok(m, fx),
+                Message::StartViewChange(m) => replica.on_start_view_change(m, fx),
+                Message::DoViewChange(m) => replica.on_do_view_change(m, fx),
+                Message::StartView(m) => replica.on_start_view(m, fx),
+                Message::RequestPrepares(m) => replica.on_request_prepares(m, fx),
+                Message::RequestStateTransfer(m) => replica.on_request_state_transfer(m, fx),
+                Message::StateChunk(m) => replica.on_state_chunk(m, fx),
+                Message::Request(m) => replica.on_request(m, fx),
+                _ => {}
+            }
+        });
+    }
+
+    /// A whole Commit batch frame from `from`: each entry handled as a single
+    /// Commit, a bad one rejected alone (R17); counted (R19).
+    pub fn on_commit_batch(&mut self, from: NodeId, batch: &cohort_messages::CommitBatch) {
+        self.fx.metrics.commit_batches_received += 1;
+        for entry in batch.entries() {
+            self.fx.metrics.commit_entries_received += 1;
+            match entry {
+                Ok(entry) => self.on_commit_entry(from, entry),
+                Err(_) => self.fx.metrics.commit_entries_rejected += 1,
+            }
+        }
+    }
+
+    /// Entries of a Commit frame routed to this shard by a peer link (R16):
+    /// counted as one received batch.
+    pub fn on_commit_entries(&mut self, from: NodeId, entries: &[CommitEntry]) {
+        self.fx.metrics.commit_batches_received += 1;
+        self.fx.metrics.commit_entries_received += entries.len() as u64;
+        for entry in entries {
+            self.on_commit_entry(from, *entry);
+        }
+    }
+
+    /// A whole CommitReply batch frame from `from` (R29, R32).
+    pub fn on_commit_reply_batch(&mut self, from: NodeId, batch: &cohort_messages::CommitReplyBatch) {
+        self.fx.metrics.reply_batches_received += 1;
+        for entry in batch.entries() {
+            self.fx.metrics.reply_entries_received += 1;
+            match entry {
+                Ok(entry) => self.on_commit_reply_entry(from, entry),
+                Err(_) => self.fx.metrics.reply_entries_rejected += 1,
+            }
+        }
+    }
+
+    /// Entries of a CommitReply frame routed to this shard (R16, R29).
+    pub fn on_commit_reply_entries(&mut self, from: NodeId, entries: &[CommitReplyEntry]) {
+        self.fx.metrics.reply_batches_received += 1;
+        self.fx.metrics.reply_entries_received += entries.len() as u64;
+        for entry in entries {
+            self.on_commit_reply_entry(from, *entry);
+        }
+    }
+
+    /// R25: a Commit batch to `to` was handed to a link that was (or was not)
+    /// connected; each group in it records that for its member on `to`.
+    pub fn on_commit_batch_sent(&mut self, to: NodeId, entries: &[CommitEntry], connected: bool) {
+        if !connected {
+            self.fx.metrics.commit_batches_unconnected += 1;
+        }
+        for entry in entries {
+            if let Some(replica) = self.groups.get_mut(&entry.group) {
+                replica.record_link(to, connected);
+            }
+        }
+    }
+
+    /// Counters of this shard (R19, R32).
+    pub fn metrics(&self) -> &crate::metrics::ShardMetrics {
+        &self.fx.metrics
+    }
+
+    /// Groups per heartbeat state (R32). Walks every group: for scrapes, not ticks.
+    pub fn heartbeat_gauges(&self) -> crate::metrics::HeartbeatGauges {
+        let mut gauges = crate::metrics::HeartbeatGauges::default();
+        for replica in self.groups.values() {
+            match replica.role() {
+                crate::effect::Role::Primary => match replica.activity() {
+                    crate::replica::GroupActivity::Busy => gauges.busy += 1,
+                    crate::replica::GroupActivity::Idle => gauges.idle += 1,
+                },
+                // Learners follow like backups (and heartbeat like them).
+                crate::effect::Role::Backup | crate::effect::Role::Learner => gauges.backup += 1,
+                crate::effect::Role::ViewChange => gauges.view_change += 1,
+            }
+        }
+        gauges
+    }
+
+    /// One Commit entry of a batch from `from` (R16, R17).
+    pub fn on_commit_entry(&mut self, from: NodeId, entry: CommitEntry) {
+        self.with_group(entry.group, |replica, fx| {
+            if entry.partition_incarnation == replica.spec.incarnation {
+                replica.on_commit(from, entry, fx);
+            }
+        });
+    }
+
+    /// One CommitReply entry of a batch from `from` (R29).
+    pub fn on_commit_reply_entry(&mut self, from: NodeId, entry: CommitReplyEntry) {
+        self.with_group(entry.group, |replica, fx| {
+            let member_ok = replica.spec.node_at(entry.replica) == Some(from);
+            if entry.partition_incarnation == replica.spec.incarnation && member_ok {
+                replica.on_commit_reply(entry, fx.now);
+            }
+        });
+    }
+
+    /// A client request (from a local submitter or a client connection).
+    pub fn on_request(&mut self, request: Request) {
+        let group = request.group;
+        if request.client == cohort_messages::ClientId::SEAL {
+            let detail = "client 0 is reserved for seal entries".to_string();
+            return self.refuse_request(&request, cohort_messages::ReplyError::Rejected, detail);
+        }
+        if !self.groups.contains_key(&group) {
+            let detail = format!("{group} is not hosted on {}", self.node);
+            return self.refuse_request(&request, cohort_messages::ReplyError::UnknownGroup, detail);
+        }
+        self.with_group(group, |replica, fx| replica.on_request(request, fx));
+    }
+
+    /// Answer a request no group here takes.
+    fn refuse_request(&mut self, request: &Request, code: cohort_messages::ReplyError, detail: String) {
+        self.fx.push(Effect::Reply(cohort_messages::Reply {
+            client: request.client,
+            request: request.request,
+            group: request.group,
+            view: cohort_messages::View(0),
+            op: Op(0),
+            outcome: cohort_messages::Outcome::Error { code, detail },
+        }));
+    }
+
+    /// A flush completed durably.
+    pub fn on_flushed(&mut self, id: FlushId) {
+        for (flush, group) in self.fx.flushed(id) {
+            self.with_group(group, |replica, fx| replica.on_flushed(flush, fx));
+        }
+    }
+
+    /// Staging the superblock of `group` failed (R12).
+    pub fn on_superblock_failed(&mut self, group: GroupId) {
+        self.with_group(group, |replica, fx| replica.superblock_failed(fx));
+    }
+
+    /// Q1: wait until `quorum` members durably hold `op` of `group`.
+    pub fn wait_quorum(&mut self, group: GroupId, op: Op, quorum: usize, timeout_ticks: u64) -> WaitId {
+        let id = self.next_wait;
+        self.next_wait += 1;
+        self.wait_groups.insert(id, group);
+        if !self.groups.contains_key(&group) {
+            self.fx.push(Effect::QuorumWaitDone {
+                wait: id,
+                result: Err(crate::effect::QuorumWaitError::NotPrimary { group, view: cohort_messages::View(0) }),
+            });
+        }
+        self.with_group(group, |replica, fx| replica.wait_quorum(id, op, quorum, timeout_ticks, fx));
+        id
+    }
+
+    /// Q2: cancel a wait; its `QuorumWaitDone` carries the cancellation.
+    pub fn cancel_wait(&mut self, wait: WaitId) -> bool {
+        let Some(group) = self.wait_groups.remove(&wait) else { return false };
+        let mut cancelled = false;
+        self.with_group(group, |replica, fx| cancelled = replica.cancel_wait(wait, fx));
+        cancelled
+    }
+
+    /// End of a turn: everything to do, in order.
+    pub fn drain_effects(&mut self) -> Vec<Effect> {
+        let effects = self.fx.end_turn();
+        for effect in &effects {
+            if let Effect::QuorumWaitDone { wait, .. } = effect {
+                self.wait_groups.remove(wait);
+            }
+        }
+        effects
+    }
+
+    /// Check every replica's invariants (the simulator calls this after every step).
+    pub fn invariants(&self) {
+        for replica in self.groups.values() {
+            replica.invariants();
+        }
+    }
+}
+
+impl Replica {
+    /// Fencing at the door: a group message must come from the node that is
+    /// the member it claims to be, for this incarnation; election messages
+    /// only from voters (P4: an index past the group, or a learner's
+    /// StartViewChange or DoViewChange, is refused here).
+    pub(crate) fn accepts_from(&self, from: NodeId, message: &Message) -> bool {
+        let (incarnation, replica) = match message {
+            Message::Prepare(m) => (m.incarnation, m.replica),
+            Message::PrepareOk(m) => (m.incarnation, m.replica),
+            Message::StartViewChange(m) => (m.incarnation, m.replica),
+            Message::DoViewChange(m) => (m.incarnation, m.replica),
+            Message::StartView(m) => (m.incarnation, m.replica),
+            Message::RequestPrepares(m) => (m.incarnation, m.replica),
+            Message::RequestStateTransfer(m) => (m.incarnation, m.replica),
+            Message::StateChunk(m) => (m.incarnation, m.replica),
+            Message::Request(_) => return true,
+            _ => return false,
+        };
+        let election = matches!(message, Message::StartViewChange(_) | Message::DoViewChange(_));
+        incarnation == self.spec.incarnation
+            && self.spec.node_at(replica) == Some(from)
+            && (!election || self.spec.is_voter(replica))
+    }
+}

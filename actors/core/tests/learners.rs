@@ -1,0 +1,219 @@
+//! P4 at the level of one shard driven by hand: learners (P4) get the
+//! log but are counted in no quorum, never take part in a view change, and
+//! their list can change on a running group. The simulator covers the same
+//! under faults (`tests/tests/learners.rs`).
+
+use bytes::Bytes;
+use cohort_core::quorum::Quorums;
+use cohort_core::replica::SpecError;
+use cohort_core::{CoreConfig, Effect, GroupSpec, Role, Shard, ShardError, StateMachine, WriteMode};
+use cohort_messages::{
+    ClientId, GroupId, Incarnation, MemberIndex, Message, NodeId, Op, PrepareOk, Request, RequestKind, RequestNumber,
+    StartViewChange, View,
+};
+
+struct Counter(u64);
+
+impl StateMachine for Counter {
+    fn apply(&mut self, _op: Op, _operation: &[u8]) -> Bytes {
+        self.0 += 1;
+        Bytes::copy_from_slice(&self.0.to_le_bytes())
+    }
+    fn read(&self, _query: &[u8]) -> Bytes {
+        Bytes::copy_from_slice(&self.0.to_le_bytes())
+    }
+    fn snapshot(&self) -> Bytes {
+        Bytes::copy_from_slice(&self.0.to_le_bytes())
+    }
+    fn restore(&mut self, snapshot: &[u8]) -> Result<(), String> {
+        self.0 = u64::from_le_bytes(snapshot.try_into().map_err(|_| "bad snapshot".to_string())?);
+        Ok(())
+    }
+}
+
+const G: GroupId = GroupId(7);
+const VOTERS: [NodeId; 3] = [NodeId(1), NodeId(2), NodeId(3)];
+const LEARNER_A: NodeId = NodeId(4);
+const LEARNER_B: NodeId = NodeId(5);
+
+fn spec(me: u8, learners: Vec<NodeId>) -> GroupSpec {
+    GroupSpec {
+        group: G,
+        incarnation: Incarnation(1),
+        members: VOTERS.to_vec(),
+        learners,
+        me: MemberIndex(me),
+        quorums: Quorums::new(3, None).expect("valid"),
+        write_mode: WriteMode::Sync,
+        report_applied: false,
+    }
+}
+
+/// One shard whose flushes complete at once.
+struct Harness {
+    shard: Shard,
+    now: u64,
+    log: Vec<Effect>,
+}
+
+impl Harness {
+    fn new(node: NodeId, spec: GroupSpec) -> Harness {
+        let mut harness = Harness { shard: Shard::new(node, CoreConfig::default()), now: 0, log: Vec::new() };
+        harness.shard.create_group(spec, Box::new(Counter(0))).expect("created");
+        harness.drain();
+        harness
+    }
+
+    fn drain(&mut self) {
+        loop {
+            let commands = self.shard.drain_effects();
+            if commands.is_empty() {
+                return;
+            }
+            let flushes: Vec<u64> =
+                commands.iter().filter_map(|c| if let Effect::Flush { id } = c { Some(*id) } else { None }).collect();
+            self.log.extend(commands);
+            for id in flushes {
+                self.shard.on_flushed(id);
+            }
+            self.shard.invariants();
+        }
+    }
+
+    fn ticks(&mut self, n: u64) {
+        for _ in 0..n {
+            self.now += 1;
+            self.shard.on_tick(self.now);
+            self.drain();
+        }
+    }
+
+    fn write(&mut self, request: u64) {
+        self.shard.on_request(Request {
+            client: ClientId(1),
+            request: RequestNumber(request),
+            group: G,
+            kind: RequestKind::Write,
+            operation: Bytes::from_static(b"w"),
+        });
+        self.drain();
+    }
+
+    fn ack(&mut self, from: NodeId, member: u8, op: u64) {
+        let ok = PrepareOk {
+            group: G,
+            incarnation: Incarnation(1),
+            view: View(0),
+            op: Op(op),
+            replica: MemberIndex(member),
+        };
+        self.shard.on_message(from, Message::PrepareOk(ok));
+        self.drain();
+    }
+
+    fn sent_to(&self, to: NodeId, pick: fn(&Message) -> bool) -> usize {
+        self.log.iter().filter(|c| matches!(c, Effect::Send { to: t, message } if *t == to && pick(message))).count()
+    }
+
+    fn replica(&self) -> &cohort_core::Replica {
+        self.shard.replica(G).expect("hosted")
+    }
+}
+
+#[test]
+fn p4_spec_validation_says_why() {
+    assert_eq!(spec(0, vec![LEARNER_A]).validate(), Ok(()));
+    assert_eq!(spec(3, vec![LEARNER_A]).validate(), Ok(()), "me may be a learner index");
+    assert!(matches!(spec(0, vec![NodeId(2)]).validate(), Err(SpecError::Duplicate { node: NodeId(2), .. })));
+    assert!(matches!(
+        spec(0, vec![LEARNER_A, LEARNER_A]).validate(),
+        Err(SpecError::Duplicate { node: LEARNER_A, .. })
+    ));
+    assert!(matches!(spec(4, vec![LEARNER_A]).validate(), Err(SpecError::MeOutOfRange { total: 4, .. })));
+    let many = (10..72).map(NodeId).collect();
+    assert!(matches!(spec(0, many).validate(), Err(SpecError::TooMany { total: 65, .. })));
+    let mut wrong_quorum = spec(0, vec![LEARNER_A]);
+    wrong_quorum.quorums = Quorums::new(4, None).expect("valid");
+    assert!(matches!(wrong_quorum.validate(), Err(SpecError::QuorumSize { quorum_members: 4, voters: 3, .. })));
+    // The shard refuses an invalid spec with the reason.
+    let mut shard = Shard::new(NodeId(1), CoreConfig::default());
+    let error = shard.create_group(spec(0, vec![NodeId(3)]), Box::new(Counter(0))).unwrap_err();
+    assert!(error.to_string().contains("listed twice"), "{error}");
+}
+
+#[test]
+fn p4_learner_acks_are_never_counted() {
+    let mut h = Harness::new(VOTERS[0], spec(0, vec![LEARNER_A, LEARNER_B]));
+    h.ticks(1);
+    h.write(1);
+    assert_eq!(h.sent_to(LEARNER_A, |m| matches!(m, Message::Prepare(_))), 1, "learners get Prepares");
+    assert_eq!(h.sent_to(LEARNER_B, |m| matches!(m, Message::Prepare(_))), 1);
+    // Both learners hold op 1 durably: with the primary that is three
+    // copies, but only one voter, so nothing commits.
+    h.ack(LEARNER_A, 3, 1);
+    h.ack(LEARNER_B, 4, 1);
+    assert_eq!(h.replica().commit_max(), Op(0), "learner acks are not a quorum");
+    assert_eq!(h.replica().learner_progress(), vec![(LEARNER_A, Op(1)), (LEARNER_B, Op(1))]);
+    assert!(!h.replica().is_confirmed_primary(h.now), "learners do not open the quorum window");
+    h.ack(VOTERS[1], 1, 1);
+    assert_eq!(h.replica().commit_max(), Op(1), "one voter's ack commits");
+    assert!(h.replica().learner_caught_up(LEARNER_A));
+    assert!(!h.replica().learner_caught_up(VOTERS[1]), "a voter is no learner");
+    // An index past the group is refused at the door, without a panic.
+    h.ack(NodeId(9), 9, 1);
+    h.ack(LEARNER_A, 9, 1);
+}
+
+#[test]
+fn p4_learner_never_starts_or_joins_a_view_change() {
+    let mut h = Harness::new(LEARNER_A, spec(3, vec![LEARNER_A]));
+    assert_eq!(h.replica().role(), Role::Learner);
+    // Far past every heartbeat timeout without a primary.
+    h.ticks(2000);
+    let svc = StartViewChange { group: G, incarnation: Incarnation(1), view: View(5), replica: MemberIndex(1) };
+    h.shard.on_message(VOTERS[1], Message::StartViewChange(svc));
+    h.drain();
+    assert_eq!(h.replica().role(), Role::Learner);
+    assert_eq!(h.replica().view(), View(0));
+    let election = |m: &Message| matches!(m, Message::StartViewChange(_) | Message::DoViewChange(_));
+    for node in VOTERS {
+        assert_eq!(h.sent_to(node, election), 0, "a learner sends no election message");
+    }
+    // And a voter refuses election messages claiming a learner's index.
+    let mut voter = Harness::new(VOTERS[1], spec(1, vec![LEARNER_A]));
+    voter.ticks(2000); // lease over: a voter's SVC would be joined now
+    let before = voter.replica().view();
+    let svc = StartViewChange { group: G, incarnation: Incarnation(1), view: View(90), replica: MemberIndex(3) };
+    voter.shard.on_message(LEARNER_A, Message::StartViewChange(svc));
+    voter.drain();
+    assert!(voter.replica().view() < View(90), "from {before}: a learner's StartViewChange is refused");
+}
+
+#[test]
+fn p4_set_learners_adds_and_removes() {
+    let mut h = Harness::new(VOTERS[0], spec(0, vec![]));
+    h.ticks(1);
+    assert!(matches!(h.shard.set_learners(GroupId(99), vec![]), Err(ShardError::UnknownGroup(GroupId(99)))));
+    assert!(matches!(h.shard.set_learners(G, vec![NodeId(2)]), Err(ShardError::Spec(SpecError::Duplicate { .. }))));
+    h.shard.set_learners(G, vec![LEARNER_A]).expect("added");
+    h.drain();
+    assert_eq!(h.sent_to(LEARNER_A, |m| matches!(m, Message::StartView(_))), 1, "an added learner hears the view");
+    h.write(1);
+    assert_eq!(h.sent_to(LEARNER_A, |m| matches!(m, Message::Prepare(_))), 1);
+    h.shard.set_learners(G, vec![LEARNER_B]).expect("replaced");
+    h.drain();
+    h.write(2);
+    assert_eq!(h.sent_to(LEARNER_A, |m| matches!(m, Message::Prepare(_))), 1, "a removed learner gets nothing");
+    assert_eq!(h.sent_to(LEARNER_B, |m| matches!(m, Message::Prepare(_))), 1);
+    assert_eq!(h.replica().learner_progress(), vec![(LEARNER_B, Op(0))]);
+    // A removed learner's acks are refused at the door.
+    h.ack(LEARNER_A, 3, 2);
+    assert_eq!(h.replica().learner_progress(), vec![(LEARNER_B, Op(0))]);
+
+    // A learner follows its own index, and may not drop itself.
+    let mut c = Harness::new(LEARNER_B, spec(4, vec![LEARNER_A, LEARNER_B]));
+    c.shard.set_learners(G, vec![LEARNER_B]).expect("kept");
+    assert!(c.replica().is_learner());
+    assert!(matches!(c.shard.set_learners(G, vec![LEARNER_A]), Err(ShardError::Spec(SpecError::RemovesSelf { .. }))));
+    c.drain();
+}

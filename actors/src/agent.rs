@@ -1,0 +1,506 @@
+//! The metadata agent actor: the actix shell of the sans-IO
+//! [`MetadataAgent`], one per node, on the node's I/O arbiter.
+//!
+//! It follows the agent's driving contract:
+//! - **Ticks**: every tick of the node's tick length it asks each shard for
+//!   the groups it hosts (group, incarnation, primary?, view), takes the
+//!   metadata replica's primary flag from the same answer, and calls
+//!   `on_tick` with the node's [`SharedMetadata`]. Ticks come from a
+//!   monotonic clock, so after a stall the agent sees the true time.
+//! - **Submit**: the agent's requests go to the metadata group's primary: the
+//!   local shard if this node hosts it and leads it, else a member over the
+//!   peer link as a `Request` frame (the member's shard answers with a
+//!   `Reply` or `Redirect` frame). A redirect moves the target and sends the
+//!   same request again at once; the agent itself re-sends an unanswered one
+//!   with the same request number, so it applies at most once.
+//! - **Keepalive**: a `SessionKeepalive` frame to every metadata member over
+//!   the real peer links (the local member's agent gets it directly); the
+//!   receiving agent calls `on_keepalive`, whose driver acts only on the
+//!   metadata primary.
+//! - **NotifyExpired**: a `SessionExpired` frame to the node; its agent calls
+//!   `on_session_expired`.
+//! - **Unload**: the owning shard stops the group's actors and removes its
+//!   data from the WAL (`Storage::remove_group`).
+//! - **Stop** (S3): the reason is published on [`SessionStop`], the node's
+//!   shards and network stop, and `cohort node` exits non-zero with it.
+//! - **Non-members** read the whole metadata state linearizably from the
+//!   metadata primary every [`FETCH_INTERVAL_TICKS`] ticks.
+//!
+//! - **Operator commands** ([`OperatorSubmit`], from the admin port) take the
+//!   same way to the metadata primary under their own client id; see
+//!   [`super::operator_client`].
+//!
+//! The listener routes the frames that carry no group (`SessionKeepalive`,
+//! `SessionExpired`) and the metadata group's `Reply`/`Redirect` frames here
+//! as [`AgentInbound`].
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use cohort_core::metadata::{AgentConfig, AgentOutput, HostedReplica, MetadataAgent};
+use cohort_core::replica::Placement;
+use cohort_core::routing::shard_of;
+use cohort_messages::metadata::MetadataCommand;
+use cohort_messages::{
+    ClientId, ClusterId, GroupId, Message, NodeId, Outcome, Redirect, Reply, Request, RequestKind, RequestNumber,
+    TraceContext,
+};
+use tokio::sync::{oneshot, watch};
+
+use crate::directory::Directory;
+use crate::inbound::AgentInbound;
+use crate::metrics::NodeMetrics;
+use crate::operator_client::{OperatorAnswer, OperatorClient};
+use crate::peer_link::SendFrames;
+use crate::shard::{
+    ClientAnswer, GetHostedReplicas, HostLearner, ProposeSeal, SetLearners, Submit, SwitchIncarnation, UnloadGroup,
+};
+use crate::shared_metadata::SharedMetadata;
+use crate::status::{AgentStatus, StatusBoard};
+
+/// A non-member fetches the metadata this often, in ticks.
+pub const FETCH_INTERVAL_TICKS: u64 = 5;
+
+/// How long a local submit to the metadata replica waits before the agent's
+/// own retry takes over.
+const LOCAL_SUBMIT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Why the node stopped after its session expired (S3); `None` while it runs.
+#[derive(Debug)]
+pub struct SessionStop {
+    reason: watch::Sender<Option<String>>,
+}
+
+impl Default for SessionStop {
+    fn default() -> Self {
+        SessionStop { reason: watch::channel(None).0 }
+    }
+}
+
+impl SessionStop {
+    /// The reason, once the node stopped.
+    pub fn reason(&self) -> Option<String> {
+        self.reason.borrow().clone()
+    }
+
+    /// Wait until the node stops for its session, and return why.
+    pub async fn wait(&self) -> String {
+        let mut receiver = self.reason.subscribe();
+        loop {
+            if let Some(reason) = receiver.borrow_and_update().clone() {
+                return reason;
+            }
+            if receiver.changed().await.is_err() {
+                return std::future::pending().await;
+            }
+        }
+    }
+
+    fn stop(&self, reason: String) {
+        self.reason.send_replace(Some(reason));
+    }
+}
+
+/// An operator's command for the metadata group (from the admin port). The
+/// answer is the committed result, or why there is none by `deadline`.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct OperatorSubmit {
+    /// The command, validated.
+    pub command: MetadataCommand,
+    /// When to give up.
+    pub deadline: Instant,
+    /// Where the result goes.
+    pub answer: OperatorAnswer,
+}
+
+/// Stop the node's shards and network (S3); sent to the supervisor.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Shutdown;
+
+/// What the agent actor is built from.
+pub struct AgentSetup {
+    /// The cluster.
+    pub cluster: ClusterId,
+    /// The sans-IO agent's settings.
+    pub config: AgentConfig,
+    /// The tick length.
+    pub tick: Duration,
+    /// The metadata group's members.
+    pub members: Vec<NodeId>,
+    /// The node's shards and peer links.
+    pub directory: Arc<Directory>,
+    /// The node's copy of the metadata.
+    pub metadata: SharedMetadata,
+    /// Where the agent publishes its status.
+    pub board: Arc<StatusBoard>,
+    /// The node's metrics (session counters).
+    pub metrics: Arc<NodeMetrics>,
+    /// Where the reason of an S3 stop is published.
+    pub stop: Arc<SessionStop>,
+    /// The supervisor, which stops the node (S3).
+    pub shutdown: Recipient<Shutdown>,
+}
+
+/// The agent actor. See the module docs.
+pub struct MetadataAgentActor {
+    setup: AgentSetup,
+    agent: MetadataAgent,
+    started: Instant,
+    /// When the last tick ran (a stall shows as a gap).
+    last_tick: Instant,
+    /// Where the next request goes (a metadata member).
+    target: Option<NodeId>,
+    /// The request the agent last submitted, to re-send on a redirect.
+    submitted: Option<Request>,
+    metadata_primary: bool,
+    polling: bool,
+    /// Non-members: the read client, its next number and the last fetch.
+    reader: ClientId,
+    next_read: u64,
+    fetched_tick: u64,
+    /// Operator commands from the admin port.
+    operator: OperatorClient,
+}
+
+impl MetadataAgentActor {
+    /// The agent of a node, from `setup`.
+    pub fn new(setup: AgentSetup) -> MetadataAgentActor {
+        let agent = MetadataAgent::new(setup.config.clone());
+        let reader = crate::client_id::fresh_client_id();
+        let now = Instant::now();
+        MetadataAgentActor {
+            setup,
+            agent,
+            started: now,
+            last_tick: now,
+            target: None,
+            submitted: None,
+            metadata_primary: false,
+            polling: false,
+            reader,
+            next_read: 1,
+            fetched_tick: 0,
+            operator: OperatorClient::new(),
+        }
+    }
+
+    fn node(&self) -> NodeId {
+        self.setup.config.node
+    }
+
+    fn member(&self) -> bool {
+        self.setup.members.contains(&self.node())
+    }
+
+    fn now_tick(&self) -> u64 {
+        (self.started.elapsed().as_nanos() / self.setup.tick.as_nanos().max(1)) as u64
+    }
+
+    /// Ask every shard for its hosted groups, then tick the agent.
+    fn poll(&mut self, ctx: &mut Context<Self>) {
+        if self.polling || self.agent.stopped() {
+            return;
+        }
+        self.polling = true;
+        let shards: Vec<_> =
+            (0..self.setup.directory.shard_count()).filter_map(|index| self.setup.directory.shard(index)).collect();
+        let asked = async move {
+            let mut hosted = Vec::new();
+            for shard in shards {
+                if let Ok(groups) = shard.send(GetHostedReplicas).await {
+                    hosted.extend(groups);
+                }
+            }
+            hosted
+        };
+        ctx.spawn(asked.into_actor(self).map(|hosted, actor, ctx| {
+            actor.polling = false;
+            actor.on_hosted(hosted, ctx);
+        }));
+    }
+
+    fn on_hosted(&mut self, hosted: Vec<HostedReplica>, ctx: &mut Context<Self>) {
+        let now = self.now_tick();
+        self.last_tick = Instant::now();
+        self.metadata_primary = hosted.iter().any(|h| h.group == GroupId::METADATA && h.primary);
+        let primary = self.metadata_primary;
+        let metadata = self.setup.metadata.clone();
+        let outputs = metadata.with(|state| self.agent.on_tick(now, state, primary, &hosted));
+        self.execute(outputs, ctx);
+        if let Some(request) = self.operator.on_tick(Instant::now()) {
+            self.route(request, ctx);
+        }
+        if !self.member() && now >= self.fetched_tick + FETCH_INTERVAL_TICKS {
+            self.fetched_tick = now;
+            self.fetch();
+        }
+        self.publish();
+    }
+
+    fn publish(&self) {
+        let counters = self.agent.counters();
+        self.setup.metrics.set_sessions(&counters);
+        self.setup.board.set_agent(AgentStatus {
+            session: self.agent.session(),
+            metadata_primary: self.metadata_primary,
+            counters,
+            stopped: self.setup.stop.reason(),
+        });
+    }
+
+    /// Execute the agent's outputs (and what handling them produced), in order.
+    fn execute(&mut self, outputs: Vec<AgentOutput>, ctx: &mut Context<Self>) {
+        let mut queue: VecDeque<AgentOutput> = outputs.into();
+        while let Some(output) = queue.pop_front() {
+            match output {
+                AgentOutput::Submit(request) => self.submit(request, ctx),
+                AgentOutput::Keepalive(keepalive) => {
+                    for member in self.setup.members.clone() {
+                        if member == self.node() {
+                            let now = self.now_tick();
+                            let metadata = self.setup.metadata.clone();
+                            queue.extend(metadata.with(|state| self.agent.on_keepalive(now, &keepalive, state)));
+                        } else {
+                            self.send(member, Message::SessionKeepalive(keepalive));
+                        }
+                    }
+                }
+                AgentOutput::NotifyExpired { to, notice } => {
+                    if to == self.node() {
+                        queue.extend(self.agent.on_session_expired(&notice));
+                    } else {
+                        self.send(to, Message::SessionExpired(notice));
+                    }
+                }
+                AgentOutput::SessionOpened(session) => {
+                    tracing::info!(node = self.node().0, session = session.0, "session opened");
+                }
+                AgentOutput::Unload(group) => {
+                    self.to_shard_of(group, UnloadGroup(group));
+                    eprintln!(
+                        "cohort: node {}: unloading {group}: the metadata placed it elsewhere (S4)",
+                        self.node().0
+                    );
+                }
+                AgentOutput::Stop(reason) => self.stop(reason.to_string()),
+                AgentOutput::ProposeSeal { group, seal } => {
+                    self.to_shard_of(group, ProposeSeal { group, seal });
+                }
+                AgentOutput::HostLearner { group, kind, incarnation, members, learners } => {
+                    // The metadata does not record a group's replication
+                    // quorum or write mode: a learner starts with a majority
+                    // and synchronous writes, and takes the incarnation's
+                    // quorum from its seal when it becomes a voter.
+                    let placement = Placement {
+                        group,
+                        incarnation,
+                        members,
+                        learners,
+                        replication_quorum: None,
+                        write_mode: cohort_core::WriteMode::Sync,
+                    };
+                    self.to_shard_of(group, HostLearner { placement, kind: crate::kind::GroupKind::new(kind) });
+                }
+                AgentOutput::SetLearners { group, learners } => {
+                    self.to_shard_of(group, SetLearners { group, learners });
+                }
+                AgentOutput::Switch(group) => self.to_shard_of(group, SwitchIncarnation(group)),
+            }
+        }
+        self.publish();
+    }
+
+    /// Hand `message` to the shard that hosts `group` (a stopped shard drops it).
+    fn to_shard_of<M>(&self, group: GroupId, message: M)
+    where
+        M: actix::Message + Send + 'static,
+        M::Result: Send,
+        crate::shard::ShardActor: actix::Handler<M>,
+    {
+        let shards = self.setup.directory.shard_count();
+        if let Some(shard) = self.setup.directory.shard(shard_of(group, shards)) {
+            shard.do_send(message);
+        }
+    }
+
+    fn stop(&mut self, reason: String) {
+        let reason = format!("session expired with session_expired_policy: {reason}");
+        eprintln!("cohort: node {}: stopping: {reason}", self.node().0);
+        self.setup.stop.stop(reason);
+        let _ = self.setup.shutdown.try_send(Shutdown);
+    }
+
+    /// Send `request` to the metadata primary as the agent knows it.
+    fn submit(&mut self, request: Request, ctx: &mut Context<Self>) {
+        self.submitted = Some(request.clone());
+        self.route(request, ctx);
+    }
+
+    /// Send `request` to the local metadata replica or to the member the
+    /// agent targets.
+    fn route(&mut self, request: Request, ctx: &mut Context<Self>) {
+        let local = self.member() && (self.metadata_primary || self.target.is_none_or(|t| t == self.node()));
+        let operator = self.operator.owns(request.client);
+        if local {
+            if operator {
+                self.operator.sent(self.node(), true, Instant::now());
+            }
+            self.submit_locally(request, ctx);
+        } else {
+            let target = self.target.filter(|t| *t != self.node()).unwrap_or_else(|| self.next_member());
+            self.target = Some(target);
+            if operator {
+                self.operator.sent(target, false, Instant::now());
+            }
+            self.send(target, Message::Request(request));
+        }
+    }
+
+    /// The member after the current target, skipping this node.
+    fn next_member(&self) -> NodeId {
+        let members = &self.setup.members;
+        let others: Vec<NodeId> = members.iter().copied().filter(|m| *m != self.node()).collect();
+        let Some(first) = others.first().copied() else { return self.node() };
+        match self.target.and_then(|t| others.iter().position(|m| *m == t)) {
+            Some(index) => others[(index + 1) % others.len()],
+            None => first,
+        }
+    }
+
+    fn submit_locally(&mut self, request: Request, ctx: &mut Context<Self>) {
+        let shards = self.setup.directory.shard_count();
+        let Some(shard) = self.setup.directory.shard(shard_of(GroupId::METADATA, shards)) else { return };
+        let (answer, answered) = oneshot::channel();
+        let span = tracing::Span::none();
+        if shard.try_send(Submit { request, answer, span }).is_err() {
+            return;
+        }
+        let node = self.node();
+        let waited = async move { tokio::time::timeout(LOCAL_SUBMIT_TIMEOUT, answered).await };
+        ctx.spawn(waited.into_actor(self).map(move |answer, actor, ctx| match answer {
+            Ok(Ok(ClientAnswer::Reply(reply))) => actor.on_reply(reply, ctx),
+            Ok(Ok(ClientAnswer::Redirect(redirect))) => actor.on_redirect(node, redirect, ctx),
+            _ => {}
+        }));
+    }
+
+    fn on_reply(&mut self, reply: Reply, ctx: &mut Context<Self>) {
+        if self.operator.owns(reply.client) {
+            self.operator.on_reply(&reply);
+            return;
+        }
+        if reply.client == self.reader {
+            if let Outcome::Ok(state) = &reply.outcome
+                && let Err(error) = self.setup.metadata.replace_encoded(state)
+            {
+                eprintln!("cohort: node {}: fetched metadata does not decode: {error}", self.node().0);
+            }
+            return;
+        }
+        let now = self.now_tick();
+        let outputs = self.agent.on_reply(now, &reply);
+        self.execute(outputs, ctx);
+    }
+
+    fn on_redirect(&mut self, from: NodeId, redirect: Redirect, ctx: &mut Context<Self>) {
+        let next = redirect.primary.filter(|p| *p != from && self.setup.members.contains(p));
+        self.target = Some(next.unwrap_or_else(|| self.next_member()));
+        if self.operator.owns(redirect.client) {
+            if let Some(request) = self.operator.on_redirect(from, &redirect).filter(|_| next.is_some()) {
+                self.route(request, ctx);
+            }
+            return;
+        }
+        // Send the same request there now if it is still the one in flight.
+        if next.is_some()
+            && let Some(request) = self.submitted.clone()
+            && request.client == redirect.client
+            && request.request == redirect.request
+            && redirect.client != self.reader
+        {
+            self.submit(request, ctx);
+        }
+    }
+
+    /// Non-members: a linearizable read of the whole metadata state.
+    fn fetch(&mut self) {
+        let request = Request {
+            client: self.reader,
+            request: RequestNumber(self.next_read),
+            group: GroupId::METADATA,
+            kind: RequestKind::Read,
+            operation: bytes::Bytes::new(),
+        };
+        self.next_read += 1;
+        let target = self.target.unwrap_or_else(|| self.next_member());
+        self.target = Some(target);
+        self.send(target, Message::Request(request));
+    }
+
+    /// One frame to `peer` over its peer link (dropped if it is down: the
+    /// agent re-sends what matters).
+    fn send(&self, peer: NodeId, message: Message) {
+        let Some(link) = self.setup.directory.link(peer) else { return };
+        let frame = message.encode(self.setup.cluster, self.node(), TraceContext::NONE);
+        let _ = link.try_send(SendFrames { frames: vec![frame] });
+    }
+}
+
+impl Actor for MetadataAgentActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        ctx.set_mailbox_capacity(1024);
+        ctx.run_interval(self.setup.tick, |actor, ctx| actor.poll(ctx));
+    }
+}
+
+impl Handler<OperatorSubmit> for MetadataAgentActor {
+    type Result = ();
+
+    fn handle(&mut self, submit: OperatorSubmit, ctx: &mut Self::Context) {
+        if self.agent.stopped() {
+            let _ = submit.answer.send(Err(crate::operator_client::OperatorFailure::Stopped));
+            return;
+        }
+        if let Some(request) = self.operator.start(&submit.command, submit.deadline, submit.answer, Instant::now()) {
+            self.route(request, ctx);
+        }
+    }
+}
+
+impl Handler<AgentInbound> for MetadataAgentActor {
+    type Result = ();
+
+    fn handle(&mut self, inbound: AgentInbound, ctx: &mut Self::Context) {
+        if self.agent.stopped() {
+            return;
+        }
+        match inbound.message {
+            Message::SessionKeepalive(keepalive) => {
+                // After a stall, wait for one fresh tick before judging
+                // keepalives: the applied state and the primary flag may be stale.
+                if self.last_tick.elapsed() > self.setup.tick * 3 {
+                    return;
+                }
+                let now = self.now_tick();
+                let metadata = self.setup.metadata.clone();
+                let outputs = metadata.with(|state| self.agent.on_keepalive(now, &keepalive, state));
+                self.execute(outputs, ctx);
+            }
+            Message::SessionExpired(notice) => {
+                let outputs = self.agent.on_session_expired(&notice);
+                self.execute(outputs, ctx);
+            }
+            Message::Reply(reply) if reply.group == GroupId::METADATA => self.on_reply(reply, ctx),
+            Message::Redirect(redirect) if redirect.group == GroupId::METADATA => {
+                self.on_redirect(inbound.from, redirect, ctx)
+            }
+            _ => {}
+        }
+    }
+}

@@ -1,0 +1,69 @@
+//! What the listener hands on, and where: a peer's frames for a shard
+//! ([`Inbound`]) or for the node's agent ([`AgentInbound`]), through routes
+//! it is given ([`InboundRoutes`]). The listener knows no actor type; the
+//! node's [`crate::directory::Directory`] is its routes.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use actix::prelude::*;
+use cohort_messages::{CommitEntry, CommitReplyEntry, Message, NodeId, TraceContext};
+
+/// Input from a peer, routed to the shard that owns the groups (R16).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub enum Inbound {
+    /// A single-group message.
+    Message {
+        /// The sending node.
+        from: NodeId,
+        /// The message.
+        message: Message,
+        /// The frame header's trace context ([`TraceContext::NONE`] if untraced).
+        trace: TraceContext,
+    },
+    /// This shard's entries of one Commit frame.
+    Commits {
+        /// The sending node.
+        from: NodeId,
+        /// Validated entries (bad ones were rejected alone by the router).
+        entries: Vec<CommitEntry>,
+    },
+    /// This shard's entries of one CommitReply frame.
+    Replies {
+        /// The sending node.
+        from: NodeId,
+        /// Validated entries.
+        entries: Vec<CommitReplyEntry>,
+    },
+}
+
+/// A frame for the node's metadata agent, from a peer: the frames that carry
+/// no group (`SessionKeepalive`, `SessionExpired`) and the metadata group's
+/// `Reply` or `Redirect` to a request the agent forwarded.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct AgentInbound {
+    /// The sending node.
+    pub from: NodeId,
+    /// `SessionKeepalive`, `SessionExpired`, or the metadata group's `Reply` or `Redirect`.
+    pub message: Message,
+}
+
+/// The reading of one inbound connection, past its Handshake: the peer's
+/// link runs it in its own context, so the link owns both directions of its
+/// peer's traffic and a restarted link starts from a fresh connection.
+pub type ConnectionReader = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// Where the listener sends what it reads. Lookups happen on every use: the
+/// supervisor replaces dead shards and links while connections are open.
+pub trait InboundRoutes: Send + Sync {
+    /// Shards on this node (the router splits batches by [`cohort_core::routing::shard_of`]).
+    fn shard_count(&self) -> usize;
+
+    /// Shard `index`'s inbox, if it runs.
+    fn shard(&self, index: usize) -> Option<Recipient<Inbound>>;
+
+    /// Hand `reader` to the link of `peer`; false if `peer` is not a peer of this node.
+    fn adopt(&self, peer: NodeId, reader: ConnectionReader) -> bool;
+}

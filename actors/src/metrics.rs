@@ -1,0 +1,844 @@
+//! The node's Prometheus metrics: one registry that every actor of the node
+//! writes to and the admin server encodes on each scrape.
+//!
+//! The core does no I/O and knows nothing of Prometheus: each shard keeps its
+//! counters as plain totals ([`ShardMetrics`]) and its heartbeat states as a
+//! count of groups ([`HeartbeatGauges`]); a peer link keeps its rejected input
+//! as [`RejectCounters`]. This module turns those snapshots into exported
+//! families, and adds what only the runtime sees: frames dropped on a full
+//! mailbox or a missing link, connected peers, and commit latency.
+//!
+//! # Why snapshots become deltas
+//!
+//! The core's counters are totals since *that core* started, while an exported
+//! counter must never go backwards for as long as the process lives (a scrape
+//! that saw 10 must never later see 7). So [`NodeMetrics`] remembers the last
+//! snapshot it applied per shard (and per reject source) and adds only the
+//! difference to a [`Counter`]:
+//!
+//! - applying the same snapshot twice adds nothing, so callers may publish
+//!   whenever they like (every tick, or on a timer);
+//! - a snapshot in which any counter went *down* means the source was
+//!   re-created (a supervisor restarted the shard, a link reconnected with new
+//!   counters): the whole snapshot is then counted as new, as the source
+//!   started again from zero.
+//!
+//! A `ConstCounter` collector that re-exports the latest snapshot would be
+//! simpler, but it would export the source's reset as a counter reset of the
+//! whole node and lose what the old source had counted; the delta approach
+//! keeps node totals exact across restarts.
+//!
+//! # Label cardinality
+//!
+//! Every label has a bounded set of values: `shard` is below the configured
+//! shard count, `state` and `reason` are enums, `level` has three values and
+//! `kind` comes from the `kind()` of the wire crate's error types (static
+//! strings). No label carries a group id, peer address or other value that
+//! grows with traffic.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use cohort_core::{HeartbeatGauges, ShardMetrics};
+use cohort_messages::RejectCounters;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::{Registry, Unit};
+
+/// Prefix of every family this node exports.
+pub const METRIC_PREFIX: &str = "cohort";
+
+/// Upper bounds (seconds) of the commit latency histogram's buckets, in a
+/// 1-2-5 series from 100 µs (a loopback round trip plus one group-committed
+/// `fdatasync`) to 10 s (several view changes in a row). The overflow bucket
+/// `+Inf` is implicit.
+pub const COMMIT_LATENCY_BUCKETS_SECONDS: [f64; 16] =
+    [0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0];
+
+/// Upper bounds (seconds) of the apply latency histogram's buckets: one
+/// state machine `apply` call, in a 1-2-5 series from 1 µs (a register
+/// write) to 1 s (a state machine that does I/O, which it should not).
+pub const APPLY_LATENCY_BUCKETS_SECONDS: [f64; 19] = [
+    0.000001, 0.000002, 0.000005, 0.00001, 0.00002, 0.00005, 0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02,
+    0.05, 0.1, 0.2, 0.5, 1.0,
+];
+
+/// The `kind` label of groups whose kind was not named: until the host
+/// registers group kinds (the embedding API), every group is of this kind.
+pub const DEFAULT_GROUP_KIND: &str = "default";
+
+/// How many counters a [`ShardMetrics`] holds; one exported family each.
+const SHARD_COUNTER_COUNT: usize = 13;
+
+/// Name (without prefix and without the `_total` the encoder appends) and help
+/// of each exported shard counter, in the order of [`shard_counter_values`].
+const SHARD_COUNTER_SPECS: [(&str, &str); SHARD_COUNTER_COUNT] = [
+    ("commit_batches_sent", "R19: Commit batch frames sent"),
+    ("commit_entries_sent", "R19: Commit entries sent"),
+    ("commit_batches_received", "R19: Commit batch frames received"),
+    ("commit_entries_received", "R19: Commit entries received, good and bad"),
+    ("commit_entries_rejected", "R17: Commit entries rejected alone as bad"),
+    ("reply_batches_sent", "R32: CommitReply batch frames sent"),
+    ("reply_entries_sent", "R32: CommitReply entries sent"),
+    ("reply_batches_received", "R32: CommitReply batch frames received"),
+    ("reply_entries_received", "R32: CommitReply entries received, good and bad"),
+    ("reply_entries_rejected", "R29: CommitReply entries rejected alone as bad"),
+    ("commit_batches_unconnected", "R25: Commit batches handed to a link that was not connected"),
+    ("primaries_started", "Views in which a member of the shard became primary"),
+    ("view_changes_started", "View changes started by members of the shard"),
+];
+
+/// The counters of `metrics` in the order of [`SHARD_COUNTER_SPECS`].
+///
+/// The destructuring names every field, so a counter added to
+/// [`ShardMetrics`] does not compile until it is exported here too.
+fn shard_counter_values(metrics: &ShardMetrics) -> [u64; SHARD_COUNTER_COUNT] {
+    let ShardMetrics {
+        commit_batches_sent,
+        commit_entries_sent,
+        commit_batches_received,
+        commit_entries_received,
+        commit_entries_rejected,
+        reply_batches_sent,
+        reply_entries_sent,
+        reply_batches_received,
+        reply_entries_received,
+        reply_entries_rejected,
+        commit_batches_unconnected,
+        primaries_started,
+        view_changes_started,
+    } = *metrics;
+    [
+        commit_batches_sent,
+        commit_entries_sent,
+        commit_batches_received,
+        commit_entries_received,
+        commit_entries_rejected,
+        reply_batches_sent,
+        reply_entries_sent,
+        reply_batches_received,
+        reply_entries_received,
+        reply_entries_rejected,
+        commit_batches_unconnected,
+        primaries_started,
+        view_changes_started,
+    ]
+}
+
+/// A group's heartbeat state, as the `state` label of `cohort_groups` (R32).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
+pub enum GroupState {
+    /// Primary of a group with writes in flight.
+    Busy,
+    /// Primary of a group with nothing in flight.
+    Idle,
+    /// Backup following a primary.
+    Backup,
+    /// Member in a view change.
+    ViewChange,
+}
+
+impl GroupState {
+    /// Every state, so a shard's gauges are all written on each update.
+    pub const ALL: [GroupState; 4] = [GroupState::Busy, GroupState::Idle, GroupState::Backup, GroupState::ViewChange];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GroupState::Busy => "busy",
+            GroupState::Idle => "idle",
+            GroupState::Backup => "backup",
+            GroupState::ViewChange => "view_change",
+        }
+    }
+
+    fn count(self, gauges: &HeartbeatGauges) -> u64 {
+        match self {
+            GroupState::Busy => gauges.busy,
+            GroupState::Idle => gauges.idle,
+            GroupState::Backup => gauges.backup,
+            GroupState::ViewChange => gauges.view_change,
+        }
+    }
+}
+
+impl EncodeLabelValue for GroupState {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> std::fmt::Result {
+        encoder.write_str(self.as_str())
+    }
+}
+
+/// Why the runtime dropped a frame or message instead of delivering it: the
+/// `reason` label of `cohort_frames_dropped_total`.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
+pub enum DropReason {
+    /// `try_send` found the receiving actor's bounded mailbox full.
+    MailboxFull,
+    /// `try_send` found the receiving actor stopped (its mailbox closed).
+    MailboxClosed,
+    /// The frame was for a peer whose link is not connected.
+    PeerDisconnected,
+}
+
+impl DropReason {
+    /// Every reason; each is exported from the start, at zero.
+    pub const ALL: [DropReason; 3] = [DropReason::MailboxFull, DropReason::MailboxClosed, DropReason::PeerDisconnected];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DropReason::MailboxFull => "mailbox_full",
+            DropReason::MailboxClosed => "mailbox_closed",
+            DropReason::PeerDisconnected => "peer_disconnected",
+        }
+    }
+}
+
+impl EncodeLabelValue for DropReason {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> std::fmt::Result {
+        encoder.write_str(self.as_str())
+    }
+}
+
+/// Which decoding step rejected input: the `level` label of
+/// `cohort_frames_rejected_total`, one per map of [`RejectCounters`]. It keeps
+/// a frame kind and a body kind apart even if they ever share a name.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
+pub enum RejectLevel {
+    /// The whole frame was dropped (header, checksum, size, revision).
+    Frame,
+    /// The frame was sound but its body was dropped.
+    Body,
+    /// One entry of a batch was rejected; the rest of the batch was used.
+    Entry,
+}
+
+impl RejectLevel {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RejectLevel::Frame => "frame",
+            RejectLevel::Body => "body",
+            RejectLevel::Entry => "entry",
+        }
+    }
+}
+
+impl EncodeLabelValue for RejectLevel {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> std::fmt::Result {
+        encoder.write_str(self.as_str())
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ShardLabels {
+    shard: usize,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GroupLabels {
+    shard: usize,
+    state: GroupState,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RejectLabels {
+    level: RejectLevel,
+    kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: String,
+}
+
+fn apply_latency_histogram() -> Histogram {
+    Histogram::new(APPLY_LATENCY_BUCKETS_SECONDS)
+}
+
+/// The series of one group kind, taken once per group (when its state
+/// machine is made) so that each apply only touches atomics: no label
+/// lookup, no lock, no allocation.
+#[derive(Clone, Debug)]
+pub struct GroupKindMetrics {
+    ops_applied: Counter,
+    apply_latency: Histogram,
+}
+
+impl GroupKindMetrics {
+    /// Count one op applied by a state machine of this kind, which took `latency`.
+    pub fn observe_apply(&self, latency: Duration) {
+        self.ops_applied.inc();
+        self.apply_latency.observe(latency.as_secs_f64());
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DropLabels {
+    reason: DropReason,
+}
+
+/// A [`RejectCounters`] flattened to one total per `(level, kind)`.
+type RejectTotals = BTreeMap<(RejectLevel, &'static str), u64>;
+
+fn reject_totals(counters: &RejectCounters) -> RejectTotals {
+    let RejectCounters { frames, bodies, entries } = counters;
+    let levels = [(RejectLevel::Frame, frames), (RejectLevel::Body, bodies), (RejectLevel::Entry, entries)];
+    levels.into_iter().flat_map(|(level, map)| map.iter().map(move |(&kind, &count)| ((level, kind), count))).collect()
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SessionLabels {
+    event: &'static str,
+}
+
+/// The session events exported, in the order of [`session_counts`].
+const SESSION_EVENTS: [&str; 6] =
+    ["opened", "expired", "report_accepted", "report_refused", "expiry_proposed", "group_unloaded"];
+
+fn session_counts(counters: &cohort_core::metadata::AgentCounters) -> [u64; 6] {
+    let cohort_core::metadata::AgentCounters {
+        sessions_opened,
+        sessions_expired,
+        reports_accepted,
+        reports_refused,
+        expiries_proposed,
+        groups_unloaded,
+    } = *counters;
+    [sessions_opened, sessions_expired, reports_accepted, reports_refused, expiries_proposed, groups_unloaded]
+}
+
+/// The last snapshot applied from each source, to turn the next into deltas.
+#[derive(Debug, Default)]
+struct Applied {
+    sessions: [u64; 6],
+    shards: BTreeMap<usize, [u64; SHARD_COUNTER_COUNT]>,
+    rejects: BTreeMap<usize, RejectTotals>,
+}
+
+/// The counts to add when `now` follows `last`: the differences, or all of
+/// `now` when a counter went down (the source restarted from zero).
+fn shard_deltas(last: &[u64; SHARD_COUNTER_COUNT], now: &[u64; SHARD_COUNTER_COUNT]) -> [u64; SHARD_COUNTER_COUNT] {
+    let restarted = last.iter().zip(now).any(|(last, now)| now < last);
+    let mut deltas = *now;
+    if !restarted {
+        for (delta, last) in deltas.iter_mut().zip(last) {
+            *delta -= last;
+        }
+    }
+    deltas
+}
+
+/// [`shard_deltas`] for reject totals; a kind that disappeared also means
+/// the source restarted.
+fn reject_deltas(last: &RejectTotals, now: &RejectTotals) -> RejectTotals {
+    let restarted = last.iter().any(|(key, &last)| now.get(key).is_none_or(|&now| now < last));
+    now.iter()
+        .map(|(&key, &now)| {
+            let last = if restarted { 0 } else { last.get(&key).copied().unwrap_or(0) };
+            (key, now - last)
+        })
+        .filter(|&(_, delta)| delta > 0)
+        .collect()
+}
+
+/// A gauge value from a count; counts beyond `i64::MAX` cannot occur in
+/// practice, and saturate rather than wrap if they do.
+fn gauge_value(count: u64) -> i64 {
+    i64::try_from(count).unwrap_or(i64::MAX)
+}
+
+/// Every metric of one node, in one Prometheus registry.
+///
+/// Shared by the node's actors through an `Arc`: every method takes `&self`
+/// and is safe to call from any thread. Updating is cheap (atomics, plus one
+/// short lock for snapshot bookkeeping); [`NodeMetrics::encode`] walks the
+/// registry and is meant for scrapes, not the data path.
+///
+/// Who calls what:
+/// - each shard actor, on a timer or before a scrape: [`NodeMetrics::update_shard`]
+///   with `Shard::metrics()` and `Shard::heartbeat_gauges()`;
+/// - each peer link, after decoding: [`NodeMetrics::record_rejected`] with its
+///   [`RejectCounters`], and [`NodeMetrics::set_peers_connected`] (or the
+///   supervisor, which sees all links);
+/// - any sender whose `try_send` failed or whose link was down:
+///   [`NodeMetrics::inc_dropped`];
+/// - the client path, when a submitted op's reply arrives:
+///   [`NodeMetrics::observe_commit_latency`].
+#[derive(Debug)]
+pub struct NodeMetrics {
+    registry: Registry,
+    shard_counters: [Family<ShardLabels, Counter>; SHARD_COUNTER_COUNT],
+    groups: Family<GroupLabels, Gauge>,
+    frames_rejected: Family<RejectLabels, Counter>,
+    frames_dropped: Family<DropLabels, Counter>,
+    peers_connected: Gauge,
+    commit_latency: Histogram,
+    ops_applied: Family<KindLabels, Counter>,
+    apply_latency: Family<KindLabels, Histogram, fn() -> Histogram>,
+    session_events: Family<SessionLabels, Counter>,
+    applied: Mutex<Applied>,
+}
+
+impl Default for NodeMetrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl NodeMetrics {
+    /// A registry with every family registered and nothing counted yet. The
+    /// labelled families get their series on first use (see `docs/metrics.md`);
+    /// every [`DropReason`] is exported at zero from the start.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix(METRIC_PREFIX);
+        let shard_counters: [Family<ShardLabels, Counter>; SHARD_COUNTER_COUNT] = Default::default();
+        for ((name, help), family) in SHARD_COUNTER_SPECS.iter().zip(&shard_counters) {
+            registry.register(*name, *help, family.clone());
+        }
+        let groups = Family::<GroupLabels, Gauge>::default();
+        registry.register("groups", "R32: groups of the shard in each heartbeat state", groups.clone());
+        let frames_rejected = Family::<RejectLabels, Counter>::default();
+        registry.register(
+            "frames_rejected",
+            "R15, R17, R29: input rejected while decoding, by level (frame, body, entry) and kind",
+            frames_rejected.clone(),
+        );
+        let frames_dropped = Family::<DropLabels, Counter>::default();
+        registry.register(
+            "frames_dropped",
+            "Frames and messages the runtime dropped, by reason",
+            frames_dropped.clone(),
+        );
+        for reason in DropReason::ALL {
+            // Creating the series is the point: every reason is exported from the start, at zero.
+            let _series = frames_dropped.get_or_create(&DropLabels { reason });
+        }
+        let peers_connected = Gauge::default();
+        registry.register("peers_connected", "Peer nodes with a connected, handshaken link", peers_connected.clone());
+        let commit_latency = Histogram::new(COMMIT_LATENCY_BUCKETS_SECONDS);
+        registry.register_with_unit(
+            "commit_latency",
+            "Time from a client op's submit to its reply",
+            Unit::Seconds,
+            commit_latency.clone(),
+        );
+        let ops_applied = Family::<KindLabels, Counter>::default();
+        registry.register(
+            "ops_applied",
+            "Ops applied to state machines on this node, by group kind",
+            ops_applied.clone(),
+        );
+        let apply_latency: Family<KindLabels, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(apply_latency_histogram);
+        registry.register_with_unit(
+            "apply_latency",
+            "Time one state machine apply call took, by group kind",
+            Unit::Seconds,
+            apply_latency.clone(),
+        );
+        let session_events = Family::<SessionLabels, Counter>::default();
+        registry.register(
+            "session_events",
+            "S1-S4: this node's metadata agent: sessions opened and expired, ownership reports accepted and refused, expiries proposed (as metadata primary), groups unloaded",
+            session_events.clone(),
+        );
+        for event in SESSION_EVENTS {
+            let _series = session_events.get_or_create(&SessionLabels { event });
+        }
+        NodeMetrics {
+            registry,
+            session_events,
+            shard_counters,
+            groups,
+            frames_rejected,
+            frames_dropped,
+            peers_connected,
+            commit_latency,
+            ops_applied,
+            apply_latency,
+            applied: Mutex::default(),
+        }
+    }
+
+    /// Publish shard `shard`'s current counters and heartbeat gauges.
+    ///
+    /// `metrics` are the core's totals; only what changed since the last
+    /// snapshot of this shard is added (see the module doc), so calling this
+    /// twice with the same snapshot changes nothing.
+    pub fn update_shard(&self, shard: usize, metrics: &ShardMetrics, gauges: &HeartbeatGauges) {
+        let now = shard_counter_values(metrics);
+        // Held to the end, so that the updates of one shard apply in order.
+        let mut applied = self.applied();
+        let last = applied.shards.entry(shard).or_insert([0; SHARD_COUNTER_COUNT]);
+        let deltas = shard_deltas(last, &now);
+        *last = now;
+        let labels = ShardLabels { shard };
+        for (family, delta) in self.shard_counters.iter().zip(deltas) {
+            // Created even at zero so that every shard's series exists from its first update.
+            family.get_or_create(&labels).inc_by(delta);
+        }
+        for state in GroupState::ALL {
+            self.groups.get_or_create(&GroupLabels { shard, state }).set(gauge_value(state.count(gauges)));
+        }
+    }
+
+    /// Publish the rejected-input totals of one source, typically a peer
+    /// link, which decodes and validates what arrives. `source` names the
+    /// owner of `counters` (the peer's node id, for instance); distinct owners
+    /// need distinct ids. Like [`NodeMetrics::update_shard`], only the change
+    /// since that source's last snapshot is added.
+    pub fn record_rejected(&self, source: usize, counters: &RejectCounters) {
+        let now = reject_totals(counters);
+        let mut applied = self.applied();
+        let last = applied.rejects.entry(source).or_default();
+        let deltas = reject_deltas(last, &now);
+        *last = now;
+        for ((level, kind), delta) in deltas {
+            self.frames_rejected.get_or_create(&RejectLabels { level, kind }).inc_by(delta);
+        }
+    }
+
+    /// Count one frame or message dropped for `reason`.
+    pub fn inc_dropped(&self, reason: DropReason) {
+        self.add_dropped(reason, 1);
+    }
+
+    /// Count `count` frames or messages dropped for `reason`.
+    pub fn add_dropped(&self, reason: DropReason, count: u64) {
+        self.frames_dropped.get_or_create(&DropLabels { reason }).inc_by(count);
+    }
+
+    /// Set how many peer nodes are connected now.
+    pub fn set_peers_connected(&self, peers: usize) {
+        self.peers_connected.set(gauge_value(u64::try_from(peers).unwrap_or(u64::MAX)));
+    }
+
+    /// Publish the metadata agent's counters (only what grew since the last call is added).
+    pub fn set_sessions(&self, counters: &cohort_core::metadata::AgentCounters) {
+        let counts = session_counts(counters);
+        let mut applied = self.applied();
+        for (index, event) in SESSION_EVENTS.iter().enumerate() {
+            let delta = counts[index].saturating_sub(applied.sessions[index]);
+            if delta > 0 {
+                self.session_events.get_or_create(&SessionLabels { event }).inc_by(delta);
+            }
+        }
+        applied.sessions = counts;
+    }
+
+    /// Record one op's time from submit to reply.
+    pub fn observe_commit_latency(&self, latency: Duration) {
+        self.commit_latency.observe(latency.as_secs_f64());
+    }
+
+    /// The series of group kind `kind` (created at zero on first use). The
+    /// set of kinds is the host's registered kinds, so the label stays
+    /// bounded; pass [`DEFAULT_GROUP_KIND`] for groups of no named kind.
+    pub fn group_kind(&self, kind: &str) -> GroupKindMetrics {
+        let labels = KindLabels { kind: kind.to_owned() };
+        GroupKindMetrics {
+            ops_applied: self.ops_applied.get_or_create(&labels).clone(),
+            apply_latency: self.apply_latency.get_or_create(&labels).clone(),
+        }
+    }
+
+    /// Every family in the OpenMetrics text format (ends with `# EOF`), which
+    /// Prometheus scrapes as [`OPENMETRICS_CONTENT_TYPE`].
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &self.registry)
+            .expect("counters, gauges and classic histograms always encode into a String");
+        text
+    }
+
+    /// The bookkeeping lock. A panic while it was held cannot leave it
+    /// half-written in a way that matters more than a skipped delta, so a
+    /// poisoned lock is used as is rather than spreading the panic.
+    fn applied(&self) -> MutexGuard<'_, Applied> {
+        self.applied.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The `Content-Type` of [`NodeMetrics::encode`]'s text.
+pub const OPENMETRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+const _: () = {
+    const fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<NodeMetrics>();
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The value of the sample line `series` (name and labels, exactly as
+    /// encoded), if present.
+    fn sample(text: &str, series: &str) -> Option<f64> {
+        text.lines().find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+    }
+
+    fn shard_metrics(base: u64) -> ShardMetrics {
+        let mut metrics = ShardMetrics::default();
+        let fields = [
+            &mut metrics.commit_batches_sent,
+            &mut metrics.commit_entries_sent,
+            &mut metrics.commit_batches_received,
+            &mut metrics.commit_entries_received,
+            &mut metrics.commit_entries_rejected,
+            &mut metrics.reply_batches_sent,
+            &mut metrics.reply_entries_sent,
+            &mut metrics.reply_batches_received,
+            &mut metrics.reply_entries_received,
+            &mut metrics.reply_entries_rejected,
+            &mut metrics.commit_batches_unconnected,
+            &mut metrics.primaries_started,
+            &mut metrics.view_changes_started,
+        ];
+        for (index, field) in fields.into_iter().enumerate() {
+            *field = base + index as u64;
+        }
+        metrics
+    }
+
+    fn series(name: &str, shard: usize) -> String {
+        format!("cohort_{name}_total{{shard=\"{shard}\"}}")
+    }
+
+    #[test]
+    fn a_fresh_registry_exports_the_families_it_can_start_at_zero() {
+        let text = NodeMetrics::new().encode();
+        for absent in ["cohort_commit_batches_sent", "cohort_groups", "cohort_frames_rejected"] {
+            // A labelled family appears with its first series (a shard's first update, a first rejection).
+            assert!(!text.contains(&format!("# TYPE {absent} ")), "{absent}:\n{text}");
+        }
+        for declaration in [
+            "# TYPE cohort_frames_dropped counter\n",
+            "# TYPE cohort_peers_connected gauge\n",
+            "# TYPE cohort_commit_latency_seconds histogram\n",
+            "# UNIT cohort_commit_latency_seconds seconds\n",
+        ] {
+            assert!(text.contains(declaration), "{declaration:?} missing:\n{text}");
+        }
+        assert!(text.ends_with("# EOF\n"));
+        for reason in DropReason::ALL {
+            let line = format!("cohort_frames_dropped_total{{reason=\"{}\"}}", reason.as_str());
+            assert_eq!(sample(&text, &line), Some(0.0), "{line}");
+        }
+        assert_eq!(sample(&text, "cohort_peers_connected"), Some(0.0));
+        assert_eq!(sample(&text, "cohort_commit_latency_seconds_count"), Some(0.0));
+    }
+
+    #[test]
+    fn after_updates_every_family_is_declared() {
+        let metrics = NodeMetrics::new();
+        metrics.update_shard(0, &ShardMetrics::default(), &HeartbeatGauges::default());
+        let mut counters = RejectCounters::default();
+        counters.frames.insert("truncated", 1);
+        metrics.record_rejected(0, &counters);
+        let text = metrics.encode();
+        for (name, help) in SHARD_COUNTER_SPECS {
+            assert!(text.contains(&format!("# HELP cohort_{name} {help}.\n")), "{name} help missing:\n{text}");
+            assert_eq!(sample(&text, &series(name, 0)), Some(0.0), "{name}");
+            assert!(text.contains(&format!("# TYPE cohort_{name} counter\n")), "{name} type missing:\n{text}");
+        }
+        for declaration in [
+            "# TYPE cohort_groups gauge\n",
+            "# TYPE cohort_frames_rejected counter\n",
+            "# TYPE cohort_frames_dropped counter\n",
+            "# TYPE cohort_peers_connected gauge\n",
+            "# TYPE cohort_commit_latency_seconds histogram\n",
+        ] {
+            assert!(text.contains(declaration), "{declaration:?} missing:\n{text}");
+        }
+    }
+
+    #[test]
+    fn shard_counters_mirror_every_field_per_shard() {
+        let metrics = NodeMetrics::new();
+        metrics.update_shard(0, &shard_metrics(100), &HeartbeatGauges::default());
+        metrics.update_shard(3, &shard_metrics(200), &HeartbeatGauges::default());
+        let text = metrics.encode();
+        for (index, (name, _)) in SHARD_COUNTER_SPECS.iter().enumerate() {
+            assert_eq!(sample(&text, &series(name, 0)), Some(100.0 + index as f64), "{name}");
+            assert_eq!(sample(&text, &series(name, 3)), Some(200.0 + index as f64), "{name}");
+        }
+        assert_eq!(sample(&text, &series("commit_batches_sent", 1)), None);
+    }
+
+    #[test]
+    fn the_same_snapshot_twice_counts_once_and_growth_adds_the_difference() {
+        let metrics = NodeMetrics::new();
+        let gauges = HeartbeatGauges::default();
+        metrics.update_shard(1, &shard_metrics(10), &gauges);
+        metrics.update_shard(1, &shard_metrics(10), &gauges);
+        let text = metrics.encode();
+        assert_eq!(sample(&text, &series("commit_batches_sent", 1)), Some(10.0));
+        assert_eq!(sample(&text, &series("view_changes_started", 1)), Some(22.0));
+
+        metrics.update_shard(1, &shard_metrics(15), &gauges);
+        let text = metrics.encode();
+        assert_eq!(sample(&text, &series("commit_batches_sent", 1)), Some(15.0));
+        assert_eq!(sample(&text, &series("view_changes_started", 1)), Some(27.0));
+    }
+
+    #[test]
+    fn a_restarted_shard_keeps_node_counters_growing() {
+        let metrics = NodeMetrics::new();
+        let gauges = HeartbeatGauges::default();
+        metrics.update_shard(0, &shard_metrics(10), &gauges);
+        // The core was re-created and counted from zero again: 3 new batches.
+        let restarted = ShardMetrics { commit_batches_sent: 3, ..ShardMetrics::default() };
+        metrics.update_shard(0, &restarted, &gauges);
+        let text = metrics.encode();
+        assert_eq!(sample(&text, &series("commit_batches_sent", 0)), Some(13.0));
+        assert_eq!(sample(&text, &series("commit_entries_sent", 0)), Some(11.0));
+        // And the restarted core's later snapshots are deltas again.
+        metrics.update_shard(0, &ShardMetrics { commit_batches_sent: 5, ..ShardMetrics::default() }, &gauges);
+        assert_eq!(sample(&metrics.encode(), &series("commit_batches_sent", 0)), Some(15.0));
+    }
+
+    #[test]
+    fn group_gauges_follow_the_latest_snapshot() {
+        let metrics = NodeMetrics::new();
+        let first = HeartbeatGauges { busy: 5, idle: 6, backup: 7, view_change: 8 };
+        metrics.update_shard(2, &ShardMetrics::default(), &first);
+        let text = metrics.encode();
+        for (state, value) in [("busy", 5.0), ("idle", 6.0), ("backup", 7.0), ("view_change", 8.0)] {
+            let line = format!("cohort_groups{{shard=\"2\",state=\"{state}\"}}");
+            assert_eq!(sample(&text, &line), Some(value), "{line}");
+        }
+        let second = HeartbeatGauges { busy: 1, idle: 0, backup: 20, view_change: 0 };
+        metrics.update_shard(2, &ShardMetrics::default(), &second);
+        let text = metrics.encode();
+        assert_eq!(sample(&text, "cohort_groups{shard=\"2\",state=\"busy\"}"), Some(1.0));
+        assert_eq!(sample(&text, "cohort_groups{shard=\"2\",state=\"idle\"}"), Some(0.0));
+        assert_eq!(sample(&text, "cohort_groups{shard=\"2\",state=\"backup\"}"), Some(20.0));
+    }
+
+    #[test]
+    fn rejected_input_is_counted_by_level_and_kind_per_source() {
+        let metrics = NodeMetrics::new();
+        let mut counters = RejectCounters::default();
+        counters.frames.insert("header_checksum", 2);
+        counters.bodies.insert("codec", 1);
+        counters.entries.insert("reserved bytes are not zero", 4);
+        metrics.record_rejected(7, &counters);
+        metrics.record_rejected(7, &counters);
+        metrics.record_rejected(8, &counters);
+        let text = metrics.encode();
+        let frame = "cohort_frames_rejected_total{level=\"frame\",kind=\"header_checksum\"}";
+        let body = "cohort_frames_rejected_total{level=\"body\",kind=\"codec\"}";
+        let entry = "cohort_frames_rejected_total{level=\"entry\",kind=\"reserved bytes are not zero\"}";
+        assert_eq!(sample(&text, frame), Some(4.0));
+        assert_eq!(sample(&text, body), Some(2.0));
+        assert_eq!(sample(&text, entry), Some(8.0));
+
+        counters.frames.insert("header_checksum", 3);
+        metrics.record_rejected(7, &counters);
+        assert_eq!(sample(&metrics.encode(), frame), Some(5.0));
+
+        // Source 8 reconnected with fresh counters: its new count is all new.
+        let mut fresh = RejectCounters::default();
+        fresh.frames.insert("revision", 1);
+        metrics.record_rejected(8, &fresh);
+        let text = metrics.encode();
+        assert_eq!(sample(&text, frame), Some(5.0));
+        assert_eq!(sample(&text, "cohort_frames_rejected_total{level=\"frame\",kind=\"revision\"}"), Some(1.0));
+    }
+
+    #[test]
+    fn drops_peers_and_latency_are_exported() {
+        let metrics = NodeMetrics::new();
+        metrics.inc_dropped(DropReason::MailboxFull);
+        metrics.inc_dropped(DropReason::MailboxFull);
+        metrics.inc_dropped(DropReason::PeerDisconnected);
+        metrics.set_peers_connected(2);
+        metrics.observe_commit_latency(Duration::from_micros(300));
+        metrics.observe_commit_latency(Duration::from_millis(30));
+        metrics.observe_commit_latency(Duration::from_secs(60));
+        let text = metrics.encode();
+        assert_eq!(sample(&text, "cohort_frames_dropped_total{reason=\"mailbox_full\"}"), Some(2.0));
+        assert_eq!(sample(&text, "cohort_frames_dropped_total{reason=\"mailbox_closed\"}"), Some(0.0));
+        assert_eq!(sample(&text, "cohort_frames_dropped_total{reason=\"peer_disconnected\"}"), Some(1.0));
+        assert_eq!(sample(&text, "cohort_peers_connected"), Some(2.0));
+        assert_eq!(sample(&text, "cohort_commit_latency_seconds_count"), Some(3.0));
+        assert_eq!(sample(&text, "cohort_commit_latency_seconds_bucket{le=\"0.0002\"}"), Some(0.0));
+        assert_eq!(sample(&text, "cohort_commit_latency_seconds_bucket{le=\"0.0005\"}"), Some(1.0));
+        assert_eq!(sample(&text, "cohort_commit_latency_seconds_bucket{le=\"0.05\"}"), Some(2.0));
+        assert_eq!(sample(&text, "cohort_commit_latency_seconds_bucket{le=\"10.0\"}"), Some(2.0));
+        assert_eq!(sample(&text, "cohort_commit_latency_seconds_bucket{le=\"+Inf\"}"), Some(3.0));
+        let sum = sample(&text, "cohort_commit_latency_seconds_sum").expect("sum line");
+        assert!((sum - 60.0303).abs() < 1e-9, "{sum}");
+        metrics.set_peers_connected(0);
+        assert_eq!(sample(&metrics.encode(), "cohort_peers_connected"), Some(0.0));
+    }
+
+    #[test]
+    fn apply_latency_and_applied_ops_are_exported_per_group_kind() {
+        let metrics = NodeMetrics::new();
+        let default = metrics.group_kind(DEFAULT_GROUP_KIND);
+        let ledger = metrics.group_kind("ledger");
+        default.observe_apply(Duration::from_micros(3));
+        default.observe_apply(Duration::from_millis(3));
+        ledger.observe_apply(Duration::from_secs(2));
+        // A second handle to the same kind shares its series.
+        metrics.group_kind("ledger").observe_apply(Duration::from_nanos(500));
+        let text = metrics.encode();
+        assert!(text.contains("# TYPE cohort_apply_latency_seconds histogram\n"), "{text}");
+        assert_eq!(sample(&text, "cohort_ops_applied_total{kind=\"default\"}"), Some(2.0));
+        assert_eq!(sample(&text, "cohort_ops_applied_total{kind=\"ledger\"}"), Some(2.0));
+        let bucket =
+            |kind: &str, le: &str| format!("cohort_apply_latency_seconds_bucket{{le=\"{le}\",kind=\"{kind}\"}}");
+        assert_eq!(sample(&text, &bucket("default", "0.000005")), Some(1.0), "{text}");
+        assert_eq!(sample(&text, &bucket("default", "0.005")), Some(2.0), "{text}");
+        assert_eq!(sample(&text, &bucket("ledger", "0.000001")), Some(1.0), "{text}");
+        assert_eq!(sample(&text, &bucket("ledger", "1.0")), Some(1.0), "{text}");
+        assert_eq!(sample(&text, &bucket("ledger", "+Inf")), Some(2.0), "{text}");
+    }
+
+    #[test]
+    fn deltas_never_go_negative() {
+        let last = [5; SHARD_COUNTER_COUNT];
+        let mut now = [9; SHARD_COUNTER_COUNT];
+        assert_eq!(shard_deltas(&last, &now), [4; SHARD_COUNTER_COUNT]);
+        now[4] = 1;
+        assert_eq!(shard_deltas(&last, &now), now);
+
+        let last: RejectTotals = [((RejectLevel::Frame, "truncated"), 3)].into();
+        let gone: RejectTotals = [((RejectLevel::Body, "codec"), 1)].into();
+        assert_eq!(reject_deltas(&last, &gone), gone);
+        let same = last.clone();
+        assert!(reject_deltas(&last, &same).is_empty());
+    }
+
+    #[test]
+    fn metrics_can_be_shared_across_threads() {
+        let metrics = std::sync::Arc::new(NodeMetrics::new());
+        let threads: Vec<_> = (0..4)
+            .map(|shard| {
+                let metrics = std::sync::Arc::clone(&metrics);
+                std::thread::spawn(move || {
+                    for step in 1..=100 {
+                        let snapshot = ShardMetrics { commit_batches_sent: step, ..ShardMetrics::default() };
+                        metrics.update_shard(shard, &snapshot, &HeartbeatGauges::default());
+                        metrics.inc_dropped(DropReason::MailboxFull);
+                    }
+                })
+            })
+            .collect();
+        for thread in threads {
+            thread.join().expect("no panic");
+        }
+        let text = metrics.encode();
+        for shard in 0..4 {
+            assert_eq!(sample(&text, &series("commit_batches_sent", shard)), Some(100.0));
+        }
+        assert_eq!(sample(&text, "cohort_frames_dropped_total{reason=\"mailbox_full\"}"), Some(400.0));
+    }
+}

@@ -1,0 +1,63 @@
+//! A state machine wrapper that the shard puts around each group's state
+//! machine, so the runtime sees every apply although the core makes the call.
+//!
+//! The core applies committed ops itself, in the middle of handling a
+//! message, and stays free of clocks and tracing (it is sans-IO). Wrapping
+//! the state machine it is given is the one place the shell can time an
+//! apply (`cohort_apply_latency_seconds`, `cohort_ops_applied_total`) and
+//! open the op's `commit` and `apply` spans with the right parent, without a
+//! hook in the core. It forwards every call unchanged.
+
+use std::rc::Rc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use cohort_core::StateMachine;
+use cohort_messages::{GroupId, Op};
+
+use crate::metrics::GroupKindMetrics;
+use crate::traces::ShardTraces;
+
+/// `inner`, timed and traced.
+pub struct ObservedStateMachine {
+    inner: Box<dyn StateMachine>,
+    group: GroupId,
+    metrics: GroupKindMetrics,
+    traces: Rc<ShardTraces>,
+}
+
+impl ObservedStateMachine {
+    /// Wrap `group`'s state machine; applies count in `metrics` and open
+    /// spans through `traces`.
+    pub fn new(
+        inner: Box<dyn StateMachine>,
+        group: GroupId,
+        metrics: GroupKindMetrics,
+        traces: Rc<ShardTraces>,
+    ) -> ObservedStateMachine {
+        ObservedStateMachine { inner, group, metrics, traces }
+    }
+}
+
+impl StateMachine for ObservedStateMachine {
+    fn apply(&mut self, op: Op, operation: &[u8]) -> Bytes {
+        let span = self.traces.on_apply(self.group, op);
+        let _entered = span.enter();
+        let started = Instant::now();
+        let result = self.inner.apply(op, operation);
+        self.metrics.observe_apply(started.elapsed());
+        result
+    }
+
+    fn read(&self, query: &[u8]) -> Bytes {
+        self.inner.read(query)
+    }
+
+    fn snapshot(&self) -> Bytes {
+        self.inner.snapshot()
+    }
+
+    fn restore(&mut self, snapshot: &[u8]) -> Result<(), String> {
+        self.inner.restore(snapshot)
+    }
+}

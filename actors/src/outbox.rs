@@ -1,0 +1,94 @@
+//! One outbox per (shard, peer node): it turns a shard's turn of messages for
+//! one peer into frames and hands them to the peer link in one message.
+//!
+//! The core already assembles the batches (one Commit batch and one
+//! CommitReply batch per peer per tick, R11 and R27); the outbox encodes them
+//! and the turn's Prepares and view-change messages off the shard actor's
+//! handler, and never blocks: if the link's mailbox is full the frames are
+//! dropped and counted (R30: a dropped reply batch is replaced by the next).
+//!
+//! Each message comes with the trace context the shard chose for it (the
+//! span that sent it, see `super::traces`), which goes in its frame header;
+//! most messages carry [`TraceContext::NONE`].
+
+use std::sync::Arc;
+
+use actix::prelude::*;
+use cohort_messages::{ClusterId, EncodedFrame, Message, NodeId, TraceContext};
+
+use crate::peer_link::{PeerLink, SendFrames};
+use crate::{drops::Drops, metrics::DropReason};
+
+/// One shard turn's messages for one peer.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Outgoing {
+    /// In the order the core emitted them, each with its frame header's
+    /// trace context.
+    pub messages: Vec<(Message, TraceContext)>,
+}
+
+/// The outbox actor.
+pub struct Outbox {
+    cluster: ClusterId,
+    node: NodeId,
+    link: Addr<PeerLink>,
+    drops: Arc<Drops>,
+}
+
+impl Outbox {
+    /// An outbox of `node` writing to `link`; drops are counted in `drops`.
+    pub fn new(cluster: ClusterId, node: NodeId, link: Addr<PeerLink>, drops: Arc<Drops>) -> Outbox {
+        Outbox { cluster, node, link, drops }
+    }
+}
+
+impl Actor for Outbox {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        ctx.set_mailbox_capacity(1024);
+    }
+}
+
+impl Handler<Outgoing> for Outbox {
+    type Result = ();
+
+    fn handle(&mut self, outgoing: Outgoing, _ctx: &mut Self::Context) {
+        let frames: Vec<EncodedFrame> =
+            outgoing.messages.iter().map(|(message, trace)| message.encode(self.cluster, self.node, *trace)).collect();
+        let count = frames.len() as u64;
+        match self.link.try_send(SendFrames { frames }) {
+            Ok(()) => {}
+            Err(SendError::Full(_)) => self.drops.add(DropReason::MailboxFull, count),
+            Err(SendError::Closed(_)) => self.drops.add(DropReason::MailboxClosed, count),
+        }
+    }
+}
+
+/// The peer link was re-created by the supervisor: write to this one now.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct ReplaceLink(pub Addr<PeerLink>);
+
+impl Handler<ReplaceLink> for Outbox {
+    type Result = ();
+
+    fn handle(&mut self, replace: ReplaceLink, _ctx: &mut Self::Context) {
+        self.link = replace.0;
+    }
+}
+
+/// Make the receiving actor panic, to test supervision (not a stable API).
+#[doc(hidden)]
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct PanicForTest;
+
+impl Handler<PanicForTest> for Outbox {
+    type Result = ();
+
+    fn handle(&mut self, _: PanicForTest, _ctx: &mut Self::Context) {
+        panic!("outbox panicked on request (PanicForTest)");
+    }
+}

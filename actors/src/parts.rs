@@ -1,0 +1,166 @@
+//! What a node is made of, and how to start each part. Used at start-up and
+//! again by the supervisor when a part died, so a restarted part is built
+//! exactly like the original.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use actix::prelude::*;
+use cohort_core::CoreConfig;
+use cohort_messages::{ClusterId, NodeId};
+
+use crate::kind::HostedGroup;
+use crate::outbox::Outbox;
+use crate::peer_link::PeerLink;
+use crate::placement_recorder::PlacementRecorder;
+use crate::placements::{self, PlacementFile};
+use crate::registry::Kinds;
+use crate::shard::{ShardActor, ShardSetup};
+use crate::storage_worker::StorageWorker;
+use crate::{drops::Drops, metrics::NodeMetrics};
+use cohort_wal::FileStorageConfig;
+
+/// Why a part of the node could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum PartError {
+    /// A shard's storage could not be opened or recovered.
+    #[error(transparent)]
+    Storage(#[from] crate::storage_worker::StartError),
+    /// A shard could not rebuild its groups.
+    #[error("{0}")]
+    Shard(String),
+    /// The run-time placements file could not be read, or a record in it is wrong.
+    #[error(transparent)]
+    Placements(#[from] crate::placements::PlacementFileError),
+}
+
+/// The immutable description of a node, shared by start-up and the supervisor.
+pub struct Parts {
+    /// The cluster.
+    pub cluster: ClusterId,
+    /// This node.
+    pub node: NodeId,
+    /// The core's configuration.
+    pub core: CoreConfig,
+    /// The tick length.
+    pub tick: Duration,
+    /// The write-ahead log's limits.
+    pub storage: FileStorageConfig,
+    /// The node's data directory (one subdirectory per shard).
+    pub data_dir: PathBuf,
+    /// The registered group kinds.
+    pub kinds: Arc<Kinds>,
+    /// Drops on full or closed queues.
+    pub drops: Arc<Drops>,
+    /// The node's metrics.
+    pub metrics: Arc<NodeMetrics>,
+    /// The fatal error that stopped a shard, if any.
+    pub fatal: Arc<Mutex<Option<String>>>,
+    /// The peers and their addresses.
+    pub peers: BTreeMap<NodeId, SocketAddr>,
+    /// Whether each peer's link is connected (R25).
+    pub connected: HashMap<NodeId, Arc<AtomicBool>>,
+    /// The configured groups of each shard.
+    pub groups: Vec<Vec<HostedGroup>>,
+    /// The groups the metadata placed here at run time; a shard merges its
+    /// own with its configured ones each time it is built.
+    pub recorded: Arc<PlacementFile>,
+    /// Where shards record changes of the groups hosted at run time.
+    pub placements: Addr<PlacementRecorder>,
+    /// One lock per shard directory, held by its storage thread.
+    pub storage_locks: Vec<Arc<Mutex<()>>>,
+}
+
+impl Parts {
+    /// Shards on this node.
+    pub fn shard_count(&self) -> usize {
+        self.groups.len()
+    }
+
+    /// Start the peer link to `peer` on `io`.
+    pub fn spawn_link(&self, peer: NodeId, io: &ArbiterHandle) -> Option<Addr<PeerLink>> {
+        let address = *self.peers.get(&peer)?;
+        let flag = Arc::clone(self.connected.get(&peer)?);
+        let link = PeerLink::new(
+            self.cluster,
+            self.node,
+            self.shard_count() as u16,
+            peer,
+            address,
+            flag,
+            Arc::clone(&self.drops),
+        );
+        Some(PeerLink::start_in_arbiter(io, move |_| link))
+    }
+
+    /// Start an outbox writing to `link` on a shard's arbiter.
+    pub fn spawn_outbox(&self, link: Addr<PeerLink>, arbiter: &ArbiterHandle) -> Addr<Outbox> {
+        let outbox = Outbox::new(self.cluster, self.node, link, Arc::clone(&self.drops));
+        Outbox::start_in_arbiter(arbiter, move |_| outbox)
+    }
+
+    /// Recover shard `index`'s storage and start its actor on `arbiter`.
+    /// Blocks until the actor has rebuilt its groups: the configured ones and
+    /// those recorded at run time (a recorded group replaces a configured one).
+    pub fn spawn_shard(
+        &self,
+        index: usize,
+        arbiter: &ArbiterHandle,
+        outboxes: HashMap<NodeId, Addr<Outbox>>,
+    ) -> Result<Addr<ShardActor>, PartError> {
+        let own = self.recorded.hosted(self.node, &self.kinds, self.shard_count(), Some(index))?;
+        let target: Arc<Mutex<Option<Addr<ShardActor>>>> = Arc::new(Mutex::new(None));
+        let reporter = Arc::clone(&target);
+        let (storage, recovered) = StorageWorker::start(
+            self.data_dir.join(format!("shard-{index}")),
+            self.storage.clone(),
+            format!("cohort-storage-{}-{index}", self.node.0),
+            Arc::clone(&self.storage_locks[index]),
+            move |event| {
+                if let Ok(target) = reporter.lock()
+                    && let Some(addr) = target.as_ref()
+                {
+                    ShardActor::storage_reporter(addr.clone())(event);
+                }
+            },
+        )?;
+        let setup = ShardSetup {
+            index,
+            node: self.node,
+            config: self.core.clone(),
+            tick: self.tick,
+            groups: placements::merge(&self.groups[index], own),
+            placements: self.placements.clone(),
+            recovered,
+            kinds: Arc::clone(&self.kinds),
+            outboxes,
+            connected: self.connected.clone(),
+            storage,
+            fatal: Arc::clone(&self.fatal),
+            drops: Arc::clone(&self.drops),
+            metrics: Arc::clone(&self.metrics),
+        };
+        let (built_tx, built_rx) = std::sync::mpsc::channel();
+        let addr = ShardActor::start_in_arbiter(arbiter, move |ctx| {
+            let (actor, failure) = ShardActor::new(setup);
+            if failure.is_some() {
+                ctx.stop();
+            }
+            let _ = built_tx.send(failure);
+            actor
+        });
+        match built_rx.recv() {
+            Ok(None) => {}
+            Ok(Some(error)) => return Err(PartError::Shard(error)),
+            Err(_) => return Err(PartError::Shard(format!("shard {index} did not start"))),
+        }
+        if let Ok(mut target) = target.lock() {
+            *target = Some(addr.clone());
+        }
+        Ok(addr)
+    }
+}

@@ -1,0 +1,270 @@
+//! How a shard hosts, drops and switches group replicas.
+//!
+//! There is one way to host a group ([`ShardActor::host`]), used at
+//! start-up, when the shard is rebuilt after a crash, and for a learner
+//! hosted at run time: the state machine comes from the group's kind
+//! (wrapped so the shard sees every apply), the replica is recovered from
+//! storage or created empty, `report_applied` follows whether the kind has a
+//! custom actor, and the group actor starts with the kind's custom actor.
+
+use std::rc::Rc;
+
+use actix::prelude::*;
+use cohort_core::ShardError;
+use cohort_core::replica::Placement;
+use cohort_core::storage::{Recovered, RecoveredGroup};
+use cohort_messages::seal::Seal;
+use cohort_messages::{GroupId, NodeId};
+
+use super::{GroupLink, ShardActor};
+use crate::custom::GroupReplica;
+use crate::group::{GroupActor, GroupRole};
+use crate::kind::{GroupKind, HostedGroup};
+use crate::observed::ObservedStateMachine;
+use crate::placement_recorder::{RecordPlacement, RemovePlacement, SetRecordedLearners};
+use crate::placements::RecordedPlacement;
+
+impl ShardActor {
+    /// Host every group of `groups`, recovering those `recovered` holds.
+    /// Their actors start with the shard actor.
+    pub(super) fn build(&mut self, groups: Vec<HostedGroup>, mut recovered: Recovered) -> Result<(), String> {
+        for hosted in groups {
+            let group = hosted.spec.group;
+            let kind = hosted.kind.clone();
+            match self.host(hosted, recovered.groups.remove(&group)) {
+                Ok(()) => self.built.push((group, kind)),
+                Err(ShardError::NotInIncarnation(error)) => {
+                    // Removed from the group before the restart: what is
+                    // left here is not this node's any more (S4).
+                    eprintln!("cohort: shard {}: dropping {group} and its data: {error}", self.index);
+                    if !self.storage.remove_group(group) {
+                        return Err(format!("shard {}: the storage worker stopped", self.index));
+                    }
+                    self.placements.do_send(RemovePlacement(group));
+                }
+                Err(error) => return Err(format!("shard {}: {error}", self.index)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Host `hosted` in the core: recovered from `recovered` if storage
+    /// holds the group, else created empty. See the module docs.
+    fn host(&mut self, hosted: HostedGroup, recovered: Option<RecoveredGroup>) -> Result<(), ShardError> {
+        let HostedGroup { mut spec, kind } = hosted;
+        let group = spec.group;
+        let kind_spec = self.kinds.get(&kind).ok_or_else(|| {
+            ShardError::Recovery(format!("{group}: group kind {kind} is not registered on this node"))
+        })?;
+        spec.report_applied = kind_spec.actor.is_some();
+        let label = self.metrics.group_kind(&kind.to_string());
+        let state = (kind_spec.state_machines)(group);
+        let state = Box::new(ObservedStateMachine::new(state, group, label, Rc::clone(&self.traces)));
+        match recovered {
+            Some(data) => self.core.recover_group(spec, state, data),
+            None => self.core.create_group(spec, state),
+        }
+    }
+
+    /// Start the actor of a hosted group, with its kind's custom actor if it
+    /// has one; both first hear the replica's current role.
+    pub(super) fn start_group_actors(&mut self, group: GroupId, kind: &GroupKind, ctx: &mut Context<Self>) {
+        let Some(replica) = self.core.replica(group) else { return };
+        let (role, commit) = (GroupRole::from_core(replica.role(), replica.view()), replica.commit_min());
+        let replica = GroupReplica { node: self.node, group, kind: kind.clone() };
+        let custom = self.kinds.get(kind).and_then(|spec| spec.actor.as_ref()).map(|factory| factory(&replica));
+        let followed = custom.is_some();
+        let shard = ctx.address().recipient();
+        let actor = GroupActor::new(group, role, commit, custom, shard, std::sync::Arc::clone(&self.drops)).start();
+        self.groups.insert(group, GroupLink { actor, followed });
+    }
+
+    /// Stop hosting `group` here: its replica, its actor (dropping the link
+    /// drops its last address, and with it the callers waiting on it) and
+    /// its data. `Ok(false)` if it was not hosted; `Err` if the storage
+    /// worker stopped (the shard has failed).
+    fn forget_group(&mut self, group: GroupId) -> Result<bool, ()> {
+        if !self.core.remove_group(group) {
+            return Ok(false);
+        }
+        self.groups.remove(&group);
+        self.unhosted.retain(|key, _| key.0 != group);
+        self.remote_waiting.retain(|key, _| key.0 != group);
+        self.resync_pending.retain(|pending| *pending != group);
+        if !self.storage.remove_group(group) {
+            self.fail("the storage worker stopped".into());
+            return Err(());
+        }
+        Ok(true)
+    }
+}
+
+/// Stop hosting a group: its actors stop, waiting callers are dropped, and
+/// its data is removed from the shard's storage (S4, the metadata placed it
+/// elsewhere).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct UnloadGroup(pub GroupId);
+
+impl Handler<UnloadGroup> for ShardActor {
+    type Result = ();
+
+    fn handle(&mut self, UnloadGroup(group): UnloadGroup, _ctx: &mut Self::Context) {
+        if self.forget_group(group) == Ok(true) {
+            self.placements.do_send(RemovePlacement(group));
+        }
+    }
+}
+
+/// The metadata decided a member change of a group this shard leads: seal
+/// its incarnation (refused quietly if it is not the primary, or already
+/// sealed; the agent asks again while the change is pending).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct ProposeSeal {
+    /// The group.
+    pub group: GroupId,
+    /// The seal.
+    pub seal: Seal,
+}
+
+impl Handler<ProposeSeal> for ShardActor {
+    type Result = ();
+
+    fn handle(&mut self, ProposeSeal { group, seal }: ProposeSeal, _ctx: &mut Self::Context) {
+        if let Err(error) = self.core.propose_seal(group, seal) {
+            tracing::debug!(group = group.0, %error, "seal not proposed");
+        }
+        self.run();
+    }
+}
+
+/// The metadata names this node a learner of a group (P4): host an empty
+/// learner replica of it (replacing the replica of an older incarnation and
+/// its data); it catches up from the primary. The placement is recorded
+/// durably first (see [`crate::placements`]), so the next start hosts the
+/// group again; if it cannot be recorded the learner is not hosted (the
+/// agent asks again).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct HostLearner {
+    /// The group as the metadata places it, this node among its learners.
+    pub placement: Placement,
+    /// Its kind.
+    pub kind: GroupKind,
+}
+
+impl ShardActor {
+    /// The spec of this node's learner replica of `placement`, if hosting
+    /// it is right now: its kind is registered, this node is a learner of
+    /// it, and no replica of this incarnation or a later one is hosted (the
+    /// agent's metadata may be older than the replica after a restart).
+    fn learner_to_host(&self, placement: &Placement, kind: &GroupKind) -> Option<HostedGroup> {
+        let group = placement.group;
+        if !self.kinds.contains_key(kind) {
+            tracing::warn!(group = group.0, %kind, "learner of an unregistered kind: not hosted");
+            return None;
+        }
+        if self.core.replica(group).is_some_and(|replica| replica.incarnation() >= placement.incarnation) {
+            return None;
+        }
+        match cohort_core::GroupSpec::of_node(placement, self.node) {
+            Ok(spec) if !spec.is_voter(spec.me) => Some(HostedGroup { spec, kind: kind.clone() }),
+            Ok(_) => {
+                tracing::warn!(group = group.0, "learner spec refused: this node is a voter");
+                None
+            }
+            Err(error) => {
+                tracing::warn!(group = group.0, %error, "learner spec refused");
+                None
+            }
+        }
+    }
+}
+
+impl Handler<HostLearner> for ShardActor {
+    type Result = ();
+
+    fn handle(&mut self, HostLearner { placement, kind }: HostLearner, ctx: &mut Self::Context) {
+        let Some(hosted) = self.learner_to_host(&placement, &kind) else { return };
+        let record = RecordedPlacement::of(&hosted.spec, &hosted.kind);
+        let recorded = self.placements.send(RecordPlacement(record));
+        ctx.spawn(recorded.into_actor(self).map(move |written, actor, ctx| {
+            let group = placement.group;
+            match written {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => return eprintln!("cohort: {group}: learner not hosted: {error}"),
+                Err(_) => return eprintln!("cohort: {group}: learner not hosted: the placement recorder stopped"),
+            }
+            // Checked again: the shard went on while the record was written.
+            let Some(hosted) = actor.learner_to_host(&placement, &kind) else { return };
+            if actor.forget_group(group).is_err() {
+                return;
+            }
+            let incarnation = hosted.spec.incarnation;
+            if let Err(error) = actor.host(hosted, None) {
+                tracing::warn!(group = group.0, %error, "learner not hosted");
+                actor.placements.do_send(RemovePlacement(group));
+                return;
+            }
+            actor.start_group_actors(group, &kind, ctx);
+            eprintln!("cohort: hosting {group} (incarnation {}) as a learner", incarnation.0);
+            actor.run();
+        }));
+    }
+}
+
+/// The metadata's learners of a hosted group changed (P4).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct SetLearners {
+    /// The group.
+    pub group: GroupId,
+    /// Its learners.
+    pub learners: Vec<NodeId>,
+}
+
+impl Handler<SetLearners> for ShardActor {
+    type Result = ();
+
+    fn handle(&mut self, SetLearners { group, learners }: SetLearners, _ctx: &mut Self::Context) {
+        match self.core.set_learners(group, learners.clone()) {
+            // A recorded learner's index follows the list: keep the record's
+            // in step (a record of an older incarnation keeps its own).
+            Ok(()) => {
+                if let Some(replica) = self.core.replica(group) {
+                    let incarnation = replica.incarnation();
+                    self.placements.do_send(SetRecordedLearners { group, incarnation, learners });
+                }
+            }
+            Err(error) => tracing::warn!(group = group.0, %error, "learners not set"),
+        }
+        self.run();
+    }
+}
+
+/// Every next member held the seal and the metadata switched the group:
+/// switch this shard's sealed replica to the next incarnation.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct SwitchIncarnation(pub GroupId);
+
+impl Handler<SwitchIncarnation> for ShardActor {
+    type Result = ();
+
+    fn handle(&mut self, SwitchIncarnation(group): SwitchIncarnation, _ctx: &mut Self::Context) {
+        match self.core.switch_incarnation(group) {
+            Ok(()) => {
+                if let Some(replica) = self.core.replica(group) {
+                    eprintln!(
+                        "cohort: {group} switched to incarnation {} with members {:?}",
+                        replica.incarnation().0,
+                        replica.members()
+                    );
+                }
+            }
+            Err(error) => tracing::warn!(group = group.0, %error, "switch refused"),
+        }
+        self.run();
+    }
+}

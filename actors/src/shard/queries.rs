@@ -1,0 +1,125 @@
+//! What the node asks of a shard besides protocol input: reports, the
+//! replicas it hosts, subscriptions and lookups of group actors, and the
+//! supervisor's replacement of an outbox.
+
+use actix::prelude::*;
+use cohort_core::metadata::HostedReplica;
+use cohort_messages::{GroupId, NodeId};
+use tokio::sync::mpsc;
+
+use super::ShardActor;
+use crate::group::{GroupActor, GroupEvent, GroupRole, Subscribe};
+use crate::outbox::{Outbox, PanicForTest};
+
+/// Ask a shard for its counters and gauges (R19, R32).
+#[derive(Message)]
+#[rtype(result = "ShardReport")]
+pub struct GetReport;
+
+/// A shard's counters and gauges, and the groups it leads.
+#[derive(Clone, Debug, Default, MessageResponse)]
+pub struct ShardReport {
+    /// Counters.
+    pub metrics: cohort_core::ShardMetrics,
+    /// Groups per heartbeat state.
+    pub gauges: cohort_core::HeartbeatGauges,
+    /// The host's groups this shard's members lead now (the metadata group is not listed).
+    pub primaries: Vec<GroupId>,
+}
+
+impl Handler<GetReport> for ShardActor {
+    type Result = ShardReport;
+
+    fn handle(&mut self, _: GetReport, _ctx: &mut Self::Context) -> ShardReport {
+        ShardReport {
+            metrics: self.core.metrics().clone(),
+            gauges: self.core.heartbeat_gauges(),
+            primaries: self
+                .core
+                .replicas()
+                .filter(|r| r.is_primary() && r.group() != GroupId::METADATA)
+                .map(|r| r.group())
+                .collect(),
+        }
+    }
+}
+
+/// Ask a shard what its groups' replicas are now (for the metadata agent:
+/// which groups this node hosts, leads, and in which view).
+#[derive(Message)]
+#[rtype(result = "Vec<HostedReplica>")]
+pub struct GetHostedReplicas;
+
+impl Handler<GetHostedReplicas> for ShardActor {
+    type Result = MessageResult<GetHostedReplicas>;
+
+    fn handle(&mut self, _: GetHostedReplicas, _ctx: &mut Self::Context) -> Self::Result {
+        let now = self.core.now();
+        MessageResult(self.core.replicas().map(|replica| HostedReplica::of(replica, now)).collect())
+    }
+}
+
+/// Subscribe to a group's role changes and commits (see [`crate::group`]);
+/// false if the group is not hosted here.
+#[derive(Message)]
+#[rtype(result = "bool")]
+pub struct SubscribeGroup {
+    /// The group.
+    pub group: GroupId,
+    /// Where events go.
+    pub events: mpsc::Sender<GroupEvent>,
+}
+
+impl Handler<SubscribeGroup> for ShardActor {
+    type Result = bool;
+
+    fn handle(&mut self, subscribe: SubscribeGroup, _ctx: &mut Self::Context) -> bool {
+        let (Some(replica), Some(link)) = (self.core.replica(subscribe.group), self.groups.get_mut(&subscribe.group))
+        else {
+            return false;
+        };
+        // From now on the group's role changes and commit points go to its actor.
+        link.followed = true;
+        let role = GroupRole::from_core(replica.role(), replica.view());
+        link.actor.try_send(Subscribe { events: subscribe.events, role, commit: replica.commit_min() }).is_ok()
+    }
+}
+
+/// Ask for the actor of a hosted group.
+#[derive(Message)]
+#[rtype(result = "Option<Addr<GroupActor>>")]
+pub struct GetGroupActor(pub GroupId);
+
+impl Handler<GetGroupActor> for ShardActor {
+    type Result = Option<Addr<GroupActor>>;
+
+    fn handle(&mut self, GetGroupActor(group): GetGroupActor, _ctx: &mut Self::Context) -> Self::Result {
+        self.groups.get(&group).map(|link| link.actor.clone())
+    }
+}
+
+/// The supervisor re-created the outbox to `peer`.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct ReplaceOutbox {
+    /// The peer.
+    pub peer: NodeId,
+    /// The new outbox.
+    pub outbox: Addr<Outbox>,
+}
+
+impl Handler<ReplaceOutbox> for ShardActor {
+    type Result = ();
+
+    fn handle(&mut self, replace: ReplaceOutbox, _ctx: &mut Self::Context) {
+        self.outboxes.insert(replace.peer, replace.outbox);
+    }
+}
+
+impl Handler<PanicForTest> for ShardActor {
+    type Result = ();
+
+    fn handle(&mut self, _: PanicForTest, _ctx: &mut Self::Context) {
+        panic!("shard {} panicked on request (PanicForTest)", self.index);
+    }
+}

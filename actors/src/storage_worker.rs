@@ -1,0 +1,185 @@
+//! The shard's storage, on a thread of its own.
+//!
+//! The shard actor never waits for a disk: it hands each turn's storage
+//! commands to this worker in one job, and goes on. The worker executes them
+//! in order against [`FileStorage`] (group commit: one `fdatasync` per
+//! `Flush`), and reports each completed flush, each failed superblock stage
+//! (R12) and any fatal error back through a callback. A failed fsync is fatal
+//! and never retried as if the data were safe: the worker stops and reports
+//! it, and the node shuts down.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, mpsc};
+use std::thread::JoinHandle;
+
+use cohort_core::Effect;
+use cohort_core::storage::{self, Executed, Recovered, Storage, StorageError};
+use cohort_messages::GroupId;
+
+use cohort_wal::{FileStorage, FileStorageConfig};
+
+/// What the worker reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StorageEvent {
+    /// Everything staged before `Flush { id }` is durable.
+    Flushed(u64),
+    /// Staging a group's superblock failed (R12); the group retries later.
+    SuperblockFailed(GroupId),
+    /// The environment is dead; the node must stop.
+    Fatal(StorageError),
+}
+
+enum Job {
+    Run(Vec<Effect>),
+    /// Remove everything of a group (S4 unload), after the jobs before it.
+    RemoveGroup(GroupId),
+    Stop,
+}
+
+/// Handle to the worker thread.
+pub struct StorageWorker {
+    jobs: mpsc::Sender<Job>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// Why the worker could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The directory or limits are unusable.
+    #[error("storage in {dir}: {reason}")]
+    Open {
+        /// The shard directory.
+        dir: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// Recovery failed (for example, corruption in the middle of the log).
+    #[error("recovering storage in {dir}: {error}")]
+    Recover {
+        /// The shard directory.
+        dir: PathBuf,
+        /// The storage error, naming file and offset.
+        error: StorageError,
+    },
+}
+
+impl StorageWorker {
+    /// Open and recover the shard's storage in `dir` on a new thread, then
+    /// serve jobs. `report` is called from the worker thread.
+    ///
+    /// `lock` is held by the worker thread for its whole life, so a worker
+    /// restarted for the same directory (after its shard died) waits until
+    /// the previous one has finished: two `FileStorage`s never share a
+    /// directory.
+    pub fn start(
+        dir: PathBuf,
+        config: FileStorageConfig,
+        name: String,
+        lock: Arc<Mutex<()>>,
+        report: impl Fn(StorageEvent) + Send + 'static,
+    ) -> Result<(StorageWorker, Recovered), StartError> {
+        let (ready_tx, ready_rx) = mpsc::channel::<Result<Recovered, StartError>>();
+        let (jobs, job_rx) = mpsc::channel::<Job>();
+        let thread = std::thread::Builder::new()
+            .name(name)
+            .spawn(move || {
+                let _directory = lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                let mut storage = match FileStorage::open(&dir, config) {
+                    Ok(storage) => storage,
+                    Err(error) => {
+                        let _ = ready_tx.send(Err(StartError::Open { dir, reason: error.to_string() }));
+                        return;
+                    }
+                };
+                match storage.recover() {
+                    Ok(recovered) => {
+                        let _ = ready_tx.send(Ok(recovered));
+                    }
+                    Err(error) => {
+                        let _ = ready_tx.send(Err(StartError::Recover { dir, error }));
+                        return;
+                    }
+                }
+                serve(&mut storage, &job_rx, &report);
+            })
+            .map_err(|error| StartError::Open { dir: PathBuf::new(), reason: error.to_string() })?;
+        let recovered = ready_rx.recv().map_err(|_| StartError::Open {
+            dir: PathBuf::new(),
+            reason: "storage thread died while opening".into(),
+        })??;
+        Ok((StorageWorker { jobs, thread: Some(thread) }, recovered))
+    }
+
+    /// Queue the removal of a group's data, after every job queued before.
+    /// False if the worker stopped.
+    pub fn remove_group(&self, group: GroupId) -> bool {
+        self.jobs.send(Job::RemoveGroup(group)).is_ok()
+    }
+
+    /// Queue one turn's storage effects, in order. False if the worker stopped.
+    pub fn run(&self, effects: Vec<Effect>) -> bool {
+        self.jobs.send(Job::Run(effects)).is_ok()
+    }
+}
+
+impl Drop for StorageWorker {
+    fn drop(&mut self) {
+        let _ = self.jobs.send(Job::Stop);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Serve jobs until told to stop. Every job queued by the time the worker
+/// looks is executed before one sync: the log records of many shard turns
+/// share one `fdatasync` (group commit across turns), and only the last
+/// flush id is reported, which the core takes as completing every earlier
+/// one.
+fn serve(storage: &mut FileStorage, jobs: &mpsc::Receiver<Job>, report: &impl Fn(StorageEvent)) {
+    while let Ok(first) = jobs.recv() {
+        let mut batch = vec![first];
+        while let Ok(more) = jobs.try_recv() {
+            batch.push(more);
+        }
+        let mut stop = false;
+        let mut flush = None;
+        for job in batch {
+            let effects = match job {
+                Job::Run(effects) => effects,
+                Job::RemoveGroup(group) => {
+                    if let Err(error) = storage.remove_group(group) {
+                        report(StorageEvent::Fatal(error));
+                        return;
+                    }
+                    continue;
+                }
+                Job::Stop => {
+                    stop = true;
+                    break;
+                }
+            };
+            for effect in effects {
+                match storage::execute(storage, effect) {
+                    Ok(Executed::Done | Executed::NotStorage(_)) => {}
+                    Ok(Executed::Flush(id)) => flush = Some(id),
+                    Ok(Executed::SuperblockFailed(group)) => report(StorageEvent::SuperblockFailed(group)),
+                    Err(error) => {
+                        report(StorageEvent::Fatal(error));
+                        return;
+                    }
+                }
+            }
+        }
+        if let Some(id) = flush {
+            if let Err(error) = storage.flush() {
+                report(StorageEvent::Fatal(error));
+                return;
+            }
+            report(StorageEvent::Flushed(id));
+        }
+        if stop {
+            return;
+        }
+    }
+}

@@ -1,0 +1,301 @@
+//! [`FileStorage`]: the [`Storage`] trait on real files, one directory per
+//! shard.
+//!
+//! Staging calls only touch memory (and check limits and the contract's
+//! preconditions). `flush` is the group commit: every staged log record goes
+//! out in one write and one sync, then every staged superblock in one write
+//! per slot and one sync of the superblock file, so a flush costs two syncs
+//! however many groups it carries (one if it has no superblocks).
+//!
+//! Errors: `Full` leaves the storage consistent and usable (what was not
+//! written stays staged, and may be retried once space is freed); `Io` (any
+//! failed sync or other I/O error) and `Corrupt` are fatal, and the storage
+//! refuses every later call with the same error, so nothing can be retried as
+//! if it were safe.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use cohort_core::storage::{AppendCursor, Recovered, Snapshot, Storage, StorageError, Superblock};
+use cohort_messages::{GROUP_MEMBERS_MAX, GroupId, LogEntry, Op};
+
+use super::config::{FileStorageConfig, WalConfigError};
+use super::disk::{Disk, FileStorageStats, InjectedFault};
+use super::format::{RECORD_HEADER_SIZE_BYTES, entry_record_size_bytes};
+use super::recovery::{self, RecoveryReport};
+use super::segment::{LogRecord, Wal};
+use super::snapshot;
+use super::superblock::SuperblockFile;
+
+/// One staged log call.
+#[derive(Clone, Debug)]
+enum Staged {
+    Entry(GroupId, LogEntry),
+    TruncateAfter(GroupId, Op),
+}
+
+impl Staged {
+    fn group(&self) -> GroupId {
+        match self {
+            Staged::Entry(group, _) | Staged::TruncateAfter(group, _) => *group,
+        }
+    }
+
+    fn record(&self) -> LogRecord<'_> {
+        match self {
+            Staged::Entry(group, entry) => LogRecord::Entry(*group, entry),
+            Staged::TruncateAfter(group, op) => LogRecord::TruncateAfter(*group, *op),
+        }
+    }
+}
+
+/// The state that exists once `recover` has run.
+struct Live {
+    wal: Wal,
+    superblocks: SuperblockFile,
+    snapshot_ops: HashMap<GroupId, Op>,
+    cursors: HashMap<GroupId, AppendCursor>,
+    staged: Vec<Staged>,
+    staged_size_bytes: u64,
+    staged_superblocks: BTreeMap<GroupId, Superblock>,
+}
+
+/// A shard's durable storage in a directory. See the module docs and
+/// docs/storage.md.
+pub struct FileStorage {
+    dir: PathBuf,
+    config: FileStorageConfig,
+    disk: Disk,
+    live: Option<Live>,
+    recover_called: bool,
+    failed: Option<StorageError>,
+    report: Option<RecoveryReport>,
+}
+
+impl std::fmt::Debug for FileStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileStorage").field("dir", &self.dir).field("failed", &self.failed).finish_non_exhaustive()
+    }
+}
+
+impl FileStorage {
+    /// A storage for the shard directory `dir` (created by `recover` if
+    /// missing). Nothing is read until `recover`.
+    pub fn open(dir: impl Into<PathBuf>, config: FileStorageConfig) -> Result<Self, WalConfigError> {
+        config.validate()?;
+        Ok(Self {
+            dir: dir.into(),
+            config,
+            disk: Disk::default(),
+            live: None,
+            recover_called: false,
+            failed: None,
+            report: None,
+        })
+    }
+
+    /// The shard directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The limits in force.
+    pub fn config(&self) -> &FileStorageConfig {
+        &self.config
+    }
+
+    /// What the storage did so far.
+    pub fn stats(&self) -> FileStorageStats {
+        self.disk.stats
+    }
+
+    /// What the last `recover` found and repaired.
+    pub fn recovery_report(&self) -> Option<&RecoveryReport> {
+        self.report.as_ref()
+    }
+
+    /// How many segment files exist (0 before `recover`).
+    pub fn segment_count(&self) -> usize {
+        self.live.as_ref().map_or(0, |live| live.wal.segment_count())
+    }
+
+    /// The fatal error that stopped this storage, if one did.
+    pub fn failure(&self) -> Option<&StorageError> {
+        self.failed.as_ref()
+    }
+
+    /// Inject an I/O fault (tests of the error paths only).
+    pub fn inject_fault(&mut self, fault: InjectedFault) {
+        self.disk.inject(fault);
+    }
+
+    /// The live state, or the error that stopped the storage.
+    ///
+    /// # Panics
+    /// Before `recover` (the contract: `recover` comes first).
+    fn live(&mut self) -> Result<(&mut Live, &mut Disk), StorageError> {
+        if let Some(error) = &self.failed {
+            return Err(error.clone());
+        }
+        let Some(live) = self.live.as_mut() else { panic!("storage contract: recover() must be called first") };
+        Ok((live, &mut self.disk))
+    }
+
+    /// Remember a fatal error so that every later call fails with it.
+    fn note<T>(&mut self, result: Result<T, StorageError>) -> Result<T, StorageError> {
+        if let Err(error) = &result
+            && error.is_fatal()
+        {
+            self.failed = Some(error.clone());
+        }
+        result
+    }
+
+    fn stage(&mut self, record: Staged, size_bytes: u64) -> Result<(), StorageError> {
+        let staged_size_max_bytes = self.config.staged_size_max_bytes;
+        let (live, _) = self.live()?;
+        let staged_size_bytes = live.staged_size_bytes + size_bytes;
+        if staged_size_bytes > staged_size_max_bytes {
+            return Err(StorageError::TooLarge {
+                what: "staged log records (flush first)",
+                size_bytes: staged_size_bytes,
+                max_bytes: staged_size_max_bytes,
+            });
+        }
+        let group = record.group();
+        let cursor = live.cursors.entry(group).or_default();
+        match &record {
+            Staged::Entry(_, entry) => cursor.on_append(group, entry.op),
+            Staged::TruncateAfter(_, op) => cursor.on_truncate(*op),
+        }
+        live.staged.push(record);
+        live.staged_size_bytes = staged_size_bytes;
+        Ok(())
+    }
+
+    fn flush_live(live: &mut Live, disk: &mut Disk) -> Result<(), StorageError> {
+        let wrote = !live.staged.is_empty() || !live.staged_superblocks.is_empty();
+        if !live.staged.is_empty() {
+            let (durable, result) = live.wal.append(live.staged.iter().map(Staged::record), disk);
+            let written: u64 = live.staged.drain(..durable).map(|staged| staged.record().size_bytes()).sum();
+            live.staged_size_bytes -= written;
+            result?;
+        }
+        if !live.staged_superblocks.is_empty() {
+            live.superblocks.write(&live.staged_superblocks, live.wal.next_lsn(), disk)?;
+            live.staged_superblocks.clear();
+        }
+        disk.stats.flushes += u64::from(wrote);
+        Ok(())
+    }
+
+    fn save_snapshot_live(
+        dir: &Path,
+        live: &mut Live,
+        disk: &mut Disk,
+        group: GroupId,
+        saved: &Snapshot,
+    ) -> Result<(), StorageError> {
+        let mut cursor = live.cursors.get(&group).copied().unwrap_or_default();
+        cursor.on_snapshot(group, saved.op);
+        snapshot::write(dir, group, saved, live.wal.next_lsn(), disk)?;
+        live.cursors.insert(group, cursor);
+        live.snapshot_ops.insert(group, saved.op);
+        live.wal.prune(&live.snapshot_ops, disk)?;
+        Ok(())
+    }
+
+    fn remove_group_live(dir: &Path, live: &mut Live, disk: &mut Disk, group: GroupId) -> Result<(), StorageError> {
+        let before = live.staged.len();
+        live.staged.retain(|staged| staged.group() != group);
+        if live.staged.len() != before {
+            live.staged_size_bytes = live.staged.iter().map(|staged| staged.record().size_bytes()).sum();
+        }
+        live.staged_superblocks.remove(&group);
+        live.cursors.remove(&group);
+        // The RemoveGroup record first: once it is durable, recovery finishes
+        // the rest (superblock, snapshot) if a crash interrupts it.
+        let (_, result) = live.wal.append([LogRecord::RemoveGroup(group)], disk);
+        result?;
+        live.wal.forget_group(group);
+        live.superblocks.remove(group, live.wal.next_lsn(), disk)?;
+        snapshot::remove(dir, group, disk)?;
+        live.snapshot_ops.remove(&group);
+        live.wal.prune(&live.snapshot_ops, disk)?;
+        Ok(())
+    }
+}
+
+impl Storage for FileStorage {
+    fn append(&mut self, group: GroupId, entry: &LogEntry) -> Result<(), StorageError> {
+        let size_bytes = entry_record_size_bytes(entry);
+        let record_size_max_bytes = u64::from(self.config.record_size_max_bytes);
+        if size_bytes > record_size_max_bytes {
+            return Err(StorageError::TooLarge { what: "log record", size_bytes, max_bytes: record_size_max_bytes });
+        }
+        self.stage(Staged::Entry(group, entry.clone()), size_bytes)
+    }
+
+    fn truncate_after(&mut self, group: GroupId, op: Op) -> Result<(), StorageError> {
+        self.stage(Staged::TruncateAfter(group, op), RECORD_HEADER_SIZE_BYTES as u64)
+    }
+
+    fn stage_superblock(&mut self, group: GroupId, superblock: &Superblock) -> Result<(), StorageError> {
+        if superblock.members.len() > GROUP_MEMBERS_MAX {
+            return Err(StorageError::TooLarge {
+                what: "superblock member list (8 bytes per member)",
+                size_bytes: superblock.members.len() as u64 * 8,
+                max_bytes: GROUP_MEMBERS_MAX as u64 * 8,
+            });
+        }
+        let (live, _) = self.live()?;
+        live.superblocks.reserve(group)?;
+        live.staged_superblocks.insert(group, superblock.clone());
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<(), StorageError> {
+        let (live, disk) = self.live()?;
+        let result = Self::flush_live(live, disk);
+        self.note(result)
+    }
+
+    fn save_snapshot(&mut self, group: GroupId, snapshot: &Snapshot) -> Result<(), StorageError> {
+        let size_bytes = snapshot.data.len() as u64;
+        let max_bytes = self.config.snapshot_size_max_bytes;
+        if size_bytes > max_bytes {
+            return Err(StorageError::TooLarge { what: "snapshot", size_bytes, max_bytes });
+        }
+        let dir = self.dir.clone();
+        let (live, disk) = self.live()?;
+        let result = Self::save_snapshot_live(&dir, live, disk, group, snapshot);
+        self.note(result)
+    }
+
+    fn remove_group(&mut self, group: GroupId) -> Result<(), StorageError> {
+        let dir = self.dir.clone();
+        let (live, disk) = self.live()?;
+        let result = Self::remove_group_live(&dir, live, disk, group);
+        self.note(result)
+    }
+
+    /// # Panics
+    /// If called twice (the contract: once, before any other call).
+    fn recover(&mut self) -> Result<Recovered, StorageError> {
+        assert!(!self.recover_called, "storage contract: recover() called twice");
+        self.recover_called = true;
+        let result = recovery::run(&self.dir, &self.config, &mut self.disk);
+        let recovery = self.note(result)?;
+        self.live = Some(Live {
+            wal: recovery.wal,
+            superblocks: recovery.superblocks,
+            snapshot_ops: recovery.snapshot_ops,
+            cursors: recovery.cursors,
+            staged: Vec::new(),
+            staged_size_bytes: 0,
+            staged_superblocks: BTreeMap::new(),
+        });
+        self.report = Some(recovery.report);
+        Ok(recovery.recovered)
+    }
+}

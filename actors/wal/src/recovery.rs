@@ -1,0 +1,491 @@
+//! Recovery: read the shard directory back into per-group state, repair a
+//! torn tail, and leave the files ready for writing.
+//!
+//! In order:
+//! 1. List the directory; delete leftover `*.tmp` snapshot files.
+//! 2. Read the superblock file and every snapshot file (a bad one is
+//!    corruption: both are replaced atomically).
+//! 3. Scan the segments oldest first, checking each header, that LSNs run on
+//!    without a gap across segments, and each record's checksum; replay the
+//!    records into per-group ordered maps (an Entry replaces its group's
+//!    entries at its op and above, TruncateAfter drops the suffix,
+//!    RemoveGroup drops the group).
+//! 4. A bad record in a closed segment is corruption (closed segments were
+//!    synced whole before the next one got a record). A bad record in the
+//!    last segment at LSN `L` is a torn tail, unless a valid record *of a
+//!    later flush* (one whose `batch_lsn` is above `L`) follows it: a later
+//!    flush starts only after the earlier one's sync returned, so `L` was
+//!    durable and has been damaged since. Corruption stops recovery with
+//!    [`StorageError::Corrupt`] naming the file and offset; a torn tail is
+//!    cut off.
+//! 5. Every superblock and snapshot records the log position it was written
+//!    after; if the log now ends before that position, records that were
+//!    acknowledged are missing: corruption.
+//! 6. Finish removals a crash interrupted (a superblock or snapshot older
+//!    than its group's last RemoveGroup record), sync what was read (after a
+//!    process crash it may still be only in the page cache), and remove the
+//!    segments snapshots made unnecessary.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::path::{Path, PathBuf};
+
+use cohort_core::storage::{AppendCursor, Recovered, RecoveredGroup, StorageError};
+use cohort_messages::{GroupId, LogEntry, Op};
+
+use super::config::{FileStorageConfig, SEGMENT_SIZE_LIMIT_BYTES};
+use super::disk::{Disk, error_of, io_error};
+use super::format::{
+    DecodedRecord, RECORD_HEADER_SIZE_BYTES, RecordFault, RecordKind, SEGMENT_HEADER_SIZE_BYTES, decode_entry,
+    decode_record, decode_segment_header,
+};
+use super::segment::{ActiveSegment, ClosedSegment, SegmentSummary, Wal, WalLimits, parse_segment_file_name};
+use super::snapshot::{self, LoadedSnapshot, TMP_SUFFIX, parse_snapshot_file_name};
+use super::superblock::{LoadedSuperblock, SuperblockFile};
+
+/// What recovery found and did, for logs and tests.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// Segment files read.
+    pub segments_scanned: usize,
+    /// Log records replayed.
+    pub records_replayed: u64,
+    /// Bytes cut off the end of the last segment (a torn tail).
+    pub torn_tail_bytes: u64,
+    /// The offset the last segment was cut at, if it was.
+    pub torn_tail_offset: Option<u64>,
+    /// True if the last segment's creation had been interrupted and it was deleted.
+    pub torn_segment_removed: bool,
+    /// Group removals a crash had interrupted and recovery completed.
+    pub removals_completed: usize,
+    /// Leftover temporary files deleted.
+    pub tmp_files_removed: usize,
+    /// Segments removed because snapshots cover them.
+    pub segments_removed: usize,
+}
+
+/// Everything the file storage needs after recovery.
+pub(crate) struct Recovery {
+    pub(crate) recovered: Recovered,
+    pub(crate) wal: Wal,
+    pub(crate) superblocks: SuperblockFile,
+    pub(crate) snapshot_ops: HashMap<GroupId, Op>,
+    pub(crate) cursors: HashMap<GroupId, AppendCursor>,
+    pub(crate) report: RecoveryReport,
+}
+
+/// The files of a shard directory.
+#[derive(Default)]
+struct Listing {
+    segments: Vec<(u64, PathBuf)>,
+    snapshots: Vec<(GroupId, PathBuf)>,
+}
+
+/// One scanned segment.
+struct Scanned {
+    path: PathBuf,
+    /// The length of its valid part.
+    valid_len_bytes: u64,
+    summary: SegmentSummary,
+}
+
+/// How the last segment ends.
+enum Tail {
+    Clean,
+    /// Cut the last segment at this offset.
+    Cut {
+        offset: u64,
+        file_len_bytes: u64,
+    },
+    /// The last segment has no valid header and no records: delete it.
+    TornCreation(PathBuf),
+}
+
+/// The replayed log.
+#[derive(Default)]
+struct Replay {
+    logs: HashMap<GroupId, BTreeMap<Op, LogEntry>>,
+    removed_at_lsn: HashMap<GroupId, u64>,
+    /// Entries at or below these ops are not kept (the group's snapshot).
+    snapshot_ops: HashMap<GroupId, (Op, u64)>,
+    segments: Vec<Scanned>,
+    next_lsn: Option<u64>,
+    records: u64,
+}
+
+/// Recover the shard directory `dir`.
+pub(crate) fn run(dir: &Path, config: &FileStorageConfig, disk: &mut Disk) -> Result<Recovery, StorageError> {
+    let mut report = RecoveryReport::default();
+    let listing = list(dir, disk, &mut report)?;
+    let (mut superblocks, mut loaded_superblocks) = SuperblockFile::open(dir, config.groups_max, disk)?;
+    let mut snapshots = HashMap::new();
+    for (group, path) in &listing.snapshots {
+        snapshots.insert(*group, snapshot::read(path, *group)?);
+    }
+    let mut replay = Replay {
+        snapshot_ops: snapshots.iter().map(|(group, loaded)| (*group, (loaded.snapshot.op, loaded.log_lsn))).collect(),
+        ..Replay::default()
+    };
+    let tail = replay.scan(&listing.segments)?;
+    report.segments_scanned = replay.segments.len();
+    report.records_replayed = replay.records;
+    let torn_base = match &tail {
+        Tail::TornCreation(path) => path.file_name().and_then(|name| name.to_str()).and_then(parse_segment_file_name),
+        _ => None,
+    };
+    let next_lsn = replay.next_lsn.or(torn_base).unwrap_or(1);
+    check_log_reaches(dir, &replay, &tail, next_lsn, &loaded_superblocks, &snapshots)?;
+    repair_tail(dir, &mut replay, tail, disk, &mut report)?;
+    finish_removals(
+        dir,
+        &replay,
+        &mut superblocks,
+        &mut loaded_superblocks,
+        &mut snapshots,
+        next_lsn,
+        disk,
+        &mut report,
+    )?;
+    let recovered = assemble(&mut replay, &loaded_superblocks, &snapshots);
+    let cursors = AppendCursor::all_recovered(&recovered).into_iter().collect();
+    let snapshot_ops: HashMap<GroupId, Op> =
+        snapshots.iter().map(|(group, loaded)| (*group, loaded.snapshot.op)).collect();
+    let mut wal = open_wal(dir, config, replay.segments, next_lsn, disk)?;
+    wal.sync_active(disk)?;
+    superblocks.sync(disk)?;
+    disk.sync_dir(dir)?;
+    report.segments_removed = wal.prune(&snapshot_ops, disk)?;
+    Ok(Recovery { recovered, wal, superblocks, snapshot_ops, cursors, report })
+}
+
+/// List the directory (creating it if needed) and delete leftover temporaries.
+fn list(dir: &Path, disk: &mut Disk, report: &mut RecoveryReport) -> Result<Listing, StorageError> {
+    if !dir.exists() {
+        std::fs::create_dir_all(dir).map_err(|error| error_of("creating the storage directory", dir, &error))?;
+        if let Some(parent) = dir.parent().filter(|parent| !parent.as_os_str().is_empty()) {
+            disk.sync_dir(parent)?;
+        }
+    }
+    let mut listing = Listing::default();
+    let entries = std::fs::read_dir(dir).map_err(|error| io_error("listing the storage directory", dir, &error))?;
+    for entry in entries {
+        let entry = entry.map_err(|error| io_error("listing the storage directory", dir, &error))?;
+        let path = entry.path();
+        let Some(name) = entry.file_name().to_str().map(str::to_owned) else { continue };
+        if let Some(base_lsn) = parse_segment_file_name(&name) {
+            listing.segments.push((base_lsn, path));
+        } else if let Some(group) = parse_snapshot_file_name(&name) {
+            listing.snapshots.push((group, path));
+        } else if name.ends_with(TMP_SUFFIX) {
+            std::fs::remove_file(&path)
+                .map_err(|error| io_error("removing a leftover temporary file", &path, &error))?;
+            report.tmp_files_removed += 1;
+        }
+    }
+    listing.segments.sort_by_key(|(base_lsn, _)| *base_lsn);
+    Ok(listing)
+}
+
+fn corrupt(path: &Path, offset: u64, reason: String) -> StorageError {
+    StorageError::Corrupt { path: path.display().to_string(), offset, reason }
+}
+
+impl Replay {
+    /// Scan every segment; returns how the last one ends.
+    fn scan(&mut self, segments: &[(u64, PathBuf)]) -> Result<Tail, StorageError> {
+        for (index, (base_lsn, path)) in segments.iter().enumerate() {
+            let is_last = index + 1 == segments.len();
+            let length = std::fs::metadata(path).map_err(|error| io_error("reading a segment", path, &error))?.len();
+            if length > SEGMENT_SIZE_LIMIT_BYTES {
+                return Err(corrupt(path, 0, format!("segment of {length} bytes exceeds SEGMENT_SIZE_LIMIT_BYTES")));
+            }
+            let bytes = std::fs::read(path).map_err(|error| io_error("reading a segment", path, &error))?;
+            match decode_segment_header(&bytes) {
+                Ok(found) if found == *base_lsn => {}
+                Ok(found) => {
+                    return Err(corrupt(path, 0, format!("segment header says base LSN {found}, the name {base_lsn}")));
+                }
+                Err(_) if is_last && bytes.len() <= SEGMENT_HEADER_SIZE_BYTES => {
+                    return Ok(Tail::TornCreation(path.clone()));
+                }
+                Err(reason) => return Err(corrupt(path, 0, reason.to_string())),
+            }
+            let expected = *self.next_lsn.get_or_insert(*base_lsn);
+            if expected != *base_lsn {
+                let reason =
+                    format!("segment starts at LSN {base_lsn} but the log before it ends before LSN {expected}");
+                return Err(corrupt(path, 0, reason));
+            }
+            self.segments.push(Scanned { path: path.clone(), valid_len_bytes: 0, summary: SegmentSummary::default() });
+            if let Some(tail) = self.scan_records(&bytes, path, is_last)? {
+                return Ok(tail);
+            }
+        }
+        Ok(Tail::Clean)
+    }
+
+    /// Replay one segment's records; returns the tail if this segment ends in one.
+    fn scan_records(&mut self, bytes: &[u8], path: &Path, is_last: bool) -> Result<Option<Tail>, StorageError> {
+        let mut offset = SEGMENT_HEADER_SIZE_BYTES;
+        let mut expected = self.next_lsn.unwrap_or(1);
+        while offset < bytes.len() {
+            let fault = match decode_record(bytes, offset) {
+                Ok(record) if record.header.lsn == expected => match self.apply(&record) {
+                    Ok(()) => {
+                        offset += record.size_bytes();
+                        expected += 1;
+                        self.next_lsn = Some(expected);
+                        self.records += 1;
+                        continue;
+                    }
+                    Err(fault) => fault,
+                },
+                Ok(_) => RecordFault::Invalid("record LSN out of sequence"),
+                Err(fault) => fault,
+            };
+            if !is_last {
+                return Err(corrupt(path, offset as u64, format!("{fault} in a closed (fully synced) segment")));
+            }
+            if let Some(later) = later_flush_record(bytes, offset + 1, expected) {
+                let reason = format!(
+                    "{fault} at LSN {expected}, yet a record of a later flush follows at offset {later}: \
+                     synced data was damaged"
+                );
+                return Err(corrupt(path, offset as u64, reason));
+            }
+            self.set_valid_len(offset);
+            return Ok(Some(Tail::Cut { offset: offset as u64, file_len_bytes: bytes.len() as u64 }));
+        }
+        self.set_valid_len(offset);
+        Ok(None)
+    }
+
+    fn set_valid_len(&mut self, offset: usize) {
+        if let Some(segment) = self.segments.last_mut() {
+            segment.valid_len_bytes = offset as u64;
+        }
+    }
+
+    fn apply(&mut self, record: &DecodedRecord<'_>) -> Result<(), RecordFault> {
+        let header = &record.header;
+        let group = header.group;
+        match header.kind {
+            RecordKind::Entry => {
+                let entry = decode_entry(record)?;
+                if let Some(segment) = self.segments.last_mut() {
+                    segment.summary.note_entry(group, entry.op);
+                }
+                let log = self.logs.entry(group).or_default();
+                log.split_off(&entry.op);
+                let snapshot_op = self.snapshot_ops.get(&group).map_or(Op(0), |(op, _)| *op);
+                if entry.op > snapshot_op {
+                    log.insert(entry.op, entry);
+                }
+            }
+            RecordKind::TruncateAfter => {
+                if let (Some(log), Some(first_dropped)) = (self.logs.get_mut(&group), header.op.get().checked_add(1)) {
+                    log.split_off(&Op(first_dropped));
+                }
+            }
+            RecordKind::RemoveGroup => {
+                self.logs.remove(&group);
+                self.removed_at_lsn.insert(group, header.lsn);
+                for segment in &mut self.segments {
+                    segment.summary.forget_group(group);
+                }
+                // A snapshot saved before the removal no longer hides entries.
+                if self.snapshot_ops.get(&group).is_some_and(|(_, log_lsn)| *log_lsn <= header.lsn) {
+                    self.snapshot_ops.remove(&group);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The offset of a valid record at or after `from` written by a flush that
+/// started after LSN `lsn`, if there is one.
+fn later_flush_record(bytes: &[u8], from: usize, lsn: u64) -> Option<usize> {
+    let last_start = bytes.len().checked_sub(RECORD_HEADER_SIZE_BYTES)?;
+    (from..=last_start).find(|&offset| {
+        let Some(raw) = bytes.get(offset..offset + RECORD_HEADER_SIZE_BYTES) else { return false };
+        let field = |at: usize| raw.get(at..at + 8).and_then(|b| b.try_into().ok()).map_or(0, u64::from_le_bytes);
+        let (record_lsn, batch_lsn) = (field(8), field(16));
+        // Cheap filters first; the checksum decides.
+        batch_lsn > lsn
+            && batch_lsn <= record_lsn
+            && decode_record(bytes, offset).is_ok_and(|record| record.header.batch_lsn > lsn)
+    })
+}
+
+/// Check that the log reaches every position a superblock or snapshot was
+/// written after (they are written only after the log was synced).
+fn check_log_reaches(
+    dir: &Path,
+    replay: &Replay,
+    tail: &Tail,
+    next_lsn: u64,
+    superblocks: &HashMap<GroupId, LoadedSuperblock>,
+    snapshots: &HashMap<GroupId, LoadedSnapshot>,
+) -> Result<(), StorageError> {
+    let newest_superblock = superblocks.iter().map(|(group, loaded)| (loaded.log_lsn, *group, "superblock")).max();
+    let newest_snapshot = snapshots.iter().map(|(group, loaded)| (loaded.log_lsn, *group, "snapshot")).max();
+    let Some((log_lsn, group, what)) = newest_superblock.max(newest_snapshot) else { return Ok(()) };
+    if log_lsn <= next_lsn {
+        return Ok(());
+    }
+    let (path, offset) = match (replay.segments.last(), tail) {
+        (Some(segment), Tail::Cut { offset, .. }) => (segment.path.clone(), *offset),
+        (Some(segment), _) => (segment.path.clone(), segment.valid_len_bytes),
+        (None, _) => (dir.to_path_buf(), 0),
+    };
+    let reason = format!(
+        "the log ends before LSN {next_lsn}, but the {what} of {group} was written after LSN {} was durable: \
+         acknowledged log records are missing",
+        log_lsn - 1
+    );
+    Err(corrupt(&path, offset, reason))
+}
+
+/// Cut a torn tail off, or delete a segment whose creation was interrupted.
+fn repair_tail(
+    dir: &Path,
+    replay: &mut Replay,
+    tail: Tail,
+    disk: &mut Disk,
+    report: &mut RecoveryReport,
+) -> Result<(), StorageError> {
+    match tail {
+        Tail::Clean => Ok(()),
+        Tail::Cut { offset, file_len_bytes } => {
+            let Some(segment) = replay.segments.last() else { return Ok(()) };
+            let file = std::fs::OpenOptions::new()
+                .write(true)
+                .open(&segment.path)
+                .map_err(|error| io_error("opening a segment to cut its torn tail", &segment.path, &error))?;
+            file.set_len(offset).map_err(|error| io_error("cutting a torn tail", &segment.path, &error))?;
+            report.torn_tail_bytes = file_len_bytes - offset;
+            report.torn_tail_offset = Some(offset);
+            Ok(())
+        }
+        Tail::TornCreation(path) => {
+            std::fs::remove_file(&path).map_err(|error| io_error("removing a torn segment", &path, &error))?;
+            report.torn_segment_removed = true;
+            disk.sync_dir(dir)
+        }
+    }
+}
+
+/// Complete removals a crash interrupted: a superblock or snapshot written
+/// before its group's last RemoveGroup record belongs to the removed group.
+#[allow(clippy::too_many_arguments)]
+fn finish_removals(
+    dir: &Path,
+    replay: &Replay,
+    superblocks: &mut SuperblockFile,
+    loaded_superblocks: &mut HashMap<GroupId, LoadedSuperblock>,
+    snapshots: &mut HashMap<GroupId, LoadedSnapshot>,
+    next_lsn: u64,
+    disk: &mut Disk,
+    report: &mut RecoveryReport,
+) -> Result<(), StorageError> {
+    for (group, removed_at_lsn) in &replay.removed_at_lsn {
+        let mut completed = false;
+        if loaded_superblocks.get(group).is_some_and(|loaded| loaded.log_lsn <= *removed_at_lsn) {
+            superblocks.remove(*group, next_lsn, disk)?;
+            loaded_superblocks.remove(group);
+            completed = true;
+        }
+        if snapshots.get(group).is_some_and(|loaded| loaded.log_lsn <= *removed_at_lsn) {
+            snapshot::remove(dir, *group, disk)?;
+            snapshots.remove(group);
+            completed = true;
+        }
+        report.removals_completed += usize::from(completed);
+    }
+    Ok(())
+}
+
+/// Put each group's parts together.
+fn assemble(
+    replay: &mut Replay,
+    superblocks: &HashMap<GroupId, LoadedSuperblock>,
+    snapshots: &HashMap<GroupId, LoadedSnapshot>,
+) -> Recovered {
+    let mut groups: Vec<GroupId> =
+        replay.logs.keys().chain(superblocks.keys()).chain(snapshots.keys()).copied().collect();
+    groups.sort_unstable();
+    groups.dedup();
+    let groups = groups
+        .into_iter()
+        .filter_map(|group| {
+            let log = replay.logs.remove(&group).unwrap_or_default();
+            RecoveredGroup::from_parts(
+                superblocks.get(&group).map(|loaded| loaded.superblock.clone()),
+                snapshots.get(&group).map(|loaded| loaded.snapshot.clone()),
+                log.into_values(),
+            )
+            .map(|recovered| (group, recovered))
+        })
+        .collect();
+    Recovered { groups }
+}
+
+/// Open the log for writing: the last surviving segment is the active one.
+fn open_wal(
+    dir: &Path,
+    config: &FileStorageConfig,
+    mut segments: Vec<Scanned>,
+    next_lsn: u64,
+    disk: &mut Disk,
+) -> Result<Wal, StorageError> {
+    let limits = WalLimits {
+        segment_size_max_bytes: config.segment_size_max_bytes,
+        segments_open_max: config.segments_open_max,
+    };
+    let active = match segments.pop() {
+        Some(last) => Some(ActiveSegment::reopen(last.path, last.valid_len_bytes, last.summary)?),
+        None => None,
+    };
+    let closed: VecDeque<ClosedSegment> =
+        segments.into_iter().map(|scanned| ClosedSegment { path: scanned.path, summary: scanned.summary }).collect();
+    Wal::new(dir.to_path_buf(), limits, closed, active, next_lsn, disk)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::{RecordHeader, encode_record};
+    use cohort_messages::View;
+
+    fn control(lsn: u64, batch_lsn: u64) -> Vec<u8> {
+        let header = RecordHeader {
+            payload_size: 0,
+            lsn,
+            batch_lsn,
+            group: GroupId(1),
+            op: Op(1),
+            view: View(0),
+            kind: RecordKind::TruncateAfter,
+        };
+        let mut buf = Vec::new();
+        encode_record(&mut buf, &header, &[]);
+        buf
+    }
+
+    #[test]
+    fn later_flush_record_is_found_only_for_a_later_flush() {
+        let mut bytes = vec![0xAB; 13];
+        bytes.extend(control(12, 10));
+        assert_eq!(later_flush_record(&bytes, 0, 11), None, "same flush as LSN 11");
+        let mut later = vec![0xAB; 13];
+        later.extend(control(14, 14));
+        assert_eq!(later_flush_record(&later, 0, 11), Some(13));
+        assert_eq!(later_flush_record(&later, 14, 11), None);
+        assert_eq!(later_flush_record(&[], 0, 1), None);
+    }
+
+    #[test]
+    fn zero_fields_are_no_evidence() {
+        assert_eq!(later_flush_record(&[0u8; 4096], 0, 0), None);
+    }
+}

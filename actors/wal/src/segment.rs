@@ -1,0 +1,365 @@
+//! The shard's write-ahead log as a sequence of segment files: group commit,
+//! rotation and removal.
+//!
+//! A segment is named after the LSN of its first record
+//! (`wal-<20 digits>.seg`), starts with a synced header and holds whole
+//! records only. Exactly one segment, the newest, is *active* (written to);
+//! the others are *closed*.
+//!
+//! [`Wal::append`] writes a flush's records into one buffer, writes it with
+//! one `pwrite` and syncs once. When a record would not fit the active
+//! segment, the part written so far is synced, the active segment is closed
+//! and a new one is created, with its header synced and the directory synced,
+//! before any record goes into it. So a closed segment is always complete and
+//! durable, and a damaged record in it is corruption, never a torn write; only
+//! the active segment can end in a torn tail. Rotation costs three extra
+//! syncs once per `segment_size_max_bytes` of log.
+//!
+//! A closed segment is removed once every entry record in it is at or below
+//! its group's snapshot op (or its group was removed), oldest first, one
+//! directory sync per removal, so that the surviving segments are always a
+//! contiguous suffix of the log (see docs/storage.md for why the replay of a
+//! suffix gives the same result).
+
+use std::collections::{HashMap, VecDeque};
+use std::fs::{File, OpenOptions};
+use std::path::{Path, PathBuf};
+
+use cohort_core::storage::StorageError;
+use cohort_messages::{GroupId, LogEntry, Op, View};
+
+use super::disk::{Disk, SyncOf, error_of, io_error};
+use super::format::{
+    RECORD_HEADER_SIZE_BYTES, RecordHeader, RecordKind, SEGMENT_HEADER_SIZE_BYTES, encode_record,
+    encode_segment_header, entry_record, entry_record_size_bytes,
+};
+
+/// The file name of the segment whose first record has `base_lsn`.
+pub(crate) fn segment_file_name(base_lsn: u64) -> String {
+    format!("wal-{base_lsn:020}.seg")
+}
+
+/// The base LSN of a segment file name, if it is one.
+pub(crate) fn parse_segment_file_name(name: &str) -> Option<u64> {
+    let digits = name.strip_prefix("wal-")?.strip_suffix(".seg")?;
+    if digits.len() != 20 || !digits.bytes().all(|byte| byte.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// Per segment: the highest entry op of each group that has entries in it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct SegmentSummary {
+    entry_op_max: HashMap<GroupId, Op>,
+}
+
+impl SegmentSummary {
+    pub(crate) fn note_entry(&mut self, group: GroupId, op: Op) {
+        let max = self.entry_op_max.entry(group).or_default();
+        *max = (*max).max(op);
+    }
+
+    pub(crate) fn forget_group(&mut self, group: GroupId) {
+        self.entry_op_max.remove(&group);
+    }
+
+    /// True if every entry in the segment is at or below its group's snapshot.
+    fn covered_by(&self, snapshot_ops: &HashMap<GroupId, Op>) -> bool {
+        self.entry_op_max.iter().all(|(group, op)| snapshot_ops.get(group).is_some_and(|snapshot| op <= snapshot))
+    }
+}
+
+/// A closed segment: complete and durable.
+#[derive(Debug)]
+pub(crate) struct ClosedSegment {
+    pub(crate) path: PathBuf,
+    pub(crate) summary: SegmentSummary,
+}
+
+/// The segment being written.
+#[derive(Debug)]
+pub(crate) struct ActiveSegment {
+    file: File,
+    path: PathBuf,
+    len_bytes: u64,
+    summary: SegmentSummary,
+}
+
+impl ActiveSegment {
+    /// Create a segment whose first record will have `base_lsn`; its header
+    /// and directory entry are durable on return.
+    fn create(dir: &Path, base_lsn: u64, disk: &mut Disk) -> Result<Self, StorageError> {
+        let path = dir.join(segment_file_name(base_lsn));
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(|error| error_of("creating a log segment", &path, &error))?;
+        let header = encode_segment_header(base_lsn);
+        if let Err(error) = disk.write_at(&file, &path, &header, 0, "writing a segment header") {
+            // Leave no half-made segment behind; if even that fails the
+            // recovery scan treats a header-only tail segment as torn.
+            let _ = std::fs::remove_file(&path);
+            return Err(error);
+        }
+        disk.sync_data(&file, &path, SyncOf::Log)?;
+        disk.sync_dir(dir)?;
+        disk.stats.segments_created += 1;
+        Ok(Self { file, path, len_bytes: SEGMENT_HEADER_SIZE_BYTES as u64, summary: SegmentSummary::default() })
+    }
+
+    /// Reopen the newest segment found by recovery, to append at `len_bytes`.
+    pub(crate) fn reopen(path: PathBuf, len_bytes: u64, summary: SegmentSummary) -> Result<Self, StorageError> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(|error| io_error("opening the active log segment", &path, &error))?;
+        Ok(Self { file, path, len_bytes, summary })
+    }
+}
+
+/// One record to write.
+#[derive(Copy, Clone, Debug)]
+pub(crate) enum LogRecord<'a> {
+    Entry(GroupId, &'a LogEntry),
+    TruncateAfter(GroupId, Op),
+    RemoveGroup(GroupId),
+}
+
+impl LogRecord<'_> {
+    pub(crate) fn size_bytes(&self) -> u64 {
+        match self {
+            LogRecord::Entry(_, entry) => entry_record_size_bytes(entry),
+            LogRecord::TruncateAfter(..) | LogRecord::RemoveGroup(_) => RECORD_HEADER_SIZE_BYTES as u64,
+        }
+    }
+
+    fn encode(&self, buf: &mut Vec<u8>, lsn: u64, batch_lsn: u64) {
+        let control =
+            |group, op, kind| RecordHeader { payload_size: 0, lsn, batch_lsn, group, op, view: View(0), kind };
+        match self {
+            LogRecord::Entry(group, entry) => {
+                let (header, fixed) = entry_record(*group, entry, lsn, batch_lsn);
+                encode_record(buf, &header, &[&fixed, &entry.operation]);
+            }
+            LogRecord::TruncateAfter(group, op) => {
+                encode_record(buf, &control(*group, *op, RecordKind::TruncateAfter), &[]);
+            }
+            LogRecord::RemoveGroup(group) => {
+                encode_record(buf, &control(*group, Op(0), RecordKind::RemoveGroup), &[]);
+            }
+        }
+    }
+}
+
+/// The log. See the module docs.
+#[derive(Debug)]
+pub(crate) struct Wal {
+    dir: PathBuf,
+    active: ActiveSegment,
+    closed: VecDeque<ClosedSegment>,
+    next_lsn: u64,
+    segment_size_max_bytes: u64,
+    segments_open_max: u32,
+    buf: Vec<u8>,
+}
+
+/// The log's limits.
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct WalLimits {
+    pub(crate) segment_size_max_bytes: u64,
+    pub(crate) segments_open_max: u32,
+}
+
+impl Wal {
+    /// The log as recovery left it: `closed` segments oldest first, the
+    /// `active` one (or none yet: then one is created at `next_lsn`).
+    pub(crate) fn new(
+        dir: PathBuf,
+        limits: WalLimits,
+        closed: VecDeque<ClosedSegment>,
+        active: Option<ActiveSegment>,
+        next_lsn: u64,
+        disk: &mut Disk,
+    ) -> Result<Self, StorageError> {
+        let active = match active {
+            Some(active) => active,
+            None => ActiveSegment::create(&dir, next_lsn, disk)?,
+        };
+        Ok(Self {
+            dir,
+            active,
+            closed,
+            next_lsn,
+            segment_size_max_bytes: limits.segment_size_max_bytes,
+            segments_open_max: limits.segments_open_max,
+            buf: Vec::new(),
+        })
+    }
+
+    /// The LSN the next record will get; every record below it is durable.
+    pub(crate) fn next_lsn(&self) -> u64 {
+        self.next_lsn
+    }
+
+    /// How many segment files exist.
+    pub(crate) fn segment_count(&self) -> usize {
+        self.closed.len() + 1
+    }
+
+    /// Write `records` and make them durable with one sync (more only when a
+    /// segment fills up). Returns how many of them are durable, and the error
+    /// that stopped the rest: on `Full` the records after the count were not
+    /// written (the active segment is cut back), so they may be retried.
+    pub(crate) fn append<'a>(
+        &mut self,
+        records: impl IntoIterator<Item = LogRecord<'a>>,
+        disk: &mut Disk,
+    ) -> (usize, Result<(), StorageError>) {
+        let batch_lsn = self.next_lsn;
+        let mut durable = 0usize;
+        let mut buffered = 0usize;
+        self.buf.clear();
+        for record in records {
+            let size = record.size_bytes();
+            let used = self.active.len_bytes + self.buf.len() as u64;
+            let active_has_records = used > SEGMENT_HEADER_SIZE_BYTES as u64;
+            if used + size > self.segment_size_max_bytes && active_has_records {
+                if let Err(error) = self.write_buffer(buffered, disk) {
+                    return (durable, Err(error));
+                }
+                durable += buffered;
+                buffered = 0;
+                if let Err(error) = self.rotate(disk) {
+                    return (durable, Err(error));
+                }
+            }
+            record.encode(&mut self.buf, batch_lsn + (durable + buffered) as u64, batch_lsn);
+            if let LogRecord::Entry(group, entry) = record {
+                self.active.summary.note_entry(group, entry.op);
+            }
+            buffered += 1;
+        }
+        if buffered > 0 {
+            if let Err(error) = self.write_buffer(buffered, disk) {
+                return (durable, Err(error));
+            }
+            durable += buffered;
+        }
+        (durable, Ok(()))
+    }
+
+    /// Write the buffer at the end of the active segment and sync it.
+    fn write_buffer(&mut self, records: usize, disk: &mut Disk) -> Result<(), StorageError> {
+        let active = &mut self.active;
+        let offset = active.len_bytes;
+        if let Err(error) = disk.write_at(&active.file, &active.path, &self.buf, offset, "writing log records") {
+            // Cut off whatever part was written, so that the next write
+            // continues a clean log (a retry after `Full` must not leave
+            // garbage in the middle of the segment).
+            active
+                .file
+                .set_len(offset)
+                .map_err(|cut| io_error("cutting back a failed log write", &active.path, &cut))?;
+            return Err(error);
+        }
+        disk.sync_data(&active.file, &active.path, SyncOf::Log)?;
+        active.len_bytes += self.buf.len() as u64;
+        disk.stats.records_written += records as u64;
+        disk.stats.record_bytes_written += self.buf.len() as u64;
+        self.next_lsn += records as u64;
+        self.buf.clear();
+        Ok(())
+    }
+
+    /// Close the active segment (already synced) and start a new one.
+    fn rotate(&mut self, disk: &mut Disk) -> Result<(), StorageError> {
+        if self.segment_count() + 1 > self.segments_open_max as usize {
+            return Err(StorageError::Full {
+                operation: "starting a log segment: segments_open_max reached (segments go once every group with \
+                            entries in them has a snapshot above those entries)",
+                path: self.dir.display().to_string(),
+            });
+        }
+        let next = ActiveSegment::create(&self.dir, self.next_lsn, disk)?;
+        let old = std::mem::replace(&mut self.active, next);
+        self.closed.push_back(ClosedSegment { path: old.path, summary: old.summary });
+        Ok(())
+    }
+
+    /// Sync the active segment (recovery does this once: after a process
+    /// crash what it read may still be only in the page cache, and its cut of
+    /// a torn tail must be durable before new records follow it).
+    pub(crate) fn sync_active(&mut self, disk: &mut Disk) -> Result<(), StorageError> {
+        disk.sync_data(&self.active.file, &self.active.path, SyncOf::Log)
+    }
+
+    /// A removed group's entries no longer keep any segment alive.
+    pub(crate) fn forget_group(&mut self, group: GroupId) {
+        self.active.summary.forget_group(group);
+        for segment in &mut self.closed {
+            segment.summary.forget_group(group);
+        }
+    }
+
+    /// Remove the oldest closed segments whose entries are all covered by
+    /// snapshots. Returns how many went.
+    pub(crate) fn prune(
+        &mut self,
+        snapshot_ops: &HashMap<GroupId, Op>,
+        disk: &mut Disk,
+    ) -> Result<usize, StorageError> {
+        let mut removed = 0;
+        while let Some(oldest) = self.closed.front() {
+            if !oldest.summary.covered_by(snapshot_ops) {
+                break;
+            }
+            match std::fs::remove_file(&oldest.path) {
+                Ok(()) => {}
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+                Err(error) => return Err(io_error("removing a log segment", &oldest.path, &error)),
+            }
+            // One directory sync per removal keeps the surviving segments a
+            // contiguous suffix even if the removals reach the disk out of order.
+            disk.sync_dir(&self.dir)?;
+            disk.stats.segments_removed += 1;
+            self.closed.pop_front();
+            removed += 1;
+        }
+        Ok(removed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn segment_names_roundtrip() {
+        assert_eq!(segment_file_name(42), "wal-00000000000000000042.seg");
+        assert_eq!(parse_segment_file_name(&segment_file_name(u64::MAX)), Some(u64::MAX));
+        assert_eq!(parse_segment_file_name("wal-42.seg"), None);
+        assert_eq!(parse_segment_file_name("wal-0000000000000000004x.seg"), None);
+        assert_eq!(parse_segment_file_name("snapshot-00000000000000000001.snap"), None);
+    }
+
+    #[test]
+    fn summary_is_covered_only_when_every_group_is() {
+        let mut summary = SegmentSummary::default();
+        summary.note_entry(GroupId(1), Op(5));
+        summary.note_entry(GroupId(2), Op(3));
+        let mut snapshots = HashMap::from([(GroupId(1), Op(5))]);
+        assert!(!summary.covered_by(&snapshots));
+        snapshots.insert(GroupId(2), Op(2));
+        assert!(!summary.covered_by(&snapshots));
+        snapshots.insert(GroupId(2), Op(3));
+        assert!(summary.covered_by(&snapshots));
+        summary.note_entry(GroupId(3), Op(1));
+        assert!(!summary.covered_by(&snapshots));
+        summary.forget_group(GroupId(3));
+        assert!(summary.covered_by(&snapshots));
+    }
+}

@@ -1,0 +1,361 @@
+//! Operator commands on the admin port: `POST /admin/operations` starts a
+//! multi-step operation (move, replace, join, decommission; M2–M5) and
+//! `POST /admin/operations/{id}/cancel` cancels one (M5).
+//!
+//! Why on the node: the metadata group decides every operation (the plan, the
+//! M3 overlap check, the gates), and any node can submit a command to it; an
+//! operator needs one address, not the metadata primary's. The node only
+//! translates: it checks the JSON body field by field (a `400` names the
+//! field), builds the [`MetadataCommand`] and runs its `validate()`, submits
+//! it through its agent to the metadata group (exactly once, see
+//! `cohort_actors::operator_client`), and answers with what the metadata committed:
+//!
+//! | outcome | status | body |
+//! | --- | --- | --- |
+//! | started / cancelled | 200 | the operation id, its spec and its stored plan, read from this node's copy of the metadata once it applied the command's epoch |
+//! | refused by the metadata (e.g. M3) | 409 | the metadata's reason, verbatim |
+//! | bad input | 400 | the field and what is wrong with it |
+//! | no answer in time, or busy | 503 | what was tried; the command may still apply |
+//!
+//! The body is bounded by [`BODY_MAX_BYTES`] (the admin server
+//! answers `413` beyond it) and parsing never panics.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::Recipient;
+use cohort_messages::metadata::{MetadataCommand, MetadataResult, OPERATION_GROUPS_MAX, OperationSpec};
+use cohort_messages::{Epoch, GroupId, NodeId, OperationId};
+use serde_json::{Map, Value, json};
+use tokio::sync::oneshot;
+
+use cohort_actors::agent::OperatorSubmit;
+use cohort_actors::operator_client::OperatorFailure;
+use cohort_actors::status::StatusBoard;
+
+use super::status::{self, operation_json, spec_json};
+use super::{AdminAnswer, AdminFuture, BODY_MAX_BYTES, NodeRoutes};
+
+/// How long the node tries to get an operator command committed.
+pub const OPERATOR_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long, after the commit, the node waits for its own copy of the
+/// metadata to apply it (to answer with the stored plan).
+pub const PLAN_WAIT_MAX: Duration = Duration::from_secs(3);
+
+// A join naming OPERATION_GROUPS_MAX groups of 20-digit ids fits in a body.
+const _: () = assert!(OPERATION_GROUPS_MAX * 21 + 256 <= BODY_MAX_BYTES);
+
+/// The answer to a field of the request that is missing or wrong.
+fn bad_request(field: &str, error: impl Into<String>) -> AdminAnswer {
+    let error = error.into();
+    AdminAnswer { status: 400, body: json!({ "result": "bad_request", "field": field, "error": error }) }
+}
+
+/// A field of the request that is missing or wrong.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BadInput {
+    /// The field.
+    pub field: String,
+    /// What is wrong.
+    pub error: String,
+}
+
+fn bad<T>(field: &str, error: impl Into<String>) -> Result<T, BadInput> {
+    Err(BadInput { field: field.into(), error: error.into() })
+}
+
+/// The body of `POST /admin/operations`, e.g. `{"op":"move","group":3,"from":1,"to":4}`:
+/// the spec, checked field by field and by [`OperationSpec::validate`].
+pub fn parse_start(body: &[u8]) -> Result<OperationSpec, BadInput> {
+    let Ok(value) = serde_json::from_slice::<Value>(body) else {
+        return bad("body", "not a JSON document; send e.g. {\"op\":\"move\",\"group\":3,\"from\":1,\"to\":4}");
+    };
+    let Some(object) = value.as_object() else { return bad("body", "not a JSON object") };
+    let op = match object.get("op") {
+        Some(Value::String(op)) => op.as_str(),
+        Some(_) => return bad("op", "not a string"),
+        None => return bad("op", "missing: one of move, replace, join, decommission"),
+    };
+    let fields: &[&str] = match op {
+        "move" => &["op", "group", "from", "to"],
+        "replace" => &["op", "group", "dead", "with"],
+        "join" => &["op", "node", "groups"],
+        "decommission" => &["op", "node"],
+        other => return bad("op", format!("{other:?} is not one of move, replace, join, decommission")),
+    };
+    if let Some(unknown) = object.keys().find(|key| !fields.contains(&key.as_str())) {
+        return bad(unknown, format!("not a field of {op} (its fields: {})", fields[1..].join(", ")));
+    }
+    let spec = match op {
+        "move" => {
+            let (from, to) = (node(object, "from")?, node(object, "to")?);
+            if from == to {
+                return bad("to", format!("the same node as from ({from})"));
+            }
+            OperationSpec::Move { group: group(object, "group")?, from, to }
+        }
+        "replace" => {
+            let (dead, with) = (node(object, "dead")?, node(object, "with")?);
+            if dead == with {
+                return bad("with", format!("the same node as dead ({dead})"));
+            }
+            OperationSpec::Replace { group: group(object, "group")?, dead, with }
+        }
+        "join" => OperationSpec::Join { node: node(object, "node")?, groups: groups(object)? },
+        _ => OperationSpec::Decommission { node: node(object, "node")? },
+    };
+    match spec.validate() {
+        Ok(()) => Ok(spec),
+        Err(invalid) => bad("op", invalid.reason),
+    }
+}
+
+fn number(object: &Map<String, Value>, field: &str) -> Result<u64, BadInput> {
+    match object.get(field) {
+        Some(value) => value.as_u64().map_or_else(|| bad(field, format!("{value} is not a whole number")), Ok),
+        None => bad(field, "missing"),
+    }
+}
+
+fn node(object: &Map<String, Value>, field: &str) -> Result<NodeId, BadInput> {
+    match number(object, field)? {
+        0 => bad(field, "node 0 is never a node"),
+        id => Ok(NodeId(id)),
+    }
+}
+
+fn group(object: &Map<String, Value>, field: &str) -> Result<GroupId, BadInput> {
+    number(object, field).map(GroupId)
+}
+
+fn groups(object: &Map<String, Value>) -> Result<Vec<GroupId>, BadInput> {
+    let Some(Value::Array(list)) = object.get("groups") else {
+        return bad("groups", "missing or not a list of group ids");
+    };
+    if list.is_empty() || list.len() > OPERATION_GROUPS_MAX {
+        return bad("groups", format!("{} groups; name 1 to {OPERATION_GROUPS_MAX}", list.len()));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    let mut groups = Vec::with_capacity(list.len());
+    for value in list {
+        let Some(id) = value.as_u64() else { return bad("groups", format!("{value} is not a group id")) };
+        if !seen.insert(id) {
+            return bad("groups", format!("group:{id} listed twice"));
+        }
+        groups.push(GroupId(id));
+    }
+    Ok(groups)
+}
+
+/// The operation id in `/admin/operations/{id}/cancel` (`7` or `operation:7`).
+pub fn parse_cancel(id: &str) -> Result<OperationId, BadInput> {
+    let digits = id.strip_prefix("operation:").unwrap_or(id);
+    match digits.parse::<u64>() {
+        Ok(0) => bad("operation", "operation 0 is reserved; ids start at 1"),
+        Ok(id) => Ok(OperationId(id)),
+        Err(_) => bad("operation", format!("{id:?} is not an operation id")),
+    }
+}
+
+/// What the admin port needs to run operator commands on a node.
+#[derive(Clone)]
+pub struct OperatorPort {
+    board: Arc<StatusBoard>,
+    agent: Recipient<OperatorSubmit>,
+    timeout: Duration,
+}
+
+impl OperatorPort {
+    /// Commands go through `agent`; plans are read from `board`'s metadata.
+    pub fn new(board: Arc<StatusBoard>, agent: Recipient<OperatorSubmit>) -> OperatorPort {
+        OperatorPort { board, agent, timeout: OPERATOR_TIMEOUT }
+    }
+
+    /// Answer `method path` with `body` (a path under `/admin/`).
+    pub async fn handle(&self, method: &str, path: &str, body: &[u8]) -> AdminAnswer {
+        let cancel = path.strip_prefix("/admin/operations/").and_then(|rest| rest.strip_suffix("/cancel"));
+        let known = path == "/admin/operations" || cancel.is_some();
+        if !known {
+            let error = "no such path; POST /admin/operations or POST /admin/operations/{id}/cancel";
+            return AdminAnswer { status: 404, body: json!({ "result": "not_found", "error": error }) };
+        }
+        if method != "POST" {
+            return AdminAnswer { status: 405, body: json!({ "result": "method_not_allowed", "error": "use POST" }) };
+        }
+        let command = match cancel {
+            Some(id) => parse_cancel(id).map(|operation| MetadataCommand::CancelOperation { operation }),
+            None => parse_start(body).map(|spec| MetadataCommand::StartOperation { spec }),
+        };
+        let command = match command {
+            Ok(command) => command,
+            Err(BadInput { field, error }) => return bad_request(&field, error),
+        };
+        if let Err(invalid) = command.validate() {
+            return bad_request("op", invalid.reason);
+        }
+        match self.submit(command.clone()).await {
+            Ok(result) => self.committed(&command, result).await,
+            Err(failure) => AdminAnswer {
+                status: 503,
+                body: json!({ "result": "unavailable", "error": failure.to_string(), "detail": failure_json(&failure) }),
+            },
+        }
+    }
+
+    async fn submit(&self, command: MetadataCommand) -> Result<MetadataResult, OperatorFailure> {
+        let deadline = Instant::now() + self.timeout;
+        let (answer, answered) = oneshot::channel();
+        self.agent.try_send(OperatorSubmit { command, deadline, answer }).map_err(|_| OperatorFailure::Busy)?;
+        // The agent answers by the deadline on its ticks; the margin covers a
+        // stopped agent, whose answer never comes.
+        match tokio::time::timeout(self.timeout + Duration::from_secs(1), answered).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err(OperatorFailure::Stopped),
+            Err(_) => Err(OperatorFailure::Unreachable {
+                waited: self.timeout,
+                attempts: 0,
+                tried: "the node's agent (it did not answer)".into(),
+                last: "none".into(),
+            }),
+        }
+    }
+
+    /// The answer for a committed command.
+    async fn committed(&self, command: &MetadataCommand, result: MetadataResult) -> AdminAnswer {
+        let (operation, epoch, started) = match (command, result) {
+            (_, MetadataResult::Refused { reason }) => {
+                return AdminAnswer { status: 409, body: json!({ "result": "refused", "reason": reason }) };
+            }
+            (_, MetadataResult::OperationStarted { operation, epoch }) => (operation, epoch, true),
+            (MetadataCommand::CancelOperation { operation }, MetadataResult::Done { epoch }) => {
+                (*operation, epoch, false)
+            }
+            (_, other) => {
+                let error = format!("unexpected metadata result {other:?}");
+                return AdminAnswer { status: 503, body: json!({ "result": "unavailable", "error": error }) };
+            }
+        };
+        let applied = self.wait_applied(epoch).await;
+        let record = self.board.metadata().with(|metadata| {
+            let record = metadata.operations.get(&operation)?;
+            Some(operation_json(metadata, operation, record))
+        });
+        let spec = match command {
+            MetadataCommand::StartOperation { spec } => Some(spec_json(spec)),
+            _ => record.as_ref().map(|record| record["spec"].clone()),
+        };
+        AdminAnswer {
+            status: 200,
+            body: json!({
+                "result": if started { "started" } else { "cancelled" },
+                "operation": operation.0,
+                "epoch": epoch.0,
+                "spec": spec,
+                // `null` once the operation finished (completed or reverted),
+                // or if this node's copy did not apply the epoch in time.
+                "record": record,
+                "applied_here": applied,
+            }),
+        }
+    }
+
+    /// Wait until this node's copy of the metadata applied `epoch`.
+    async fn wait_applied(&self, epoch: Epoch) -> bool {
+        let deadline = Instant::now() + PLAN_WAIT_MAX;
+        loop {
+            if self.board.metadata().with(|metadata| metadata.epoch >= epoch) {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl NodeRoutes for OperatorPort {
+    fn status(&self) -> Value {
+        status::status_json(&self.board)
+    }
+
+    fn admin<'a>(&'a self, method: &'a str, path: &'a str, body: &'a [u8]) -> AdminFuture<'a> {
+        Box::pin(self.handle(method, path, body))
+    }
+}
+
+fn failure_json(failure: &OperatorFailure) -> Value {
+    match failure {
+        OperatorFailure::Unreachable { waited, attempts, tried, last } => json!({
+            "reason": "unreachable", "waited_ms": waited.as_millis() as u64, "attempts": attempts, "tried": tried, "last": last,
+        }),
+        OperatorFailure::Busy => json!({ "reason": "busy" }),
+        OperatorFailure::Rejected { code, detail } => json!({ "reason": format!("{code:?}"), "detail": detail }),
+        OperatorFailure::Stopped => json!({ "reason": "stopped" }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bodies_parse_into_specs() {
+        let cases = [
+            (
+                r#"{"op":"move","group":3,"from":1,"to":4}"#,
+                OperationSpec::Move { group: GroupId(3), from: NodeId(1), to: NodeId(4) },
+            ),
+            (
+                r#"{"op":"replace","group":3,"dead":2,"with":4}"#,
+                OperationSpec::Replace { group: GroupId(3), dead: NodeId(2), with: NodeId(4) },
+            ),
+            (
+                r#"{"op":"join","node":4,"groups":[1,2]}"#,
+                OperationSpec::Join { node: NodeId(4), groups: vec![GroupId(1), GroupId(2)] },
+            ),
+            (r#"{"op":"decommission","node":2}"#, OperationSpec::Decommission { node: NodeId(2) }),
+        ];
+        for (body, spec) in cases {
+            assert_eq!(parse_start(body.as_bytes()), Ok(spec.clone()), "{body}");
+            assert_eq!(spec_json(&spec), serde_json::from_str::<Value>(body).unwrap_or_default());
+        }
+    }
+
+    #[test]
+    fn bad_bodies_name_the_field() {
+        let cases = [
+            ("", "body"),
+            ("[1]", "body"),
+            (r#"{"group":3}"#, "op"),
+            (r#"{"op":"teleport"}"#, "op"),
+            (r#"{"op":"move","group":3,"from":1}"#, "to"),
+            (r#"{"op":"move","group":-3,"from":1,"to":4}"#, "group"),
+            (r#"{"op":"move","group":3,"from":1,"to":1}"#, "to"),
+            (r#"{"op":"move","group":3,"from":0,"to":1}"#, "from"),
+            (r#"{"op":"move","group":3,"from":1,"to":4,"force":true}"#, "force"),
+            (r#"{"op":"join","node":4,"groups":[]}"#, "groups"),
+            (r#"{"op":"join","node":4,"groups":[1,1]}"#, "groups"),
+            (r#"{"op":"join","node":4,"groups":"1,2"}"#, "groups"),
+            (r#"{"op":"decommission","node":"two"}"#, "node"),
+        ];
+        for (body, field) in cases {
+            match parse_start(body.as_bytes()) {
+                Err(bad) => assert_eq!(bad.field, field, "{body}: {}", bad.error),
+                Ok(spec) => panic!("{body} parsed as {spec:?}"),
+            }
+        }
+        assert_eq!(parse_cancel("7"), Ok(OperationId(7)));
+        assert_eq!(parse_cancel("operation:7"), Ok(OperationId(7)));
+        assert!(parse_cancel("0").is_err() && parse_cancel("x").is_err() && parse_cancel("").is_err());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn parsing_never_panics(body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..256)) {
+            let _ = parse_start(&body);
+            let _ = parse_cancel(&String::from_utf8_lossy(&body));
+        }
+    }
+}

@@ -1,0 +1,163 @@
+//! What `GET /status` and `cohort status` show: this node's session and the
+//! cluster as the node's copy of the metadata has it (nodes with their
+//! sessions and acked epochs, groups with members, learners, incarnation
+//! and owner), the in-flight multi-step operations (M2–M5: spec, plan with
+//! done and remaining steps, cancelled flag, what the next step waits for)
+//! and how many operations completed or were reverted.
+
+use cohort_actors::status::StatusBoard;
+use cohort_core::metadata::{Metadata, OperationRecord, Step};
+use cohort_messages::metadata::OperationSpec;
+use cohort_messages::{OperationId, SessionId};
+use serde_json::{Value, json};
+
+/// The status as a JSON document (see `docs/embedding.md`).
+pub fn status_json(board: &StatusBoard) -> Value {
+    let agent = board.agent();
+    let session = |session: Option<SessionId>| session.map_or(Value::Null, |s| json!(s.0));
+    let cluster = board.metadata().with(|metadata| {
+        let nodes: Vec<Value> = metadata
+            .nodes
+            .iter()
+            .map(|(id, record)| {
+                json!({
+                    "id": id.0,
+                    "address": record.address,
+                    "session": session(record.session),
+                    "acked_epoch": record.acked.0,
+                })
+            })
+            .collect();
+        let groups: Vec<Value> = metadata
+            .groups
+            .iter()
+            .map(|(id, record)| {
+                let owner = record.owner.map_or(
+                    Value::Null,
+                    |owner| json!({ "node": owner.node.0, "view": owner.view.0, "session": owner.session.0 }),
+                );
+                json!({
+                    "id": id.0,
+                    "kind": record.kind,
+                    "members": record.members.iter().map(|m| m.0).collect::<Vec<_>>(),
+                    "learners": record.learners.iter().map(|m| m.0).collect::<Vec<_>>(),
+                    "incarnation": record.incarnation.0,
+                    "live": record.live,
+                    "owner": owner,
+                })
+            })
+            .collect();
+        let operations: Vec<Value> =
+            metadata.operations.iter().map(|(id, record)| operation_json(metadata, *id, record)).collect();
+        let totals = metadata.operation_totals;
+        let cluster = json!({
+            "epoch": metadata.epoch.0,
+            "config_epoch": metadata.config_epoch.0,
+            "nodes": nodes,
+            "groups": groups,
+        });
+        (cluster, operations, json!({ "completed": totals.completed, "reverted": totals.reverted }))
+    });
+    let (cluster, operations, totals) = cluster;
+    let counters = agent.counters;
+    json!({
+        "node": board.node().0,
+        "session": session(agent.session),
+        "metadata_members": board.members().iter().map(|m| m.0).collect::<Vec<_>>(),
+        "metadata_primary": agent.metadata_primary,
+        "stopped": agent.stopped,
+        "sessions": {
+            "opened": counters.sessions_opened,
+            "expired": counters.sessions_expired,
+            "reports_accepted": counters.reports_accepted,
+            "reports_refused": counters.reports_refused,
+            "expiries_proposed": counters.expiries_proposed,
+            "groups_unloaded": counters.groups_unloaded,
+        },
+        "metadata": cluster,
+        "operations": operations,
+        "operation_totals": totals,
+    })
+}
+
+/// A spec as the request body names it, e.g. `{"op":"move","group":3,"from":1,"to":4}`.
+pub fn spec_json(spec: &OperationSpec) -> Value {
+    match spec {
+        OperationSpec::Move { group, from, to } => {
+            json!({ "op": "move", "group": group.0, "from": from.0, "to": to.0 })
+        }
+        OperationSpec::Replace { group, dead, with } => {
+            json!({ "op": "replace", "group": group.0, "dead": dead.0, "with": with.0 })
+        }
+        OperationSpec::Join { node, groups } => {
+            json!({ "op": "join", "node": node.0, "groups": groups.iter().map(|g| g.0).collect::<Vec<_>>() })
+        }
+        OperationSpec::Decommission { node } => json!({ "op": "decommission", "node": node.0 }),
+    }
+}
+
+/// One line for a spec, e.g. `move group:3 node:1 → node:4`.
+pub fn spec_text(spec: &OperationSpec) -> String {
+    match spec {
+        OperationSpec::Move { group, from, to } => format!("move {group} {from} → {to}"),
+        OperationSpec::Replace { group, dead, with } => format!("replace {group} {dead} (dead) → {with}"),
+        OperationSpec::Join { node, groups } => {
+            let groups: Vec<String> = groups.iter().map(ToString::to_string).collect();
+            format!("join {node} to {}", groups.join(", "))
+        }
+        OperationSpec::Decommission { node } => format!("decommission {node}"),
+    }
+}
+
+/// One step in words, e.g. `add learner node:4`.
+pub fn step_text(step: &Step) -> String {
+    match step {
+        Step::AddLearner { node, .. } => format!("add learner {node}"),
+        Step::RemoveLearner { node, .. } => format!("remove learner {node}"),
+        Step::Promote { node, .. } => format!("promote {node}"),
+        Step::Swap { out, into, .. } => format!("swap {out} for {into}"),
+        Step::RemoveMember { node, .. } => format!("remove {node}"),
+    }
+}
+
+/// An in-flight operation as `/status` and the admin answers show it: spec,
+/// plan with each step done or not, cancelled flag, and what the next step
+/// waits for (the state machine's own gate).
+pub fn operation_json(metadata: &Metadata, id: OperationId, record: &OperationRecord) -> Value {
+    let steps: Vec<Value> = record
+        .plan
+        .iter()
+        .enumerate()
+        .map(|(index, step)| json!({ "group": step.group().0, "step": step_text(step), "done": index < record.done }))
+        .collect();
+    let waiting = match metadata.step_gate(record) {
+        Ok(()) => Value::Null,
+        Err(reason) => json!(reason),
+    };
+    json!({
+        "id": id.0,
+        "spec": spec_json(&record.spec),
+        "text": spec_text(&record.spec),
+        "cancelled": record.cancelled,
+        "done": record.done,
+        "remaining": record.plan.len().saturating_sub(record.done),
+        "plan": steps,
+        "last_step_epoch": record.last_step_epoch.0,
+        "waiting_for": waiting,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use cohort_messages::{GroupId, NodeId};
+
+    use super::*;
+
+    #[test]
+    fn texts_read_like_the_docs() {
+        let spec = OperationSpec::Move { group: GroupId(3), from: NodeId(1), to: NodeId(4) };
+        assert_eq!(spec_text(&spec), "move group:3 node:1 → node:4");
+        let step = Step::AddLearner { group: GroupId(3), node: NodeId(4) };
+        assert_eq!(step_text(&step), "add learner node:4");
+    }
+}

@@ -1,0 +1,216 @@
+//! `cohort admin --admin HOST:PORT join|decommission|move|replace|cancel`:
+//! the operator's side of the node's `/admin/operations` endpoints (see
+//! [`super::operator`]).
+//!
+//! Why a thin client: the node checks the input again and the metadata
+//! group decides, so the command only builds the JSON body, checks it with
+//! the same rules first (a typo is a usage error before anything is sent),
+//! and prints one line per outcome. Exit codes: 0 started or cancelled,
+//! 1 refused by the metadata or no answer (the line says which), 2 a usage
+//! error (including a `400` from the node).
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::admin::operator::{OPERATOR_TIMEOUT, PLAN_WAIT_MAX, parse_cancel, parse_start};
+
+/// One operator command.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AdminAction {
+    /// Move `group`'s replica from node `from` to node `to`.
+    Move {
+        /// The group.
+        group: u64,
+        /// The node giving it up.
+        from: u64,
+        /// The node taking it.
+        to: u64,
+    },
+    /// Replace `group`'s replica on the dead node `dead` with one on `with`.
+    Replace {
+        /// The group.
+        group: u64,
+        /// The dead node.
+        dead: u64,
+        /// Its replacement.
+        with: u64,
+    },
+    /// Add node `node` to each of `groups`.
+    Join {
+        /// The node.
+        node: u64,
+        /// The groups.
+        groups: Vec<u64>,
+    },
+    /// Move every replica off node `node`.
+    Decommission {
+        /// The node.
+        node: u64,
+    },
+    /// Cancel operation `operation` (its applied steps are reverted).
+    Cancel {
+        /// The operation id.
+        operation: u64,
+    },
+}
+
+/// Why `cohort admin` failed: the process exit code and the line to print.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AdminError {
+    /// 1: refused or unreachable; 2: usage.
+    pub code: u8,
+    /// What happened.
+    pub message: String,
+}
+
+fn usage(message: String) -> AdminError {
+    AdminError { code: 2, message }
+}
+
+fn failed(message: String) -> AdminError {
+    AdminError { code: 1, message }
+}
+
+impl AdminAction {
+    /// The request: path and body.
+    fn request(&self) -> (String, Option<String>) {
+        let body = match self {
+            AdminAction::Move { group, from, to } => json!({ "op": "move", "group": group, "from": from, "to": to }),
+            AdminAction::Replace { group, dead, with } => {
+                json!({ "op": "replace", "group": group, "dead": dead, "with": with })
+            }
+            AdminAction::Join { node, groups } => json!({ "op": "join", "node": node, "groups": groups }),
+            AdminAction::Decommission { node } => json!({ "op": "decommission", "node": node }),
+            AdminAction::Cancel { operation } => return (format!("/admin/operations/{operation}/cancel"), None),
+        };
+        ("/admin/operations".into(), Some(body.to_string()))
+    }
+}
+
+/// Run `action` against the node whose admin port is `admin`; the line (or
+/// the JSON answer with `json`) to print, or the error with its exit code
+/// (with `json`, its message is a JSON document too).
+pub fn admin_command(admin: &str, action: &AdminAction, json: bool) -> Result<String, AdminError> {
+    exchange(admin, action, json).map_err(|mut error| {
+        if json && serde_json::from_str::<Value>(&error.message).is_err() {
+            let result = if error.code == 2 { "usage" } else { "unreachable" };
+            error.message = serde_json::json!({ "result": result, "error": error.message }).to_string();
+        }
+        error
+    })
+}
+
+fn exchange(admin: &str, action: &AdminAction, json: bool) -> Result<String, AdminError> {
+    let (path, body) = action.request();
+    // The node's own checks, before anything is sent.
+    let checked = match (&body, action) {
+        (Some(body), _) => parse_start(body.as_bytes()).map(|_| ()),
+        (None, AdminAction::Cancel { operation }) => parse_cancel(&operation.to_string()).map(|_| ()),
+        (None, _) => Ok(()),
+    };
+    if let Err(bad) = checked {
+        return Err(usage(format!("--{}: {}", bad.field, bad.error)));
+    }
+    let timeout = OPERATOR_TIMEOUT + PLAN_WAIT_MAX + Duration::from_secs(2);
+    let answer = super::http::exchange(admin, "POST", &path, body.as_deref(), timeout).map_err(failed)?;
+    let Ok(document) = serde_json::from_str::<Value>(&answer.body) else {
+        let line = answer.line;
+        return Err(failed(format!(
+            "{admin} answered {line:?} to POST {path} (an older cohort, or not a cohort node?)"
+        )));
+    };
+    let text = if json { document.to_string() } else { render(&document) };
+    match answer.code {
+        200 => Ok(text),
+        400 | 404 | 405 => Err(usage(text)),
+        _ => Err(failed(text)),
+    }
+}
+
+/// One line for an answer of `/admin/operations`.
+fn render(answer: &Value) -> String {
+    let field = |name: &str| answer[name].as_str().unwrap_or("?").to_string();
+    match answer["result"].as_str() {
+        Some("started") | Some("cancelled") => {
+            let started = answer["result"] == "started";
+            let id = &answer["operation"];
+            let record = &answer["record"];
+            let text = record["text"].as_str().map(str::to_string).unwrap_or_else(|| spec_text(&answer["spec"]));
+            if record.is_null() {
+                let state = if answer["applied_here"] == false {
+                    "committed; this node has not applied it yet, see `cohort status`"
+                } else if started {
+                    "already completed"
+                } else {
+                    "fully reverted"
+                };
+                let verb = if started { "started" } else { "cancelled" };
+                return format!("{verb} operation:{id}: {text} ({state})");
+            }
+            let steps: Vec<Value> = record["plan"].as_array().cloned().unwrap_or_default();
+            let groups: std::collections::BTreeSet<String> = steps.iter().map(|s| s["group"].to_string()).collect();
+            let words: Vec<String> = steps
+                .iter()
+                .map(|step| {
+                    let group = if groups.len() > 1 { format!("group:{} ", step["group"]) } else { String::new() };
+                    format!("{group}{}", step["step"].as_str().unwrap_or("?"))
+                })
+                .collect();
+            let count = |n: usize| if n == 1 { "1 step".to_string() } else { format!("{n} steps") };
+            if started {
+                format!("started operation:{id}: {text} ({}: {})", count(words.len()), words.join(", "))
+            } else {
+                let left = record["remaining"].as_u64().unwrap_or(0) as usize;
+                format!("cancelling operation:{id}: {text} (reverting {}: {})", count(left), words.join(", "))
+            }
+        }
+        Some("refused") => format!("refused: {}", field("reason")),
+        Some("bad_request") => format!("bad request: {}: {}", field("field"), field("error")),
+        Some("unavailable") => format!("no result: {}", field("error")),
+        _ => format!("unexpected answer: {answer}"),
+    }
+}
+
+/// A spec of the request body in words (when the node could not show its record).
+fn spec_text(spec: &Value) -> String {
+    let body = spec.to_string();
+    parse_start(body.as_bytes()).map_or(body, |spec| crate::admin::status::spec_text(&spec))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_started_move_reads_as_one_line() {
+        let answer = json!({
+            "result": "started", "operation": 7, "epoch": 40,
+            "spec": { "op": "move", "group": 3, "from": 1, "to": 4 },
+            "record": {
+                "text": "move group:3 node:1 → node:4", "remaining": 2,
+                "plan": [
+                    { "group": 3, "step": "add learner node:4", "done": true },
+                    { "group": 3, "step": "promote node:4", "done": false },
+                    { "group": 3, "step": "remove node:1", "done": false },
+                ],
+            },
+            "applied_here": true,
+        });
+        assert_eq!(
+            render(&answer),
+            "started operation:7: move group:3 node:1 → node:4 (3 steps: add learner node:4, promote node:4, remove node:1)"
+        );
+        let refused = json!({ "result": "refused", "reason": "group:3 is already in operation:1 (Move { .. })" });
+        assert_eq!(render(&refused), "refused: group:3 is already in operation:1 (Move { .. })");
+    }
+
+    #[test]
+    fn bad_input_is_a_usage_error_before_anything_is_sent() {
+        // Port 9 on a documentation address: never contacted, the check comes first.
+        let error = admin_command("192.0.2.1:9", &AdminAction::Move { group: 3, from: 1, to: 1 }, false);
+        assert_eq!(error.map_err(|e| (e.code, e.message.starts_with("--to: "))), Err((2, true)));
+        let error = admin_command("192.0.2.1:9", &AdminAction::Cancel { operation: 0 }, false);
+        assert_eq!(error.map_err(|e| e.code), Err(2));
+    }
+}

@@ -1,0 +1,114 @@
+//! `cohort status`: a node's `/status` as text tables, or as served.
+
+use serde_json::Value;
+
+/// `cohort status --admin HOST:PORT`: fetch `/status` from a node's admin
+/// port and render it as text (or return the JSON as served). The error
+/// says which address could not be reached or what came back instead.
+pub fn status_command(admin: &str, json: bool) -> Result<String, String> {
+    let answer = super::http::exchange(admin, "GET", "/status", None, std::time::Duration::from_secs(3))?;
+    if answer.code != 200 {
+        let line = answer.line;
+        return Err(format!("{admin} answered {line:?} to GET /status (an older cohort, or not a cohort node?)"));
+    }
+    let status: Value =
+        serde_json::from_str(&answer.body).map_err(|error| format!("{admin}: /status is not JSON: {error}"))?;
+    if json {
+        return Ok(status.to_string());
+    }
+    Ok(render(&status))
+}
+
+/// The text tables of `cohort status`.
+fn render(status: &Value) -> String {
+    use std::fmt::Write as _;
+    let text = |value: &Value| match value {
+        Value::Null => "-".to_string(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "node {}  session {}  metadata members {}  metadata primary here: {}  epoch {}",
+        text(&status["node"]),
+        text(&status["session"]),
+        text(&status["metadata_members"]),
+        text(&status["metadata_primary"]),
+        text(&status["metadata"]["epoch"]),
+    );
+    if !status["stopped"].is_null() {
+        let _ = writeln!(out, "STOPPED: {}", text(&status["stopped"]));
+    }
+    let _ = writeln!(out, "\nnodes\n{:<6} {:<24} {:<8} acked epoch", "id", "address", "session");
+    for node in status["metadata"]["nodes"].as_array().into_iter().flatten() {
+        let _ = writeln!(
+            out,
+            "{:<6} {:<24} {:<8} {}",
+            text(&node["id"]),
+            text(&node["address"]),
+            text(&node["session"]),
+            text(&node["acked_epoch"])
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\ngroups\n{:<22} {:<16} {:<12} {:<12} {:<5} owner (node, view)",
+        "id", "members", "candidates", "incarnation", "live"
+    );
+    for group in status["metadata"]["groups"].as_array().into_iter().flatten() {
+        let owner = &group["owner"];
+        let owner = if owner.is_null() {
+            "-".to_string()
+        } else {
+            format!("node {} view {}", text(&owner["node"]), text(&owner["view"]))
+        };
+        let _ = writeln!(
+            out,
+            "{:<22} {:<16} {:<12} {:<12} {:<5} {}",
+            text(&group["id"]),
+            text(&group["members"]),
+            text(&group["candidates"]),
+            text(&group["incarnation"]),
+            text(&group["live"]),
+            owner
+        );
+    }
+    let operations = status["operations"].as_array().map_or(0, Vec::len);
+    let totals = &status["operation_totals"];
+    let _ = writeln!(
+        out,
+        "\noperations: {operations} in flight, {} completed, {} reverted",
+        text(&totals["completed"]),
+        text(&totals["reverted"])
+    );
+    for operation in status["operations"].as_array().into_iter().flatten() {
+        let _ = writeln!(out, "{}", operation_text(operation));
+    }
+    out
+}
+
+/// An in-flight operation of `/status` in words: its id and spec, then each
+/// step marked done (`[x]`) or not (`[ ]`), and what the next one waits for.
+pub(crate) fn operation_text(operation: &Value) -> String {
+    use std::fmt::Write as _;
+    let state = if operation["cancelled"] == true { "cancelled, reverting" } else { "in flight" };
+    let mut out = format!(
+        "operation:{}: {} ({state}; {} done, {} remaining)",
+        operation["id"],
+        operation["text"].as_str().unwrap_or("?"),
+        operation["done"],
+        operation["remaining"]
+    );
+    let steps = operation["plan"].as_array().cloned().unwrap_or_default();
+    let groups: std::collections::BTreeSet<String> = steps.iter().map(|step| step["group"].to_string()).collect();
+    for step in &steps {
+        let mark = if step["done"] == true { "[x]" } else { "[ ]" };
+        let group = if groups.len() > 1 { format!("group:{}: ", step["group"]) } else { String::new() };
+        let _ = write!(out, "\n  {mark} {group}{}", step["step"].as_str().unwrap_or("?"));
+    }
+    if let Some(waiting) = operation["waiting_for"].as_str() {
+        let _ = write!(out, "\n  next step waits: {waiting}");
+    }
+    out
+}

@@ -1,0 +1,352 @@
+//! [`NodeBuilder::start`], in the order a node comes up: validate every
+//! setting, bind every port, start the shards (recovering their storage),
+//! start the metadata agent, then serve the network. Each step is a function
+//! of its own; a failure in any of them stops the start with an error that
+//! names what to fix, before anything later has run.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64};
+
+use actix::prelude::*;
+use cohort_actors::agent::{AgentSetup, MetadataAgentActor, SessionStop};
+use cohort_actors::directory::Directory;
+use cohort_actors::drops::Drops;
+use cohort_actors::kind::HostedGroup;
+use cohort_actors::listener::{self, InboundStats, Router};
+use cohort_actors::metrics::NodeMetrics;
+use cohort_actors::outbox::Outbox;
+use cohort_actors::parts::Parts;
+use cohort_actors::placement_recorder::PlacementRecorder;
+use cohort_actors::placements::PlacementFile;
+use cohort_actors::registry::Kinds;
+use cohort_actors::shared_metadata::SharedMetadata;
+use cohort_actors::status::StatusBoard;
+
+use cohort_core::metadata::{METADATA_KIND, metadata_members};
+use cohort_core::routing::shard_of;
+use cohort_core::{CoreConfig, metadata::AgentConfig};
+use cohort_messages::{GroupId, NodeId};
+
+use super::{GroupKind, GroupPlacement, Node, NodeBuilder, NodeError, NodeHandle, placement};
+use crate::admin::operator::OperatorPort;
+
+/// A builder whose settings passed every check.
+struct Validated {
+    builder: NodeBuilder,
+    listen: SocketAddr,
+    data_dir: PathBuf,
+    session: crate::config::SessionTicks,
+    metadata_members: Vec<NodeId>,
+    metadata: SharedMetadata,
+    bootstrap_groups: Vec<(GroupId, String, Vec<NodeId>)>,
+    kinds: Arc<Kinds>,
+    core: CoreConfig,
+    hosted: Vec<HostedGroup>,
+    recorded: Arc<PlacementFile>,
+}
+
+/// The node's ports, bound.
+struct Bound {
+    peers: std::net::TcpListener,
+    listen: SocketAddr,
+    admin: Option<std::net::TcpListener>,
+    client: Option<std::net::TcpListener>,
+}
+
+/// The shards and what runs beside them.
+struct Started {
+    parts: Arc<Parts>,
+    io: Arbiter,
+    arbiters: Vec<Arbiter>,
+    directory: Arc<Directory>,
+    supervisor: Addr<cohort_actors::supervisor::Supervisor>,
+    supervisor_arbiter: Arbiter,
+    restarts: Arc<AtomicU64>,
+}
+
+/// The node's agent of the metadata group.
+struct Agent {
+    board: Arc<StatusBoard>,
+    session_stop: Arc<SessionStop>,
+    addr: Addr<MetadataAgentActor>,
+}
+
+impl NodeBuilder {
+    /// Start the node inside the current actix System.
+    pub fn start(self) -> Result<Node, NodeError> {
+        let mut validated = self.validate()?;
+        let bound = validated.bind()?;
+        let metrics = Arc::new(NodeMetrics::new());
+        let drops = Arc::new(Drops::new(Arc::clone(&metrics)));
+        let started = validated.start_shards(&metrics, &drops)?;
+        let agent = validated.start_agent(&started, &metrics, bound.listen)?;
+        Ok(validated.serve(bound, started, agent, metrics, drops))
+    }
+
+    /// Check every setting; nothing runs yet.
+    fn validate(self) -> Result<Validated, NodeError> {
+        let listen = self.listen.ok_or_else(|| NodeError::Config("listen address is not set".into()))?;
+        let data_dir = self.data_dir.clone().ok_or_else(|| NodeError::Config("data_dir is not set".into()))?;
+        if self.kinds.state_machines.is_empty() {
+            return Err(NodeError::Config(
+                "no state machine: register one with `state_machine(..)` or `group_kind(..)`".into(),
+            ));
+        }
+        // The metadata group: reserved id and kind, members the first
+        // METADATA_MEMBERS_MAX nodes of the cluster by id.
+        if self.groups.iter().any(|placement| placement.group == GroupId::METADATA) {
+            return Err(NodeError::Config(format!(
+                "{} is the metadata group's reserved id: place partition groups under other ids",
+                GroupId::METADATA
+            )));
+        }
+        if self.kinds.state_machines.iter().any(|(kind, _)| kind.as_str() == METADATA_KIND) {
+            return Err(NodeError::Config(format!(
+                "group kind {METADATA_KIND:?} is reserved for the metadata group: name your kind otherwise"
+            )));
+        }
+        let session = self.session.ticks(self.timing.tick).map_err(|error| NodeError::Config(error.to_string()))?;
+        let metadata_members = metadata_members(std::iter::once(self.node).chain(self.peers.keys().copied()));
+        let metadata = SharedMetadata::default();
+        let bootstrap_groups: Vec<(GroupId, String, Vec<NodeId>)> = self
+            .groups
+            .iter()
+            .map(|placement| (placement.group, placement.kind.as_str().to_string(), placement.members.clone()))
+            .collect();
+        let mut kinds = self.kinds.clone();
+        let factory_metadata = metadata.clone();
+        kinds.state_machines.push((GroupKind::new(METADATA_KIND), Arc::new(move |_| factory_metadata.state_machine())));
+        let mut placements = self.groups.clone();
+        if metadata_members.contains(&self.node) {
+            placements.push(GroupPlacement::new(GroupId::METADATA, metadata_members.clone()).kind(METADATA_KIND));
+        }
+        let kinds = Arc::new(kinds.resolve()?);
+        if self.shards == 0 || self.shards > cohort_messages::SHARD_COUNT_MAX as usize {
+            return Err(NodeError::Config(format!("shards must be in 1..={}", cohort_messages::SHARD_COUNT_MAX)));
+        }
+        let timing = self.timing.timing().map_err(|error| NodeError::Config(error.to_string()))?;
+        let core = CoreConfig { timing, ..self.core.clone() };
+        core.validate().map_err(|error| NodeError::Config(error.to_string()))?;
+        let hosted = placement::to_hosted(self.node, &placements, &kinds)?;
+        // Groups the metadata placed here at run time: each shard merges its
+        // own at every start; checked here first, so a bad record stops the
+        // node before anything runs.
+        let recorded = Arc::new(PlacementFile::open(&data_dir)?);
+        recorded.hosted(self.node, &kinds, self.shards, None)?;
+        Ok(Validated {
+            builder: self,
+            listen,
+            data_dir,
+            session,
+            metadata_members,
+            metadata,
+            bootstrap_groups,
+            kinds,
+            core,
+            hosted,
+            recorded,
+        })
+    }
+}
+
+impl Validated {
+    /// Bind the peer port, then the admin and client ports; errors name the address.
+    fn bind(&mut self) -> Result<Bound, NodeError> {
+        let listen = self.listen;
+        let peers = match self.builder.bound.take() {
+            Some(listener) => {
+                listener
+                    .set_nonblocking(true)
+                    .map_err(|error| NodeError::Bind { address: listen, reason: error.to_string() })?;
+                listener
+            }
+            None => bind_nonblocking(listen)?,
+        };
+        let listen = peers.local_addr().unwrap_or(listen);
+        let admin = self.builder.admin.map(bind_nonblocking).transpose()?;
+        let client = self.builder.client_port.map(bind_nonblocking).transpose()?;
+        Ok(Bound { peers, listen, admin, client })
+    }
+
+    /// Start the peer links, then each shard on an Arbiter of its own with
+    /// its outboxes (recovering its storage first), then the supervisor.
+    fn start_shards(&self, metrics: &Arc<NodeMetrics>, drops: &Arc<Drops>) -> Result<Started, NodeError> {
+        let builder = &self.builder;
+        let mut groups: Vec<Vec<HostedGroup>> = (0..builder.shards).map(|_| Vec::new()).collect();
+        for group in self.hosted.iter().cloned() {
+            groups[shard_of(group.spec.group, builder.shards)].push(group);
+        }
+        let io = Arbiter::new();
+        let file = Arc::clone(&self.recorded);
+        let placements = PlacementRecorder::start_in_arbiter(&io.handle(), move |_| PlacementRecorder::new(file));
+        let parts = Arc::new(Parts {
+            cluster: builder.cluster,
+            node: builder.node,
+            core: self.core.clone(),
+            tick: builder.timing.tick,
+            storage: builder.storage.clone(),
+            data_dir: self.data_dir.clone(),
+            kinds: Arc::clone(&self.kinds),
+            drops: Arc::clone(drops),
+            metrics: Arc::clone(metrics),
+            fatal: Arc::new(std::sync::Mutex::new(None)),
+            connected: builder.peers.keys().map(|peer| (*peer, Arc::new(AtomicBool::new(false)))).collect(),
+            peers: builder.peers.clone(),
+            storage_locks: (0..builder.shards).map(|_| Arc::new(std::sync::Mutex::new(()))).collect(),
+            groups,
+            recorded: Arc::clone(&self.recorded),
+            placements,
+        });
+        let mut links = HashMap::new();
+        for &peer in parts.peers.keys() {
+            if let Some(link) = parts.spawn_link(peer, &io.handle()) {
+                links.insert(peer, link);
+            }
+        }
+        let mut arbiters = Vec::new();
+        let mut shards = Vec::new();
+        let mut outboxes_per_shard = Vec::new();
+        for index in 0..parts.shard_count() {
+            let arbiter = Arbiter::new();
+            let outboxes: HashMap<NodeId, Addr<Outbox>> =
+                links.iter().map(|(&peer, link)| (peer, parts.spawn_outbox(link.clone(), &arbiter.handle()))).collect();
+            shards.push(parts.spawn_shard(index, &arbiter.handle(), outboxes.clone())?);
+            outboxes_per_shard.push(outboxes);
+            arbiters.push(arbiter);
+        }
+        let directory = Arc::new(Directory::new(shards, links.clone()));
+        let restarts = Arc::new(AtomicU64::new(0));
+        let supervisor_arbiter = Arbiter::new();
+        let supervisor = cohort_actors::supervisor::Supervisor::new(
+            Arc::clone(&parts),
+            Arc::clone(&directory),
+            io.handle(),
+            arbiters.iter().map(Arbiter::handle).collect(),
+            links,
+            outboxes_per_shard,
+            Arc::clone(&restarts),
+        );
+        let supervisor =
+            cohort_actors::supervisor::Supervisor::start_in_arbiter(&supervisor_arbiter.handle(), move |_| supervisor);
+        Ok(Started { parts, io, arbiters, directory, supervisor, supervisor_arbiter, restarts })
+    }
+
+    /// Start the node's metadata agent on the I/O arbiter.
+    /// `listen` is the bound peer address, which other nodes learn from the metadata.
+    fn start_agent(
+        &self,
+        started: &Started,
+        metrics: &Arc<NodeMetrics>,
+        listen: SocketAddr,
+    ) -> Result<Agent, NodeError> {
+        let builder = &self.builder;
+        let board = Arc::new(StatusBoard::new(builder.node, self.metadata_members.clone(), self.metadata.clone()));
+        let session_stop = Arc::new(SessionStop::default());
+        let config = AgentConfig {
+            node: builder.node,
+            address: listen.to_string(),
+            client: cohort_actors::client_id::fresh_client_id(),
+            metadata_group: GroupId::METADATA,
+            policy: self.session.policy,
+            keepalive_interval_ticks: self.session.keepalive_interval_ticks,
+            session_timeout_ticks: self.session.timeout_ticks,
+            request_retry_ticks: self.session.keepalive_interval_ticks,
+            unload_grace_ticks: self.session.timeout_ticks,
+            bootstrap_groups: self.bootstrap_groups.clone(),
+        };
+        config.validate().map_err(|error| NodeError::Config(format!("session: {error}")))?;
+        let setup = AgentSetup {
+            cluster: builder.cluster,
+            config,
+            tick: builder.timing.tick,
+            members: self.metadata_members.clone(),
+            directory: Arc::clone(&started.directory),
+            metadata: self.metadata.clone(),
+            board: Arc::clone(&board),
+            metrics: Arc::clone(metrics),
+            stop: Arc::clone(&session_stop),
+            shutdown: started.supervisor.clone().recipient(),
+        };
+        let agent = MetadataAgentActor::new(setup);
+        let addr = MetadataAgentActor::start_in_arbiter(&started.io.handle(), move |_| agent);
+        Ok(Agent { board, session_stop, addr })
+    }
+
+    /// Serve clients, the admin port and peers, and hand back the node.
+    fn serve(self, bound: Bound, started: Started, agent: Agent, metrics: Arc<NodeMetrics>, drops: Arc<Drops>) -> Node {
+        let builder = &self.builder;
+        let admin_address = bound.admin.as_ref().and_then(|listener| listener.local_addr().ok());
+        let client_address = bound.client.as_ref().and_then(|listener| listener.local_addr().ok());
+        let operator = OperatorPort::new(Arc::clone(&agent.board), agent.addr.clone().recipient());
+        let stats = Arc::new(InboundStats::default());
+        let router = Router {
+            agent: Some(agent.addr.recipient()),
+            cluster: builder.cluster,
+            routes: Arc::clone(&started.directory) as Arc<dyn cohort_actors::inbound::InboundRoutes>,
+            stats: Arc::clone(&stats),
+            metrics: Arc::clone(&metrics),
+            drops: Arc::clone(&drops),
+            next_connection: Arc::new(AtomicU64::new(1)),
+        };
+        let io = &started.io;
+        if let Some(client) = bound.client {
+            let (cluster, node, directory) = (builder.cluster, builder.node, Arc::clone(&started.directory));
+            io.spawn(async move {
+                match tokio::net::TcpListener::from_std(client) {
+                    Ok(listener) => crate::client_port::serve(listener, cluster, node, directory).await,
+                    Err(error) => eprintln!("cohort: cannot serve clients: {error}"),
+                }
+            });
+        }
+        if let Some(admin) = bound.admin {
+            let metrics = Arc::clone(&metrics);
+            io.spawn(async move {
+                match tokio::net::TcpListener::from_std(admin) {
+                    Ok(listener) => crate::admin::serve_node(listener, metrics, Arc::new(operator)).await,
+                    Err(error) => eprintln!("cohort: cannot serve metrics: {error}"),
+                }
+            });
+        }
+        let peers = bound.peers;
+        io.spawn(async move {
+            match tokio::net::TcpListener::from_std(peers) {
+                Ok(listener) => listener::serve(listener, router).await,
+                Err(error) => eprintln!("cohort: cannot listen: {error}"),
+            }
+        });
+        let handle = NodeHandle {
+            node: builder.node,
+            shards: started.directory,
+            next_client: Arc::new(AtomicU64::new(1)),
+            connected: Arc::new(started.parts.connected.clone()),
+            drops,
+            stats,
+            fatal: Arc::clone(&started.parts.fatal),
+            metrics,
+            supervisor: started.supervisor,
+            restarts: started.restarts,
+            board: agent.board,
+            session_stop: agent.session_stop,
+        };
+        Node {
+            handle,
+            listen: bound.listen,
+            admin: admin_address,
+            client: client_address,
+            supervisor: Some(started.supervisor_arbiter),
+            arbiters: started.arbiters,
+            io: Some(started.io),
+        }
+    }
+}
+
+/// Bind a listener for tokio to adopt later; errors name the address.
+fn bind_nonblocking(address: SocketAddr) -> Result<std::net::TcpListener, NodeError> {
+    let bind_error = |error: std::io::Error| NodeError::Bind { address, reason: error.to_string() };
+    let listener = std::net::TcpListener::bind(address).map_err(bind_error)?;
+    listener.set_nonblocking(true).map_err(bind_error)?;
+    Ok(listener)
+}
