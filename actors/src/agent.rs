@@ -290,18 +290,14 @@ impl MetadataAgentActor {
                 AgentOutput::ProposeSeal { group, seal } => {
                     self.to_shard_of(group, ProposeSeal { group, seal });
                 }
-                AgentOutput::HostLearner { group, kind, incarnation, members, learners } => {
-                    // The metadata does not record a group's replication
-                    // quorum or write mode: a learner starts with a majority
-                    // and synchronous writes, and takes the incarnation's
-                    // quorum from its seal when it becomes a voter.
+                AgentOutput::HostLearner { group, kind, incarnation, members, learners, replication } => {
                     let placement = Placement {
                         group,
                         incarnation,
                         members,
                         learners,
-                        replication_quorum: None,
-                        write_mode: cohort_core::WriteMode::Sync,
+                        replication_quorum: replication.quorum.map(usize::from),
+                        write_mode: replication.write_mode,
                     };
                     self.to_shard_of(group, HostLearner { placement, kind: crate::kind::GroupKind::new(kind) });
                 }

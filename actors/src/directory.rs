@@ -68,13 +68,13 @@ impl InboundRoutes for Directory {
         Directory::shard(self, index).map(Addr::recipient)
     }
 
-    fn adopt(&self, peer: NodeId, reader: ConnectionReader) -> bool {
+    fn adopt(&self, peer: NodeId, reader: ConnectionReader) -> Result<(), ConnectionReader> {
         match self.link(peer) {
             Some(link) => {
                 link.do_send(Adopt(reader));
-                true
+                Ok(())
             }
-            None => false,
+            None => Err(reader),
         }
     }
 }

@@ -64,6 +64,8 @@ pub trait InboundRoutes: Send + Sync {
     /// Shard `index`'s inbox, if it runs.
     fn shard(&self, index: usize) -> Option<Recipient<Inbound>>;
 
-    /// Hand `reader` to the link of `peer`; false if `peer` is not a peer of this node.
-    fn adopt(&self, peer: NodeId, reader: ConnectionReader) -> bool;
+    /// Hand `reader` to the link of `peer`; the reader back if `peer` is
+    /// not a peer of this node (the caller counts the refusal, then drops
+    /// it, which closes the connection).
+    fn adopt(&self, peer: NodeId, reader: ConnectionReader) -> Result<(), ConnectionReader>;
 }

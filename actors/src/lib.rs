@@ -20,6 +20,8 @@
 //!
 //! Hosts use `cohort-runtime`, which builds a node out of these actors.
 
+#![warn(unreachable_pub)]
+
 pub mod agent;
 pub mod client_id;
 pub mod custom;

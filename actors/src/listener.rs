@@ -88,9 +88,10 @@ async fn read_connection(mut stream: TcpStream, router: Router) {
     let Some(peer) = peer else { return };
     let routes = Arc::clone(&router.routes);
     let stats = Arc::clone(&router.stats);
-    if !routes.adopt(peer, Box::pin(read_frames(stream, inbound, peer, router))) {
+    if let Err(refused) = routes.adopt(peer, Box::pin(read_frames(stream, inbound, peer, router))) {
         stats.handshakes_refused.fetch_add(1, Ordering::Relaxed);
         eprintln!("cohort: refusing {peer}: not a peer of this node");
+        drop(refused);
     }
 }
 

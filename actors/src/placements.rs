@@ -30,8 +30,9 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use cohort_core::{GroupSpec, Quorums, WriteMode};
-use cohort_messages::{GroupId, Incarnation, MemberIndex, NodeId};
+use cohort_core::replica::Placement;
+use cohort_core::{GroupSpec, WriteMode};
+use cohort_messages::{GroupId, Incarnation, NodeId};
 use serde::{Deserialize, Serialize};
 
 use crate::kind::{GroupKind, HostedGroup};
@@ -92,32 +93,22 @@ impl RecordedPlacement {
 
     /// The spec of `node`'s replica: `me` is its index among the members,
     /// then the learners. Errors say what in the record is wrong.
-    pub fn spec(&self, node: NodeId, report_applied: bool) -> Result<GroupSpec, String> {
+    pub fn spec(&self, node: NodeId) -> Result<GroupSpec, String> {
         let group = GroupId(self.group);
-        let members: Vec<NodeId> = self.members.iter().copied().map(NodeId).collect();
-        let learners: Vec<NodeId> = self.learners.iter().copied().map(NodeId).collect();
-        let quorums =
-            Quorums::new(members.len(), Some(self.replication_quorum)).map_err(|error| format!("{group}: {error}"))?;
         let write_mode = match self.write_mode.as_str() {
             "sync" => WriteMode::Sync,
             "async" => WriteMode::Async,
             other => return Err(format!("{group}: write_mode {other:?} is neither \"sync\" nor \"async\"")),
         };
-        let mut spec = GroupSpec {
+        let placement = Placement {
             group,
             incarnation: Incarnation(self.incarnation),
-            members,
-            learners,
-            me: MemberIndex(0),
-            quorums,
+            members: self.members.iter().copied().map(NodeId).collect(),
+            learners: self.learners.iter().copied().map(NodeId).collect(),
+            replication_quorum: Some(self.replication_quorum),
             write_mode,
-            report_applied,
         };
-        spec.me = spec
-            .index_of(node)
-            .ok_or_else(|| format!("{group}: this node {node} is neither a member nor a learner"))?;
-        spec.validate().map_err(|error| format!("{group}: {error}"))?;
-        Ok(spec)
+        GroupSpec::of_node(&placement, node).map_err(|error| error.to_string())
     }
 
     /// This node's replica, checked against the registered kinds.
@@ -126,9 +117,10 @@ impl RecordedPlacement {
             return Err(format!("{} is the metadata group, which is never placed at run time", GroupId::METADATA));
         }
         let kind = GroupKind::new(&self.kind);
-        let kind_spec =
-            kinds.get(&kind).ok_or_else(|| registry::unknown(kinds, GroupId(self.group), &kind).to_string())?;
-        let spec = self.spec(node, kind_spec.actor.is_some())?;
+        if !kinds.contains_key(&kind) {
+            return Err(registry::unknown(kinds, GroupId(self.group), &kind).to_string());
+        }
+        let spec = self.spec(node)?;
         Ok(HostedGroup { spec, kind })
     }
 }
@@ -327,10 +319,13 @@ mod tests {
         assert_eq!(recorded.get(&GroupId(3)), Some(&expected));
         assert_eq!(recorded.get(&GroupId(9)), Some(&other));
         // `me` is node 4's index among members then learners.
-        let spec = expected.spec(NodeId(4), false).expect("a valid spec");
-        assert_eq!((spec.me, spec.incarnation, spec.quorums.replication), (MemberIndex(3), Incarnation(1), 2));
+        let spec = expected.spec(NodeId(4)).expect("a valid spec");
+        assert_eq!(
+            (spec.me, spec.incarnation, spec.quorums.replication),
+            (cohort_messages::MemberIndex(3), Incarnation(1), 2)
+        );
         assert_eq!(RecordedPlacement::of(&spec, &GroupKind::new("register")), expected);
-        assert_eq!(other.spec(NodeId(4), false).map(|spec| spec.write_mode), Ok(WriteMode::Async));
+        assert_eq!(other.spec(NodeId(4)).map(|spec| spec.write_mode), Ok(WriteMode::Async));
 
         assert!(reopened.remove(GroupId(3)).expect("removed"));
         assert!(!reopened.remove(GroupId(3)).expect("nothing to remove"));
@@ -365,13 +360,13 @@ mod tests {
     #[test]
     fn p4_recorded_placement_that_does_not_place_this_node_is_refused() {
         let record = learner_of_group_3();
-        let error = record.spec(NodeId(7), false).expect_err("node 7 is not in it");
+        let error = record.spec(NodeId(7)).expect_err("node 7 is not in it");
         assert!(error.contains("neither a member nor a learner"), "{error}");
         let mut bad = learner_of_group_3();
         bad.write_mode = "eventually".into();
-        assert!(bad.spec(NodeId(4), false).is_err_and(|error| error.contains("write_mode \"eventually\"")));
+        assert!(bad.spec(NodeId(4)).is_err_and(|error| error.contains("write_mode \"eventually\"")));
         let mut bad = learner_of_group_3();
         bad.replication_quorum = 3;
-        assert!(bad.spec(NodeId(4), false).is_err());
+        assert!(bad.spec(NodeId(4)).is_err());
     }
 }

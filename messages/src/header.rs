@@ -34,18 +34,18 @@ pub const HEADER_SIZE_BYTES: usize = 80;
 pub const WIRE_REVISION: u16 = 2;
 
 mod offset {
-    pub const CHECKSUM_HEADER: usize = 0;
-    pub const CHECKSUM_BODY: usize = 4;
-    pub const CLUSTER: usize = 8;
-    pub const SENDER: usize = 24;
-    pub const TRACE_ID: usize = 32;
-    pub const SPAN_ID: usize = 48;
-    pub const BODY_SIZE: usize = 56;
-    pub const REVISION: usize = 60;
-    pub const COMMAND: usize = 62;
-    pub const TRACE_FLAGS: usize = 63;
-    pub const RESERVED: usize = 64;
-    pub const RESERVED_SIZE: usize = 16;
+    pub(crate) const CHECKSUM_HEADER: usize = 0;
+    pub(crate) const CHECKSUM_BODY: usize = 4;
+    pub(crate) const CLUSTER: usize = 8;
+    pub(crate) const SENDER: usize = 24;
+    pub(crate) const TRACE_ID: usize = 32;
+    pub(crate) const SPAN_ID: usize = 48;
+    pub(crate) const BODY_SIZE: usize = 56;
+    pub(crate) const REVISION: usize = 60;
+    pub(crate) const COMMAND: usize = 62;
+    pub(crate) const TRACE_FLAGS: usize = 63;
+    pub(crate) const RESERVED: usize = 64;
+    pub(crate) const RESERVED_SIZE: usize = 16;
 }
 
 const _: () = assert!(offset::RESERVED + offset::RESERVED_SIZE == HEADER_SIZE_BYTES);

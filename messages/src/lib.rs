@@ -15,6 +15,8 @@
 //! The layout of every field and the table of commands are in
 //! `docs/protocol.md`.
 
+#![warn(unreachable_pub)]
+
 pub mod batch;
 pub mod body;
 mod codec;
@@ -27,6 +29,7 @@ mod le;
 pub mod limits;
 pub mod message;
 pub mod metadata;
+pub mod replication;
 pub mod seal;
 mod serde_fields;
 pub mod stats;

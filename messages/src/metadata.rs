@@ -15,6 +15,7 @@ use crate::command::Command;
 use crate::error::{BodyError, Invalid, invalid};
 use crate::ids::{Epoch, GroupId, Incarnation, NodeId, Op, OperationId, SessionId, View};
 use crate::limits::GROUP_MEMBERS_MAX;
+use crate::replication::Replication;
 
 /// The longest node address or group kind name, in bytes.
 pub const METADATA_TEXT_SIZE_MAX_BYTES: usize = 256;
@@ -92,6 +93,8 @@ pub enum MetadataCommand {
         kind: String,
         /// Members in member-index order.
         members: Vec<NodeId>,
+        /// Its replication quorum and write mode.
+        replication: Replication,
     },
     /// Delete a group; a later re-creation gets a higher incarnation.
     DeleteGroup {
@@ -215,7 +218,8 @@ impl MetadataCommand {
                     return Err(invalid(Command::Request, "expire session: node 0 or session 0"));
                 }
             }
-            MetadataCommand::CreateGroup { kind, members, .. } => {
+            MetadataCommand::CreateGroup { kind, members, replication, .. } => {
+                replication.validate(members.len())?;
                 if kind.is_empty() || !text(kind) {
                     return Err(invalid(Command::Request, "create group: empty or too long kind"));
                 }
@@ -339,7 +343,12 @@ mod tests {
             MetadataCommand::RegisterNode { node: NodeId(1), address: "127.0.0.1:7001".into() },
             MetadataCommand::OpenSession { node: NodeId(1) },
             MetadataCommand::ExpireSession { node: NodeId(1), session: SessionId(3) },
-            MetadataCommand::CreateGroup { group: GroupId(4), kind: "kv".into(), members: vec![NodeId(1), NodeId(2)] },
+            MetadataCommand::CreateGroup {
+                group: GroupId(4),
+                kind: "kv".into(),
+                members: vec![NodeId(1), NodeId(2)],
+                replication: Replication::default(),
+            },
             MetadataCommand::DeleteGroup { group: GroupId(4) },
             MetadataCommand::ReportOwnership {
                 group: GroupId(4),
@@ -376,8 +385,12 @@ mod tests {
 
     #[test]
     fn invalid_metadata_commands_are_refused_with_a_reason() {
-        let twice =
-            MetadataCommand::CreateGroup { group: GroupId(1), kind: "kv".into(), members: vec![NodeId(1), NodeId(1)] };
+        let twice = MetadataCommand::CreateGroup {
+            group: GroupId(1),
+            kind: "kv".into(),
+            members: vec![NodeId(1), NodeId(1)],
+            replication: Replication::default(),
+        };
         assert!(MetadataCommand::decode(&twice.encode()).is_err());
         let node_zero = MetadataCommand::OpenSession { node: NodeId(0) };
         assert!(MetadataCommand::decode(&node_zero.encode()).is_err());

@@ -168,7 +168,7 @@ impl SimClient {
     /// A redirect arrived: remember the primary and resend there now.
     pub fn on_redirect(&mut self, redirect: &Redirect, nodes: usize, rng: &mut Rng) -> Option<Send> {
         let outstanding = self.outstanding.as_mut()?;
-        if redirect.request != outstanding.request.request {
+        if !client::redirects(&outstanding.request, redirect) {
             return None;
         }
         let target = match redirect.primary {

@@ -6,6 +6,8 @@
 //! the protocol's invariants after every step. A seed reproduces a run
 //! exactly. See docs/simulator.md.
 
+#![warn(unreachable_pub)]
+
 pub mod check;
 pub mod cli;
 pub mod client;

@@ -14,8 +14,11 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use bytes::Bytes;
-use cohort_core::metadata::{AgentConfig, ExpiredPolicy, Metadata, MetadataAgent, MetadataStateMachine};
+use cohort_core::metadata::{
+    AgentConfig, BootstrapGroup, ExpiredPolicy, Metadata, MetadataAgent, MetadataStateMachine,
+};
 use cohort_core::{GroupSpec, StateMachine};
+use cohort_messages::replication::Replication;
 use cohort_messages::{ClientId, GroupId, Op};
 
 use crate::kv::{ApplySink, digest};
@@ -121,10 +124,24 @@ pub fn agent(seed: u64, index: usize, restarts: u64, policy: ExpiredPolicy, kv_s
         session_timeout_ticks: SESSION_TIMEOUT_TICKS,
         request_retry_ticks: REQUEST_RETRY_TICKS,
         unload_grace_ticks: UNLOAD_GRACE_TICKS,
-        bootstrap_groups: kv_specs.iter().map(|spec| (spec.group, KV_KIND.to_string(), spec.members.clone())).collect(),
+        bootstrap_groups: kv_specs.iter().map(bootstrap_group).collect(),
     };
     if let Err(error) = config.validate() {
         panic!("the simulator's agent settings are invalid: {error}");
     }
     MetadataAgent::new(config)
+}
+
+/// How the metadata records a kv group the nodes are configured with: a
+/// majority quorum stays unset, so it follows the members (see
+/// `Replication::quorum_for`).
+fn bootstrap_group(spec: &GroupSpec) -> BootstrapGroup {
+    let majority = spec.members.len() / 2 + 1;
+    let quorum = (spec.quorums.replication != majority).then_some(spec.quorums.replication as u8);
+    BootstrapGroup {
+        group: spec.group,
+        kind: KV_KIND.to_string(),
+        members: spec.members.clone(),
+        replication: Replication { quorum, write_mode: spec.write_mode },
+    }
 }

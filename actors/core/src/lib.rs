@@ -5,6 +5,8 @@
 //! in as tick numbers, messages come in as values, and everything the core
 //! wants done goes out as a [`Effect`]. The driving contract is on [`Shard`].
 
+#![warn(unreachable_pub)]
+
 pub mod client;
 pub mod client_table;
 pub mod config;

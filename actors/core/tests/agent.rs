@@ -1,7 +1,9 @@
 //! The node's metadata agent against a metadata group that applies what it
 //! is sent (S1, S3, S4). The simulator runs the same agent under faults.
 
-use cohort_core::metadata::{AgentConfig, AgentOutput, ExpiredPolicy, HostedReplica, Metadata, MetadataAgent};
+use cohort_core::metadata::{
+    AgentConfig, AgentOutput, BootstrapGroup, ExpiredPolicy, HostedReplica, Metadata, MetadataAgent,
+};
 use cohort_messages::metadata::{MetadataCommand, MetadataResult};
 use cohort_messages::{ClientId, Epoch, GroupId, Incarnation, NodeId, Op, Outcome, Reply, SessionId, View};
 
@@ -29,7 +31,15 @@ impl Harness {
             session_timeout_ticks: 30,
             request_retry_ticks: 4,
             unload_grace_ticks: 10,
-            bootstrap_groups: vec![(GroupId(0), "kv".into(), vec![NODE]), (GroupId(1), "kv".into(), vec![NODE])],
+            bootstrap_groups: [GroupId(0), GroupId(1)]
+                .into_iter()
+                .map(|group| BootstrapGroup {
+                    group,
+                    kind: "kv".into(),
+                    members: vec![NODE],
+                    replication: Default::default(),
+                })
+                .collect(),
         };
         config.validate().expect("valid");
         let hosted = vec![

@@ -42,7 +42,12 @@ fn m1_every_change_is_a_numbered_epoch_and_nodes_ack_what_they_applied() {
 fn recreated_group_gets_a_higher_incarnation() {
     let mut metadata = Metadata::default();
     register(&mut metadata, 1, 1);
-    let create = || MetadataCommand::CreateGroup { group: GroupId(7), kind: "kv".into(), members: vec![NodeId(1)] };
+    let create = || MetadataCommand::CreateGroup {
+        group: GroupId(7),
+        kind: "kv".into(),
+        members: vec![NodeId(1)],
+        replication: Default::default(),
+    };
     assert_eq!(
         metadata.apply(Epoch(2), create()),
         MetadataResult::GroupCreated { incarnation: Incarnation(1), epoch: Epoch(2) }
@@ -63,7 +68,12 @@ fn s2_session_expiry_removes_the_nodes_ownership_records() {
     let session = open(&mut metadata, 3, 1);
     metadata.apply(
         Epoch(4),
-        MetadataCommand::CreateGroup { group: GroupId(1), kind: "kv".into(), members: vec![NodeId(1), NodeId(2)] },
+        MetadataCommand::CreateGroup {
+            group: GroupId(1),
+            kind: "kv".into(),
+            members: vec![NodeId(1), NodeId(2)],
+            replication: Default::default(),
+        },
     );
     let report = MetadataCommand::ReportOwnership {
         group: GroupId(1),
@@ -92,7 +102,12 @@ fn s4_ownership_reports_are_fenced_by_session_incarnation_and_view() {
     let second = open(&mut metadata, 4, 2);
     metadata.apply(
         Epoch(5),
-        MetadataCommand::CreateGroup { group: GroupId(1), kind: "kv".into(), members: vec![NodeId(1), NodeId(2)] },
+        MetadataCommand::CreateGroup {
+            group: GroupId(1),
+            kind: "kv".into(),
+            members: vec![NodeId(1), NodeId(2)],
+            replication: Default::default(),
+        },
     );
     let report = |node: u64, session: SessionId, incarnation: u64, view: u32| MetadataCommand::ReportOwnership {
         group: GroupId(1),
@@ -123,7 +138,12 @@ fn s4_a_new_session_ends_the_old_one_and_its_ownership() {
     let first = open(&mut metadata, 2, 1);
     metadata.apply(
         Epoch(3),
-        MetadataCommand::CreateGroup { group: GroupId(1), kind: "kv".into(), members: vec![NodeId(1)] },
+        MetadataCommand::CreateGroup {
+            group: GroupId(1),
+            kind: "kv".into(),
+            members: vec![NodeId(1)],
+            replication: Default::default(),
+        },
     );
     let report = |session: SessionId| MetadataCommand::ReportOwnership {
         group: GroupId(1),
@@ -148,8 +168,12 @@ fn s4_a_stale_view_is_refused_after_the_owner_record_was_dropped() {
     let mut metadata = Metadata::default();
     register(&mut metadata, 1, 1);
     register(&mut metadata, 2, 2);
-    let create =
-        MetadataCommand::CreateGroup { group: GroupId(0), kind: "kv".into(), members: vec![NodeId(1), NodeId(2)] };
+    let create = MetadataCommand::CreateGroup {
+        group: GroupId(0),
+        kind: "kv".into(),
+        members: vec![NodeId(1), NodeId(2)],
+        replication: Default::default(),
+    };
     metadata.apply(Epoch(3), create);
     let first = open(&mut metadata, 4, 1);
     let stale = open(&mut metadata, 5, 2);
@@ -209,6 +233,7 @@ fn command() -> impl Strategy<Value = Vec<u8>> {
                 group: GroupId(g),
                 kind: "kv".into(),
                 members: members.into_iter().map(NodeId).collect(),
+                replication: Default::default(),
             }
             .encode()
             .to_vec()

@@ -3,6 +3,7 @@
 use cohort_core::StateMachine;
 use cohort_core::metadata::{Metadata, MetadataStateMachine};
 use cohort_messages::metadata::{MetadataCommand, MetadataResult, OperationSpec};
+use cohort_messages::replication::{Replication, WriteMode};
 use cohort_messages::{Epoch, GroupId, Incarnation, NodeId, Op, OperationId, SessionId, View};
 use proptest::prelude::*;
 
@@ -21,7 +22,12 @@ impl Log {
         }
         for (group, members) in groups.iter().enumerate() {
             let members = members.iter().map(|node| NodeId(*node)).collect();
-            log.apply(MetadataCommand::CreateGroup { group: GroupId(group as u64), kind: "kv".into(), members });
+            log.apply(MetadataCommand::CreateGroup {
+                group: GroupId(group as u64),
+                kind: "kv".into(),
+                members,
+                replication: Default::default(),
+            });
         }
         log
     }
@@ -261,6 +267,41 @@ fn p4_learner_catches_up_before_voting() {
     assert_eq!(log.members(0), vec![1, 2, 3, 4]);
     assert!(log.metadata.operations.is_empty());
     assert!(refused(log.caught_up(0, 4)).contains("not a learner"), "only learners are reported");
+}
+
+/// A group created write-all and asynchronous keeps both through member
+/// changes: every replica added later is built from what the metadata
+/// records (one hosting path), and each next incarnation's seal keeps the
+/// group's rule for its quorum.
+#[test]
+fn m2_member_changes_keep_the_groups_replication() {
+    let mut log = Log { metadata: Metadata::default() };
+    for node in 1..=5 {
+        log.apply(MetadataCommand::RegisterNode { node: NodeId(node), address: format!("n{node}") });
+        log.apply(MetadataCommand::OpenSession { node: NodeId(node) });
+    }
+    let replication = Replication { quorum: Some(3), write_mode: WriteMode::Async };
+    let members = vec![NodeId(1), NodeId(2), NodeId(3)];
+    log.apply(MetadataCommand::CreateGroup { group: GroupId(0), kind: "kv".into(), members, replication });
+    log.start(OperationSpec::Move { group: GroupId(0), from: NodeId(3), to: NodeId(4) });
+    log.drive_to_end(&[1, 2, 3, 4, 5]);
+    assert_eq!(log.members(0), vec![1, 2, 4]);
+    assert_eq!(log.metadata.groups[&GroupId(0)].replication, replication, "a move keeps write-all");
+    log.start(OperationSpec::Join { node: NodeId(5), groups: vec![GroupId(0)] });
+    log.drive_to_end(&[1, 2, 3, 4, 5]);
+    assert_eq!(log.members(0).len(), 4);
+    let record = &log.metadata.groups[&GroupId(0)];
+    assert_eq!(record.replication.quorum, Some(4), "write-all stays write-all as the group grows");
+    assert_eq!(record.replication.write_mode, WriteMode::Async);
+}
+
+#[test]
+fn m2_a_majority_group_stays_a_majority() {
+    let mut log = Log::new(5, &[&[1, 2, 3]]);
+    log.start(OperationSpec::Join { node: NodeId(4), groups: vec![GroupId(0)] });
+    log.drive_to_end(&[1, 2, 3, 4, 5]);
+    assert_eq!(log.members(0), vec![1, 2, 3, 4]);
+    assert_eq!(log.metadata.groups[&GroupId(0)].replication.quorum, None, "still a majority, of four now");
 }
 
 #[test]

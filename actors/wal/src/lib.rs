@@ -21,6 +21,8 @@
 //! docs/storage.md describes the on-disk format field by field, the ordering
 //! guarantees and the recovery algorithm.
 
+#![warn(unreachable_pub)]
+
 mod config;
 mod disk;
 mod file;

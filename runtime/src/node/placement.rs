@@ -6,8 +6,10 @@
 //! index. The placement's fields are public so that existing code can build
 //! one literally; [`GroupPlacement::new`] fills in the defaults.
 
-use cohort_core::{GroupSpec, Quorums, WriteMode};
-use cohort_messages::{GroupId, Incarnation, MemberIndex, NodeId};
+use cohort_core::replica::Placement;
+use cohort_core::{GroupSpec, WriteMode};
+use cohort_messages::replication::Replication;
+use cohort_messages::{GroupId, Incarnation, NodeId};
 
 use super::NodeError;
 use cohort_actors::kind::{GroupKind, HostedGroup};
@@ -80,6 +82,26 @@ impl GroupPlacement {
     }
 }
 
+impl GroupPlacement {
+    /// The core's view of this placement (no learners: a configured group
+    /// starts with voters only).
+    pub fn to_core(&self) -> Placement {
+        Placement {
+            group: self.group,
+            incarnation: self.incarnation,
+            members: self.members.clone(),
+            learners: Vec::new(),
+            replication_quorum: self.replication_quorum,
+            write_mode: self.write_mode,
+        }
+    }
+
+    /// Its replication settings, as the metadata records them.
+    pub fn replication(&self) -> Replication {
+        Replication { quorum: self.replication_quorum.map(|quorum| quorum as u8), write_mode: self.write_mode }
+    }
+}
+
 /// This node's member of each placed group, checked against the kinds.
 pub(crate) fn to_hosted(
     node: NodeId,
@@ -89,23 +111,15 @@ pub(crate) fn to_hosted(
     placements
         .iter()
         .map(|placement| {
-            let kind_spec =
-                kinds.get(&placement.kind).ok_or_else(|| registry::unknown(kinds, placement.group, &placement.kind))?;
-            let me = placement.members.iter().position(|member| *member == node).ok_or_else(|| {
-                NodeError::Config(format!("{}: this node {node} is not among its members", placement.group))
-            })?;
-            let quorums = Quorums::new(placement.members.len(), placement.replication_quorum)
-                .map_err(|error| NodeError::Config(format!("{}: {error}", placement.group)))?;
-            let spec = GroupSpec {
-                group: placement.group,
-                incarnation: placement.incarnation,
-                members: placement.members.clone(),
-                learners: Vec::new(),
-                me: MemberIndex(me as u8),
-                quorums,
-                write_mode: placement.write_mode,
-                report_applied: kind_spec.actor.is_some(),
-            };
+            if !kinds.contains_key(&placement.kind) {
+                return Err(registry::unknown(kinds, placement.group, &placement.kind).into());
+            }
+            if !placement.members.contains(&node) {
+                let group = placement.group;
+                return Err(NodeError::Config(format!("{group}: this node {node} is not among its members")));
+            }
+            let spec =
+                GroupSpec::of_node(&placement.to_core(), node).map_err(|error| NodeError::Config(error.to_string()))?;
             Ok(HostedGroup { spec, kind: placement.kind.clone() })
         })
         .collect()

@@ -25,9 +25,10 @@ use cohort_actors::registry::Kinds;
 use cohort_actors::shared_metadata::SharedMetadata;
 use cohort_actors::status::StatusBoard;
 
+use cohort_core::CoreConfig;
+use cohort_core::metadata::{AgentConfig, BootstrapGroup};
 use cohort_core::metadata::{METADATA_KIND, metadata_members};
 use cohort_core::routing::shard_of;
-use cohort_core::{CoreConfig, metadata::AgentConfig};
 use cohort_messages::{GroupId, NodeId};
 
 use super::{GroupKind, GroupPlacement, Node, NodeBuilder, NodeError, NodeHandle, placement};
@@ -41,7 +42,7 @@ struct Validated {
     session: crate::config::SessionTicks,
     metadata_members: Vec<NodeId>,
     metadata: SharedMetadata,
-    bootstrap_groups: Vec<(GroupId, String, Vec<NodeId>)>,
+    bootstrap_groups: Vec<BootstrapGroup>,
     kinds: Arc<Kinds>,
     core: CoreConfig,
     hosted: Vec<HostedGroup>,
@@ -111,10 +112,15 @@ impl NodeBuilder {
         let session = self.session.ticks(self.timing.tick).map_err(|error| NodeError::Config(error.to_string()))?;
         let metadata_members = metadata_members(std::iter::once(self.node).chain(self.peers.keys().copied()));
         let metadata = SharedMetadata::default();
-        let bootstrap_groups: Vec<(GroupId, String, Vec<NodeId>)> = self
+        let bootstrap_groups: Vec<BootstrapGroup> = self
             .groups
             .iter()
-            .map(|placement| (placement.group, placement.kind.as_str().to_string(), placement.members.clone()))
+            .map(|placement| BootstrapGroup {
+                group: placement.group,
+                kind: placement.kind.as_str().to_string(),
+                members: placement.members.clone(),
+                replication: placement.replication(),
+            })
             .collect();
         let mut kinds = self.kinds.clone();
         let factory_metadata = metadata.clone();

@@ -71,6 +71,7 @@ mod tests {
             incarnation: Incarnation(1),
             members: vec![NodeId(1), NodeId(2)],
             learners: Vec::new(),
+            replication: Default::default(),
             caught_up: Default::default(),
             pending: None,
             live: true,

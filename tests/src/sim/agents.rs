@@ -17,6 +17,7 @@
 //!   until an operator restarts it, with a fresh agent and client id.
 
 use cohort_core::metadata::{AgentCounters, AgentOutput, HostedReplica};
+use cohort_core::replica::Placement;
 use cohort_messages::{ClientId, GroupId, Message, Redirect, TraceContext};
 
 use super::Sim;
@@ -159,8 +160,16 @@ impl Sim {
                     }
                     self.drain(index);
                 }
-                AgentOutput::HostLearner { group, incarnation, members, learners, .. } => {
-                    self.host_learner(index, group, incarnation, members, learners);
+                AgentOutput::HostLearner { group, incarnation, members, learners, replication, .. } => {
+                    let placement = Placement {
+                        group,
+                        incarnation,
+                        members,
+                        learners,
+                        replication_quorum: replication.quorum.map(usize::from),
+                        write_mode: replication.write_mode,
+                    };
+                    self.host_learner(index, &placement);
                 }
                 AgentOutput::SetLearners { group, learners } => {
                     let node = &mut self.nodes[index];
@@ -198,27 +207,15 @@ impl Sim {
 
     /// P4: node `index` hosts an empty learner replica of `group` (replacing
     /// a replica of an older incarnation and its data).
-    fn host_learner(
-        &mut self,
-        index: usize,
-        group: GroupId,
-        incarnation: cohort_messages::Incarnation,
-        members: Vec<cohort_messages::NodeId>,
-        learners: Vec<cohort_messages::NodeId>,
-    ) {
-        let Ok(quorums) = cohort_core::Quorums::new(members.len(), None) else { return };
-        let mut spec = cohort_core::GroupSpec {
-            group,
-            incarnation,
-            me: cohort_messages::MemberIndex(0),
-            members,
-            learners,
-            quorums,
-            write_mode: self.config.write_mode,
-            report_applied: true,
-        };
-        let Some(me) = spec.index_of(node_id(index)).filter(|me| !spec.is_voter(*me)) else { return };
-        spec.me = me;
+    /// Host this node's learner replica of `placement` (P4), built the
+    /// way a node builds it (`GroupSpec::of_node`).
+    fn host_learner(&mut self, index: usize, placement: &Placement) {
+        let (group, incarnation) = (placement.group, placement.incarnation);
+        let Ok(mut spec) = cohort_core::GroupSpec::of_node(placement, node_id(index)) else { return };
+        if spec.is_voter(spec.me) {
+            return;
+        }
+        spec.report_applied = true;
         let Some(shard) = self.nodes[index].shard.as_ref() else { return };
         if shard.replica(group).is_some_and(|replica| replica.incarnation() >= incarnation) {
             return; // Never replace a replica of this incarnation or a later one.

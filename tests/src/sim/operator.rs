@@ -22,7 +22,7 @@ const RETRY_TICKS: u64 = 40;
 
 /// The operator's state and counts.
 #[derive(Clone, Debug)]
-pub struct Operator {
+pub(crate) struct Operator {
     /// Its client id (distinct from every simulated client and agent).
     pub client: ClientId,
     next: u64,
@@ -37,7 +37,7 @@ pub struct Operator {
 
 impl Operator {
     /// The operator of a run with `seed`.
-    pub fn new(seed: u64) -> Operator {
+    pub(crate) fn new(seed: u64) -> Operator {
         // Top two bits set: apart from clients (small) and agents (bit 63).
         let client = ClientId((u128::from(seed) << 64) | (3 << 62) | 1);
         Operator { client, next: 1, outstanding: None, started: 0, refused: 0, cancelled: 0 }

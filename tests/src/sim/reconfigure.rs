@@ -20,7 +20,7 @@ use crate::node::{node_id, node_index};
 
 /// One member change in progress.
 #[derive(Clone, Debug)]
-pub struct Change {
+pub(crate) struct Change {
     /// The incarnation being sealed.
     pub from: Incarnation,
     /// What the seal says.
@@ -31,7 +31,7 @@ pub struct Change {
 
 /// The operator's state.
 #[derive(Clone, Debug, Default)]
-pub struct Reconfigurations {
+pub(crate) struct Reconfigurations {
     /// Changes in progress, by group.
     pub active: BTreeMap<GroupId, Change>,
     /// Changes started.

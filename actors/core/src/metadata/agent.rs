@@ -26,6 +26,7 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use cohort_messages::metadata::{MetadataCommand, MetadataResult};
+use cohort_messages::replication::Replication;
 use cohort_messages::seal::Seal;
 use cohort_messages::{
     ClientId, GroupId, Incarnation, NodeId, Reply, Request, SessionExpired, SessionId, SessionKeepalive, View,
@@ -58,8 +59,21 @@ pub struct AgentConfig {
     /// S4: a group placed elsewhere is unloaded after this long.
     pub unload_grace_ticks: u64,
     /// Groups configured on this node, created in the metadata once their
-    /// members registered: (group, kind, members in member-index order).
-    pub bootstrap_groups: Vec<(GroupId, String, Vec<NodeId>)>,
+    /// members registered.
+    pub bootstrap_groups: Vec<BootstrapGroup>,
+}
+
+/// A group a node is configured with, as the metadata records it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BootstrapGroup {
+    /// The group.
+    pub group: GroupId,
+    /// Its kind.
+    pub kind: String,
+    /// Its members in member-index order.
+    pub members: Vec<NodeId>,
+    /// Its replication quorum and write mode.
+    pub replication: Replication,
 }
 
 impl AgentConfig {
@@ -172,6 +186,8 @@ pub enum AgentOutput {
         members: Vec<NodeId>,
         /// Its learners, this node among them.
         learners: Vec<NodeId>,
+        /// Its replication quorum (for `members`) and write mode.
+        replication: Replication,
     },
     /// A hosted replica's learners differ from the metadata's: set them
     /// ([`crate::Shard::set_learners`]).
@@ -379,9 +395,15 @@ impl MetadataAgent {
     /// The first bootstrap group whose members all registered and that the
     /// metadata does not know yet.
     fn bootstrap_command(&self, metadata: &Metadata) -> Option<MetadataCommand> {
-        self.config.bootstrap_groups.iter().find_map(|(group, kind, members)| {
+        self.config.bootstrap_groups.iter().find_map(|bootstrap| {
+            let BootstrapGroup { group, kind, members, replication } = bootstrap;
             let ready = !metadata.groups.contains_key(group) && members.iter().all(|m| metadata.nodes.contains_key(m));
-            ready.then(|| MetadataCommand::CreateGroup { group: *group, kind: kind.clone(), members: members.clone() })
+            ready.then(|| MetadataCommand::CreateGroup {
+                group: *group,
+                kind: kind.clone(),
+                members: members.clone(),
+                replication: *replication,
+            })
         })
     }
 
@@ -514,6 +536,7 @@ impl MetadataAgent {
                             incarnation: record.incarnation,
                             members: record.members.clone(),
                             learners: record.learners.clone(),
+                            replication: record.replication,
                         });
                     }
                 }

@@ -31,10 +31,11 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
 use cohort_messages::metadata::{MetadataCommand, MetadataResult, decode_value, encode_value};
+use cohort_messages::replication::Replication;
 use cohort_messages::{Epoch, GroupId, Incarnation, NodeId, Op, OperationId, SessionId, View};
 use serde::{Deserialize, Serialize};
 
-pub use agent::{AgentConfig, AgentCounters, AgentOutput, HostedReplica, MetadataAgent};
+pub use agent::{AgentConfig, AgentCounters, AgentOutput, BootstrapGroup, HostedReplica, MetadataAgent};
 pub use driver::{KeepaliveOutcome, MetadataDriver};
 pub use operations::{OperationRecord, OperationTotals, PendingSwitch, Step};
 pub use session_client::{ExpiredPolicy, SessionAction, SessionClient, SessionState};
@@ -99,6 +100,9 @@ pub struct GroupRecord {
     pub members: Vec<NodeId>,
     /// Learners: replicas catching up that do not vote yet (P4).
     pub learners: Vec<NodeId>,
+    /// Its replication quorum (for `members`) and write mode: what every
+    /// replica added later is built with.
+    pub replication: Replication,
     /// Learners their primary reported caught up: promotable.
     pub caught_up: BTreeSet<NodeId>,
     /// A member change decided and not yet carried out by the group.
@@ -188,7 +192,7 @@ impl Metadata {
                 self.drop_ownership(node);
                 MetadataResult::Done { epoch }
             }
-            MetadataCommand::CreateGroup { group, kind, members } => {
+            MetadataCommand::CreateGroup { group, kind, members, replication } => {
                 if let Some(unknown) = members.iter().find(|member| !self.nodes.contains_key(member)) {
                     return refused(format!("{unknown} is not registered; register every member first"));
                 }
@@ -209,6 +213,7 @@ impl Metadata {
                         incarnation,
                         members,
                         learners: Vec::new(),
+                        replication,
                         caught_up: BTreeSet::new(),
                         pending: None,
                         live: true,

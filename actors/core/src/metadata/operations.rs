@@ -22,6 +22,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use cohort_messages::metadata::{MetadataCommand, MetadataResult, OperationSpec};
+use cohort_messages::replication::Replication;
 use cohort_messages::{Epoch, GroupId, NodeId, OperationId};
 use serde::{Deserialize, Serialize};
 
@@ -149,8 +150,18 @@ pub struct OperationRecord {
 }
 
 impl PendingSwitch {
-    fn new(incarnation: cohort_messages::Incarnation, members: Vec<NodeId>, learners: Vec<NodeId>) -> PendingSwitch {
-        let replication_quorum = (members.len() / 2 + 1) as u8;
+    /// The switch of a group now on `before` voters, with `replication`,
+    /// to `members`: the next incarnation keeps the group's rule for its
+    /// quorum (see [`Replication::quorum_for`]).
+    fn new(
+        incarnation: cohort_messages::Incarnation,
+        replication: &Replication,
+        before: usize,
+        members: Vec<NodeId>,
+        learners: Vec<NodeId>,
+    ) -> PendingSwitch {
+        let replication_quorum = replication.quorum_for(before, members.len()) as u8;
+        debug_assert!(replication_quorum >= 1 && usize::from(replication_quorum) <= members.len());
         let seal = cohort_messages::seal::Seal {
             incarnation: cohort_messages::Incarnation(incarnation.0 + 1),
             members,
@@ -489,7 +500,13 @@ impl Metadata {
                 let mut members = record.members.clone();
                 members.insert(index.min(members.len()), node);
                 let learners = record.learners.iter().copied().filter(|c| *c != node).collect();
-                record.pending = Some(PendingSwitch::new(record.incarnation, members, learners));
+                record.pending = Some(PendingSwitch::new(
+                    record.incarnation,
+                    &record.replication,
+                    record.members.len(),
+                    members,
+                    learners,
+                ));
             }
             Step::Swap { out, into, .. } => {
                 if !record.learners.contains(&into) || !record.caught_up.contains(&into) {
@@ -500,7 +517,13 @@ impl Metadata {
                 let mut members = record.members.clone();
                 members[at] = into;
                 let learners = record.learners.iter().copied().filter(|c| *c != into).collect();
-                record.pending = Some(PendingSwitch::new(record.incarnation, members, learners));
+                record.pending = Some(PendingSwitch::new(
+                    record.incarnation,
+                    &record.replication,
+                    record.members.len(),
+                    members,
+                    learners,
+                ));
             }
             Step::RemoveMember { node, .. } => {
                 if !record.members.contains(&node) {
@@ -513,7 +536,13 @@ impl Metadata {
                     ));
                 }
                 let members = record.members.iter().copied().filter(|m| *m != node).collect();
-                record.pending = Some(PendingSwitch::new(record.incarnation, members, record.learners.clone()));
+                record.pending = Some(PendingSwitch::new(
+                    record.incarnation,
+                    &record.replication,
+                    record.members.len(),
+                    members,
+                    record.learners.clone(),
+                ));
             }
         }
         Ok(())
@@ -552,6 +581,10 @@ impl Metadata {
             record.caught_up.remove(promoted);
         }
         record.incarnation = pending.seal.incarnation;
+        // The quorum is recorded for the new members (a majority stays unset).
+        if record.replication.quorum.is_some() {
+            record.replication.quorum = Some(pending.seal.replication_quorum);
+        }
         record.members = pending.seal.members;
         record.learners = pending.learners;
         // Views start again at 0 in the new incarnation.

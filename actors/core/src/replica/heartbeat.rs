@@ -51,7 +51,7 @@ fn next_multiple_after(tick: u64, every: u64) -> u64 {
 
 impl PrimaryHeartbeat {
     /// A new primary: its first heartbeat goes on the next send tick (R2).
-    pub fn reset(&mut self, now: u64) {
+    pub(crate) fn reset(&mut self, now: u64) {
         *self = PrimaryHeartbeat {
             activity: GroupActivity::Busy,
             last: None,
@@ -62,7 +62,7 @@ impl PrimaryHeartbeat {
     }
 
     /// The next tick at which the schedule has something to decide.
-    pub fn next_due_tick(&self, config: &CoreConfig, commit: Op, view: View) -> u64 {
+    pub(crate) fn next_due_tick(&self, config: &CoreConfig, commit: Op, view: View) -> u64 {
         let timing = &config.timing;
         let idle_unchanged = self.activity == GroupActivity::Idle && self.last == Some((view, commit));
         if idle_unchanged {
@@ -191,7 +191,9 @@ impl Replica {
             };
             self.heartbeat_deadline = fx.now + timeout;
             self.lease_expiry = self.lease_expiry.max(fx.now + timing.commit_heartbeat_timeout_ticks);
+            debug_assert!(self.heartbeat_deadline > fx.now, "R22: a newer Commit pushes the timeout into the future");
         }
+        debug_assert!(self.last_commit_seen >= stamp, "the newest Commit seen only grows");
         if self.log_view != self.view {
             return; // Lagging: no reply until our log is the view's.
         }
@@ -234,6 +236,8 @@ impl Replica {
         }
         self.confirmed[member] = true;
         let sent_tick = entry.timestamp_monotonic.0 / TIMESTAMP_PER_TICK;
-        self.contact_tick[member] = Some(self.contact_tick[member].map_or(sent_tick, |tick| tick.max(sent_tick)));
+        let before = self.contact_tick[member];
+        self.contact_tick[member] = Some(before.map_or(sent_tick, |tick| tick.max(sent_tick)));
+        debug_assert!(self.contact_tick[member] >= before, "R24: a member's last contact never goes back");
     }
 }

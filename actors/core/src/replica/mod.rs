@@ -62,19 +62,7 @@ pub enum Status {
     ViewChange,
 }
 
-/// When a write is acknowledged (Q4), chosen per group.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-pub enum WriteMode {
-    /// After the op commits (a replication quorum holds it durably) and is
-    /// applied; the reply carries the state machine's result. Never lost.
-    #[default]
-    Sync,
-    /// As soon as the primary's own copy is durable, before replication; the
-    /// reply carries the op number and an empty result. Fire-and-forget: a
-    /// write acknowledged this way is lost if the primary fails before a
-    /// quorum holds it (like an asynchronous space).
-    Async,
-}
+pub use cohort_messages::replication::WriteMode;
 
 /// Static facts about a group member.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -544,13 +532,18 @@ impl Replica {
     /// Stage an append and remember when it becomes durable.
     pub(crate) fn stage_append(&mut self, entry: cohort_messages::LogEntry, fx: &mut Effects) {
         let op = entry.op;
+        debug_assert!(op > self.log.base(), "appends go above the snapshot");
+        debug_assert!(op <= self.log.op().next(), "appends never leave a gap");
+        debug_assert!(entry.view <= self.view, "an entry of a view this replica has not reached");
         self.log.push(entry.clone());
+        debug_assert_eq!(self.log.op(), op, "the appended entry is the log's last");
         let flush = fx.stage(self.spec.group, crate::effect::Effect::Append { group: self.spec.group, entry });
         self.pending_durable.push_back((flush, op));
     }
 
     /// Stage a truncation; durability claims shrink at once.
     pub(crate) fn stage_truncate(&mut self, after: Op, fx: &mut Effects) {
+        debug_assert!(after >= self.commit_min, "committed and applied ops are never truncated");
         self.log.truncate_after(after);
         self.durable_op = self.durable_op.min(after);
         for pending in self.pending_durable.iter_mut() {
@@ -574,6 +567,7 @@ impl Replica {
             self.superblock_durable_commit = saved.commit;
         }
         let mut advanced = false;
+        let pending_before = self.pending_durable.len();
         while let Some((flush, op)) = self.pending_durable.front().copied() {
             if flush > id {
                 break;
@@ -584,6 +578,9 @@ impl Replica {
                 advanced = true;
             }
         }
+        debug_assert!(self.pending_durable.len() <= pending_before, "a flush only completes what was staged");
+        debug_assert!(self.pending_durable.front().is_none_or(|(flush, _)| *flush > id), "flushes complete in order");
+        debug_assert!(self.durable_op <= self.log.op(), "durable only what is in the log");
         if advanced {
             self.on_durable(fx);
         }

@@ -230,6 +230,7 @@ impl Replica {
             return;
         }
         let op = prepare.entry.op;
+        let (held_before, commit_before) = (self.log.op(), self.commit_max);
         if op <= self.log.op() {
             // A duplicate (or a repair of something we hold): re-acknowledge.
             if self.durable_op >= op {
@@ -237,11 +238,15 @@ impl Replica {
             }
         } else if op == self.log.op().next() {
             self.stage_append(prepare.entry, fx);
+            debug_assert_eq!(self.log.op(), op, "a Prepare next in line extends the log by one");
         } else {
             // A gap: ask for what is missing.
             self.repair_target = self.repair_target.max(op);
         }
         self.learn_commit(prepare.commit, fx);
+        debug_assert!(self.log.op() >= held_before, "a Prepare never shortens the log");
+        debug_assert!(self.commit_max >= commit_before, "the known commit point never goes back");
+        debug_assert!(self.durable_op <= self.log.op(), "durable only what is in the log");
     }
 
     /// A backup's log became durable further.
@@ -305,11 +310,15 @@ impl Replica {
         if member >= self.acked.len() {
             return;
         }
+        debug_assert!(self.spec.is_voter(ok.replica), "only voters' acknowledgements reach the quorum count");
         self.confirmed[member] = true;
         if ok.op > self.acked[member] && ok.op <= self.log.op() {
+            let commit_before = self.commit_max;
             self.acked[member] = ok.op;
             self.advance_commit(fx);
             self.check_waits(fx);
+            debug_assert!(self.acked[member] == ok.op, "an acknowledgement is kept as counted");
+            debug_assert!(self.commit_max >= commit_before, "the commit point never goes back");
         }
     }
 
@@ -330,6 +339,11 @@ impl Replica {
             self.check_waits(fx);
             return;
         }
+        debug_assert!(commit <= self.log.op(), "a quorum holds only what the primary's log holds");
+        debug_assert!(
+            self.held_ops().iter().filter(|held| **held >= commit).count() >= quorum,
+            "{commit} is held by a replication quorum"
+        );
         self.commit_max = commit;
         self.apply_committed(fx);
         // R6: an eager Commit to each backup that holds the new commit point.
@@ -366,6 +380,7 @@ impl Replica {
 
     /// A backup learns a commit point.
     pub(crate) fn learn_commit(&mut self, commit: Op, fx: &mut Effects) {
+        debug_assert!(!self.is_primary(), "a primary computes its commit point, it does not learn one");
         if commit > self.commit_max {
             self.commit_max = commit;
         }
@@ -383,6 +398,7 @@ impl Replica {
         if target <= self.commit_min {
             return;
         }
+        let applied_before = self.commit_min;
         let primary = self.is_primary();
         let mut applied = Vec::new();
         while self.commit_min < target {
@@ -422,6 +438,11 @@ impl Replica {
                 }));
             }
         }
+        debug_assert!(
+            self.commit_min > applied_before && self.commit_min <= target,
+            "applied forward, up to the target"
+        );
+        debug_assert!(applied.iter().all(|applied| applied.op > applied_before && applied.op <= self.commit_min));
         if self.spec.report_applied {
             fx.push(Effect::Applied { group: self.spec.group, ops: applied, through: self.commit_min });
         }

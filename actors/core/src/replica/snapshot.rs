@@ -33,7 +33,7 @@ const FORMAT: u8 = 2;
 
 /// The group's membership as a snapshot records it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SnapshotMembership {
+pub(crate) struct SnapshotMembership {
     /// The incarnation.
     pub incarnation: Incarnation,
     /// Its replication quorum.
@@ -67,7 +67,7 @@ pub(crate) fn encode(state: &[u8], clients: &[(ClientId, ClientEntry)], membersh
 }
 
 /// The membership a snapshot records (`None` for format 1 or bad data).
-pub fn snapshot_membership(data: &[u8]) -> Option<SnapshotMembership> {
+pub(crate) fn snapshot_membership(data: &[u8]) -> Option<SnapshotMembership> {
     decode(data).ok()?.2
 }
 

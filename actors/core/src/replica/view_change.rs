@@ -237,6 +237,8 @@ impl Replica {
 
     /// Take the role of primary of the current view: the log is the view's.
     pub(crate) fn become_primary(&mut self, fx: &mut Effects) {
+        debug_assert_eq!(self.primary_index(), self.spec.me, "only the view's primary index leads it");
+        debug_assert!(!self.is_learner(), "P4: a learner never leads");
         fx.metrics.primaries_started += 1;
         self.stranded = None;
         self.status = Status::Normal;
@@ -260,6 +262,8 @@ impl Replica {
         self.report_role(fx);
         self.apply_committed(fx);
         self.advance_commit(fx);
+        debug_assert!(self.is_primary() && self.log_view == self.view, "the new primary's log is its view's");
+        debug_assert!(self.start_view_op <= self.log.op(), "Q3: it inherited only what its log holds");
     }
 
     /// Replace our log with `log` (a view's log ending at `op`) from the first
@@ -327,6 +331,11 @@ impl Replica {
                 self.request_state_transfer(sv.replica, fx);
             }
         }
+        debug_assert!(
+            self.view == sv.view && self.status == Status::Normal,
+            "a StartView puts the replica in its view"
+        );
+        debug_assert!(!self.is_primary(), "a StartView makes a backup or a learner");
         self.report_role(fx);
     }
 }
