@@ -36,15 +36,15 @@
 //!   [`GROUP_ACTOR_MAILBOX_MAX`] messages (set before `started`; the actor may
 //!   change it there). `Applied` and `Restored` are sent with `try_send`. When
 //!   the mailbox is full the message is dropped and counted
-//!   (`cohort_frames_dropped_total{reason="mailbox_full"}`), cohort stops sending
+//!   (`cohort_frames_dropped_total{mailbox="custom",reason="mailbox_full"}`), cohort stops sending
 //!   `Applied` to that actor, and on each later tick tries to send
 //!   a `Restored { resync: true }` with a fresh snapshot of the state machine
 //!   at its applied point. Once that is delivered, `Applied` resumes after it.
 //!   An actor that keeps up never sees a resync; one that falls behind sees a
 //!   jump, never a gap.
 //! - **Roles, typed, with the view.** [`RoleChanged`] carries
-//!   [`GroupRole`]: `Primary(view)`, `Backup(view)` or `ViewChange(view)`
-//!   (stepped down, electing). Role changes are rare and never dropped.
+//!   [`GroupRole`]: `Primary(view)`, `Backup(view)`, `ViewChange(view)`
+//!   (stepped down, electing) or `Learner(view)` (P4: following, no vote). Role changes are rare and never dropped.
 //!
 //! # What cohort does not guarantee
 //!
@@ -85,9 +85,10 @@ use bytes::Bytes;
 pub use cohort_core::effect::AppliedOp;
 use cohort_messages::{GroupId, NodeId, Op};
 
+use crate::drops::Drops;
 use crate::group::{GroupRole, RoleChanged};
 use crate::kind::GroupKind;
-use crate::{drops::Drops, metrics::DropReason};
+use crate::metrics::{DropReason, Mailbox};
 
 /// Messages a custom actor's mailbox holds before cohort drops and resyncs.
 pub const GROUP_ACTOR_MAILBOX_MAX: usize = 256;
@@ -299,7 +300,7 @@ impl CustomActorLink {
             Err(SendError::Full(_)) => {}
             Err(SendError::Closed(_)) => {
                 self.closed = true;
-                drops.add(DropReason::MailboxClosed, 1);
+                drops.add(Mailbox::Custom, DropReason::MailboxClosed, 1);
             }
         }
     }
@@ -309,11 +310,11 @@ impl CustomActorLink {
         match result {
             Ok(()) => {}
             Err(SendError::Full(_)) => {
-                drops.add(DropReason::MailboxFull, 1);
+                drops.add(Mailbox::Custom, DropReason::MailboxFull, 1);
                 self.resync = true;
             }
             Err(SendError::Closed(_)) => {
-                drops.add(DropReason::MailboxClosed, 1);
+                drops.add(Mailbox::Custom, DropReason::MailboxClosed, 1);
                 self.closed = true;
             }
         }

@@ -22,8 +22,9 @@
 //! written and synced, renamed over the old one, and the directory synced.
 //! A missing file means no run-time placements; an unreadable or corrupt one
 //! is an error naming the file and what is wrong. The file is small and
-//! changes only when a node gains or loses a group, so the shards write it
-//! on their own threads, one at a time under a lock.
+//! changes only when a node gains or loses a group; the node-level
+//! [`crate::placement_recorder::PlacementRecorder`] writes it, one change at a
+//! time, so its syncs never run on a shard's thread.
 
 use std::collections::BTreeMap;
 use std::io::Write as _;

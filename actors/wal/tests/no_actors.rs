@@ -1,5 +1,6 @@
-//! The write-ahead log builds without actix and tokio, so the simulator can
-//! run the very log the nodes run, under its own deterministic clock.
+//! The write-ahead log builds without actix and tokio, so that a driver
+//! without an actor runtime (the simulator, a tool) can run the very log the
+//! nodes run.
 
 use std::path::Path;
 
