@@ -45,7 +45,6 @@ use cohort_core::routing::shard_of;
 use cohort_messages::metadata::MetadataCommand;
 use cohort_messages::{
     ClientId, ClusterId, GroupId, Message, NodeId, Outcome, Redirect, Reply, Request, RequestKind, RequestNumber,
-    TraceContext,
 };
 use tokio::sync::{oneshot, watch};
 
@@ -441,8 +440,7 @@ impl MetadataAgentActor {
     /// agent re-sends what matters).
     fn send(&self, peer: NodeId, message: Message) {
         let Some(link) = self.setup.directory.link(peer) else { return };
-        let frame = message.encode(self.setup.cluster, self.node(), TraceContext::NONE);
-        let _ = link.try_send(SendFrames { frames: vec![frame] });
+        let _ = link.try_send(SendFrames::one(&message, self.setup.cluster, self.node()));
     }
 }
 

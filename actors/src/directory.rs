@@ -1,7 +1,7 @@
 //! The node's directory of live actors: the shard actors by index and the
-//! peer links by node. The supervisor replaces an entry when it rebuilds a
-//! dead part, so readers (the listener, node handles, the agent) look up on
-//! each use instead of keeping an address.
+//! peer links by peer and shard. The supervisor replaces an entry when it
+//! rebuilds a dead part, so readers (the listener, node handles, the agent)
+//! look up on each use instead of keeping an address.
 
 use std::collections::HashMap;
 use std::sync::RwLock;
@@ -9,33 +9,43 @@ use std::sync::RwLock;
 use actix::prelude::*;
 use cohort_messages::NodeId;
 
-use crate::inbound::{ConnectionReader, Inbound, InboundRoutes};
-use crate::peer_link::{Adopt, PeerLink};
+use crate::inbound::{ConnectionReader, InboundBatch, InboundRoutes};
+use crate::peer_link::{AdoptConnection, PeerLink};
 use crate::shard::ShardActor;
 
-/// The live shard addresses, replaced when a shard is rebuilt. Readers (the
-/// listener, node handles) look up on each use.
+/// Each peer's links, one per shard of this node, by shard index.
+pub type Links = HashMap<NodeId, Vec<Addr<PeerLink>>>;
+
+/// The live shard and link addresses, replaced when one is rebuilt.
 #[derive(Debug)]
 pub struct Directory {
     shards: RwLock<Vec<Addr<ShardActor>>>,
-    links: RwLock<HashMap<NodeId, Addr<PeerLink>>>,
+    links: RwLock<Links>,
 }
 
 impl Directory {
-    /// The shards by index and the links by peer, as started.
-    pub fn new(shards: Vec<Addr<ShardActor>>, links: HashMap<NodeId, Addr<PeerLink>>) -> Directory {
+    /// The shards by index and the links by peer and shard, as started.
+    pub fn new(shards: Vec<Addr<ShardActor>>, links: Links) -> Directory {
         Directory { shards: RwLock::new(shards), links: RwLock::new(links) }
     }
 
-    /// The peer link to `peer`.
+    /// A link to `peer`, for what belongs to no shard (the metadata agent's
+    /// frames): shard 0's.
     pub fn link(&self, peer: NodeId) -> Option<Addr<PeerLink>> {
-        self.links.read().ok()?.get(&peer).cloned()
+        self.link_of(peer, 0)
     }
 
-    /// The supervisor re-created the link to `peer`.
-    pub fn replace_link(&self, peer: NodeId, link: Addr<PeerLink>) {
-        if let Ok(mut links) = self.links.write() {
-            links.insert(peer, link);
+    /// Shard `shard`'s link to `peer`.
+    pub fn link_of(&self, peer: NodeId, shard: usize) -> Option<Addr<PeerLink>> {
+        self.links.read().ok()?.get(&peer)?.get(shard).cloned()
+    }
+
+    /// The supervisor re-created shard `shard`'s link to `peer`.
+    pub fn replace_link(&self, peer: NodeId, shard: usize, link: Addr<PeerLink>) {
+        if let Ok(mut links) = self.links.write()
+            && let Some(slot) = links.get_mut(&peer).and_then(|links| links.get_mut(shard))
+        {
+            *slot = link;
         }
     }
 
@@ -64,14 +74,18 @@ impl InboundRoutes for Directory {
         Directory::shard_count(self)
     }
 
-    fn shard(&self, index: usize) -> Option<Recipient<Inbound>> {
+    fn shard(&self, index: usize) -> Option<Recipient<InboundBatch>> {
         Directory::shard(self, index).map(Addr::recipient)
     }
 
-    fn adopt(&self, peer: NodeId, reader: ConnectionReader) -> Result<(), ConnectionReader> {
-        match self.link(peer) {
+    fn knows(&self, peer: NodeId) -> bool {
+        self.links.read().is_ok_and(|links| links.contains_key(&peer))
+    }
+
+    fn adopt(&self, peer: NodeId, shard: usize, reader: ConnectionReader) -> Result<(), ConnectionReader> {
+        match self.link_of(peer, shard) {
             Some(link) => {
-                link.do_send(Adopt(reader));
+                link.do_send(AdoptConnection(reader));
                 Ok(())
             }
             None => Err(reader),

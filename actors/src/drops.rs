@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::metrics::{DropReason, NodeMetrics};
+use crate::metrics::{DropReason, Mailbox, NodeMetrics};
 
 /// Drop counter shared by a node's actors.
 #[derive(Debug)]
@@ -20,10 +20,15 @@ impl Drops {
         Drops { total: AtomicU64::new(0), metrics }
     }
 
-    /// Count `count` drops for `reason`.
-    pub fn add(&self, reason: DropReason, count: u64) {
+    /// Count `count` drops by `mailbox` for `reason`.
+    pub fn add(&self, mailbox: Mailbox, reason: DropReason, count: u64) {
         self.total.fetch_add(count, Ordering::Relaxed);
-        self.metrics.add_dropped(reason, count);
+        self.metrics.add_dropped(mailbox, reason, count);
+    }
+
+    /// The metrics these drops are counted in.
+    pub fn metrics(&self) -> &Arc<NodeMetrics> {
+        &self.metrics
     }
 
     /// Drops so far.

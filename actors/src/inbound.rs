@@ -10,8 +10,6 @@ use actix::prelude::*;
 use cohort_messages::{CommitEntry, CommitReplyEntry, Message, NodeId, TraceContext};
 
 /// Input from a peer, routed to the shard that owns the groups (R16).
-#[derive(Message)]
-#[rtype(result = "()")]
 pub enum Inbound {
     /// A single-group message.
     Message {
@@ -38,6 +36,13 @@ pub enum Inbound {
     },
 }
 
+/// What one read of a peer's connection brought for one shard, in the
+/// order the frames came: one message per read and shard, however many
+/// frames the read held.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct InboundBatch(pub Vec<Inbound>);
+
 /// A frame for the node's metadata agent, from a peer: the frames that carry
 /// no group (`SessionKeepalive`, `SessionExpired`) and the metadata group's
 /// `Reply` or `Redirect` to a request the agent forwarded.
@@ -50,10 +55,12 @@ pub struct AgentInbound {
     pub message: Message,
 }
 
-/// The reading of one inbound connection, past its Handshake: the peer's
-/// link runs it in its own context, so the link owns both directions of its
-/// peer's traffic and a restarted link starts from a fresh connection.
-pub type ConnectionReader = Pin<Box<dyn Future<Output = ()> + Send>>;
+/// The reading of one inbound connection, past its Handshake: made on the
+/// thread of the link that adopts it (so the socket is driven by that
+/// thread's runtime), and run in the link's context, so the link owns both
+/// directions of its peer's traffic and a restarted link starts from a
+/// fresh connection.
+pub type ConnectionReader = Box<dyn FnOnce() -> Option<Pin<Box<dyn Future<Output = ()>>>> + Send>;
 
 /// Where the listener sends what it reads. Lookups happen on every use: the
 /// supervisor replaces dead shards and links while connections are open.
@@ -62,10 +69,13 @@ pub trait InboundRoutes: Send + Sync {
     fn shard_count(&self) -> usize;
 
     /// Shard `index`'s inbox, if it runs.
-    fn shard(&self, index: usize) -> Option<Recipient<Inbound>>;
+    fn shard(&self, index: usize) -> Option<Recipient<InboundBatch>>;
 
-    /// Hand `reader` to the link of `peer`; the reader back if `peer` is
-    /// not a peer of this node (the caller counts the refusal, then drops
-    /// it, which closes the connection).
-    fn adopt(&self, peer: NodeId, reader: ConnectionReader) -> Result<(), ConnectionReader>;
+    /// True if `peer` is a peer of this node.
+    fn knows(&self, peer: NodeId) -> bool;
+
+    /// Hand `reader` to the link of `shard` to `peer`; the reader back if
+    /// `peer` is not a peer of this node or there is no such shard (the
+    /// caller counts the refusal, then drops it, which closes the connection).
+    fn adopt(&self, peer: NodeId, shard: usize, reader: ConnectionReader) -> Result<(), ConnectionReader>;
 }

@@ -1,9 +1,11 @@
 //! Inbound connections: handshake check, frame reading and routing.
 //!
 //! The listener accepts a connection and reads its first frame, which must be
-//! a Handshake on our revision and cluster from a known peer (R18), or the
-//! connection is closed with the reason logged. It then hands the connection
-//! to that peer's link ([`InboundRoutes::adopt`]), which reads the rest in its own context
+//! a Handshake on our revision and cluster, with our shard count, from a
+//! known peer (R18), and its second, a LinkShard naming the peer's shard,
+//! or the connection is closed with the reason logged. It then hands the
+//! connection to this node's same-index shard's link to that peer
+//! ([`InboundRoutes::adopt`]), which reads the rest on its shard's thread
 //! ([`read_frames`]): the link owns both directions of its peer's traffic.
 //! Frames are split by [`FrameDecoder`]: a bad body checksum drops that
 //! frame only (R15), a bad header closes the connection (the stream lost its
@@ -23,7 +25,7 @@ use cohort_messages::{ClusterId, Frame, FrameDecoder, Message, NodeId};
 use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::inbound::{AgentInbound, Inbound, InboundRoutes};
+use crate::inbound::{AgentInbound, ConnectionReader, Inbound, InboundBatch, InboundRoutes};
 
 /// Counters of what inbound connections refused or dropped.
 #[derive(Debug, Default)]
@@ -82,15 +84,37 @@ async fn read_connection(mut stream: TcpStream, router: Router) {
     };
     let Some(frame) = inbound.next_frame(&mut stream, &router, None).await else { return };
     let mut peer = None;
-    if !router.handle(&mut peer, frame, &mut inbound.rejects, inbound.connection) {
+    let mut pending = Pending::default();
+    if !router.handle(&mut peer, frame, &mut inbound.rejects, inbound.connection, &mut pending) {
         return;
     }
     let Some(peer) = peer else { return };
+    if !router.routes.knows(peer) {
+        router.stats.handshakes_refused.fetch_add(1, Ordering::Relaxed);
+        eprintln!("cohort: refusing {peer}: not a peer of this node");
+        return;
+    }
+    // The second frame names the peer's shard this connection carries.
+    let Some(frame) = inbound.next_frame(&mut stream, &router, Some(peer)).await else { return };
+    let shard = match frame.message() {
+        Ok(Message::LinkShard(link)) if frame.header.sender == peer => usize::from(link.shard),
+        _ => {
+            router.stats.handshakes_refused.fetch_add(1, Ordering::Relaxed);
+            eprintln!("cohort: refusing {peer}: its second frame is not a LinkShard");
+            return;
+        }
+    };
+    // The socket moves to the link's thread, whose runtime then drives it.
+    let Ok(stream) = stream.into_std() else { return };
     let routes = Arc::clone(&router.routes);
     let stats = Arc::clone(&router.stats);
-    if let Err(refused) = routes.adopt(peer, Box::pin(read_frames(stream, inbound, peer, router))) {
+    let reader: ConnectionReader = Box::new(move || {
+        let stream = TcpStream::from_std(stream).ok()?;
+        Some(Box::pin(read_frames(stream, inbound, peer, router)))
+    });
+    if let Err(refused) = routes.adopt(peer, shard, reader) {
         stats.handshakes_refused.fetch_add(1, Ordering::Relaxed);
-        eprintln!("cohort: refusing {peer}: not a peer of this node");
+        eprintln!("cohort: refusing {peer}: not a peer of this node, or no shard {shard} here");
         drop(refused);
     }
 }
@@ -128,14 +152,41 @@ impl Connection {
 
 /// Read frames from a connection whose Handshake named `peer`, and route
 /// them, until the connection closes or goes bad. Runs in the peer link's
-/// context, so a restarted link starts from a fresh connection.
+/// context, so a restarted link starts from a fresh connection. Every
+/// complete frame of one read is routed before the next read, and each
+/// shard gets what the read held for it in one message.
 pub async fn read_frames(mut stream: TcpStream, mut inbound: Connection, peer: NodeId, router: Router) {
     let mut known = Some(peer);
-    while let Some(frame) = inbound.next_frame(&mut stream, &router, known).await {
-        if !router.handle(&mut known, frame, &mut inbound.rejects, inbound.connection) {
-            return;
+    let mut pending = Pending::default();
+    loop {
+        loop {
+            match inbound.decoder.decode(&mut inbound.buffer) {
+                Ok(Some(frame)) => {
+                    if !router.handle(&mut known, frame, &mut inbound.rejects, inbound.connection, &mut pending) {
+                        return router.flush(&mut pending);
+                    }
+                }
+                Ok(None) => break,
+                Err(error) => {
+                    router.reject_frame(&mut inbound, &error, known);
+                    if error.closes_connection() {
+                        return router.flush(&mut pending);
+                    }
+                }
+            }
+        }
+        router.flush(&mut pending);
+        match stream.read_buf(&mut inbound.buffer).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
         }
     }
+}
+
+/// What one read holds for each shard, until it is handed over.
+#[derive(Default)]
+struct Pending {
+    per_shard: Vec<Vec<Inbound>>,
 }
 
 impl Router {
@@ -161,6 +212,7 @@ impl Router {
         frame: Frame,
         rejects: &mut cohort_messages::RejectCounters,
         connection: usize,
+        pending: &mut Pending,
     ) -> bool {
         let message = match frame.message() {
             Ok(message) => message,
@@ -174,6 +226,16 @@ impl Router {
         let Some(from) = *peer else {
             return match message {
                 Message::Handshake(handshake) => match handshake.check_peer(self.cluster) {
+                    Ok(()) if usize::from(handshake.shard_count) != self.routes.shard_count() => {
+                        self.stats.handshakes_refused.fetch_add(1, Ordering::Relaxed);
+                        eprintln!(
+                            "cohort: refusing node {}: it runs {} shards, this node {}; every node of a cluster runs the same shard count",
+                            handshake.node,
+                            handshake.shard_count,
+                            self.routes.shard_count()
+                        );
+                        false
+                    }
                     Ok(()) if handshake.node == frame.header.sender => {
                         *peer = Some(handshake.node);
                         true
@@ -205,7 +267,7 @@ impl Router {
                 self.count_entry_rejects(&routed.rejected, rejects, connection);
                 for (index, entries) in routed.per_shard.into_iter().enumerate() {
                     if !entries.is_empty() {
-                        self.deliver(index, Inbound::Commits { from, entries });
+                        pending.push(index, Inbound::Commits { from, entries });
                     }
                 }
             }
@@ -214,7 +276,7 @@ impl Router {
                 self.count_entry_rejects(&routed.rejected, rejects, connection);
                 for (index, entries) in routed.per_shard.into_iter().enumerate() {
                     if !entries.is_empty() {
-                        self.deliver(index, Inbound::Replies { from, entries });
+                        pending.push(index, Inbound::Replies { from, entries });
                     }
                 }
             }
@@ -228,7 +290,7 @@ impl Router {
             message => {
                 if let Some(group) = message.group() {
                     let trace = frame.header.trace;
-                    self.deliver(shard_of(group, shards), Inbound::Message { from, message, trace });
+                    pending.push(shard_of(group, shards), Inbound::Message { from, message, trace });
                 }
             }
         }
@@ -257,16 +319,33 @@ impl Router {
         let Some(agent) = &self.agent else { return };
         if agent.try_send(AgentInbound { from, message }).is_err() {
             self.stats.mailbox_full.fetch_add(1, Ordering::Relaxed);
-            self.drops.add(crate::metrics::DropReason::MailboxFull, 1);
+            self.drops.add(crate::metrics::Mailbox::Agent, crate::metrics::DropReason::MailboxFull, 1);
         }
     }
 
-    fn deliver(&self, shard: usize, inbound: Inbound) {
-        if let Some(inbox) = self.routes.shard(shard)
-            && inbox.try_send(inbound).is_err()
-        {
-            self.stats.mailbox_full.fetch_add(1, Ordering::Relaxed);
-            self.drops.add(crate::metrics::DropReason::MailboxFull, 1);
+    /// Hand each shard what is pending for it, in one message.
+    fn flush(&self, pending: &mut Pending) {
+        for (shard, items) in pending.per_shard.iter_mut().enumerate() {
+            if items.is_empty() {
+                continue;
+            }
+            let items = std::mem::take(items);
+            let count = items.len() as u64;
+            if let Some(inbox) = self.routes.shard(shard)
+                && inbox.try_send(InboundBatch(items)).is_err()
+            {
+                self.stats.mailbox_full.fetch_add(count, Ordering::Relaxed);
+                self.drops.add(crate::metrics::Mailbox::Shard, crate::metrics::DropReason::MailboxFull, count);
+            }
         }
+    }
+}
+
+impl Pending {
+    fn push(&mut self, shard: usize, inbound: Inbound) {
+        if self.per_shard.len() <= shard {
+            self.per_shard.resize_with(shard + 1, Vec::new);
+        }
+        self.per_shard[shard].push(inbound);
     }
 }

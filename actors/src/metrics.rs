@@ -73,7 +73,7 @@ pub const APPLY_LATENCY_BUCKETS_SECONDS: [f64; 19] = [
 pub const DEFAULT_GROUP_KIND: &str = "default";
 
 /// How many counters a [`ShardMetrics`] holds; one exported family each.
-const SHARD_COUNTER_COUNT: usize = 13;
+const SHARD_COUNTER_COUNT: usize = 14;
 
 /// Name (without prefix and without the `_total` the encoder appends) and help
 /// of each exported shard counter, in the order of [`shard_counter_values`].
@@ -91,6 +91,7 @@ const SHARD_COUNTER_SPECS: [(&str, &str); SHARD_COUNTER_COUNT] = [
     ("commit_batches_unconnected", "R25: Commit batches handed to a link that was not connected"),
     ("primaries_started", "Views in which a member of the shard became primary"),
     ("view_changes_started", "View changes started by members of the shard"),
+    ("prepares_held_back", "K4: Prepares not sent to a peer whose link was congested (sent again once it drains)"),
 ];
 
 /// The counters of `metrics` in the order of [`SHARD_COUNTER_SPECS`].
@@ -112,6 +113,7 @@ fn shard_counter_values(metrics: &ShardMetrics) -> [u64; SHARD_COUNTER_COUNT] {
         commit_batches_unconnected,
         primaries_started,
         view_changes_started,
+        prepares_held_back,
     } = *metrics;
     [
         commit_batches_sent,
@@ -127,6 +129,7 @@ fn shard_counter_values(metrics: &ShardMetrics) -> [u64; SHARD_COUNTER_COUNT] {
         commit_batches_unconnected,
         primaries_started,
         view_changes_started,
+        prepares_held_back,
     ]
 }
 
@@ -183,6 +186,118 @@ pub enum DropReason {
     MailboxClosed,
     /// The frame was for a peer whose link is not connected.
     PeerDisconnected,
+}
+
+/// Which queue dropped: the `mailbox` label of `cohort_frames_dropped_total`.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Mailbox {
+    /// A shard actor's mailbox (input from peers or clients).
+    Shard,
+    /// A per-peer outbox, or the queue between a shard and its outbox.
+    Outbox,
+    /// A peer link's queue of bytes to write.
+    PeerLink,
+    /// The metadata agent's mailbox.
+    Agent,
+    /// A host's custom group actor's mailbox.
+    Custom,
+}
+
+impl Mailbox {
+    /// Every mailbox; each (mailbox, reason) is exported from the start, at zero.
+    pub const ALL: [Mailbox; 5] = [Mailbox::Shard, Mailbox::Outbox, Mailbox::PeerLink, Mailbox::Agent, Mailbox::Custom];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mailbox::Shard => "shard",
+            Mailbox::Outbox => "outbox",
+            Mailbox::PeerLink => "peer_link",
+            Mailbox::Agent => "agent",
+            Mailbox::Custom => "custom",
+        }
+    }
+}
+
+impl EncodeLabelValue for Mailbox {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> std::fmt::Result {
+        encoder.write_str(self.as_str())
+    }
+}
+
+/// What a sync made durable: the `kind` label of `cohort_syncs_total`.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
+pub enum SyncKind {
+    /// A write-ahead log flush (`fdatasync` of the records it wrote).
+    Log,
+    /// A new log segment's header (rotation).
+    Segment,
+    /// The superblock file.
+    Superblock,
+    /// A snapshot file.
+    Snapshot,
+    /// A directory (after creating, renaming or removing files in it).
+    Directory,
+    /// The run-time placements file.
+    Placements,
+}
+
+impl SyncKind {
+    /// Every kind; each is exported from the start, at zero.
+    pub const ALL: [SyncKind; 6] = [
+        SyncKind::Log,
+        SyncKind::Segment,
+        SyncKind::Superblock,
+        SyncKind::Snapshot,
+        SyncKind::Directory,
+        SyncKind::Placements,
+    ];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SyncKind::Log => "log",
+            SyncKind::Segment => "segment",
+            SyncKind::Superblock => "superblock",
+            SyncKind::Snapshot => "snapshot",
+            SyncKind::Directory => "directory",
+            SyncKind::Placements => "placements",
+        }
+    }
+}
+
+impl EncodeLabelValue for SyncKind {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> std::fmt::Result {
+        encoder.write_str(self.as_str())
+    }
+}
+
+/// Which port a socket write went out on: the `port` label of `cohort_socket_writes_total`.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Port {
+    /// A connection to a peer node.
+    Peer,
+    /// A client connection on the client port.
+    Client,
+}
+
+impl Port {
+    /// Every port; each is exported from the start, at zero.
+    pub const ALL: [Port; 2] = [Port::Peer, Port::Client];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Port::Peer => "peer",
+            Port::Client => "client",
+        }
+    }
+}
+
+impl EncodeLabelValue for Port {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> std::fmt::Result {
+        encoder.write_str(self.as_str())
+    }
 }
 
 impl DropReason {
@@ -280,7 +395,18 @@ impl GroupKindMetrics {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DropLabels {
+    mailbox: Mailbox,
     reason: DropReason,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SyncLabels {
+    kind: SyncKind,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PortLabels {
+    port: Port,
 }
 
 /// A [`RejectCounters`] flattened to one total per `(level, kind)`.
@@ -377,6 +503,9 @@ pub struct NodeMetrics {
     groups: Family<GroupLabels, Gauge>,
     frames_rejected: Family<RejectLabels, Counter>,
     frames_dropped: Family<DropLabels, Counter>,
+    syncs: Family<SyncLabels, Counter>,
+    socket_writes: Family<PortLabels, Counter>,
+    flushes: Counter,
     peers_connected: Gauge,
     commit_latency: Histogram,
     ops_applied: Family<KindLabels, Counter>,
@@ -412,12 +541,30 @@ impl NodeMetrics {
         let frames_dropped = Family::<DropLabels, Counter>::default();
         registry.register(
             "frames_dropped",
-            "Frames and messages the runtime dropped, by reason",
+            "Frames and messages the runtime dropped, by mailbox and reason",
             frames_dropped.clone(),
         );
-        for reason in DropReason::ALL {
-            // Creating the series is the point: every reason is exported from the start, at zero.
-            let _series = frames_dropped.get_or_create(&DropLabels { reason });
+        for mailbox in Mailbox::ALL {
+            for reason in DropReason::ALL {
+                // Creating the series is the point: every pair is exported from the start, at zero.
+                let _series = frames_dropped.get_or_create(&DropLabels { mailbox, reason });
+            }
+        }
+        let syncs = Family::<SyncLabels, Counter>::default();
+        registry.register("syncs", "K3: fdatasync/fsync calls of the node, by what they made durable", syncs.clone());
+        for kind in SyncKind::ALL {
+            let _series = syncs.get_or_create(&SyncLabels { kind });
+        }
+        let flushes = Counter::default();
+        registry.register(
+            "wal_flushes",
+            "K3: write-ahead log flushes that wrote anything (one sync each)",
+            flushes.clone(),
+        );
+        let socket_writes = Family::<PortLabels, Counter>::default();
+        registry.register("socket_writes", "K2: write calls on sockets, by port", socket_writes.clone());
+        for port in Port::ALL {
+            let _series = socket_writes.get_or_create(&PortLabels { port });
         }
         let peers_connected = Gauge::default();
         registry.register("peers_connected", "Peer nodes with a connected, handshaken link", peers_connected.clone());
@@ -458,6 +605,9 @@ impl NodeMetrics {
             groups,
             frames_rejected,
             frames_dropped,
+            syncs,
+            socket_writes,
+            flushes,
             peers_connected,
             commit_latency,
             ops_applied,
@@ -504,14 +654,59 @@ impl NodeMetrics {
         }
     }
 
-    /// Count one frame or message dropped for `reason`.
-    pub fn inc_dropped(&self, reason: DropReason) {
-        self.add_dropped(reason, 1);
+    /// Count `count` frames or messages `mailbox` dropped for `reason`.
+    pub fn add_dropped(&self, mailbox: Mailbox, reason: DropReason, count: u64) {
+        self.frames_dropped.get_or_create(&DropLabels { mailbox, reason }).inc_by(count);
     }
 
-    /// Count `count` frames or messages dropped for `reason`.
-    pub fn add_dropped(&self, reason: DropReason, count: u64) {
-        self.frames_dropped.get_or_create(&DropLabels { reason }).inc_by(count);
+    /// Frames and messages dropped so far, in every mailbox and for every reason.
+    pub fn dropped_total(&self) -> u64 {
+        let mut total = 0;
+        for mailbox in Mailbox::ALL {
+            for reason in DropReason::ALL {
+                total += self.frames_dropped.get_or_create(&DropLabels { mailbox, reason }).get();
+            }
+        }
+        total
+    }
+
+    /// Frames and messages `mailbox` dropped for `reason` so far.
+    pub fn dropped(&self, mailbox: Mailbox, reason: DropReason) -> u64 {
+        self.frames_dropped.get_or_create(&DropLabels { mailbox, reason }).get()
+    }
+
+    /// Count `count` flushes of the write-ahead log that wrote anything.
+    pub fn add_flushes(&self, count: u64) {
+        if count > 0 {
+            self.flushes.inc_by(count);
+        }
+    }
+
+    /// Flushes of the write-ahead log so far.
+    pub fn flushes(&self) -> u64 {
+        self.flushes.get()
+    }
+
+    /// Count `count` syncs of `kind`.
+    pub fn add_syncs(&self, kind: SyncKind, count: u64) {
+        if count > 0 {
+            self.syncs.get_or_create(&SyncLabels { kind }).inc_by(count);
+        }
+    }
+
+    /// Syncs of `kind` so far.
+    pub fn syncs(&self, kind: SyncKind) -> u64 {
+        self.syncs.get_or_create(&SyncLabels { kind }).get()
+    }
+
+    /// Count one write call on a socket of `port`.
+    pub fn inc_socket_writes(&self, port: Port) {
+        self.socket_writes.get_or_create(&PortLabels { port }).inc();
+    }
+
+    /// Write calls on sockets of `port` so far.
+    pub fn socket_writes(&self, port: Port) -> u64 {
+        self.socket_writes.get_or_create(&PortLabels { port }).get()
     }
 
     /// Set how many peer nodes are connected now.
@@ -599,6 +794,7 @@ mod tests {
             &mut metrics.commit_batches_unconnected,
             &mut metrics.primaries_started,
             &mut metrics.view_changes_started,
+            &mut metrics.prepares_held_back,
         ];
         for (index, field) in fields.into_iter().enumerate() {
             *field = base + index as u64;
@@ -626,10 +822,22 @@ mod tests {
             assert!(text.contains(declaration), "{declaration:?} missing:\n{text}");
         }
         assert!(text.ends_with("# EOF\n"));
-        for reason in DropReason::ALL {
-            let line = format!("cohort_frames_dropped_total{{reason=\"{}\"}}", reason.as_str());
+        for mailbox in Mailbox::ALL {
+            for reason in DropReason::ALL {
+                let (mailbox, reason) = (mailbox.as_str(), reason.as_str());
+                let line = format!("cohort_frames_dropped_total{{mailbox=\"{mailbox}\",reason=\"{reason}\"}}");
+                assert_eq!(sample(&text, &line), Some(0.0), "{line}");
+            }
+        }
+        for kind in SyncKind::ALL {
+            let line = format!("cohort_syncs_total{{kind=\"{}\"}}", kind.as_str());
             assert_eq!(sample(&text, &line), Some(0.0), "{line}");
         }
+        for port in Port::ALL {
+            let line = format!("cohort_socket_writes_total{{port=\"{}\"}}", port.as_str());
+            assert_eq!(sample(&text, &line), Some(0.0), "{line}");
+        }
+        assert_eq!(sample(&text, "cohort_wal_flushes_total"), Some(0.0));
         assert_eq!(sample(&text, "cohort_peers_connected"), Some(0.0));
         assert_eq!(sample(&text, "cohort_commit_latency_seconds_count"), Some(0.0));
     }
@@ -755,17 +963,25 @@ mod tests {
     #[test]
     fn drops_peers_and_latency_are_exported() {
         let metrics = NodeMetrics::new();
-        metrics.inc_dropped(DropReason::MailboxFull);
-        metrics.inc_dropped(DropReason::MailboxFull);
-        metrics.inc_dropped(DropReason::PeerDisconnected);
+        metrics.add_dropped(Mailbox::Outbox, DropReason::MailboxFull, 2);
+        metrics.add_dropped(Mailbox::PeerLink, DropReason::PeerDisconnected, 1);
+        metrics.add_syncs(SyncKind::Log, 3);
+        metrics.inc_socket_writes(Port::Peer);
         metrics.set_peers_connected(2);
         metrics.observe_commit_latency(Duration::from_micros(300));
         metrics.observe_commit_latency(Duration::from_millis(30));
         metrics.observe_commit_latency(Duration::from_secs(60));
         let text = metrics.encode();
-        assert_eq!(sample(&text, "cohort_frames_dropped_total{reason=\"mailbox_full\"}"), Some(2.0));
-        assert_eq!(sample(&text, "cohort_frames_dropped_total{reason=\"mailbox_closed\"}"), Some(0.0));
-        assert_eq!(sample(&text, "cohort_frames_dropped_total{reason=\"peer_disconnected\"}"), Some(1.0));
+        let dropped = |mailbox: &str, reason: &str| {
+            sample(&text, &format!("cohort_frames_dropped_total{{mailbox=\"{mailbox}\",reason=\"{reason}\"}}"))
+        };
+        assert_eq!(dropped("outbox", "mailbox_full"), Some(2.0));
+        assert_eq!(dropped("outbox", "mailbox_closed"), Some(0.0));
+        assert_eq!(dropped("peer_link", "peer_disconnected"), Some(1.0));
+        assert_eq!(metrics.dropped_total(), 3);
+        assert_eq!(sample(&text, "cohort_syncs_total{kind=\"log\"}"), Some(3.0));
+        assert_eq!(sample(&text, "cohort_syncs_total{kind=\"superblock\"}"), Some(0.0));
+        assert_eq!(sample(&text, "cohort_socket_writes_total{port=\"peer\"}"), Some(1.0));
         assert_eq!(sample(&text, "cohort_peers_connected"), Some(2.0));
         assert_eq!(sample(&text, "cohort_commit_latency_seconds_count"), Some(3.0));
         assert_eq!(sample(&text, "cohort_commit_latency_seconds_bucket{le=\"0.0002\"}"), Some(0.0));
@@ -827,7 +1043,7 @@ mod tests {
                     for step in 1..=100 {
                         let snapshot = ShardMetrics { commit_batches_sent: step, ..ShardMetrics::default() };
                         metrics.update_shard(shard, &snapshot, &HeartbeatGauges::default());
-                        metrics.inc_dropped(DropReason::MailboxFull);
+                        metrics.add_dropped(Mailbox::Shard, DropReason::MailboxFull, 1);
                     }
                 })
             })
@@ -839,6 +1055,9 @@ mod tests {
         for shard in 0..4 {
             assert_eq!(sample(&text, &series("commit_batches_sent", shard)), Some(100.0));
         }
-        assert_eq!(sample(&text, "cohort_frames_dropped_total{reason=\"mailbox_full\"}"), Some(400.0));
+        assert_eq!(
+            sample(&text, "cohort_frames_dropped_total{mailbox=\"shard\",reason=\"mailbox_full\"}"),
+            Some(400.0)
+        );
     }
 }

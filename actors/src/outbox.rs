@@ -14,10 +14,12 @@
 use std::sync::Arc;
 
 use actix::prelude::*;
-use cohort_messages::{ClusterId, EncodedFrame, Message, NodeId, TraceContext};
+use bytes::BytesMut;
+use cohort_messages::{ClusterId, Message, NodeId, TraceContext};
 
+use crate::drops::Drops;
+use crate::metrics::{DropReason, Mailbox};
 use crate::peer_link::{PeerLink, SendFrames};
-use crate::{drops::Drops, metrics::DropReason};
 
 /// One shard turn's messages for one peer.
 #[derive(Message)]
@@ -55,13 +57,16 @@ impl Handler<Outgoing> for Outbox {
     type Result = ();
 
     fn handle(&mut self, outgoing: Outgoing, _ctx: &mut Self::Context) {
-        let frames: Vec<EncodedFrame> =
-            outgoing.messages.iter().map(|(message, trace)| message.encode(self.cluster, self.node, *trace)).collect();
-        let count = frames.len() as u64;
-        match self.link.try_send(SendFrames { frames }) {
+        // K2: the turn's frames, one after another in one buffer, leave in one socket write.
+        let mut bytes = BytesMut::new();
+        for (message, trace) in &outgoing.messages {
+            message.encode_into(self.cluster, self.node, *trace, &mut bytes);
+        }
+        let count = outgoing.messages.len() as u64;
+        match self.link.try_send(SendFrames { bytes: bytes.freeze(), frames: count }) {
             Ok(()) => {}
-            Err(SendError::Full(_)) => self.drops.add(DropReason::MailboxFull, count),
-            Err(SendError::Closed(_)) => self.drops.add(DropReason::MailboxClosed, count),
+            Err(SendError::Full(_)) => self.drops.add(Mailbox::PeerLink, DropReason::MailboxFull, count),
+            Err(SendError::Closed(_)) => self.drops.add(Mailbox::PeerLink, DropReason::MailboxClosed, count),
         }
     }
 }

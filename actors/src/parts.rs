@@ -5,7 +5,6 @@
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -15,7 +14,7 @@ use cohort_messages::{ClusterId, NodeId};
 
 use crate::kind::HostedGroup;
 use crate::outbox::Outbox;
-use crate::peer_link::PeerLink;
+use crate::peer_link::{LinkIdentity, LinkState, PeerLink};
 use crate::placement_recorder::PlacementRecorder;
 use crate::placements::{self, PlacementFile};
 use crate::registry::Kinds;
@@ -62,8 +61,8 @@ pub struct Parts {
     pub fatal: Arc<Mutex<Option<String>>>,
     /// The peers and their addresses.
     pub peers: BTreeMap<NodeId, SocketAddr>,
-    /// Whether each peer's link is connected (R25).
-    pub connected: HashMap<NodeId, Arc<AtomicBool>>,
+    /// Each shard's link state towards each peer (R25, K4), by shard index.
+    pub links: HashMap<NodeId, Vec<Arc<LinkState>>>,
     /// The configured groups of each shard.
     pub groups: Vec<Vec<HostedGroup>>,
     /// The groups the metadata placed here at run time; a shard merges its
@@ -81,20 +80,25 @@ impl Parts {
         self.groups.len()
     }
 
-    /// Start the peer link to `peer` on `io`.
-    pub fn spawn_link(&self, peer: NodeId, io: &ArbiterHandle) -> Option<Addr<PeerLink>> {
+    /// Start shard `shard`'s link to `peer` on the shard's `arbiter`.
+    pub fn spawn_link(&self, peer: NodeId, shard: usize, arbiter: &ArbiterHandle) -> Option<Addr<PeerLink>> {
         let address = *self.peers.get(&peer)?;
-        let flag = Arc::clone(self.connected.get(&peer)?);
-        let link = PeerLink::new(
-            self.cluster,
-            self.node,
-            self.shard_count() as u16,
+        let state = Arc::clone(self.links.get(&peer)?.get(shard)?);
+        let identity = LinkIdentity {
+            cluster: self.cluster,
+            node: self.node,
+            shard_count: self.shard_count() as u16,
+            shard: shard as u16,
             peer,
             address,
-            flag,
-            Arc::clone(&self.drops),
-        );
-        Some(PeerLink::start_in_arbiter(io, move |_| link))
+        };
+        let link = PeerLink::new(identity, state, Arc::clone(&self.drops));
+        Some(PeerLink::start_in_arbiter(arbiter, move |_| link))
+    }
+
+    /// Shard `shard`'s view of each peer link's state.
+    pub fn links_of(&self, shard: usize) -> HashMap<NodeId, Arc<LinkState>> {
+        self.links.iter().filter_map(|(peer, states)| Some((*peer, Arc::clone(states.get(shard)?)))).collect()
     }
 
     /// Start an outbox writing to `link` on a shard's arbiter.
@@ -120,6 +124,7 @@ impl Parts {
             self.storage.clone(),
             format!("cohort-storage-{}-{index}", self.node.0),
             Arc::clone(&self.storage_locks[index]),
+            Arc::clone(&self.metrics),
             move |event| {
                 if let Ok(target) = reporter.lock()
                     && let Some(addr) = target.as_ref()
@@ -138,7 +143,7 @@ impl Parts {
             recovered,
             kinds: Arc::clone(&self.kinds),
             outboxes,
-            connected: self.connected.clone(),
+            links: self.links_of(index),
             storage,
             fatal: Arc::clone(&self.fatal),
             drops: Arc::clone(&self.drops),

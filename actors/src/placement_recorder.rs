@@ -8,17 +8,28 @@ use std::sync::Arc;
 use actix::prelude::*;
 use cohort_messages::{GroupId, Incarnation, NodeId};
 
+use crate::metrics::{NodeMetrics, SyncKind};
 use crate::placements::{PlacementFile, PlacementFileError, RecordedPlacement};
 
 /// The recorder. Runs on the node's I/O arbiter.
 pub struct PlacementRecorder {
     file: Arc<PlacementFile>,
+    metrics: Arc<NodeMetrics>,
 }
 
+/// Syncs of one rewrite of the file: the file, then its directory.
+const SYNCS_PER_WRITE: u64 = 2;
+
 impl PlacementRecorder {
-    /// A recorder of `file`.
-    pub fn new(file: Arc<PlacementFile>) -> PlacementRecorder {
-        PlacementRecorder { file }
+    /// A recorder of `file`, counting its syncs in `metrics`.
+    pub fn new(file: Arc<PlacementFile>, metrics: Arc<NodeMetrics>) -> PlacementRecorder {
+        PlacementRecorder { file, metrics }
+    }
+
+    fn wrote(&self, written: bool) {
+        if written {
+            self.metrics.add_syncs(SyncKind::Placements, SYNCS_PER_WRITE);
+        }
     }
 }
 
@@ -35,7 +46,9 @@ impl Handler<RecordPlacement> for PlacementRecorder {
     type Result = Result<(), PlacementFileError>;
 
     fn handle(&mut self, RecordPlacement(placement): RecordPlacement, _ctx: &mut Self::Context) -> Self::Result {
-        self.file.record(placement)
+        let result = self.file.record(placement);
+        self.wrote(result.is_ok());
+        result
     }
 }
 
@@ -51,8 +64,9 @@ impl Handler<RemovePlacement> for PlacementRecorder {
         // Without its record the next start does not host the group again
         // (if it is not configured); a record left by a failed write only
         // re-creates an empty learner, which the agent unloads again.
-        if let Err(error) = self.file.remove(group) {
-            tracing::warn!(group = group.0, %error, "group's placement record not removed");
+        match self.file.remove(group) {
+            Ok(removed) => self.wrote(removed),
+            Err(error) => tracing::warn!(group = group.0, %error, "group's placement record not removed"),
         }
     }
 }
@@ -74,8 +88,9 @@ impl Handler<SetRecordedLearners> for PlacementRecorder {
     type Result = ();
 
     fn handle(&mut self, set: SetRecordedLearners, _ctx: &mut Self::Context) {
-        if let Err(error) = self.file.set_learners(set.group, set.incarnation, &set.learners) {
-            tracing::warn!(group = set.group.0, %error, "recorded learners not updated");
+        match self.file.set_learners(set.group, set.incarnation, &set.learners) {
+            Ok(changed) => self.wrote(changed),
+            Err(error) => tracing::warn!(group = set.group.0, %error, "recorded learners not updated"),
         }
     }
 }

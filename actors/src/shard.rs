@@ -20,10 +20,10 @@
 mod hosting;
 mod queries;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::rc::Rc;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
@@ -39,16 +39,17 @@ pub use hosting::{HostLearner, ProposeSeal, SetLearners, SwitchIncarnation, Unlo
 pub use queries::{GetGroupActor, GetHostedReplicas, GetReport, ReplaceOutbox, ShardReport, SubscribeGroup};
 
 use crate::group::{GroupActor, GroupNote, GroupRole, GroupTurn, NeedsResync, Wait};
-use crate::inbound::Inbound;
+use crate::inbound::{Inbound, InboundBatch};
 use crate::kind::{GroupKind, HostedGroup};
 use crate::outbox::{Outbox, Outgoing};
+use crate::peer_link::LinkState;
 use crate::placement_recorder::PlacementRecorder;
 use crate::registry::Kinds;
 use crate::storage_worker::{StorageEvent, StorageWorker};
 use crate::traces::ShardTraces;
 use crate::{
     drops::Drops,
-    metrics::{DropReason, NodeMetrics},
+    metrics::{DropReason, Mailbox, NodeMetrics},
 };
 
 /// Requests from peer nodes awaiting an answer, at most (see `ShardActor::remote_waiting`).
@@ -83,6 +84,11 @@ pub struct Submit {
 #[rtype(result = "()")]
 struct StorageDone(StorageEvent);
 
+/// The end of a turn of inputs (see `ShardActor::end_turn_soon`).
+#[derive(Message)]
+#[rtype(result = "()")]
+struct EndTurn;
+
 /// Everything a shard actor is built from (all `Send`, so it can be moved to
 /// the shard's thread, where the core itself is built).
 pub struct ShardSetup {
@@ -105,8 +111,8 @@ pub struct ShardSetup {
     pub kinds: Arc<Kinds>,
     /// Outboxes per peer node.
     pub outboxes: HashMap<NodeId, Addr<Outbox>>,
-    /// Whether each peer's link is connected (R25).
-    pub connected: HashMap<NodeId, Arc<AtomicBool>>,
+    /// This shard's link state towards each peer: connected (R25), congested (K4).
+    pub links: HashMap<NodeId, Arc<LinkState>>,
     /// The storage worker.
     pub storage: StorageWorker,
     /// Set when the storage failed fatally; the node stops.
@@ -126,7 +132,9 @@ pub struct ShardActor {
     tick: Duration,
     storage: StorageWorker,
     outboxes: HashMap<NodeId, Addr<Outbox>>,
-    connected: HashMap<NodeId, Arc<AtomicBool>>,
+    links: HashMap<NodeId, Arc<LinkState>>,
+    /// The peers the core was last told are congested (K4).
+    congested: BTreeSet<NodeId>,
     /// Local callers of requests to groups this shard does not host: the
     /// core refuses those in the same turn, so they never wait long.
     unhosted: HashMap<RequestKey, oneshot::Sender<ClientAnswer>>,
@@ -148,6 +156,8 @@ pub struct ShardActor {
     /// True while draining what the core emitted while building the groups:
     /// the actors were told the resulting role already.
     draining_build: bool,
+    /// An end of turn is queued behind the mailbox.
+    turn_pending: bool,
     /// The node's group kinds, for groups hosted while running (P4 learners).
     kinds: Arc<Kinds>,
     /// Where the groups hosted while running are recorded, so that the next
@@ -176,7 +186,8 @@ impl ShardActor {
             tick: setup.tick,
             storage: setup.storage,
             outboxes: setup.outboxes,
-            connected: setup.connected,
+            links: setup.links,
+            congested: BTreeSet::new(),
             unhosted: HashMap::new(),
             remote_waiting: HashMap::new(),
             fatal: setup.fatal,
@@ -188,6 +199,7 @@ impl ShardActor {
             built: Vec::new(),
             resync_pending: Vec::new(),
             draining_build: false,
+            turn_pending: false,
             kinds: setup.kinds,
             placements: setup.placements,
         };
@@ -204,8 +216,21 @@ impl ShardActor {
         (self.started.elapsed().as_nanos() / self.tick.as_nanos().max(1)) as u64
     }
 
+    /// End the turn once every message already in the mailbox is handled:
+    /// under load, one drain (one storage job, one message per peer) covers
+    /// many inputs. actix handles the whole mailbox before it runs what
+    /// `notify` queued.
+    fn end_turn_soon(&mut self, ctx: &mut Context<Self>) {
+        if !self.turn_pending {
+            self.turn_pending = true;
+            ctx.notify(EndTurn);
+        }
+    }
+
     /// Drain the core and execute its effects (the end of every turn).
     fn run(&mut self) {
+        self.turn_pending = false;
+        self.note_congestion();
         loop {
             let effects = self.core.drain_effects();
             if effects.is_empty() {
@@ -250,7 +275,7 @@ impl ShardActor {
                     outgoing.entry(to).or_default().push((message, trace));
                 }
                 Effect::SendCommitBatch { to, entries } => {
-                    let connected = self.connected.get(&to).is_some_and(|flag| flag.load(Ordering::Relaxed));
+                    let connected = self.links.get(&to).is_some_and(|link| link.connected.load(Ordering::Relaxed));
                     self.core.on_commit_batch_sent(to, &entries, connected);
                     self.traces.on_send_batch(to, false, entries.len());
                     let batch = Message::Commit(CommitBatch::encode(&entries));
@@ -315,8 +340,10 @@ impl ShardActor {
             let count = messages.len() as u64;
             match self.outboxes.get(&to).map(|outbox| outbox.try_send(Outgoing { messages })) {
                 Some(Ok(())) => {}
-                Some(Err(SendError::Full(_))) => self.drops.add(DropReason::MailboxFull, count),
-                Some(Err(SendError::Closed(_))) | None => self.drops.add(DropReason::MailboxClosed, count),
+                Some(Err(SendError::Full(_))) => self.drops.add(Mailbox::Outbox, DropReason::MailboxFull, count),
+                Some(Err(SendError::Closed(_))) | None => {
+                    self.drops.add(Mailbox::Outbox, DropReason::MailboxClosed, count)
+                }
             }
         }
         for (group, notes) in notes {
@@ -325,6 +352,22 @@ impl ShardActor {
             // pile up, and an answer or a role change is never dropped.
             if let Some(link) = self.groups.get(&group) {
                 link.actor.do_send(GroupTurn(notes));
+            }
+        }
+    }
+
+    /// K4: tell the core which peers' links became congested or drained
+    /// since the last turn (a drained one gets what it was not sent at once).
+    fn note_congestion(&mut self) {
+        for (peer, link) in &self.links {
+            let congested = link.congested.load(Ordering::Relaxed);
+            if congested != self.congested.contains(peer) {
+                if congested {
+                    self.congested.insert(*peer);
+                } else {
+                    self.congested.remove(peer);
+                }
+                self.core.set_peer_congested(*peer, congested);
             }
         }
     }
@@ -367,7 +410,7 @@ impl ShardActor {
         self.published_tick = now;
         self.metrics.update_shard(self.index, self.core.metrics(), &self.core.heartbeat_gauges());
         if self.index == 0 {
-            let peers = self.connected.values().filter(|flag| flag.load(Ordering::Relaxed)).count();
+            let peers = self.links.values().filter(|link| link.connected.load(Ordering::Relaxed)).count();
             self.metrics.set_peers_connected(peers);
         }
         self.unhosted.retain(|_, caller| !caller.is_closed());
@@ -409,10 +452,20 @@ impl Actor for ShardActor {
     }
 }
 
-impl Handler<Inbound> for ShardActor {
+impl Handler<InboundBatch> for ShardActor {
     type Result = ();
 
-    fn handle(&mut self, inbound: Inbound, _ctx: &mut Self::Context) {
+    fn handle(&mut self, InboundBatch(items): InboundBatch, ctx: &mut Self::Context) {
+        for inbound in items {
+            self.on_inbound(inbound);
+        }
+        self.end_turn_soon(ctx);
+    }
+}
+
+impl ShardActor {
+    /// One peer input, to the core, under its span.
+    fn on_inbound(&mut self, inbound: Inbound) {
         let span = match &inbound {
             Inbound::Message { from, message, trace } => self.traces.on_message(*from, message, *trace),
             Inbound::Commits { from, entries } => self.traces.on_batch(*from, false, entries.len()),
@@ -423,7 +476,7 @@ impl Handler<Inbound> for ShardActor {
             Inbound::Message { from, message, .. } => {
                 if let Message::Request(request) = &message {
                     if self.remote_waiting.len() >= REMOTE_WAITERS_MAX {
-                        self.drops.add(DropReason::MailboxFull, 1);
+                        self.drops.add(Mailbox::Shard, DropReason::MailboxFull, 1);
                         return;
                     }
                     let key = (request.group, request.client, request.request);
@@ -434,14 +487,13 @@ impl Handler<Inbound> for ShardActor {
             Inbound::Commits { from, entries } => self.core.on_commit_entries(from, &entries),
             Inbound::Replies { from, entries } => self.core.on_commit_reply_entries(from, &entries),
         }
-        self.run();
     }
 }
 
 impl Handler<Submit> for ShardActor {
     type Result = ();
 
-    fn handle(&mut self, submit: Submit, _ctx: &mut Self::Context) {
+    fn handle(&mut self, submit: Submit, ctx: &mut Self::Context) {
         let Request { group, client, request, .. } = submit.request;
         self.traces.on_submit(client, request, group, &submit.span, self.core.now());
         match self.groups.get(&group) {
@@ -453,7 +505,7 @@ impl Handler<Submit> for ShardActor {
             }
         }
         self.core.on_request(submit.request);
-        self.run();
+        self.end_turn_soon(ctx);
     }
 }
 
@@ -472,7 +524,17 @@ impl Handler<StorageDone> for ShardActor {
                 return;
             }
         }
-        self.run();
+        self.end_turn_soon(ctx);
+    }
+}
+
+impl Handler<EndTurn> for ShardActor {
+    type Result = ();
+
+    fn handle(&mut self, _: EndTurn, _ctx: &mut Self::Context) {
+        if self.turn_pending {
+            self.run();
+        }
     }
 }
 

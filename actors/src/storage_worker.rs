@@ -1,7 +1,7 @@
 //! The shard's storage, on a thread of its own.
 //!
 //! The shard actor never waits for a disk: it hands each turn's storage
-//! commands to this worker in one job, and goes on. The worker executes them
+//! effects to this worker in one job, and goes on. The worker executes them
 //! in order against [`FileStorage`] (group commit: one `fdatasync` per
 //! `Flush`), and reports each completed flush, each failed superblock stage
 //! (R12) and any fatal error back through a callback. A failed fsync is fatal
@@ -16,7 +16,9 @@ use cohort_core::Effect;
 use cohort_core::storage::{self, Executed, Recovered, Storage, StorageError};
 use cohort_messages::GroupId;
 
-use cohort_wal::{FileStorage, FileStorageConfig};
+use cohort_wal::{FileStorage, FileStorageConfig, FileStorageStats};
+
+use crate::metrics::{NodeMetrics, SyncKind};
 
 /// What the worker reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,6 +78,7 @@ impl StorageWorker {
         config: FileStorageConfig,
         name: String,
         lock: Arc<Mutex<()>>,
+        metrics: Arc<NodeMetrics>,
         report: impl Fn(StorageEvent) + Send + 'static,
     ) -> Result<(StorageWorker, Recovered), StartError> {
         let (ready_tx, ready_rx) = mpsc::channel::<Result<Recovered, StartError>>();
@@ -100,7 +103,9 @@ impl StorageWorker {
                         return;
                     }
                 }
-                serve(&mut storage, &job_rx, &report);
+                let mut published = SyncsPublished::default();
+                published.publish(&storage, &metrics);
+                serve(&mut storage, &job_rx, &report, &mut |storage| published.publish(storage, &metrics));
             })
             .map_err(|error| StartError::Open { dir: PathBuf::new(), reason: error.to_string() })?;
         let recovered = ready_rx.recv().map_err(|_| StartError::Open {
@@ -136,7 +141,12 @@ impl Drop for StorageWorker {
 /// share one `fdatasync` (group commit across turns), and only the last
 /// flush id is reported, which the core takes as completing every earlier
 /// one.
-fn serve(storage: &mut FileStorage, jobs: &mpsc::Receiver<Job>, report: &impl Fn(StorageEvent)) {
+fn serve(
+    storage: &mut FileStorage,
+    jobs: &mpsc::Receiver<Job>,
+    report: &impl Fn(StorageEvent),
+    publish: &mut impl FnMut(&FileStorage),
+) {
     while let Ok(first) = jobs.recv() {
         let mut batch = vec![first];
         while let Ok(more) = jobs.try_recv() {
@@ -178,8 +188,27 @@ fn serve(storage: &mut FileStorage, jobs: &mpsc::Receiver<Job>, report: &impl Fn
             }
             report(StorageEvent::Flushed(id));
         }
+        publish(storage);
         if stop {
             return;
         }
+    }
+}
+
+/// The syncs already published to the node's metrics, to publish only what
+/// each batch of jobs added (`cohort_syncs_total`, K3).
+#[derive(Default)]
+struct SyncsPublished(FileStorageStats);
+
+impl SyncsPublished {
+    fn publish(&mut self, storage: &FileStorage, metrics: &NodeMetrics) {
+        let now = storage.stats();
+        metrics.add_syncs(SyncKind::Log, now.log_syncs.saturating_sub(self.0.log_syncs));
+        metrics.add_syncs(SyncKind::Segment, now.segment_syncs.saturating_sub(self.0.segment_syncs));
+        metrics.add_syncs(SyncKind::Superblock, now.superblock_syncs.saturating_sub(self.0.superblock_syncs));
+        metrics.add_syncs(SyncKind::Snapshot, now.snapshot_syncs.saturating_sub(self.0.snapshot_syncs));
+        metrics.add_syncs(SyncKind::Directory, now.directory_syncs.saturating_sub(self.0.directory_syncs));
+        metrics.add_flushes(now.flushes.saturating_sub(self.0.flushes));
+        self.0 = now;
     }
 }

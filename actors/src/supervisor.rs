@@ -16,10 +16,9 @@ use std::time::Duration;
 use actix::prelude::*;
 use cohort_messages::NodeId;
 
-use crate::directory::Directory;
+use crate::directory::{Directory, Links};
 use crate::outbox::{Outbox, PanicForTest, ReplaceLink};
 use crate::parts::Parts;
-use crate::peer_link::PeerLink;
 use crate::shard::ReplaceOutbox;
 
 /// How often the supervisor looks at its children.
@@ -50,7 +49,7 @@ pub struct Supervisor {
     directory: Arc<Directory>,
     io: ArbiterHandle,
     shard_arbiters: Vec<ArbiterHandle>,
-    links: HashMap<NodeId, Addr<PeerLink>>,
+    links: Links,
     outboxes: Vec<HashMap<NodeId, Addr<Outbox>>>,
     restarts: Arc<AtomicU64>,
     /// Set once the node shuts down for its session (S3): nothing is restarted.
@@ -66,7 +65,7 @@ impl Supervisor {
         directory: Arc<Directory>,
         io: ArbiterHandle,
         shard_arbiters: Vec<ArbiterHandle>,
-        links: HashMap<NodeId, Addr<PeerLink>>,
+        links: Links,
         outboxes: Vec<HashMap<NodeId, Addr<Outbox>>>,
         restarts: Arc<AtomicU64>,
     ) -> Supervisor {
@@ -94,24 +93,28 @@ impl Supervisor {
         }
         let peers: Vec<NodeId> = self.links.keys().copied().collect();
         for peer in peers {
-            if self.links.get(&peer).is_some_and(|link| !link.connected())
-                && let Some(link) = self.parts.spawn_link(peer, &self.io)
-            {
-                self.links.insert(peer, link.clone());
-                self.directory.replace_link(peer, link.clone());
-                for outboxes in &self.outboxes {
-                    if let Some(outbox) = outboxes.get(&peer) {
-                        outbox.do_send(ReplaceLink(link.clone()));
-                    }
+            for shard in 0..self.shard_arbiters.len() {
+                let dead =
+                    self.links.get(&peer).and_then(|links| links.get(shard)).is_some_and(|link| !link.connected());
+                if !dead {
+                    continue;
                 }
-                self.restarted(format!("the peer link to {peer}"));
+                let Some(link) = self.parts.spawn_link(peer, shard, &self.shard_arbiters[shard]) else { continue };
+                if let Some(slot) = self.links.get_mut(&peer).and_then(|links| links.get_mut(shard)) {
+                    *slot = link.clone();
+                }
+                self.directory.replace_link(peer, shard, link.clone());
+                if let Some(outbox) = self.outboxes.get(shard).and_then(|outboxes| outboxes.get(&peer)) {
+                    outbox.do_send(ReplaceLink(link));
+                }
+                self.restarted(format!("shard {shard}'s link to {peer}"));
             }
         }
         for index in 0..self.outboxes.len() {
             let dead: Vec<NodeId> =
                 self.outboxes[index].iter().filter(|(_, outbox)| !outbox.connected()).map(|(peer, _)| *peer).collect();
             for peer in dead {
-                let Some(link) = self.links.get(&peer).cloned() else { continue };
+                let Some(link) = self.links.get(&peer).and_then(|links| links.get(index)).cloned() else { continue };
                 let outbox = self.parts.spawn_outbox(link, &self.shard_arbiters[index]);
                 self.outboxes[index].insert(peer, outbox.clone());
                 if let Some(shard) = self.directory.shard(index) {

@@ -522,6 +522,26 @@ impl SessionOpened {
     }
 }
 
+/// After the Handshake on a peer connection: the sender's shard this
+/// connection carries. The receiver hands the connection to its own shard
+/// of that index (all nodes of a cluster run the same shard count, so the
+/// same-index shard hosts the same groups).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LinkShard {
+    /// The sender's shard index.
+    pub shard: u16,
+}
+
+impl LinkShard {
+    /// Validate the value.
+    pub fn validate(&self) -> Result<(), Invalid> {
+        if self.shard >= SHARD_COUNT_MAX {
+            return Err(invalid(Command::LinkShard, "shard index must be below 1024"));
+        }
+        Ok(())
+    }
+}
+
 /// Node → metadata group: keep the session alive (S1).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SessionKeepalive {

@@ -46,11 +46,15 @@ pub enum Command {
     SessionExpired = 17,
     /// Metadata group → node: the session is open.
     SessionOpened = 18,
+    /// Second frame on a peer connection, after the Handshake: which of the
+    /// sender's shards the connection carries (K2: each shard has its own
+    /// connection to each peer).
+    LinkShard = 19,
 }
 
 impl Command {
     /// Every command, in number order.
-    pub const ALL: [Command; 18] = [
+    pub const ALL: [Command; 19] = [
         Command::Handshake,
         Command::Request,
         Command::Reply,
@@ -69,6 +73,7 @@ impl Command {
         Command::SessionKeepalive,
         Command::SessionExpired,
         Command::SessionOpened,
+        Command::LinkShard,
     ];
 
     /// The command for a wire byte, or `None` for an unknown one.
@@ -97,6 +102,7 @@ impl Command {
             Command::SessionKeepalive => "session_keepalive",
             Command::SessionExpired => "session_expired",
             Command::SessionOpened => "session_opened",
+            Command::LinkShard => "link_shard",
         }
     }
 }
@@ -121,7 +127,7 @@ mod tests {
             assert_eq!(Command::from_u8(*command as u8), Some(*command));
         }
         assert_eq!(Command::from_u8(0), None);
-        assert_eq!(Command::from_u8(19), None);
+        assert_eq!(Command::from_u8(20), None);
         assert_eq!(Command::from_u8(255), None);
     }
 }

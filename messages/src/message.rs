@@ -39,6 +39,7 @@ pub enum Message {
     SessionKeepalive(SessionKeepalive),
     SessionExpired(SessionExpired),
     SessionOpened(SessionOpened),
+    LinkShard(LinkShard),
 }
 
 macro_rules! per_variable_body {
@@ -60,6 +61,7 @@ macro_rules! per_variable_body {
             Message::SessionKeepalive($body) => $expr,
             Message::SessionExpired($body) => $expr,
             Message::SessionOpened($body) => $expr,
+            Message::LinkShard($body) => $expr,
             Message::Commit($batch) => $batch_expr,
             Message::CommitReply($batch) => $batch_expr,
         }
@@ -88,6 +90,7 @@ impl Message {
             Message::SessionKeepalive(_) => Command::SessionKeepalive,
             Message::SessionExpired(_) => Command::SessionExpired,
             Message::SessionOpened(_) => Command::SessionOpened,
+            Message::LinkShard(_) => Command::LinkShard,
         }
     }
 
@@ -130,6 +133,28 @@ impl Message {
         EncodedFrame::new(Header::new(cluster, sender, self.command(), trace), self.encode_body())
     }
 
+    /// Append this message's whole frame (header, then body) to `out`, with
+    /// no allocation of its own: the bytes are those of
+    /// [`Message::encode`]'s frame. A turn's frames for one peer are encoded
+    /// one after another into one buffer, which leaves in one socket write.
+    pub fn encode_into(&self, cluster: ClusterId, sender: NodeId, trace: TraceContext, out: &mut BytesMut) {
+        debug_assert_eq!(self.validate(), Ok(()), "sending an invalid {}", self.command());
+        let start = out.len();
+        out.put_bytes(0, HEADER_SIZE_BYTES);
+        per_variable_body!(self, body => codec::encode_into(body, out), batch batch => out.put_slice(batch.body()));
+        let body_size = out.len() - start - HEADER_SIZE_BYTES;
+        assert!(
+            body_size <= crate::limits::BODY_SIZE_MAX_BYTES,
+            "R13: frame body of {body_size} bytes exceeds the limit"
+        );
+        let mut header = Header::new(cluster, sender, self.command(), trace);
+        header.body_size = body_size as u32;
+        header.checksum_body = crc32c::crc32c(&out[start + HEADER_SIZE_BYTES..]);
+        let mut bytes = [0u8; HEADER_SIZE_BYTES];
+        header.encode(&mut bytes);
+        out[start..start + HEADER_SIZE_BYTES].copy_from_slice(&bytes);
+    }
+
     /// Decode and validate the body of a frame whose header and body checksum
     /// were already checked (as [`crate::FrameDecoder`] does).
     pub fn decode(frame: &Frame) -> Result<Message, BodyError> {
@@ -154,6 +179,7 @@ impl Message {
             Command::SessionKeepalive => Message::SessionKeepalive(codec::decode(command, body)?),
             Command::SessionExpired => Message::SessionExpired(codec::decode(command, body)?),
             Command::SessionOpened => Message::SessionOpened(codec::decode(command, body)?),
+            Command::LinkShard => Message::LinkShard(codec::decode(command, body)?),
         };
         message.validate()?;
         Ok(message)

@@ -96,6 +96,23 @@ fn golden_handshake_frame() {
 }
 
 #[test]
+fn golden_link_shard_frame() {
+    #[rustfmt::skip]
+    let header = [
+        "1908fd1a4bdf86c5100f0e0d0c0b0a09", // checksum_header, checksum_body, cluster (first 8 bytes)
+        "08070605040302012a00000000000000", // cluster (last 8 bytes), sender
+        "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", // trace_id
+        "bbbbbbbbbbbbbbbb0200000002001301", // span_id, body_size 2, revision 2, command 19, trace_flags 1
+        "00000000000000000000000000000000", // reserved
+    ];
+    #[rustfmt::skip]
+    let body = [
+        "0300", // shard: u16
+    ];
+    assert_golden(Message::LinkShard(LinkShard { shard: 3 }), header, &body);
+}
+
+#[test]
 fn golden_request_frame() {
     #[rustfmt::skip]
     let header = [

@@ -25,6 +25,11 @@ fn assert_round_trip(message: &Message) -> Result<(), TestCaseError> {
     prop_assert_eq!(frame.header.trace, trace());
     prop_assert_eq!(&Message::decode(&frame), &Ok(message.clone()));
 
+    // K2: the frame appended to a turn's buffer is the very same bytes.
+    let mut turn = bytes::BytesMut::from(&b"earlier frames"[..]);
+    message.encode_into(CLUSTER, SENDER, trace(), &mut turn);
+    prop_assert_eq!(&turn[b"earlier frames".len()..], &bytes[..]);
+
     let one_shot = Frame::decode(bytes.clone(), CLUSTER);
     prop_assert_eq!(&one_shot, &Ok(frame));
     prop_assert_eq!(decode_message(bytes, CLUSTER).map(|(_, decoded)| decoded), Ok(message.clone()));
@@ -75,6 +80,7 @@ round_trip! {
     session_keepalive_round_trip: session_keepalive() => SessionKeepalive;
     session_expired_round_trip: session_expired() => SessionExpired;
     session_opened_round_trip: session_opened() => SessionOpened;
+    link_shard_round_trip: link_shard() => LinkShard;
 }
 
 proptest! {

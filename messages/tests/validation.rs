@@ -319,6 +319,14 @@ fn state_chunk_rules() {
     assert_invalid(Message::StateChunk(overflowing), "chunk ends past total_size_bytes");
 }
 
+// --- Links ------------------------------------------------------------------------------
+
+#[test]
+fn k2_a_link_names_a_shard_below_the_limit() {
+    assert_valid(Message::LinkShard(LinkShard { shard: SHARD_COUNT_MAX - 1 }));
+    assert_invalid(Message::LinkShard(LinkShard { shard: SHARD_COUNT_MAX }), "shard index must be below 1024");
+}
+
 // --- Sessions -------------------------------------------------------------------------
 
 #[test]

@@ -356,7 +356,9 @@ impl Client {
                     None => Next::Later,
                 }
             }
-            Err(SubmitError::NotPrimary { primary: None, .. } | SubmitError::Timeout { .. }) => Next::Later,
+            Err(
+                SubmitError::NotPrimary { primary: None, .. } | SubmitError::Timeout { .. } | SubmitError::Busy { .. },
+            ) => Next::Later,
             Err(SubmitError::Stopped { .. }) => {
                 stopped[target] = true;
                 if stopped.iter().all(|s| *s) { Next::Done(Err(ClientError::Stopped { group })) } else { Next::Later }

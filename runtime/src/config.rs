@@ -27,6 +27,49 @@ pub struct Config {
     pub telemetry: TelemetryConfig,
     /// The node's session with the metadata group (the `[session]` table; S1, S3).
     pub session: SessionConfig,
+    /// How much a group keeps in flight and queued (the `[limits]` table).
+    pub limits: LimitsSection,
+}
+
+/// The `[limits]` table: how much each group's primary keeps in flight
+/// and queued. Larger values let one busy group fill a flush (K3: many ops,
+/// one sync); the pipeline also bounds the log suffix a view change carries.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LimitsSection {
+    /// Uncommitted ops a primary keeps in flight per group.
+    pub pipeline_max_ops: u64,
+    /// Requests a primary queues per group while its pipeline is full;
+    /// beyond it a request is answered `Busy` (retryable).
+    pub request_queue_max: usize,
+}
+
+impl Default for LimitsSection {
+    fn default() -> Self {
+        let core = cohort_core::CoreConfig::default();
+        LimitsSection { pipeline_max_ops: core.pipeline_max_ops, request_queue_max: core.request_queue_max }
+    }
+}
+
+impl LimitsSection {
+    /// The core's configuration with these limits.
+    pub fn apply(&self, core: cohort_core::CoreConfig) -> cohort_core::CoreConfig {
+        cohort_core::CoreConfig {
+            pipeline_max_ops: self.pipeline_max_ops,
+            request_queue_max: self.request_queue_max,
+            ..core
+        }
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        self.apply(cohort_core::CoreConfig::default()).validate().map_err(|error| ConfigError::Rule {
+            key: match error.field {
+                "pipeline_max_ops" | "snapshot_interval_ops" => "limits.pipeline_max_ops",
+                _ => "limits.request_queue_max",
+            },
+            rule: error.rule,
+        })
+    }
 }
 
 /// The `[session]` table: the node's session with the metadata group.
@@ -382,6 +425,7 @@ impl Config {
         config.cluster.validate()?;
         config.telemetry.validate()?;
         config.session.ticks(config.cluster.tick)?;
+        config.limits.validate()?;
         if let Some(node) = &config.node {
             node.validate()?;
         }

@@ -11,6 +11,7 @@
 //! - [`otlp`]: span export to an OTLP collector (Jaeger).
 //! - [`cli`]: `cohort status` and `cohort admin`, the operator's side of the admin port.
 //! - [`demo`]: `cohort demo`, a real cluster through a crash.
+//! - [`bench`]: `cohort bench`, replicated writes at the machine's limit, measured.
 //!
 //! The actors a node is made of are in `cohort-actors`, the protocol they
 //! shell in `cohort-core`, the write-ahead log in `cohort-wal` and the wire
@@ -20,6 +21,7 @@
 #![warn(unreachable_pub)]
 
 pub mod admin;
+pub mod bench;
 pub mod cli;
 pub mod client;
 pub mod client_port;

@@ -230,8 +230,18 @@ fn handshake(cluster: ClusterId, revision: u16) -> cohort_messages::EncodedFrame
 }
 
 fn handshake_from(node: NodeId, cluster: ClusterId, revision: u16) -> cohort_messages::EncodedFrame {
+    handshake_with_shards(node, cluster, revision, 2)
+}
+
+/// A Handshake claiming `shard_count` shards (the nodes here run 2).
+fn handshake_with_shards(
+    node: NodeId,
+    cluster: ClusterId,
+    revision: u16,
+    shard_count: u16,
+) -> cohort_messages::EncodedFrame {
     use cohort_messages::{Command, Handshake, Header, Message, TraceContext};
-    let body = Message::Handshake(Handshake { revision, cluster, node, shard_count: 1 }).encode_body();
+    let body = Message::Handshake(Handshake { revision, cluster, node, shard_count }).encode_body();
     let mut header = Header::new(cluster, node, Command::Handshake, TraceContext::NONE);
     header.revision = revision;
     cohort_messages::EncodedFrame::new(header, body)
@@ -249,14 +259,16 @@ fn r18_wrong_cluster_or_revision_1_is_refused_and_r15_bad_frames_are_dropped() {
         assert!(send_raw(address, &[handshake(ClusterId(0xBAD), 2)]).await, "foreign cluster: connection closed");
         assert!(send_raw(address, &[handshake(CLUSTER, 1)]).await, "revision 1: connection closed");
         assert!(send_raw(address, &[handshake_from(NodeId(9), CLUSTER, 2)]).await, "unknown node: connection closed");
-        assert_eq!(handle.inbound_stats().handshakes_refused.load(std::sync::atomic::Ordering::Relaxed), 3);
+        let other_shards = handshake_with_shards(NodeId(2), CLUSTER, 2, 3);
+        assert!(send_raw(address, &[other_shards]).await, "another shard count: connection closed");
+        assert_eq!(handle.inbound_stats().handshakes_refused.load(std::sync::atomic::Ordering::Relaxed), 4);
         // A good handshake, then a frame whose body was damaged on the way:
         // the frame is dropped and counted, the connection stays open.
         let mut damaged = cohort_messages::Message::Handshake(cohort_messages::Handshake {
             revision: 2,
             cluster: CLUSTER,
             node: NodeId(2),
-            shard_count: 1,
+            shard_count: 2,
         })
         .encode(CLUSTER, NodeId(2), cohort_messages::TraceContext::NONE);
         let mut body = damaged.body.to_vec();

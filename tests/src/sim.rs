@@ -41,6 +41,9 @@ pub struct Faults {
     pub partition_per_mille: u64,
     /// Chance per tick that a random node's next append fails (it dies).
     pub disk_fail_per_mille: u64,
+    /// Chance per tick that a random node's link to a random peer congests
+    /// for a while (K4: Prepares to it are held back until it drains).
+    pub congestion_per_mille: u64,
     /// Chance per tick that a random group's next superblock stage fails (R12).
     pub superblock_fail_per_mille: u64,
 }
@@ -60,6 +63,7 @@ impl Faults {
             partition_per_mille: rng.range(0, 4),
             disk_fail_per_mille: rng.range(0, 1),
             superblock_fail_per_mille: rng.range(0, 5),
+            congestion_per_mille: rng.range(0, 8),
         }
     }
 }
@@ -249,6 +253,8 @@ pub struct Sim {
     /// The current tick.
     pub now: u64,
     healed: bool,
+    /// K4: congested links: (node, peer, tick it drains).
+    congested: Vec<(usize, usize, u64)>,
     crashes: u64,
     frames_rejected: u64,
     writes_acknowledged: u64,
@@ -331,6 +337,7 @@ impl Sim {
             rng,
             now: 0,
             healed: false,
+            congested: Vec::new(),
             crashes: 0,
             frames_rejected: 0,
             writes_acknowledged: 0,
@@ -448,6 +455,9 @@ impl Sim {
             }
             self.nodes[index].paused_until = self.nodes[index].paused_until.min(self.now);
         }
+        for entry in &mut self.congested {
+            entry.2 = entry.2.min(self.now);
+        }
     }
 
     /// One tick: faults, ticks, deliveries, flush completions, clients, checks.
@@ -457,6 +467,7 @@ impl Sim {
         if faults {
             self.inject_faults();
         }
+        self.drain_congested_links();
         for index in 0..self.nodes.len() {
             if self.nodes[index].shard.is_none() && now >= self.nodes[index].down_until {
                 let specs = node_specs(&self.specs, self.metadata_spec.as_ref(), index);
@@ -554,6 +565,30 @@ impl Sim {
             let index = self.rng.below(nodes) as usize;
             let group = GroupId(self.rng.below(self.specs.len() as u64));
             self.nodes[index].storage.fail_next_superblock_stage(group);
+        }
+        if self.rng.chance(self.faults.congestion_per_mille) && nodes > 1 {
+            let index = self.rng.below(nodes) as usize;
+            let peer = (index + 1 + self.rng.below(nodes - 1) as usize) % nodes as usize;
+            let until = self.now + self.rng.range(5, 150);
+            if let Some(shard) = self.nodes[index].shard.as_mut() {
+                shard.set_peer_congested(node_id(peer), true);
+                self.congested.push((index, peer, until));
+            }
+        }
+    }
+
+    /// K4: links whose congestion is over drain; the primaries on that node
+    /// send what they held back. A congestion of a node that restarted since
+    /// is gone with its shard (setting it drained again does nothing).
+    fn drain_congested_links(&mut self) {
+        let now = self.now;
+        let (due, pending): (Vec<_>, Vec<_>) = self.congested.drain(..).partition(|entry| entry.2 <= now);
+        self.congested = pending;
+        for (index, peer, _) in due {
+            if let Some(shard) = self.nodes[index].shard.as_mut() {
+                shard.set_peer_congested(node_id(peer), false);
+            }
+            self.drain(index);
         }
     }
 

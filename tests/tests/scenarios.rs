@@ -429,3 +429,24 @@ fn v7_a_primary_of_a_stale_view_serves_no_stale_read() {
         assert_eq!(report.violations, Vec::<String>::new(), "seed {seed}, {nodes} nodes");
     }
 }
+
+#[test]
+fn k4_prepares_to_a_congested_backup_are_held_back_and_sent_once_it_drains() {
+    let mut sim = cluster(3, None);
+    let primary = sim.primary_of(G).expect("a primary");
+    let lagging = (primary + 1) % 3;
+    let peer = cohort_sim::node::node_id(lagging);
+    sim.nodes[primary].shard.as_mut().expect("primary runs").set_peer_congested(peer, true);
+    for value in 0..5 {
+        write(&mut sim, 1, value);
+    }
+    let head = sim.replica(primary, G).expect("primary replica").op();
+    let held_back = sim.nodes[primary].shard.as_ref().expect("primary runs").metrics().prepares_held_back;
+    assert!(held_back >= 5, "each Prepare to the congested backup is held back and counted ({held_back})");
+    assert!(sim.replica(lagging, G).expect("backup replica").op() < head, "the congested backup lags");
+
+    sim.nodes[primary].shard.as_mut().expect("primary runs").set_peer_congested(peer, false);
+    let caught_up = sim.run_until(3, |sim| sim.replica(lagging, G).is_some_and(|replica| replica.op() == head));
+    assert!(caught_up, "once the link drains, the backup gets what it lacks at once, not at the next heartbeat");
+    assert_clean(&sim);
+}

@@ -121,7 +121,7 @@ impl Default for CoreConfig {
     fn default() -> Self {
         CoreConfig {
             timing: TimingConfig::default(),
-            pipeline_max_ops: 32,
+            pipeline_max_ops: 256,
             snapshot_interval_ops: 1024,
             snapshot_interval_bytes: 8 * 1024 * 1024,
             clients_max: 4096,

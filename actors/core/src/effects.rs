@@ -42,6 +42,9 @@ pub struct Effects {
     reply_queue: BTreeMap<NodeId, Vec<CommitReplyEntry>>,
     /// Counters (R19, R32).
     pub metrics: crate::metrics::ShardMetrics,
+    /// K4: peers whose link is congested: Prepares to them are held back
+    /// (the primary sends them again once the link drains).
+    pub(crate) congested: std::collections::BTreeSet<NodeId>,
 }
 
 impl Effects {
@@ -86,6 +89,17 @@ impl Effects {
     /// Send a message immediately (no durability needed).
     pub fn send(&mut self, to: NodeId, message: Message) {
         self.effects.push(Effect::Send { to, message });
+    }
+
+    /// Send a Prepare, unless `to`'s link is congested (K4): then it is held
+    /// back, counted, and sent again with the others the member lacks once
+    /// the link drains ([`crate::Shard::set_peer_congested`]).
+    pub fn send_prepare(&mut self, to: NodeId, prepare: cohort_messages::Prepare) {
+        if self.congested.contains(&to) {
+            self.metrics.prepares_held_back += 1;
+            return;
+        }
+        self.effects.push(Effect::Send { to, message: Message::Prepare(prepare) });
     }
 
     /// Send a message once everything staged so far is durable.

@@ -31,6 +31,9 @@ pub struct ShardMetrics {
     pub primaries_started: u64,
     /// View changes this shard's members started.
     pub view_changes_started: u64,
+    /// K4: Prepares not sent because their peer's link was congested (sent
+    /// again once it drains).
+    pub prepares_held_back: u64,
 }
 
 impl ShardMetrics {
@@ -50,6 +53,7 @@ impl ShardMetrics {
             commit_batches_unconnected,
             primaries_started,
             view_changes_started,
+            prepares_held_back,
         } = other;
         self.commit_batches_sent += commit_batches_sent;
         self.commit_entries_sent += commit_entries_sent;
@@ -64,6 +68,7 @@ impl ShardMetrics {
         self.commit_batches_unconnected += commit_batches_unconnected;
         self.primaries_started += primaries_started;
         self.view_changes_started += view_changes_started;
+        self.prepares_held_back += prepares_held_back;
     }
 }
 

@@ -324,6 +324,30 @@ impl Shard {
         }
     }
 
+    /// K4: the link to `peer` is congested (its unsent bytes passed the
+    /// high-water mark), or drained again. While it is congested, Prepares to
+    /// `peer` are held back; once it drains, every primary here sends its
+    /// member on `peer` the ops it has not acknowledged, at once.
+    pub fn set_peer_congested(&mut self, peer: NodeId, congested: bool) {
+        let changed = if congested { self.fx.congested.insert(peer) } else { self.fx.congested.remove(&peer) };
+        if !changed || congested {
+            return;
+        }
+        let groups: Vec<GroupId> = self
+            .groups
+            .iter()
+            .filter(|(_, replica)| replica.is_primary() && replica.spec.index_of(peer).is_some())
+            .map(|(group, _)| *group)
+            .collect();
+        for group in groups {
+            self.with_group(group, |replica, fx| {
+                if let Some(member) = replica.spec.index_of(peer) {
+                    replica.send_held_back_prepares(member, fx);
+                }
+            });
+        }
+    }
+
     /// Counters of this shard (R19, R32).
     pub fn metrics(&self) -> &crate::metrics::ShardMetrics {
         &self.fx.metrics

@@ -27,12 +27,17 @@ pub struct FileStorageStats {
     pub records_written: u64,
     /// Log bytes written.
     pub record_bytes_written: u64,
-    /// `sync_data` calls on log segments.
+    /// `sync_data` calls on log segments for a flush's records (K3: one per flush).
     pub log_syncs: u64,
+    /// `sync_data` calls on log segments otherwise: a new segment's header,
+    /// recovery's sync of the active segment.
+    pub segment_syncs: u64,
     /// `sync_data` calls on the superblock file.
     pub superblock_syncs: u64,
-    /// Superblock copies written.
+    /// Superblock copies written into the superblock file (checkpoints).
     pub superblocks_written: u64,
+    /// Superblocks written as records in the log (K3: one per group per flush that staged one).
+    pub superblock_records_written: u64,
     /// `sync_data` calls on snapshot files.
     pub snapshot_syncs: u64,
     /// `fsync` calls on the directory.
@@ -46,7 +51,7 @@ pub struct FileStorageStats {
 impl FileStorageStats {
     /// Every sync of any kind.
     pub fn syncs_total(&self) -> u64 {
-        self.log_syncs + self.superblock_syncs + self.snapshot_syncs + self.directory_syncs
+        self.log_syncs + self.segment_syncs + self.superblock_syncs + self.snapshot_syncs + self.directory_syncs
     }
 }
 
@@ -68,7 +73,10 @@ pub enum InjectedFault {
 /// Which file a sync was for (for the counters).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub(crate) enum SyncOf {
+    /// A flush's records.
     Log,
+    /// A new segment's header (rotation), or recovery's sync of the active segment.
+    SegmentHeader,
     Superblocks,
     Snapshot,
 }
@@ -119,6 +127,7 @@ impl Disk {
     pub(crate) fn sync_data(&mut self, file: &File, path: &Path, of: SyncOf) -> Result<(), StorageError> {
         match of {
             SyncOf::Log => self.stats.log_syncs += 1,
+            SyncOf::SegmentHeader => self.stats.segment_syncs += 1,
             SyncOf::Superblocks => self.stats.superblock_syncs += 1,
             SyncOf::Snapshot => self.stats.snapshot_syncs += 1,
         }

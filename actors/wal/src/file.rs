@@ -2,10 +2,18 @@
 //! shard.
 //!
 //! Staging calls only touch memory (and check limits and the contract's
-//! preconditions). `flush` is the group commit: every staged log record goes
-//! out in one write and one sync, then every staged superblock in one write
-//! per slot and one sync of the superblock file, so a flush costs two syncs
-//! however many groups it carries (one if it has no superblocks).
+//! preconditions). `flush` is the group commit: every staged log record,
+//! then every staged superblock as a record of its own, goes out in one
+//! write and one sync, so a flush costs one sync however many groups it
+//! carries (K3). A superblock record follows the log records of its flush,
+//! so a crash that keeps a prefix of the flush never keeps a superblock
+//! newer than the log it describes.
+//!
+//! The superblock file is a checkpoint: the superblocks whose newest copy
+//! is only a record in the log are written into it (one write per slot,
+//! one sync) before a segment is removed, since a removed segment takes its
+//! records along, and at the end of recovery. Recovery takes, per group, the
+//! newer of the file's copy and the log's last superblock record.
 //!
 //! Errors: `Full` leaves the storage consistent and usable (what was not
 //! written stays staged, and may be retried once space is freed); `Io` (any
@@ -58,6 +66,9 @@ struct Live {
     staged: Vec<Staged>,
     staged_size_bytes: u64,
     staged_superblocks: BTreeMap<GroupId, Superblock>,
+    /// Superblocks whose newest copy is a record in the log only, not yet
+    /// checkpointed into the superblock file.
+    logged_superblocks: BTreeMap<GroupId, Superblock>,
 }
 
 /// A shard's durable storage in a directory. See the module docs and
@@ -174,18 +185,38 @@ impl FileStorage {
     }
 
     fn flush_live(live: &mut Live, disk: &mut Disk) -> Result<(), StorageError> {
-        let wrote = !live.staged.is_empty() || !live.staged_superblocks.is_empty();
-        if !live.staged.is_empty() {
-            let (durable, result) = live.wal.append(live.staged.iter().map(Staged::record), disk);
-            let written: u64 = live.staged.drain(..durable).map(|staged| staged.record().size_bytes()).sum();
-            live.staged_size_bytes -= written;
-            result?;
+        let log_records = live.staged.len();
+        if log_records + live.staged_superblocks.len() == 0 {
+            return Ok(());
         }
-        if !live.staged_superblocks.is_empty() {
-            live.superblocks.write(&live.staged_superblocks, live.wal.next_lsn(), disk)?;
-            live.staged_superblocks.clear();
+        let superblocks = live.staged_superblocks.iter().map(|(group, block)| LogRecord::Superblock(*group, block));
+        let (durable, result) = live.wal.append(live.staged.iter().map(Staged::record).chain(superblocks), disk);
+        let entries_durable = durable.min(log_records);
+        let written: u64 = live.staged.drain(..entries_durable).map(|staged| staged.record().size_bytes()).sum();
+        live.staged_size_bytes -= written;
+        // Superblock records durable with this flush (they come last).
+        let superblocks_durable = durable - entries_durable;
+        let durable_groups: Vec<GroupId> = live.staged_superblocks.keys().take(superblocks_durable).copied().collect();
+        for group in durable_groups {
+            if let Some(block) = live.staged_superblocks.remove(&group) {
+                live.logged_superblocks.insert(group, block);
+            }
         }
-        disk.stats.flushes += u64::from(wrote);
+        disk.stats.superblock_records_written += superblocks_durable as u64;
+        result?;
+        debug_assert!(live.staged.is_empty() && live.staged_superblocks.is_empty(), "a flush writes all it staged");
+        disk.stats.flushes += 1;
+        Ok(())
+    }
+
+    /// Write the superblocks that are only records in the log into the
+    /// superblock file, if a segment is about to be removed (see the module docs).
+    fn checkpoint_before_prune(live: &mut Live, disk: &mut Disk) -> Result<(), StorageError> {
+        if live.logged_superblocks.is_empty() || !live.wal.prunable(&live.snapshot_ops) {
+            return Ok(());
+        }
+        live.superblocks.write(&live.logged_superblocks, live.wal.next_lsn(), disk)?;
+        live.logged_superblocks.clear();
         Ok(())
     }
 
@@ -201,6 +232,7 @@ impl FileStorage {
         snapshot::write(dir, group, saved, live.wal.next_lsn(), disk)?;
         live.cursors.insert(group, cursor);
         live.snapshot_ops.insert(group, saved.op);
+        Self::checkpoint_before_prune(live, disk)?;
         live.wal.prune(&live.snapshot_ops, disk)?;
         Ok(())
     }
@@ -212,6 +244,7 @@ impl FileStorage {
             live.staged_size_bytes = live.staged.iter().map(|staged| staged.record().size_bytes()).sum();
         }
         live.staged_superblocks.remove(&group);
+        live.logged_superblocks.remove(&group);
         live.cursors.remove(&group);
         // The RemoveGroup record first: once it is durable, recovery finishes
         // the rest (superblock, snapshot) if a crash interrupts it.
@@ -221,6 +254,7 @@ impl FileStorage {
         live.superblocks.remove(group, live.wal.next_lsn(), disk)?;
         snapshot::remove(dir, group, disk)?;
         live.snapshot_ops.remove(&group);
+        Self::checkpoint_before_prune(live, disk)?;
         live.wal.prune(&live.snapshot_ops, disk)?;
         Ok(())
     }
@@ -294,6 +328,7 @@ impl Storage for FileStorage {
             staged: Vec::new(),
             staged_size_bytes: 0,
             staged_superblocks: BTreeMap::new(),
+            logged_superblocks: BTreeMap::new(),
         });
         self.report = Some(recovery.report);
         Ok(recovery.recovered)

@@ -12,7 +12,8 @@
 //! [`RecordFault`] value naming what is wrong.
 
 use bytes::Bytes;
-use cohort_messages::{ClientId, GroupId, LogEntry, Op, RequestNumber, View};
+use cohort_core::storage::Superblock;
+use cohort_messages::{ClientId, GroupId, Incarnation, LogEntry, NodeId, Op, RequestNumber, View};
 
 /// The current version of every file format of the storage.
 pub const FORMAT_VERSION: u16 = 1;
@@ -29,6 +30,11 @@ pub const RECORD_HEADER_SIZE_BYTES: usize = 48;
 /// Size of an entry record's fixed payload fields (client, request).
 pub const ENTRY_FIXED_SIZE_BYTES: usize = 24;
 
+/// Size of a superblock record's fixed payload fields (log view,
+/// incarnation, replication quorum, member count, 2 reserved bytes); the
+/// members follow, 8 bytes each.
+pub const SUPERBLOCK_FIXED_SIZE_BYTES: usize = 16;
+
 /// What a record says.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 #[repr(u8)]
@@ -39,6 +45,10 @@ pub enum RecordKind {
     TruncateAfter = 2,
     /// Drop everything of the group written before this record.
     RemoveGroup = 3,
+    /// The group's superblock (K3: it travels in the same flush, and the
+    /// same sync, as the log records it describes; the superblock file is a
+    /// checkpoint). `op` is its commit point, `view` its view.
+    Superblock = 4,
 }
 
 impl RecordKind {
@@ -47,6 +57,7 @@ impl RecordKind {
             1 => Some(RecordKind::Entry),
             2 => Some(RecordKind::TruncateAfter),
             3 => Some(RecordKind::RemoveGroup),
+            4 => Some(RecordKind::Superblock),
             _ => None,
         }
     }
@@ -224,6 +235,10 @@ fn validate_header(raw: &[u8; RECORD_HEADER_SIZE_BYTES], payload_size: u32) -> R
         RecordKind::Entry => payload_size as usize >= ENTRY_FIXED_SIZE_BYTES && header.op.get() > 0,
         RecordKind::TruncateAfter => payload_size == 0 && header.view.get() == 0,
         RecordKind::RemoveGroup => payload_size == 0 && header.view.get() == 0 && header.op.get() == 0,
+        RecordKind::Superblock => {
+            let members = (payload_size as usize).checked_sub(SUPERBLOCK_FIXED_SIZE_BYTES);
+            members.is_some_and(|bytes| bytes.is_multiple_of(8) && bytes / 8 <= cohort_messages::GROUP_MEMBERS_MAX)
+        }
     };
     if !payload_ok {
         return Err(RecordFault::Invalid("fields do not fit the record kind"));
@@ -245,6 +260,68 @@ pub fn decode_entry(record: &DecodedRecord<'_>) -> Result<LogEntry, RecordFault>
         client: ClientId(u128_at(fixed, 0)),
         request: RequestNumber(u64_at(fixed, 16)),
         operation: Bytes::copy_from_slice(operation),
+    })
+}
+
+/// The header and payload of a superblock record of `group`.
+pub fn superblock_record(group: GroupId, superblock: &Superblock, lsn: u64, batch_lsn: u64) -> (RecordHeader, Vec<u8>) {
+    debug_assert!(superblock.members.len() <= cohort_messages::GROUP_MEMBERS_MAX);
+    let mut payload = Vec::with_capacity(superblock_payload_size_bytes(superblock));
+    payload.extend_from_slice(&superblock.log_view.get().to_le_bytes());
+    payload.extend_from_slice(&superblock.incarnation.get().to_le_bytes());
+    payload.push(superblock.replication_quorum);
+    payload.push(superblock.members.len() as u8);
+    payload.extend_from_slice(&[0, 0]);
+    for member in &superblock.members {
+        payload.extend_from_slice(&member.get().to_le_bytes());
+    }
+    let header = RecordHeader {
+        payload_size: payload.len() as u32,
+        lsn,
+        batch_lsn,
+        group,
+        op: superblock.commit,
+        view: superblock.view,
+        kind: RecordKind::Superblock,
+    };
+    (header, payload)
+}
+
+/// The payload size of `superblock`'s record.
+pub fn superblock_payload_size_bytes(superblock: &Superblock) -> usize {
+    SUPERBLOCK_FIXED_SIZE_BYTES + 8 * superblock.members.len()
+}
+
+/// The superblock a Superblock record holds.
+pub fn decode_superblock(record: &DecodedRecord<'_>) -> Result<Superblock, RecordFault> {
+    let fixed: &[u8; SUPERBLOCK_FIXED_SIZE_BYTES] = record
+        .payload
+        .get(..SUPERBLOCK_FIXED_SIZE_BYTES)
+        .and_then(|bytes| bytes.try_into().ok())
+        .ok_or(RecordFault::Invalid("superblock payload shorter than its fixed fields"))?;
+    let member_count = fixed[13] as usize;
+    if fixed[14..16] != [0, 0] {
+        return Err(RecordFault::Invalid("reserved superblock bytes are not zero"));
+    }
+    let members_bytes = record.payload.get(SUPERBLOCK_FIXED_SIZE_BYTES..).unwrap_or_default();
+    if members_bytes.len() != member_count * 8 {
+        return Err(RecordFault::Invalid("superblock member count does not fit its payload"));
+    }
+    let members = members_bytes
+        .chunks_exact(8)
+        .map(|chunk| {
+            let mut raw = [0u8; 8];
+            raw.copy_from_slice(chunk);
+            NodeId(u64::from_le_bytes(raw))
+        })
+        .collect();
+    Ok(Superblock {
+        view: record.header.view,
+        log_view: View(u32_at(fixed, 0)),
+        commit: record.header.op,
+        incarnation: Incarnation(u64_at(fixed, 4)),
+        members,
+        replication_quorum: fixed[12],
     })
 }
 

@@ -25,18 +25,22 @@
 //!    than its group's last RemoveGroup record), sync what was read (after a
 //!    process crash it may still be only in the page cache), and remove the
 //!    segments snapshots made unnecessary.
+//! 7. A group's superblock is the newer of the superblock file's copy and
+//!    the last Superblock record of the log (a record at or after the copy's
+//!    `log_lsn` was written after it); the ones newer in the log are
+//!    checkpointed into the file before any segment is removed.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 
-use cohort_core::storage::{AppendCursor, Recovered, RecoveredGroup, StorageError};
+use cohort_core::storage::{AppendCursor, Recovered, RecoveredGroup, StorageError, Superblock};
 use cohort_messages::{GroupId, LogEntry, Op};
 
 use super::config::{FileStorageConfig, SEGMENT_SIZE_LIMIT_BYTES};
 use super::disk::{Disk, error_of, io_error};
 use super::format::{
     DecodedRecord, RECORD_HEADER_SIZE_BYTES, RecordFault, RecordKind, SEGMENT_HEADER_SIZE_BYTES, decode_entry,
-    decode_record, decode_segment_header,
+    decode_record, decode_segment_header, decode_superblock,
 };
 use super::segment::{ActiveSegment, ClosedSegment, SegmentSummary, Wal, WalLimits, parse_segment_file_name};
 use super::snapshot::{self, LoadedSnapshot, TMP_SUFFIX, parse_snapshot_file_name};
@@ -104,6 +108,8 @@ enum Tail {
 #[derive(Default)]
 struct Replay {
     logs: HashMap<GroupId, BTreeMap<Op, LogEntry>>,
+    /// Each group's last Superblock record, with its LSN.
+    superblocks: HashMap<GroupId, (Superblock, u64)>,
     removed_at_lsn: HashMap<GroupId, u64>,
     /// Entries at or below these ops are not kept (the group's snapshot).
     snapshot_ops: HashMap<GroupId, (Op, u64)>,
@@ -145,13 +151,19 @@ pub(crate) fn run(dir: &Path, config: &FileStorageConfig, disk: &mut Disk) -> Re
         disk,
         &mut report,
     )?;
+    let logged = newer_in_log(&mut replay, &mut loaded_superblocks);
     let recovered = assemble(&mut replay, &loaded_superblocks, &snapshots);
     let cursors = AppendCursor::all_recovered(&recovered).into_iter().collect();
     let snapshot_ops: HashMap<GroupId, Op> =
         snapshots.iter().map(|(group, loaded)| (*group, loaded.snapshot.op)).collect();
     let mut wal = open_wal(dir, config, replay.segments, next_lsn, disk)?;
     wal.sync_active(disk)?;
-    superblocks.sync(disk)?;
+    if logged.is_empty() {
+        superblocks.sync(disk)?;
+    } else {
+        // The checkpoint (its write syncs the file).
+        superblocks.write(&logged, next_lsn, disk)?;
+    }
     disk.sync_dir(dir)?;
     report.segments_removed = wal.prune(&snapshot_ops, disk)?;
     Ok(Recovery { recovered, wal, superblocks, snapshot_ops, cursors, report })
@@ -286,8 +298,13 @@ impl Replay {
                     log.split_off(&Op(first_dropped));
                 }
             }
+            RecordKind::Superblock => {
+                let superblock = decode_superblock(record)?;
+                self.superblocks.insert(group, (superblock, header.lsn));
+            }
             RecordKind::RemoveGroup => {
                 self.logs.remove(&group);
+                self.superblocks.remove(&group);
                 self.removed_at_lsn.insert(group, header.lsn);
                 for segment in &mut self.segments {
                     segment.summary.forget_group(group);
@@ -403,6 +420,19 @@ fn finish_removals(
         report.removals_completed += usize::from(completed);
     }
     Ok(())
+}
+
+/// Replace the file's superblocks with the log's where the log's are newer;
+/// returns those (they are in the log only, until checkpointed).
+fn newer_in_log(replay: &mut Replay, loaded: &mut HashMap<GroupId, LoadedSuperblock>) -> BTreeMap<GroupId, Superblock> {
+    let mut logged = BTreeMap::new();
+    for (group, (superblock, lsn)) in std::mem::take(&mut replay.superblocks) {
+        if loaded.get(&group).is_none_or(|copy| lsn >= copy.log_lsn) {
+            loaded.insert(group, LoadedSuperblock { superblock: superblock.clone(), log_lsn: lsn });
+            logged.insert(group, superblock);
+        }
+    }
+    logged
 }
 
 /// Put each group's parts together.

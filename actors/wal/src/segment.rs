@@ -25,13 +25,13 @@ use std::collections::{HashMap, VecDeque};
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 
-use cohort_core::storage::StorageError;
+use cohort_core::storage::{StorageError, Superblock};
 use cohort_messages::{GroupId, LogEntry, Op, View};
 
 use super::disk::{Disk, SyncOf, error_of, io_error};
 use super::format::{
     RECORD_HEADER_SIZE_BYTES, RecordHeader, RecordKind, SEGMENT_HEADER_SIZE_BYTES, encode_record,
-    encode_segment_header, entry_record, entry_record_size_bytes,
+    encode_segment_header, entry_record, entry_record_size_bytes, superblock_payload_size_bytes, superblock_record,
 };
 
 /// The file name of the segment whose first record has `base_lsn`.
@@ -104,7 +104,7 @@ impl ActiveSegment {
             let _ = std::fs::remove_file(&path);
             return Err(error);
         }
-        disk.sync_data(&file, &path, SyncOf::Log)?;
+        disk.sync_data(&file, &path, SyncOf::SegmentHeader)?;
         disk.sync_dir(dir)?;
         disk.stats.segments_created += 1;
         Ok(Self { file, path, len_bytes: SEGMENT_HEADER_SIZE_BYTES as u64, summary: SegmentSummary::default() })
@@ -127,6 +127,7 @@ pub(crate) enum LogRecord<'a> {
     Entry(GroupId, &'a LogEntry),
     TruncateAfter(GroupId, Op),
     RemoveGroup(GroupId),
+    Superblock(GroupId, &'a Superblock),
 }
 
 impl LogRecord<'_> {
@@ -134,6 +135,9 @@ impl LogRecord<'_> {
         match self {
             LogRecord::Entry(_, entry) => entry_record_size_bytes(entry),
             LogRecord::TruncateAfter(..) | LogRecord::RemoveGroup(_) => RECORD_HEADER_SIZE_BYTES as u64,
+            LogRecord::Superblock(_, superblock) => {
+                (RECORD_HEADER_SIZE_BYTES + superblock_payload_size_bytes(superblock)) as u64
+            }
         }
     }
 
@@ -150,6 +154,10 @@ impl LogRecord<'_> {
             }
             LogRecord::RemoveGroup(group) => {
                 encode_record(buf, &control(*group, Op(0), RecordKind::RemoveGroup), &[]);
+            }
+            LogRecord::Superblock(group, superblock) => {
+                let (header, payload) = superblock_record(*group, superblock, lsn, batch_lsn);
+                encode_record(buf, &header, &[&payload]);
             }
         }
     }
@@ -223,6 +231,18 @@ impl Wal {
         let mut durable = 0usize;
         let mut buffered = 0usize;
         self.buf.clear();
+        let records: Vec<LogRecord<'a>> = records.into_iter().collect();
+        // K3: a flush that does not fit what is left of the active segment
+        // starts a new one first, so that it costs one sync (a flush larger
+        // than a whole segment is still split).
+        let total: u64 = records.iter().map(LogRecord::size_bytes).sum();
+        let active_has_records = self.active.len_bytes > SEGMENT_HEADER_SIZE_BYTES as u64;
+        if self.active.len_bytes + total > self.segment_size_max_bytes
+            && active_has_records
+            && let Err(error) = self.rotate(disk)
+        {
+            return (0, Err(error));
+        }
         for record in records {
             let size = record.size_bytes();
             let used = self.active.len_bytes + self.buf.len() as u64;
@@ -294,7 +314,7 @@ impl Wal {
     /// crash what it read may still be only in the page cache, and its cut of
     /// a torn tail must be durable before new records follow it).
     pub(crate) fn sync_active(&mut self, disk: &mut Disk) -> Result<(), StorageError> {
-        disk.sync_data(&self.active.file, &self.active.path, SyncOf::Log)
+        disk.sync_data(&self.active.file, &self.active.path, SyncOf::SegmentHeader)
     }
 
     /// A removed group's entries no longer keep any segment alive.
@@ -305,8 +325,15 @@ impl Wal {
         }
     }
 
+    /// True if [`Wal::prune`] would remove a segment now.
+    pub(crate) fn prunable(&self, snapshot_ops: &HashMap<GroupId, Op>) -> bool {
+        self.closed.front().is_some_and(|oldest| oldest.summary.covered_by(snapshot_ops))
+    }
+
     /// Remove the oldest closed segments whose entries are all covered by
-    /// snapshots. Returns how many went.
+    /// snapshots. Returns how many went. The superblocks whose newest copy is
+    /// a record in the log must be checkpointed into the superblock file
+    /// first (see `FileStorage`): a removed segment takes its records along.
     pub(crate) fn prune(
         &mut self,
         snapshot_ops: &HashMap<GroupId, Op>,

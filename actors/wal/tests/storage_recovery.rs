@@ -259,6 +259,9 @@ fn v4_log_ending_before_a_durable_superblock_is_corrupt() {
     ok(storage.stage_superblock(GroupId(1), &superblock(1, 3)));
     ok(storage.flush());
     drop(storage);
+    // Recovery checkpoints the superblock into its file, marked as written
+    // after the whole log was durable.
+    drop(open_recover(dir.path(), &roomy_config()));
     let segment = segments(dir.path()).pop().expect("a segment");
     cut(&segment, file_len(&segment) - 5);
     let (path, _, reason) = expect_corrupt(dir.path(), &roomy_config());
@@ -271,31 +274,94 @@ fn copy_offset(slot: u64, copy: u64) -> u64 {
     1024 + slot * 2048 + copy * 1024
 }
 
+/// Two versions of group 1's superblock, each checkpointed into the
+/// superblock file by a recovery: version 1 in copy 0, version 2 in copy 1.
+/// The log still holds both as records.
 fn two_superblock_versions(dir: &Path) {
-    let (mut storage, _) = open_recover(dir, &roomy_config());
-    ok(storage.stage_superblock(GroupId(1), &superblock(1, 1)));
-    ok(storage.flush());
-    ok(storage.stage_superblock(GroupId(1), &superblock(2, 2)));
-    ok(storage.flush());
+    for (view, commit) in [(1, 1), (2, 2)] {
+        let (mut storage, _) = open_recover(dir, &roomy_config());
+        ok(storage.stage_superblock(GroupId(1), &superblock(view, commit)));
+        ok(storage.flush());
+    }
+    drop(open_recover(dir, &roomy_config()));
 }
 
 #[test]
 fn torn_superblock_write_leaves_the_previous_version() {
     let dir = temp_dir("torn-superblock");
     two_superblock_versions(dir.path());
-    // Version 1 is in copy 0, version 2 in copy 1. A torn write of version 3
-    // into copy 0 leaves version 2.
+    // A torn checkpoint of version 3 into copy 0 leaves version 2.
     let path = dir.path().join(SUPERBLOCK_FILE_NAME);
     write_bytes(&path, copy_offset(0, 0) + 100, &[0x5A; 300]);
     let (_, recovered) = open_recover(dir.path(), &roomy_config());
     assert_eq!(recovered.groups[&GroupId(1)].superblock, Some(superblock(2, 2)));
-    // A torn write of version 2 itself (copy 1) leaves version 1.
+    // A torn checkpoint of version 2 itself (copy 1) leaves version 1 in
+    // the file; the log's record of version 2 is newer, and wins (K3).
     let dir = temp_dir("torn-superblock-2");
     two_superblock_versions(dir.path());
     let path = dir.path().join(SUPERBLOCK_FILE_NAME);
     write_bytes(&path, copy_offset(0, 1) + 700, &[0x5A; 3]);
     let (_, recovered) = open_recover(dir.path(), &roomy_config());
+    assert_eq!(recovered.groups[&GroupId(1)].superblock, Some(superblock(2, 2)));
+}
+
+#[test]
+fn k3_superblocks_come_back_from_the_log_without_a_checkpoint() {
+    let dir = temp_dir("superblock-records");
+    let (mut storage, _) = open_recover(dir.path(), &roomy_config());
+    let syncs = storage.stats().superblock_syncs;
+    for version in 1..=5u64 {
+        ok(storage.append(GroupId(1), &entry(version, 1, TAG)));
+        ok(storage.stage_superblock(GroupId(1), &superblock(version as u32, version)));
+        ok(storage.stage_superblock(GroupId(2), &superblock(1, version)));
+        ok(storage.flush());
+    }
+    assert_eq!(storage.stats().superblock_syncs, syncs, "every version went into the log");
+    drop(storage);
+    let (_, recovered) = open_recover(dir.path(), &roomy_config());
+    assert_eq!(recovered.groups[&GroupId(1)].superblock, Some(superblock(5, 5)));
+    assert_eq!(recovered.groups[&GroupId(2)].superblock, Some(superblock(1, 5)));
+}
+
+#[test]
+fn k3_a_torn_superblock_record_leaves_the_previous_version() {
+    let dir = temp_dir("torn-superblock-record");
+    let (mut storage, _) = open_recover(dir.path(), &roomy_config());
+    ok(storage.stage_superblock(GroupId(1), &superblock(1, 1)));
+    ok(storage.flush());
+    let segment = segments(dir.path()).pop().expect("a segment");
+    let before = file_len(&segment);
+    ok(storage.append(GroupId(1), &entry(1, 2, TAG)));
+    ok(storage.stage_superblock(GroupId(1), &superblock(2, 1)));
+    ok(storage.flush());
+    drop(storage);
+    // Cut inside the second flush's superblock record (it comes last): the
+    // entry of that flush survives, the new superblock does not.
+    cut(&segment, file_len(&segment) - 10);
+    let (_, recovered) = open_recover(dir.path(), &roomy_config());
     assert_eq!(recovered.groups[&GroupId(1)].superblock, Some(superblock(1, 1)));
+    assert_eq!(entries_of(&recovered, 1), vec![entry(1, 2, TAG)]);
+    assert!(file_len(&segment) > before);
+}
+
+#[test]
+fn k3_a_segment_goes_only_after_its_superblocks_are_checkpointed() {
+    let dir = temp_dir("checkpoint-before-prune");
+    let (mut storage, _) = open_recover(dir.path(), &small_segments_config());
+    // Group 1's superblocks ride in segments that group 2's entries fill.
+    for op in 1..=40u64 {
+        ok(storage.append(GroupId(2), &entry(op, 1, TAG)));
+        ok(storage.stage_superblock(GroupId(1), &superblock(3, op)));
+        ok(storage.flush());
+    }
+    assert!(storage.segment_count() > 2, "rotated");
+    let syncs = storage.stats().superblock_syncs;
+    ok(storage.save_snapshot(GroupId(2), &snapshot(40, 1, 10)));
+    assert_eq!(storage.segment_count(), 1, "covered segments went");
+    assert_eq!(storage.stats().superblock_syncs, syncs + 1, "one checkpoint before the removal");
+    drop(storage);
+    let (_, recovered) = open_recover(dir.path(), &small_segments_config());
+    assert_eq!(recovered.groups[&GroupId(1)].superblock, Some(superblock(3, 40)));
 }
 
 #[test]
@@ -558,7 +624,7 @@ fn torn_segment_creation_and_leftover_temporaries_are_cleaned_up() {
 }
 
 #[test]
-fn one_flush_of_many_groups_costs_one_log_sync_and_one_superblock_sync() {
+fn k3_one_flush_of_many_groups_costs_one_sync() {
     let dir = temp_dir("sync-count");
     let (mut storage, _) = open_recover(dir.path(), &roomy_config());
     let before = storage.stats();
@@ -569,9 +635,10 @@ fn one_flush_of_many_groups_costs_one_log_sync_and_one_superblock_sync() {
     ok(storage.flush());
     let after = storage.stats();
     assert_eq!(after.log_syncs - before.log_syncs, 1);
-    assert_eq!(after.superblock_syncs - before.superblock_syncs, 1);
+    assert_eq!(after.superblock_syncs, before.superblock_syncs, "superblocks ride in the log's flush");
     assert_eq!(after.directory_syncs, before.directory_syncs);
-    assert_eq!(after.records_written - before.records_written, 500);
+    assert_eq!(after.records_written - before.records_written, 1000, "500 entries and 500 superblocks");
+    assert_eq!(after.superblock_records_written - before.superblock_records_written, 500);
 }
 
 #[test]

@@ -390,6 +390,10 @@ pub fn session_opened() -> impl Strategy<Value = SessionOpened> {
     })
 }
 
+pub fn link_shard() -> impl Strategy<Value = LinkShard> {
+    (0..SHARD_COUNT_MAX).prop_map(|shard| LinkShard { shard })
+}
+
 pub fn session_keepalive() -> impl Strategy<Value = SessionKeepalive> {
     (any::<u64>(), 1..=u64::MAX)
         .prop_map(|(node, session)| SessionKeepalive { node: NodeId(node), session: SessionId(session) })
@@ -432,5 +436,6 @@ pub fn message() -> impl Strategy<Value = Message> {
         session_keepalive().prop_map(Message::SessionKeepalive),
         session_expired().prop_map(Message::SessionExpired),
         session_opened().prop_map(Message::SessionOpened),
+        link_shard().prop_map(Message::LinkShard),
     ]
 }

@@ -1,6 +1,7 @@
 //! The `cohort` command: `cohort node` runs one node from a configuration
 //! file, `cohort status` and `cohort admin` talk to a running node's admin
-//! port, `cohort demo` runs a local demo cluster. Both export spans over
+//! port, `cohort demo` runs a local demo cluster, `cohort bench` measures
+//! replicated writes on a local cluster. `node` and `demo` export spans over
 //! OTLP when told to (`[telemetry] otlp_endpoint`, `--otlp-endpoint` or
 //! `OTEL_EXPORTER_OTLP_ENDPOINT`), and flush them before exiting.
 
@@ -78,6 +79,40 @@ enum Command {
         /// (default: $OTEL_EXPORTER_OTLP_ENDPOINT if set, else no export).
         #[arg(long)]
         otlp_endpoint: Option<String>,
+    },
+    /// Measure replicated writes on a cluster in this process (loopback TCP,
+    /// real write-ahead logs): writes/s, latency, and CPU time, socket writes,
+    /// syncs and context switches per write, beside the physical floor of
+    /// the same run. See docs/benchmarks.md.
+    Bench {
+        /// Nodes in the cluster.
+        #[arg(long, default_value_t = 3)]
+        nodes: usize,
+        /// Groups (every node a member of each).
+        #[arg(long, default_value_t = 1)]
+        groups: usize,
+        /// Concurrent writers, one write at a time each.
+        #[arg(long, default_value_t = 256)]
+        writers: usize,
+        /// The measured window.
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+        /// Writes before the window, not measured.
+        #[arg(long, default_value_t = 2)]
+        warmup_secs: u64,
+        /// Bytes per write.
+        #[arg(long, default_value_t = 8)]
+        op_size_bytes: usize,
+        /// Shards (threads) per node.
+        #[arg(long, default_value_t = 1)]
+        shards: usize,
+        /// Where the logs go (default: the system's temp dir; a tmpfs path
+        /// such as /dev/shm takes the sync cost away).
+        #[arg(long)]
+        data_dir: Option<std::path::PathBuf>,
+        /// Print one JSON object as the last line instead of the table.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -243,8 +278,43 @@ fn run_node(path: &std::path::Path) -> ExitCode {
     code
 }
 
+fn run_bench(options: cohort_runtime::bench::BenchOptions, json: bool) -> ExitCode {
+    eprintln!(
+        "cohort bench: {} nodes x {} shards, {} groups, {} writers; {} s warm-up, {} s measured",
+        options.nodes, options.shards, options.groups, options.writers, options.warmup_secs, options.seconds
+    );
+    match cohort_runtime::bench::run(options) {
+        Ok(report) => {
+            if json {
+                println!("{}", report.json());
+            } else {
+                println!("{}", report.table());
+            }
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("cohort bench: {error}");
+            ExitCode::from(2)
+        }
+    }
+}
+
 fn main() -> ExitCode {
     match Cli::parse().command {
+        Command::Bench { nodes, groups, writers, seconds, warmup_secs, op_size_bytes, shards, data_dir, json } => {
+            let options = cohort_runtime::bench::BenchOptions {
+                nodes,
+                groups,
+                writers,
+                seconds,
+                warmup_secs,
+                op_size_bytes,
+                shards,
+                data_dir,
+                progress: true,
+            };
+            run_bench(options, json)
+        }
         Command::Node { config } => run_node(&config),
         Command::Status { admin, json } => match cohort_runtime::cli::status_command(&admin, json) {
             Ok(text) => {

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
@@ -13,6 +13,7 @@ use cohort_actors::directory::Directory;
 use cohort_actors::drops::Drops;
 use cohort_actors::listener::InboundStats;
 use cohort_actors::metrics::NodeMetrics;
+use cohort_actors::peer_link::LinkState;
 use cohort_actors::shard::{ClientAnswer, Submit};
 use cohort_actors::status::StatusBoard;
 use cohort_actors::supervisor::InjectPanic;
@@ -88,7 +89,7 @@ pub struct NodeHandle {
     pub(super) supervisor: Addr<cohort_actors::supervisor::Supervisor>,
     pub(super) restarts: Arc<AtomicU64>,
     pub(super) next_client: Arc<AtomicU64>,
-    pub(super) connected: Arc<HashMap<NodeId, Arc<AtomicBool>>>,
+    pub(super) links: Arc<HashMap<NodeId, Vec<Arc<LinkState>>>>,
     pub(super) drops: Arc<Drops>,
     pub(super) stats: Arc<InboundStats>,
     pub(super) fatal: Arc<std::sync::Mutex<Option<String>>>,
@@ -157,8 +158,10 @@ impl NodeHandle {
         let (answer, answered) = oneshot::channel();
         let started = Instant::now();
         let span = cohort_actors::traces::submit_span(self.node, &request);
-        if shard.try_send(Submit { request, answer, span: span.clone() }).is_err() {
-            return Err(SubmitError::Stopped { group });
+        match shard.try_send(Submit { request, answer, span: span.clone() }) {
+            Ok(()) => {}
+            Err(SendError::Full(_)) => return Err(SubmitError::Busy { group }),
+            Err(SendError::Closed(_)) => return Err(SubmitError::Stopped { group }),
         }
         match tokio::time::timeout(timeout, answered).instrument(span).await {
             Err(_) => Err(SubmitError::Timeout { group, waited: timeout }),
@@ -187,12 +190,12 @@ impl NodeHandle {
     /// # }
     /// ```
     pub fn is_connected(&self, peer: NodeId) -> bool {
-        self.connected.get(&peer).is_some_and(|flag| flag.load(Ordering::Relaxed))
+        self.links.get(&peer).is_some_and(|links| links.iter().all(|link| link.connected.load(Ordering::Relaxed)))
     }
 
     /// Peers whose links are connected.
     pub fn connected_peers(&self) -> usize {
-        self.connected.values().filter(|flag| flag.load(Ordering::Relaxed)).count()
+        self.links.values().filter(|links| links.iter().all(|link| link.connected.load(Ordering::Relaxed))).count()
     }
 
     /// Frames and messages dropped on full or disconnected queues.

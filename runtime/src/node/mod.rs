@@ -132,6 +132,13 @@ pub enum SubmitError {
         /// How long we waited.
         waited: Duration,
     },
+    /// The shard's mailbox is full: the node is at its limit. Retrying the
+    /// same request later is safe (K4: backpressure, not a silent drop).
+    #[error("{group}: the node is busy (its shard's queue is full); retry later")]
+    Busy {
+        /// The group.
+        group: GroupId,
+    },
     /// The shard is gone (the node is stopping).
     #[error("{group}: the node is stopping")]
     Stopped {
@@ -162,6 +169,7 @@ impl NodeBuilder {
             .shards(node.shards)
             .cluster_config(config.cluster.clone())
             .session_config(config.session.clone())
+            .core_config(config.limits.apply(CoreConfig::default()))
             .state_machine(|_| Box::new(Register::default()));
         if let Some(admin) = node.admin {
             builder = builder.admin(admin);

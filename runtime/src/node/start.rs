@@ -8,17 +8,18 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::AtomicU64;
 
 use actix::prelude::*;
 use cohort_actors::agent::{AgentSetup, MetadataAgentActor, SessionStop};
-use cohort_actors::directory::Directory;
+use cohort_actors::directory::{Directory, Links};
 use cohort_actors::drops::Drops;
 use cohort_actors::kind::HostedGroup;
 use cohort_actors::listener::{self, InboundStats, Router};
 use cohort_actors::metrics::NodeMetrics;
 use cohort_actors::outbox::Outbox;
 use cohort_actors::parts::Parts;
+use cohort_actors::peer_link::LinkState;
 use cohort_actors::placement_recorder::PlacementRecorder;
 use cohort_actors::placements::PlacementFile;
 use cohort_actors::registry::Kinds;
@@ -186,8 +187,9 @@ impl Validated {
             groups[shard_of(group.spec.group, builder.shards)].push(group);
         }
         let io = Arbiter::new();
-        let file = Arc::clone(&self.recorded);
-        let placements = PlacementRecorder::start_in_arbiter(&io.handle(), move |_| PlacementRecorder::new(file));
+        let (file, recorder_metrics) = (Arc::clone(&self.recorded), Arc::clone(metrics));
+        let placements =
+            PlacementRecorder::start_in_arbiter(&io.handle(), move |_| PlacementRecorder::new(file, recorder_metrics));
         let parts = Arc::new(Parts {
             cluster: builder.cluster,
             node: builder.node,
@@ -199,26 +201,31 @@ impl Validated {
             drops: Arc::clone(drops),
             metrics: Arc::clone(metrics),
             fatal: Arc::new(std::sync::Mutex::new(None)),
-            connected: builder.peers.keys().map(|peer| (*peer, Arc::new(AtomicBool::new(false)))).collect(),
+            links: builder
+                .peers
+                .keys()
+                .map(|peer| (*peer, (0..builder.shards).map(|_| Arc::new(LinkState::default())).collect()))
+                .collect(),
             peers: builder.peers.clone(),
             storage_locks: (0..builder.shards).map(|_| Arc::new(std::sync::Mutex::new(()))).collect(),
             groups,
             recorded: Arc::clone(&self.recorded),
             placements,
         });
-        let mut links = HashMap::new();
-        for &peer in parts.peers.keys() {
-            if let Some(link) = parts.spawn_link(peer, &io.handle()) {
-                links.insert(peer, link);
-            }
-        }
+        // Each shard's links, outboxes and actor on the shard's own arbiter.
+        let mut links: Links = parts.peers.keys().map(|peer| (*peer, Vec::new())).collect();
         let mut arbiters = Vec::new();
         let mut shards = Vec::new();
         let mut outboxes_per_shard = Vec::new();
         for index in 0..parts.shard_count() {
             let arbiter = Arbiter::new();
-            let outboxes: HashMap<NodeId, Addr<Outbox>> =
-                links.iter().map(|(&peer, link)| (peer, parts.spawn_outbox(link.clone(), &arbiter.handle()))).collect();
+            let mut outboxes: HashMap<NodeId, Addr<Outbox>> = HashMap::new();
+            for (&peer, peer_links) in links.iter_mut() {
+                if let Some(link) = parts.spawn_link(peer, index, &arbiter.handle()) {
+                    outboxes.insert(peer, parts.spawn_outbox(link.clone(), &arbiter.handle()));
+                    peer_links.push(link);
+                }
+            }
             shards.push(parts.spawn_shard(index, &arbiter.handle(), outboxes.clone())?);
             outboxes_per_shard.push(outboxes);
             arbiters.push(arbiter);
@@ -327,7 +334,7 @@ impl Validated {
             node: builder.node,
             shards: started.directory,
             next_client: Arc::new(AtomicU64::new(1)),
-            connected: Arc::new(started.parts.connected.clone()),
+            links: Arc::new(started.parts.links.clone()),
             drops,
             stats,
             fatal: Arc::clone(&started.parts.fatal),

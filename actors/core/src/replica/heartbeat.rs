@@ -121,16 +121,43 @@ impl Replica {
     /// Re-send the uncommitted Prepares each backup has not acknowledged; a
     /// backup re-acknowledges a Prepare it already holds durably.
     fn resend_uncommitted_prepares(&mut self, fx: &mut Effects) {
-        if self.log.op() <= self.commit_max {
+        let receivers: Vec<_> = self.receivers().collect();
+        for member in receivers {
+            self.resend_prepares_to_member(member, fx);
+        }
+    }
+
+    /// A primary sends `member` every uncommitted op it has not acknowledged.
+    fn resend_prepares_to_member(&mut self, member: cohort_messages::MemberIndex, fx: &mut Effects) {
+        if !self.is_primary() || self.log.op() <= self.commit_max {
             return;
         }
-        for member in self.receivers() {
-            let from = self.acked_of(member).max(self.commit_max).next();
-            let entries: Vec<_> = self.log.entries_from(from).cloned().collect();
-            for entry in entries {
-                let prepare = self.prepare_message(entry);
-                fx.send(self.node_of(member), Message::Prepare(prepare));
-            }
+        let from = self.acked_of(member).max(self.commit_max).next();
+        self.send_prepares_from(member, from, fx);
+    }
+
+    /// K4: the link to `member` drained. A primary sends it the ops it held
+    /// back, committed or not, from the first it has not acknowledged: at most
+    /// a pipeline's worth; a backup further behind repairs the rest itself.
+    pub(crate) fn send_held_back_prepares(&mut self, member: cohort_messages::MemberIndex, fx: &mut Effects) {
+        if !self.is_primary() {
+            return;
+        }
+        let from = self.acked_of(member).next();
+        self.send_prepares_from(member, from, fx);
+    }
+
+    fn send_prepares_from(
+        &mut self,
+        member: cohort_messages::MemberIndex,
+        from: cohort_messages::Op,
+        fx: &mut Effects,
+    ) {
+        let limit = usize::try_from(self.config.pipeline_max_ops).unwrap_or(usize::MAX);
+        let entries: Vec<_> = self.log.entries_from(from).take(limit).cloned().collect();
+        for entry in entries {
+            let prepare = self.prepare_message(entry);
+            fx.send_prepare(self.node_of(member), prepare);
         }
     }
 

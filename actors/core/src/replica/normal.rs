@@ -196,7 +196,7 @@ impl Replica {
             self.stage_append(entry.clone(), fx);
             for member in self.receivers() {
                 let prepare = self.prepare_message(entry.clone());
-                fx.send(self.node_of(member), Message::Prepare(prepare));
+                fx.send_prepare(self.node_of(member), prepare);
             }
             if seal {
                 // Nothing is prepared after a seal (see `seal`).

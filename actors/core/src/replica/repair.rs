@@ -71,7 +71,7 @@ impl Replica {
         let mut op = request.op_min;
         while op <= last {
             if let Some(entry) = self.log.get(op).cloned() {
-                fx.send(to, Message::Prepare(self.prepare_message(entry)));
+                fx.send_prepare(to, self.prepare_message(entry));
             }
             op = op.next();
         }

@@ -1,0 +1,351 @@
+//! `cohort bench`: replicated writes at the machine's limit, measured.
+//!
+//! It starts an N-node cluster in this process on loopback TCP, with real
+//! write-ahead logs in the data directory (on disk by default; a tmpfs path
+//! such as `/dev/shm/cohort-bench` takes the sync cost away), and runs
+//! `writers` concurrent writers against `groups` groups. Each writer has
+//! its own exactly-once client id and sends one write at a time, to the
+//! primary it last heard of. After a warm-up it measures a window of
+//! `seconds`: writes, latency percentiles, and what the whole process spent
+//! per write (CPU time, socket writes, syncs, context switches), beside the
+//! physical floor measured in the same run (see [`floor`]). Speed is a
+//! benchmark's business: no test asserts a figure from here.
+//!
+//! The figures, and how to read them on a shared machine, are in
+//! `docs/benchmarks.md`.
+
+pub mod floor;
+pub mod process;
+mod report;
+
+use std::cell::{Cell, RefCell};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use cohort_actors::metrics::{DropReason, Mailbox, Port, SyncKind};
+use cohort_core::client::Sequence;
+use cohort_messages::{ClusterId, GroupId, Incarnation, NodeId, ReplyError};
+use indicatif::{ProgressBar, ProgressStyle};
+
+pub use report::BenchReport;
+
+use self::process::ProcessUsage;
+use crate::node::{GroupKind, GroupPlacement, Node, NodeBuilder, NodeHandle, Register, SubmitError};
+
+/// The bench's cluster id.
+pub const BENCH_CLUSTER: ClusterId = ClusterId(0xC0_4087_BE4C);
+
+/// How long one attempt of a write waits for its answer.
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct BenchOptions {
+    /// Nodes (at least 1; 3 by default).
+    pub nodes: usize,
+    /// Groups, every node a member of each, primaries spread over the nodes.
+    pub groups: usize,
+    /// Concurrent writers, each one write at a time.
+    pub writers: usize,
+    /// The measured window.
+    pub seconds: u64,
+    /// Writes before the window, not measured.
+    pub warmup_secs: u64,
+    /// Bytes of each write's operation.
+    pub op_size_bytes: usize,
+    /// Shards (threads) per node.
+    pub shards: usize,
+    /// Where the nodes' logs go (`None`: a fresh directory under the
+    /// system's temp dir, removed afterwards).
+    pub data_dir: Option<PathBuf>,
+    /// Draw the progress bar.
+    pub progress: bool,
+}
+
+impl Default for BenchOptions {
+    fn default() -> Self {
+        BenchOptions {
+            nodes: 3,
+            groups: 1,
+            writers: 256,
+            seconds: 10,
+            warmup_secs: 2,
+            op_size_bytes: 8,
+            shards: 1,
+            data_dir: None,
+            progress: true,
+        }
+    }
+}
+
+impl BenchOptions {
+    fn check(&self) -> Result<(), String> {
+        let rules = [
+            (self.nodes >= 1, "--nodes must be at least 1"),
+            (self.groups >= 1, "--groups must be at least 1"),
+            (self.writers >= 1, "--writers must be at least 1"),
+            (self.seconds >= 1, "--seconds must be at least 1"),
+            (self.shards >= 1, "--shards must be at least 1"),
+            (
+                self.op_size_bytes <= cohort_messages::OPERATION_SIZE_MAX_BYTES,
+                "--op-size-bytes exceeds the operation limit",
+            ),
+        ];
+        match rules.iter().find(|(holds, _)| !holds) {
+            Some((_, rule)) => Err(rule.to_string()),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Run the bench in a new actix System.
+pub fn run(options: BenchOptions) -> Result<BenchReport, String> {
+    options.check()?;
+    // A subdirectory of its own, removed afterwards: the data directory
+    // given by the caller stays theirs.
+    let parent = options.data_dir.clone().unwrap_or_else(std::env::temp_dir);
+    let dir = parent.join(format!("cohort-bench-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let floor = floor::measure(&dir)?;
+    let system = actix_rt::System::new();
+    let result = system.block_on(Bench::run(options, dir.clone(), floor));
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+/// The counters the window is measured by, summed over the nodes.
+#[derive(Copy, Clone, Debug, Default)]
+struct Counters {
+    usage: ProcessUsage,
+    socket_writes: u64,
+    syncs: u64,
+    log_syncs: u64,
+    flushes: u64,
+    dropped: u64,
+}
+
+struct Bench {
+    options: BenchOptions,
+    handles: Vec<NodeHandle>,
+    /// Per group, the index of the node that last answered as its primary.
+    guess: RefCell<Vec<usize>>,
+    /// Latencies of the writes acknowledged inside the window.
+    latencies_us: RefCell<Vec<u64>>,
+    measuring: Cell<bool>,
+    stopping: Cell<bool>,
+    /// Writes acknowledged so far, window or not (for the progress bar).
+    acknowledged: Cell<u64>,
+    /// Writes that failed for good (refused), which a healthy run never has.
+    refused: Cell<u64>,
+}
+
+impl Bench {
+    async fn run(options: BenchOptions, dir: PathBuf, floor: floor::Floor) -> Result<BenchReport, String> {
+        let addresses = free_addresses(options.nodes)?;
+        let mut nodes = Vec::new();
+        for index in 0..options.nodes {
+            nodes.push(start_node(&options, index, &addresses, &dir)?);
+        }
+        let bench = Rc::new(Bench {
+            handles: nodes.iter().map(Node::handle).collect(),
+            guess: RefCell::new((0..options.groups).map(|g| g % options.nodes).collect()),
+            latencies_us: RefCell::new(Vec::new()),
+            measuring: Cell::new(false),
+            stopping: Cell::new(false),
+            acknowledged: Cell::new(0),
+            refused: Cell::new(0),
+            options,
+        });
+        bench.wait_ready().await?;
+        let bar = bench.progress_bar();
+        let writers: Vec<_> = (0..bench.options.writers)
+            .map(|writer| {
+                let bench = Rc::clone(&bench);
+                actix_rt::spawn(async move { bench.write_loop(writer).await })
+            })
+            .collect();
+        let warmup = Duration::from_secs(bench.options.warmup_secs);
+        bench.tick_bar(&bar, "warming up", warmup).await;
+        let before = bench.counters();
+        let started = Instant::now();
+        bench.measuring.set(true);
+        bench.tick_bar(&bar, "measuring", Duration::from_secs(bench.options.seconds)).await;
+        bench.measuring.set(false);
+        let window = started.elapsed();
+        let after = bench.counters();
+        bench.stopping.set(true);
+        for writer in writers {
+            let _ = writer.await;
+        }
+        bar.finish_and_clear();
+        let dropped_by_reason = bench.dropped_by_reason();
+        let report = BenchReport::new(
+            &bench.options,
+            floor,
+            window,
+            bench.latencies_us.take(),
+            (before, after),
+            bench.refused.get(),
+            dropped_by_reason,
+        );
+        for node in nodes {
+            node.stop();
+        }
+        Ok(report)
+    }
+
+    /// Every group commits a write before the bench starts (each has a primary).
+    async fn wait_ready(&self) -> Result<(), String> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        for group in 0..self.options.groups {
+            let mut writes = Sequence::new(cohort_actors::client_id::fresh_client_id(), GroupId(group as u64));
+            let request = writes.write(Bytes::new());
+            while !self.attempt(&request).await {
+                if Instant::now() > deadline {
+                    return Err(format!("group:{group} elected no primary within 30 s"));
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        Ok(())
+    }
+
+    fn progress_bar(&self) -> ProgressBar {
+        let total = (self.options.warmup_secs + self.options.seconds) * 1000;
+        let bar = if self.options.progress { ProgressBar::new(total) } else { ProgressBar::hidden() };
+        let style = ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar());
+        bar.set_style(style);
+        bar
+    }
+
+    /// Update the bar every 200 ms for `length`.
+    async fn tick_bar(&self, bar: &ProgressBar, phase: &str, length: Duration) {
+        let started = Instant::now();
+        let acknowledged = self.acknowledged.get();
+        while started.elapsed() < length {
+            tokio::time::sleep(Duration::from_millis(200).min(length)).await;
+            bar.inc(200);
+            let rate = (self.acknowledged.get() - acknowledged) as f64 / started.elapsed().as_secs_f64().max(0.001);
+            bar.set_message(format!("{phase} | {rate:.0} writes/s"));
+        }
+    }
+
+    fn counters(&self) -> Counters {
+        let mut counters = Counters { usage: ProcessUsage::now().unwrap_or_default(), ..Counters::default() };
+        for handle in &self.handles {
+            let metrics = handle.metrics();
+            counters.socket_writes += metrics.socket_writes(Port::Peer);
+            counters.syncs += SyncKind::ALL.iter().map(|kind| metrics.syncs(*kind)).sum::<u64>();
+            counters.log_syncs += metrics.syncs(SyncKind::Log);
+            counters.flushes += metrics.flushes();
+            counters.dropped += metrics.dropped_total();
+        }
+        counters
+    }
+
+    fn dropped_by_reason(&self) -> Vec<(String, u64)> {
+        let mut by_reason = Vec::new();
+        for mailbox in Mailbox::ALL {
+            for reason in DropReason::ALL {
+                let count: u64 = self.handles.iter().map(|handle| handle.metrics().dropped(mailbox, reason)).sum();
+                if count > 0 {
+                    by_reason.push((format!("{}/{}", mailbox.as_str(), reason.as_str()), count));
+                }
+            }
+        }
+        by_reason
+    }
+
+    /// One writer: its own client id, one write at a time to its group.
+    async fn write_loop(&self, writer: usize) {
+        let group = GroupId((writer % self.options.groups) as u64);
+        let mut writes = Sequence::new(cohort_actors::client_id::fresh_client_id(), group);
+        let operation = Bytes::from(vec![0x5A; self.options.op_size_bytes]);
+        while !self.stopping.get() {
+            let request = writes.write(operation.clone());
+            let started = Instant::now();
+            // The same request until it is answered: it applies once.
+            while !self.stopping.get() && !self.attempt(&request).await {}
+            if self.stopping.get() {
+                return;
+            }
+            self.acknowledged.set(self.acknowledged.get() + 1);
+            if self.measuring.get() {
+                self.latencies_us.borrow_mut().push(started.elapsed().as_micros() as u64);
+            }
+        }
+    }
+
+    /// Send `request` once to its group's primary as last heard of; true
+    /// once it is acknowledged. A refusal for good (which a healthy run never
+    /// sees) is counted and ends the write as done.
+    async fn attempt(&self, request: &cohort_messages::Request) -> bool {
+        let index = request.group.0 as usize;
+        let target = self.guess.borrow()[index];
+        match self.handles[target].submit_as(request.clone(), ATTEMPT_TIMEOUT).await {
+            Ok(_) => true,
+            Err(SubmitError::NotPrimary { primary: Some(primary), .. })
+                if primary.0 >= 1 && (primary.0 as usize) <= self.handles.len() =>
+            {
+                self.guess.borrow_mut()[index] = primary.0 as usize - 1;
+                false
+            }
+            Err(SubmitError::Refused { code, .. }) if !cohort_core::client::retryable(code) => {
+                self.refused.set(self.refused.get() + 1);
+                true
+            }
+            Err(SubmitError::Refused { code: ReplyError::Busy, .. } | SubmitError::Busy { .. }) => {
+                tokio::time::sleep(Duration::from_micros(200)).await;
+                false
+            }
+            Err(_) => {
+                self.guess.borrow_mut()[index] = (target + 1) % self.handles.len();
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                false
+            }
+        }
+    }
+}
+
+fn start_node(
+    options: &BenchOptions,
+    index: usize,
+    addresses: &[SocketAddr],
+    dir: &std::path::Path,
+) -> Result<Node, String> {
+    let node = NodeId(index as u64 + 1);
+    let mut builder = NodeBuilder::new(BENCH_CLUSTER, node)
+        .listen(addresses[index])
+        .data_dir(dir.join(format!("node-{}", node.0)))
+        .shards(options.shards)
+        .state_machine(|_| Box::new(Register::default()));
+    for (peer, address) in addresses.iter().enumerate() {
+        if peer != index {
+            builder = builder.peer(NodeId(peer as u64 + 1), *address);
+        }
+    }
+    let nodes = options.nodes;
+    for g in 0..options.groups {
+        let members = (0..nodes).map(|i| NodeId(((g + i) % nodes) as u64 + 1)).collect();
+        builder = builder.group(GroupPlacement {
+            group: GroupId(g as u64),
+            incarnation: Incarnation(1),
+            members,
+            replication_quorum: None,
+            write_mode: cohort_core::WriteMode::Sync,
+            kind: GroupKind::default(),
+        });
+    }
+    builder.start().map_err(|error| format!("node {}: {error}", node.0))
+}
+
+fn free_addresses(n: usize) -> Result<Vec<SocketAddr>, String> {
+    let listeners: Vec<std::net::TcpListener> = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").map_err(|error| format!("no free port: {error}")))
+        .collect::<Result<_, _>>()?;
+    listeners.iter().map(|l| l.local_addr().map_err(|error| error.to_string())).collect()
+}

@@ -1,0 +1,203 @@
+//! What `cohort bench` measured: a table for people, one JSON line for scripts.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use serde_json::json;
+
+use super::floor::Floor;
+use super::{BenchOptions, Counters};
+
+/// The bench's figures over its measured window.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct BenchReport {
+    /// Nodes.
+    pub nodes: usize,
+    /// Groups.
+    pub groups: usize,
+    /// Writers.
+    pub writers: usize,
+    /// Shards per node.
+    pub shards: usize,
+    /// Bytes per write.
+    pub op_size_bytes: usize,
+    /// Writes acknowledged in the window.
+    pub writes: u64,
+    /// The window's length.
+    pub window_secs: f64,
+    /// Writes per second of the window.
+    pub writes_per_sec: f64,
+    /// Median submit-to-acknowledgement latency.
+    pub latency_p50_us: u64,
+    /// 99th percentile.
+    pub latency_p99_us: u64,
+    /// 99.9th percentile.
+    pub latency_p999_us: u64,
+    /// Process CPU time (user + system, every thread) per write.
+    pub cpu_us_per_write: f64,
+    /// Write calls on peer sockets per write, every node together.
+    pub socket_writes_per_write: f64,
+    /// Syncs of every kind (log, superblock, snapshot, directory,
+    /// placements) per write, every node together.
+    pub fsyncs_per_write: f64,
+    /// Syncs of the records of a write-ahead log flush, per flush (K3: one).
+    pub syncs_per_flush: f64,
+    /// Context switches (voluntary and involuntary) per write.
+    pub context_switches_per_write: f64,
+    /// Frames and messages dropped in the window, every node together.
+    pub dropped_messages: u64,
+    /// Drops since start by `mailbox/reason`, for those that dropped.
+    pub dropped_by_reason: Vec<(String, u64)>,
+    /// Writes refused for good (a healthy run has none).
+    pub refused_writes: u64,
+    /// Median fdatasync of a 4 KiB append in the data directory.
+    pub fdatasync_us: u64,
+    /// Median loopback TCP round trip.
+    pub round_trip_us: u64,
+    /// The physical floor: the two above added.
+    pub floor_us: u64,
+    /// The 1-minute load average when the window ended (the machine is shared).
+    pub load_average: f64,
+}
+
+impl BenchReport {
+    /// The report of a window.
+    pub(super) fn new(
+        options: &BenchOptions,
+        floor: Floor,
+        window: Duration,
+        mut latencies_us: Vec<u64>,
+        (before, after): (Counters, Counters),
+        refused_writes: u64,
+        dropped_by_reason: Vec<(String, u64)>,
+    ) -> BenchReport {
+        latencies_us.sort_unstable();
+        let writes = latencies_us.len() as u64;
+        let per_write = |count: u64| count as f64 / writes.max(1) as f64;
+        let usage = after.usage.since(before.usage);
+        let syncs = after.syncs.saturating_sub(before.syncs);
+        let log_syncs = after.log_syncs.saturating_sub(before.log_syncs);
+        let flushes = after.flushes.saturating_sub(before.flushes);
+        BenchReport {
+            nodes: options.nodes,
+            groups: options.groups,
+            writers: options.writers,
+            shards: options.shards,
+            op_size_bytes: options.op_size_bytes,
+            writes,
+            window_secs: window.as_secs_f64(),
+            writes_per_sec: writes as f64 / window.as_secs_f64().max(0.001),
+            latency_p50_us: percentile(&latencies_us, 50.0),
+            latency_p99_us: percentile(&latencies_us, 99.0),
+            latency_p999_us: percentile(&latencies_us, 99.9),
+            cpu_us_per_write: per_write(usage.cpu_us),
+            socket_writes_per_write: per_write(after.socket_writes.saturating_sub(before.socket_writes)),
+            fsyncs_per_write: per_write(syncs),
+            syncs_per_flush: log_syncs as f64 / flushes.max(1) as f64,
+            context_switches_per_write: per_write(usage.context_switches),
+            dropped_messages: after.dropped.saturating_sub(before.dropped),
+            dropped_by_reason,
+            refused_writes,
+            fdatasync_us: floor.fdatasync_us,
+            round_trip_us: floor.round_trip_us,
+            floor_us: floor.total_us(),
+            load_average: load_average(),
+        }
+    }
+
+    /// One JSON object with every figure.
+    pub fn json(&self) -> String {
+        let dropped: serde_json::Map<String, serde_json::Value> =
+            self.dropped_by_reason.iter().map(|(reason, count)| (reason.clone(), json!(count))).collect();
+        json!({
+            "nodes": self.nodes,
+            "groups": self.groups,
+            "writers": self.writers,
+            "shards": self.shards,
+            "op_size_bytes": self.op_size_bytes,
+            "writes": self.writes,
+            "window_secs": self.window_secs,
+            "writes_per_sec": self.writes_per_sec,
+            "latency_p50_us": self.latency_p50_us,
+            "latency_p99_us": self.latency_p99_us,
+            "latency_p999_us": self.latency_p999_us,
+            "cpu_us_per_write": self.cpu_us_per_write,
+            "socket_writes_per_write": self.socket_writes_per_write,
+            "fsyncs_per_write": self.fsyncs_per_write,
+            "fsyncs_per_write_per_node": self.fsyncs_per_write / self.nodes.max(1) as f64,
+            "syncs_per_flush": self.syncs_per_flush,
+            "context_switches_per_write": self.context_switches_per_write,
+            "dropped_messages": self.dropped_messages,
+            "dropped_by_reason": dropped,
+            "refused_writes": self.refused_writes,
+            "fdatasync_us": self.fdatasync_us,
+            "round_trip_us": self.round_trip_us,
+            "floor_us": self.floor_us,
+            "load_average": self.load_average,
+        })
+        .to_string()
+    }
+
+    /// The table.
+    pub fn table(&self) -> String {
+        let rows: Vec<(&str, String)> = vec![
+            (
+                "cluster",
+                format!(
+                    "{} nodes x {} shards, {} groups, {} writers, {} B writes",
+                    self.nodes, self.shards, self.groups, self.writers, self.op_size_bytes
+                ),
+            ),
+            ("writes", format!("{} in {:.1} s", self.writes, self.window_secs)),
+            ("writes/s", format!("{:.0} (load average {:.2})", self.writes_per_sec, self.load_average)),
+            (
+                "latency p50 / p99 / p99.9",
+                format!("{} / {} / {} us", self.latency_p50_us, self.latency_p99_us, self.latency_p999_us),
+            ),
+            ("CPU per write", format!("{:.2} us", self.cpu_us_per_write)),
+            ("socket writes per write", format!("{:.3}", self.socket_writes_per_write)),
+            (
+                "syncs per write",
+                format!(
+                    "{:.3} ({:.3} per node; {:.2} per flush)",
+                    self.fsyncs_per_write,
+                    self.fsyncs_per_write / self.nodes.max(1) as f64,
+                    self.syncs_per_flush
+                ),
+            ),
+            ("context switches per write", format!("{:.3}", self.context_switches_per_write)),
+            ("dropped messages", self.dropped_messages.to_string()),
+            ("refused writes", self.refused_writes.to_string()),
+            (
+                "floor",
+                format!(
+                    "{} us (fdatasync {} us + loopback round trip {} us)",
+                    self.floor_us, self.fdatasync_us, self.round_trip_us
+                ),
+            ),
+        ];
+        let width = rows.iter().map(|(name, _)| name.len()).max().unwrap_or(0);
+        let mut out = String::new();
+        for (name, value) in rows {
+            let _ = writeln!(out, "  {name:<width$}  {value}");
+        }
+        out
+    }
+}
+
+/// The value at percentile `p` of sorted samples (0 if there are none).
+fn percentile(sorted: &[u64], p: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// The 1-minute load average, 0 if `/proc/loadavg` cannot be read.
+fn load_average() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|text| text.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0.0)
+}
