@@ -11,6 +11,7 @@
 pub mod check;
 pub mod cli;
 pub mod client;
+pub mod jepsen;
 pub mod kv;
 pub mod linearizability;
 pub mod metadata;

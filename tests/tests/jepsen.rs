@@ -1,0 +1,177 @@
+//! The Jepsen-style fault test (docs/faults.md): a short run of three real
+//! `cohort node` processes in network namespaces under a seeded nemesis
+//! must be linearizable on every key and lose no acknowledged write. It
+//! needs root, `ip` (iproute2) and `nft` (nftables) and fails saying so when
+//! they are missing; `COHORT_JEPSEN=off` skips it with a printed reason. The
+//! checker's own test runs on synthetic histories and needs nothing.
+
+use std::time::Duration;
+
+use cohort_sim::jepsen::checker::{self, Verdict};
+use cohort_sim::jepsen::history::{Completion, OpKind, OpRecord};
+use cohort_sim::jepsen::nemesis::{self, Fault, PhaseKind};
+use cohort_sim::jepsen::{self, Config, preflight};
+
+/// The test's seed; `COHORT_JEPSEN_SEED` picks another.
+const SEED: u64 = 1;
+/// The short run's length: six fault phases (one of each kind) and the final heal.
+const SECONDS: u64 = 105;
+
+fn op(process: usize, kind: OpKind, invoke_ms: u64, complete_ms: u64, completion: Completion) -> OpRecord {
+    OpRecord {
+        process,
+        key: 0,
+        kind,
+        invoke_ns: invoke_ms * 1_000_000,
+        complete_ns: complete_ms * 1_000_000,
+        completion,
+        node: None,
+    }
+}
+
+fn write(process: usize, value: u64, invoke_ms: u64, complete_ms: u64, replaced: u64) -> OpRecord {
+    op(process, OpKind::Write { value }, invoke_ms, complete_ms, Completion::Ok { value: replaced })
+}
+
+fn read(process: usize, invoke_ms: u64, complete_ms: u64, value: u64) -> OpRecord {
+    op(process, OpKind::Read, invoke_ms, complete_ms, Completion::Ok { value })
+}
+
+fn info_write(process: usize, value: u64, invoke_ms: u64, complete_ms: u64) -> OpRecord {
+    op(process, OpKind::Write { value }, invoke_ms, complete_ms, Completion::Info { reason: "timeout".into() })
+}
+
+/// Final reads are those invoked from 1000 ms on.
+const FINAL_MS: u64 = 1000;
+
+fn check(history: &[OpRecord]) -> checker::CheckReport {
+    checker::check(history, &[0], FINAL_MS * 1_000_000, Duration::from_secs(10))
+}
+
+#[test]
+fn checker_on_synthetic_histories() {
+    // Linearizable: sequential writes, two concurrent writes (either may
+    // win), an info write that did take effect (seen by a read), an info
+    // write never seen (dropped), and a final read of the winner.
+    let good = vec![
+        write(0, 1, 0, 10, 0),
+        read(1, 11, 20, 1),
+        write(0, 2, 30, 60, 1),
+        write(1, 3, 35, 50, 2),
+        read(2, 61, 70, 3),
+        info_write(0, 4, 80, 200),
+        read(1, 150, 160, 4),
+        info_write(2, 5, 170, 400),
+        write(1, 6, 300, 310, 4),
+        read(0, FINAL_MS, FINAL_MS + 5, 6),
+    ];
+    let report = check(&good);
+    assert_eq!(report.linearizable, Verdict::Yes, "{report:#?}");
+    assert_eq!(report.lost_acked_writes, 0, "{report:#?}");
+    assert!(report.passed(), "{report:#?}");
+    assert_eq!((report.keys[0].info_writes_kept, report.keys[0].info_writes_dropped), (1, 1));
+
+    // Of two concurrent acknowledged writes, either may be the one read at the end.
+    let seven_then_eight = vec![write(0, 7, 0, 50, 0), write(1, 8, 10, 40, 7), read(2, FINAL_MS, FINAL_MS + 1, 8)];
+    let eight_then_seven = vec![write(0, 7, 0, 50, 8), write(1, 8, 10, 40, 0), read(2, FINAL_MS, FINAL_MS + 1, 7)];
+    for history in [seven_then_eight, eight_then_seven] {
+        let report = check(&history);
+        assert!(report.passed(), "{report:#?}");
+    }
+
+    // A lost acknowledged write: 2 was acknowledged after 1 completed, yet
+    // the final read sees 1.
+    let lost = vec![write(0, 1, 0, 10, 0), write(1, 2, 20, 30, 1), read(2, FINAL_MS, FINAL_MS + 1, 1)];
+    let report = check(&lost);
+    assert_eq!(report.lost_acked_writes, 1, "{report:#?}");
+    assert_eq!(report.keys[0].lost_acked_writes, vec![2]);
+    assert_eq!(report.linearizable, Verdict::No, "the history is not linearizable either");
+    assert!(!report.passed());
+    // An empty register at the end loses every acknowledged write.
+    let emptied = vec![write(0, 1, 0, 10, 0), read(2, FINAL_MS, FINAL_MS + 1, 0)];
+    assert_eq!(check(&emptied).lost_acked_writes, 1);
+
+    // A stale read: invoked after the write of 2 completed, it returns 1.
+    let stale =
+        vec![write(0, 1, 0, 10, 0), write(0, 2, 20, 30, 1), read(1, 40, 50, 1), read(2, FINAL_MS, FINAL_MS + 1, 2)];
+    let report = check(&stale);
+    assert_eq!(report.linearizable, Verdict::No, "{report:#?}");
+    assert_eq!(report.lost_acked_writes, 0, "the final read is right; only the stale read is wrong");
+    let detail = report.keys[0].detail.clone().unwrap_or_default();
+    assert!(detail.contains("no linearization"), "{detail}");
+
+    // A write that reports replacing a value nobody wrote.
+    let wrong_old = vec![write(0, 1, 0, 10, 0), write(1, 2, 20, 30, 9), read(2, FINAL_MS, FINAL_MS + 1, 2)];
+    assert_eq!(check(&wrong_old).linearizable, Verdict::No);
+
+    // No final read: the lost-write check cannot run, and the run does not pass.
+    let unread = vec![write(0, 1, 0, 10, 0)];
+    let report = check(&unread);
+    assert_eq!(report.keys_without_final_read, vec![0]);
+    assert!(!report.passed());
+}
+
+#[test]
+fn nemesis_schedule_is_a_function_of_the_seed() {
+    let timing = short_config(SEED).timing;
+    let once = nemesis::schedule(SEED, SECONDS, 3, timing);
+    assert_eq!(once, nemesis::schedule(SEED, SECONDS, 3, timing), "same seed, same schedule");
+    assert_ne!(once, nemesis::schedule(SEED + 1, SECONDS, 3, timing), "another seed, another schedule");
+    assert_eq!(once.last().map(|phase| phase.kind), Some(PhaseKind::FinalHeal));
+    assert!(once.windows(2).all(|pair| pair[0].end_ms == pair[1].start_ms), "phases tile the run");
+    let faults: Vec<Fault> = once
+        .iter()
+        .filter_map(|phase| match phase.kind {
+            PhaseKind::Fault(fault) => Some(fault),
+            _ => None,
+        })
+        .collect();
+    // The short run sees each kind of fault once.
+    assert!(faults.iter().any(|f| matches!(f, Fault::Kill { .. })), "{faults:?}");
+    assert!(faults.iter().any(|f| matches!(f, Fault::Pause { .. })), "{faults:?}");
+    assert!(faults.iter().any(|f| matches!(f, Fault::Isolate { .. })), "{faults:?}");
+    assert!(faults.iter().any(|f| matches!(f, Fault::OneWay { .. } | Fault::Mute { .. })), "{faults:?}");
+}
+
+/// The short run's settings; the output directory is per process, so two
+/// test runs at once (two developers in one tree) never share data dirs.
+fn short_config(seed: u64) -> Config {
+    let out = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("jepsen-seed-{seed}-pid-{}", std::process::id()));
+    let mut config = Config::new(seed, SECONDS, out);
+    config.timing.fault_ms = (6_000, 9_000);
+    config.timing.healthy_ms = (4_000, 6_000);
+    config.timing.final_min_ms = 20_000;
+    config
+}
+
+#[test]
+fn jepsen_short_run_is_linearizable_and_loses_no_acknowledged_write() {
+    if std::env::var("COHORT_JEPSEN").is_ok_and(|value| value == "off") {
+        eprintln!("jepsen: skipped because COHORT_JEPSEN=off (the run needs root, iproute2 and nftables)");
+        return;
+    }
+    if let Err(error) = preflight::check_environment() {
+        panic!("{error}\n(or set COHORT_JEPSEN=off to skip this test)");
+    }
+    let seed = std::env::var("COHORT_JEPSEN_SEED").ok().and_then(|seed| seed.parse().ok()).unwrap_or(SEED);
+    let config = short_config(seed);
+    eprintln!("jepsen: seed {seed}, {SECONDS} s, output {}", config.out.display());
+    let report = jepsen::run(&config).unwrap_or_else(|error| panic!("jepsen run (seed {seed}): {error}"));
+    eprintln!("{}", report.table());
+    assert_eq!(report.linearizable, Verdict::Yes, "seed {seed}: linearizable on every key; see {}", report.summary);
+    assert_eq!(report.lost_acked_writes, 0, "seed {seed}: lost acknowledged writes; see {}", report.summary);
+    assert!(report.keys_without_final_read.is_empty(), "seed {seed}: every key is read after the final heal");
+    assert!(report.ops.ok > 1000, "seed {seed}: the workload ran ({} ok ops)", report.ops.ok);
+    // The picture exists, is a whole SVG document and names every fault phase.
+    let svg = std::fs::read_to_string(&report.svg).expect("the SVG picture");
+    assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"), "a whole SVG document");
+    for phase in report.phases.iter().filter(|phase| phase.kind != PhaseKind::Healthy) {
+        let label = phase.label.replace('>', "&gt;");
+        assert!(svg.contains(&label), "the picture labels phase {label}");
+    }
+    // Passed: keep the summary, history and picture, drop the nodes' data.
+    for node in 1..=config.nodes {
+        let _ = std::fs::remove_dir_all(config.out.join(format!("data-{node}")));
+    }
+}
