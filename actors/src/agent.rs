@@ -262,7 +262,8 @@ impl MetadataAgentActor {
                         if member == self.node() {
                             let now = self.now_tick();
                             let metadata = self.setup.metadata.clone();
-                            queue.extend(metadata.with(|state| self.agent.on_keepalive(now, &keepalive, state)));
+                            let node = self.node();
+                            queue.extend(metadata.with(|state| self.agent.on_keepalive(now, node, &keepalive, state)));
                         } else {
                             self.send(member, Message::SessionKeepalive(keepalive));
                         }
@@ -270,7 +271,8 @@ impl MetadataAgentActor {
                 }
                 AgentOutput::NotifyExpired { to, notice } => {
                     if to == self.node() {
-                        queue.extend(self.agent.on_session_expired(&notice));
+                        let (node, members) = (self.node(), self.setup.members.clone());
+                        queue.extend(self.agent.on_session_expired(node, &members, &notice));
                     } else {
                         self.send(to, Message::SessionExpired(notice));
                     }
@@ -483,11 +485,13 @@ impl Handler<AgentInbound> for MetadataAgentActor {
                 }
                 let now = self.now_tick();
                 let metadata = self.setup.metadata.clone();
-                let outputs = metadata.with(|state| self.agent.on_keepalive(now, &keepalive, state));
+                let from = inbound.from;
+                let outputs = metadata.with(|state| self.agent.on_keepalive(now, from, &keepalive, state));
                 self.execute(outputs, ctx);
             }
             Message::SessionExpired(notice) => {
-                let outputs = self.agent.on_session_expired(&notice);
+                let members = self.setup.members.clone();
+                let outputs = self.agent.on_session_expired(inbound.from, &members, &notice);
                 self.execute(outputs, ctx);
             }
             Message::Reply(reply) if reply.group == GroupId::METADATA => self.on_reply(reply, ctx),

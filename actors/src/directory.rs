@@ -9,7 +9,7 @@ use std::sync::RwLock;
 use actix::prelude::*;
 use cohort_messages::NodeId;
 
-use crate::inbound::{ConnectionReader, InboundBatch, InboundRoutes};
+use crate::inbound::{ConnectionReader, InboundBatch, InboundRoutes, ShardTask};
 use crate::peer_link::{AdoptConnection, PeerLink};
 use crate::shard::ShardActor;
 
@@ -21,12 +21,14 @@ pub type Links = HashMap<NodeId, Vec<Addr<PeerLink>>>;
 pub struct Directory {
     shards: RwLock<Vec<Addr<ShardActor>>>,
     links: RwLock<Links>,
+    /// Each shard's arbiter (they outlive restarts of the actors on them).
+    arbiters: Vec<ArbiterHandle>,
 }
 
 impl Directory {
     /// The shards by index and the links by peer and shard, as started.
-    pub fn new(shards: Vec<Addr<ShardActor>>, links: Links) -> Directory {
-        Directory { shards: RwLock::new(shards), links: RwLock::new(links) }
+    pub fn new(shards: Vec<Addr<ShardActor>>, links: Links, arbiters: Vec<ArbiterHandle>) -> Directory {
+        Directory { shards: RwLock::new(shards), links: RwLock::new(links), arbiters }
     }
 
     /// A link to `peer`, for what belongs to no shard (the metadata agent's
@@ -80,6 +82,10 @@ impl InboundRoutes for Directory {
 
     fn knows(&self, peer: NodeId) -> bool {
         self.links.read().is_ok_and(|links| links.contains_key(&peer))
+    }
+
+    fn spawn_on_shard(&self, shard: usize, task: ShardTask) -> bool {
+        self.arbiters.get(shard).is_some_and(|arbiter| arbiter.spawn(task))
     }
 
     fn adopt(&self, peer: NodeId, shard: usize, reader: ConnectionReader) -> Result<(), ConnectionReader> {

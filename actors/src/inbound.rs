@@ -56,11 +56,15 @@ pub struct AgentInbound {
 }
 
 /// The reading of one inbound connection, past its Handshake: made on the
-/// thread of the link that adopts it (so the socket is driven by that
-/// thread's runtime), and run in the link's context, so the link owns both
-/// directions of its peer's traffic and a restarted link starts from a
-/// fresh connection.
+/// thread of the link that adopts it (the connection was accepted there, so
+/// the socket is driven by that thread's runtime), and run in the link's
+/// context, so the link owns both directions of its peer's traffic and a
+/// restarted link starts from a fresh connection.
 pub type ConnectionReader = Box<dyn FnOnce() -> Option<Pin<Box<dyn Future<Output = ()>>>> + Send>;
+
+/// Work the listener hands to a shard's thread: the TLS handshake and the
+/// Handshake/LinkShard checks of one new connection.
+pub type ShardTask = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// Where the listener sends what it reads. Lookups happen on every use: the
 /// supervisor replaces dead shards and links while connections are open.
@@ -73,6 +77,9 @@ pub trait InboundRoutes: Send + Sync {
 
     /// True if `peer` is a peer of this node.
     fn knows(&self, peer: NodeId) -> bool;
+
+    /// Run `task` on shard `shard`'s thread; false if there is no such shard.
+    fn spawn_on_shard(&self, shard: usize, task: ShardTask) -> bool;
 
     /// Hand `reader` to the link of `shard` to `peer`; the reader back if
     /// `peer` is not a peer of this node or there is no such shard (the

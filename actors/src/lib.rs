@@ -23,6 +23,7 @@
 #![warn(unreachable_pub)]
 
 pub mod agent;
+pub mod certs;
 pub mod client_id;
 pub mod custom;
 pub mod directory;
@@ -45,5 +46,6 @@ pub mod shared_metadata;
 pub mod status;
 pub mod storage_worker;
 pub mod supervisor;
+pub mod tls;
 pub mod trace_context;
 pub mod traces;

@@ -1,12 +1,19 @@
-//! Inbound connections: handshake check, frame reading and routing.
+//! Inbound connections: preamble, TLS, handshake check, frame reading and
+//! routing.
 //!
-//! The listener accepts a connection and reads its first frame, which must be
-//! a Handshake on our revision and cluster, with our shard count, from a
-//! known peer (R18), and its second, a LinkShard naming the peer's shard,
-//! or the connection is closed with the reason logged. It then hands the
-//! connection to this node's same-index shard's link to that peer
-//! ([`InboundRoutes::adopt`]), which reads the rest on its shard's thread
-//! ([`read_frames`]): the link owns both directions of its peer's traffic.
+//! The listener accepts a connection and reads its preamble
+//! ([`cohort_messages::Preamble`]: revision, shard, TLS or not), then hands
+//! the socket to that shard's thread ([`InboundRoutes::spawn_on_shard`]),
+//! where the rest happens, so the connection is driven by the thread that
+//! reads it (K2) and the TLS session is made where it lives. There the TLS
+//! handshake requires a certificate signed by the cluster CA (T1), and the
+//! first frame must be a Handshake on our revision and cluster, with our
+//! shard count, from a known peer that the certificate names (R18, T1), and
+//! the second a LinkShard repeating the preamble's shard, or the connection
+//! is closed, the refusal counted by reason and logged. The connection then
+//! goes to this shard's link to that peer ([`InboundRoutes::adopt`]), which
+//! reads the rest ([`read_frames`]): the link owns both directions of its
+//! peer's traffic, and every frame's sender must be the authenticated peer.
 //! Frames are split by [`FrameDecoder`]: a bad body checksum drops that
 //! frame only (R15), a bad header closes the connection (the stream lost its
 //! framing). Single-group messages go to the shard that owns the group;
@@ -21,11 +28,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::BytesMut;
 use cohort_core::routing::{route, shard_of};
-use cohort_messages::{ClusterId, Frame, FrameDecoder, Message, NodeId};
+use cohort_messages::{ClusterId, Frame, FrameDecoder, LinkMode, Message, NodeId, PREAMBLE_SIZE_BYTES, Preamble};
 use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::inbound::{AgentInbound, ConnectionReader, Inbound, InboundBatch, InboundRoutes};
+use crate::metrics::Port;
+use crate::tls::{NodeTls, Stream};
 
 /// Counters of what inbound connections refused or dropped.
 #[derive(Debug, Default)]
@@ -55,9 +64,39 @@ pub struct Router {
     pub drops: Arc<crate::drops::Drops>,
     /// Numbers connections, as the source of their reject counts.
     pub next_connection: Arc<AtomicU64>,
+    /// How a connection is bounded (F1); also the time a dialer has to send
+    /// its preamble, finish TLS, and send its Handshake and LinkShard.
+    pub link_timing: crate::peer_link::LinkTiming,
+    /// TLS (T1); `None` only for an `insecure` cluster.
+    pub tls: Option<NodeTls>,
+    /// Connections accepted and not yet adopted by a link or refused (T5:
+    /// at most [`GREETINGS_MAX`]).
+    pub greeting: Arc<std::sync::atomic::AtomicUsize>,
     /// The node's metadata agent: session frames (which carry no group) and
     /// the metadata group's answers to the agent's forwarded requests.
     pub agent: Option<actix::Recipient<AgentInbound>>,
+}
+
+/// The most peer connections that may be between accept and adoption at
+/// once (T5): a flood of connections that never greet costs at most this
+/// many small buffers, each for at most the stall timeout.
+pub const GREETINGS_MAX: usize = 256;
+
+/// One connection counted in [`Router::greeting`] until it is dropped.
+struct Greeting(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Greeting {
+    fn enter(count: &Arc<std::sync::atomic::AtomicUsize>) -> Option<Greeting> {
+        let before = count.fetch_add(1, Ordering::Relaxed);
+        let greeting = Greeting(Arc::clone(count));
+        (before < GREETINGS_MAX).then_some(greeting)
+    }
+}
+
+impl Drop for Greeting {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// Accept connections forever, each served by its own task.
@@ -65,24 +104,97 @@ pub async fn serve(listener: TcpListener, router: Router) {
     loop {
         match listener.accept().await {
             Ok((stream, _)) => {
-                let _ = stream.set_nodelay(true);
-                actix::spawn(read_connection(stream, router.clone()));
+                let Some(greeting) = Greeting::enter(&router.greeting) else {
+                    router.refuse(None, "connections_max", "too many connections are greeting at once");
+                    continue;
+                };
+                // A connection that cannot be bounded is not served (F1).
+                if router.link_timing.tune(&stream).is_ok() {
+                    actix::spawn(read_connection(stream, router.clone(), greeting));
+                }
             }
             Err(_) => tokio::time::sleep(std::time::Duration::from_millis(10)).await,
         }
     }
 }
 
-/// Read one inbound connection until its Handshake names a known peer (R18),
-/// then hand the connection to that peer's link, which reads the rest.
-async fn read_connection(mut stream: TcpStream, router: Router) {
+/// Read a new connection's preamble and hand it to the shard it names.
+async fn read_connection(mut stream: TcpStream, router: Router, greeting: Greeting) {
+    let deadline = router.link_timing.stall_timeout;
+    let mut bytes = [0u8; PREAMBLE_SIZE_BYTES];
+    match tokio::time::timeout(deadline, stream.read_exact(&mut bytes)).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(_)) => return router.refuse(None, "closed_before_preamble", "it closed before its preamble"),
+        Err(_) => return router.refuse(None, "no_preamble_in_time", "no preamble within the stall timeout"),
+    }
+    let preamble = match Preamble::decode(&bytes) {
+        Ok(preamble) => preamble,
+        Err(error) => {
+            let reason = match error {
+                cohort_messages::PreambleError::Magic => "bad_preamble",
+                cohort_messages::PreambleError::Revision { .. } => "revision",
+                cohort_messages::PreambleError::Mode(_) => "bad_preamble",
+            };
+            return router.refuse(None, reason, &error.to_string());
+        }
+    };
+    let shard = usize::from(preamble.shard);
+    if shard >= router.routes.shard_count() {
+        return router.refuse(None, "shard_count", &format!("no shard {shard} here"));
+    }
+    match (preamble.mode, router.tls.is_some()) {
+        (LinkMode::Tls, true) | (LinkMode::Plaintext, false) => {}
+        (LinkMode::Plaintext, true) => {
+            return router.refuse(
+                None,
+                "plaintext",
+                "it speaks plaintext, this node requires TLS ([tls] insecure on one node only?)",
+            );
+        }
+        (LinkMode::Tls, false) => {
+            return router.refuse(None, "tls_not_configured", "it speaks TLS, this node is configured insecure");
+        }
+    }
+    // The socket moves to the shard's thread, whose runtime then drives it.
+    let Ok(stream) = stream.into_std() else { return };
+    let task = accept_on_shard(stream, router.clone(), shard, greeting);
+    if !router.routes.spawn_on_shard(shard, Box::pin(task)) {
+        router.refuse(None, "shard_count", &format!("shard {shard} does not run"));
+    }
+}
+
+/// On shard `shard`'s thread: TLS, then the Handshake and LinkShard, then
+/// hand the connection to the shard's link to the peer.
+async fn accept_on_shard(stream: std::net::TcpStream, router: Router, shard: usize, greeting: Greeting) {
+    let Ok(tcp) = TcpStream::from_std(stream) else { return };
+    let deadline = router.link_timing.stall_timeout;
+    let (mut stream, certificate): (Stream, _) = match &router.tls {
+        None => (Box::new(tcp), None),
+        Some(tls) => match tokio::time::timeout(deadline, tls.acceptor.accept(tcp)).await {
+            Ok(Ok(tls_stream)) => {
+                let certificate = tls_stream.get_ref().1.peer_certificates().and_then(|chain| chain.first()).cloned();
+                (Box::new(tls_stream), certificate)
+            }
+            Ok(Err(error)) => return router.refuse(None, "tls_handshake", &format!("TLS handshake failed: {error}")),
+            Err(_) => return router.refuse(None, "tls_handshake", "no TLS handshake within the stall timeout"),
+        },
+    };
+    // Until the peer is known, only the small greeting frames are accepted (T5).
+    let greeting_body_max = cohort_messages::Command::Handshake.body_size_max_bytes();
     let mut inbound = Connection {
         connection: router.next_connection.fetch_add(1, Ordering::Relaxed) as usize,
         rejects: cohort_messages::RejectCounters::default(),
-        decoder: FrameDecoder::new(router.cluster),
-        buffer: BytesMut::with_capacity(64 * 1024),
+        decoder: FrameDecoder::with_body_max(router.cluster, greeting_body_max),
+        buffer: BytesMut::with_capacity(4 * 1024),
+        metrics: Arc::clone(&router.metrics),
     };
-    let Some(frame) = inbound.next_frame(&mut stream, &router, None).await else { return };
+    // A dialer that does not greet within the stall timeout holds nothing.
+    // `None`: the dialer closed, or sent a frame already counted as rejected.
+    let frame = match tokio::time::timeout(deadline, inbound.next_frame(&mut stream, &router, None)).await {
+        Ok(Some(frame)) => frame,
+        Ok(None) => return,
+        Err(_) => return router.refuse(None, "no_handshake_in_time", "no Handshake within the stall timeout"),
+    };
     let mut peer = None;
     let mut pending = Pending::default();
     if !router.handle(&mut peer, frame, &mut inbound.rejects, inbound.connection, &mut pending) {
@@ -90,32 +202,39 @@ async fn read_connection(mut stream: TcpStream, router: Router) {
     }
     let Some(peer) = peer else { return };
     if !router.routes.knows(peer) {
-        router.stats.handshakes_refused.fetch_add(1, Ordering::Relaxed);
-        eprintln!("cohort: refusing {peer}: not a peer of this node");
-        return;
+        return router.refuse(Some(peer), "unknown_peer", "not a peer of this node");
+    }
+    if router.tls.is_some() {
+        let named = certificate.as_ref().is_some_and(|certificate| crate::tls::certifies_node(certificate, peer));
+        if !named {
+            return router.refuse(Some(peer), "certificate_names_another_node", "its certificate does not name it");
+        }
     }
     // The second frame names the peer's shard this connection carries.
-    let Some(frame) = inbound.next_frame(&mut stream, &router, Some(peer)).await else { return };
-    let shard = match frame.message() {
-        Ok(Message::LinkShard(link)) if frame.header.sender == peer => usize::from(link.shard),
-        _ => {
-            router.stats.handshakes_refused.fetch_add(1, Ordering::Relaxed);
-            eprintln!("cohort: refusing {peer}: its second frame is not a LinkShard");
-            return;
-        }
+    let second = inbound.next_frame(&mut stream, &router, Some(peer));
+    let frame = match tokio::time::timeout(deadline, second).await {
+        Ok(Some(frame)) => frame,
+        Ok(None) => return,
+        Err(_) => return router.refuse(Some(peer), "no_link_shard_in_time", "no LinkShard within the stall timeout"),
     };
-    // The socket moves to the link's thread, whose runtime then drives it.
-    let Ok(stream) = stream.into_std() else { return };
-    let routes = Arc::clone(&router.routes);
-    let stats = Arc::clone(&router.stats);
-    let reader: ConnectionReader = Box::new(move || {
-        let stream = TcpStream::from_std(stream).ok()?;
-        Some(Box::pin(read_frames(stream, inbound, peer, router)))
-    });
+    match frame.message() {
+        Ok(Message::LinkShard(link)) if frame.header.sender == peer && usize::from(link.shard) == shard => {}
+        _ => {
+            return router.refuse(
+                Some(peer),
+                "bad_link_shard",
+                "its second frame is not a LinkShard for the preamble's shard",
+            );
+        }
+    }
+    inbound.decoder.set_body_max(cohort_messages::BODY_SIZE_MAX_BYTES);
+    drop(greeting);
+    let (routes, refusals) = (Arc::clone(&router.routes), router.clone());
+    let reader: ConnectionReader = Box::new(move || Some(Box::pin(read_frames(stream, inbound, peer, router))));
     if let Err(refused) = routes.adopt(peer, shard, reader) {
-        stats.handshakes_refused.fetch_add(1, Ordering::Relaxed);
-        eprintln!("cohort: refusing {peer}: not a peer of this node, or no shard {shard} here");
+        // Dropping the reader closes the connection.
         drop(refused);
+        refusals.refuse(Some(peer), "no_link", &format!("no link to it on shard {shard}"));
     }
 }
 
@@ -125,13 +244,21 @@ pub struct Connection {
     rejects: cohort_messages::RejectCounters,
     decoder: FrameDecoder,
     buffer: BytesMut,
+    /// Where its rejects are counted; told to forget it when it closes (T5).
+    metrics: Arc<crate::metrics::NodeMetrics>,
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        self.metrics.forget_rejected(self.connection);
+    }
 }
 
 impl Connection {
     /// The next frame with good checksums, reading from `stream` as needed.
     /// Bad frames are counted and skipped (R15); `None` once the connection
     /// ends or its framing is lost.
-    async fn next_frame(&mut self, stream: &mut TcpStream, router: &Router, peer: Option<NodeId>) -> Option<Frame> {
+    async fn next_frame(&mut self, stream: &mut Stream, router: &Router, peer: Option<NodeId>) -> Option<Frame> {
         loop {
             match self.decoder.decode(&mut self.buffer) {
                 Ok(Some(frame)) => return Some(frame),
@@ -155,7 +282,7 @@ impl Connection {
 /// context, so a restarted link starts from a fresh connection. Every
 /// complete frame of one read is routed before the next read, and each
 /// shard gets what the read held for it in one message.
-pub async fn read_frames(mut stream: TcpStream, mut inbound: Connection, peer: NodeId, router: Router) {
+pub async fn read_frames(mut stream: Stream, mut inbound: Connection, peer: NodeId, router: Router) {
     let mut known = Some(peer);
     let mut pending = Pending::default();
     loop {
@@ -190,16 +317,31 @@ struct Pending {
 }
 
 impl Router {
+    /// Count a refused connection by reason (T5) and say why on stderr.
+    fn refuse(&self, peer: Option<NodeId>, reason: &'static str, why: &str) {
+        self.stats.handshakes_refused.fetch_add(1, Ordering::Relaxed);
+        self.metrics.inc_refused(Port::Peer, reason);
+        match peer {
+            Some(peer) => eprintln!("cohort: refusing a connection from {peer}: {why}"),
+            None => eprintln!("cohort: refusing a peer connection: {why}"),
+        }
+    }
+
     fn reject_frame(&self, inbound: &mut Connection, error: &cohort_messages::FrameError, peer: Option<NodeId>) {
         self.stats.frames_rejected.fetch_add(1, Ordering::Relaxed);
         inbound.rejects.frame(error);
         self.metrics.record_rejected(inbound.connection, &inbound.rejects);
         if error.closes_connection() {
-            if matches!(
-                error,
-                cohort_messages::FrameError::Revision { .. } | cohort_messages::FrameError::ClusterMismatch { .. }
-            ) {
-                self.stats.handshakes_refused.fetch_add(1, Ordering::Relaxed);
+            match error {
+                cohort_messages::FrameError::Revision { .. } => {
+                    self.stats.handshakes_refused.fetch_add(1, Ordering::Relaxed);
+                    self.metrics.inc_refused(Port::Peer, "revision");
+                }
+                cohort_messages::FrameError::ClusterMismatch { .. } => {
+                    self.stats.handshakes_refused.fetch_add(1, Ordering::Relaxed);
+                    self.metrics.inc_refused(Port::Peer, "cluster_mismatch");
+                }
+                _ => {}
             }
             eprintln!("cohort: closing connection from {peer:?}: {error}");
         }
@@ -227,13 +369,12 @@ impl Router {
             return match message {
                 Message::Handshake(handshake) => match handshake.check_peer(self.cluster) {
                     Ok(()) if usize::from(handshake.shard_count) != self.routes.shard_count() => {
-                        self.stats.handshakes_refused.fetch_add(1, Ordering::Relaxed);
-                        eprintln!(
-                            "cohort: refusing node {}: it runs {} shards, this node {}; every node of a cluster runs the same shard count",
-                            handshake.node,
+                        let why = format!(
+                            "it runs {} shards, this node {}; every node of a cluster runs the same shard count",
                             handshake.shard_count,
                             self.routes.shard_count()
                         );
+                        self.refuse(Some(handshake.node), "shard_count", &why);
                         false
                     }
                     Ok(()) if handshake.node == frame.header.sender => {
@@ -241,23 +382,24 @@ impl Router {
                         true
                     }
                     Ok(()) => {
-                        self.stats.handshakes_refused.fetch_add(1, Ordering::Relaxed);
+                        self.refuse(Some(handshake.node), "sender_mismatch", "its Handshake's sender is another node");
                         false
                     }
                     Err(error) => {
-                        self.stats.handshakes_refused.fetch_add(1, Ordering::Relaxed);
-                        eprintln!("cohort: refusing node {}: {error}", handshake.node);
+                        self.refuse(Some(handshake.node), "handshake", &error.to_string());
                         false
                     }
                 },
                 _ => {
-                    self.stats.handshakes_refused.fetch_add(1, Ordering::Relaxed);
+                    self.refuse(None, "not_a_handshake", "its first frame is not a Handshake");
                     false
                 }
             };
         };
         if frame.header.sender != from {
+            // T1: every frame's sender is the authenticated peer.
             self.stats.frames_rejected.fetch_add(1, Ordering::Relaxed);
+            self.refuse(Some(from), "sender_mismatch", &format!("a frame claims sender {}", frame.header.sender));
             return false;
         }
         let shards = self.routes.shard_count();

@@ -272,29 +272,69 @@ impl EncodeLabelValue for SyncKind {
     }
 }
 
-/// Which port a socket write went out on: the `port` label of `cohort_socket_writes_total`.
+/// Which port: the `port` label of `cohort_socket_writes_total` and
+/// `cohort_refusals_total`.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Port {
     /// A connection to a peer node.
     Peer,
     /// A client connection on the client port.
     Client,
+    /// The admin (HTTP) port.
+    Admin,
 }
 
 impl Port {
     /// Every port; each is exported from the start, at zero.
-    pub const ALL: [Port; 2] = [Port::Peer, Port::Client];
+    pub const ALL: [Port; 3] = [Port::Peer, Port::Client, Port::Admin];
 
     /// The label value.
     pub fn as_str(self) -> &'static str {
         match self {
             Port::Peer => "peer",
             Port::Client => "client",
+            Port::Admin => "admin",
         }
     }
 }
 
 impl EncodeLabelValue for Port {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> std::fmt::Result {
+        encoder.write_str(self.as_str())
+    }
+}
+
+/// What happened to a peer link's outbound connection: the `event` label of
+/// `cohort_peer_link_events_total` (F1).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LinkEvent {
+    /// A dial and its greeting succeeded.
+    Connected,
+    /// A dial failed or did not finish within the connect timeout.
+    DialFailed,
+    /// A connection made no progress for the stall timeout and was replaced.
+    Stalled,
+    /// A connection failed (write error, reset, or the peer closed it).
+    Closed,
+}
+
+impl LinkEvent {
+    /// Every event; each is exported from the start, at zero.
+    pub const ALL: [LinkEvent; 4] =
+        [LinkEvent::Connected, LinkEvent::DialFailed, LinkEvent::Stalled, LinkEvent::Closed];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LinkEvent::Connected => "connected",
+            LinkEvent::DialFailed => "dial_failed",
+            LinkEvent::Stalled => "stalled",
+            LinkEvent::Closed => "closed",
+        }
+    }
+}
+
+impl EncodeLabelValue for LinkEvent {
     fn encode(&self, encoder: &mut LabelValueEncoder) -> std::fmt::Result {
         encoder.write_str(self.as_str())
     }
@@ -409,6 +449,17 @@ struct PortLabels {
     port: Port,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RefusalLabels {
+    port: Port,
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LinkEventLabels {
+    event: LinkEvent,
+}
+
 /// A [`RejectCounters`] flattened to one total per `(level, kind)`.
 type RejectTotals = BTreeMap<(RejectLevel, &'static str), u64>;
 
@@ -424,10 +475,10 @@ struct SessionLabels {
 }
 
 /// The session events exported, in the order of [`session_counts`].
-const SESSION_EVENTS: [&str; 6] =
-    ["opened", "expired", "report_accepted", "report_refused", "expiry_proposed", "group_unloaded"];
+const SESSION_EVENTS: [&str; 7] =
+    ["opened", "expired", "report_accepted", "report_refused", "expiry_proposed", "group_unloaded", "frame_refused"];
 
-fn session_counts(counters: &cohort_core::metadata::AgentCounters) -> [u64; 6] {
+fn session_counts(counters: &cohort_core::metadata::AgentCounters) -> [u64; 7] {
     let cohort_core::metadata::AgentCounters {
         sessions_opened,
         sessions_expired,
@@ -435,14 +486,23 @@ fn session_counts(counters: &cohort_core::metadata::AgentCounters) -> [u64; 6] {
         reports_refused,
         expiries_proposed,
         groups_unloaded,
+        frames_refused,
     } = *counters;
-    [sessions_opened, sessions_expired, reports_accepted, reports_refused, expiries_proposed, groups_unloaded]
+    [
+        sessions_opened,
+        sessions_expired,
+        reports_accepted,
+        reports_refused,
+        expiries_proposed,
+        groups_unloaded,
+        frames_refused,
+    ]
 }
 
 /// The last snapshot applied from each source, to turn the next into deltas.
 #[derive(Debug, Default)]
 struct Applied {
-    sessions: [u64; 6],
+    sessions: [u64; 7],
     shards: BTreeMap<usize, [u64; SHARD_COUNTER_COUNT]>,
     rejects: BTreeMap<usize, RejectTotals>,
 }
@@ -505,6 +565,8 @@ pub struct NodeMetrics {
     frames_dropped: Family<DropLabels, Counter>,
     syncs: Family<SyncLabels, Counter>,
     socket_writes: Family<PortLabels, Counter>,
+    link_events: Family<LinkEventLabels, Counter>,
+    refusals: Family<RefusalLabels, Counter>,
     flushes: Counter,
     peers_connected: Gauge,
     commit_latency: Histogram,
@@ -566,6 +628,21 @@ impl NodeMetrics {
         for port in Port::ALL {
             let _series = socket_writes.get_or_create(&PortLabels { port });
         }
+        let link_events = Family::<LinkEventLabels, Counter>::default();
+        registry.register(
+            "peer_link_events",
+            "F1: outbound peer connections made, dials failed, connections replaced for a stall, and connections lost",
+            link_events.clone(),
+        );
+        for event in LinkEvent::ALL {
+            let _series = link_events.get_or_create(&LinkEventLabels { event });
+        }
+        let refusals = Family::<RefusalLabels, Counter>::default();
+        registry.register(
+            "refusals",
+            "T5: connections and requests refused, by port and reason (see docs/security.md)",
+            refusals.clone(),
+        );
         let peers_connected = Gauge::default();
         registry.register("peers_connected", "Peer nodes with a connected, handshaken link", peers_connected.clone());
         let commit_latency = Histogram::new(COMMIT_LATENCY_BUCKETS_SECONDS);
@@ -607,6 +684,8 @@ impl NodeMetrics {
             frames_dropped,
             syncs,
             socket_writes,
+            link_events,
+            refusals,
             flushes,
             peers_connected,
             commit_latency,
@@ -652,6 +731,19 @@ impl NodeMetrics {
         for ((level, kind), delta) in deltas {
             self.frames_rejected.get_or_create(&RejectLabels { level, kind }).inc_by(delta);
         }
+    }
+
+    /// T5: forget what was kept about `source` (a connection that closed),
+    /// so per-connection state does not outlive the connection. Its counts
+    /// stay in the totals.
+    pub fn forget_rejected(&self, source: usize) {
+        self.applied().rejects.remove(&source);
+    }
+
+    /// Sources whose reject counts are kept (one per open connection that
+    /// rejected something).
+    pub fn rejected_sources(&self) -> usize {
+        self.applied().rejects.len()
     }
 
     /// Count `count` frames or messages `mailbox` dropped for `reason`.
@@ -707,6 +799,27 @@ impl NodeMetrics {
     /// Write calls on sockets of `port` so far.
     pub fn socket_writes(&self, port: Port) -> u64 {
         self.socket_writes.get_or_create(&PortLabels { port }).get()
+    }
+
+    /// Count one refusal on `port` for `reason` (a short snake_case word, the
+    /// label value; the reasons of each port are listed in docs/security.md).
+    pub fn inc_refused(&self, port: Port, reason: &'static str) {
+        self.refusals.get_or_create(&RefusalLabels { port, reason }).inc();
+    }
+
+    /// Refusals on `port` for `reason` so far.
+    pub fn refused(&self, port: Port, reason: &'static str) -> u64 {
+        self.refusals.get_or_create(&RefusalLabels { port, reason }).get()
+    }
+
+    /// Count one `event` of a peer link.
+    pub fn inc_link_event(&self, event: LinkEvent) {
+        self.link_events.get_or_create(&LinkEventLabels { event }).inc();
+    }
+
+    /// `event`s of peer links so far.
+    pub fn link_events(&self, event: LinkEvent) -> u64 {
+        self.link_events.get_or_create(&LinkEventLabels { event }).get()
     }
 
     /// Set how many peer nodes are connected now.

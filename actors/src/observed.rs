@@ -60,4 +60,13 @@ impl StateMachine for ObservedStateMachine {
     fn restore(&mut self, snapshot: &[u8]) -> Result<(), String> {
         self.inner.restore(snapshot)
     }
+
+    fn admit(
+        &self,
+        sender: cohort_messages::NodeId,
+        members: &[cohort_messages::NodeId],
+        operation: &[u8],
+    ) -> Result<(), String> {
+        self.inner.admit(sender, members, operation)
+    }
 }

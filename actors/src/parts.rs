@@ -14,7 +14,7 @@ use cohort_messages::{ClusterId, NodeId};
 
 use crate::kind::HostedGroup;
 use crate::outbox::Outbox;
-use crate::peer_link::{LinkIdentity, LinkState, PeerLink};
+use crate::peer_link::{LinkIdentity, LinkState, LinkTiming, PeerLink};
 use crate::placement_recorder::PlacementRecorder;
 use crate::placements::{self, PlacementFile};
 use crate::registry::Kinds;
@@ -61,6 +61,10 @@ pub struct Parts {
     pub fatal: Arc<Mutex<Option<String>>>,
     /// The peers and their addresses.
     pub peers: BTreeMap<NodeId, SocketAddr>,
+    /// How links notice dead connections and redial (F1).
+    pub link_timing: LinkTiming,
+    /// TLS of peer links (T1); `None` only for an `insecure` (plaintext) cluster.
+    pub tls: Option<crate::tls::NodeTls>,
     /// Each shard's link state towards each peer (R25, K4), by shard index.
     pub links: HashMap<NodeId, Vec<Arc<LinkState>>>,
     /// The configured groups of each shard.
@@ -92,7 +96,7 @@ impl Parts {
             peer,
             address,
         };
-        let link = PeerLink::new(identity, state, Arc::clone(&self.drops));
+        let link = PeerLink::new(identity, self.link_timing, self.tls.clone(), state, Arc::clone(&self.drops));
         Some(PeerLink::start_in_arbiter(arbiter, move |_| link))
     }
 

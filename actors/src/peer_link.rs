@@ -24,6 +24,22 @@
 //! matters: heartbeats, repairs; a dropped reply batch is replaced by the
 //! next, R30). Connectivity is shared with the shard so each group can
 //! record it after a batch (R25).
+//!
+//! F1, why a link watches its connection: during a partition TCP keeps
+//! retransmitting with a doubling timer, so after the heal an old
+//! connection can sit for many seconds on a send queue of stale frames,
+//! and a write into a socket with room in its buffer never fails. So a
+//! connection is replaced once it makes no progress for
+//! [`LinkTiming::stall_timeout`]: a write the socket does not take, data
+//! or keepalive probes TCP does not see acknowledged (`TCP_USER_TIMEOUT`
+//! with keepalive, on both ends), or the peer closing it. The kernel may
+//! hold at most [`LinkTiming::socket_unsent_max_bytes`] unsent
+//! (`TCP_NOTSENT_LOWAT`); the rest waits in the link's own queue, where
+//! it counts towards congestion and is dropped on a redial, not delivered
+//! late. A dial that does not finish within [`LinkTiming::connect_timeout`]
+//! fails, and the next starts after a backoff that doubles up to
+//! [`LinkTiming::redial_backoff_max`], so a healed link is back within
+//! about that long plus one round trip.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -32,14 +48,17 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use bytes::{Bytes, BytesMut};
-use cohort_messages::{ClusterId, Handshake, LinkShard, Message, NodeId, TraceContext, WIRE_REVISION};
-use tokio::io::AsyncWriteExt;
+use cohort_messages::{
+    ClusterId, Handshake, LinkMode, LinkShard, Message, NodeId, Preamble, TraceContext, WIRE_REVISION,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
 use crate::drops::Drops;
 use crate::inbound::ConnectionReader;
-use crate::metrics::{DropReason, Mailbox, NodeMetrics, Port};
+use crate::metrics::{DropReason, LinkEvent, Mailbox, NodeMetrics, Port};
+use crate::tls::{NodeTls, Stream};
 
 /// Frames to write to the peer, in order, encoded one after another.
 #[derive(Message)]
@@ -81,8 +100,52 @@ pub struct LinkState {
     /// gone below [`LINK_DRAINED_BYTES`].
     pub congested: AtomicBool,
 }
-const BACKOFF_MIN: Duration = Duration::from_millis(20);
-const BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// The first wait between two dials; it doubles up to
+/// [`LinkTiming::redial_backoff_max`].
+pub const REDIAL_BACKOFF_MIN: Duration = Duration::from_millis(20);
+
+/// How a link notices a dead connection and how fast it dials again (F1).
+/// Local to each node (peers need not agree); see `[links]` in the config.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LinkTiming {
+    /// A connection that makes no progress this long is closed and redialed.
+    pub stall_timeout: Duration,
+    /// How long one dial may take.
+    pub connect_timeout: Duration,
+    /// The longest wait between two dials.
+    pub redial_backoff_max: Duration,
+    /// Unsent bytes the kernel may hold for one connection (`TCP_NOTSENT_LOWAT`).
+    pub socket_unsent_max_bytes: u32,
+}
+
+impl Default for LinkTiming {
+    fn default() -> Self {
+        LinkTiming {
+            stall_timeout: Duration::from_secs(2),
+            connect_timeout: Duration::from_secs(1),
+            redial_backoff_max: Duration::from_secs(1),
+            socket_unsent_max_bytes: 128 * 1024,
+        }
+    }
+}
+
+impl LinkTiming {
+    /// Set the options that bound a peer connection (both ends): TCP
+    /// keepalive probes an idle connection, `TCP_USER_TIMEOUT` aborts it
+    /// once data or probes stay unacknowledged for the stall timeout, and
+    /// `TCP_NOTSENT_LOWAT` bounds what the kernel holds unsent.
+    pub fn tune(&self, stream: &TcpStream) -> std::io::Result<()> {
+        stream.set_nodelay(true)?;
+        let socket = socket2::SockRef::from(stream);
+        let probe_every = (self.stall_timeout / 4).max(Duration::from_millis(100));
+        let keepalive = socket2::TcpKeepalive::new()
+            .with_time((self.stall_timeout / 2).max(Duration::from_secs(1)))
+            .with_interval(probe_every.max(Duration::from_secs(1)));
+        socket.set_tcp_keepalive(&keepalive)?;
+        socket.set_tcp_user_timeout(Some(self.stall_timeout))?;
+        socket.set_tcp_notsent_lowat(self.socket_unsent_max_bytes)
+    }
+}
 
 /// Who a link is.
 #[derive(Clone, Debug)]
@@ -104,6 +167,8 @@ pub struct LinkIdentity {
 /// The peer link actor.
 pub struct PeerLink {
     identity: LinkIdentity,
+    timing: LinkTiming,
+    tls: Option<NodeTls>,
     queue: Option<mpsc::UnboundedSender<Bytes>>,
     /// Bytes handed to the writer and not yet written (only this shard's
     /// thread touches it).
@@ -116,8 +181,24 @@ pub struct PeerLink {
 
 impl PeerLink {
     /// The link of `identity.shard` to `identity.peer`.
-    pub fn new(identity: LinkIdentity, state: Arc<LinkState>, drops: Arc<Drops>) -> PeerLink {
-        PeerLink { identity, queue: None, unsent_bytes: Arc::new(AtomicUsize::new(0)), state, drops, reader: None }
+    /// `tls`: `None` only for a cluster configured `insecure` (plaintext).
+    pub fn new(
+        identity: LinkIdentity,
+        timing: LinkTiming,
+        tls: Option<NodeTls>,
+        state: Arc<LinkState>,
+        drops: Arc<Drops>,
+    ) -> PeerLink {
+        PeerLink {
+            identity,
+            timing,
+            tls,
+            queue: None,
+            unsent_bytes: Arc::new(AtomicUsize::new(0)),
+            state,
+            drops,
+            reader: None,
+        }
     }
 
     /// The peer this link writes to.
@@ -145,6 +226,10 @@ impl Actor for PeerLink {
         self.queue = Some(sender);
         let writer = Writer {
             address: self.identity.address,
+            peer: self.identity.peer,
+            shard: self.identity.shard,
+            tls: self.tls.clone(),
+            timing: self.timing,
             hello: self.hello(),
             state: Arc::clone(&self.state),
             unsent_bytes: Arc::clone(&self.unsent_bytes),
@@ -186,62 +271,124 @@ impl Handler<SendFrames> for PeerLink {
     }
 }
 
-/// The writing half of a link: dial, greet, write; redial on failure.
+/// The writing half of a link: dial, greet, write; redial on failure or stall.
 struct Writer {
     address: SocketAddr,
+    peer: NodeId,
+    shard: u16,
+    tls: Option<NodeTls>,
+    timing: LinkTiming,
     hello: Bytes,
     state: Arc<LinkState>,
     unsent_bytes: Arc<AtomicUsize>,
     metrics: Arc<NodeMetrics>,
 }
 
+/// Why a connection ended.
+enum Ended {
+    /// The link stopped: its queue closed.
+    Stopped,
+    /// A write failed, or the peer closed or reset the connection.
+    Closed,
+    /// No progress for the stall timeout.
+    Stalled,
+}
+
 impl Writer {
     async fn run(self, mut queue: mpsc::UnboundedReceiver<Bytes>) {
-        let mut backoff = BACKOFF_MIN;
+        let mut backoff = REDIAL_BACKOFF_MIN;
         loop {
-            let mut stream = match TcpStream::connect(self.address).await {
-                Ok(stream) => stream,
-                Err(_) => {
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(BACKOFF_MAX);
-                    continue;
-                }
-            };
-            let _ = stream.set_nodelay(true);
-            if self.write(&mut stream, &self.hello).await.is_err() {
+            let Some(mut stream) = self.dial().await else {
+                self.metrics.inc_link_event(LinkEvent::DialFailed);
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(self.timing.redial_backoff_max.max(REDIAL_BACKOFF_MIN));
                 continue;
-            }
-            backoff = BACKOFF_MIN;
+            };
+            backoff = REDIAL_BACKOFF_MIN;
             // Frames queued while disconnected are stale: drop them.
             while let Ok(stale) = queue.try_recv() {
                 self.written(stale.len());
             }
+            self.metrics.inc_link_event(LinkEvent::Connected);
             self.state.connected.store(true, Ordering::Relaxed);
-            loop {
-                let Some(first) = queue.recv().await else {
-                    self.state.connected.store(false, Ordering::Relaxed);
-                    return;
-                };
-                // Every turn queued by now leaves in the same write.
-                let bytes = match queue.try_recv() {
-                    Err(_) => first,
-                    Ok(next) => {
-                        let mut joined = BytesMut::with_capacity(first.len() + next.len());
-                        joined.extend_from_slice(&first);
-                        joined.extend_from_slice(&next);
-                        while let Ok(next) = queue.try_recv() {
-                            joined.extend_from_slice(&next);
-                        }
-                        joined.freeze()
-                    }
-                };
-                let result = self.write(&mut stream, &bytes).await;
-                self.written(bytes.len());
-                if result.is_err() {
-                    break;
-                }
-            }
+            let ended = self.serve(&mut stream, &mut queue).await;
             self.state.connected.store(false, Ordering::Relaxed);
+            match ended {
+                Ended::Stopped => return,
+                Ended::Closed => self.metrics.inc_link_event(LinkEvent::Closed),
+                Ended::Stalled => self.metrics.inc_link_event(LinkEvent::Stalled),
+            }
+        }
+    }
+
+    /// Connect within the connect timeout, bound the socket, send the
+    /// preamble, run the TLS handshake (checking the answer is the peer we
+    /// dialed, T1), and greet.
+    async fn dial(&self) -> Option<Stream> {
+        let connect = tokio::time::timeout(self.timing.connect_timeout, TcpStream::connect(self.address));
+        let mut tcp = connect.await.ok()?.ok()?;
+        // Without the bounds a partition could stall this link for long
+        // after the heal (see the module doc): refuse to run unbounded.
+        self.timing.tune(&tcp).ok()?;
+        let mode = if self.tls.is_some() { LinkMode::Tls } else { LinkMode::Plaintext };
+        let preamble = Preamble::new(self.shard, mode).encode();
+        tokio::time::timeout(self.timing.stall_timeout, tcp.write_all(&preamble)).await.ok()?.ok()?;
+        let mut stream: Stream = match &self.tls {
+            None => Box::new(tcp),
+            Some(tls) => {
+                let handshake = tls.connector.connect(crate::tls::server_name_of(self.peer), tcp);
+                Box::new(tokio::time::timeout(self.timing.connect_timeout, handshake).await.ok()?.ok()?)
+            }
+        };
+        match self.write(&mut stream, &self.hello).await {
+            Ok(()) => Some(stream),
+            Err(_) => None,
+        }
+    }
+
+    /// Write what the link hands over until the connection ends.
+    async fn serve(&self, stream: &mut Stream, queue: &mut mpsc::UnboundedReceiver<Bytes>) -> Ended {
+        loop {
+            let first = match self.next_turn(stream, queue).await {
+                Ok(first) => first,
+                Err(ended) => return ended,
+            };
+            // Every turn queued by now leaves in the same write.
+            let bytes = match queue.try_recv() {
+                Err(_) => first,
+                Ok(second) => {
+                    let mut joined = BytesMut::with_capacity(first.len() + second.len());
+                    joined.extend_from_slice(&first);
+                    joined.extend_from_slice(&second);
+                    while let Ok(more) = queue.try_recv() {
+                        joined.extend_from_slice(&more);
+                    }
+                    joined.freeze()
+                }
+            };
+            let result = self.write(stream, &bytes).await;
+            self.written(bytes.len());
+            if let Err(ended) = result {
+                return ended;
+            }
+        }
+    }
+
+    /// Wait for the next turn's bytes, watching the connection meanwhile.
+    async fn next_turn(&self, stream: &mut Stream, queue: &mut mpsc::UnboundedReceiver<Bytes>) -> Result<Bytes, Ended> {
+        let mut probe = [0u8; 64];
+        loop {
+            tokio::select! {
+                next = queue.recv() => return next.ok_or(Ended::Stopped),
+                // The peer sends nothing on the connection we dialed: a read
+                // ends only when it closes it or TCP gives up on it
+                // (`TCP_USER_TIMEOUT`: a stall).
+                read = stream.read(&mut probe) => match read {
+                    Err(error) if error.kind() == std::io::ErrorKind::TimedOut => return Err(Ended::Stalled),
+                    Ok(0) | Err(_) => return Err(Ended::Closed),
+                    Ok(_) => continue,
+                },
+            }
         }
     }
 
@@ -254,17 +401,27 @@ impl Writer {
         }
     }
 
-    /// Write all of `bytes`, counting each write call (K2).
-    async fn write(&self, stream: &mut TcpStream, mut bytes: &[u8]) -> std::io::Result<()> {
+    /// Write all of `bytes`, counting each write call (K2), and flush (TLS
+    /// holds records until then). A write or flush that makes no progress
+    /// for the stall timeout ends the connection (F1).
+    async fn write(&self, stream: &mut Stream, mut bytes: &[u8]) -> Result<(), Ended> {
+        let stalled = |error: &std::io::Error| error.kind() == std::io::ErrorKind::TimedOut;
         while !bytes.is_empty() {
             self.metrics.inc_socket_writes(Port::Peer);
-            let written = stream.write(bytes).await?;
-            if written == 0 {
-                return Err(std::io::ErrorKind::WriteZero.into());
-            }
+            let written = match tokio::time::timeout(self.timing.stall_timeout, stream.write(bytes)).await {
+                Err(_) => return Err(Ended::Stalled),
+                Ok(Err(error)) if stalled(&error) => return Err(Ended::Stalled),
+                Ok(Err(_)) | Ok(Ok(0)) => return Err(Ended::Closed),
+                Ok(Ok(written)) => written,
+            };
             bytes = &bytes[written..];
         }
-        Ok(())
+        match tokio::time::timeout(self.timing.stall_timeout, stream.flush()).await {
+            Err(_) => Err(Ended::Stalled),
+            Ok(Err(error)) if stalled(&error) => Err(Ended::Stalled),
+            Ok(Err(_)) => Err(Ended::Closed),
+            Ok(Ok(())) => Ok(()),
+        }
     }
 }
 

@@ -75,4 +75,13 @@ impl StateMachine for Published {
     fn restore(&mut self, snapshot: &[u8]) -> Result<(), String> {
         self.0.lock().restore(snapshot)
     }
+
+    fn admit(
+        &self,
+        sender: cohort_messages::NodeId,
+        members: &[cohort_messages::NodeId],
+        operation: &[u8],
+    ) -> Result<(), String> {
+        self.0.lock().admit(sender, members, operation)
+    }
 }

@@ -37,6 +37,21 @@ fn custom_actor_indexes_and_fails_over() {
     assert!(out.contains("finds \"failover\" in notes [6]"), "{out}");
 }
 
+#[test]
+fn every_example_parses_its_flags_with_clap() {
+    for binary in [
+        env!("CARGO_BIN_EXE_embed"),
+        env!("CARGO_BIN_EXE_kv"),
+        env!("CARGO_BIN_EXE_log"),
+        env!("CARGO_BIN_EXE_custom_actor"),
+    ] {
+        assert!(run(binary, &["--help"]).contains("Usage:"), "{binary} --help");
+        let Output { status, stderr, .. } = Command::new(binary).arg("--no-such-flag").output().expect("runs");
+        assert_eq!(status.code(), Some(2), "{binary} refuses an unknown flag");
+        assert!(String::from_utf8_lossy(&stderr).contains("--no-such-flag"), "{binary}");
+    }
+}
+
 /// One HTTP exchange on a fresh connection; the status code and the body.
 fn http(address: &str, request: &[u8]) -> (u16, Vec<u8>) {
     let mut stream = std::net::TcpStream::connect(address).expect("connect");
@@ -50,13 +65,16 @@ fn http(address: &str, request: &[u8]) -> (u16, Vec<u8>) {
     (status, body.unwrap_or_default())
 }
 
+/// What every request below sends: one request per connection.
+const HEADERS: &str = "Host: t\r\nConnection: close\r\n";
+
 fn put(key: &str, value: &[u8]) -> Vec<u8> {
-    let head = format!("PUT /kv/{key} HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n", value.len());
+    let head = format!("PUT /kv/{key} HTTP/1.1\r\n{HEADERS}Content-Length: {}\r\n\r\n", value.len());
     [head.as_bytes(), value].concat()
 }
 
 fn get(key: &str) -> Vec<u8> {
-    format!("GET /kv/{key} HTTP/1.1\r\nHost: t\r\n\r\n").into_bytes()
+    format!("GET /kv/{key} HTTP/1.1\r\n{HEADERS}\r\n").into_bytes()
 }
 
 struct Kv(Child);
@@ -86,15 +104,17 @@ fn kv_answers_curl_style_requests() {
     let binary: Vec<u8> = (0..=255).collect();
     assert_eq!(http(address, &put("bytes", &binary)).0, 200);
     assert_eq!(http(address, &get("bytes")), (200, binary));
-    let delete = b"DELETE /kv/greeting HTTP/1.1\r\nHost: t\r\n\r\n";
-    assert_eq!(http(address, delete), (200, b"deleted\n".to_vec()));
+    let delete = format!("DELETE /kv/greeting HTTP/1.1\r\n{HEADERS}\r\n");
+    assert_eq!(http(address, delete.as_bytes()), (200, b"deleted\n".to_vec()));
     assert_eq!(http(address, &get("greeting")).0, 404);
     // Garbage, limits and wrong routes are answered, and the server lives on.
     assert_eq!(http(address, b"\x00\x01garbage\r\n\r\n").0, 400);
-    let too_big = format!("PUT /kv/big HTTP/1.1\r\nContent-Length: {}\r\n\r\n", 1 << 20);
+    let too_big = format!("PUT /kv/big HTTP/1.1\r\n{HEADERS}Content-Length: {}\r\n\r\n", 1 << 20);
     assert_eq!(http(address, too_big.as_bytes()).0, 413);
-    assert_eq!(http(address, format!("GET /kv/{} HTTP/1.1\r\n\r\n", "k".repeat(300)).as_bytes()).0, 404);
-    assert_eq!(http(address, b"POST /kv/x HTTP/1.1\r\n\r\n").0, 405);
+    let long_key = format!("GET /kv/{} HTTP/1.1\r\n{HEADERS}\r\n", "k".repeat(300));
+    assert_eq!(http(address, long_key.as_bytes()).0, 404);
+    assert_eq!(http(address, format!("GET /elsewhere HTTP/1.1\r\n{HEADERS}\r\n").as_bytes()).0, 404);
+    assert_eq!(http(address, format!("POST /kv/x HTTP/1.1\r\n{HEADERS}\r\n").as_bytes()).0, 405);
     assert_eq!(http(address, &get("bytes")).0, 200, "still serving");
 
     // SIGTERM stops it cleanly.

@@ -111,6 +111,10 @@ pub enum ReplyError {
     Superseded,
     /// The state machine rejected the operation.
     Rejected,
+    /// T3: the request is not allowed where it was sent: a client may not
+    /// reach a reserved group (the metadata group) through the client port
+    /// or `NodeHandle`. Not retryable.
+    Forbidden,
 }
 
 /// The outcome of a request.
@@ -575,6 +579,62 @@ pub struct SessionExpired {
 impl SessionExpired {
     /// Validate the value.
     pub fn validate(&self) -> Result<(), Invalid> {
+        Ok(())
+    }
+}
+
+/// The most groups one [`RouteQuery`] may ask about (so a [`Routes`]
+/// answer stays a small frame).
+pub const ROUTE_QUERY_GROUPS_MAX: usize = 1024;
+
+/// Client → any node: where are these groups' primaries (C1)? Any node
+/// answers from its copy of the metadata; a client caches the answer and
+/// refreshes it when a Redirect says otherwise.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RouteQuery {
+    /// The groups, 1 to [`ROUTE_QUERY_GROUPS_MAX`].
+    pub groups: Vec<GroupId>,
+}
+
+impl RouteQuery {
+    /// Validate the value.
+    pub fn validate(&self) -> Result<(), Invalid> {
+        if self.groups.is_empty() || self.groups.len() > ROUTE_QUERY_GROUPS_MAX {
+            return Err(invalid(Command::RouteQuery, "1 to 1024 groups per route query"));
+        }
+        Ok(())
+    }
+}
+
+/// Where one group's primary is, as the answering node knows.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Route {
+    /// The group.
+    pub group: GroupId,
+    /// The view of the primary named (the newest the node knows).
+    pub view: View,
+    /// The primary, if the node knows one; `None` also for a group it does
+    /// not know.
+    pub primary: Option<NodeId>,
+}
+
+/// Node → client: the answer to a [`RouteQuery`], one route per group asked,
+/// in the order asked.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Routes {
+    /// The routes.
+    pub routes: Vec<Route>,
+}
+
+impl Routes {
+    /// Validate the value.
+    pub fn validate(&self) -> Result<(), Invalid> {
+        if self.routes.len() > ROUTE_QUERY_GROUPS_MAX {
+            return Err(invalid(Command::Routes, "at most 1024 routes per answer"));
+        }
+        if self.routes.iter().any(|route| route.primary.is_some_and(|node| node.0 == 0)) {
+            return Err(invalid(Command::Routes, "node 0 is not a primary"));
+        }
         Ok(())
     }
 }

@@ -50,11 +50,15 @@ pub enum Command {
     /// sender's shards the connection carries (K2: each shard has its own
     /// connection to each peer).
     LinkShard = 19,
+    /// Client → any node: where are these groups' primaries (C1)?
+    RouteQuery = 20,
+    /// Node → client: the primary each asked group has, as that node knows.
+    Routes = 21,
 }
 
 impl Command {
     /// Every command, in number order.
-    pub const ALL: [Command; 19] = [
+    pub const ALL: [Command; 21] = [
         Command::Handshake,
         Command::Request,
         Command::Reply,
@@ -74,7 +78,37 @@ impl Command {
         Command::SessionExpired,
         Command::SessionOpened,
         Command::LinkShard,
+        Command::RouteQuery,
+        Command::Routes,
     ];
+
+    /// T5: the largest body a frame of this command may declare, checked
+    /// from the header before a byte of the body is buffered. Small
+    /// messages get a 64 KiB envelope (far above any valid encoding);
+    /// payload-carrying ones their payload limit plus that envelope; only
+    /// batches and view-change logs may use the whole frame.
+    pub fn body_size_max_bytes(self) -> usize {
+        use crate::limits::{BODY_SIZE_MAX_BYTES, OPERATION_SIZE_MAX_BYTES, STATE_CHUNK_SIZE_MAX_BYTES};
+        const ENVELOPE_BYTES: usize = 64 * 1024;
+        match self {
+            Command::Request | Command::Reply | Command::Prepare => OPERATION_SIZE_MAX_BYTES + ENVELOPE_BYTES,
+            Command::StateChunk => STATE_CHUNK_SIZE_MAX_BYTES + ENVELOPE_BYTES,
+            Command::DoViewChange | Command::StartView | Command::Commit | Command::CommitReply => BODY_SIZE_MAX_BYTES,
+            Command::Handshake
+            | Command::PrepareOk
+            | Command::StartViewChange
+            | Command::RequestPrepares
+            | Command::RequestStateTransfer
+            | Command::Redirect
+            | Command::SessionOpen
+            | Command::SessionKeepalive
+            | Command::SessionExpired
+            | Command::SessionOpened
+            | Command::LinkShard
+            | Command::RouteQuery
+            | Command::Routes => ENVELOPE_BYTES,
+        }
+    }
 
     /// The command for a wire byte, or `None` for an unknown one.
     pub fn from_u8(value: u8) -> Option<Command> {
@@ -103,6 +137,8 @@ impl Command {
             Command::SessionExpired => "session_expired",
             Command::SessionOpened => "session_opened",
             Command::LinkShard => "link_shard",
+            Command::RouteQuery => "route_query",
+            Command::Routes => "routes",
         }
     }
 }
@@ -127,7 +163,7 @@ mod tests {
             assert_eq!(Command::from_u8(*command as u8), Some(*command));
         }
         assert_eq!(Command::from_u8(0), None);
-        assert_eq!(Command::from_u8(20), None);
+        assert_eq!(Command::from_u8(22), None);
         assert_eq!(Command::from_u8(255), None);
     }
 }

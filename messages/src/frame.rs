@@ -7,6 +7,7 @@
 
 use bytes::{Buf, Bytes, BytesMut};
 
+use crate::command::Command;
 use crate::error::{DecodeError, FrameError};
 use crate::header::{HEADER_SIZE_BYTES, Header};
 use crate::ids::ClusterId;
@@ -119,12 +120,32 @@ pub struct FrameDecoder {
     cluster: ClusterId,
     /// A header already decoded whose body has not fully arrived.
     pending: Option<Header>,
+    /// The largest body this connection accepts, whatever the command.
+    body_max_bytes: usize,
 }
 
+/// The most a decoder reserves ahead of bytes that arrived (T5): a header
+/// that declares a large body gets its buffer as the body comes, so a
+/// connection that sends a header and stalls holds this much at most.
+pub const DECODER_RESERVE_MAX_BYTES: usize = 64 * 1024;
+
 impl FrameDecoder {
-    /// A decoder that accepts frames of `cluster` only.
+    /// A decoder that accepts frames of `cluster` only, each command up to
+    /// its own body limit ([`crate::Command::body_size_max_bytes`]).
     pub fn new(cluster: ClusterId) -> FrameDecoder {
-        FrameDecoder { cluster, pending: None }
+        FrameDecoder { cluster, pending: None, body_max_bytes: crate::limits::BODY_SIZE_MAX_BYTES }
+    }
+
+    /// A decoder that also refuses any body above `body_max_bytes` (a port
+    /// that expects only small frames, or a connection not yet greeted).
+    pub fn with_body_max(cluster: ClusterId, body_max_bytes: usize) -> FrameDecoder {
+        FrameDecoder { cluster, pending: None, body_max_bytes }
+    }
+
+    /// Lower or raise this connection's body limit (e.g. once its peer is
+    /// authenticated).
+    pub fn set_body_max(&mut self, body_max_bytes: usize) {
+        self.body_max_bytes = body_max_bytes;
     }
 
     /// Take the next complete frame from the front of `buffer`, if any.
@@ -142,10 +163,22 @@ impl FrameDecoder {
                     Ok(header) => header,
                     Err(FrameError::UnknownCommand(command_byte)) => {
                         let (_, body_size) = Header::framing_of(header_bytes);
+                        // A command this build does not know gets the small envelope.
+                        let limit = Command::Handshake.body_size_max_bytes().min(self.body_max_bytes);
+                        if body_size as usize > limit {
+                            return Err(FrameError::BodyTooLarge {
+                                size_bytes: u64::from(body_size),
+                                max_bytes: limit,
+                            });
+                        }
                         return Self::skip_unknown_command(buffer, body_size, command_byte);
                     }
                     Err(error) => return Err(error),
                 };
+                let limit = header.command.body_size_max_bytes().min(self.body_max_bytes);
+                if header.body_size as usize > limit {
+                    return Err(FrameError::BodyTooLarge { size_bytes: u64::from(header.body_size), max_bytes: limit });
+                }
                 buffer.advance(HEADER_SIZE_BYTES);
                 header
             }
@@ -153,7 +186,7 @@ impl FrameDecoder {
         let body_size = header.body_size as usize;
         if buffer.len() < body_size {
             self.pending = Some(header);
-            buffer.reserve(body_size - buffer.len());
+            buffer.reserve((body_size - buffer.len()).min(DECODER_RESERVE_MAX_BYTES));
             return Ok(None);
         }
         self.pending = None;
@@ -173,7 +206,7 @@ impl FrameDecoder {
     ) -> Result<Option<Frame>, FrameError> {
         let frame_size_bytes = HEADER_SIZE_BYTES + body_size as usize;
         if buffer.len() < frame_size_bytes {
-            buffer.reserve(frame_size_bytes - buffer.len());
+            buffer.reserve((frame_size_bytes - buffer.len()).min(DECODER_RESERVE_MAX_BYTES));
             return Ok(None);
         }
         buffer.advance(frame_size_bytes);

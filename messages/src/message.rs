@@ -40,6 +40,8 @@ pub enum Message {
     SessionExpired(SessionExpired),
     SessionOpened(SessionOpened),
     LinkShard(LinkShard),
+    RouteQuery(RouteQuery),
+    Routes(Routes),
 }
 
 macro_rules! per_variable_body {
@@ -62,6 +64,8 @@ macro_rules! per_variable_body {
             Message::SessionExpired($body) => $expr,
             Message::SessionOpened($body) => $expr,
             Message::LinkShard($body) => $expr,
+            Message::RouteQuery($body) => $expr,
+            Message::Routes($body) => $expr,
             Message::Commit($batch) => $batch_expr,
             Message::CommitReply($batch) => $batch_expr,
         }
@@ -91,6 +95,8 @@ impl Message {
             Message::SessionExpired(_) => Command::SessionExpired,
             Message::SessionOpened(_) => Command::SessionOpened,
             Message::LinkShard(_) => Command::LinkShard,
+            Message::RouteQuery(_) => Command::RouteQuery,
+            Message::Routes(_) => Command::Routes,
         }
     }
 
@@ -180,6 +186,8 @@ impl Message {
             Command::SessionExpired => Message::SessionExpired(codec::decode(command, body)?),
             Command::SessionOpened => Message::SessionOpened(codec::decode(command, body)?),
             Command::LinkShard => Message::LinkShard(codec::decode(command, body)?),
+            Command::RouteQuery => Message::RouteQuery(codec::decode(command, body)?),
+            Command::Routes => Message::Routes(codec::decode(command, body)?),
         };
         message.validate()?;
         Ok(message)

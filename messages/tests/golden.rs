@@ -113,6 +113,46 @@ fn golden_link_shard_frame() {
 }
 
 #[test]
+fn golden_route_query_and_routes_bodies() {
+    let query = Message::RouteQuery(RouteQuery { groups: vec![GroupId(9), GroupId(10)] });
+    // groups: length 2, then two u64 ids, little-endian.
+    assert_eq!(hex(&query.encode_body()), "020000000000000009000000000000000a00000000000000");
+    let routes = Message::Routes(Routes {
+        routes: vec![
+            Route { group: GroupId(9), view: View(3), primary: Some(NodeId(2)) },
+            Route { group: GroupId(10), view: View(0), primary: None },
+        ],
+    });
+    // length 2; group u64, view u32, option tag 1 + node u64; group, view, tag 0.
+    assert_eq!(
+        hex(&routes.encode_body()),
+        concat!(
+            "0200000000000000",
+            "0900000000000000",
+            "03000000",
+            "01",
+            "0200000000000000",
+            "0a00000000000000",
+            "00000000",
+            "00",
+        )
+    );
+    for message in [query, routes] {
+        let frame = message.encode(CLUSTER, SENDER, TRACE).to_bytes();
+        assert_eq!(decode_message(frame, CLUSTER).expect("decodes").1, message);
+    }
+}
+
+#[test]
+fn golden_connection_preamble() {
+    // magic "COHL", revision 2, shard 3, mode 1 (TLS).
+    let bytes = Preamble::new(3, LinkMode::Tls).encode();
+    assert_eq!(hex(&bytes), "434f484c0200030001");
+    assert_eq!(Preamble::decode(&bytes), Ok(Preamble { revision: WIRE_REVISION, shard: 3, mode: LinkMode::Tls }));
+    assert_eq!(hex(&Preamble::new(0, LinkMode::Plaintext).encode()), "434f484c0200000000");
+}
+
+#[test]
 fn golden_request_frame() {
     #[rustfmt::skip]
     let header = [

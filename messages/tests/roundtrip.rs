@@ -81,6 +81,8 @@ round_trip! {
     session_expired_round_trip: session_expired() => SessionExpired;
     session_opened_round_trip: session_opened() => SessionOpened;
     link_shard_round_trip: link_shard() => LinkShard;
+    route_query_round_trip: route_query() => RouteQuery;
+    routes_round_trip: routes() => Routes;
 }
 
 proptest! {

@@ -472,3 +472,110 @@ fn truncated_variable_bodies_are_codec_errors() {
         }
     }
 }
+
+#[test]
+fn t5_every_bad_preamble_is_refused_with_its_reason() {
+    let good = Preamble::new(1, LinkMode::Plaintext).encode();
+    let mut magic = good;
+    magic[0] = b'X';
+    assert_eq!(Preamble::decode(&magic), Err(PreambleError::Magic));
+    let mut revision = good;
+    revision[4] = 9;
+    assert_eq!(Preamble::decode(&revision), Err(PreambleError::Revision { got: 9 }));
+    let mut mode = good;
+    mode[8] = 7;
+    assert_eq!(Preamble::decode(&mode), Err(PreambleError::Mode(7)));
+    // Any nine bytes decode to a value or an error, never a panic.
+    for seed in 0u32..4096 {
+        let bytes: [u8; PREAMBLE_SIZE_BYTES] =
+            std::array::from_fn(|i| (seed.wrapping_mul(2654435761) >> (i % 24)) as u8);
+        let _ = Preamble::decode(&bytes);
+    }
+}
+
+/// A frame of `command` with a body of `size_bytes` zeros and good checksums.
+fn frame_of_size(command: Command, size_bytes: usize) -> Bytes {
+    let cluster = ClusterId(5);
+    let header = Header::new(cluster, NodeId(1), command, TraceContext::NONE);
+    EncodedFrame::new(header, Bytes::from(vec![0u8; size_bytes])).to_bytes()
+}
+
+#[test]
+fn t5_a_body_above_its_commands_limit_is_refused_from_the_header_alone() {
+    for command in Command::ALL {
+        let limit = command.body_size_max_bytes();
+        if limit >= BODY_SIZE_MAX_BYTES {
+            continue;
+        }
+        let frame = frame_of_size(command, limit + 1);
+        let mut decoder = FrameDecoder::new(ClusterId(5));
+        // Only the header has arrived: refused before any body is buffered.
+        let mut buffer = bytes::BytesMut::from(&frame[..HEADER_SIZE_BYTES]);
+        let error = decoder.decode(&mut buffer).expect_err("refused");
+        assert!(matches!(error, FrameError::BodyTooLarge { .. }), "{command}: {error}");
+        assert!(error.closes_connection());
+    }
+    // A port's own, lower limit applies on top.
+    let mut small = FrameDecoder::with_body_max(ClusterId(5), 100);
+    let mut buffer = bytes::BytesMut::from(&frame_of_size(Command::Request, 101)[..]);
+    assert!(matches!(small.decode(&mut buffer), Err(FrameError::BodyTooLarge { max_bytes: 100, .. })));
+}
+
+#[test]
+fn t5_a_header_that_declares_a_large_body_reserves_a_bounded_buffer() {
+    let frame = frame_of_size(Command::Commit, 32 * 1024 * 1024);
+    let mut decoder = FrameDecoder::new(ClusterId(5));
+    let mut buffer = bytes::BytesMut::with_capacity(HEADER_SIZE_BYTES);
+    buffer.extend_from_slice(&frame[..HEADER_SIZE_BYTES]);
+    assert!(matches!(decoder.decode(&mut buffer), Ok(None)), "waits for the body");
+    assert!(
+        buffer.capacity() <= HEADER_SIZE_BYTES + DECODER_RESERVE_MAX_BYTES,
+        "a stalled header holds at most the reserve ({} bytes)",
+        buffer.capacity()
+    );
+}
+
+#[test]
+fn t5_every_valid_message_fits_its_commands_limit() {
+    let big = Bytes::from(vec![7u8; OPERATION_SIZE_MAX_BYTES]);
+    let request = Message::Request(Request {
+        client: ClientId(1),
+        request: RequestNumber(1),
+        group: GroupId(1),
+        kind: RequestKind::Write,
+        operation: big.clone(),
+    });
+    let reply = Message::Reply(Reply {
+        client: ClientId(1),
+        request: RequestNumber(1),
+        group: GroupId(1),
+        view: View(1),
+        op: Op(1),
+        outcome: Outcome::Ok(big),
+    });
+    for message in [request, reply] {
+        let frame = message.encode(ClusterId(5), NodeId(1), TraceContext::NONE).to_bytes();
+        let body = frame.len() - HEADER_SIZE_BYTES;
+        assert!(body <= message.command().body_size_max_bytes(), "{}: {body}", message.command());
+        let mut decoder = FrameDecoder::new(ClusterId(5));
+        let mut buffer = bytes::BytesMut::from(&frame[..]);
+        assert!(matches!(decoder.decode(&mut buffer), Ok(Some(_))), "{} decodes", message.command());
+    }
+}
+
+#[test]
+fn c1_route_queries_and_answers_are_bounded() {
+    assert_invalid(Message::RouteQuery(RouteQuery { groups: Vec::new() }), "1 to 1024 groups per route query");
+    let many = (0..=ROUTE_QUERY_GROUPS_MAX as u64).map(GroupId).collect();
+    assert_invalid(Message::RouteQuery(RouteQuery { groups: many }), "1 to 1024 groups per route query");
+    let zero = Route { group: GroupId(1), view: View(1), primary: Some(NodeId(0)) };
+    assert_invalid(Message::Routes(Routes { routes: vec![zero] }), "node 0 is not a primary");
+    let most = (0..ROUTE_QUERY_GROUPS_MAX as u64).map(GroupId).collect();
+    assert_valid(Message::RouteQuery(RouteQuery { groups: most }));
+    let full: Vec<Route> = (0..ROUTE_QUERY_GROUPS_MAX as u64)
+        .map(|group| Route { group: GroupId(group), view: View(u32::MAX), primary: Some(NodeId(u64::MAX)) })
+        .collect();
+    let answer = Message::Routes(Routes { routes: full });
+    let frame = answer.encode(ClusterId(5), NodeId(1), TraceContext::NONE).to_bytes();
+    assert!(frame.len() - HEADER_SIZE_BYTES <= Command::Routes.body_size_max_bytes(), "a full answer fits its limit");
+}

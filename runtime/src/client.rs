@@ -371,6 +371,11 @@ impl Client {
                     Next::Later
                 }
             }
+            Err(SubmitError::Reserved { .. }) => Next::Done(Err(ClientError::Refused {
+                group,
+                code: ReplyError::Forbidden,
+                detail: format!("{group} is reserved for the cluster's metadata group"),
+            })),
             Err(SubmitError::Refused { code, .. }) if client::retryable(code) => Next::Later,
             Err(SubmitError::Refused { code, detail, .. }) => {
                 Next::Done(Err(ClientError::Refused { group, code, detail }))

@@ -1,112 +1,359 @@
-//! The client port: Request frames in, Reply or Redirect frames out (V5).
+//! The client port: Request frames in, Reply or Redirect frames out (V5),
+//! over mTLS (T2), with every resource a client can take bounded (T5).
 //!
-//! A client connects, sends a Handshake (its node id is 0; revision and
-//! cluster are checked as for peers, R18), then any number of Request frames.
-//! Each is routed to the shard that owns its group; the answer goes back on the
-//! same connection in the order the requests arrived. A non-primary answers
-//! with a Redirect naming the primary it knows, so a client library can retry
-//! there. Exactly-once is per (client id, request number), as for local
-//! submits: a client that retries must reuse both. A Request frame whose
-//! header carries a trace context continues the client's trace.
+//! A client connects with a certificate signed by the cluster CA (`cohort
+//! certs client`), sends a Handshake (its node id is 0; revision and cluster
+//! are checked as for peers, R18) and gets this node's Handshake back (so it
+//! learns which node an address is), then sends Request frames, as many at
+//! once as it likes up to [`ClientPortLimits::in_flight_max`]: they are
+//! served concurrently and each answer names its client id and request
+//! number, so answers may come back in any order. A non-primary answers with
+//! a Redirect naming the primary it knows. A Request frame whose header
+//! carries a trace context continues the client's trace. A RouteQuery is
+//! answered with Routes from this node's copy of the metadata (the owner
+//! each group last reported, S2), so a client can go to a group's primary
+//! first and refresh its cache on a Redirect (C1).
+//!
+//! What a client cannot do (T3, T2):
+//! - reach a reserved group: a Request for the metadata group is refused
+//!   `Forbidden` (operators use the admin port, nodes their peer links);
+//! - answer for another client: exactly-once is per (client id, request
+//!   number), and the id the cluster uses is the client's chosen id bound to
+//!   its certificate ([`cohort_actors::client_id::bound_client_id`]); its own
+//!   retries, through any node, keep working, another client's do not meet
+//!   them.
+//!
+//! Bounds (T5): connections per port, a deadline for TLS and the Handshake,
+//! an idle timeout, requests in flight per connection, the body of a frame
+//! (a Request's limit, checked from the header), and a write timeout for a
+//! client that stops reading. Every refusal is counted by reason in
+//! `cohort_refusals_total{port="client"}`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
+use cohort_actors::directory::Directory;
+use cohort_actors::metrics::{NodeMetrics, Port};
+use cohort_actors::shard::{ClientAnswer, Submit};
+use cohort_actors::tls::{NodeTls, Stream};
 use cohort_core::routing::shard_of;
-use cohort_messages::{ClusterId, Frame, FrameDecoder, Message, NodeId, Outcome, Reply, ReplyError, TraceContext};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use cohort_messages::{
+    ClusterId, Command, Frame, FrameDecoder, GroupId, Handshake, Message, NodeId, Outcome, Reply, ReplyError, Request,
+    TraceContext, WIRE_REVISION,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::oneshot;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tracing::Instrument as _;
 
-use cohort_actors::directory::Directory;
-use cohort_actors::shard::{ClientAnswer, Submit};
+/// The limits of the client port (T5); see `[client]` in the config.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClientPortLimits {
+    /// Connections open at once; more are closed at accept.
+    pub connections_max: usize,
+    /// Time a new connection has for TLS and its Handshake.
+    pub handshake_timeout: Duration,
+    /// A greeted connection that sends nothing this long is closed.
+    pub idle_timeout: Duration,
+    /// Requests one connection may have in flight; more are answered `Busy`.
+    pub in_flight_max: usize,
+    /// How long the port waits for a shard's answer before replying `Busy`.
+    pub answer_timeout: Duration,
+    /// A write to a client that takes longer than this closes the connection.
+    pub write_timeout: Duration,
+}
 
-/// How long the port waits for a shard's answer before replying `Busy`.
-pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
+impl Default for ClientPortLimits {
+    fn default() -> Self {
+        ClientPortLimits {
+            connections_max: 1024,
+            handshake_timeout: Duration::from_secs(5),
+            idle_timeout: Duration::from_secs(300),
+            in_flight_max: 256,
+            answer_timeout: Duration::from_secs(10),
+            write_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// The identity of every client when the port runs without TLS
+/// (`insecure`): all clients are one, and nothing tells them apart.
+const INSECURE_IDENTITY: [u8; 32] = [0; 32];
+
+/// What serving the port needs.
+pub struct ClientPort {
+    /// Our cluster.
+    pub cluster: ClusterId,
+    /// This node.
+    pub node: NodeId,
+    /// The shards.
+    pub shards: Arc<Directory>,
+    /// Where refusals and socket writes are counted.
+    pub metrics: Arc<NodeMetrics>,
+    /// TLS (required client certificates); `None` only for `insecure`.
+    pub tls: Option<NodeTls>,
+    /// The bounds.
+    pub limits: ClientPortLimits,
+    /// This node's copy of the metadata (route queries).
+    pub metadata: cohort_actors::shared_metadata::SharedMetadata,
+}
+
+impl ClientPort {
+    fn refuse(&self, reason: &'static str) {
+        self.metrics.inc_refused(Port::Client, reason);
+    }
+}
 
 /// Accept client connections forever.
-pub async fn serve(listener: TcpListener, cluster: ClusterId, node: NodeId, shards: Arc<Directory>) {
+pub async fn serve(listener: TcpListener, port: Arc<ClientPort>) {
+    let connections = Arc::new(Semaphore::new(port.limits.connections_max.max(1)));
     loop {
         match listener.accept().await {
-            Ok((stream, _)) => {
-                let _ = stream.set_nodelay(true);
-                actix::spawn(serve_client(stream, cluster, node, Arc::clone(&shards)));
-            }
+            Ok((stream, _)) => match Arc::clone(&connections).try_acquire_owned() {
+                Ok(permit) => {
+                    let _ = stream.set_nodelay(true);
+                    actix::spawn(serve_connection(stream, Arc::clone(&port), permit));
+                }
+                // Closing it at once is the refusal.
+                Err(_) => port.refuse("connections_max"),
+            },
             Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
         }
     }
 }
 
-async fn serve_client(mut stream: TcpStream, cluster: ClusterId, node: NodeId, shards: Arc<Directory>) {
-    let mut decoder = FrameDecoder::new(cluster);
-    let mut buffer = BytesMut::with_capacity(16 * 1024);
-    let mut greeted = false;
-    loop {
+/// One connection, from TLS to close; `_permit` holds its place in the cap.
+async fn serve_connection(tcp: TcpStream, port: Arc<ClientPort>, _permit: OwnedSemaphorePermit) {
+    let limits = port.limits;
+    let deadline = tokio::time::Instant::now() + limits.handshake_timeout;
+    let (stream, identity): (Stream, [u8; 32]) = match &port.tls {
+        None => (Box::new(tcp), INSECURE_IDENTITY),
+        Some(tls) => match tokio::time::timeout_at(deadline, tls.acceptor.accept(tcp)).await {
+            Ok(Ok(stream)) => {
+                let certificate = stream.get_ref().1.peer_certificates().and_then(|chain| chain.first()).cloned();
+                // The verifier requires a certificate; without one there is no identity.
+                let Some(certificate) = certificate else { return port.refuse("no_certificate") };
+                (Box::new(stream), cohort_actors::tls::identity_of(&certificate))
+            }
+            Ok(Err(_)) => return port.refuse("tls_handshake"),
+            Err(_) => return port.refuse("handshake_timeout"),
+        },
+    };
+    let (mut reader, writer) = tokio::io::split(stream);
+    let (answers, queued) = mpsc::channel::<Bytes>(limits.in_flight_max + 1);
+    actix::spawn(write_answers(writer, queued, Arc::clone(&port)));
+    // A client sends only Handshakes and Requests: no body above a Request's limit.
+    let decoder = FrameDecoder::with_body_max(port.cluster, Command::Request.body_size_max_bytes());
+    let mut connection = Connection {
+        port,
+        identity,
+        decoder,
+        buffer: BytesMut::with_capacity(4 * 1024),
+        greeted: false,
+        in_flight: Arc::new(Semaphore::new(limits.in_flight_max.max(1))),
+        answers,
+    };
+    connection.run(&mut reader, deadline).await;
+}
+
+/// The reading side of one connection.
+struct Connection {
+    port: Arc<ClientPort>,
+    identity: [u8; 32],
+    decoder: FrameDecoder,
+    buffer: BytesMut,
+    greeted: bool,
+    in_flight: Arc<Semaphore>,
+    answers: mpsc::Sender<Bytes>,
+}
+
+impl Connection {
+    async fn run(&mut self, reader: &mut ReadHalf<Stream>, handshake_deadline: tokio::time::Instant) {
         loop {
-            let frame = match decoder.decode(&mut buffer) {
-                Ok(Some(frame)) => frame,
-                Ok(None) => break,
-                Err(error) if error.closes_connection() => return,
-                Err(_) => continue,
-            };
-            let Some(answer) = handle(frame, &mut greeted, cluster, node, &shards).await else { return };
-            if let Some(message) = answer {
-                let encoded = message.encode(cluster, node, TraceContext::NONE);
-                if stream.write_all(&encoded.to_bytes()).await.is_err() {
+            loop {
+                let frame = match self.decoder.decode(&mut self.buffer) {
+                    Ok(Some(frame)) => frame,
+                    Ok(None) => break,
+                    Err(error) => {
+                        self.port.refuse(if error.closes_connection() { "bad_frame" } else { "bad_body" });
+                        if error.closes_connection() {
+                            return;
+                        }
+                        continue;
+                    }
+                };
+                if !self.handle(frame).await {
                     return;
                 }
             }
+            let deadline = if self.greeted {
+                tokio::time::Instant::now() + self.port.limits.idle_timeout
+            } else {
+                handshake_deadline
+            };
+            match tokio::time::timeout_at(deadline, reader.read_buf(&mut self.buffer)).await {
+                Ok(Ok(0)) | Ok(Err(_)) => return,
+                Ok(Ok(_)) => {}
+                Err(_) => {
+                    return self.port.refuse(if self.greeted { "idle_timeout" } else { "handshake_timeout" });
+                }
+            }
         }
-        match stream.read_buf(&mut buffer).await {
-            Ok(0) | Err(_) => return,
-            Ok(_) => {}
+    }
+
+    /// Handle one frame; false closes the connection.
+    async fn handle(&mut self, frame: Frame) -> bool {
+        let message = match frame.message() {
+            Ok(message) => message,
+            Err(_) => {
+                self.port.refuse("bad_body");
+                return true;
+            }
+        };
+        if !self.greeted {
+            return match message {
+                Message::Handshake(handshake) if handshake.check_peer(self.port.cluster).is_ok() => {
+                    self.greeted = true;
+                    let ours = Handshake {
+                        revision: WIRE_REVISION,
+                        cluster: self.port.cluster,
+                        node: self.port.node,
+                        shard_count: u16::try_from(self.port.shards.shard_count()).unwrap_or(u16::MAX),
+                    };
+                    self.send(Message::Handshake(ours)).await
+                }
+                _ => {
+                    self.port.refuse("not_a_handshake");
+                    false
+                }
+            };
         }
+        let request = match message {
+            Message::Request(request) => request,
+            Message::RouteQuery(query) => return self.send(Message::Routes(self.routes(&query))).await,
+            _ => {
+                self.port.refuse("unexpected_command");
+                return true;
+            }
+        };
+        if request.group == GroupId::METADATA {
+            self.port.refuse("reserved_group");
+            let detail = format!("{} is the cluster's metadata group: clients cannot send it requests", request.group);
+            return self.send(Message::Reply(refused(&request, ReplyError::Forbidden, detail))).await;
+        }
+        let Ok(permit) = Arc::clone(&self.in_flight).try_acquire_owned() else {
+            self.port.refuse("in_flight_max");
+            let detail = "too many requests in flight on this connection; wait for answers".to_string();
+            return self.send(Message::Reply(refused(&request, ReplyError::Busy, detail))).await;
+        };
+        let trace = frame.header.trace;
+        actix::spawn(answer(request, trace, self.identity, Arc::clone(&self.port), self.answers.clone(), permit));
+        true
+    }
+
+    /// C1: where each asked group's primary is, from the metadata's owner
+    /// records; the metadata group itself, like a group the metadata does
+    /// not know, has no route for clients.
+    fn routes(&self, query: &cohort_messages::RouteQuery) -> cohort_messages::Routes {
+        let routes = self.port.metadata.with(|metadata| {
+            query
+                .groups
+                .iter()
+                .map(|group| {
+                    let owner = metadata
+                        .groups
+                        .get(group)
+                        .filter(|record| record.live && *group != GroupId::METADATA)
+                        .and_then(|record| record.owner);
+                    cohort_messages::Route {
+                        group: *group,
+                        view: owner.map_or(cohort_messages::View(0), |owner| owner.view),
+                        primary: owner.map(|owner| owner.node),
+                    }
+                })
+                .collect()
+        });
+        cohort_messages::Routes { routes }
+    }
+
+    async fn send(&self, message: Message) -> bool {
+        let bytes = message.encode(self.port.cluster, self.port.node, TraceContext::NONE).to_bytes();
+        self.answers.send(bytes).await.is_ok()
     }
 }
 
-/// `None`: close the connection. `Some(None)`: nothing to answer.
-async fn handle(
-    frame: Frame,
-    greeted: &mut bool,
-    cluster: ClusterId,
-    node: NodeId,
-    shards: &Directory,
-) -> Option<Option<Message>> {
-    let message = frame.message().ok()?;
-    let trace = frame.header.trace;
-    if !*greeted {
-        return match message {
-            Message::Handshake(handshake) if handshake.check_peer(cluster).is_ok() => {
-                *greeted = true;
-                Some(None)
-            }
-            _ => None,
-        };
-    }
-    let Message::Request(request) = message else { return Some(None) };
-    let (client, number, group) = (request.client, request.request, request.group);
-    let refused = |code, detail: String| Reply {
-        client,
-        request: number,
-        group,
+fn refused(request: &Request, code: ReplyError, detail: String) -> Reply {
+    Reply {
+        client: request.client,
+        request: request.request,
+        group: request.group,
         view: cohort_messages::View(0),
         op: cohort_messages::Op(0),
         outcome: Outcome::Error { code, detail },
-    };
-    let Some(shard) = shards.shard(shard_of(group, shards.shard_count())) else {
-        return Some(Some(Message::Reply(refused(ReplyError::Busy, "the node is stopping".into()))));
-    };
-    let (answer, answered) = oneshot::channel();
-    let span = cohort_actors::traces::client_request_span(node, &request, trace);
-    if shard.try_send(Submit { request, answer, span: span.clone() }).is_err() {
-        return Some(Some(Message::Reply(refused(ReplyError::Busy, "the shard's mailbox is full; retry".into()))));
     }
-    let message = match tokio::time::timeout(ANSWER_TIMEOUT, answered).instrument(span).await {
-        Ok(Ok(ClientAnswer::Reply(reply))) => Message::Reply(reply),
-        Ok(Ok(ClientAnswer::Redirect(redirect))) => Message::Redirect(redirect),
-        _ => Message::Reply(refused(ReplyError::Busy, "no answer in time; retry with the same request number".into())),
+}
+
+/// Submit one request to its shard under the client's bound id, and queue
+/// the answer, under the id the client chose.
+async fn answer(
+    mut request: Request,
+    trace: TraceContext,
+    identity: [u8; 32],
+    port: Arc<ClientPort>,
+    answers: mpsc::Sender<Bytes>,
+    _permit: OwnedSemaphorePermit,
+) {
+    let chosen = request.client;
+    let shown = request.clone();
+    request.client = cohort_actors::client_id::bound_client_id(&identity, chosen);
+    let shards = &port.shards;
+    let message = match shards.shard(shard_of(request.group, shards.shard_count())) {
+        None => Message::Reply(refused(&shown, ReplyError::Busy, "the node is stopping".into())),
+        Some(shard) => {
+            let (answer, answered) = oneshot::channel();
+            let span = cohort_actors::traces::client_request_span(port.node, &request, trace);
+            if shard.try_send(Submit { request, answer, span: span.clone() }).is_err() {
+                Message::Reply(refused(&shown, ReplyError::Busy, "the shard's mailbox is full; retry".into()))
+            } else {
+                match tokio::time::timeout(port.limits.answer_timeout, answered).instrument(span).await {
+                    Ok(Ok(ClientAnswer::Reply(mut reply))) => {
+                        reply.client = chosen;
+                        Message::Reply(reply)
+                    }
+                    Ok(Ok(ClientAnswer::Redirect(mut redirect))) => {
+                        redirect.client = chosen;
+                        Message::Redirect(redirect)
+                    }
+                    _ => Message::Reply(refused(
+                        &shown,
+                        ReplyError::Busy,
+                        "no answer in time; retry with the same request number".into(),
+                    )),
+                }
+            }
+        }
     };
-    Some(Some(message))
+    let bytes = message.encode(port.cluster, port.node, TraceContext::NONE).to_bytes();
+    let _ = answers.send(bytes).await;
+}
+
+/// Write queued answers, every answer queued by then in one write.
+async fn write_answers(mut writer: WriteHalf<Stream>, mut queued: mpsc::Receiver<Bytes>, port: Arc<ClientPort>) {
+    while let Some(first) = queued.recv().await {
+        let mut bytes = BytesMut::from(&first[..]);
+        while let Ok(next) = queued.try_recv() {
+            bytes.extend_from_slice(&next);
+        }
+        port.metrics.inc_socket_writes(Port::Client);
+        let write = async {
+            writer.write_all(&bytes).await?;
+            writer.flush().await
+        };
+        match tokio::time::timeout(port.limits.write_timeout, write).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => return,
+            Err(_) => return port.refuse("write_timeout"),
+        }
+    }
 }

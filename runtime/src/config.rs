@@ -29,6 +29,227 @@ pub struct Config {
     pub session: SessionConfig,
     /// How much a group keeps in flight and queued (the `[limits]` table).
     pub limits: LimitsSection,
+    /// How peer links notice dead connections and redial (the `[links]` table; F1).
+    pub links: LinksSection,
+    /// Certificates of peer links and the client port (the `[tls]` table; T1, T2).
+    pub tls: TlsSection,
+    /// The admin port's token, metrics listener and limits (the `[admin]` table; T4).
+    pub admin: AdminSection,
+    /// The client port's bounds (the `[client]` table; T5).
+    pub client: ClientSection,
+}
+
+pub use crate::admin::config::AdminSection;
+
+/// The `[tls]` table: the node's certificates from `cohort certs`, or an
+/// explicit choice of plaintext (T1, T2).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TlsSection {
+    /// The cluster CA's certificate.
+    pub ca: Option<std::path::PathBuf>,
+    /// This node's certificate.
+    pub cert: Option<std::path::PathBuf>,
+    /// This node's private key.
+    pub key: Option<std::path::PathBuf>,
+    /// Plaintext peers and clients; the node logs a warning at start.
+    pub insecure: bool,
+}
+
+impl TlsSection {
+    /// The choice this table makes (checked by [`Config::from_toml`]).
+    pub fn security(&self) -> crate::node::Security {
+        match (&self.ca, &self.cert, &self.key) {
+            _ if self.insecure => crate::node::Security::Insecure,
+            (Some(ca), Some(cert), Some(key)) => crate::node::Security::Tls(cohort_actors::tls::TlsFiles {
+                ca: ca.clone(),
+                cert: cert.clone(),
+                key: key.clone(),
+            }),
+            _ => crate::node::Security::Unset,
+        }
+    }
+
+    fn validate(&self, has_node: bool) -> Result<(), ConfigError> {
+        let files = [("tls.ca", &self.ca), ("tls.cert", &self.cert), ("tls.key", &self.key)];
+        if self.insecure {
+            if let Some((key, _)) = files.iter().find(|(_, path)| path.is_some()) {
+                return Err(rule(key, "is set together with tls.insecure = true: choose TLS or plaintext".into()));
+            }
+            return Ok(());
+        }
+        if !has_node {
+            return Ok(());
+        }
+        if let Some((key, _)) = files.iter().find(|(_, path)| path.is_none()) {
+            return Err(rule(
+                key,
+                "is missing: give ca, cert and key (`cohort certs init` and `cohort certs node` make them), or set \
+                 insecure = true for plaintext"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The `[links]` table: how a peer link notices a connection that stopped
+/// making progress, and how fast it dials again (F1). Local to each node.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LinksSection {
+    /// A connection with no progress this long is closed and redialed.
+    #[serde(with = "duration")]
+    pub stall_timeout: Duration,
+    /// How long one dial may take.
+    #[serde(with = "duration")]
+    pub connect_timeout: Duration,
+    /// The longest wait between two dials.
+    #[serde(with = "duration")]
+    pub redial_backoff_max: Duration,
+    /// Unsent bytes the kernel may hold per connection (`TCP_NOTSENT_LOWAT`).
+    pub socket_unsent_max_bytes: u32,
+}
+
+impl Default for LinksSection {
+    fn default() -> Self {
+        let timing = cohort_actors::peer_link::LinkTiming::default();
+        LinksSection {
+            stall_timeout: timing.stall_timeout,
+            connect_timeout: timing.connect_timeout,
+            redial_backoff_max: timing.redial_backoff_max,
+            socket_unsent_max_bytes: timing.socket_unsent_max_bytes,
+        }
+    }
+}
+
+impl LinksSection {
+    /// The links' timing.
+    pub fn timing(&self) -> cohort_actors::peer_link::LinkTiming {
+        cohort_actors::peer_link::LinkTiming {
+            stall_timeout: self.stall_timeout,
+            connect_timeout: self.connect_timeout,
+            redial_backoff_max: self.redial_backoff_max,
+            socket_unsent_max_bytes: self.socket_unsent_max_bytes,
+        }
+    }
+
+    /// A healed link must be back before backups give up on their primary:
+    /// a stall is noticed, and a dial retried, within the busy heartbeat
+    /// timeout.
+    fn validate(&self, cluster: &ClusterConfig) -> Result<(), ConfigError> {
+        let heartbeat = cluster.commit_heartbeat_timeout;
+        if self.stall_timeout < Duration::from_millis(500) || self.stall_timeout > heartbeat {
+            return Err(rule(
+                "links.stall_timeout",
+                format!(
+                    "must be at least 500ms and at most cluster.commit_heartbeat_timeout ({}); {} given",
+                    ms(heartbeat),
+                    ms(self.stall_timeout)
+                ),
+            ));
+        }
+        if self.connect_timeout.is_zero() || self.connect_timeout + self.redial_backoff_max > heartbeat {
+            return Err(rule(
+                "links.connect_timeout",
+                format!(
+                    "must be above 0, and with links.redial_backoff_max ({}) at most cluster.commit_heartbeat_timeout ({}); {} given",
+                    ms(self.redial_backoff_max),
+                    ms(heartbeat),
+                    ms(self.connect_timeout)
+                ),
+            ));
+        }
+        if self.redial_backoff_max < cohort_actors::peer_link::REDIAL_BACKOFF_MIN {
+            return Err(rule(
+                "links.redial_backoff_max",
+                format!(
+                    "must be at least {} ({} given)",
+                    ms(cohort_actors::peer_link::REDIAL_BACKOFF_MIN),
+                    ms(self.redial_backoff_max)
+                ),
+            ));
+        }
+        if self.socket_unsent_max_bytes < 4096 {
+            return Err(rule(
+                "links.socket_unsent_max_bytes",
+                format!("must be at least 4096 ({} given)", self.socket_unsent_max_bytes),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The `[client]` table: what one client, or all of them, can hold of the
+/// client port (T5).
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClientSection {
+    /// Connections open at once; more are closed at accept.
+    pub connections_max: usize,
+    /// Time a new connection has for TLS and its Handshake.
+    #[serde(with = "duration")]
+    pub handshake_timeout: Duration,
+    /// A connection that sends nothing this long is closed.
+    #[serde(with = "duration")]
+    pub idle_timeout: Duration,
+    /// Requests one connection may have in flight; more are answered Busy.
+    pub in_flight_max: usize,
+    /// How long the port waits for a shard's answer before replying Busy.
+    #[serde(with = "duration")]
+    pub answer_timeout: Duration,
+    /// A write to a client that takes longer than this closes the connection.
+    #[serde(with = "duration")]
+    pub write_timeout: Duration,
+}
+
+impl Default for ClientSection {
+    fn default() -> Self {
+        let limits = crate::client_port::ClientPortLimits::default();
+        ClientSection {
+            connections_max: limits.connections_max,
+            handshake_timeout: limits.handshake_timeout,
+            idle_timeout: limits.idle_timeout,
+            in_flight_max: limits.in_flight_max,
+            answer_timeout: limits.answer_timeout,
+            write_timeout: limits.write_timeout,
+        }
+    }
+}
+
+impl ClientSection {
+    /// The port's limits.
+    pub fn limits(&self) -> crate::client_port::ClientPortLimits {
+        crate::client_port::ClientPortLimits {
+            connections_max: self.connections_max,
+            handshake_timeout: self.handshake_timeout,
+            idle_timeout: self.idle_timeout,
+            in_flight_max: self.in_flight_max,
+            answer_timeout: self.answer_timeout,
+            write_timeout: self.write_timeout,
+        }
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        for (key, value) in
+            [("client.connections_max", self.connections_max), ("client.in_flight_max", self.in_flight_max)]
+        {
+            if value == 0 {
+                return Err(rule(key, "must be at least 1".into()));
+            }
+        }
+        for (key, value) in [
+            ("client.handshake_timeout", self.handshake_timeout),
+            ("client.idle_timeout", self.idle_timeout),
+            ("client.answer_timeout", self.answer_timeout),
+            ("client.write_timeout", self.write_timeout),
+        ] {
+            if value.is_zero() {
+                return Err(rule(key, "must be longer than 0ms".into()));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The `[limits]` table: how much each group's primary keeps in flight
@@ -94,6 +315,10 @@ pub struct SessionConfig {
     pub session_expired_policy: ExpiredPolicyName,
     /// With `reconnect`: open attempts in a row before the node stops (default 3).
     pub session_reconnect_attempts: u32,
+    /// With `reconnect`: the wait after the first failed attempt, doubling
+    /// after each further one (default 20000 ms; F2). With the other
+    /// defaults the attempts span a metadata outage of 66 s.
+    pub session_reconnect_backoff_ms: u64,
 }
 
 impl Default for SessionConfig {
@@ -103,6 +328,7 @@ impl Default for SessionConfig {
             session_keepalive_interval_ms: 1_000,
             session_expired_policy: ExpiredPolicyName::Reconnect,
             session_reconnect_attempts: 3,
+            session_reconnect_backoff_ms: 20_000,
         }
     }
 }
@@ -126,9 +352,25 @@ pub struct SessionTicks {
     pub keepalive_interval_ticks: u64,
     /// The policy with its attempts.
     pub policy: cohort_core::metadata::ExpiredPolicy,
+    /// `session_reconnect_backoff_ms` in ticks.
+    pub reconnect_backoff_ticks: u64,
 }
 
 impl SessionConfig {
+    /// F2: how long the metadata group may stay unreachable, once the node
+    /// learned its session expired, before `reconnect` stops the node
+    /// (`None` under `shutdown`). Errors as [`SessionConfig::ticks`].
+    pub fn reconnect_span(&self, tick: Duration) -> Result<Option<Duration>, ConfigError> {
+        let ticks = self.ticks(tick)?;
+        let client = cohort_core::metadata::SessionClient::new(
+            ticks.policy,
+            ticks.keepalive_interval_ticks,
+            ticks.reconnect_backoff_ticks,
+        );
+        let tick_ns = u64::try_from(tick.as_nanos()).unwrap_or(u64::MAX);
+        Ok(client.reconnect_span_ticks().map(|span| Duration::from_nanos(span.saturating_mul(tick_ns))))
+    }
+
     /// Check the rules and convert to ticks of `tick`; errors name the key.
     pub fn ticks(&self, tick: Duration) -> Result<SessionTicks, ConfigError> {
         let tick_ms = tick.as_millis().max(1);
@@ -169,7 +411,8 @@ impl SessionConfig {
                 cohort_core::metadata::ExpiredPolicy::Reconnect { attempts: self.session_reconnect_attempts }
             }
         };
-        Ok(SessionTicks { timeout_ticks, keepalive_interval_ticks, policy })
+        let reconnect_backoff_ticks = ticks("session.session_reconnect_backoff_ms", self.session_reconnect_backoff_ms)?;
+        Ok(SessionTicks { timeout_ticks, keepalive_interval_ticks, policy, reconnect_backoff_ticks })
     }
 }
 
@@ -264,15 +507,18 @@ impl TelemetryConfig {
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NodeSection {
-    /// The cluster this node belongs to; every node of a cluster must agree (R18).
-    pub cluster_id: u64,
+    /// The cluster this node belongs to, 32 hex digits (`cohort certs init`
+    /// writes a random one); every node of a cluster must agree (R18).
+    pub cluster_id: String,
     /// This node's id (not 0).
     pub id: u64,
     /// The address peers dial.
     pub listen: std::net::SocketAddr,
     /// Where clients send Request frames (optional).
     pub client: Option<std::net::SocketAddr>,
-    /// Where `/metrics` and `/health` are served (optional).
+    /// Where the admin port (`/metrics`, `/health`, `/status`, operator
+    /// commands) is served (optional); a port alone binds 127.0.0.1 (T4).
+    #[serde(default, deserialize_with = "crate::admin::config::optional_listen_address")]
     pub admin: Option<std::net::SocketAddr>,
     /// Where the shards keep their logs.
     pub data_dir: std::path::PathBuf,
@@ -297,6 +543,10 @@ pub struct PeerEntry {
     /// The address it listens on.
     pub address: std::net::SocketAddr,
 }
+
+/// The most partition groups `[groups] partitions` may configure: every
+/// node builds each at start, so the bound keeps a typo from exhausting memory.
+pub const GROUPS_PARTITIONS_MAX: u64 = 1_000_000;
 
 /// The `[groups]` table: the groups a node is built with (the metadata
 /// group records them at start and may place more at run time); a node hosts `partitions` groups 0..partitions, each with every node of
@@ -329,8 +579,22 @@ pub enum WriteModeName {
 }
 
 impl NodeSection {
+    /// The cluster id, parsed (checked by [`NodeSection::validate`]).
+    pub fn cluster(&self) -> Result<cohort_messages::ClusterId, ConfigError> {
+        cohort_actors::certs::parse_cluster_hex(&self.cluster_id).ok_or_else(|| {
+            rule(
+                "node.cluster_id",
+                format!(
+                    "{:?} is not a cluster id: 1 to 32 hex digits, e.g. the random one `cohort certs init` writes",
+                    self.cluster_id
+                ),
+            )
+        })
+    }
+
     /// Rules beyond parsing, each naming its key.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        self.cluster()?;
         if self.id == 0 {
             return Err(rule("node.id", "must not be 0".into()));
         }
@@ -426,8 +690,18 @@ impl Config {
         config.telemetry.validate()?;
         config.session.ticks(config.cluster.tick)?;
         config.limits.validate()?;
+        config.links.validate(&config.cluster)?;
+        config.tls.validate(config.node.is_some())?;
+        config.client.validate()?;
         if let Some(node) = &config.node {
             node.validate()?;
+        }
+        config.admin.validate(config.node.as_ref().and_then(|node| node.admin))?;
+        if config.groups.partitions > GROUPS_PARTITIONS_MAX {
+            return Err(rule(
+                "groups.partitions",
+                format!("must be at most {GROUPS_PARTITIONS_MAX} ({} given)", config.groups.partitions),
+            ));
         }
         if let Some(quorum) = config.groups.replication_quorum {
             let members = config.node.as_ref().map_or(1, |node| node.peers.len() + 1);
@@ -533,7 +807,7 @@ impl ClusterConfig {
 }
 
 /// Durations as `"500ms"`, `"5s"`, `"2m"` strings or integer milliseconds.
-mod duration {
+pub(crate) mod duration {
     use std::time::Duration;
 
     use serde::{Deserialize, Deserializer, de::Error};
@@ -545,7 +819,7 @@ mod duration {
         Text(String),
     }
 
-    pub(super) fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
         match Raw::deserialize(deserializer)? {
             Raw::Millis(ms) => Ok(Duration::from_millis(ms)),
             Raw::Text(text) => parse(&text).map_err(D::Error::custom),
@@ -628,13 +902,17 @@ mod tests {
     fn node_section_is_parsed_and_checked() {
         let text = r#"
             [node]
-            cluster_id = 7
+            cluster_id = "7"
             id = 1
             listen = "127.0.0.1:7001"
             data_dir = "/tmp/cohort-1"
             [[node.peers]]
             id = 2
             address = "127.0.0.1:7002"
+            [tls]
+            ca = "certs/ca.pem"
+            cert = "certs/node-1.pem"
+            key = "certs/node-1.key"
             [groups]
             partitions = 8
             write_mode = "async"
@@ -649,6 +927,18 @@ mod tests {
         let bad = text.replace("127.0.0.1:7002", "nowhere");
         let error = Config::from_toml(&bad).expect_err("bad address refused");
         assert!(error.to_string().contains("address"), "{error}");
+        let no_id = text.replace("cluster_id = \"7\"\n", "");
+        let error = Config::from_toml(&no_id).expect_err("a node needs a cluster id");
+        assert!(error.to_string().contains("cluster_id"), "{error}");
+        let bad_id = text.replace("cluster_id = \"7\"", "cluster_id = \"seven\"");
+        let error = Config::from_toml(&bad_id).expect_err("not hex");
+        assert!(matches!(&error, ConfigError::Rule { key: "node.cluster_id", .. }), "{error}");
+        let no_tls = text.replace("key = \"certs/node-1.key\"", "");
+        let error = Config::from_toml(&no_tls).expect_err("t1: a node needs its certificates or insecure");
+        assert!(matches!(&error, ConfigError::Rule { key: "tls.key", .. }), "{error}");
+        let both = text.replace("[tls]", "[tls]\ninsecure = true");
+        let error = Config::from_toml(&both).expect_err("t1: files and insecure at once are ambiguous");
+        assert!(matches!(&error, ConfigError::Rule { key: "tls.ca", .. }), "{error}");
         let quorum = text.replace("partitions = 8", "partitions = 8\nreplication_quorum = 3");
         let error = Config::from_toml(&quorum).expect_err("quorum over the cluster size refused");
         assert!(matches!(&error, ConfigError::Rule { key: "groups.replication_quorum", .. }), "{error}");
@@ -694,6 +984,8 @@ mod tests {
             ("session_timeout_ms = 1050", "session.session_timeout_ms", "whole"),
             ("session_keepalive_interval_ms = 0", "session.session_keepalive_interval_ms", "non-zero"),
             ("session_reconnect_attempts = 0", "session.session_reconnect_attempts", "at least 1"),
+            ("session_reconnect_backoff_ms = 0", "session.session_reconnect_backoff_ms", "non-zero"),
+            ("session_reconnect_backoff_ms = 150", "session.session_reconnect_backoff_ms", "whole"),
         ] {
             let error = Config::from_toml(&format!("[session]\n{text}")).expect_err(text);
             assert!(matches!(&error, ConfigError::Rule { key: k, .. } if *k == key), "{text}: {error}");
@@ -701,6 +993,47 @@ mod tests {
         }
         let error = Config::from_toml("[session]\nsession_expired_policy = \"panic\"").expect_err("unknown policy");
         assert!(error.to_string().contains("panic"), "{error}");
+    }
+
+    #[test]
+    fn f2_default_reconnect_attempts_span_a_metadata_outage_of_at_least_60_s() {
+        let session = Config::from_toml("").expect("valid").session;
+        assert_eq!(session.reconnect_span(Duration::from_millis(100)), Ok(Some(Duration::from_secs(66))));
+        let shutdown = SessionConfig { session_expired_policy: ExpiredPolicyName::Shutdown, ..session };
+        assert_eq!(shutdown.reconnect_span(Duration::from_millis(100)), Ok(None));
+    }
+
+    #[test]
+    fn f1_link_keys_have_defaults_and_rules() {
+        let links = Config::from_toml("").expect("valid").links;
+        assert_eq!(links.timing(), cohort_actors::peer_link::LinkTiming::default());
+        for (text, key) in [
+            ("[links]\nstall_timeout = \"100ms\"", "links.stall_timeout"),
+            ("[links]\nstall_timeout = \"6s\"", "links.stall_timeout"),
+            ("[links]\nconnect_timeout = \"0ms\"", "links.connect_timeout"),
+            ("[links]\nconnect_timeout = \"4500ms\"", "links.connect_timeout"),
+            ("[links]\nredial_backoff_max = \"1ms\"", "links.redial_backoff_max"),
+            ("[links]\nsocket_unsent_max_bytes = 100", "links.socket_unsent_max_bytes"),
+        ] {
+            let error = Config::from_toml(text).expect_err(text);
+            assert!(matches!(&error, ConfigError::Rule { key: k, .. } if *k == key), "{text}: {error}");
+        }
+    }
+
+    #[test]
+    fn the_example_node_config_is_valid_once_its_cluster_id_is_filled_in() {
+        let example = include_str!("../../config/example-node.toml");
+        let filled = example.replace("put-the-id-from-certs-init-here", "c0ffee");
+        let config = Config::from_toml(&filled).unwrap_or_else(|error| panic!("example-node.toml: {error}"));
+        assert!(matches!(config.tls.security(), crate::node::Security::Tls(_)), "the example uses TLS");
+        assert!(Config::from_toml(example).is_err(), "the placeholder itself is refused, naming the key");
+    }
+
+    #[test]
+    fn groups_partitions_is_bounded() {
+        assert!(Config::from_toml("[groups]\npartitions = 1000000").is_ok());
+        let error = Config::from_toml("[groups]\npartitions = 1000001").expect_err("too many");
+        assert!(matches!(&error, ConfigError::Rule { key: "groups.partitions", .. }), "{error}");
     }
 
     #[test]

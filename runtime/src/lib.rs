@@ -45,6 +45,16 @@ pub mod group {
     pub use cohort_actors::group::{GroupEvent, GroupRole, RoleChanged, SUBSCRIBER_EVENTS_MAX};
 }
 
+/// TLS and the cluster's certificates (T1, T2): what `cohort certs` makes
+/// and [`crate::node::NodeBuilder::tls`] takes.
+pub mod tls {
+    pub use cohort_actors::certs::{
+        Authority, CA_CERT_FILE, CA_KEY_FILE, CLUSTER_ID_FILE, CertsError, LocalCerts, client_files, cluster_hex,
+        local_cluster, node_files, parse_cluster_hex,
+    };
+    pub use cohort_actors::tls::{Credentials, TlsError, TlsFiles, client_config, client_name, node_name};
+}
+
 /// The node's metrics, as `/metrics` serves them.
 pub mod metrics {
     pub use cohort_actors::listener::InboundStats;

@@ -6,7 +6,10 @@
 //! host is the bookkeeping: picking ports (all bound before any node starts,
 //! so none is lost to a race), peer lists, data directories, placing each
 //! group on every node, and removing the files at the end. Timing defaults to
-//! [`LocalCluster::fast_timing`], so a failover takes seconds, not tens.
+//! [`LocalCluster::fast_timing`], so a failover takes seconds, not tens. The
+//! nodes talk mTLS with throwaway certificates made in the data directory
+//! (T1), exactly as a production cluster does; [`LocalCluster::certs`] has a
+//! client certificate for the client port too.
 //!
 //! Production hosts run one node per process and build it with
 //! [`NodeBuilder`] directly.
@@ -53,14 +56,31 @@ pub struct LocalClusterBuilder {
     data_dir: Option<PathBuf>,
     session: crate::config::SessionConfig,
     admin_ports: bool,
+    admin_token: Option<crate::admin::AdminToken>,
+    client_ports: bool,
 }
 
 impl LocalClusterBuilder {
+    /// Give every node a client port on a free loopback port (mTLS with the
+    /// cluster's throwaway certificates, [`LocalCluster::certs`]); read it
+    /// with [`Node::client_address`]. A restarted node gets a new port.
+    pub fn client_ports(mut self) -> Self {
+        self.client_ports = true;
+        self
+    }
+
     /// Give every node an admin port on a free loopback port (`/metrics`,
     /// `/status`, the operator commands); read it with
     /// [`Node::admin_address`]. A restarted node gets a new port.
     pub fn admin_ports(mut self) -> Self {
         self.admin_ports = true;
+        self
+    }
+
+    /// The token every node's admin port takes for operator commands (T4;
+    /// see [`NodeBuilder::admin_token`]). Without one they refuse them.
+    pub fn admin_token(mut self, token: crate::admin::AdminToken) -> Self {
+        self.admin_token = Some(token);
         self
     }
 
@@ -159,7 +179,10 @@ impl LocalClusterBuilder {
             .map(|listener| listener.local_addr())
             .collect::<Result<Vec<_>, _>>()
             .map_err(|error| NodeError::Config(format!("loopback address: {error}")))?;
-        let mut cluster = LocalCluster { template: self, addresses, dir, remove_dir, nodes: Vec::new() };
+        let node_ids = (1..=self.nodes as u64).map(NodeId);
+        let certs = cohort_actors::certs::local_cluster(&dir.join("certs"), node_ids)
+            .map_err(|error| NodeError::Config(format!("throwaway certificates: {error}")))?;
+        let mut cluster = LocalCluster { template: self, addresses, dir, remove_dir, certs, nodes: Vec::new() };
         for (index, listener) in listeners.into_iter().enumerate() {
             let node = cluster.node_builder(index).bound_listener(listener).start()?;
             cluster.nodes.push(Some(node));
@@ -193,6 +216,7 @@ pub struct LocalCluster {
     addresses: Vec<std::net::SocketAddr>,
     dir: PathBuf,
     remove_dir: bool,
+    certs: cohort_actors::certs::LocalCerts,
     nodes: Vec<Option<Node>>,
 }
 
@@ -208,6 +232,8 @@ impl LocalCluster {
             data_dir: None,
             session: crate::config::SessionConfig::default(),
             admin_ports: false,
+            client_ports: false,
+            admin_token: None,
         }
     }
 
@@ -222,6 +248,17 @@ impl LocalCluster {
             commit_idle_heartbeat_timeout: Duration::from_secs(2),
             view_change_timeout: Duration::from_millis(500),
             repair_timeout: Duration::from_millis(100),
+        }
+    }
+
+    /// Link timing that fits [`LocalCluster::fast_timing`] (F1): a stall is
+    /// noticed in 1 s and a healed link redialed within about 0.5 s.
+    pub fn fast_links() -> cohort_actors::peer_link::LinkTiming {
+        cohort_actors::peer_link::LinkTiming {
+            stall_timeout: Duration::from_secs(1),
+            connect_timeout: Duration::from_millis(500),
+            redial_backoff_max: Duration::from_millis(500),
+            ..Default::default()
         }
     }
 
@@ -248,6 +285,12 @@ impl LocalCluster {
     /// Where the nodes keep their data (one subdirectory per node).
     pub fn data_dir(&self) -> &std::path::Path {
         &self.dir
+    }
+
+    /// The cluster's throwaway certificates: each node's, and a client's
+    /// (`local`) for the client port.
+    pub fn certs(&self) -> &cohort_actors::certs::LocalCerts {
+        &self.certs
     }
 
     /// Wait until every running node is connected to every other running
@@ -316,10 +359,21 @@ impl LocalCluster {
             .data_dir(self.dir.join(format!("node-{}", node.0)))
             .shards(template.shards)
             .cluster_config(template.timing.clone())
+            .link_timing(LocalCluster::fast_links())
+            .security(match self.certs.node(node) {
+                Some(files) => crate::node::Security::Tls(files.clone()),
+                None => crate::node::Security::Unset,
+            })
             .session_config(template.session.clone())
             .kinds(template.kinds.clone());
+        if template.client_ports {
+            builder = builder.client_port(std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
+        }
         if template.admin_ports {
             builder = builder.admin(std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
+        }
+        if let Some(token) = &template.admin_token {
+            builder = builder.admin_token(token.clone());
         }
         for (peer, address) in self.addresses.iter().enumerate() {
             if peer != index {

@@ -20,5 +20,6 @@ pub use crate::group::{GroupEvent, GroupRole, RoleChanged};
 pub use crate::local::{LocalCluster, LocalClusterBuilder};
 pub use crate::node::{
     Committed, DetachedNode, GroupKind, GroupKindError, GroupPlacement, Node, NodeBuilder, NodeError, NodeHandle,
-    Register, SubmitError,
+    Register, Security, SubmitError,
 };
+pub use crate::tls::TlsFiles;

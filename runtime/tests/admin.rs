@@ -8,15 +8,26 @@
 //! operation at a step on purpose (a move's promotion waits for its learner
 //! to catch up; a stopped node's learner never does) to look at it and
 //! cancel it.
+//!
+//! Every node has an admin token (T4), which these tests present as an
+//! operator would; `admin_port.rs` tests what happens without it.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
+use cohort_runtime::admin::AdminToken;
 use cohort_runtime::config::{ExpiredPolicyName, SessionConfig};
 use cohort_runtime::node::PLACEMENTS_FILE;
 use cohort_runtime::prelude::*;
 use serde_json::Value;
+
+/// The admin token of every node of these tests.
+const TOKEN: &str = "admin-token-of-the-operator-tests";
+
+fn token() -> AdminToken {
+    AdminToken::new(TOKEN).expect("a valid token")
+}
 
 /// Four nodes; group 3 on nodes 1 and 2 only, so a move to node 4 and a
 /// decommission of node 2 (to node 3) both have a plan.
@@ -29,8 +40,10 @@ fn start_cluster() -> LocalCluster {
             session_keepalive_interval_ms: 200,
             session_expired_policy: ExpiredPolicyName::Reconnect,
             session_reconnect_attempts: 3,
+            session_reconnect_backoff_ms: 1000,
         })
         .admin_ports()
+        .admin_token(token())
         .start()
         .expect("cluster starts")
 }
@@ -39,12 +52,16 @@ fn admin(cluster: &LocalCluster, node: u64) -> SocketAddr {
     cluster.node(NodeId(node)).and_then(Node::admin_address).expect("an admin port")
 }
 
-/// One HTTP exchange with an admin port: the status code and the JSON body.
+/// One HTTP exchange with an admin port, as an operator with the token
+/// sends it: the status code and the JSON body.
 fn http(admin: SocketAddr, method: &str, path: &str, body: &str) -> (u16, Value) {
     let mut stream = TcpStream::connect_timeout(&admin, Duration::from_secs(2)).expect("connect");
     stream.set_read_timeout(Some(Duration::from_secs(20))).expect("timeout");
-    let request =
-        format!("{method} {path} HTTP/1.1\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}", body.len());
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\nAuthorization: Bearer {TOKEN}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
     stream.write_all(request.as_bytes()).expect("send");
     let mut answer = String::new();
     stream.read_to_string(&mut answer).expect("answer");
@@ -145,7 +162,8 @@ async fn m5_cancel_over_admin() {
         })
     };
     let args = |rest: &str| -> Vec<String> {
-        let mut args = vec!["admin".to_string(), "--admin".to_string(), port.to_string()];
+        let mut args =
+            vec!["admin".to_string(), "--admin".to_string(), port.to_string(), "--token".into(), TOKEN.into()];
         args.extend(rest.split(' ').map(String::from));
         args
     };
@@ -202,6 +220,7 @@ async fn m5_cancel_over_admin() {
     let (code, text, stderr) = tokio::task::spawn_blocking(move || {
         let output = std::process::Command::new(env!("CARGO_BIN_EXE_cohort"))
             .args(["status", "--admin", &port.to_string()])
+            .env("COHORT_ADMIN_TOKEN", TOKEN)
             .output()
             .expect("run");
         (output.status.code(), String::from_utf8_lossy(&output.stdout).into_owned(), output.stderr)
@@ -218,6 +237,7 @@ async fn operator_bad_input_gets_400_naming_the_field() {
         .group_kind("register", |_| Box::new(Register::default()))
         .groups("register", [GroupId(0)])
         .admin_ports()
+        .admin_token(token())
         .start()
         .expect("cluster starts");
     let port = admin(&cluster, 1);
@@ -241,7 +261,11 @@ async fn operator_bad_input_gets_400_naming_the_field() {
     // Past the body bound: 413, and the node goes on answering.
     let mut stream = TcpStream::connect_timeout(&port, Duration::from_secs(2)).expect("connect");
     stream.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
-    stream.write_all(b"POST /admin/operations HTTP/1.1\r\nContent-Length: 204800\r\n\r\n{").expect("send");
+    let head = format!(
+        "POST /admin/operations HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\n\
+         Content-Length: 204800\r\n\r\n{{"
+    );
+    stream.write_all(head.as_bytes()).expect("send");
     let mut answer = String::new();
     let _ = stream.read_to_string(&mut answer);
     assert!(answer.starts_with("HTTP/1.1 413 "), "{answer}");

@@ -39,9 +39,19 @@ fn start_node_with_admin(index: usize, addresses: &[SocketAddr], dir: &std::path
     build_node(index, addresses, dir, groups).admin(admin).start().expect("node starts")
 }
 
+/// The nodes' certificates, made once per test directory (T1: the nodes talk mTLS).
+fn tls_of(dir: &std::path::Path, node: NodeId) -> cohort_actors::tls::TlsFiles {
+    let certs = dir.join("certs");
+    if !certs.join(cohort_actors::certs::CA_CERT_FILE).exists() {
+        cohort_actors::certs::local_cluster(&certs, (1..=3).map(NodeId)).expect("throwaway certificates");
+    }
+    cohort_actors::certs::node_files(&certs, node)
+}
+
 fn build_node(index: usize, addresses: &[SocketAddr], dir: &std::path::Path, groups: u64) -> NodeBuilder {
     let node = NodeId(index as u64 + 1);
     let mut builder = NodeBuilder::new(CLUSTER, node)
+        .tls(tls_of(dir, node))
         .cluster_config(fast_timing())
         .listen(addresses[index])
         .data_dir(dir.join(format!("node-{}", node.0)))
@@ -215,12 +225,22 @@ fn r19_r32_metrics_endpoint_serves_heartbeat_counters() {
 }
 
 /// Connect to `address`, send `frames`; true if the node closed the connection.
-async fn send_raw(address: SocketAddr, frames: &[cohort_messages::EncodedFrame]) -> bool {
+/// Dial `address` as node 2 would (preamble, TLS with node 2's certificate
+/// from `dir`), send `frames`, and say whether the node closed the connection.
+async fn send_raw(address: SocketAddr, dir: &std::path::Path, frames: &[cohort_messages::EncodedFrame]) -> bool {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(address).await.expect("connect");
+    let mut tcp = tokio::net::TcpStream::connect(address).await.expect("connect");
+    let preamble = cohort_messages::Preamble::new(0, cohort_messages::LinkMode::Tls).encode();
+    tcp.write_all(&preamble).await.expect("preamble");
+    let credentials = cohort_runtime::tls::Credentials::load(&tls_of(dir, NodeId(2))).expect("node 2's certificate");
+    let config = cohort_runtime::tls::client_config(&credentials).expect("TLS");
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+    let name = rustls_pki_types::ServerName::try_from("node-1.cohort").expect("a name");
+    let mut stream = connector.connect(name, tcp).await.expect("TLS handshake");
     for frame in frames {
         stream.write_all(&frame.to_bytes()).await.expect("write");
     }
+    stream.flush().await.expect("flush");
     let mut buffer = [0u8; 16];
     matches!(tokio::time::timeout(Duration::from_millis(500), stream.read(&mut buffer)).await, Ok(Ok(0)) | Ok(Err(_)))
 }
@@ -256,11 +276,14 @@ fn r18_wrong_cluster_or_revision_1_is_refused_and_r15_bad_frames_are_dropped() {
         let node = start_node(0, &addresses, &dir, 1);
         let address = node.listen_address();
         let handle = node.handle();
-        assert!(send_raw(address, &[handshake(ClusterId(0xBAD), 2)]).await, "foreign cluster: connection closed");
-        assert!(send_raw(address, &[handshake(CLUSTER, 1)]).await, "revision 1: connection closed");
-        assert!(send_raw(address, &[handshake_from(NodeId(9), CLUSTER, 2)]).await, "unknown node: connection closed");
+        assert!(send_raw(address, &dir, &[handshake(ClusterId(0xBAD), 2)]).await, "foreign cluster: connection closed");
+        assert!(send_raw(address, &dir, &[handshake(CLUSTER, 1)]).await, "revision 1: connection closed");
+        assert!(
+            send_raw(address, &dir, &[handshake_from(NodeId(9), CLUSTER, 2)]).await,
+            "unknown node: connection closed"
+        );
         let other_shards = handshake_with_shards(NodeId(2), CLUSTER, 2, 3);
-        assert!(send_raw(address, &[other_shards]).await, "another shard count: connection closed");
+        assert!(send_raw(address, &dir, &[other_shards]).await, "another shard count: connection closed");
         assert_eq!(handle.inbound_stats().handshakes_refused.load(std::sync::atomic::Ordering::Relaxed), 4);
         // A good handshake, then a frame whose body was damaged on the way:
         // the frame is dropped and counted, the connection stays open.
@@ -274,7 +297,7 @@ fn r18_wrong_cluster_or_revision_1_is_refused_and_r15_bad_frames_are_dropped() {
         let mut body = damaged.body.to_vec();
         body[0] ^= 0x40;
         damaged.body = Bytes::from(body);
-        let closed = send_raw(address, &[handshake(CLUSTER, 2), damaged]).await;
+        let closed = send_raw(address, &dir, &[handshake(CLUSTER, 2), damaged]).await;
         assert!(!closed, "a bad body checksum drops the frame, not the connection");
         assert!(handle.inbound_stats().frames_rejected.load(std::sync::atomic::Ordering::Relaxed) >= 1);
         node.stop();

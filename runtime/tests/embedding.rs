@@ -249,7 +249,9 @@ fn custom_actors_follow_applied_ops_roles_and_restarts() {
 fn a_detached_node_serves_a_plain_tokio_host() {
     let dir = std::env::temp_dir().join(format!("cohort-detached-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
+    let certs = cohort_actors::certs::local_cluster(&dir.join("certs"), [NodeId(1)]).expect("certificates");
     let node = NodeBuilder::new(ClusterId(1), NodeId(1))
+        .tls(certs.node(NodeId(1)).expect("node 1's files").clone())
         .listen("127.0.0.1:0".parse().expect("address"))
         .data_dir(&dir)
         .cluster_config(LocalCluster::fast_timing())

@@ -18,12 +18,32 @@ use cohort_messages::{
 };
 
 const CLUSTER: ClusterId = ClusterId(7);
+
+/// T1, T2: the nodes' and the client's certificates, made once per test
+/// directory; the nodes speak mTLS to each other and to the client.
+fn certs(dir: &Path) -> PathBuf {
+    let certs = dir.join("certs");
+    if !certs.join(cohort_runtime::tls::CA_CERT_FILE).exists() {
+        cohort_runtime::tls::local_cluster(&certs, (1..=3).map(NodeId)).expect("throwaway certificates");
+    }
+    certs
+}
+
+/// TLS of the client certificate `local` in `dir`'s certificates.
+fn client_tls(dir: &Path) -> std::sync::Arc<rustls::ClientConfig> {
+    let files = cohort_runtime::tls::client_files(&certs(dir), "local");
+    let credentials = cohort_runtime::tls::Credentials::load(&files).expect("client credentials");
+    std::sync::Arc::new(cohort_runtime::tls::client_config(&credentials).expect("client TLS"))
+}
 const GROUPS: u64 = 6;
+/// The admin token of the nodes that have an admin port.
+const ADMIN_TOKEN: &str = "admin-token-of-the-process-tests";
 
 struct Ports {
     listen: SocketAddr,
     client: SocketAddr,
     admin: Option<SocketAddr>,
+    tls: std::sync::Arc<rustls::ClientConfig>,
 }
 
 fn free_addresses(n: usize) -> Vec<SocketAddr> {
@@ -41,7 +61,7 @@ fn write_config_with(dir: &Path, index: usize, ports: &[Ports], extra: &str) -> 
         "[cluster]\ntick = \"50ms\"\ncommit_broadcast_interval = \"250ms\"\ncommit_heartbeat_timeout = \"2s\"\n\
          commit_idle_heartbeat_interval = \"500ms\"\ncommit_idle_heartbeat_timeout = \"2s\"\n\
          view_change_timeout = \"500ms\"\nrepair_timeout = \"100ms\"\n\n\
-         [node]\ncluster_id = {}\nid = {}\nlisten = \"{}\"\nclient = \"{}\"\ndata_dir = \"{}\"\nshards = 2\n",
+         [node]\ncluster_id = \"{:x}\"\nid = {}\nlisten = \"{}\"\nclient = \"{}\"\ndata_dir = \"{}\"\nshards = 2\n",
         CLUSTER.0,
         index + 1,
         ports[index].listen,
@@ -55,7 +75,15 @@ fn write_config_with(dir: &Path, index: usize, ports: &[Ports], extra: &str) -> 
     }
     if let Some(admin) = ports[index].admin {
         text = text.replace("shards = 2\n", &format!("shards = 2\nadmin = \"{admin}\"\n"));
+        text.push_str(&format!("\n[admin]\ntoken = \"{ADMIN_TOKEN}\"\n"));
     }
+    let files = cohort_runtime::tls::node_files(&certs(dir), NodeId(index as u64 + 1));
+    text.push_str(&format!(
+        "\n[tls]\nca = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\n",
+        files.ca.display(),
+        files.cert.display(),
+        files.key.display()
+    ));
     text.push_str(&format!("\n[groups]\npartitions = {GROUPS}\n"));
     text.push_str(extra);
     let path = dir.join(format!("node-{}.toml", index + 1));
@@ -74,17 +102,21 @@ fn spawn_node(dir: &Path, index: usize) -> Child {
         .expect("spawn cohort node")
 }
 
-/// A client connection speaking frames.
+/// A client connection speaking frames, over mTLS.
 struct Client {
-    stream: TcpStream,
+    stream: rustls::StreamOwned<rustls::ClientConnection, TcpStream>,
     decoder: FrameDecoder,
     buffer: BytesMut,
 }
 
 impl Client {
-    fn connect(address: SocketAddr) -> Option<Client> {
-        let mut stream = TcpStream::connect_timeout(&address, Duration::from_millis(200)).ok()?;
-        stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    fn connect(address: SocketAddr, tls: &std::sync::Arc<rustls::ClientConfig>) -> Option<Client> {
+        let tcp = TcpStream::connect_timeout(&address, Duration::from_millis(200)).ok()?;
+        // Also bounds the TLS handshake: a stopped node accepts TCP but never answers.
+        tcp.set_read_timeout(Some(Duration::from_millis(700))).ok()?;
+        let name = rustls::pki_types::ServerName::try_from("nodes.cohort").ok()?;
+        let connection = rustls::ClientConnection::new(std::sync::Arc::clone(tls), name).ok()?;
+        let mut stream = rustls::StreamOwned::new(connection, tcp);
         let hello = Message::Handshake(Handshake {
             revision: WIRE_REVISION,
             cluster: CLUSTER,
@@ -101,7 +133,11 @@ impl Client {
         self.stream.write_all(&frame.to_bytes()).ok()?;
         loop {
             if let Ok(Some(frame)) = self.decoder.decode(&mut self.buffer) {
-                return frame.message().ok();
+                match frame.message().ok()? {
+                    // The node's own greeting: which node this address is.
+                    Message::Handshake(_) => continue,
+                    message => return Some(message),
+                }
             }
             let mut chunk = [0u8; 4096];
             let read = self.stream.read(&mut chunk).ok()?;
@@ -125,7 +161,8 @@ fn write(ports: &[Ports], group: GroupId, client: u128, value: &'static [u8]) ->
     let deadline = Instant::now() + Duration::from_secs(20);
     let mut target = group.0 as usize % ports.len();
     while Instant::now() < deadline {
-        let answer = Client::connect(ports[target].client).and_then(|mut client| client.call(&request));
+        let answer =
+            Client::connect(ports[target].client, &ports[target].tls).and_then(|mut client| client.call(&request));
         match answer {
             Some(Message::Reply(reply)) => match reply.outcome {
                 Outcome::Ok(_) => return reply.op,
@@ -151,8 +188,9 @@ fn v5_v4_three_node_processes_redirect_fail_over_and_restart() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("temp dir");
     let addresses = free_addresses(6);
-    let ports: Vec<Ports> =
-        (0..3).map(|i| Ports { listen: addresses[i], client: addresses[3 + i], admin: None }).collect();
+    let ports: Vec<Ports> = (0..3)
+        .map(|i| Ports { listen: addresses[i], client: addresses[3 + i], admin: None, tls: client_tls(&dir) })
+        .collect();
     for index in 0..3 {
         write_config(&dir, index, &ports);
     }
@@ -201,7 +239,12 @@ fn start_stall_cluster(dir: &Path, extra: &str) -> (Vec<Ports>, Vec<Child>) {
     std::fs::create_dir_all(dir).expect("temp dir");
     let addresses = free_addresses(9);
     let ports: Vec<Ports> = (0..3)
-        .map(|i| Ports { listen: addresses[i], client: addresses[3 + i], admin: Some(addresses[6 + i]) })
+        .map(|i| Ports {
+            listen: addresses[i],
+            client: addresses[3 + i],
+            admin: Some(addresses[6 + i]),
+            tls: client_tls(dir),
+        })
         .collect();
     for index in 0..3 {
         write_config_with(dir, index, &ports, extra);
@@ -214,7 +257,10 @@ fn start_stall_cluster(dir: &Path, extra: &str) -> (Vec<Ports>, Vec<Child>) {
 fn status(admin: SocketAddr) -> Option<serde_json::Value> {
     let mut stream = TcpStream::connect_timeout(&admin, Duration::from_millis(300)).ok()?;
     stream.set_read_timeout(Some(Duration::from_millis(500))).ok()?;
-    stream.write_all(b"GET /status HTTP/1.1\r\nConnection: close\r\n\r\n").ok()?;
+    // With the token: session ids are shown only to the token's holder (T4).
+    let request =
+        format!("GET /status HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {ADMIN_TOKEN}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).ok()?;
     let mut answer = String::new();
     stream.read_to_string(&mut answer).ok()?;
     let (_, body) = answer.split_once("\r\n\r\n")?;
@@ -306,8 +352,8 @@ fn try_call(ports: &[Ports], request: &Request, budget: Duration) -> Option<(Op,
     let deadline = Instant::now() + budget;
     let mut target = request.group.0 as usize % ports.len();
     while Instant::now() < deadline {
-        let answer = Client::connect(ports[target].client).and_then(|mut client| {
-            client.stream.set_read_timeout(Some(Duration::from_millis(700))).ok()?;
+        let answer = Client::connect(ports[target].client, &ports[target].tls).and_then(|mut client| {
+            client.stream.sock.set_read_timeout(Some(Duration::from_millis(700))).ok()?;
             client.call(request)
         });
         match answer {
@@ -445,7 +491,7 @@ fn s5_sigstop_primary_longer_than_session_timeout_never_commits_twice() {
         kind: RequestKind::Write,
         operation: Bytes::from_static(b"probe"),
     };
-    match Client::connect(ports[victim].client).and_then(|mut client| client.call(&probe)) {
+    match Client::connect(ports[victim].client, &ports[victim].tls).and_then(|mut client| client.call(&probe)) {
         Some(Message::Redirect(redirect)) => {
             assert_ne!(redirect.primary, Some(NodeId(victim as u64 + 1)), "it does not name itself")
         }

@@ -13,6 +13,7 @@ fn fast_sessions(policy: ExpiredPolicyName) -> SessionConfig {
         session_keepalive_interval_ms: 200,
         session_expired_policy: policy,
         session_reconnect_attempts: 3,
+        session_reconnect_backoff_ms: 1000,
     }
 }
 

@@ -164,7 +164,12 @@ fn start_node(index: usize, addresses: &[SocketAddr], dir: &std::path::Path) -> 
         view_change_timeout: Duration::from_millis(500),
         repair_timeout: Duration::from_millis(100),
     };
+    let certs = dir.join("certs");
+    if !certs.join(cohort_actors::certs::CA_CERT_FILE).exists() {
+        cohort_actors::certs::local_cluster(&certs, (1..=3).map(NodeId)).expect("throwaway certificates");
+    }
     let mut builder = NodeBuilder::new(CLUSTER, node)
+        .tls(cohort_actors::certs::node_files(&certs, node))
         .cluster_config(timing)
         .listen(addresses[index])
         .data_dir(dir.join(format!("node-{}", node.0)))

@@ -7,11 +7,15 @@ use std::cell::{Cell, RefCell};
 use std::fmt::Write as _;
 use std::panic::{self, AssertUnwindSafe};
 
-use crate::sim::{Report, Scenario, Sim, SimConfig};
+use cohort_core::mutants::Mutant;
+
+use crate::sim::{FaultProfile, Report, Scenario, Sim, SimConfig};
+use crate::storage::StorageKind;
 
 /// The usage text.
 pub const USAGE: &str = "usage: cohort-sim --seeds N [--seed-start S] [--nodes 3|5] [--learners C] [--groups G] \
-[--replication-quorum Q] [--fault-ticks T] [--liveness-ticks T] [--scenario default|metadata|reconfigure] [--json]
+[--shards S] [--storage file|memory] [--replication-quorum Q] [--fault-ticks T] [--liveness-ticks T] \
+[--scenario default|metadata|reconfigure] [--profile mixed|durability|partitions] [--mutant NAME] [--json]
 
 Runs seeds S..S+N of the deterministic simulator and checks every run.
   --seeds N                 how many seeds (default 10)
@@ -20,6 +24,9 @@ Runs seeds S..S+N of the deterministic simulator and checks every run.
   --learners C            extra nodes that are learners (P4) of every group: never
                             counted, never primary, must catch up after healing (default 0)
   --groups G                replication groups (default 4)
+  --shards S                shards per node; groups go to shards as on a real node (default 2)
+  --storage K               file: the real write-ahead log on a fault-injecting simulated disk
+                            (default); memory: the core's in-memory storage
   --replication-quorum Q    Qr, acks needed to commit, 1..=nodes (default: majority)
   --fault-ticks T           ticks of the fault phase (default 1500)
   --liveness-ticks T        tick budget of the liveness phase (default 1500)
@@ -27,9 +34,17 @@ Runs seeds S..S+N of the deterministic simulator and checks every run.
                             runs its metadata agent (sessions, expiry, re-owning), with long pauses;
                             or reconfigure: an operator changes group members under the faults
                             (seal the incarnation, switch the next members)
+  --profile P               the family every seed draws its faults from (default: each seed draws
+                            its own: mixed half of the time, durability or partitions a quarter each)
+  --mutant NAME             break one safety rule on purpose (builds with the `mutants` feature
+                            only): ack-before-durable, view-change-before-durable,
+                            log-selection-by-op, view-change-quorum-short, commit-quorum-short,
+                            inherited-ops-not-first, stale-view-accepted, other-incarnation-accepted,
+                            read-without-quorum, quorum-window-too-long, lease-ignored
   --json                    also print one JSON summary line per seed
-The last line is `seeds=N violations=V ops_committed=C view_changes=X` (the metadata scenario
-adds its session counters, reconfigure its member changes); the exit code is 1
+The last line is `seeds=N violations=V ops_committed=C view_changes=X seeds_failed=F ...` with the
+disks' fault counters (the metadata scenario adds its session counters, reconfigure its member
+changes); the exit code is 1
 if any seed broke an invariant, 2 on bad arguments.";
 
 /// Most nodes a command line may ask for (member indexes are one byte, and
@@ -41,6 +56,9 @@ pub const LEARNERS_MAX: usize = 4;
 
 /// Most groups a command line may ask for.
 pub const GROUPS_MAX: usize = 1024;
+
+/// Most shards per node a command line may ask for.
+pub const SHARDS_MAX: usize = 16;
 
 /// Parsed command line.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -55,6 +73,14 @@ pub struct Args {
     pub learners: usize,
     /// Groups.
     pub groups: usize,
+    /// Shards per node.
+    pub shards: usize,
+    /// The storage of every shard.
+    pub storage: StorageKind,
+    /// The broken rule (the `mutants` feature only).
+    pub mutant: Option<Mutant>,
+    /// The fault family (None: each seed draws its own).
+    pub profile: Option<FaultProfile>,
     /// Replication quorum (None: majority).
     pub replication_quorum: Option<usize>,
     /// Ticks of the fault phase.
@@ -78,6 +104,10 @@ impl Default for Args {
             nodes: shape.nodes,
             learners: shape.learners,
             groups: shape.groups,
+            shards: shape.shards,
+            storage: shape.storage,
+            mutant: None,
+            profile: shape.profile,
             replication_quorum: shape.replication_quorum,
             fault_ticks: shape.fault_ticks,
             liveness_ticks: shape.liveness_ticks,
@@ -103,6 +133,10 @@ impl Args {
                 "--nodes" => parsed.nodes = number(&flag, args.next())?,
                 "--learners" => parsed.learners = number(&flag, args.next())?,
                 "--groups" => parsed.groups = number(&flag, args.next())?,
+                "--shards" => parsed.shards = number(&flag, args.next())?,
+                "--storage" => parsed.storage = storage(&flag, args.next())?,
+                "--mutant" => parsed.mutant = Some(mutant(&flag, args.next())?),
+                "--profile" => parsed.profile = Some(profile(&flag, args.next())?),
                 "--replication-quorum" => parsed.replication_quorum = Some(number(&flag, args.next())?),
                 "--fault-ticks" => parsed.fault_ticks = number(&flag, args.next())?,
                 "--liveness-ticks" => parsed.liveness_ticks = number(&flag, args.next())?,
@@ -127,6 +161,14 @@ impl Args {
         if self.groups == 0 || self.groups > GROUPS_MAX {
             return Err(format!("--groups must be 1..={GROUPS_MAX}, not {}", self.groups));
         }
+        if self.shards == 0 || self.shards > SHARDS_MAX {
+            return Err(format!("--shards must be 1..={SHARDS_MAX}, not {}", self.shards));
+        }
+        if self.mutant.is_some() && !cfg!(feature = "mutants") {
+            return Err("--mutant needs a build with the `mutants` feature \
+                        (cargo run --release -p cohort-sim --features mutants -- ...)"
+                .into());
+        }
         if let Some(quorum) = self.replication_quorum
             && (quorum == 0 || quorum > self.nodes)
         {
@@ -144,6 +186,10 @@ impl Args {
         config.nodes = self.nodes;
         config.learners = self.learners;
         config.groups = self.groups;
+        config.shards = self.shards;
+        config.storage = self.storage;
+        config.profile = self.profile;
+        set_mutant(&mut config, self.mutant);
         config.replication_quorum = self.replication_quorum;
         config.fault_ticks = self.fault_ticks;
         config.liveness_ticks = self.liveness_ticks;
@@ -155,6 +201,50 @@ impl Args {
     pub fn reproduce(&self, seed: u64) -> String {
         reproduce(&self.config(seed))
     }
+}
+
+/// Switch `mutant` on in `config` (only builds with the `mutants` feature
+/// have the switch; `Args::validate` refuses a mutant in the others).
+#[cfg(feature = "mutants")]
+fn set_mutant(config: &mut SimConfig, mutant: Option<Mutant>) {
+    config.core.mutant = mutant;
+}
+
+#[cfg(not(feature = "mutants"))]
+fn set_mutant(_config: &mut SimConfig, _mutant: Option<Mutant>) {}
+
+/// The mutant switched on in `config`, if the build has the switch.
+#[cfg(feature = "mutants")]
+fn mutant_of(config: &SimConfig) -> Option<Mutant> {
+    config.core.mutant
+}
+
+#[cfg(not(feature = "mutants"))]
+fn mutant_of(_config: &SimConfig) -> Option<Mutant> {
+    None
+}
+
+fn storage(flag: &str, value: Option<String>) -> Result<StorageKind, String> {
+    match value.as_deref() {
+        Some("file") => Ok(StorageKind::File),
+        Some("memory") => Ok(StorageKind::Memory),
+        Some(other) => Err(format!("{flag} must be `file` or `memory`, not `{other}`")),
+        None => Err(format!("{flag} needs a value")),
+    }
+}
+
+fn profile(flag: &str, value: Option<String>) -> Result<FaultProfile, String> {
+    let value = value.ok_or_else(|| format!("{flag} needs a value"))?;
+    FaultProfile::from_name(&value)
+        .ok_or_else(|| format!("{flag} must be `mixed`, `durability` or `partitions`, not `{value}`"))
+}
+
+fn mutant(flag: &str, value: Option<String>) -> Result<Mutant, String> {
+    let value = value.ok_or_else(|| format!("{flag} needs a value"))?;
+    Mutant::from_name(&value).ok_or_else(|| {
+        let names: Vec<&str> = Mutant::ALL.iter().map(|mutant| mutant.name()).collect();
+        format!("{flag} must be one of {}, not `{value}`", names.join(", "))
+    })
 }
 
 fn scenario(flag: &str, value: Option<String>) -> Result<Scenario, String> {
@@ -185,6 +275,12 @@ pub fn reproduce(config: &SimConfig) -> String {
     if config.learners > 0 {
         let _ = write!(command, " --learners {}", config.learners);
     }
+    if config.shards != defaults.shards {
+        let _ = write!(command, " --shards {}", config.shards);
+    }
+    if config.storage != defaults.storage {
+        let _ = write!(command, " --storage {}", config.storage.name());
+    }
     if let Some(quorum) = config.replication_quorum {
         let _ = write!(command, " --replication-quorum {quorum}");
     }
@@ -196,6 +292,13 @@ pub fn reproduce(config: &SimConfig) -> String {
     }
     if config.scenario != defaults.scenario {
         let _ = write!(command, " --scenario {}", config.scenario.name());
+    }
+    if let Some(profile) = config.profile {
+        let _ = write!(command, " --profile {}", profile.name());
+    }
+    if let Some(mutant) = mutant_of(config) {
+        command = command.replacen("--bin cohort-sim", "-p cohort-sim --features mutants --bin cohort-sim", 1);
+        let _ = write!(command, " --mutant {}", mutant.name());
     }
     command
 }
@@ -233,9 +336,15 @@ fn payload_text(payload: &(dyn std::any::Any + Send)) -> String {
 /// Run one seed; a panic (a broken invariant inside the core or the
 /// harness) comes back as its message.
 pub fn run_catching(config: SimConfig) -> Result<Report, String> {
+    catch_panic(|| Sim::new(config).run())
+}
+
+/// Run `run` (a hand-written scenario, say); a panic comes back as its
+/// message (quietly, with [`install_quiet_panic_hook`] installed).
+pub fn catch_panic<T>(run: impl FnOnce() -> T) -> Result<T, String> {
     LAST_PANIC.with(|last| last.borrow_mut().take());
     CATCHING.with(|catching| catching.set(true));
-    let outcome = panic::catch_unwind(AssertUnwindSafe(|| Sim::new(config).run()));
+    let outcome = panic::catch_unwind(AssertUnwindSafe(run));
     CATCHING.with(|catching| catching.set(false));
     outcome.map_err(|payload| {
         LAST_PANIC.with(|last| last.borrow_mut().take()).unwrap_or_else(|| payload_text(payload.as_ref()))
@@ -259,7 +368,8 @@ pub fn json_summary(config: &SimConfig, outcome: &Result<Report, String>) -> Str
                 line,
                 ",\"panic\":null,\"violations\":{},\"first_violation\":{first},\"ops_committed\":{},\
                  \"writes_acknowledged\":{},\"view_changes\":{},\"crashes\":{},\"frames_sent\":{},\
-                 \"frames_rejected\":{},\"history_ops\":{}}}",
+                 \"frames_rejected\":{},\"history_ops\":{},\"power_losses\":{},\"writes_torn\":{},\
+                 \"corrupt_reads\":{},\"disk_full_writes\":{},\"disk_io_errors\":{},\"starts_refused\":{}}}",
                 report.violations.len(),
                 report.ops_committed,
                 report.writes_acknowledged,
@@ -267,7 +377,13 @@ pub fn json_summary(config: &SimConfig, outcome: &Result<Report, String>) -> Str
                 report.crashes,
                 report.frames_sent,
                 report.frames_rejected,
-                report.history.len()
+                report.history.len(),
+                report.disks.power_losses,
+                report.disks.writes_torn,
+                report.disks.corrupt_reads,
+                report.disks.writes_refused_full,
+                report.disks.io_errors,
+                report.starts_refused
             );
             if config.scenario == Scenario::Metadata {
                 line.pop(); // The closing brace: the scenario's fields follow.
@@ -333,8 +449,8 @@ mod tests {
 
     #[test]
     fn parses_every_flag() {
-        let line = "--seeds 200 --seed-start 7 --nodes 5 --groups 2 --replication-quorum 5 --fault-ticks 9 \
-                    --liveness-ticks 8 --scenario metadata --json";
+        let line = "--seeds 200 --seed-start 7 --nodes 5 --groups 2 --shards 3 --storage memory \
+                    --replication-quorum 5 --fault-ticks 9 --liveness-ticks 8 --scenario metadata --profile durability --json";
         assert_eq!(
             parse(line).expect("valid"),
             Args {
@@ -343,6 +459,10 @@ mod tests {
                 nodes: 5,
                 learners: 0,
                 groups: 2,
+                shards: 3,
+                storage: StorageKind::Memory,
+                mutant: None,
+                profile: Some(FaultProfile::Durability),
                 replication_quorum: Some(5),
                 fault_ticks: 9,
                 liveness_ticks: 8,
@@ -368,6 +488,9 @@ mod tests {
         assert!(parse("--scenario sessions").unwrap_err().contains("`metadata` or `reconfigure`"));
         assert!(parse("--learners 9").unwrap_err().contains("0..=4"));
         assert!(parse("--learners 1 --scenario metadata").unwrap_err().contains("default scenario"));
+        assert!(parse("--shards 0").unwrap_err().contains("1..=16"));
+        assert!(parse("--storage disk").unwrap_err().contains("`file` or `memory`"));
+        assert!(parse("--mutant nothing").unwrap_err().contains("ack-before-durable"));
     }
 
     #[test]
@@ -380,6 +503,8 @@ mod tests {
         );
         let metadata = parse("--scenario metadata").expect("valid");
         assert!(metadata.reproduce(4).ends_with("--groups 4 --scenario metadata"), "{}", metadata.reproduce(4));
+        let sharded = parse("--shards 1 --storage memory").expect("valid");
+        assert!(sharded.reproduce(2).ends_with("--groups 4 --shards 1 --storage memory"), "{}", sharded.reproduce(2));
         let mut config = args.config(3);
         config.fault_ticks = 400;
         assert!(reproduce(&config).ends_with("--replication-quorum 5 --fault-ticks 400"), "{}", reproduce(&config));

@@ -1,16 +1,18 @@
 //! cohort's deterministic simulator.
 //!
-//! It runs the production sans-IO core ([`cohort_core::Shard`]) on N
-//! simulated nodes with [`cohort_core::storage::memory::MemoryStorage`]
-//! disks and a seeded network, injects faults drawn from the seed, and checks
-//! the protocol's invariants after every step. A seed reproduces a run
-//! exactly. See docs/simulator.md.
+//! It runs the production sans-IO core ([`cohort_core::Shard`]), several
+//! shards per simulated node, each on the production write-ahead log
+//! ([`cohort_wal::FileStorage`]) over a fault-injecting in-memory disk, and a
+//! seeded network; it injects faults drawn from the seed, and checks the
+//! protocol's invariants after every step. A seed reproduces a run exactly.
+//! See docs/simulator.md.
 
 #![warn(unreachable_pub)]
 
 pub mod check;
 pub mod cli;
 pub mod client;
+pub mod disk;
 pub mod jepsen;
 pub mod kv;
 pub mod linearizability;
@@ -19,9 +21,11 @@ pub mod network;
 pub mod node;
 pub mod rng;
 pub mod sim;
+pub mod storage;
 pub mod traffic;
+pub mod worker;
 
-pub use sim::{Faults, Report, Scenario, Sim, SimConfig};
+pub use sim::{FaultProfile, Faults, Report, Scenario, Sim, SimConfig};
 
 #[doc = include_str!("../../docs/simulator.md")]
 pub mod guide {}

@@ -34,6 +34,9 @@ pub const KEEPALIVE_INTERVAL_TICKS: u64 = 10;
 /// lost keepalives never expire a live node, and well under the long pause
 /// fault (over 130 ticks), so a paused node's session expires (S5).
 pub const SESSION_TIMEOUT_TICKS: u64 = 60;
+/// F2: the wait after a failed reconnect attempt, doubling after each
+/// further one (attempts span 3 x 20 + 40 + 80 = 180 ticks with 3 attempts).
+pub const RECONNECT_BACKOFF_TICKS: u64 = 40;
 
 /// An unanswered metadata request is sent again (to the next node) after this long.
 pub const REQUEST_RETRY_TICKS: u64 = 20;
@@ -91,6 +94,15 @@ impl StateMachine for MirroredMetadata {
         self.mirror();
         Ok(())
     }
+
+    fn admit(
+        &self,
+        sender: cohort_messages::NodeId,
+        members: &[cohort_messages::NodeId],
+        operation: &[u8],
+    ) -> Result<(), String> {
+        self.inner.admit(sender, members, operation)
+    }
 }
 
 /// The metadata group's spec for node `index` of `nodes`: every node is a
@@ -121,6 +133,7 @@ pub fn agent(seed: u64, index: usize, restarts: u64, policy: ExpiredPolicy, kv_s
         metadata_group: GroupId::METADATA,
         policy,
         keepalive_interval_ticks: KEEPALIVE_INTERVAL_TICKS,
+        reconnect_backoff_ticks: RECONNECT_BACKOFF_TICKS,
         session_timeout_ticks: SESSION_TIMEOUT_TICKS,
         request_retry_ticks: REQUEST_RETRY_TICKS,
         unload_grace_ticks: UNLOAD_GRACE_TICKS,

@@ -1,5 +1,8 @@
 //! The simulated network: frames in flight with seeded loss, duplication,
-//! delay (hence reordering), corruption, and symmetric or one-way partitions.
+//! delay (hence reordering), corruption, symmetric or one-way partitions,
+//! and stalled links: a link whose frames are held back (as a TCP
+//! connection's send queue holds them through a partition) and then
+//! delivered in a burst, long after they were sent.
 //!
 //! Messages travel as encoded frames, so the wire codec, its checksums (R15)
 //! and the per-entry validation of batches (R17) run in every simulation.
@@ -67,6 +70,9 @@ pub struct Network {
     sequence: u64,
     /// Directed node pairs that drop everything.
     pub blocked: BTreeSet<(usize, usize)>,
+    /// Directed node pairs whose frames are held until a tick, then
+    /// delivered in the order sent.
+    pub stalled: BTreeMap<(usize, usize), u64>,
     /// Fault rates in force.
     pub faults: NetworkFaults,
     /// Counters.
@@ -88,6 +94,10 @@ impl Network {
             self.stats.lost += 1;
             return;
         }
+        let held_until = match (packet.from, packet.to) {
+            (Endpoint::Node(a), Endpoint::Node(b)) => self.stalled.get(&(a, b)).copied().unwrap_or(0),
+            _ => 0,
+        };
         let copies = if rng.chance(self.faults.duplicate_per_mille) { 2 } else { 1 };
         self.stats.duplicated += copies - 1;
         for _ in 0..copies {
@@ -101,7 +111,7 @@ impl Network {
             }
             let delay = 1 + rng.below(self.faults.delay_max_ticks + 1);
             self.sequence += 1;
-            self.in_flight.insert((now + delay, self.sequence), packet);
+            self.in_flight.insert(((now + delay).max(held_until), self.sequence), packet);
         }
     }
 

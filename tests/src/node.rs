@@ -1,36 +1,81 @@
-//! A simulated node: the production [`Shard`] with a [`MemoryStorage`],
-//! driven exactly as the driving contract on `Shard` says, and in the
-//! metadata scenario the node's [`MetadataAgent`] next to it.
+//! A simulated node: several production [`Shard`]s, each with its own
+//! storage and storage worker, driven exactly as the driving contract on
+//! `Shard` says; groups go to shards by `cohort_core::routing::shard_of`,
+//! as on a real node. In the metadata scenario the node's
+//! [`MetadataAgent`] runs next to them.
+//!
+//! The node's disk outlives its processes: one [`SimDisk`] per node holds a
+//! directory per shard, and every start (the first one too) opens each
+//! shard's `FileStorage` on it and runs the real recovery. With
+//! [`StorageKind::Memory`] each shard keeps a `MemoryStorage` instead.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::PathBuf;
 use std::rc::Rc;
 
 use cohort_core::metadata::MetadataAgent;
+use cohort_core::routing::shard_of;
 use cohort_core::storage::memory::MemoryStorage;
-use cohort_core::storage::{self, Executed, Storage};
-use cohort_core::{CoreConfig, Effect, FlushId, GroupSpec, Shard, StateMachine};
+use cohort_core::storage::{Recovered, Storage, StorageError};
+use cohort_core::{CoreConfig, Effect, FlushId, GroupSpec, Replica, Shard, StateMachine};
 use cohort_messages::{ClusterId, GroupId, NodeId, Request};
+use cohort_wal::FileStorage;
 
+use crate::disk::SimDisk;
 use crate::kv::{ApplySink, Kv};
 use crate::metadata::{MetadataMirror, MirroredMetadata};
+use crate::rng::Rng;
+use crate::storage::{Backend, SimStorage, StorageKind, file_config};
+use crate::worker::{Job, StorageWorker};
 
 /// The simulated cluster id.
 pub const CLUSTER: ClusterId = ClusterId(0xC0_4087);
+
+/// One shard of a running node.
+pub struct SimShard {
+    /// The core.
+    pub core: Shard,
+    /// Its storage.
+    pub storage: SimStorage,
+    worker: StorageWorker,
+}
+
+/// How a node is built.
+#[derive(Copy, Clone, Debug)]
+pub struct NodeSetup {
+    /// Shards per node.
+    pub shards: usize,
+    /// The storage each shard runs.
+    pub storage: StorageKind,
+}
+
+/// Why a node could not start: a storage refused to open or recover.
+#[derive(Clone, Debug)]
+pub struct StartFailure {
+    /// The shard.
+    pub shard: usize,
+    /// The storage's error.
+    pub error: StorageError,
+}
 
 /// One node.
 pub struct SimNode {
     /// Index and node id (`NodeId(index + 1)`).
     pub index: usize,
-    /// The shard, `None` while crashed.
-    pub shard: Option<Shard>,
-    /// The disk.
-    pub storage: MemoryStorage,
+    /// The shards of the running process; empty while it is down.
+    pub shards: Vec<SimShard>,
+    setup: NodeSetup,
+    /// The node's disk (every shard's directory on it).
+    pub disk: SimDisk,
+    /// `StorageKind::Memory`: each shard's storage while the node is down.
+    memory: Vec<Option<MemoryStorage>>,
+    /// Each flush takes between these many ticks (inclusive).
+    pub flush_latency_ticks: (u64, u64),
+    rng: Rng,
     /// Paused until this tick (exclusive).
     pub paused_until: u64,
     /// Crashed until this tick, then restarted.
     pub down_until: u64,
-    /// Flushes waiting to complete: (tick, id).
-    pub flushes: VecDeque<(u64, FlushId)>,
     /// Apply reports per group.
     pub sinks: HashMap<GroupId, ApplySink>,
     /// Times this node restarted.
@@ -48,7 +93,7 @@ pub struct SimNode {
     /// Learner replicas created while running (P4), by group: recovered
     /// with this spec after a restart (storage upgrades it if the group
     /// switched incarnation since).
-    pub extra_specs: std::collections::BTreeMap<GroupId, cohort_core::GroupSpec>,
+    pub extra_specs: BTreeMap<GroupId, GroupSpec>,
 }
 
 /// The node id of node `index`.
@@ -61,16 +106,30 @@ pub fn node_index(node: NodeId) -> usize {
     (node.0 - 1) as usize
 }
 
+/// The directory of shard `shard` on a node's disk.
+pub fn shard_dir(shard: usize) -> PathBuf {
+    PathBuf::from(format!("/cohort/shard-{shard}"))
+}
+
 impl SimNode {
-    /// A node hosting `specs`, with fresh storage.
-    pub fn new(index: usize, config: &CoreConfig, specs: &[GroupSpec]) -> SimNode {
+    /// A node hosting `specs` on fresh storage, started (its storage
+    /// recovered empty) at tick 0. `rng` drives its disk's choices.
+    pub fn new(index: usize, setup: NodeSetup, config: &CoreConfig, specs: &[GroupSpec], mut rng: Rng) -> SimNode {
+        assert!(setup.shards > 0, "a node has at least one shard");
+        let memory = match setup.storage {
+            StorageKind::Memory => (0..setup.shards).map(|_| Some(MemoryStorage::new())).collect(),
+            StorageKind::File => Vec::new(),
+        };
         let mut node = SimNode {
             index,
-            shard: None,
-            storage: MemoryStorage::new(),
+            shards: Vec::new(),
+            setup,
+            disk: SimDisk::new(rng.next_u64()),
+            memory,
+            flush_latency_ticks: (1, 1),
+            rng,
             paused_until: 0,
             down_until: 0,
-            flushes: VecDeque::new(),
             sinks: HashMap::new(),
             restarts: 0,
             metadata: MetadataMirror::default(),
@@ -78,15 +137,67 @@ impl SimNode {
             agent_target: index,
             agent_last: None,
             unloaded: BTreeSet::new(),
-            extra_specs: std::collections::BTreeMap::new(),
+            extra_specs: BTreeMap::new(),
         };
-        let mut shard = Shard::new(node_id(index), config.clone());
+        let opened = node.open_storages().unwrap_or_else(|failure| {
+            panic!("node {index} cannot open fresh storage: shard {}: {}", failure.shard, failure.error)
+        });
+        let mut shards: Vec<SimShard> = opened
+            .into_iter()
+            .map(|(storage, _)| SimShard {
+                core: Shard::new(node_id(index), config.clone()),
+                storage,
+                worker: StorageWorker::default(),
+            })
+            .collect();
         for spec in specs {
             let state = node.state_machine(spec.group);
-            shard.create_group(spec.clone(), state).expect("fresh group");
+            let shard = &mut shards[shard_of(spec.group, setup.shards)];
+            shard.core.create_group(spec.clone(), state).expect("fresh group");
         }
-        node.shard = Some(shard);
+        node.shards = shards;
         node
+    }
+
+    /// Shards per node.
+    pub fn shard_count(&self) -> usize {
+        self.setup.shards
+    }
+
+    /// The shard that hosts `group` (whether or not it does now).
+    pub fn shard_index(&self, group: GroupId) -> usize {
+        shard_of(group, self.setup.shards)
+    }
+
+    /// True while the process runs (paused or not).
+    pub fn is_up(&self) -> bool {
+        !self.shards.is_empty()
+    }
+
+    /// True if the node runs and is not paused at `now`.
+    pub fn is_running(&self, now: u64) -> bool {
+        self.is_up() && now >= self.paused_until
+    }
+
+    /// The shard core that hosts `group`, if the node is up.
+    pub fn shard_for(&self, group: GroupId) -> Option<&Shard> {
+        self.shards.get(self.shard_index(group)).map(|shard| &shard.core)
+    }
+
+    /// The shard core that hosts `group`, if the node is up.
+    pub fn shard_for_mut(&mut self, group: GroupId) -> Option<&mut Shard> {
+        let index = self.shard_index(group);
+        self.shards.get_mut(index).map(|shard| &mut shard.core)
+    }
+
+    /// The node's replica of `group`, if the node is up and hosts it.
+    pub fn replica(&self, group: GroupId) -> Option<&Replica> {
+        self.shard_for(group)?.replica(group)
+    }
+
+    /// Every replica of the running process.
+    pub fn replicas(&self) -> impl Iterator<Item = &Replica> {
+        self.shards.iter().flat_map(|shard| shard.core.replicas())
     }
 
     fn sink(&mut self, group: GroupId) -> ApplySink {
@@ -110,45 +221,67 @@ impl SimNode {
         }
     }
 
-    /// True if the node runs and is not paused at `now`.
-    pub fn is_running(&self, now: u64) -> bool {
-        self.shard.is_some() && now >= self.paused_until
-    }
-
-    /// Crash: the process dies; an interrupted flush keeps a seeded prefix.
-    pub fn crash(&mut self, until: u64, seed: u64) {
-        if self.flushes.is_empty() {
-            self.storage.crash();
-        } else {
-            self.storage.crash_mid_flush(seed);
+    /// Open every shard's storage and run its recovery, as a starting node
+    /// does. On failure every storage opened so far is closed again.
+    fn open_storages(&mut self) -> Result<Vec<(SimStorage, Recovered)>, StartFailure> {
+        let mut opened = Vec::with_capacity(self.setup.shards);
+        for shard in 0..self.setup.shards {
+            let backend = match self.setup.storage {
+                StorageKind::File => match FileStorage::open_on(self.disk.clone(), shard_dir(shard), file_config()) {
+                    Ok(file) => Backend::File(Box::new(file)),
+                    Err(error) => panic!("the simulator's storage config is invalid: {error}"),
+                },
+                StorageKind::Memory => Backend::Memory(self.memory[shard].take().unwrap_or_default()),
+            };
+            let mut storage = SimStorage::new(backend);
+            match storage.recover() {
+                Ok(recovered) => opened.push((storage, recovered)),
+                Err(error) => {
+                    self.put_back(storage, shard);
+                    for (index, (storage, _)) in opened.into_iter().enumerate() {
+                        self.put_back(storage, index);
+                    }
+                    return Err(StartFailure { shard, error });
+                }
+            }
         }
-        self.shard = None;
-        self.agent = None;
-        self.agent_last = None;
-        self.flushes.clear();
-        self.down_until = until;
-        self.paused_until = 0;
+        Ok(opened)
     }
 
-    /// Restart from storage (V4).
-    pub fn restart(&mut self, now: u64, config: &CoreConfig, specs: &[GroupSpec]) {
-        let mut recovered = match self.storage.recover() {
-            Ok(recovered) => recovered,
-            Err(error) => panic!("node {} cannot recover its storage: {error}", self.index),
-        };
-        let mut shard = Shard::new(node_id(self.index), config.clone());
-        shard.on_tick(now);
+    /// A process is gone: its memory storage goes back to the node (a file
+    /// storage is simply closed; its data is on the disk).
+    fn put_back(&mut self, storage: SimStorage, shard: usize) {
+        if let Backend::Memory(mut memory) = storage.backend {
+            // A fresh MemoryStorage must recover again before use.
+            memory.crash();
+            self.memory[shard] = Some(memory);
+        }
+    }
+
+    /// Restart from storage (V4): every shard's storage recovers, then each
+    /// shard rebuilds the groups it hosts. On failure the node stays down.
+    pub fn restart(&mut self, now: u64, config: &CoreConfig, specs: &[GroupSpec]) -> Result<(), StartFailure> {
+        let opened = self.open_storages()?;
         let mut all: Vec<GroupSpec> =
             specs.iter().filter(|spec| !self.extra_specs.contains_key(&spec.group)).cloned().collect();
         all.extend(self.extra_specs.values().cloned());
+        let mut shards = Vec::with_capacity(opened.len());
+        let mut recovered_groups = Vec::with_capacity(opened.len());
+        for (storage, recovered) in opened {
+            let mut core = Shard::new(node_id(self.index), config.clone());
+            core.on_tick(now);
+            shards.push(SimShard { core, storage, worker: StorageWorker::default() });
+            recovered_groups.push(recovered);
+        }
         for spec in all {
             if self.unloaded.contains(&spec.group) {
                 continue;
             }
             let group_id = spec.group;
+            let index = self.shard_index(group_id);
             let state = self.state_machine(group_id);
-            let group = recovered.groups.remove(&group_id).unwrap_or_default();
-            match shard.recover_group(spec, state, group) {
+            let group = recovered_groups[index].groups.remove(&group_id).unwrap_or_default();
+            match shards[index].core.recover_group(spec, state, group) {
                 Ok(()) => {}
                 // Switched away before the restart (a member change): drop it.
                 Err(cohort_core::ShardError::NotInIncarnation(_)) => {
@@ -157,49 +290,112 @@ impl SimNode {
                 Err(error) => panic!("node {} cannot recover {group_id}: {error}", self.index),
             }
         }
-        self.shard = Some(shard);
+        self.shards = shards;
         self.agent_target = self.index;
         self.restarts += 1;
+        Ok(())
     }
 
-    /// Execute the storage effects of a turn (with the core's one storage
-    /// executor, as a node's storage worker does) and return the rest, in
-    /// order. A storage error other than a superblock stage (R12) kills the node.
-    pub fn run_storage(
-        &mut self,
-        effects: Vec<Effect>,
-        now: u64,
-        flush_delay_ticks: u64,
-    ) -> Result<Vec<Effect>, String> {
-        let mut rest = Vec::with_capacity(effects.len());
-        let mut failed_superblocks = Vec::new();
-        for effect in effects {
-            match storage::execute(&mut self.storage, effect).map_err(|e| e.to_string())? {
-                Executed::Done => {}
-                Executed::Flush(id) => {
-                    let at = self.flushes.back().map_or(now, |(tick, _)| *tick).max(now + flush_delay_ticks);
-                    self.flushes.push_back((at, id));
+    /// The process dies until `until`. A flush in flight is cut: its writes
+    /// reach the page cache and the power (or the process) goes before its
+    /// sync returns. With `power_loss` the disk then loses what was not
+    /// synced (torn writes); without, it keeps what was written.
+    pub fn crash(&mut self, until: u64, power_loss: bool) {
+        let shards = std::mem::take(&mut self.shards);
+        for (index, mut shard) in shards.into_iter().enumerate() {
+            if shard.worker.in_flight().is_some() {
+                match &mut shard.storage.backend {
+                    Backend::File(file) => {
+                        // Cut before the writes (a third of the time), at
+                        // the first sync, or at the second (a rotation).
+                        if !self.rng.chance(333) {
+                            self.disk.cut_power_after_syncs(self.rng.below(2) as u32);
+                            let _ = file.flush();
+                        }
+                    }
+                    Backend::Memory(memory) => {
+                        let seed = self.rng.next_u64();
+                        memory.crash_mid_flush(seed);
+                    }
                 }
-                Executed::SuperblockFailed(group) => failed_superblocks.push(group),
-                Executed::NotStorage(other) => rest.push(other),
             }
+            self.put_back(shard.storage, index);
         }
-        if let Some(shard) = self.shard.as_mut() {
-            for group in failed_superblocks {
-                shard.on_superblock_failed(group);
-            }
-        }
-        Ok(rest)
+        self.disk.crash(power_loss, &mut self.rng);
+        self.agent = None;
+        self.agent_last = None;
+        self.down_until = until;
+        self.paused_until = 0;
     }
 
-    /// The next flush due at `now`, made durable.
-    pub fn complete_flush(&mut self, now: u64) -> Result<Option<FlushId>, String> {
-        match self.flushes.front() {
-            Some((tick, _)) if *tick <= now => {}
-            _ => return Ok(None),
+    /// Hand shard `shard` one turn's storage effects; an idle worker runs
+    /// them at once. `Err` means the node must stop.
+    pub fn submit(&mut self, shard: usize, effects: Vec<Effect>, now: u64) -> Result<(), StorageError> {
+        if effects.is_empty() {
+            return Ok(());
         }
-        let Some((_, id)) = self.flushes.pop_front() else { return Ok(None) };
-        self.storage.flush().map_err(|e| e.to_string())?;
-        Ok(Some(id))
+        let Some(running) = self.shards.get_mut(shard) else { return Ok(()) };
+        running.worker.queue(Job::Run(effects));
+        self.pump(shard, now)
+    }
+
+    /// Let shard `shard`'s worker take its queued jobs if it is idle.
+    pub fn pump(&mut self, shard: usize, now: u64) -> Result<(), StorageError> {
+        let (low, high) = self.flush_latency_ticks;
+        let rng = &mut self.rng;
+        let Some(running) = self.shards.get_mut(shard) else { return Ok(()) };
+        let failed = running.worker.pump(&mut running.storage, now, || rng.range(low, high.max(low)))?;
+        for group in failed {
+            running.core.on_superblock_failed(group);
+        }
+        Ok(())
+    }
+
+    /// Shard `shard`'s flush, if its sync returns by `now`. `Err` means the
+    /// node must stop.
+    pub fn complete_flush(&mut self, shard: usize, now: u64) -> Result<Option<FlushId>, StorageError> {
+        let Some(running) = self.shards.get_mut(shard) else { return Ok(None) };
+        running.worker.complete(&mut running.storage, now)
+    }
+
+    /// Stop hosting `group`: the shard forgets it and its worker removes its
+    /// data after the jobs queued before. False if it was not hosted.
+    pub fn remove_group(&mut self, group: GroupId, now: u64) -> Result<bool, StorageError> {
+        let index = self.shard_index(group);
+        let Some(shard) = self.shards.get_mut(index) else { return Ok(false) };
+        if !shard.core.remove_group(group) {
+            return Ok(false);
+        }
+        shard.worker.queue(Job::RemoveGroup(group));
+        self.pump(index, now)?;
+        Ok(true)
+    }
+
+    /// The next write to this node's storage fails (a failed device). On a
+    /// memory storage: the next append of a random shard.
+    pub fn fail_next_write(&mut self) {
+        match self.setup.storage {
+            StorageKind::File => {
+                let mut faults = self.disk.faults();
+                faults.write_failures += 1;
+                self.disk.set_faults(faults);
+            }
+            StorageKind::Memory => {
+                let shard = self.rng.below(self.setup.shards as u64) as usize;
+                if let Some(SimShard { storage: SimStorage { backend: Backend::Memory(memory), .. }, .. }) =
+                    self.shards.get_mut(shard)
+                {
+                    memory.fail_next_appends(1);
+                }
+            }
+        }
+    }
+
+    /// The next superblock stage of `group` fails (R12), if the node is up.
+    pub fn fail_next_superblock_stage(&mut self, group: GroupId) {
+        let index = self.shard_index(group);
+        if let Some(shard) = self.shards.get_mut(index) {
+            shard.storage.fail_next_superblock_stage(group);
+        }
     }
 }

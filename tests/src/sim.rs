@@ -9,8 +9,12 @@
 //! agent (`agents.rs`).
 
 mod agents;
+mod faults;
+mod inbound;
 mod operator;
 mod reconfigure;
+
+pub use faults::{FaultProfile, Faults};
 
 use std::collections::BTreeMap;
 
@@ -25,48 +29,9 @@ use crate::check::Checkers;
 use crate::client::{HistoryOp, Send, SimClient};
 use crate::kv::{KvOp, digest};
 use crate::network::{Endpoint, Network, NetworkFaults, Packet};
-use crate::node::{CLUSTER, SimNode, node_id, node_index};
+use crate::node::{CLUSTER, NodeSetup, SimNode, node_id, node_index};
 use crate::rng::Rng;
-
-/// Fault rates of a run (per mille per tick for node faults).
-#[derive(Clone, Debug, Default)]
-pub struct Faults {
-    /// Network faults.
-    pub network: NetworkFaults,
-    /// Chance per tick that a random node crashes (and later restarts).
-    pub crash_per_mille: u64,
-    /// Chance per tick that a random node pauses longer than every timeout.
-    pub pause_per_mille: u64,
-    /// Chance per tick that a partition starts (symmetric or one-way).
-    pub partition_per_mille: u64,
-    /// Chance per tick that a random node's next append fails (it dies).
-    pub disk_fail_per_mille: u64,
-    /// Chance per tick that a random node's link to a random peer congests
-    /// for a while (K4: Prepares to it are held back until it drains).
-    pub congestion_per_mille: u64,
-    /// Chance per tick that a random group's next superblock stage fails (R12).
-    pub superblock_fail_per_mille: u64,
-}
-
-impl Faults {
-    /// Rates drawn from a seed: loss 0–30%, the rest moderate.
-    pub fn draw(rng: &mut Rng) -> Faults {
-        Faults {
-            network: NetworkFaults {
-                loss_per_mille: rng.range(0, 300),
-                duplicate_per_mille: rng.range(0, 50),
-                corrupt_per_mille: rng.range(0, 5),
-                delay_max_ticks: rng.range(0, 4),
-            },
-            crash_per_mille: rng.range(0, 4),
-            pause_per_mille: rng.range(0, 2),
-            partition_per_mille: rng.range(0, 4),
-            disk_fail_per_mille: rng.range(0, 1),
-            superblock_fail_per_mille: rng.range(0, 5),
-            congestion_per_mille: rng.range(0, 8),
-        }
-    }
-}
+use crate::storage::StorageKind;
 
 /// What a run exercises besides the kv groups.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -109,6 +74,10 @@ pub struct SimConfig {
     pub learners_from_start: bool,
     /// Groups.
     pub groups: usize,
+    /// Shards per node (F4): groups go to shards by `routing::shard_of`.
+    pub shards: usize,
+    /// The storage every shard runs (F4: `FileStorage` on the simulated disk).
+    pub storage: StorageKind,
     /// Metadata scenario: voters of the metadata group, the first nodes
     /// (None: every node); the others follow its log as learners (M6).
     pub metadata_voters: Option<usize>,
@@ -125,6 +94,8 @@ pub struct SimConfig {
     pub liveness_ticks: u64,
     /// Faults (None: drawn from the seed).
     pub faults: Option<Faults>,
+    /// The family the seed draws its faults from (None: drawn too).
+    pub profile: Option<FaultProfile>,
     /// The core's configuration.
     pub core: CoreConfig,
     /// Q4: write mode of every group. Acknowledged async writes may be lost
@@ -145,6 +116,8 @@ impl SimConfig {
             learners: 0,
             learners_from_start: true,
             groups: 4,
+            shards: 2,
+            storage: StorageKind::File,
             group_size: None,
             metadata_voters: None,
             replication_quorum: None,
@@ -152,6 +125,7 @@ impl SimConfig {
             fault_ticks: 1500,
             liveness_ticks: 1500,
             faults: None,
+            profile: None,
             core: CoreConfig {
                 timing: TimingConfig::default(),
                 pipeline_max_ops: 8,
@@ -217,6 +191,11 @@ pub struct Report {
     pub operations: OperationCounts,
     /// Metadata scenario: nodes that stopped themselves (S3).
     pub node_stops: u64,
+    /// The disks, summed over every node.
+    pub disks: crate::disk::DiskStats,
+    /// Starts that failed because recovery met a disk fault (the node
+    /// tried again later).
+    pub starts_refused: u64,
 }
 
 /// A simulation in progress.
@@ -253,22 +232,32 @@ pub struct Sim {
     /// The current tick.
     pub now: u64,
     healed: bool,
-    /// K4: congested links: (node, peer, tick it drains).
-    congested: Vec<(usize, usize, u64)>,
+    /// K4: congested links: (node, shard, peer, tick it drains).
+    congested: Vec<(usize, usize, usize, u64)>,
+    /// Network faults of the fault phase in force.
+    cuts: Vec<faults::Cut>,
+    /// Full disks: (node, tick they have room again).
+    disks_full: Vec<(usize, u64)>,
+    /// True while the storm of the fault phase lasts.
+    storming: bool,
+    starts_refused: u64,
     crashes: u64,
     frames_rejected: u64,
+    entries_rejected: u64,
     writes_acknowledged: u64,
     value_counter: u64,
 }
 
 const RETRY_TICKS: u64 = 40;
-const FLUSH_DELAY_TICKS: u64 = 1;
 
 impl Sim {
     /// Build the cluster of `config`.
     pub fn new(config: SimConfig) -> Sim {
         let mut rng = Rng::new(config.seed);
-        let mut faults = config.faults.clone().unwrap_or_else(|| Faults::draw(&mut rng));
+        let mut faults = config.faults.clone().unwrap_or_else(|| {
+            let profile = config.profile.unwrap_or_else(|| FaultProfile::draw(&mut rng, config.scenario));
+            Faults::draw(&mut rng, config.fault_ticks, profile)
+        });
         let mut policy = ExpiredPolicy::Reconnect { attempts: 3 };
         if config.scenario == Scenario::Metadata {
             if config.faults.is_none() {
@@ -310,8 +299,12 @@ impl Sim {
             let voters = config.metadata_voters.unwrap_or(config.nodes);
             crate::metadata::metadata_spec(config.nodes, voters, &specs[0])
         });
+        let setup = NodeSetup { shards: config.shards, storage: config.storage };
         let nodes = (0..config.nodes + config.learners)
-            .map(|index| SimNode::new(index, &config.core, &node_specs(&specs, metadata_spec.as_ref(), index)))
+            .map(|index| {
+                let specs = node_specs(&specs, metadata_spec.as_ref(), index);
+                SimNode::new(index, setup, &config.core, &specs, rng.fork())
+            })
             .collect();
         let clients = (0..config.clients).map(|index| SimClient::new(index, config.seed)).collect();
         let mut network = Network::default();
@@ -338,11 +331,17 @@ impl Sim {
             now: 0,
             healed: false,
             congested: Vec::new(),
+            cuts: Vec::new(),
+            disks_full: Vec::new(),
+            storming: false,
+            starts_refused: 0,
             crashes: 0,
             frames_rejected: 0,
+            entries_rejected: 0,
             writes_acknowledged: 0,
             value_counter: 0,
         };
+        sim.draw_flush_latencies();
         for index in 0..sim.nodes.len() {
             sim.start_agent(index);
             sim.drain(index);
@@ -398,11 +397,13 @@ impl Sim {
             view_changes: self.checkers.view_changes,
             crashes: self.crashes,
             frames_sent: self.network.stats.sent,
-            frames_rejected: self.frames_rejected,
+            frames_rejected: self.frames_rejected + self.entries_rejected,
             agents: self.agent_counters(),
             node_stops: self.node_stops,
             reconfigurations: (self.reconfigurations.started, self.reconfigurations.completed),
             operations: self.operation_counts(),
+            disks: self.disk_stats(),
+            starts_refused: self.starts_refused,
             history: self.history,
         }
     }
@@ -413,7 +414,7 @@ impl Sim {
         let in_flight = |sim: &Sim| {
             sim.nodes
                 .iter()
-                .filter(|node| node.shard.is_some())
+                .filter(|node| node.is_up())
                 .map(|node| node.metadata.borrow().operations.keys().copied().collect::<Vec<_>>())
                 .max_by_key(Vec::len)
                 .unwrap_or_default()
@@ -448,19 +449,20 @@ impl Sim {
     pub fn heal(&mut self) {
         self.healed = true;
         self.network.faults = NetworkFaults::default();
-        self.network.blocked.clear();
+        self.heal_disks_and_links();
         for index in 0..self.nodes.len() {
-            if self.nodes[index].shard.is_none() {
+            if !self.nodes[index].is_up() {
                 self.nodes[index].down_until = self.now;
             }
             self.nodes[index].paused_until = self.nodes[index].paused_until.min(self.now);
         }
         for entry in &mut self.congested {
-            entry.2 = entry.2.min(self.now);
+            entry.3 = entry.3.min(self.now);
         }
     }
 
-    /// One tick: faults, ticks, deliveries, flush completions, clients, checks.
+    /// One tick: faults, restarts, ticks, deliveries, flush completions,
+    /// clients, checks.
     pub fn step(&mut self, faults: bool) {
         self.now += 1;
         let now = self.now;
@@ -469,17 +471,14 @@ impl Sim {
         }
         self.drain_congested_links();
         for index in 0..self.nodes.len() {
-            if self.nodes[index].shard.is_none() && now >= self.nodes[index].down_until {
-                let specs = node_specs(&self.specs, self.metadata_spec.as_ref(), index);
-                self.nodes[index].restart(now, &self.config.core, &specs);
-                self.start_agent(index);
-                self.drain(index);
+            if !self.nodes[index].is_up() && now >= self.nodes[index].down_until {
+                self.start_node(index);
             }
         }
         for index in 0..self.nodes.len() {
             if self.nodes[index].is_running(now) {
-                if let Some(shard) = self.nodes[index].shard.as_mut() {
-                    shard.on_tick(now);
+                for shard in &mut self.nodes[index].shards {
+                    shard.core.on_tick(now);
                 }
                 self.drain(index);
                 self.tick_agent(index);
@@ -489,21 +488,7 @@ impl Sim {
             self.deliver(packet);
         }
         for index in 0..self.nodes.len() {
-            while self.nodes[index].is_running(now) {
-                match self.nodes[index].complete_flush(now) {
-                    Ok(Some(id)) => {
-                        if let Some(shard) = self.nodes[index].shard.as_mut() {
-                            shard.on_flushed(id);
-                        }
-                        self.drain(index);
-                    }
-                    Ok(None) => break,
-                    Err(error) => {
-                        self.kill(index, &format!("flush failed: {error}"));
-                        break;
-                    }
-                }
-            }
+            self.complete_flushes(index);
         }
         if self.config.scenario == Scenario::Reconfigure {
             self.drive_reconfigurations(faults);
@@ -513,102 +498,122 @@ impl Sim {
         }
         self.run_clients();
         for node in &self.nodes {
-            if let Some(shard) = &node.shard {
-                shard.invariants();
+            for shard in &node.shards {
+                shard.core.invariants();
             }
         }
     }
 
-    fn kill(&mut self, index: usize, _why: &str) {
-        self.collect_applies(index);
-        self.retire_agent(index);
-        self.checkers.crashed(index);
-        let until = self.now + self.rng.range(20, 200);
-        let seed = self.rng.next_u64();
-        self.nodes[index].crash(until, seed);
-        self.crashes += 1;
-    }
-
-    fn inject_faults(&mut self) {
-        let nodes = self.nodes.len() as u64;
-        if self.rng.chance(self.faults.crash_per_mille) {
-            let index = self.rng.below(nodes) as usize;
-            if self.nodes[index].shard.is_some() {
-                self.kill(index, "crash fault");
+    /// Start node `index` from its storage (V4), or count the refusal and
+    /// try again later. A start may only fail because the disk served a
+    /// fault during it (a corrupt read, a full disk, a failed sync); and a
+    /// corrupt read must make it fail.
+    fn start_node(&mut self, index: usize) {
+        let now = self.now;
+        self.arm_corrupt_read(index);
+        let before = self.nodes[index].disk.stats();
+        let specs = node_specs(&self.specs, self.metadata_spec.as_ref(), index);
+        let started = self.nodes[index].restart(now, &self.config.core, &specs);
+        let disk = &self.nodes[index].disk;
+        let after = disk.stats();
+        disk.set_faults(crate::disk::DiskFaults { corrupt_next_read: false, ..disk.faults() });
+        let corrupt_read = after.corrupt_reads > before.corrupt_reads;
+        let faulted = corrupt_read
+            || after.io_errors > before.io_errors
+            || after.writes_refused_full > before.writes_refused_full;
+        match started {
+            Ok(()) => {
+                if corrupt_read {
+                    self.checkers.violations.push(format!(
+                        "tick {now}: node {index} started on a corrupt read: its storage's recovery did not notice"
+                    ));
+                }
+                self.start_agent(index);
+                self.drain(index);
+            }
+            Err(failure) => {
+                if !faulted {
+                    self.checkers.violations.push(format!(
+                        "tick {now}: node {index} cannot recover shard {} (no disk fault explains it): {}",
+                        failure.shard, failure.error
+                    ));
+                }
+                self.starts_refused += 1;
+                self.nodes[index].down_until = now + faults::START_RETRY_TICKS;
             }
         }
-        if self.rng.chance(self.faults.pause_per_mille) {
-            let index = self.rng.below(nodes) as usize;
-            let longest = self.config.core.timing.idle_timeout_effective_ticks();
-            self.nodes[index].paused_until = self.now + longest + self.rng.range(10, 100);
-        }
-        if self.rng.chance(self.faults.partition_per_mille) {
-            self.network.blocked.clear();
-            let a = self.rng.below(nodes) as usize;
-            let one_way = self.rng.chance(500);
-            for b in 0..self.nodes.len() {
-                if b != a {
-                    self.network.blocked.insert((b, a));
-                    if !one_way {
-                        self.network.blocked.insert((a, b));
+    }
+
+    /// Complete every flush of node `index` whose sync returns now, and tell
+    /// its shard (while the node runs: a paused process completes nothing).
+    fn complete_flushes(&mut self, index: usize) {
+        let now = self.now;
+        for shard in 0..self.nodes[index].shard_count() {
+            while self.nodes[index].is_running(now) {
+                match self.nodes[index].complete_flush(shard, now) {
+                    Ok(Some(id)) => {
+                        if let Some(running) = self.nodes[index].shards.get_mut(shard) {
+                            running.core.on_flushed(id);
+                        }
+                        if let Err(error) = self.nodes[index].pump(shard, now) {
+                            self.kill(index, &format!("storage failed: {error}"));
+                            return;
+                        }
+                        self.drain(index);
+                    }
+                    Ok(None) => break,
+                    Err(error) => {
+                        self.kill(index, &format!("flush failed: {error}"));
+                        return;
                     }
                 }
             }
-        } else if !self.network.blocked.is_empty() && self.rng.chance(10) {
-            self.network.blocked.clear();
-        }
-        if self.rng.chance(self.faults.disk_fail_per_mille) {
-            let index = self.rng.below(nodes) as usize;
-            self.nodes[index].storage.fail_next_appends(1);
-        }
-        if self.rng.chance(self.faults.superblock_fail_per_mille) {
-            let index = self.rng.below(nodes) as usize;
-            let group = GroupId(self.rng.below(self.specs.len() as u64));
-            self.nodes[index].storage.fail_next_superblock_stage(group);
-        }
-        if self.rng.chance(self.faults.congestion_per_mille) && nodes > 1 {
-            let index = self.rng.below(nodes) as usize;
-            let peer = (index + 1 + self.rng.below(nodes - 1) as usize) % nodes as usize;
-            let until = self.now + self.rng.range(5, 150);
-            if let Some(shard) = self.nodes[index].shard.as_mut() {
-                shard.set_peer_congested(node_id(peer), true);
-                self.congested.push((index, peer, until));
-            }
         }
     }
 
-    /// K4: links whose congestion is over drain; the primaries on that node
-    /// send what they held back. A congestion of a node that restarted since
-    /// is gone with its shard (setting it drained again does nothing).
-    fn drain_congested_links(&mut self) {
-        let now = self.now;
-        let (due, pending): (Vec<_>, Vec<_>) = self.congested.drain(..).partition(|entry| entry.2 <= now);
-        self.congested = pending;
-        for (index, peer, _) in due {
-            if let Some(shard) = self.nodes[index].shard.as_mut() {
-                shard.set_peer_congested(node_id(peer), false);
-            }
-            self.drain(index);
-        }
-    }
-
-    /// Drain node `index`'s commands and execute them.
+    /// Drain every shard of node `index` and execute what they asked for:
+    /// storage effects to the shard's worker, the rest here, until no shard
+    /// has anything left.
     fn drain(&mut self, index: usize) {
+        let now = self.now;
         loop {
-            let Some(shard) = self.nodes[index].shard.as_mut() else { return };
-            let commands = shard.drain_effects();
-            if commands.is_empty() {
-                return;
-            }
-            match self.nodes[index].run_storage(commands, self.now, FLUSH_DELAY_TICKS) {
-                Ok(rest) => self.execute(index, rest),
-                Err(error) => {
+            let mut drained = false;
+            for shard in 0..self.nodes[index].shard_count() {
+                let Some(running) = self.nodes[index].shards.get_mut(shard) else { return };
+                let effects = running.core.drain_effects();
+                if effects.is_empty() {
+                    continue;
+                }
+                drained = true;
+                let (storage, rest): (Vec<Effect>, Vec<Effect>) =
+                    effects.into_iter().partition(|effect| effect.kind().is_storage());
+                if let Err(error) = self.nodes[index].submit(shard, storage, now) {
                     self.kill(index, &format!("storage failed: {error}"));
                     return;
                 }
+                self.execute(index, rest);
+                self.collect_applies(index);
             }
-            self.collect_applies(index);
+            if !drained {
+                return;
+            }
         }
+    }
+
+    fn disk_stats(&self) -> crate::disk::DiskStats {
+        let mut total = crate::disk::DiskStats::default();
+        for node in &self.nodes {
+            let stats = node.disk.stats();
+            total.writes += stats.writes;
+            total.syncs += stats.syncs;
+            total.power_losses += stats.power_losses;
+            total.changes_lost += stats.changes_lost;
+            total.writes_torn += stats.writes_torn;
+            total.writes_refused_full += stats.writes_refused_full;
+            total.io_errors += stats.io_errors;
+            total.corrupt_reads += stats.corrupt_reads;
+        }
+        total
     }
 
     fn collect_applies(&mut self, index: usize) {
@@ -618,13 +623,13 @@ impl Sim {
                 self.checkers.applied(now, index, *group, op, digest);
             }
         }
-        if self.metadata_spec.is_some() && self.nodes[index].shard.is_some() {
+        if self.metadata_spec.is_some() && self.nodes[index].is_up() {
             let metadata = self.nodes[index].metadata.borrow();
             self.checkers.metadata_applied(now, index, &metadata);
             // The replicas of an incarnation have the members the metadata names for it.
             for (group, record) in metadata.groups.iter().filter(|(_, record)| record.live) {
                 for node in &self.nodes {
-                    let Some(replica) = node.shard.as_ref().and_then(|shard| shard.replica(*group)) else { continue };
+                    let Some(replica) = node.replica(*group) else { continue };
                     if replica.incarnation() == record.incarnation && replica.members() != record.members.as_slice() {
                         let violation = format!(
                             "tick {now}: node {}'s replica of {group} ({}) has members {:?}; node {index}'s \
@@ -730,7 +735,7 @@ impl Sim {
             Endpoint::Operator => self.deliver_to_operator(message),
             Endpoint::Node(index) => {
                 let node = &self.nodes[index];
-                if node.shard.is_none() {
+                if !node.is_up() {
                     return;
                 }
                 if self.now < node.paused_until {
@@ -738,17 +743,12 @@ impl Sim {
                     self.network.defer(later, packet);
                     return;
                 }
-                let message = match self.deliver_to_agent(index, message) {
+                let message = match self.deliver_to_agent(index, sender, message) {
                     Some(message) => message,
                     None => return,
                 };
-                let Some(shard) = self.nodes[index].shard.as_mut() else { return };
-                match message {
-                    Message::Commit(batch) => shard.on_commit_batch(sender, &batch),
-                    Message::CommitReply(batch) => shard.on_commit_reply_batch(sender, &batch),
-                    Message::Request(request) => shard.on_request(request),
-                    other => shard.on_message(sender, other),
-                }
+                let from_peer = matches!(packet.from, Endpoint::Node(_));
+                self.route_inbound(index, sender, message, from_peer);
                 self.drain(index);
             }
         }
@@ -861,7 +861,7 @@ impl Sim {
         self.nodes
             .iter()
             .filter_map(|node| {
-                let replica = node.shard.as_ref()?.replica(group)?;
+                let replica = node.replica(group)?;
                 replica.is_primary().then_some(((replica.incarnation(), replica.view()), node.index))
             })
             .max()
@@ -870,17 +870,19 @@ impl Sim {
 
     /// A node's replica of `group`, if the node is up.
     pub fn replica(&self, node: usize, group: GroupId) -> Option<&cohort_core::Replica> {
-        self.nodes[node].shard.as_ref()?.replica(group)
+        self.nodes[node].replica(group)
     }
 
-    /// Crash a node; it restarts from its storage after `down_ticks`.
+    /// Crash a node's process (kill -9: what it wrote stays in the page
+    /// cache); it restarts from its storage after `down_ticks`.
     pub fn crash_node(&mut self, index: usize, down_ticks: u64) {
-        self.collect_applies(index);
-        self.retire_agent(index);
-        self.checkers.crashed(index);
-        let seed = self.rng.next_u64();
-        self.nodes[index].crash(self.now + down_ticks, seed);
-        self.crashes += 1;
+        self.take_down(index, self.now + down_ticks, false);
+    }
+
+    /// Cut a node's power: its disk keeps what was synced and a torn part of
+    /// the rest; it restarts from its storage after `down_ticks`.
+    pub fn power_off_node(&mut self, index: usize, down_ticks: u64) {
+        self.take_down(index, self.now + down_ticks, true);
     }
 
     /// A new client sends `op` for `group` to node `to`; returns its history index.
@@ -908,6 +910,21 @@ impl Sim {
         let send = self.clients[client].start(self.now, group, op, nodes, &mut self.history, &mut self.rng)?;
         self.send_request(client, send);
         Some(self.history.len() - 1)
+    }
+
+    /// Client `client` (created on first use, never random) sends `op` for
+    /// `group` to node `to`, whatever it guessed before, if it is idle;
+    /// returns the history index. Its retries follow redirects as usual.
+    pub fn submit_to(&mut self, client: usize, group: GroupId, op: KvOp, to: usize) -> Option<usize> {
+        while self.clients.len() <= client.max(self.config.clients) {
+            let index = self.clients.len();
+            self.clients.push(SimClient::new(index, self.config.seed));
+        }
+        if self.clients[client].outstanding.is_some() {
+            return None;
+        }
+        self.clients[client].guess.insert(group, to);
+        self.submit_as(client, group, op, to)
     }
 
     /// True if client `client` has no request in flight.
@@ -975,16 +992,16 @@ impl Sim {
         for index in 0..self.nodes.len() {
             let wanted = spec_for(&spec, index);
             let node = &mut self.nodes[index];
-            let Some(hosted) = node.shard.as_ref().map(|shard| shard.replica(group).is_some()) else { continue };
+            if !node.is_up() {
+                continue;
+            }
+            let hosted = node.replica(group).is_some();
             let state = (wanted.is_some() && !hosted).then(|| node.state_machine_for(group));
-            let Some(shard) = node.shard.as_mut() else { continue };
+            let Some(shard) = node.shard_for_mut(group) else { continue };
             match (wanted, state) {
                 (Some(mine), Some(state)) => shard.create_group(mine, state).expect("a new learner replica"),
                 (Some(_), None) => shard.set_learners(group, spec.learners.clone()).expect("a valid list"),
-                (None, _) if hosted => {
-                    shard.remove_group(group);
-                    self.checkers.unloaded(index, group);
-                }
+                (None, _) if hosted => self.drop_replica(index, group),
                 (None, _) => {}
             }
             self.drain(index);

@@ -1,9 +1,9 @@
 //! The checkers bite: with a deliberately broken commit rule the harness's
 //! checkers must report a violation.
 //!
-//! `CoreConfig::commit_quorum_short_by_for_tests = 1` makes a primary commit
-//! (apply and reply) with one durable copy fewer than the replication quorum
-//! Qr. Such a commit no longer meets every view-change quorum
+//! The mutant `Mutant::CommitQuorumShort` (the core's test-only switch,
+//! `CoreConfig::mutant`) makes a primary commit (apply and reply) with one
+//! durable copy fewer than the replication quorum Qr. Such a commit no longer meets every view-change quorum
 //! (Qv + Qr - 1 = n), so a new view can be elected without it.
 //!
 //! Left to random faults, the core's own assertion (a member refusing to
@@ -18,6 +18,7 @@
 //! checker must notice before the halves ever meet. With the correct rule
 //! the same runs are clean.
 
+use cohort_core::mutants::Mutant;
 use cohort_sim::{Sim, SimConfig, linearizability};
 
 /// Seeds the broken rule gets to show itself in.
@@ -28,11 +29,11 @@ const SPLIT_TICKS: u64 = 800;
 const HEALED_TICKS: u64 = 600;
 
 /// A run of `seed` with the cluster cut in two; the violations found.
-fn split_run(seed: u64, nodes: usize, short_by: usize, heal: bool) -> Vec<String> {
+fn split_run(seed: u64, nodes: usize, broken: bool, heal: bool) -> Vec<String> {
     let mut config = SimConfig::new(seed);
     config.nodes = nodes;
     config.groups = 1;
-    config.core.commit_quorum_short_by_for_tests = short_by;
+    config.core.mutant = broken.then_some(Mutant::CommitQuorumShort);
     let quorum = nodes / 2 + 1;
     let mut sim = Sim::new(config);
     // Node 0 is the view-0 primary of group 0; nodes 0..minority can commit
@@ -66,7 +67,7 @@ fn caught_within_seeds(nodes: usize) {
     let mut caught = Vec::new();
     let mut by_checker = [0u64; CHECKERS.len()];
     for seed in 0..SEEDS_MAX {
-        let violations = split_run(seed, nodes, 1, false);
+        let violations = split_run(seed, nodes, true, false);
         for (count, (_, marker)) in by_checker.iter_mut().zip(CHECKERS) {
             *count += u64::from(violations.iter().any(|violation| violation.contains(marker)));
         }
@@ -105,7 +106,7 @@ fn broken_commit_quorum_is_caught_5_nodes() {
 fn correct_commit_quorum_survives_the_split() {
     for nodes in [3, 5] {
         for seed in 0..3 {
-            let violations = split_run(seed, nodes, 0, true);
+            let violations = split_run(seed, nodes, false, true);
             assert!(violations.is_empty(), "{nodes} nodes, seed {seed}: {violations:#?}");
         }
     }

@@ -175,3 +175,61 @@ fn jepsen_short_run_is_linearizable_and_loses_no_acknowledged_write() {
         let _ = std::fs::remove_dir_all(config.out.join(format!("data-{node}")));
     }
 }
+
+/// F1's heal experiment: node 0 is isolated for 30 s; then, in one step, it
+/// is healed and node 1 isolated, so every group's quorum now needs the link
+/// between node 0 and node 2 that the partition broke. With the fast timing
+/// of the harness (2 s heartbeat timeouts, 250 ms broadcast interval) each
+/// group must write again within its failover bound: the heartbeat timeout
+/// plus two broadcast intervals, 2.5 s. Before F1 the stale connection held
+/// the link for 10–28 s.
+#[test]
+fn f1_after_a_30_s_isolation_heals_every_group_writes_within_its_failover_bound() {
+    if std::env::var("COHORT_JEPSEN").is_ok_and(|value| value == "off") {
+        eprintln!("jepsen: skipped because COHORT_JEPSEN=off (the run needs root, iproute2 and nftables)");
+        return;
+    }
+    if let Err(error) = preflight::check_environment() {
+        panic!("{error}\n(or set COHORT_JEPSEN=off to skip this test)");
+    }
+    const FAILOVER_BOUND_S: f64 = 2.0 + 2.0 * 0.25;
+    let seconds = 75;
+    let out = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("jepsen-heal-pid-{}", std::process::id()));
+    let mut config = Config::new(SEED, seconds, out);
+    let phase =
+        |kind, start_s: u64, end_s: u64| nemesis::Phase { kind, start_ms: start_s * 1000, end_ms: end_s * 1000 };
+    config.phases = Some(vec![
+        phase(PhaseKind::Healthy, 0, 8),
+        phase(PhaseKind::Fault(Fault::Isolate { node: 0 }), 8, 38),
+        phase(PhaseKind::Fault(Fault::Isolate { node: 1 }), 38, 53),
+        phase(PhaseKind::Healthy, 53, 60),
+        phase(PhaseKind::FinalHeal, 60, seconds),
+    ]);
+    eprintln!("jepsen heal experiment: {seconds} s, output {}", config.out.display());
+    let report = jepsen::run(&config).unwrap_or_else(|error| panic!("jepsen heal run: {error}"));
+    eprintln!("{}", report.table());
+    assert_eq!(report.linearizable, Verdict::Yes, "linearizable on every key; see {}", report.summary);
+    assert_eq!(report.lost_acked_writes, 0, "lost acknowledged writes; see {}", report.summary);
+    let switch = &report.phases[2];
+    let recovered = switch.write_recovery_s.unwrap_or(f64::INFINITY);
+    assert!(
+        recovered <= FAILOVER_BOUND_S,
+        "after node 0's heal (and node 1's isolation) every key is written again within {FAILOVER_BOUND_S} s, \
+         not {recovered:.2} s; see {}",
+        report.summary
+    );
+    for phase in &report.phases[3..] {
+        assert!(
+            phase.longest_write_gap.0 <= FAILOVER_BOUND_S,
+            "{}: no key goes {:.2} s without a write (key {}); see {}",
+            phase.label,
+            phase.longest_write_gap.0,
+            phase.longest_write_gap.1,
+            report.summary
+        );
+    }
+    assert!(report.node_exits.iter().all(|exit| exit.by_nemesis), "no node stopped itself: {:?}", report.node_exits);
+    for node in 1..=config.nodes {
+        let _ = std::fs::remove_dir_all(config.out.join(format!("data-{node}")));
+    }
+}

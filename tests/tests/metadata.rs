@@ -48,7 +48,7 @@ fn session(sim: &Sim, index: usize) -> Option<SessionId> {
 /// Every running node's session is live in every running node's metadata,
 /// and every group's owner record names its current primary.
 fn settled(sim: &Sim) -> bool {
-    let running: Vec<usize> = (0..sim.nodes.len()).filter(|i| sim.nodes[*i].shard.is_some()).collect();
+    let running: Vec<usize> = (0..sim.nodes.len()).filter(|i| sim.nodes[*i].is_up()).collect();
     running.iter().all(|&reader| {
         let metadata = metadata(sim, reader);
         let sessions_live = running.iter().all(|&node| {
@@ -123,7 +123,7 @@ fn s3_shutdown_policy_stops_node() {
     let paused = 2;
     pause(&mut sim, paused, LONG_PAUSE_TICKS);
     let resumed_at = sim.nodes[paused].paused_until;
-    assert!(sim.run_until(LONG_PAUSE_TICKS + 100, |sim| sim.nodes[paused].shard.is_none()), "the node stopped");
+    assert!(sim.run_until(LONG_PAUSE_TICKS + 100, |sim| !sim.nodes[paused].is_up()), "the node stopped");
     assert!(sim.now >= resumed_at, "it stopped after resuming, on learning of the expiry");
     assert!(sim.nodes[paused].down_until >= sim.now + STOPPED_DOWN_TICKS - 1, "and stays down until an operator");
     // The operator restarts it: a fresh agent opens a new session.
@@ -139,7 +139,7 @@ fn s3_reconnect_policy_opens_a_new_session() {
     pause(&mut sim, paused, LONG_PAUSE_TICKS);
     sim.run_until(LONG_PAUSE_TICKS, |_| false);
     assert!(sim.run_until(600, |sim| session(sim, paused).is_some_and(|new| new > old)), "a new session");
-    assert!(sim.nodes[paused].shard.is_some(), "the node never stopped");
+    assert!(sim.nodes[paused].is_up(), "the node never stopped");
     let counters = sim.nodes[paused].agent.as_ref().expect("running").counters();
     assert_eq!((counters.sessions_opened, counters.sessions_expired), (2, 1));
     assert_clean(&sim);
@@ -168,7 +168,7 @@ fn s4_reown_after_new_session() {
     assert_eq!(sim.primary_of(group), Some(node), "node 1 leads group 1 again");
     let new = session(&sim, node).expect("a session");
     let reowned = sim.run_until(800, |sim| {
-        (0..3).filter(|i| sim.nodes[*i].shard.is_some()).all(|reader| {
+        (0..3).filter(|i| sim.nodes[*i].is_up()).all(|reader| {
             metadata(sim, reader).groups.get(&group).and_then(|record| record.owner).is_some_and(|owner| {
                 owner.node == node_id(node)
                     && owner.session == new

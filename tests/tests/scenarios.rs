@@ -139,7 +139,7 @@ fn q1_wait_quorum_counts_members_that_already_hold_the_op() {
     write(&mut sim, 1, 1);
     sim.run_until(20, |_| false);
     let primary = sim.primary_of(G).expect("a primary");
-    let wait = sim.nodes[primary].shard.as_mut().expect("up").wait_quorum(G, Op(1), 3, 100);
+    let wait = sim.nodes[primary].shard_for_mut(G).expect("up").wait_quorum(G, Op(1), 3, 100);
     sim.step(false);
     assert!(sim.wait_results.iter().any(|(node, id, result)| *node == primary && *id == wait && result.is_ok()));
 }
@@ -152,7 +152,7 @@ fn q2_wait_quorum_timeout_reports_acks() {
     sim.crash_node(down, 100_000);
     let op = write(&mut sim, 1, 1);
     let committed = sim.history[op].committed_op.expect("committed");
-    let wait = sim.nodes[primary].shard.as_mut().expect("up").wait_quorum(G, committed, 3, 25);
+    let wait = sim.nodes[primary].shard_for_mut(G).expect("up").wait_quorum(G, committed, 3, 25);
     sim.run_until(40, |_| false);
     let result = sim.wait_results.iter().find(|(_, id, _)| *id == wait).map(|(_, _, r)| r.clone());
     match result {
@@ -173,7 +173,7 @@ fn q2_wait_quorum_cancel_reports_acks() {
     sim.crash_node((primary + 1) % 3, 100_000);
     let op = write(&mut sim, 1, 1);
     let committed = sim.history[op].committed_op.expect("committed");
-    let shard = sim.nodes[primary].shard.as_mut().expect("up");
+    let shard = sim.nodes[primary].shard_for_mut(G).expect("up");
     let wait = shard.wait_quorum(G, committed, 3, 1000);
     assert!(shard.cancel_wait(wait));
     sim.step(false);
@@ -436,16 +436,16 @@ fn k4_prepares_to_a_congested_backup_are_held_back_and_sent_once_it_drains() {
     let primary = sim.primary_of(G).expect("a primary");
     let lagging = (primary + 1) % 3;
     let peer = cohort_sim::node::node_id(lagging);
-    sim.nodes[primary].shard.as_mut().expect("primary runs").set_peer_congested(peer, true);
+    sim.nodes[primary].shard_for_mut(G).expect("primary runs").set_peer_congested(peer, true);
     for value in 0..5 {
         write(&mut sim, 1, value);
     }
     let head = sim.replica(primary, G).expect("primary replica").op();
-    let held_back = sim.nodes[primary].shard.as_ref().expect("primary runs").metrics().prepares_held_back;
+    let held_back = sim.nodes[primary].shard_for(G).expect("primary runs").metrics().prepares_held_back;
     assert!(held_back >= 5, "each Prepare to the congested backup is held back and counted ({held_back})");
     assert!(sim.replica(lagging, G).expect("backup replica").op() < head, "the congested backup lags");
 
-    sim.nodes[primary].shard.as_mut().expect("primary runs").set_peer_congested(peer, false);
+    sim.nodes[primary].shard_for_mut(G).expect("primary runs").set_peer_congested(peer, false);
     let caught_up = sim.run_until(3, |sim| sim.replica(lagging, G).is_some_and(|replica| replica.op() == head));
     assert!(caught_up, "once the link drains, the backup gets what it lacks at once, not at the next heartbeat");
     assert_clean(&sim);

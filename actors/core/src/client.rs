@@ -86,7 +86,7 @@ pub fn verdict(reply: &Reply) -> Verdict<'_> {
 pub fn retryable(code: ReplyError) -> bool {
     match code {
         ReplyError::QuorumWindowExpired | ReplyError::Busy | ReplyError::ViewChange | ReplyError::UnknownGroup => true,
-        ReplyError::Superseded | ReplyError::Rejected => false,
+        ReplyError::Superseded | ReplyError::Rejected | ReplyError::Forbidden => false,
     }
 }
 
@@ -172,7 +172,7 @@ mod tests {
     fn v1_definite_answers_and_retryable_ones_are_told_apart() {
         let ok = reply(Outcome::Ok(Bytes::from_static(b"r")));
         assert!(matches!(verdict(&ok), Verdict::Done { op: Op(9), .. }));
-        for code in [ReplyError::Superseded, ReplyError::Rejected] {
+        for code in [ReplyError::Superseded, ReplyError::Rejected, ReplyError::Forbidden] {
             assert!(matches!(verdict(&reply(error(code))), Verdict::Refused { .. }), "{code:?}");
         }
         for code in

@@ -81,8 +81,11 @@ impl TimingConfig {
                 ),
             );
         }
-        if self.view_change_timeout_ticks == 0 || self.repair_timeout_ticks == 0 {
+        if self.view_change_timeout_ticks == 0 {
             return err("view_change_timeout_ticks", "timeouts must be at least 1 tick".into());
+        }
+        if self.repair_timeout_ticks == 0 {
+            return err("repair_timeout_ticks", "timeouts must be at least 1 tick".into());
         }
         Ok(())
     }
@@ -110,11 +113,11 @@ pub struct CoreConfig {
     pub clients_max: usize,
     /// The most requests a primary queues while its pipeline is full.
     pub request_queue_max: usize,
-    /// Test-only broken rule: commit with this many fewer acks than the
-    /// replication quorum (at least one). Always 0 outside the simulator's
-    /// broken-rule test, which sets it to prove the checkers catch it.
-    #[doc(hidden)]
-    pub commit_quorum_short_by_for_tests: usize,
+    /// Test builds only: the safety rule broken on purpose, for the
+    /// simulator's mutation suite (see [`crate::mutants`]). The field does
+    /// not exist in other builds.
+    #[cfg(any(test, feature = "mutants"))]
+    pub mutant: Option<crate::mutants::Mutant>,
 }
 
 impl Default for CoreConfig {
@@ -126,7 +129,8 @@ impl Default for CoreConfig {
             snapshot_interval_bytes: 8 * 1024 * 1024,
             clients_max: 4096,
             request_queue_max: 1024,
-            commit_quorum_short_by_for_tests: 0,
+            #[cfg(any(test, feature = "mutants"))]
+            mutant: None,
         }
     }
 }
@@ -148,8 +152,11 @@ impl CoreConfig {
                 ),
             });
         }
-        if self.clients_max == 0 || self.request_queue_max == 0 {
+        if self.clients_max == 0 {
             return Err(CoreConfigError { field: "clients_max", rule: "must be at least 1".into() });
+        }
+        if self.request_queue_max == 0 {
+            return Err(CoreConfigError { field: "request_queue_max", rule: "must be at least 1".into() });
         }
         Ok(())
     }
@@ -158,6 +165,18 @@ impl CoreConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_validation_error_names_its_own_field() {
+        let repair = TimingConfig { repair_timeout_ticks: 0, ..TimingConfig::default() };
+        assert_eq!(repair.validate().unwrap_err().field, "repair_timeout_ticks");
+        let election = TimingConfig { view_change_timeout_ticks: 0, ..TimingConfig::default() };
+        assert_eq!(election.validate().unwrap_err().field, "view_change_timeout_ticks");
+        let queue = CoreConfig { request_queue_max: 0, ..CoreConfig::default() };
+        assert_eq!(queue.validate().unwrap_err().field, "request_queue_max");
+        let clients = CoreConfig { clients_max: 0, ..CoreConfig::default() };
+        assert_eq!(clients.validate().unwrap_err().field, "clients_max");
+    }
 
     #[test]
     fn r9_defaults_pass_and_short_timeout_fails() {

@@ -15,6 +15,7 @@ pub mod effects;
 pub mod log;
 pub mod metadata;
 pub mod metrics;
+pub mod mutants;
 pub mod quorum;
 pub mod replica;
 pub mod routing;

@@ -261,7 +261,7 @@ impl Shard {
                 Message::RequestPrepares(m) => replica.on_request_prepares(m, fx),
                 Message::RequestStateTransfer(m) => replica.on_request_state_transfer(m, fx),
                 Message::StateChunk(m) => replica.on_state_chunk(m, fx),
-                Message::Request(m) => replica.on_request(m, fx),
+                Message::Request(m) => replica.on_request(from, m, fx),
                 _ => {}
             }
         });
@@ -373,7 +373,8 @@ impl Shard {
     /// One Commit entry of a batch from `from` (R16, R17).
     pub fn on_commit_entry(&mut self, from: NodeId, entry: CommitEntry) {
         self.with_group(entry.group, |replica, fx| {
-            if entry.partition_incarnation == replica.spec.incarnation {
+            let any_incarnation = replica.config.mutated(crate::mutants::Mutant::OtherIncarnationAccepted);
+            if entry.partition_incarnation == replica.spec.incarnation || any_incarnation {
                 replica.on_commit(from, entry, fx);
             }
         });
@@ -383,7 +384,8 @@ impl Shard {
     pub fn on_commit_reply_entry(&mut self, from: NodeId, entry: CommitReplyEntry) {
         self.with_group(entry.group, |replica, fx| {
             let member_ok = replica.spec.node_at(entry.replica) == Some(from);
-            if entry.partition_incarnation == replica.spec.incarnation && member_ok {
+            let any_incarnation = replica.config.mutated(crate::mutants::Mutant::OtherIncarnationAccepted);
+            if (entry.partition_incarnation == replica.spec.incarnation || any_incarnation) && member_ok {
                 replica.on_commit_reply(entry, fx.now);
             }
         });
@@ -400,7 +402,8 @@ impl Shard {
             let detail = format!("{group} is not hosted on {}", self.node);
             return self.refuse_request(&request, cohort_messages::ReplyError::UnknownGroup, detail);
         }
-        self.with_group(group, |replica, fx| replica.on_request(request, fx));
+        let node = self.node;
+        self.with_group(group, |replica, fx| replica.on_request(node, request, fx));
     }
 
     /// Answer a request no group here takes.
@@ -488,7 +491,8 @@ impl Replica {
             _ => return false,
         };
         let election = matches!(message, Message::StartViewChange(_) | Message::DoViewChange(_));
-        incarnation == self.spec.incarnation
+        let any_incarnation = self.config.mutated(crate::mutants::Mutant::OtherIncarnationAccepted);
+        (incarnation == self.spec.incarnation || any_incarnation)
             && self.spec.node_at(replica) == Some(from)
             && (!election || self.spec.is_voter(replica))
     }

@@ -28,6 +28,7 @@ impl Harness {
             metadata_group: GroupId::METADATA,
             policy,
             keepalive_interval_ticks: 5,
+            reconnect_backoff_ticks: 20,
             session_timeout_ticks: 30,
             request_retry_ticks: 4,
             unload_grace_ticks: 10,
@@ -102,7 +103,7 @@ impl Harness {
                 }
                 // This node is the metadata primary too: its keepalives reach its own driver.
                 if let AgentOutput::Keepalive(keepalive) = &output {
-                    let more = self.agent.on_keepalive(self.now, keepalive, &self.metadata);
+                    let more = self.agent.on_keepalive(self.now, NODE, keepalive, &self.metadata);
                     self.outputs.extend(more);
                 }
                 self.outputs.push(output);
@@ -200,7 +201,7 @@ fn s3_shutdown_policy_stops_at_the_first_expiry() {
     h.run(30);
     let session = h.session().expect("a session");
     let notice = cohort_messages::SessionExpired { node: NODE, session, epoch: Epoch(1) };
-    let outputs = h.agent.on_session_expired(&notice);
+    let outputs = h.agent.on_session_expired(NODE, &[NODE], &notice);
     assert!(matches!(outputs.as_slice(), [AgentOutput::Stop(reason)] if reason.contains("shutdown")), "{outputs:?}");
     assert!(h.agent.stopped());
     assert!(h.agent.on_tick(100, &h.metadata, true, &h.hosted).is_empty(), "a stopped agent does nothing");
@@ -214,4 +215,23 @@ fn agent_settings_are_validated() {
     let error = config.validate().expect_err("a timeout of two keepalives is too short");
     assert!(error.contains("session_timeout_ticks"), "{error}");
     h.run(1);
+}
+
+#[test]
+fn t3_a_session_frame_that_does_not_come_from_whom_it_speaks_for_is_refused_and_counted() {
+    let mut h = Harness::new(ExpiredPolicy::Shutdown);
+    h.run(30);
+    let session = h.session().expect("a session");
+    // An expiry notice for this node from a node outside the metadata group: ignored.
+    let notice = cohort_messages::SessionExpired { node: NODE, session, epoch: Epoch(1) };
+    let outputs = h.agent.on_session_expired(NodeId(9), &[NODE], &notice);
+    assert!(outputs.is_empty(), "{outputs:?}");
+    assert!(!h.agent.stopped(), "a forged expiry does not stop a node whose policy is shutdown");
+    // A keepalive naming this node, sent by another: refused.
+    let keepalive = cohort_messages::SessionKeepalive { node: NODE, session };
+    assert!(h.agent.on_keepalive(h.now, NodeId(9), &keepalive, &h.metadata).is_empty());
+    assert_eq!(h.agent.counters().frames_refused, 2, "both counted");
+    // The genuine notice still works.
+    let outputs = h.agent.on_session_expired(NODE, &[NODE], &notice);
+    assert!(matches!(outputs.as_slice(), [AgentOutput::Stop(_)]), "{outputs:?}");
 }

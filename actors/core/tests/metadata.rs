@@ -336,7 +336,7 @@ mod sessions_end_to_end {
 
     #[test]
     fn s3_reconnect_then_shutdown_after_attempts() {
-        let mut client = SessionClient::new(ExpiredPolicy::Reconnect { attempts: 2 }, 10);
+        let mut client = SessionClient::new(ExpiredPolicy::Reconnect { attempts: 2 }, 10, 0);
         assert_eq!(client.on_tick(0), Some(SessionAction::Open { attempt: 1 }));
         assert_eq!(client.on_opened(SessionId(1), 3), Some(SessionAction::Reown(SessionId(1))));
         assert_eq!(client.on_tick(13), Some(SessionAction::Keepalive(SessionId(1))));
@@ -351,8 +351,49 @@ mod sessions_end_to_end {
     }
 
     #[test]
+    fn f2_reconnect_attempts_are_spaced_by_a_doubling_backoff() {
+        let mut client = SessionClient::new(ExpiredPolicy::Reconnect { attempts: 3 }, 10, 30);
+        assert_eq!(client.reconnect_span_ticks(), Some(3 * 20 + 30 + 60), "attempts' timeouts plus the waits");
+        client.on_tick(0);
+        client.on_opened(SessionId(1), 1);
+        client.on_expired(SessionId(1));
+        assert_eq!(client.on_tick(20), Some(SessionAction::Open { attempt: 1 }));
+        // Attempt 1 goes unanswered for two intervals: wait 30 ticks.
+        assert_eq!(client.on_tick(40), None);
+        assert_eq!(client.on_tick(69), None, "still backing off");
+        assert_eq!(client.on_tick(70), Some(SessionAction::Open { attempt: 2 }));
+        // Attempt 2 unanswered: the wait doubles to 60.
+        assert_eq!(client.on_tick(90), None);
+        assert_eq!(client.on_tick(149), None, "still backing off");
+        assert_eq!(client.on_tick(150), Some(SessionAction::Open { attempt: 3 }));
+        assert_eq!(client.on_tick(170), Some(SessionAction::Stop("no new session after every reconnect attempt")));
+        assert_eq!(170 - 20, client_span(30), "the node stopped exactly one span after its first attempt");
+    }
+
+    fn client_span(backoff: u64) -> u64 {
+        SessionClient::new(ExpiredPolicy::Reconnect { attempts: 3 }, 10, backoff).reconnect_span_ticks().unwrap_or(0)
+    }
+
+    #[test]
+    fn f2_a_late_answer_during_the_backoff_opens_the_session() {
+        let mut client = SessionClient::new(ExpiredPolicy::Reconnect { attempts: 3 }, 10, 30);
+        client.on_tick(0);
+        client.on_opened(SessionId(1), 1);
+        client.on_expired(SessionId(1));
+        client.on_tick(20);
+        assert_eq!(client.on_tick(40), None, "attempt 1 timed out; backing off");
+        assert_eq!(client.on_opened(SessionId(2), 50), Some(SessionAction::Reown(SessionId(2))));
+        assert_eq!(client.on_tick(60), Some(SessionAction::Keepalive(SessionId(2))));
+    }
+
+    #[test]
+    fn f2_shutdown_has_no_reconnect_span() {
+        assert_eq!(SessionClient::new(ExpiredPolicy::Shutdown, 10, 30).reconnect_span_ticks(), None);
+    }
+
+    #[test]
     fn s3_reconnect_succeeds_and_reowns() {
-        let mut client = SessionClient::new(ExpiredPolicy::Reconnect { attempts: 3 }, 10);
+        let mut client = SessionClient::new(ExpiredPolicy::Reconnect { attempts: 3 }, 10, 0);
         client.on_tick(0);
         client.on_opened(SessionId(1), 1);
         client.on_expired(SessionId(1));
@@ -366,7 +407,7 @@ mod sessions_end_to_end {
 
     #[test]
     fn s3_shutdown_policy_stops_on_expiry() {
-        let mut client = SessionClient::new(ExpiredPolicy::Shutdown, 10);
+        let mut client = SessionClient::new(ExpiredPolicy::Shutdown, 10, 0);
         client.on_tick(0);
         client.on_opened(SessionId(1), 1);
         assert_eq!(
@@ -377,10 +418,88 @@ mod sessions_end_to_end {
 
     #[test]
     fn s3_the_first_session_is_retried_until_the_metadata_group_answers() {
-        let mut client = SessionClient::new(ExpiredPolicy::Shutdown, 10);
+        let mut client = SessionClient::new(ExpiredPolicy::Shutdown, 10, 0);
         assert_eq!(client.on_tick(0), Some(SessionAction::Open { attempt: 1 }));
         for (now, attempt) in [(20, 2), (40, 3), (60, 4)] {
             assert_eq!(client.on_tick(now), Some(SessionAction::Open { attempt }), "boot keeps trying");
         }
+    }
+}
+
+mod admission {
+    use super::*;
+
+    const N1: NodeId = NodeId(1);
+    const N2: NodeId = NodeId(2);
+    const VOTERS: [NodeId; 3] = [NodeId(1), NodeId(2), NodeId(3)];
+
+    fn state_with_group() -> Metadata {
+        let mut metadata = Metadata::default();
+        for node in 1..=4 {
+            register(&mut metadata, node, node);
+        }
+        let create = MetadataCommand::CreateGroup {
+            group: GroupId(7),
+            kind: "kv".into(),
+            members: vec![NodeId(1), NodeId(2), NodeId(3)],
+            replication: Default::default(),
+        };
+        assert!(matches!(metadata.apply(Epoch(5), create), MetadataResult::GroupCreated { .. }));
+        metadata
+    }
+
+    #[test]
+    fn t3_a_command_that_speaks_for_a_node_must_come_from_that_node() {
+        let metadata = state_with_group();
+        let speaking_for_n2 = [
+            MetadataCommand::RegisterNode { node: N2, address: "n2".into() },
+            MetadataCommand::OpenSession { node: N2 },
+            MetadataCommand::AckEpoch { node: N2, epoch: Epoch(3) },
+            MetadataCommand::ReportOwnership {
+                group: GroupId(7),
+                incarnation: Incarnation(1),
+                node: N2,
+                session: SessionId(1),
+                view: View(1),
+            },
+            MetadataCommand::ReportSealed { group: GroupId(7), incarnation: Incarnation(1), node: N2 },
+        ];
+        for command in speaking_for_n2 {
+            assert_eq!(metadata.admit(N2, &VOTERS, &command), Ok(()), "{command:?} from n2 itself");
+            let refused = metadata.admit(N1, &VOTERS, &command).expect_err("n1 may not speak for n2");
+            assert!(refused.contains("speaks only for itself"), "{refused}");
+        }
+    }
+
+    #[test]
+    fn t3_an_expiry_comes_only_from_a_metadata_member() {
+        let metadata = state_with_group();
+        let expire = MetadataCommand::ExpireSession { node: N2, session: SessionId(1) };
+        assert_eq!(metadata.admit(N1, &VOTERS, &expire), Ok(()), "the metadata primary's driver");
+        assert!(metadata.admit(NodeId(4), &VOTERS, &expire).is_err(), "a node outside the metadata group");
+    }
+
+    #[test]
+    fn t3_a_catch_up_is_reported_by_a_member_of_the_group() {
+        let metadata = state_with_group();
+        let caught_up = MetadataCommand::ReportCaughtUp {
+            group: GroupId(7),
+            incarnation: Incarnation(1),
+            node: NodeId(4),
+            op: Op(0),
+        };
+        assert_eq!(metadata.admit(N1, &VOTERS, &caught_up), Ok(()), "a member (the primary) reports its learner");
+        assert!(metadata.admit(NodeId(4), &VOTERS, &caught_up).is_err(), "the learner cannot vouch for itself");
+    }
+
+    #[test]
+    fn t3_the_state_machine_refuses_at_admission_what_it_would_not_admit() {
+        let mut machine = MetadataStateMachine::default();
+        let open = MetadataCommand::OpenSession { node: N2 }.encode();
+        assert!(machine.admit(N1, &VOTERS, &open).is_err());
+        assert_eq!(machine.admit(N2, &VOTERS, &open), Ok(()));
+        // Undecodable bytes are left to apply, which refuses them on every member alike.
+        assert_eq!(machine.admit(N1, &VOTERS, b"not a command"), Ok(()));
+        let _ = machine.apply(Op(1), b"not a command");
     }
 }

@@ -1,12 +1,22 @@
-//! Every write and sync of the file storage goes through [`Disk`], for three
+//! Every file operation of the file storage goes through [`Disk`], for four
 //! reasons: one place maps OS errors to [`StorageError`] (a full disk is
 //! `Full`, anything else `Io`; a failed *sync* is always `Io`, even for
 //! ENOSPC, because the kernel may already have dropped the dirty pages and a
 //! retried sync could falsely succeed), one place counts syncs for the
-//! benchmark and telemetry, and tests can inject a full disk or a failing
-//! sync here without a special file system.
+//! benchmark and telemetry, tests can inject a full disk or a failing sync
+//! here without a special file system, and the file system itself is a
+//! [`FileSystem`] value: [`OsFileSystem`] (the real one) in production, an
+//! in-memory one that tears writes and loses unsynced data in the simulator.
+//!
+//! [`FileSystem`] is deliberately the handful of POSIX calls the storage
+//! makes, each with the real call's meaning, so that a test double cannot
+//! offer a guarantee the real disk does not: writes are durable only after
+//! `sync_data` on the file, and creations, renames and removals only after
+//! `sync_dir` on the directory. `FileStorage` is generic over it (with
+//! `OsFileSystem` the default), so production code pays nothing for the
+//! abstraction: every call is monomorphised to the `std::fs` call it was.
 
-use std::fs::File;
+use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
@@ -17,6 +27,150 @@ use cohort_core::storage::StorageError;
 const ERRNO_NO_SPACE: i32 = 28;
 /// EDQUOT on Linux.
 const ERRNO_QUOTA: i32 = 122;
+/// EIO on Linux.
+const ERRNO_IO: i32 = 5;
+
+/// How [`FileSystem::open`] opens a file. Every mode opens for reading and
+/// writing.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum OpenMode {
+    /// Create the file; fail if it exists (`O_CREAT | O_EXCL`).
+    CreateNew,
+    /// Open the file; fail if it does not exist.
+    Existing,
+    /// Open the file, creating it empty if it does not exist (`O_CREAT`).
+    CreateOrOpen,
+    /// Create the file, or cut an existing one to zero length (`O_CREAT | O_TRUNC`).
+    CreateTruncate,
+}
+
+/// The file system calls the file storage makes (see the module docs).
+///
+/// Errors are `std::io::Error`s with the OS error a real disk would give
+/// (`ENOSPC` for a full disk, `EIO` for a failed device, `ENOENT` for a
+/// missing file): [`Disk`] maps them to [`StorageError`] in one place.
+pub trait FileSystem {
+    /// An open file.
+    type File: std::fmt::Debug;
+    /// An open directory (for `sync_dir`).
+    type Dir;
+
+    /// Open `path` as `mode` says.
+    fn open(&mut self, path: &Path, mode: OpenMode) -> io::Result<Self::File>;
+    /// Write all of `buf` at `offset` (`pwrite` until done). Visible to
+    /// reads at once, durable only after [`FileSystem::sync_data`].
+    fn write_all_at(&mut self, file: &Self::File, buf: &[u8], offset: u64) -> io::Result<()>;
+    /// Set the file's length (`ftruncate`); durable after `sync_data`.
+    fn set_len(&mut self, file: &Self::File, len_bytes: u64) -> io::Result<()>;
+    /// Make the file's data durable (`fdatasync`).
+    fn sync_data(&mut self, file: &Self::File) -> io::Result<()>;
+    /// Open the directory `dir`.
+    fn open_dir(&mut self, dir: &Path) -> io::Result<Self::Dir>;
+    /// Make the creations, renames and removals in the directory durable (`fsync`).
+    fn sync_dir(&mut self, dir: &Self::Dir) -> io::Result<()>;
+    /// The whole content of the file at `path`.
+    fn read(&mut self, path: &Path) -> io::Result<Vec<u8>>;
+    /// The length of the file at `path`.
+    fn len(&mut self, path: &Path) -> io::Result<u64>;
+    /// Remove the file at `path` (durable after `sync_dir`).
+    fn remove_file(&mut self, path: &Path) -> io::Result<()>;
+    /// Rename `from` to `to`, replacing `to` atomically (durable after `sync_dir`).
+    fn rename(&mut self, from: &Path, to: &Path) -> io::Result<()>;
+    /// True if `path` exists.
+    fn exists(&mut self, path: &Path) -> bool;
+    /// Create the directory `dir` and its missing parents.
+    fn create_dir_all(&mut self, dir: &Path) -> io::Result<()>;
+    /// The names of the entries of directory `dir` (names that are not
+    /// UTF-8 are left out: the storage never creates one).
+    fn list_dir(&mut self, dir: &Path) -> io::Result<Vec<String>>;
+}
+
+/// The real file system: each method is the `std::fs` call it names.
+#[derive(Copy, Clone, Debug, Default)]
+pub struct OsFileSystem;
+
+impl FileSystem for OsFileSystem {
+    type File = File;
+    type Dir = File;
+
+    #[inline]
+    fn open(&mut self, path: &Path, mode: OpenMode) -> io::Result<File> {
+        let mut options = OpenOptions::new();
+        options.read(true).write(true);
+        match mode {
+            OpenMode::CreateNew => options.create_new(true),
+            OpenMode::Existing => &mut options,
+            OpenMode::CreateOrOpen => options.create(true).truncate(false),
+            OpenMode::CreateTruncate => options.create(true).truncate(true),
+        };
+        options.open(path)
+    }
+
+    #[inline]
+    fn write_all_at(&mut self, file: &File, buf: &[u8], offset: u64) -> io::Result<()> {
+        file.write_all_at(buf, offset)
+    }
+
+    #[inline]
+    fn set_len(&mut self, file: &File, len_bytes: u64) -> io::Result<()> {
+        file.set_len(len_bytes)
+    }
+
+    #[inline]
+    fn sync_data(&mut self, file: &File) -> io::Result<()> {
+        file.sync_data()
+    }
+
+    #[inline]
+    fn open_dir(&mut self, dir: &Path) -> io::Result<File> {
+        File::open(dir)
+    }
+
+    #[inline]
+    fn sync_dir(&mut self, dir: &File) -> io::Result<()> {
+        dir.sync_all()
+    }
+
+    #[inline]
+    fn read(&mut self, path: &Path) -> io::Result<Vec<u8>> {
+        std::fs::read(path)
+    }
+
+    #[inline]
+    fn len(&mut self, path: &Path) -> io::Result<u64> {
+        std::fs::metadata(path).map(|metadata| metadata.len())
+    }
+
+    #[inline]
+    fn remove_file(&mut self, path: &Path) -> io::Result<()> {
+        std::fs::remove_file(path)
+    }
+
+    #[inline]
+    fn rename(&mut self, from: &Path, to: &Path) -> io::Result<()> {
+        std::fs::rename(from, to)
+    }
+
+    #[inline]
+    fn exists(&mut self, path: &Path) -> bool {
+        path.exists()
+    }
+
+    #[inline]
+    fn create_dir_all(&mut self, dir: &Path) -> io::Result<()> {
+        std::fs::create_dir_all(dir)
+    }
+
+    fn list_dir(&mut self, dir: &Path) -> io::Result<Vec<String>> {
+        let mut names = Vec::new();
+        for entry in std::fs::read_dir(dir)? {
+            if let Some(name) = entry?.file_name().to_str() {
+                names.push(name.to_owned());
+            }
+        }
+        Ok(names)
+    }
+}
 
 /// Counters of what the file storage did. Monotonic.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -82,14 +236,19 @@ pub(crate) enum SyncOf {
 }
 
 /// The file storage's access to the disk. See the module docs.
-#[derive(Debug, Default)]
-pub(crate) struct Disk {
+#[derive(Debug)]
+pub(crate) struct Disk<F> {
+    pub(crate) fs: F,
     pub(crate) stats: FileStorageStats,
     space_left_bytes: Option<u64>,
     sync_failures: u32,
 }
 
-impl Disk {
+impl<F: FileSystem> Disk<F> {
+    pub(crate) fn new(fs: F) -> Self {
+        Self { fs, stats: FileStorageStats::default(), space_left_bytes: None, sync_failures: 0 }
+    }
+
     pub(crate) fn inject(&mut self, fault: InjectedFault) {
         match fault {
             InjectedFault::SpaceLeft { bytes } => self.space_left_bytes = Some(bytes),
@@ -101,10 +260,20 @@ impl Disk {
         }
     }
 
+    /// Open `path` as `mode` says; a failure is `Full` or `Io` as [`error_of`] maps it.
+    pub(crate) fn open(
+        &mut self,
+        path: &Path,
+        mode: OpenMode,
+        operation: &'static str,
+    ) -> Result<F::File, StorageError> {
+        self.fs.open(path, mode).map_err(|error| error_of(operation, path, &error))
+    }
+
     /// Write all of `buf` at `offset`.
     pub(crate) fn write_at(
         &mut self,
-        file: &File,
+        file: &F::File,
         path: &Path,
         buf: &[u8],
         offset: u64,
@@ -115,16 +284,16 @@ impl Disk {
             self.space_left_bytes = Some(space - fits);
             if fits < buf.len() as u64 {
                 // A short write, then ENOSPC.
-                let written = file.write_all_at(&buf[..fits as usize], offset);
+                let written = self.fs.write_all_at(file, &buf[..fits as usize], offset);
                 written.map_err(|error| error_of(operation, path, &error))?;
                 return Err(error_of(operation, path, &io::Error::from_raw_os_error(ERRNO_NO_SPACE)));
             }
         }
-        file.write_all_at(buf, offset).map_err(|error| error_of(operation, path, &error))
+        self.fs.write_all_at(file, buf, offset).map_err(|error| error_of(operation, path, &error))
     }
 
     /// `sync_data` a file. Any failure is fatal (`Io`).
-    pub(crate) fn sync_data(&mut self, file: &File, path: &Path, of: SyncOf) -> Result<(), StorageError> {
+    pub(crate) fn sync_data(&mut self, file: &F::File, path: &Path, of: SyncOf) -> Result<(), StorageError> {
         match of {
             SyncOf::Log => self.stats.log_syncs += 1,
             SyncOf::SegmentHeader => self.stats.segment_syncs += 1,
@@ -133,9 +302,9 @@ impl Disk {
         }
         if self.sync_failures > 0 {
             self.sync_failures -= 1;
-            return Err(sync_error(path, &io::Error::from_raw_os_error(5)));
+            return Err(sync_error(path, &io::Error::from_raw_os_error(ERRNO_IO)));
         }
-        file.sync_data().map_err(|error| sync_error(path, &error))
+        self.fs.sync_data(file).map_err(|error| sync_error(path, &error))
     }
 
     /// `fsync` a directory, making file creations, renames and removals in it
@@ -144,10 +313,36 @@ impl Disk {
         self.stats.directory_syncs += 1;
         if self.sync_failures > 0 {
             self.sync_failures -= 1;
-            return Err(sync_error(dir, &io::Error::from_raw_os_error(5)));
+            return Err(sync_error(dir, &io::Error::from_raw_os_error(ERRNO_IO)));
         }
-        let handle = File::open(dir).map_err(|error| io_error("opening the directory to sync it", dir, &error))?;
-        handle.sync_all().map_err(|error| sync_error(dir, &error))
+        let handle =
+            self.fs.open_dir(dir).map_err(|error| io_error("opening the directory to sync it", dir, &error))?;
+        self.fs.sync_dir(&handle).map_err(|error| sync_error(dir, &error))
+    }
+
+    /// Cut `file` to `len_bytes`. Any failure is `Io`.
+    pub(crate) fn set_len(
+        &mut self,
+        file: &F::File,
+        path: &Path,
+        len_bytes: u64,
+        operation: &'static str,
+    ) -> Result<(), StorageError> {
+        self.fs.set_len(file, len_bytes).map_err(|error| io_error(operation, path, &error))
+    }
+
+    /// The whole file at `path`. Any failure is `Io`.
+    pub(crate) fn read(&mut self, path: &Path, operation: &'static str) -> Result<Vec<u8>, StorageError> {
+        self.fs.read(path).map_err(|error| io_error(operation, path, &error))
+    }
+
+    /// Remove the file at `path`; `Ok(false)` if there was none.
+    pub(crate) fn remove_file(&mut self, path: &Path, operation: &'static str) -> Result<bool, StorageError> {
+        match self.fs.remove_file(path) {
+            Ok(()) => Ok(true),
+            Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(error) => Err(io_error(operation, path, &error)),
+        }
     }
 }
 
@@ -180,7 +375,7 @@ mod tests {
         let path = Path::new("/x");
         let full = error_of("write", path, &io::Error::from_raw_os_error(ERRNO_NO_SPACE));
         assert!(matches!(full, StorageError::Full { .. }), "{full:?}");
-        let eio = error_of("write", path, &io::Error::from_raw_os_error(5));
+        let eio = error_of("write", path, &io::Error::from_raw_os_error(ERRNO_IO));
         assert!(matches!(eio, StorageError::Io { .. }), "{eio:?}");
         assert!(eio.is_fatal() && !full.is_fatal());
     }

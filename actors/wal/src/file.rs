@@ -28,7 +28,7 @@ use cohort_core::storage::{AppendCursor, Recovered, Snapshot, Storage, StorageEr
 use cohort_messages::{GROUP_MEMBERS_MAX, GroupId, LogEntry, Op};
 
 use super::config::{FileStorageConfig, WalConfigError};
-use super::disk::{Disk, FileStorageStats, InjectedFault};
+use super::disk::{Disk, FileStorageStats, FileSystem, InjectedFault, OsFileSystem};
 use super::format::{RECORD_HEADER_SIZE_BYTES, entry_record_size_bytes};
 use super::recovery::{self, RecoveryReport};
 use super::segment::{LogRecord, Wal};
@@ -58,9 +58,9 @@ impl Staged {
 }
 
 /// The state that exists once `recover` has run.
-struct Live {
-    wal: Wal,
-    superblocks: SuperblockFile,
+struct Live<F: FileSystem> {
+    wal: Wal<F>,
+    superblocks: SuperblockFile<F>,
     snapshot_ops: HashMap<GroupId, Op>,
     cursors: HashMap<GroupId, AppendCursor>,
     staged: Vec<Staged>,
@@ -73,36 +73,53 @@ struct Live {
 
 /// A shard's durable storage in a directory. See the module docs and
 /// docs/storage.md.
-pub struct FileStorage {
+///
+/// `F` is the file system it runs on: the real one ([`OsFileSystem`], the
+/// default, what [`FileStorage::open`] uses) or a test double
+/// ([`FileStorage::open_on`]).
+pub struct FileStorage<F: FileSystem = OsFileSystem> {
     dir: PathBuf,
     config: FileStorageConfig,
-    disk: Disk,
-    live: Option<Live>,
+    disk: Disk<F>,
+    live: Option<Live<F>>,
     recover_called: bool,
     failed: Option<StorageError>,
     report: Option<RecoveryReport>,
 }
 
-impl std::fmt::Debug for FileStorage {
+impl<F: FileSystem> std::fmt::Debug for FileStorage<F> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("FileStorage").field("dir", &self.dir).field("failed", &self.failed).finish_non_exhaustive()
     }
 }
 
 impl FileStorage {
-    /// A storage for the shard directory `dir` (created by `recover` if
-    /// missing). Nothing is read until `recover`.
+    /// A storage for the shard directory `dir` on the real file system
+    /// (created by `recover` if missing). Nothing is read until `recover`.
     pub fn open(dir: impl Into<PathBuf>, config: FileStorageConfig) -> Result<Self, WalConfigError> {
+        Self::open_on(OsFileSystem, dir, config)
+    }
+}
+
+impl<F: FileSystem> FileStorage<F> {
+    /// A storage for the shard directory `dir` on the file system `fs`
+    /// (created by `recover` if missing). Nothing is read until `recover`.
+    pub fn open_on(fs: F, dir: impl Into<PathBuf>, config: FileStorageConfig) -> Result<Self, WalConfigError> {
         config.validate()?;
         Ok(Self {
             dir: dir.into(),
             config,
-            disk: Disk::default(),
+            disk: Disk::new(fs),
             live: None,
             recover_called: false,
             failed: None,
             report: None,
         })
+    }
+
+    /// The file system it runs on.
+    pub fn file_system(&self) -> &F {
+        &self.disk.fs
     }
 
     /// The shard directory.
@@ -144,7 +161,7 @@ impl FileStorage {
     ///
     /// # Panics
     /// Before `recover` (the contract: `recover` comes first).
-    fn live(&mut self) -> Result<(&mut Live, &mut Disk), StorageError> {
+    fn live(&mut self) -> Result<(&mut Live<F>, &mut Disk<F>), StorageError> {
         if let Some(error) = &self.failed {
             return Err(error.clone());
         }
@@ -184,7 +201,7 @@ impl FileStorage {
         Ok(())
     }
 
-    fn flush_live(live: &mut Live, disk: &mut Disk) -> Result<(), StorageError> {
+    fn flush_live(live: &mut Live<F>, disk: &mut Disk<F>) -> Result<(), StorageError> {
         let log_records = live.staged.len();
         if log_records + live.staged_superblocks.len() == 0 {
             return Ok(());
@@ -211,7 +228,7 @@ impl FileStorage {
 
     /// Write the superblocks that are only records in the log into the
     /// superblock file, if a segment is about to be removed (see the module docs).
-    fn checkpoint_before_prune(live: &mut Live, disk: &mut Disk) -> Result<(), StorageError> {
+    fn checkpoint_before_prune(live: &mut Live<F>, disk: &mut Disk<F>) -> Result<(), StorageError> {
         if live.logged_superblocks.is_empty() || !live.wal.prunable(&live.snapshot_ops) {
             return Ok(());
         }
@@ -222,8 +239,8 @@ impl FileStorage {
 
     fn save_snapshot_live(
         dir: &Path,
-        live: &mut Live,
-        disk: &mut Disk,
+        live: &mut Live<F>,
+        disk: &mut Disk<F>,
         group: GroupId,
         saved: &Snapshot,
     ) -> Result<(), StorageError> {
@@ -237,7 +254,12 @@ impl FileStorage {
         Ok(())
     }
 
-    fn remove_group_live(dir: &Path, live: &mut Live, disk: &mut Disk, group: GroupId) -> Result<(), StorageError> {
+    fn remove_group_live(
+        dir: &Path,
+        live: &mut Live<F>,
+        disk: &mut Disk<F>,
+        group: GroupId,
+    ) -> Result<(), StorageError> {
         let before = live.staged.len();
         live.staged.retain(|staged| staged.group() != group);
         if live.staged.len() != before {
@@ -260,7 +282,7 @@ impl FileStorage {
     }
 }
 
-impl Storage for FileStorage {
+impl<F: FileSystem> Storage for FileStorage<F> {
     fn append(&mut self, group: GroupId, entry: &LogEntry) -> Result<(), StorageError> {
         let size_bytes = entry_record_size_bytes(entry);
         let record_size_max_bytes = u64::from(self.config.record_size_max_bytes);

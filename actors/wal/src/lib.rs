@@ -15,7 +15,8 @@
 //! - `snapshot`: one snapshot file per group, replaced atomically.
 //! - `recovery`: scanning, replay, torn-tail repair, corruption detection.
 //! - `file`: [`FileStorage`], the trait implementation.
-//! - `disk`: every write and sync, error mapping, counters, fault injection.
+//! - `disk`: the [`FileSystem`] trait and the real [`OsFileSystem`]; every
+//!   file operation, error mapping, counters, fault injection.
 //! - `config`: the limits.
 //!
 //! docs/storage.md describes the on-disk format field by field, the ordering
@@ -35,7 +36,7 @@ mod superblock;
 pub use config::{
     FileStorageConfig, GROUPS_LIMIT, RECORD_SIZE_DEFAULT_BYTES, SEGMENT_SIZE_LIMIT_BYTES, WalConfigError,
 };
-pub use disk::{FileStorageStats, InjectedFault};
+pub use disk::{FileStorageStats, FileSystem, InjectedFault, OpenMode, OsFileSystem};
 pub use file::FileStorage;
 pub use recovery::RecoveryReport;
 pub use snapshot::SNAPSHOT_HEADER_SIZE_BYTES;

@@ -25,7 +25,11 @@
 //!    than its group's last RemoveGroup record), sync what was read (after a
 //!    process crash it may still be only in the page cache), and remove the
 //!    segments snapshots made unnecessary.
-//! 7. A group's superblock is the newer of the superblock file's copy and
+//! 7. A superblock file that is missing or has no valid header while
+//!    segments or snapshots exist, or more slots with an unreadable only
+//!    copy than the log holds superblocks the file lacks (each could be a
+//!    torn first checkpoint), is corruption: never an empty start (T5).
+//! 8. A group's superblock is the newer of the superblock file's copy and
 //!    the last Superblock record of the log (a record at or after the copy's
 //!    `log_lsn` was written after it); the ones newer in the log are
 //!    checkpointed into the file before any segment is removed.
@@ -37,7 +41,7 @@ use cohort_core::storage::{AppendCursor, Recovered, RecoveredGroup, StorageError
 use cohort_messages::{GroupId, LogEntry, Op};
 
 use super::config::{FileStorageConfig, SEGMENT_SIZE_LIMIT_BYTES};
-use super::disk::{Disk, error_of, io_error};
+use super::disk::{Disk, FileSystem, OpenMode, error_of, io_error};
 use super::format::{
     DecodedRecord, RECORD_HEADER_SIZE_BYTES, RecordFault, RecordKind, SEGMENT_HEADER_SIZE_BYTES, decode_entry,
     decode_record, decode_segment_header, decode_superblock,
@@ -68,10 +72,10 @@ pub struct RecoveryReport {
 }
 
 /// Everything the file storage needs after recovery.
-pub(crate) struct Recovery {
+pub(crate) struct Recovery<F: FileSystem> {
     pub(crate) recovered: Recovered,
-    pub(crate) wal: Wal,
-    pub(crate) superblocks: SuperblockFile,
+    pub(crate) wal: Wal<F>,
+    pub(crate) superblocks: SuperblockFile<F>,
     pub(crate) snapshot_ops: HashMap<GroupId, Op>,
     pub(crate) cursors: HashMap<GroupId, AppendCursor>,
     pub(crate) report: RecoveryReport,
@@ -119,19 +123,24 @@ struct Replay {
 }
 
 /// Recover the shard directory `dir`.
-pub(crate) fn run(dir: &Path, config: &FileStorageConfig, disk: &mut Disk) -> Result<Recovery, StorageError> {
+pub(crate) fn run<F: FileSystem>(
+    dir: &Path,
+    config: &FileStorageConfig,
+    disk: &mut Disk<F>,
+) -> Result<Recovery<F>, StorageError> {
     let mut report = RecoveryReport::default();
     let listing = list(dir, disk, &mut report)?;
-    let (mut superblocks, mut loaded_superblocks) = SuperblockFile::open(dir, config.groups_max, disk)?;
+    let log_exists = !listing.segments.is_empty() || !listing.snapshots.is_empty();
+    let (mut superblocks, mut loaded_superblocks) = SuperblockFile::open(dir, config.groups_max, log_exists, disk)?;
     let mut snapshots = HashMap::new();
     for (group, path) in &listing.snapshots {
-        snapshots.insert(*group, snapshot::read(path, *group)?);
+        snapshots.insert(*group, snapshot::read(path, *group, disk)?);
     }
     let mut replay = Replay {
         snapshot_ops: snapshots.iter().map(|(group, loaded)| (*group, (loaded.snapshot.op, loaded.log_lsn))).collect(),
         ..Replay::default()
     };
-    let tail = replay.scan(&listing.segments)?;
+    let tail = replay.scan(&listing.segments, disk)?;
     report.segments_scanned = replay.segments.len();
     report.records_replayed = replay.records;
     let torn_base = match &tail {
@@ -140,6 +149,8 @@ pub(crate) fn run(dir: &Path, config: &FileStorageConfig, disk: &mut Disk) -> Re
     };
     let next_lsn = replay.next_lsn.or(torn_base).unwrap_or(1);
     check_log_reaches(dir, &replay, &tail, next_lsn, &loaded_superblocks, &snapshots)?;
+    let log_only_groups = replay.superblocks.keys().filter(|group| !loaded_superblocks.contains_key(group)).count();
+    superblocks.check_unreadable(log_only_groups)?;
     repair_tail(dir, &mut replay, tail, disk, &mut report)?;
     finish_removals(
         dir,
@@ -170,25 +181,24 @@ pub(crate) fn run(dir: &Path, config: &FileStorageConfig, disk: &mut Disk) -> Re
 }
 
 /// List the directory (creating it if needed) and delete leftover temporaries.
-fn list(dir: &Path, disk: &mut Disk, report: &mut RecoveryReport) -> Result<Listing, StorageError> {
-    if !dir.exists() {
-        std::fs::create_dir_all(dir).map_err(|error| error_of("creating the storage directory", dir, &error))?;
+fn list<F: FileSystem>(dir: &Path, disk: &mut Disk<F>, report: &mut RecoveryReport) -> Result<Listing, StorageError> {
+    if !disk.fs.exists(dir) {
+        disk.fs.create_dir_all(dir).map_err(|error| error_of("creating the storage directory", dir, &error))?;
         if let Some(parent) = dir.parent().filter(|parent| !parent.as_os_str().is_empty()) {
             disk.sync_dir(parent)?;
         }
     }
     let mut listing = Listing::default();
-    let entries = std::fs::read_dir(dir).map_err(|error| io_error("listing the storage directory", dir, &error))?;
-    for entry in entries {
-        let entry = entry.map_err(|error| io_error("listing the storage directory", dir, &error))?;
-        let path = entry.path();
-        let Some(name) = entry.file_name().to_str().map(str::to_owned) else { continue };
+    let names = disk.fs.list_dir(dir).map_err(|error| io_error("listing the storage directory", dir, &error))?;
+    for name in names {
+        let path = dir.join(&name);
         if let Some(base_lsn) = parse_segment_file_name(&name) {
             listing.segments.push((base_lsn, path));
         } else if let Some(group) = parse_snapshot_file_name(&name) {
             listing.snapshots.push((group, path));
         } else if name.ends_with(TMP_SUFFIX) {
-            std::fs::remove_file(&path)
+            disk.fs
+                .remove_file(&path)
                 .map_err(|error| io_error("removing a leftover temporary file", &path, &error))?;
             report.tmp_files_removed += 1;
         }
@@ -203,14 +213,14 @@ fn corrupt(path: &Path, offset: u64, reason: String) -> StorageError {
 
 impl Replay {
     /// Scan every segment; returns how the last one ends.
-    fn scan(&mut self, segments: &[(u64, PathBuf)]) -> Result<Tail, StorageError> {
+    fn scan<F: FileSystem>(&mut self, segments: &[(u64, PathBuf)], disk: &mut Disk<F>) -> Result<Tail, StorageError> {
         for (index, (base_lsn, path)) in segments.iter().enumerate() {
             let is_last = index + 1 == segments.len();
-            let length = std::fs::metadata(path).map_err(|error| io_error("reading a segment", path, &error))?.len();
+            let length = disk.fs.len(path).map_err(|error| io_error("reading a segment", path, &error))?;
             if length > SEGMENT_SIZE_LIMIT_BYTES {
                 return Err(corrupt(path, 0, format!("segment of {length} bytes exceeds SEGMENT_SIZE_LIMIT_BYTES")));
             }
-            let bytes = std::fs::read(path).map_err(|error| io_error("reading a segment", path, &error))?;
+            let bytes = disk.read(path, "reading a segment")?;
             match decode_segment_header(&bytes) {
                 Ok(found) if found == *base_lsn => {}
                 Ok(found) => {
@@ -364,28 +374,28 @@ fn check_log_reaches(
 }
 
 /// Cut a torn tail off, or delete a segment whose creation was interrupted.
-fn repair_tail(
+fn repair_tail<F: FileSystem>(
     dir: &Path,
     replay: &mut Replay,
     tail: Tail,
-    disk: &mut Disk,
+    disk: &mut Disk<F>,
     report: &mut RecoveryReport,
 ) -> Result<(), StorageError> {
     match tail {
         Tail::Clean => Ok(()),
         Tail::Cut { offset, file_len_bytes } => {
             let Some(segment) = replay.segments.last() else { return Ok(()) };
-            let file = std::fs::OpenOptions::new()
-                .write(true)
-                .open(&segment.path)
+            let file = disk
+                .fs
+                .open(&segment.path, OpenMode::Existing)
                 .map_err(|error| io_error("opening a segment to cut its torn tail", &segment.path, &error))?;
-            file.set_len(offset).map_err(|error| io_error("cutting a torn tail", &segment.path, &error))?;
+            disk.set_len(&file, &segment.path, offset, "cutting a torn tail")?;
             report.torn_tail_bytes = file_len_bytes - offset;
             report.torn_tail_offset = Some(offset);
             Ok(())
         }
         Tail::TornCreation(path) => {
-            std::fs::remove_file(&path).map_err(|error| io_error("removing a torn segment", &path, &error))?;
+            disk.fs.remove_file(&path).map_err(|error| io_error("removing a torn segment", &path, &error))?;
             report.torn_segment_removed = true;
             disk.sync_dir(dir)
         }
@@ -395,14 +405,14 @@ fn repair_tail(
 /// Complete removals a crash interrupted: a superblock or snapshot written
 /// before its group's last RemoveGroup record belongs to the removed group.
 #[allow(clippy::too_many_arguments)]
-fn finish_removals(
+fn finish_removals<F: FileSystem>(
     dir: &Path,
     replay: &Replay,
-    superblocks: &mut SuperblockFile,
+    superblocks: &mut SuperblockFile<F>,
     loaded_superblocks: &mut HashMap<GroupId, LoadedSuperblock>,
     snapshots: &mut HashMap<GroupId, LoadedSnapshot>,
     next_lsn: u64,
-    disk: &mut Disk,
+    disk: &mut Disk<F>,
     report: &mut RecoveryReport,
 ) -> Result<(), StorageError> {
     for (group, removed_at_lsn) in &replay.removed_at_lsn {
@@ -461,19 +471,19 @@ fn assemble(
 }
 
 /// Open the log for writing: the last surviving segment is the active one.
-fn open_wal(
+fn open_wal<F: FileSystem>(
     dir: &Path,
     config: &FileStorageConfig,
     mut segments: Vec<Scanned>,
     next_lsn: u64,
-    disk: &mut Disk,
-) -> Result<Wal, StorageError> {
+    disk: &mut Disk<F>,
+) -> Result<Wal<F>, StorageError> {
     let limits = WalLimits {
         segment_size_max_bytes: config.segment_size_max_bytes,
         segments_open_max: config.segments_open_max,
     };
     let active = match segments.pop() {
-        Some(last) => Some(ActiveSegment::reopen(last.path, last.valid_len_bytes, last.summary)?),
+        Some(last) => Some(ActiveSegment::reopen(last.path, last.valid_len_bytes, last.summary, disk)?),
         None => None,
     };
     let closed: VecDeque<ClosedSegment> =

@@ -22,13 +22,12 @@
 //! suffix gives the same result).
 
 use std::collections::{HashMap, VecDeque};
-use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 
 use cohort_core::storage::{StorageError, Superblock};
 use cohort_messages::{GroupId, LogEntry, Op, View};
 
-use super::disk::{Disk, SyncOf, error_of, io_error};
+use super::disk::{Disk, FileSystem, OpenMode, SyncOf};
 use super::format::{
     RECORD_HEADER_SIZE_BYTES, RecordHeader, RecordKind, SEGMENT_HEADER_SIZE_BYTES, encode_record,
     encode_segment_header, entry_record, entry_record_size_bytes, superblock_payload_size_bytes, superblock_record,
@@ -79,29 +78,24 @@ pub(crate) struct ClosedSegment {
 
 /// The segment being written.
 #[derive(Debug)]
-pub(crate) struct ActiveSegment {
-    file: File,
+pub(crate) struct ActiveSegment<F: FileSystem> {
+    file: F::File,
     path: PathBuf,
     len_bytes: u64,
     summary: SegmentSummary,
 }
 
-impl ActiveSegment {
+impl<F: FileSystem> ActiveSegment<F> {
     /// Create a segment whose first record will have `base_lsn`; its header
     /// and directory entry are durable on return.
-    fn create(dir: &Path, base_lsn: u64, disk: &mut Disk) -> Result<Self, StorageError> {
+    fn create(dir: &Path, base_lsn: u64, disk: &mut Disk<F>) -> Result<Self, StorageError> {
         let path = dir.join(segment_file_name(base_lsn));
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .map_err(|error| error_of("creating a log segment", &path, &error))?;
+        let file = disk.open(&path, OpenMode::CreateNew, "creating a log segment")?;
         let header = encode_segment_header(base_lsn);
         if let Err(error) = disk.write_at(&file, &path, &header, 0, "writing a segment header") {
             // Leave no half-made segment behind; if even that fails the
             // recovery scan treats a header-only tail segment as torn.
-            let _ = std::fs::remove_file(&path);
+            let _ = disk.fs.remove_file(&path);
             return Err(error);
         }
         disk.sync_data(&file, &path, SyncOf::SegmentHeader)?;
@@ -111,12 +105,13 @@ impl ActiveSegment {
     }
 
     /// Reopen the newest segment found by recovery, to append at `len_bytes`.
-    pub(crate) fn reopen(path: PathBuf, len_bytes: u64, summary: SegmentSummary) -> Result<Self, StorageError> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&path)
-            .map_err(|error| io_error("opening the active log segment", &path, &error))?;
+    pub(crate) fn reopen(
+        path: PathBuf,
+        len_bytes: u64,
+        summary: SegmentSummary,
+        disk: &mut Disk<F>,
+    ) -> Result<Self, StorageError> {
+        let file = disk.open(&path, OpenMode::Existing, "opening the active log segment")?;
         Ok(Self { file, path, len_bytes, summary })
     }
 }
@@ -165,9 +160,9 @@ impl LogRecord<'_> {
 
 /// The log. See the module docs.
 #[derive(Debug)]
-pub(crate) struct Wal {
+pub(crate) struct Wal<F: FileSystem> {
     dir: PathBuf,
-    active: ActiveSegment,
+    active: ActiveSegment<F>,
     closed: VecDeque<ClosedSegment>,
     next_lsn: u64,
     segment_size_max_bytes: u64,
@@ -182,16 +177,16 @@ pub(crate) struct WalLimits {
     pub(crate) segments_open_max: u32,
 }
 
-impl Wal {
+impl<F: FileSystem> Wal<F> {
     /// The log as recovery left it: `closed` segments oldest first, the
     /// `active` one (or none yet: then one is created at `next_lsn`).
     pub(crate) fn new(
         dir: PathBuf,
         limits: WalLimits,
         closed: VecDeque<ClosedSegment>,
-        active: Option<ActiveSegment>,
+        active: Option<ActiveSegment<F>>,
         next_lsn: u64,
-        disk: &mut Disk,
+        disk: &mut Disk<F>,
     ) -> Result<Self, StorageError> {
         let active = match active {
             Some(active) => active,
@@ -225,7 +220,7 @@ impl Wal {
     pub(crate) fn append<'a>(
         &mut self,
         records: impl IntoIterator<Item = LogRecord<'a>>,
-        disk: &mut Disk,
+        disk: &mut Disk<F>,
     ) -> (usize, Result<(), StorageError>) {
         let batch_lsn = self.next_lsn;
         let mut durable = 0usize;
@@ -273,17 +268,14 @@ impl Wal {
     }
 
     /// Write the buffer at the end of the active segment and sync it.
-    fn write_buffer(&mut self, records: usize, disk: &mut Disk) -> Result<(), StorageError> {
+    fn write_buffer(&mut self, records: usize, disk: &mut Disk<F>) -> Result<(), StorageError> {
         let active = &mut self.active;
         let offset = active.len_bytes;
         if let Err(error) = disk.write_at(&active.file, &active.path, &self.buf, offset, "writing log records") {
             // Cut off whatever part was written, so that the next write
             // continues a clean log (a retry after `Full` must not leave
             // garbage in the middle of the segment).
-            active
-                .file
-                .set_len(offset)
-                .map_err(|cut| io_error("cutting back a failed log write", &active.path, &cut))?;
+            disk.set_len(&active.file, &active.path, offset, "cutting back a failed log write")?;
             return Err(error);
         }
         disk.sync_data(&active.file, &active.path, SyncOf::Log)?;
@@ -296,7 +288,7 @@ impl Wal {
     }
 
     /// Close the active segment (already synced) and start a new one.
-    fn rotate(&mut self, disk: &mut Disk) -> Result<(), StorageError> {
+    fn rotate(&mut self, disk: &mut Disk<F>) -> Result<(), StorageError> {
         if self.segment_count() + 1 > self.segments_open_max as usize {
             return Err(StorageError::Full {
                 operation: "starting a log segment: segments_open_max reached (segments go once every group with \
@@ -313,7 +305,7 @@ impl Wal {
     /// Sync the active segment (recovery does this once: after a process
     /// crash what it read may still be only in the page cache, and its cut of
     /// a torn tail must be durable before new records follow it).
-    pub(crate) fn sync_active(&mut self, disk: &mut Disk) -> Result<(), StorageError> {
+    pub(crate) fn sync_active(&mut self, disk: &mut Disk<F>) -> Result<(), StorageError> {
         disk.sync_data(&self.active.file, &self.active.path, SyncOf::SegmentHeader)
     }
 
@@ -337,18 +329,14 @@ impl Wal {
     pub(crate) fn prune(
         &mut self,
         snapshot_ops: &HashMap<GroupId, Op>,
-        disk: &mut Disk,
+        disk: &mut Disk<F>,
     ) -> Result<usize, StorageError> {
         let mut removed = 0;
         while let Some(oldest) = self.closed.front() {
             if !oldest.summary.covered_by(snapshot_ops) {
                 break;
             }
-            match std::fs::remove_file(&oldest.path) {
-                Ok(()) => {}
-                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-                Err(error) => return Err(io_error("removing a log segment", &oldest.path, &error)),
-            }
+            disk.remove_file(&oldest.path, "removing a log segment")?;
             // One directory sync per removal keeps the surviving segments a
             // contiguous suffix even if the removals reach the disk out of order.
             disk.sync_dir(&self.dir)?;

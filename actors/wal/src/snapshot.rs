@@ -10,14 +10,13 @@
 //! (`log_lsn`), for the same two checks as the superblocks: the log must still
 //! reach it, and a snapshot older than a `RemoveGroup` record is stale.
 
-use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 use cohort_core::storage::{Snapshot, StorageError};
 use cohort_messages::{GroupId, Op, View};
 
-use super::disk::{Disk, SyncOf, error_of, io_error};
+use super::disk::{Disk, FileSystem, OpenMode, SyncOf, io_error};
 use super::format::{FORMAT_VERSION, u16_at, u32_at, u64_at};
 
 /// Size of a snapshot file's header.
@@ -64,37 +63,32 @@ fn encode_header(group: GroupId, snapshot: &Snapshot, log_lsn: u64) -> [u8; SNAP
 }
 
 /// Durably replace `group`'s snapshot (see the module docs).
-pub(crate) fn write(
+pub(crate) fn write<F: FileSystem>(
     dir: &Path,
     group: GroupId,
     snapshot: &Snapshot,
     log_lsn: u64,
-    disk: &mut Disk,
+    disk: &mut Disk<F>,
 ) -> Result<(), StorageError> {
     let path = dir.join(snapshot_file_name(group));
     let tmp = PathBuf::from(format!("{}{TMP_SUFFIX}", path.display()));
     let written = write_tmp(&tmp, group, snapshot, log_lsn, disk);
     if let Err(error) = written {
-        let _ = std::fs::remove_file(&tmp);
+        let _ = disk.fs.remove_file(&tmp);
         return Err(error);
     }
-    std::fs::rename(&tmp, &path).map_err(|error| io_error("renaming a snapshot into place", &path, &error))?;
+    disk.fs.rename(&tmp, &path).map_err(|error| io_error("renaming a snapshot into place", &path, &error))?;
     disk.sync_dir(dir)
 }
 
-fn write_tmp(
+fn write_tmp<F: FileSystem>(
     tmp: &Path,
     group: GroupId,
     snapshot: &Snapshot,
     log_lsn: u64,
-    disk: &mut Disk,
+    disk: &mut Disk<F>,
 ) -> Result<(), StorageError> {
-    let file = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(tmp)
-        .map_err(|error| error_of("creating a snapshot file", tmp, &error))?;
+    let file = disk.open(tmp, OpenMode::CreateTruncate, "creating a snapshot file")?;
     let header = encode_header(group, snapshot, log_lsn);
     disk.write_at(&file, tmp, &header, 0, "writing a snapshot")?;
     disk.write_at(&file, tmp, &snapshot.data, SNAPSHOT_HEADER_SIZE_BYTES as u64, "writing a snapshot")?;
@@ -102,13 +96,17 @@ fn write_tmp(
 }
 
 /// Read and check the snapshot file at `path`, which must be `group`'s.
-pub(crate) fn read(path: &Path, group: GroupId) -> Result<LoadedSnapshot, StorageError> {
+pub(crate) fn read<F: FileSystem>(
+    path: &Path,
+    group: GroupId,
+    disk: &mut Disk<F>,
+) -> Result<LoadedSnapshot, StorageError> {
     let corrupt = |reason: &str| StorageError::Corrupt {
         path: path.display().to_string(),
         offset: 0,
         reason: reason.to_string(),
     };
-    let bytes = std::fs::read(path).map_err(|error| io_error("reading a snapshot", path, &error))?;
+    let bytes = disk.read(path, "reading a snapshot")?;
     let header: &[u8; SNAPSHOT_HEADER_SIZE_BYTES] = bytes
         .get(..SNAPSHOT_HEADER_SIZE_BYTES)
         .and_then(|raw| raw.try_into().ok())
@@ -136,13 +134,9 @@ pub(crate) fn read(path: &Path, group: GroupId) -> Result<LoadedSnapshot, Storag
 }
 
 /// Durably remove `group`'s snapshot, if it has one.
-pub(crate) fn remove(dir: &Path, group: GroupId, disk: &mut Disk) -> Result<(), StorageError> {
+pub(crate) fn remove<F: FileSystem>(dir: &Path, group: GroupId, disk: &mut Disk<F>) -> Result<(), StorageError> {
     let path = dir.join(snapshot_file_name(group));
-    match std::fs::remove_file(&path) {
-        Ok(()) => disk.sync_dir(dir),
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(error) => Err(io_error("removing a snapshot", &path, &error)),
-    }
+    if disk.remove_file(&path, "removing a snapshot")? { disk.sync_dir(dir) } else { Ok(()) }
 }
 
 #[cfg(test)]

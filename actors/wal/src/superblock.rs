@@ -23,13 +23,12 @@
 //! tombstone (slot free) rather than the old group's superblock.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 
 use cohort_core::storage::{StorageError, Superblock};
 use cohort_messages::{GROUP_MEMBERS_MAX, GroupId, Incarnation, NodeId, Op, View};
 
-use super::disk::{Disk, SyncOf, error_of, io_error};
+use super::disk::{Disk, FileSystem, OpenMode, SyncOf};
 use super::format::{FORMAT_VERSION, u16_at, u32_at, u64_at};
 
 /// The superblock file's name in the shard directory.
@@ -178,32 +177,34 @@ pub(crate) struct LoadedSuperblock {
 
 /// The superblock file. See the module docs.
 #[derive(Debug)]
-pub(crate) struct SuperblockFile {
+pub(crate) struct SuperblockFile<F: FileSystem> {
     dir: PathBuf,
     path: PathBuf,
-    file: File,
+    file: F::File,
     slots: Vec<Slot>,
     by_group: HashMap<GroupId, u32>,
     free: BTreeSet<u32>,
     groups_max: u32,
+    /// Slots whose first copy is unreadable and whose second was never
+    /// written: a torn first checkpoint of a group, or a damaged copy.
+    /// Recovery decides which (see [`SuperblockFile::check_unreadable`]).
+    unreadable: Vec<u32>,
 }
 
-impl SuperblockFile {
-    /// Open (or create) the file and read every slot.
+impl<F: FileSystem> SuperblockFile<F> {
+    /// Open (or create) the file and read every slot. `log_exists` says
+    /// that the directory holds log segments or snapshots: the file's header
+    /// was made durable before the first of them was created, so a missing
+    /// or unreadable header is then corruption, never a new file (T5).
     pub(crate) fn open(
         dir: &Path,
         groups_max: u32,
-        disk: &mut Disk,
+        log_exists: bool,
+        disk: &mut Disk<F>,
     ) -> Result<(Self, HashMap<GroupId, LoadedSuperblock>), StorageError> {
         let path = dir.join(SUPERBLOCK_FILE_NAME);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(|error| error_of("opening the superblock file", &path, &error))?;
-        let bytes = std::fs::read(&path).map_err(|error| io_error("reading the superblock file", &path, &error))?;
+        let file = disk.open(&path, OpenMode::CreateOrOpen, "opening the superblock file")?;
+        let bytes = disk.read(&path, "reading the superblock file")?;
         let mut this = Self {
             dir: dir.to_path_buf(),
             path,
@@ -212,10 +213,16 @@ impl SuperblockFile {
             by_group: HashMap::new(),
             free: BTreeSet::new(),
             groups_max,
+            unreadable: Vec::new(),
         };
         if !file_header_is_valid(&bytes) {
             if bytes.len() as u64 > FILE_HEADER_SIZE_BYTES {
                 return Err(this.corrupt(0, "bad superblock file header"));
+            }
+            if log_exists {
+                return Err(
+                    this.corrupt(0, "superblock file missing or its header unreadable while log segments exist")
+                );
             }
             // New, or its creation was interrupted before any slot was written.
             this.write_file_header(disk)?;
@@ -227,7 +234,7 @@ impl SuperblockFile {
 
     /// Write the header of a new file (or of one whose creation a crash
     /// interrupted), then make the file and its directory entry durable.
-    fn write_file_header(&mut self, disk: &mut Disk) -> Result<(), StorageError> {
+    fn write_file_header(&mut self, disk: &mut Disk<F>) -> Result<(), StorageError> {
         disk.write_at(&self.file, &self.path, &encode_file_header(), 0, "writing the superblock file header")?;
         disk.sync_data(&self.file, &self.path, SyncOf::Superblocks)?;
         disk.sync_dir(&self.dir)
@@ -235,7 +242,7 @@ impl SuperblockFile {
 
     /// Sync the file (recovery does this once, so that what it read from the
     /// page cache after a process crash is also on the disk).
-    pub(crate) fn sync(&mut self, disk: &mut Disk) -> Result<(), StorageError> {
+    pub(crate) fn sync(&mut self, disk: &mut Disk<F>) -> Result<(), StorageError> {
         disk.sync_data(&self.file, &self.path, SyncOf::Superblocks)
     }
 
@@ -256,7 +263,11 @@ impl SuperblockFile {
                 let end = (start + SUPERBLOCK_COPY_SIZE_BYTES).min(bytes.len());
                 decode_copy(bytes.get(start..end).unwrap_or_default())
             };
-            let (slot, newest) = self.choose_copy(slot_index, read(0), read(1))?;
+            let (first, second) = (read(0), read(1));
+            if matches!((&first, &second), (CopyRead::Invalid(_), CopyRead::Empty)) {
+                self.unreadable.push(slot_index);
+            }
+            let (slot, newest) = self.choose_copy(slot_index, first, second)?;
             if let Some(Copy { group, log_lsn, superblock: Some(superblock), .. }) = newest {
                 if self.by_group.insert(group, slot_index).is_some() {
                     return Err(self.corrupt(copy_offset(slot_index, 0), "a group has live superblocks in two slots"));
@@ -300,6 +311,24 @@ impl SuperblockFile {
         }
     }
 
+    /// Decide the slots whose only written copy is unreadable. A checkpoint
+    /// writes a group's first copy only for a superblock the log holds as a
+    /// record, and no segment is removed before that checkpoint's sync
+    /// returns; so a torn first copy leaves its group's superblock in the
+    /// log, in a group the file has no copy of. `log_only_groups` counts
+    /// those groups. More unreadable slots than that means a durable copy
+    /// was damaged since: corruption naming the file and the first slot,
+    /// never a silent empty group (T5).
+    pub(crate) fn check_unreadable(&self, log_only_groups: usize) -> Result<(), StorageError> {
+        match self.unreadable.first() {
+            Some(slot) if self.unreadable.len() > log_only_groups => Err(self.corrupt(
+                copy_offset(*slot, 0),
+                "superblock copy unreadable and the log holds no superblock it could be a torn checkpoint of",
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// Give `group` a slot for the superblock it is staging (R12: this fails
     /// for this group alone when every slot is taken).
     pub(crate) fn reserve(&mut self, group: GroupId) -> Result<(), StorageError> {
@@ -331,7 +360,7 @@ impl SuperblockFile {
         &mut self,
         staged: &BTreeMap<GroupId, Superblock>,
         log_lsn: u64,
-        disk: &mut Disk,
+        disk: &mut Disk<F>,
     ) -> Result<(), StorageError> {
         let mut written = Vec::with_capacity(staged.len());
         for (group, superblock) in staged {
@@ -355,7 +384,7 @@ impl SuperblockFile {
     }
 
     /// Durably remove `group`'s superblock (a tombstone copy) and free its slot.
-    pub(crate) fn remove(&mut self, group: GroupId, log_lsn: u64, disk: &mut Disk) -> Result<(), StorageError> {
+    pub(crate) fn remove(&mut self, group: GroupId, log_lsn: u64, disk: &mut Disk<F>) -> Result<(), StorageError> {
         let Some(&slot_index) = self.by_group.get(&group) else { return Ok(()) };
         let slot = &self.slots[slot_index as usize];
         if slot.live == Some(group) {

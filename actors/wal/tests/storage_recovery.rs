@@ -656,3 +656,70 @@ fn second_recover_is_a_caller_bug() {
     let (mut storage, _) = open_recover(dir.path(), &roomy_config());
     let _ = storage.recover();
 }
+
+/// Group 1's superblock, checkpointed into the file, and the segments that
+/// held its records removed (group 2's snapshot covers them): from then on
+/// the file's copy is the only one.
+fn superblock_only_in_the_file(dir: &Path) {
+    let (mut storage, _) = open_recover(dir, &small_segments_config());
+    ok(storage.stage_superblock(GroupId(1), &superblock(4, 0)));
+    ok(storage.flush());
+    for op in 1..=40u64 {
+        ok(storage.append(GroupId(2), &entry(op, 1, TAG)));
+        ok(storage.flush());
+    }
+    ok(storage.save_snapshot(GroupId(2), &snapshot(40, 1, 10)));
+    assert_eq!(storage.segment_count(), 1, "the segments with group 1's record went");
+    drop(storage);
+    let (_, recovered) = open_recover(dir, &small_segments_config());
+    assert_eq!(recovered.groups[&GroupId(1)].superblock, Some(superblock(4, 0)));
+}
+
+#[test]
+fn t5_an_unreadable_only_copy_of_a_superblock_is_corrupt_not_an_empty_group() {
+    let dir = temp_dir("superblock-only-copy");
+    superblock_only_in_the_file(dir.path());
+    let path = dir.path().join(SUPERBLOCK_FILE_NAME);
+    flip_bit(&path, copy_offset(0, 0) + 40, 3);
+    let (reported, offset, reason) = expect_corrupt(dir.path(), &small_segments_config());
+    assert_eq!(PathBuf::from(reported), path, "{reason}");
+    assert_eq!(offset, copy_offset(0, 0));
+}
+
+#[test]
+fn t5_a_torn_first_checkpoint_recovers_from_the_log() {
+    let dir = temp_dir("superblock-torn-first");
+    let mut storage = FileStorage::open(dir.path(), roomy_config()).expect("valid config");
+    storage.recover().expect("an empty directory recovers");
+    ok(storage.stage_superblock(GroupId(1), &superblock(3, 0)));
+    ok(storage.flush());
+    drop(storage);
+    // The first checkpoint of group 1 tore: its copy 0 holds garbage and
+    // copy 1 was never written. The log's record is still there.
+    let path = dir.path().join(SUPERBLOCK_FILE_NAME);
+    write_bytes(&path, copy_offset(0, 0) + 8, &[0xA5; 200]);
+    let (_, recovered) = open_recover(dir.path(), &roomy_config());
+    assert_eq!(recovered.groups[&GroupId(1)].superblock, Some(superblock(3, 0)));
+    // That recovery checkpointed it again, into the same slot.
+    let (_, recovered) = open_recover(dir.path(), &roomy_config());
+    assert_eq!(recovered.groups[&GroupId(1)].superblock, Some(superblock(3, 0)));
+}
+
+#[test]
+fn t5_a_lost_superblock_file_while_segments_exist_is_corrupt() {
+    for damage in ["remove", "empty", "short garbage"] {
+        let dir = temp_dir("superblock-file-lost");
+        one_record_per_flush(dir.path(), 3);
+        let path = dir.path().join(SUPERBLOCK_FILE_NAME);
+        match damage {
+            "remove" => std::fs::remove_file(&path).expect("remove"),
+            "empty" => cut(&path, 0),
+            _ => {
+                cut(&path, 600);
+                write_bytes(&path, 0, &[0x33; 600]);
+            }
+        }
+        let (reported, offset, reason) = expect_corrupt(dir.path(), &roomy_config());
+        assert_eq!((PathBuf::from(reported), offset), (path, 0), "{damage}: {reason}");
+    }
+}

@@ -165,7 +165,13 @@ const NOTES: [&str; 6] = [
     "roles arrive typed with their view",
 ];
 
+/// The example takes no flags but `--help`.
+#[derive(clap::Parser)]
+#[command(about = "A custom group actor: a word index that follows a group of notes, through a failover")]
+struct Flags {}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let Flags {} = clap::Parser::parse();
     actix_rt::System::new().block_on(async {
         let mut cluster = LocalCluster::builder(3)
             .group_kind("notes", |_| Box::new(Notes::default()))

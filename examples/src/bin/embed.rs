@@ -27,7 +27,13 @@ impl StateMachine for Total {
     }
 }
 
+/// The example takes no flags but `--help`.
+#[derive(clap::Parser)]
+#[command(about = "A host app that embeds a 3-node cohort cluster and keeps running totals")]
+struct Flags {}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let Flags {} = clap::Parser::parse();
     actix_rt::System::new().block_on(async {
         let cluster = LocalCluster::builder(3)
             .group_kind("total", |_| Box::new(Total::default()))

@@ -1,9 +1,11 @@
-//! A replicated key-value store with an HTTP front end that curl can use.
+//! A replicated key-value store with an HTTP front end that curl can use:
+//! an actix-web app that embeds cohort, the shape most host apps of an
+//! actix library have.
 //!
 //! Three cohort nodes run in this process (loopback TCP, write-ahead logs in
 //! a temporary directory); keys are spread over `--partitions` groups by hash.
-//! The HTTP server (tokio only, one request per connection, bounded sizes)
-//! turns requests into cohort writes and linearizable reads:
+//! The actix-web app (request head timeout, connection cap and body limit set
+//! below) turns requests into cohort writes and linearizable reads:
 //!
 //! ```text
 //! cargo run -p cohort-examples --bin kv -- --http 127.0.0.1:8080
@@ -16,17 +18,32 @@
 //! It stops on Ctrl-C or SIGTERM.
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::time::Duration;
 
-use cohort_examples::args::Args;
-use cohort_examples::http::{read_request, write_response};
+use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
+use clap::Parser;
 use cohort_runtime::prelude::*;
+
+/// The example's flags.
+#[derive(Parser)]
+#[command(about = "A replicated key-value store over HTTP, on three cohort nodes in this process")]
+struct Flags {
+    /// Where the HTTP front end listens (port 0: any free port).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    http: SocketAddr,
+    /// Partition groups the keys are spread over.
+    #[arg(long, default_value_t = 8)]
+    partitions: u64,
+}
 
 /// Keys may take this many bytes.
 const KEY_SIZE_MAX_BYTES: usize = 256;
+/// A value (a PUT's body) may take this many bytes (`413` beyond).
+const BODY_SIZE_MAX_BYTES: usize = 64 * 1024;
 /// Connections served at once; more wait in the kernel's backlog.
 const CONNECTIONS_MAX: usize = 256;
-/// A connection must send its request within this time.
+/// A connection must send its request head within this time (`408`).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// One partition's keys. Operations: `P` key-length(u16) key value, or `D`
@@ -96,75 +113,86 @@ fn partition(key: &[u8], partitions: u64) -> GroupId {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args = Args::from_env();
-    let http: std::net::SocketAddr = args.value("--http", "127.0.0.1:8080".parse()?)?;
-    let partitions: u64 = args.value("--partitions", 8)?;
+    let Flags { http, partitions } = Flags::parse();
     actix_rt::System::new().block_on(async move {
         let cluster = LocalCluster::builder(3)
             .group_kind("kv", |_| Box::new(Kv::default()))
             .groups("kv", (0..partitions).map(GroupId))
             .start()?;
-        let listener = tokio::net::TcpListener::bind(http).await?;
+        let listener = std::net::TcpListener::bind(http)?;
         println!("kv: serving http://{} ({partitions} partitions on 3 nodes)", listener.local_addr()?);
         let handles = cluster.handles();
-        let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(CONNECTIONS_MAX));
+        // The factory runs once per worker thread; each worker has its own client.
+        let server = HttpServer::new(move || {
+            let store = Store { client: Client::new(handles.clone()), partitions };
+            App::new()
+                .app_data(web::Data::new(store))
+                .app_data(web::PayloadConfig::new(BODY_SIZE_MAX_BYTES))
+                .service(web::resource("/kv/{key:.*}").to(answer))
+                .default_service(web::to(not_found))
+        })
+        .client_request_timeout(REQUEST_TIMEOUT)
+        .max_connections(CONNECTIONS_MAX)
+        // This example stops on its own signals, below, then stops cohort.
+        .disable_signals()
+        .listen(listener)?
+        .run();
+        let stopper = server.handle();
+        let serving = actix_rt::spawn(server);
         let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-        loop {
-            let (stream, _) = tokio::select! {
-                accepted = listener.accept() => accepted?,
-                _ = tokio::signal::ctrl_c() => break,
-                _ = terminate.recv() => break,
-            };
-            let Ok(slot) = std::sync::Arc::clone(&slots).acquire_owned().await else { break };
-            let client = Client::new(handles.clone());
-            actix_rt::spawn(async move {
-                serve(stream, client, partitions).await;
-                drop(slot);
-            });
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = terminate.recv() => {}
         }
         println!("kv: stopping");
+        stopper.stop(true).await;
+        let _ = serving.await;
         cluster.stop();
         Ok(())
     })
 }
 
-/// Answer one request on `stream`.
-async fn serve(mut stream: tokio::net::TcpStream, client: Client, partitions: u64) {
-    let (status, reason, body) = match tokio::time::timeout(REQUEST_TIMEOUT, read_request(&mut stream)).await {
-        Err(_) => (408, "Request Timeout", b"send the request faster\n".to_vec()),
-        Ok(Err(error)) => match error.status() {
-            Some((status, reason)) => (status, reason, format!("{error}\n").into_bytes()),
-            None => return,
-        },
-        Ok(Ok(request)) => answer(&client, partitions, &request.method, &request.path, request.body).await,
-    };
-    let _ = write_response(&mut stream, status, reason, &body).await;
+/// What every request of one worker shares.
+struct Store {
+    client: Client,
+    partitions: u64,
 }
 
-async fn answer(
-    client: &Client,
-    partitions: u64,
-    method: &str,
-    path: &str,
-    body: Vec<u8>,
-) -> (u16, &'static str, Vec<u8>) {
-    let Some(key) = path.strip_prefix("/kv/").filter(|key| !key.is_empty() && key.len() <= KEY_SIZE_MAX_BYTES) else {
-        return (404, "Not Found", format!("use /kv/<key>, a key of 1 to {KEY_SIZE_MAX_BYTES} bytes\n").into_bytes());
+fn text(status: actix_web::http::StatusCode, body: impl Into<Vec<u8>>) -> HttpResponse {
+    HttpResponse::build(status).content_type("text/plain; charset=utf-8").body(body.into())
+}
+
+async fn not_found() -> HttpResponse {
+    let usage = format!("use /kv/<key>, a key of 1 to {KEY_SIZE_MAX_BYTES} bytes\n");
+    text(actix_web::http::StatusCode::NOT_FOUND, usage)
+}
+
+/// `PUT`, `GET` or `DELETE` one key (the path as sent, after `/kv/`).
+async fn answer(request: HttpRequest, body: web::Bytes, store: web::Data<Store>) -> HttpResponse {
+    use actix_web::http::{Method, StatusCode};
+    let Some(key) =
+        request.path().strip_prefix("/kv/").filter(|key| !key.is_empty() && key.len() <= KEY_SIZE_MAX_BYTES)
+    else {
+        return not_found().await;
     };
-    let group = partition(key.as_bytes(), partitions);
-    let result = match method {
-        "PUT" => client.write(group, put(key.as_bytes(), &body)).await.map(|_| (200, "OK", b"ok\n".to_vec())),
-        "DELETE" => {
+    let (client, group) = (&store.client, partition(key.as_bytes(), store.partitions));
+    let result = match *request.method() {
+        Method::PUT => {
+            client.write(group, put(key.as_bytes(), &body)).await.map(|_| (StatusCode::OK, b"ok\n".to_vec()))
+        }
+        Method::DELETE => {
             client.write(group, [&b"D"[..], key.as_bytes()].concat()).await.map(|written| match &written.result[..] {
-                b"existed" => (200, "OK", b"deleted\n".to_vec()),
-                _ => (404, "Not Found", b"no such key\n".to_vec()),
+                b"existed" => (StatusCode::OK, b"deleted\n".to_vec()),
+                _ => (StatusCode::NOT_FOUND, b"no such key\n".to_vec()),
             })
         }
-        "GET" => client.read(group, key.to_string()).await.map(|read| match read.result.split_first() {
-            Some((1, value)) => (200, "OK", value.to_vec()),
-            _ => (404, "Not Found", b"no such key\n".to_vec()),
+        Method::GET => client.read(group, key.to_string()).await.map(|read| match read.result.split_first() {
+            Some((1, value)) => (StatusCode::OK, value.to_vec()),
+            _ => (StatusCode::NOT_FOUND, b"no such key\n".to_vec()),
         }),
-        _ => return (405, "Method Not Allowed", b"use GET, PUT or DELETE\n".to_vec()),
+        _ => return text(StatusCode::METHOD_NOT_ALLOWED, "use GET, PUT or DELETE\n"),
     };
-    result.unwrap_or_else(|error| (503, "Service Unavailable", format!("{error}\n").into_bytes()))
+    let (status, body) =
+        result.unwrap_or_else(|error| (StatusCode::SERVICE_UNAVAILABLE, format!("{error}\n").into_bytes()));
+    text(status, body)
 }

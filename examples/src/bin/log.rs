@@ -11,8 +11,26 @@
 
 use std::collections::HashMap;
 
-use cohort_examples::args::Args;
+use clap::Parser;
 use cohort_runtime::prelude::*;
+
+/// The example's flags.
+#[derive(Parser)]
+#[command(about = "A partitioned, append-only message log on cohort, with producers and consumers by offset")]
+struct Flags {
+    /// Partitions (one group each).
+    #[arg(long, default_value_t = 4)]
+    partitions: u64,
+    /// Concurrent producers.
+    #[arg(long, default_value_t = 4)]
+    producers: u64,
+    /// Messages per producer.
+    #[arg(long, default_value_t = 100)]
+    messages: u64,
+    /// Acknowledge appends once the primary's copy is durable (Q4), not after replication.
+    #[arg(long = "async")]
+    asynchronous: bool,
+}
 
 /// A consumer reads at most this many messages per read.
 const FETCH_MESSAGES_MAX: u32 = 64;
@@ -100,10 +118,8 @@ async fn consume(client: Client, partition: GroupId, expected: usize) -> Result<
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args = Args::from_env();
-    let (partitions, producers): (u64, u64) = (args.value("--partitions", 4)?, args.value("--producers", 4)?);
-    let messages: u64 = args.value("--messages", 100)?;
-    let mode = if args.flag("--async") { WriteMode::Async } else { WriteMode::Sync };
+    let Flags { partitions, producers, messages, asynchronous } = Flags::parse();
+    let mode = if asynchronous { WriteMode::Async } else { WriteMode::Sync };
     actix_rt::System::new().block_on(async move {
         let cluster = LocalCluster::builder(3)
             .group_kind("partition", |_| Box::new(Partition::default()))

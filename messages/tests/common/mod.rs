@@ -394,6 +394,17 @@ pub fn link_shard() -> impl Strategy<Value = LinkShard> {
     (0..SHARD_COUNT_MAX).prop_map(|shard| LinkShard { shard })
 }
 
+pub fn route_query() -> impl Strategy<Value = RouteQuery> {
+    vec(any::<u64>(), 1..=64).prop_map(|groups| RouteQuery { groups: groups.into_iter().map(GroupId).collect() })
+}
+
+pub fn routes() -> impl Strategy<Value = Routes> {
+    let route = (any::<u64>(), any::<u32>(), proptest::option::of(1..=u64::MAX)).prop_map(|(group, view, primary)| {
+        Route { group: GroupId(group), view: View(view), primary: primary.map(NodeId) }
+    });
+    vec(route, 0..=64).prop_map(|routes| Routes { routes })
+}
+
 pub fn session_keepalive() -> impl Strategy<Value = SessionKeepalive> {
     (any::<u64>(), 1..=u64::MAX)
         .prop_map(|(node, session)| SessionKeepalive { node: NodeId(node), session: SessionId(session) })
@@ -437,5 +448,7 @@ pub fn message() -> impl Strategy<Value = Message> {
         session_expired().prop_map(Message::SessionExpired),
         session_opened().prop_map(Message::SessionOpened),
         link_shard().prop_map(Message::LinkShard),
+        route_query().prop_map(Message::RouteQuery),
+        routes().prop_map(Message::Routes),
     ]
 }

@@ -17,8 +17,10 @@
 //! | bad input | 400 | the field and what is wrong with it |
 //! | no answer in time, or busy | 503 | what was tried; the command may still apply |
 //!
-//! The body is bounded by [`BODY_MAX_BYTES`] (the admin server
-//! answers `413` beyond it) and parsing never panics.
+//! Only a caller with the node's admin token reaches these endpoints, with
+//! a JSON body (see [`super::auth`]). The body is bounded by
+//! [`BODY_MAX_BYTES`] (the admin port answers `413` beyond it) and parsing
+//! never panics.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -276,8 +278,8 @@ impl OperatorPort {
 }
 
 impl NodeRoutes for OperatorPort {
-    fn status(&self) -> Value {
-        status::status_json(&self.board)
+    fn status(&self, audience: super::Audience) -> Value {
+        status::status_json_for(&self.board, audience)
     }
 
     fn admin<'a>(&'a self, method: &'a str, path: &'a str, body: &'a [u8]) -> AdminFuture<'a> {

@@ -4,6 +4,13 @@
 //! and owner), the in-flight multi-step operations (M2–M5: spec, plan with
 //! done and remaining steps, cancelled flag, what the next step waits for)
 //! and how many operations completed or were reverted.
+//!
+//! Session ids and incarnations are what a forged session frame or a
+//! forged frame of a group's current incarnation needs, so the admin port
+//! shows them only to a caller with the node's token (T4): for anyone else
+//! ([`Audience::Public`]) each one that is set reads `"redacted"` (one that
+//! is not set stays `null`, so "has a session" stays visible), and the
+//! document says `"redacted": true`.
 
 use cohort_actors::status::StatusBoard;
 use cohort_core::metadata::{Metadata, OperationRecord, Step};
@@ -11,10 +18,31 @@ use cohort_messages::metadata::OperationSpec;
 use cohort_messages::{OperationId, SessionId};
 use serde_json::{Value, json};
 
-/// The status as a JSON document (see `docs/embedding.md`).
+/// Who a status document is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Audience {
+    /// The host's own code, or a caller with the node's admin token: everything.
+    Operator,
+    /// Anyone else: session ids and incarnations are redacted.
+    Public,
+}
+
+/// What a redacted value reads as.
+pub const REDACTED: &str = "redacted";
+
+/// The status as a JSON document, in full (see `docs/embedding.md`).
 pub fn status_json(board: &StatusBoard) -> Value {
+    status_json_for(board, Audience::Operator)
+}
+
+/// The status as `audience` may see it.
+pub fn status_json_for(board: &StatusBoard, audience: Audience) -> Value {
     let agent = board.agent();
-    let session = |session: Option<SessionId>| session.map_or(Value::Null, |s| json!(s.0));
+    let secret = |value: u64| match audience {
+        Audience::Operator => json!(value),
+        Audience::Public => json!(REDACTED),
+    };
+    let session = |session: Option<SessionId>| session.map_or(Value::Null, |s| secret(s.0));
     let cluster = board.metadata().with(|metadata| {
         let nodes: Vec<Value> = metadata
             .nodes
@@ -34,14 +62,14 @@ pub fn status_json(board: &StatusBoard) -> Value {
             .map(|(id, record)| {
                 let owner = record.owner.map_or(
                     Value::Null,
-                    |owner| json!({ "node": owner.node.0, "view": owner.view.0, "session": owner.session.0 }),
+                    |owner| json!({ "node": owner.node.0, "view": owner.view.0, "session": secret(owner.session.0) }),
                 );
                 json!({
                     "id": id.0,
                     "kind": record.kind,
                     "members": record.members.iter().map(|m| m.0).collect::<Vec<_>>(),
                     "learners": record.learners.iter().map(|m| m.0).collect::<Vec<_>>(),
-                    "incarnation": record.incarnation.0,
+                    "incarnation": secret(record.incarnation.0),
                     "live": record.live,
                     "owner": owner,
                 })
@@ -77,6 +105,7 @@ pub fn status_json(board: &StatusBoard) -> Value {
         "metadata": cluster,
         "operations": operations,
         "operation_totals": totals,
+        "redacted": audience == Audience::Public,
     })
 }
 

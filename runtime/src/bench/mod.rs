@@ -145,9 +145,12 @@ struct Bench {
 impl Bench {
     async fn run(options: BenchOptions, dir: PathBuf, floor: floor::Floor) -> Result<BenchReport, String> {
         let addresses = free_addresses(options.nodes)?;
+        // The nodes talk mTLS, as a production cluster does (T1).
+        let certs = cohort_actors::certs::local_cluster(&dir.join("certs"), (1..=options.nodes as u64).map(NodeId))
+            .map_err(|error| format!("throwaway certificates: {error}"))?;
         let mut nodes = Vec::new();
         for index in 0..options.nodes {
-            nodes.push(start_node(&options, index, &addresses, &dir)?);
+            nodes.push(start_node(&options, index, &addresses, &dir, &certs)?);
         }
         let bench = Rc::new(Bench {
             handles: nodes.iter().map(Node::handle).collect(),
@@ -316,9 +319,12 @@ fn start_node(
     index: usize,
     addresses: &[SocketAddr],
     dir: &std::path::Path,
+    certs: &cohort_actors::certs::LocalCerts,
 ) -> Result<Node, String> {
     let node = NodeId(index as u64 + 1);
+    let files = certs.node(node).ok_or_else(|| format!("no certificate for node {}", node.0))?;
     let mut builder = NodeBuilder::new(BENCH_CLUSTER, node)
+        .tls(files.clone())
         .listen(addresses[index])
         .data_dir(dir.join(format!("node-{}", node.0)))
         .shards(options.shards)

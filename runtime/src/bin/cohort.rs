@@ -31,20 +31,31 @@ enum Command {
     /// acked epochs, groups with members, incarnation and owner, and the
     /// in-flight operations (from the node's admin port, GET /status).
     Status {
-        /// The node's admin address (`[node] admin`), HOST:PORT.
+        /// The node's admin address (`[node] admin`), HOST:PORT, or a port
+        /// alone for 127.0.0.1.
         #[arg(long)]
         admin: String,
+        /// The node's admin token (`[admin] token`): without it, session ids
+        /// and incarnations are redacted.
+        #[arg(long, env = "COHORT_ADMIN_TOKEN", hide_env_values = true)]
+        token: Option<String>,
         /// Print the JSON document as served instead of tables.
         #[arg(long)]
         json: bool,
     },
     /// Start or cancel a multi-step operation (move, replace, join,
-    /// decommission) through a node's admin port (POST /admin/operations).
-    /// Exit code 1: refused by the metadata, or no answer; 2: usage.
+    /// decommission) through a node's admin port (POST /admin/operations),
+    /// with the node's admin token. Exit code 1: refused by the metadata
+    /// or the node, or no answer; 2: usage (also: no or a wrong token).
     Admin {
-        /// The node's admin address (`[node] admin`), HOST:PORT.
+        /// The node's admin address (`[node] admin`), HOST:PORT, or a port
+        /// alone for 127.0.0.1.
         #[arg(long)]
         admin: String,
+        /// The node's admin token (`[admin] token`), required. Prefer the
+        /// environment variable: a flag shows in the process list.
+        #[arg(long, global = true, env = "COHORT_ADMIN_TOKEN", hide_env_values = true)]
+        token: Option<String>,
         /// Print the node's JSON answer instead of one line.
         #[arg(long, global = true)]
         json: bool,
@@ -80,6 +91,12 @@ enum Command {
         #[arg(long)]
         otlp_endpoint: Option<String>,
     },
+    /// Make a cluster's CA and certificates (mTLS between nodes and for
+    /// clients): `init` once, then `node`/`client` for later identities.
+    Certs {
+        #[command(subcommand)]
+        action: CertsCommand,
+    },
     /// Measure replicated writes on a cluster in this process (loopback TCP,
     /// real write-ahead logs): writes/s, latency, and CPU time, socket writes,
     /// syncs and context switches per write, beside the physical floor of
@@ -113,6 +130,39 @@ enum Command {
         /// Print one JSON object as the last line instead of the table.
         #[arg(long)]
         json: bool,
+    },
+}
+
+/// What `cohort certs` makes.
+#[derive(Subcommand)]
+enum CertsCommand {
+    /// A new CA and random cluster id in DIR, and certificates for nodes
+    /// 1..=N; prints each node's config snippet.
+    Init {
+        /// Where the files go (created if missing; refused if it holds a CA).
+        #[arg(long)]
+        dir: std::path::PathBuf,
+        /// Node certificates to make now.
+        #[arg(long, default_value_t = 3)]
+        nodes: u64,
+    },
+    /// A certificate for one more node, signed by DIR's CA.
+    Node {
+        /// The CA's directory (from `cohort certs init`).
+        #[arg(long)]
+        dir: std::path::PathBuf,
+        /// The node id.
+        #[arg(long)]
+        id: u64,
+    },
+    /// A client certificate for the client port, signed by DIR's CA.
+    Client {
+        /// The CA's directory (from `cohort certs init`).
+        #[arg(long)]
+        dir: std::path::PathBuf,
+        /// The client's name: letters, digits and '-'.
+        #[arg(long)]
+        name: String,
     },
 }
 
@@ -223,6 +273,7 @@ fn run_node(path: &std::path::Path) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let admin_token = config.admin.token.is_some() || config.admin.token_file.is_some();
     let instance = format!("node-{}", config.node.as_ref().map_or(0, |node| node.id));
     let tracing = match start_tracing("cohort node", &config.telemetry, Some(&instance)) {
         Ok(guard) => guard,
@@ -245,6 +296,15 @@ fn run_node(path: &std::path::Path) -> ExitCode {
             node.client_address().map_or("(none)".into(), |a| a.to_string()),
             node.admin_address().map_or("(none)".into(), |a| a.to_string()),
         );
+        if let Some(metrics) = node.metrics_address() {
+            eprintln!("cohort node {}: /metrics and /health only on {metrics}", handle.node().0);
+        }
+        if node.admin_address().is_some() && !admin_token {
+            eprintln!(
+                "cohort node {}: no [admin] token: the admin port refuses every operator command",
+                handle.node().0
+            );
+        }
         let stop = async {
             let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
             tokio::select! {
@@ -301,6 +361,20 @@ fn run_bench(options: cohort_runtime::bench::BenchOptions, json: bool) -> ExitCo
 
 fn main() -> ExitCode {
     match Cli::parse().command {
+        Command::Certs { action } => {
+            let action = match action {
+                CertsCommand::Init { dir, nodes } => cohort_runtime::cli::CertsAction::Init { dir, nodes },
+                CertsCommand::Node { dir, id } => cohort_runtime::cli::CertsAction::Node { dir, id },
+                CertsCommand::Client { dir, name } => cohort_runtime::cli::CertsAction::Client { dir, name },
+            };
+            match cohort_runtime::cli::certs_command(&action) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(error) => {
+                    eprintln!("cohort certs: {error}");
+                    ExitCode::from(1)
+                }
+            }
+        }
         Command::Bench { nodes, groups, writers, seconds, warmup_secs, op_size_bytes, shards, data_dir, json } => {
             let options = cohort_runtime::bench::BenchOptions {
                 nodes,
@@ -316,30 +390,34 @@ fn main() -> ExitCode {
             run_bench(options, json)
         }
         Command::Node { config } => run_node(&config),
-        Command::Status { admin, json } => match cohort_runtime::cli::status_command(&admin, json) {
-            Ok(text) => {
-                println!("{text}");
-                ExitCode::SUCCESS
+        Command::Status { admin, token, json } => {
+            match cohort_runtime::cli::status_command(&admin, token.as_deref(), json) {
+                Ok(text) => {
+                    println!("{text}");
+                    ExitCode::SUCCESS
+                }
+                Err(error) => {
+                    eprintln!("cohort status: {error}");
+                    ExitCode::from(2)
+                }
             }
-            Err(error) => {
-                eprintln!("cohort status: {error}");
-                ExitCode::from(2)
+        }
+        Command::Admin { admin, token, json, action } => {
+            match admin_command(&admin, token.as_deref(), &action.action(), json) {
+                Ok(line) => {
+                    println!("{line}");
+                    ExitCode::SUCCESS
+                }
+                Err(error) if json => {
+                    println!("{}", error.message);
+                    ExitCode::from(error.code)
+                }
+                Err(error) => {
+                    eprintln!("cohort admin: {}", error.message);
+                    ExitCode::from(error.code)
+                }
             }
-        },
-        Command::Admin { admin, json, action } => match admin_command(&admin, &action.action(), json) {
-            Ok(line) => {
-                println!("{line}");
-                ExitCode::SUCCESS
-            }
-            Err(error) if json => {
-                println!("{}", error.message);
-                ExitCode::from(error.code)
-            }
-            Err(error) => {
-                eprintln!("cohort admin: {}", error.message);
-                ExitCode::from(error.code)
-            }
-        },
+        }
         Command::Demo { nodes, partitions, duration_secs, shards, writers, json, keep_data, otlp_endpoint } => {
             let telemetry = cohort_runtime::config::TelemetryConfig {
                 otlp_endpoint,

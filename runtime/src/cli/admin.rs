@@ -1,18 +1,24 @@
 //! `cohort admin --admin HOST:PORT join|decommission|move|replace|cancel`:
 //! the operator's side of the node's `/admin/operations` endpoints (see
-//! [`super::operator`]).
+//! [`crate::admin::operator`]).
 //!
 //! Why a thin client: the node checks the input again and the metadata
 //! group decides, so the command only builds the JSON body, checks it with
 //! the same rules first (a typo is a usage error before anything is sent),
 //! and prints one line per outcome. Exit codes: 0 started or cancelled,
-//! 1 refused by the metadata or no answer (the line says which), 2 a usage
-//! error (including a `400` from the node).
+//! 1 refused by the metadata or by a node without an admin token, or no
+//! answer (the line says which), 2 a usage error (no token, a wrong token,
+//! or a `400` from the node).
+//!
+//! Every command needs the node's admin token (T4): `--token`, or the
+//! environment variable `COHORT_ADMIN_TOKEN`, which keeps it out of the
+//! process list.
 
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use super::http::Call;
 use crate::admin::operator::{OPERATOR_TIMEOUT, PLAN_WAIT_MAX, parse_cancel, parse_start};
 
 /// One operator command.
@@ -88,11 +94,11 @@ impl AdminAction {
     }
 }
 
-/// Run `action` against the node whose admin port is `admin`; the line (or
-/// the JSON answer with `json`) to print, or the error with its exit code
-/// (with `json`, its message is a JSON document too).
-pub fn admin_command(admin: &str, action: &AdminAction, json: bool) -> Result<String, AdminError> {
-    exchange(admin, action, json).map_err(|mut error| {
+/// Run `action` against the node whose admin port is `admin`, presenting
+/// `token`; the line (or the JSON answer with `json`) to print, or the
+/// error with its exit code (with `json`, its message is a JSON document too).
+pub fn admin_command(admin: &str, token: Option<&str>, action: &AdminAction, json: bool) -> Result<String, AdminError> {
+    exchange(admin, token, action, json).map_err(|mut error| {
         if json && serde_json::from_str::<Value>(&error.message).is_err() {
             let result = if error.code == 2 { "usage" } else { "unreachable" };
             error.message = serde_json::json!({ "result": result, "error": error.message }).to_string();
@@ -101,7 +107,7 @@ pub fn admin_command(admin: &str, action: &AdminAction, json: bool) -> Result<St
     })
 }
 
-fn exchange(admin: &str, action: &AdminAction, json: bool) -> Result<String, AdminError> {
+fn exchange(admin: &str, token: Option<&str>, action: &AdminAction, json: bool) -> Result<String, AdminError> {
     let (path, body) = action.request();
     // The node's own checks, before anything is sent.
     let checked = match (&body, action) {
@@ -112,8 +118,17 @@ fn exchange(admin: &str, action: &AdminAction, json: bool) -> Result<String, Adm
     if let Err(bad) = checked {
         return Err(usage(format!("--{}: {}", bad.field, bad.error)));
     }
+    let Some(token) = token else {
+        return Err(usage(
+            "--token: missing: operator commands need the node's admin token ([admin] token); pass --token or set \
+             COHORT_ADMIN_TOKEN"
+                .into(),
+        ));
+    };
     let timeout = OPERATOR_TIMEOUT + PLAN_WAIT_MAX + Duration::from_secs(2);
-    let answer = super::http::exchange(admin, "POST", &path, body.as_deref(), timeout).map_err(failed)?;
+    let body = body.unwrap_or_else(|| "{}".into());
+    let answer = super::http::exchange(admin, Call::Post(&body), &path, Some(token), timeout)
+        .map_err(|error| failed(error.to_string()))?;
     let Ok(document) = serde_json::from_str::<Value>(&answer.body) else {
         let line = answer.line;
         return Err(failed(format!(
@@ -123,7 +138,7 @@ fn exchange(admin: &str, action: &AdminAction, json: bool) -> Result<String, Adm
     let text = if json { document.to_string() } else { render(&document) };
     match answer.code {
         200 => Ok(text),
-        400 | 404 | 405 => Err(usage(text)),
+        400 | 401 | 404 | 405 | 415 => Err(usage(text)),
         _ => Err(failed(text)),
     }
 }
@@ -168,6 +183,9 @@ fn render(answer: &Value) -> String {
         Some("refused") => format!("refused: {}", field("reason")),
         Some("bad_request") => format!("bad request: {}: {}", field("field"), field("error")),
         Some("unavailable") => format!("no result: {}", field("error")),
+        Some(reason @ ("unauthenticated" | "token_mismatch" | "token_unset" | "content_type")) => {
+            format!("refused by the admin port ({reason}): {}", field("error"))
+        }
         _ => format!("unexpected answer: {answer}"),
     }
 }
@@ -208,9 +226,16 @@ mod tests {
     #[test]
     fn bad_input_is_a_usage_error_before_anything_is_sent() {
         // Port 9 on a documentation address: never contacted, the check comes first.
-        let error = admin_command("192.0.2.1:9", &AdminAction::Move { group: 3, from: 1, to: 1 }, false);
+        let token = Some("0123456789abcdef-token");
+        let error = admin_command("192.0.2.1:9", token, &AdminAction::Move { group: 3, from: 1, to: 1 }, false);
         assert_eq!(error.map_err(|e| (e.code, e.message.starts_with("--to: "))), Err((2, true)));
-        let error = admin_command("192.0.2.1:9", &AdminAction::Cancel { operation: 0 }, false);
+        let error = admin_command("192.0.2.1:9", token, &AdminAction::Cancel { operation: 0 }, false);
         assert_eq!(error.map_err(|e| e.code), Err(2));
+    }
+
+    #[test]
+    fn t4_no_token_is_a_usage_error_before_anything_is_sent() {
+        let error = admin_command("192.0.2.1:9", None, &AdminAction::Decommission { node: 2 }, false);
+        assert_eq!(error.map_err(|e| (e.code, e.message.starts_with("--token: missing"))), Err((2, true)));
     }
 }

@@ -1,16 +1,25 @@
 //! The one HTTP exchange `cohort status` and `cohort admin` make with a
-//! node's admin port: a request, `Connection: close`, the whole answer.
+//! node's admin port, over reqwest's blocking client (the one the OTLP
+//! exporter already brings; no TLS, no proxy: the admin port is plain HTTP,
+//! on loopback unless an operator chose otherwise).
 //!
-//! Why by hand: the admin server is a tiny HTTP/1.1 server of our own (see
-//! `telemetry::admin`), and its two command-line clients need one request
-//! each; a client library would be a large dependency for a dozen lines.
+//! The CLI runs no async runtime of its own, so the blocking client is the
+//! natural fit; every exchange has a deadline and a bound on what it reads.
 
-use std::io::{Read, Write};
-use std::net::ToSocketAddrs;
+use std::io::Read;
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
+
+use reqwest::blocking::Client;
+use reqwest::header::{AUTHORIZATION, CONTENT_TYPE};
+
+use crate::admin::config::parse_listen_address;
 
 /// The largest answer read from an admin port.
 const ANSWER_SIZE_MAX_BYTES: u64 = 16 * 1024 * 1024;
+
+/// The longest a connection attempt may take.
+const CONNECT_TIMEOUT_MAX: Duration = Duration::from_secs(3);
 
 /// An answer: the status code, the status line and the body.
 pub(crate) struct Answer {
@@ -19,39 +28,112 @@ pub(crate) struct Answer {
     pub body: String,
 }
 
-/// Send `method path` (with `body`, if any) to `admin` and read the answer,
-/// waiting up to `timeout` for it. The error says which address could not
-/// be reached, or what came back instead of HTTP.
+/// What an exchange sends besides its path.
+pub(crate) enum Call<'a> {
+    /// `GET`.
+    Get,
+    /// `POST` with this JSON body.
+    Post(&'a str),
+}
+
+/// Why an exchange got no answer; the message names the address.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ExchangeError {
+    /// `--admin` is not an address.
+    #[error("{admin}: not a HOST:PORT address or a port ({reason})")]
+    Address { admin: String, reason: String },
+    /// The node could not be reached, or did not answer in time.
+    #[error("cannot reach the node's admin port at {admin}: {reason} (is the node running, with [node] admin set?)")]
+    Unreachable { admin: String, reason: String },
+}
+
+/// `admin` as an address: `HOST:PORT`, or a port alone for loopback (as
+/// in the configuration).
+fn resolve(admin: &str) -> Result<SocketAddr, ExchangeError> {
+    if let Ok(address) = parse_listen_address(admin) {
+        return Ok(address);
+    }
+    let address_error = |reason: String| ExchangeError::Address { admin: admin.into(), reason };
+    admin
+        .to_socket_addrs()
+        .map_err(|error| address_error(error.to_string()))?
+        .next()
+        .ok_or_else(|| address_error("the name resolves to no address".into()))
+}
+
+/// An error with its causes, e.g. `error sending request: ...: Connection refused (os error 111)`.
+fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+/// Send `path` to `admin` (with `token` as a bearer token, if any) and read
+/// the answer, waiting up to `timeout` for it.
 pub(crate) fn exchange(
     admin: &str,
-    method: &str,
+    call: Call<'_>,
     path: &str,
-    body: Option<&str>,
+    token: Option<&str>,
     timeout: Duration,
-) -> Result<Answer, String> {
-    let address = admin
-        .to_socket_addrs()
-        .map_err(|error| format!("{admin}: not a HOST:PORT address ({error})"))?
-        .next()
-        .ok_or_else(|| format!("{admin}: the name resolves to no address"))?;
-    let unreachable = |error: std::io::Error| {
-        format!("cannot reach the node's admin port at {admin}: {error} (is the node running, with [node] admin set?)")
+) -> Result<Answer, ExchangeError> {
+    let address = resolve(admin)?;
+    let unreachable =
+        |error: &dyn std::error::Error| ExchangeError::Unreachable { admin: admin.into(), reason: with_causes(error) };
+    let client = Client::builder()
+        .timeout(timeout)
+        .connect_timeout(timeout.min(CONNECT_TIMEOUT_MAX))
+        .no_proxy()
+        .build()
+        .map_err(|error| unreachable(&error))?;
+    let url = format!("http://{address}{path}");
+    let mut request = match call {
+        Call::Get => client.get(&url),
+        Call::Post(body) => client.post(&url).header(CONTENT_TYPE, "application/json").body(body.to_owned()),
     };
-    let connect_timeout = timeout.min(Duration::from_secs(3));
-    let mut stream = std::net::TcpStream::connect_timeout(&address, connect_timeout).map_err(unreachable)?;
-    stream.set_read_timeout(Some(timeout)).map_err(unreachable)?;
-    let mut request = format!("{method} {path} HTTP/1.1\r\nHost: {admin}\r\nConnection: close\r\n");
-    if let Some(body) = body {
-        request.push_str(&format!("Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len()));
-    } else {
-        request.push_str("\r\n");
+    if let Some(token) = token {
+        request = request.header(AUTHORIZATION, format!("Bearer {token}"));
     }
-    stream.write_all(request.as_bytes()).map_err(unreachable)?;
-    let mut answer = Vec::new();
-    stream.take(ANSWER_SIZE_MAX_BYTES).read_to_end(&mut answer).map_err(unreachable)?;
-    let answer = String::from_utf8_lossy(&answer);
-    let (head, body) = answer.split_once("\r\n\r\n").ok_or_else(|| format!("{admin}: not an HTTP answer"))?;
-    let line = head.lines().next().unwrap_or_default().to_string();
-    let code = line.split(' ').nth(1).and_then(|code| code.parse().ok()).unwrap_or(0);
-    Ok(Answer { code, line, body: body.to_string() })
+    let response = request.send().map_err(|error| unreachable(&error))?;
+    let status = response.status();
+    let line = format!("{} {}", status.as_u16(), status.canonical_reason().unwrap_or(""));
+    let mut body = Vec::new();
+    response.take(ANSWER_SIZE_MAX_BYTES).read_to_end(&mut body).map_err(|error| unreachable(&error))?;
+    Ok(Answer {
+        code: status.as_u16(),
+        line: line.trim_end().to_owned(),
+        body: String::from_utf8_lossy(&body).into_owned(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn t4_the_cli_takes_a_port_alone_for_loopback() {
+        assert_eq!(resolve("7301").ok(), Some(SocketAddr::from(([127, 0, 0, 1], 7301))));
+        assert_eq!(resolve("10.0.0.1:7301").ok(), Some(SocketAddr::from(([10, 0, 0, 1], 7301))));
+        assert!(matches!(resolve("not an address"), Err(ExchangeError::Address { .. })));
+    }
+
+    #[test]
+    fn an_unreachable_node_is_named_with_the_cause() {
+        // A listener bound and dropped: its port refuses connections.
+        let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port");
+        let error = exchange(&port.to_string(), Call::Get, "/health", None, Duration::from_secs(2))
+            .err()
+            .expect("nothing listens");
+        let text = error.to_string();
+        assert!(text.starts_with(&format!("cannot reach the node's admin port at {port}: ")), "{text}");
+        assert!(text.to_lowercase().contains("refused"), "{text}");
+    }
 }

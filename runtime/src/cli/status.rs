@@ -1,15 +1,27 @@
 //! `cohort status`: a node's `/status` as text tables, or as served.
+//!
+//! Without the node's admin token the node redacts session ids and
+//! incarnations (T4); the tables then show `redacted` and say how to see
+//! them.
 
 use serde_json::Value;
 
-/// `cohort status --admin HOST:PORT`: fetch `/status` from a node's admin
-/// port and render it as text (or return the JSON as served). The error
-/// says which address could not be reached or what came back instead.
-pub fn status_command(admin: &str, json: bool) -> Result<String, String> {
-    let answer = super::http::exchange(admin, "GET", "/status", None, std::time::Duration::from_secs(3))?;
+use super::http::{Call, exchange};
+
+/// `cohort status --admin HOST:PORT [--token T]`: fetch `/status` from a
+/// node's admin port and render it as text (or return the JSON as served).
+/// The error says which address could not be reached or what came back
+/// instead.
+pub fn status_command(admin: &str, token: Option<&str>, json: bool) -> Result<String, String> {
+    let answer = exchange(admin, Call::Get, "/status", token, std::time::Duration::from_secs(3))
+        .map_err(|error| error.to_string())?;
     if answer.code != 200 {
         let line = answer.line;
-        return Err(format!("{admin} answered {line:?} to GET /status (an older cohort, or not a cohort node?)"));
+        let detail = serde_json::from_str::<Value>(&answer.body)
+            .ok()
+            .and_then(|body| body["error"].as_str().map(|error| format!(": {error}")))
+            .unwrap_or_else(|| " (an older cohort, or not a cohort node?)".into());
+        return Err(format!("{admin} answered {line:?} to GET /status{detail}"));
     }
     let status: Value =
         serde_json::from_str(&answer.body).map_err(|error| format!("{admin}: /status is not JSON: {error}"))?;
@@ -84,6 +96,12 @@ fn render(status: &Value) -> String {
     );
     for operation in status["operations"].as_array().into_iter().flatten() {
         let _ = writeln!(out, "{}", operation_text(operation));
+    }
+    if status["redacted"] == true {
+        let _ = writeln!(
+            out,
+            "\nsession ids and incarnations are redacted: pass the node's admin token (--token or COHORT_ADMIN_TOKEN)"
+        );
     }
     out
 }

@@ -97,12 +97,17 @@ struct Demo {
     stopping: Cell<bool>,
     killed_at: Cell<Option<Instant>>,
     failover: RefCell<HashMap<GroupId, Duration>>,
+    /// Throwaway certificates: the nodes talk mTLS, as in production (T1).
+    certs: cohort_actors::certs::LocalCerts,
 }
 
 impl Demo {
     async fn run(options: DemoOptions, dir: PathBuf) -> Result<DemoSummary, String> {
         let addresses = free_addresses(options.nodes)?;
+        let certs = cohort_actors::certs::local_cluster(&dir.join("certs"), (1..=options.nodes as u64).map(NodeId))
+            .map_err(|error| format!("throwaway certificates: {error}"))?;
         let demo = Rc::new(Demo {
+            certs,
             guess: RefCell::new((0..options.partitions).map(|g| g % options.nodes).collect()),
             acked: RefCell::new(vec![Vec::new(); options.partitions]),
             handles: RefCell::new(Vec::new()),
@@ -180,7 +185,9 @@ impl Demo {
 
     fn start_node(&self, index: usize) -> Result<Node, String> {
         let node = NodeId(index as u64 + 1);
+        let files = self.certs.node(node).ok_or_else(|| format!("no certificate for node {}", node.0))?;
         let mut builder = NodeBuilder::new(DEMO_CLUSTER, node)
+            .tls(files.clone())
             .listen(self.addresses[index])
             .data_dir(self.dir.join(format!("node-{}", node.0)))
             .shards(self.options.shards)

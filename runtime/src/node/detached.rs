@@ -24,6 +24,11 @@ use super::{NodeBuilder, NodeError, NodeHandle};
 /// #[tokio::main(flavor = "current_thread")]
 /// async fn main() -> Result<(), Box<dyn std::error::Error>> {
 ///     let node = NodeBuilder::new(ClusterId(7), NodeId(1))
+///         .tls(TlsFiles {
+///             ca: "/etc/myapp/cohort/ca.pem".into(),
+///             cert: "/etc/myapp/cohort/node-1.pem".into(),
+///             key: "/etc/myapp/cohort/node-1.key".into(),
+///         })
 ///         .listen("127.0.0.1:7100".parse()?)
 ///         .data_dir("/tmp/myapp-node-1")
 ///         .state_machine(|_| Box::new(Register::default()))

@@ -18,7 +18,7 @@ use cohort_actors::shard::{ClientAnswer, Submit};
 use cohort_actors::status::StatusBoard;
 use cohort_actors::supervisor::InjectPanic;
 use cohort_core::routing::shard_of;
-use cohort_messages::{ClientId, GroupId, NodeId, Request, RequestKind, RequestNumber};
+use cohort_messages::{GroupId, NodeId, Request, RequestKind, RequestNumber};
 use tokio::sync::oneshot;
 use tracing::Instrument as _;
 
@@ -29,6 +29,7 @@ pub struct Node {
     pub(super) handle: NodeHandle,
     pub(super) listen: SocketAddr,
     pub(super) admin: Option<SocketAddr>,
+    pub(super) metrics: Option<SocketAddr>,
     pub(super) client: Option<SocketAddr>,
     pub(super) supervisor: Option<Arbiter>,
     pub(super) arbiters: Vec<Arbiter>,
@@ -54,6 +55,12 @@ impl Node {
     /// The bound admin address serving `/metrics`, if configured.
     pub fn admin_address(&self) -> Option<SocketAddr> {
         self.admin
+    }
+
+    /// The bound listener serving only `/metrics` and `/health`, if
+    /// configured (`[admin] metrics_listen`, [`super::NodeBuilder::metrics_listen`]).
+    pub fn metrics_address(&self) -> Option<SocketAddr> {
+        self.metrics
     }
 
     /// Stop every actor and thread of the node. Nothing new is accepted or
@@ -88,7 +95,6 @@ pub struct NodeHandle {
     pub(super) shards: Arc<Directory>,
     pub(super) supervisor: Addr<cohort_actors::supervisor::Supervisor>,
     pub(super) restarts: Arc<AtomicU64>,
-    pub(super) next_client: Arc<AtomicU64>,
     pub(super) links: Arc<HashMap<NodeId, Vec<Arc<LinkState>>>>,
     pub(super) drops: Arc<Drops>,
     pub(super) stats: Arc<InboundStats>,
@@ -143,8 +149,8 @@ impl NodeHandle {
         operation: Bytes,
         timeout: Duration,
     ) -> Result<Committed, SubmitError> {
-        let client =
-            ClientId((u128::from(self.node.0) << 64) | u128::from(self.next_client.fetch_add(1, Ordering::Relaxed)));
+        // T2: unguessable, so no client elsewhere can answer for this one.
+        let client = cohort_actors::client_id::fresh_client_id();
         let request = Request { client, request: RequestNumber(1), group, kind, operation };
         self.submit_as(request, timeout).await
     }
@@ -152,6 +158,9 @@ impl NodeHandle {
     /// Submit a request with an explicit client and request number (retries).
     pub async fn submit_as(&self, request: Request, timeout: Duration) -> Result<Committed, SubmitError> {
         let group = request.group;
+        if group == GroupId::METADATA {
+            return Err(SubmitError::Reserved { group });
+        }
         let Some(shard) = self.shards.shard(shard_of(group, self.shards.shard_count())) else {
             return Err(SubmitError::Stopped { group });
         };

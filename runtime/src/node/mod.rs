@@ -19,6 +19,12 @@
 //! system.block_on(async {
 //!     let members = vec![NodeId(1), NodeId(2), NodeId(3)];
 //!     let node = NodeBuilder::new(ClusterId(7), NodeId(1))
+//!         // The cluster CA and this node's certificate, from `cohort certs`.
+//!         .tls(TlsFiles {
+//!             ca: "/etc/myapp/cohort/ca.pem".into(),
+//!             cert: "/etc/myapp/cohort/node-1.pem".into(),
+//!             key: "/etc/myapp/cohort/node-1.key".into(),
+//!         })
 //!         .listen("10.0.0.1:7100".parse()?)
 //!         .peer(NodeId(2), "10.0.0.2:7100".parse()?)
 //!         .peer(NodeId(3), "10.0.0.3:7100".parse()?)
@@ -139,6 +145,13 @@ pub enum SubmitError {
         /// The group.
         group: GroupId,
     },
+    /// T3: `group` is reserved for the cluster's own control plane (the
+    /// metadata group); no request from a host or client reaches it.
+    #[error("{group} is reserved for the cluster's metadata group: hosts and clients cannot send it requests")]
+    Reserved {
+        /// The group.
+        group: GroupId,
+    },
     /// The shard is gone (the node is stopping).
     #[error("{group}: the node is stopping")]
     Stopped {
@@ -163,14 +176,20 @@ impl NodeBuilder {
     /// `g` has every node of the cluster as a member, in id order rotated by `g`.
     pub fn from_config(config: &crate::config::Config) -> Result<NodeBuilder, NodeError> {
         let node = config.node.as_ref().ok_or_else(|| NodeError::Config("[node] table is missing".into()))?;
-        let mut builder = NodeBuilder::new(ClusterId(u128::from(node.cluster_id)), NodeId(node.id))
+        let cluster = node.cluster().map_err(|error| NodeError::Config(error.to_string()))?;
+        let mut builder = NodeBuilder::new(cluster, NodeId(node.id))
             .listen(node.listen)
             .data_dir(node.data_dir.clone())
             .shards(node.shards)
             .cluster_config(config.cluster.clone())
             .session_config(config.session.clone())
+            .link_timing(config.links.timing())
+            .security(config.tls.security())
+            .client_limits(config.client.limits())
             .core_config(config.limits.apply(CoreConfig::default()))
             .state_machine(|_| Box::new(Register::default()));
+        let admin_options = config.admin.options(node.admin).map_err(|error| NodeError::Config(error.to_string()))?;
+        builder = builder.admin_options(admin_options);
         if let Some(admin) = node.admin {
             builder = builder.admin(admin);
         }
@@ -220,8 +239,26 @@ pub struct NodeBuilder {
     groups: Vec<GroupPlacement>,
     kinds: KindRegistrations,
     admin: Option<SocketAddr>,
+    admin_options: crate::admin::AdminOptions,
     client_port: Option<SocketAddr>,
     session: crate::config::SessionConfig,
+    link_timing: cohort_actors::peer_link::LinkTiming,
+    security: Security,
+    client_limits: crate::client_port::ClientPortLimits,
+}
+
+/// How a node secures its peer links and client port (T1, T2).
+#[derive(Clone, Debug, Default)]
+pub enum Security {
+    /// Nothing chosen yet: [`NodeBuilder::start`] refuses to start.
+    #[default]
+    Unset,
+    /// mTLS with these files (from `cohort certs`).
+    Tls(cohort_actors::tls::TlsFiles),
+    /// mTLS with certificates already loaded.
+    Credentials(cohort_actors::tls::Credentials),
+    /// Plaintext, with a warning at start (`[tls] insecure = true`).
+    Insecure,
 }
 
 impl NodeBuilder {
@@ -241,9 +278,53 @@ impl NodeBuilder {
             groups: Vec::new(),
             kinds: KindRegistrations::default(),
             admin: None,
+            admin_options: crate::admin::AdminOptions::default(),
             client_port: None,
             session: crate::config::SessionConfig::default(),
+            link_timing: cohort_actors::peer_link::LinkTiming::default(),
+            security: Security::Unset,
+            client_limits: crate::client_port::ClientPortLimits::default(),
         }
+    }
+
+    /// The client port's bounds (`[client]`; T5).
+    pub fn client_limits(mut self, limits: crate::client_port::ClientPortLimits) -> Self {
+        self.client_limits = limits;
+        self
+    }
+
+    /// Secure peer links and the client port with mTLS (T1, T2): the
+    /// cluster CA, this node's certificate and its key, as `cohort certs`
+    /// writes them.
+    pub fn tls(mut self, files: cohort_actors::tls::TlsFiles) -> Self {
+        self.security = Security::Tls(files);
+        self
+    }
+
+    /// Like [`NodeBuilder::tls`], with the certificates already loaded.
+    pub fn tls_credentials(mut self, credentials: cohort_actors::tls::Credentials) -> Self {
+        self.security = Security::Credentials(credentials);
+        self
+    }
+
+    /// Run peer links and the client port in plaintext: anyone who can reach
+    /// the ports can join or forge traffic. For a network you fully control
+    /// only; the node logs a warning at start.
+    pub fn insecure(mut self) -> Self {
+        self.security = Security::Insecure;
+        self
+    }
+
+    /// How peer links and the client port are secured (`[tls]`; T1, T2).
+    pub fn security(mut self, security: Security) -> Self {
+        self.security = security;
+        self
+    }
+
+    /// How peer links notice a dead connection and redial (`[links]`; F1).
+    pub fn link_timing(mut self, timing: cohort_actors::peer_link::LinkTiming) -> Self {
+        self.link_timing = timing;
+        self
     }
 
     /// The node's session with the metadata group (`[session]`; S1, S3).
@@ -262,6 +343,33 @@ impl NodeBuilder {
     /// operator commands under `/admin/` on this address.
     pub fn admin(mut self, address: SocketAddr) -> Self {
         self.admin = Some(address);
+        self
+    }
+
+    /// The token operator commands on the admin port must present as
+    /// `Authorization: Bearer <token>` (T4). Without one the node refuses
+    /// every operator command.
+    pub fn admin_token(mut self, token: crate::admin::AdminToken) -> Self {
+        self.admin_options.token = Some(token);
+        self
+    }
+
+    /// Also serve `/metrics` and `/health`, and nothing else, on this
+    /// address (read it back with [`Node::metrics_address`]).
+    pub fn metrics_listen(mut self, address: SocketAddr) -> Self {
+        self.admin_options.metrics_listen = Some(address);
+        self
+    }
+
+    /// The admin port's timeouts and connection cap.
+    pub fn admin_limits(mut self, limits: crate::admin::AdminLimits) -> Self {
+        self.admin_options.limits = limits;
+        self
+    }
+
+    /// Token, metrics listener and limits of the admin port at once (`[admin]`).
+    pub fn admin_options(mut self, options: crate::admin::AdminOptions) -> Self {
+        self.admin_options = options;
         self
     }
 

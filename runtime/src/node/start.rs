@@ -48,6 +48,7 @@ struct Validated {
     core: CoreConfig,
     hosted: Vec<HostedGroup>,
     recorded: Arc<PlacementFile>,
+    tls: Option<cohort_actors::tls::NodeTls>,
 }
 
 /// The node's ports, bound.
@@ -55,6 +56,8 @@ struct Bound {
     peers: std::net::TcpListener,
     listen: SocketAddr,
     admin: Option<std::net::TcpListener>,
+    /// The admin port's listener for `/metrics` and `/health` only.
+    metrics: Option<std::net::TcpListener>,
     client: Option<std::net::TcpListener>,
 }
 
@@ -143,6 +146,7 @@ impl NodeBuilder {
         // node before anything runs.
         let recorded = Arc::new(PlacementFile::open(&data_dir)?);
         recorded.hosted(self.node, &kinds, self.shards, None)?;
+        let tls = self.node_tls()?;
         Ok(Validated {
             builder: self,
             listen,
@@ -155,7 +159,41 @@ impl NodeBuilder {
             core,
             hosted,
             recorded,
+            tls,
         })
+    }
+
+    /// T1, T2: load the certificates, or accept plaintext only when asked
+    /// for by name.
+    fn node_tls(&self) -> Result<Option<cohort_actors::tls::NodeTls>, NodeError> {
+        use cohort_actors::tls::{Credentials, NodeTls};
+        let tls_error = |error: cohort_actors::tls::TlsError| NodeError::Config(format!("tls: {error}"));
+        let credentials = match &self.security {
+            super::Security::Unset => {
+                return Err(NodeError::Config(
+                    "no TLS configured: give the node its certificates ([tls] ca, cert, key, or NodeBuilder::tls;                      `cohort certs init` makes them), or choose plaintext explicitly ([tls] insecure = true, or                      NodeBuilder::insecure)"
+                        .into(),
+                ));
+            }
+            super::Security::Insecure => {
+                eprintln!(
+                    "cohort: WARNING: node {} runs without TLS ([tls] insecure = true): anyone who reaches its ports                      can join the cluster, forge peer traffic and send requests",
+                    self.node
+                );
+                return Ok(None);
+            }
+            super::Security::Tls(files) => Credentials::load(files).map_err(tls_error)?,
+            super::Security::Credentials(credentials) => credentials.clone(),
+        };
+        if !cohort_actors::tls::certifies_node(credentials.leaf(), self.node) {
+            return Err(NodeError::Config(format!(
+                "tls: the certificate does not name node {} (it must carry {}; make it with `cohort certs node --id {}`)",
+                self.node.0,
+                cohort_actors::tls::node_name(self.node),
+                self.node.0
+            )));
+        }
+        NodeTls::new(&credentials).map(Some).map_err(tls_error)
     }
 }
 
@@ -174,8 +212,9 @@ impl Validated {
         };
         let listen = peers.local_addr().unwrap_or(listen);
         let admin = self.builder.admin.map(bind_nonblocking).transpose()?;
+        let metrics = self.builder.admin_options.metrics_listen.map(bind_nonblocking).transpose()?;
         let client = self.builder.client_port.map(bind_nonblocking).transpose()?;
-        Ok(Bound { peers, listen, admin, client })
+        Ok(Bound { peers, listen, admin, metrics, client })
     }
 
     /// Start the peer links, then each shard on an Arbiter of its own with
@@ -201,6 +240,8 @@ impl Validated {
             drops: Arc::clone(drops),
             metrics: Arc::clone(metrics),
             fatal: Arc::new(std::sync::Mutex::new(None)),
+            link_timing: builder.link_timing,
+            tls: self.tls.clone(),
             links: builder
                 .peers
                 .keys()
@@ -230,7 +271,7 @@ impl Validated {
             outboxes_per_shard.push(outboxes);
             arbiters.push(arbiter);
         }
-        let directory = Arc::new(Directory::new(shards, links.clone()));
+        let directory = Arc::new(Directory::new(shards, links.clone(), arbiters.iter().map(Arbiter::handle).collect()));
         let restarts = Arc::new(AtomicU64::new(0));
         let supervisor_arbiter = Arbiter::new();
         let supervisor = cohort_actors::supervisor::Supervisor::new(
@@ -265,6 +306,7 @@ impl Validated {
             metadata_group: GroupId::METADATA,
             policy: self.session.policy,
             keepalive_interval_ticks: self.session.keepalive_interval_ticks,
+            reconnect_backoff_ticks: self.session.reconnect_backoff_ticks,
             session_timeout_ticks: self.session.timeout_ticks,
             request_retry_ticks: self.session.keepalive_interval_ticks,
             unload_grace_ticks: self.session.timeout_ticks,
@@ -292,6 +334,7 @@ impl Validated {
     fn serve(self, bound: Bound, started: Started, agent: Agent, metrics: Arc<NodeMetrics>, drops: Arc<Drops>) -> Node {
         let builder = &self.builder;
         let admin_address = bound.admin.as_ref().and_then(|listener| listener.local_addr().ok());
+        let metrics_address = bound.metrics.as_ref().and_then(|listener| listener.local_addr().ok());
         let client_address = bound.client.as_ref().and_then(|listener| listener.local_addr().ok());
         let operator = OperatorPort::new(Arc::clone(&agent.board), agent.addr.clone().recipient());
         let stats = Arc::new(InboundStats::default());
@@ -303,25 +346,50 @@ impl Validated {
             metrics: Arc::clone(&metrics),
             drops: Arc::clone(&drops),
             next_connection: Arc::new(AtomicU64::new(1)),
+            link_timing: builder.link_timing,
+            tls: self.tls.clone(),
+            greeting: Arc::default(),
         };
         let io = &started.io;
         if let Some(client) = bound.client {
-            let (cluster, node, directory) = (builder.cluster, builder.node, Arc::clone(&started.directory));
+            let port = Arc::new(crate::client_port::ClientPort {
+                cluster: builder.cluster,
+                node: builder.node,
+                shards: Arc::clone(&started.directory),
+                metrics: Arc::clone(&metrics),
+                tls: self.tls.clone(),
+                limits: builder.client_limits,
+                metadata: self.metadata.clone(),
+            });
             io.spawn(async move {
                 match tokio::net::TcpListener::from_std(client) {
-                    Ok(listener) => crate::client_port::serve(listener, cluster, node, directory).await,
+                    Ok(listener) => crate::client_port::serve(listener, port).await,
                     Err(error) => eprintln!("cohort: cannot serve clients: {error}"),
                 }
             });
         }
-        if let Some(admin) = bound.admin {
-            let metrics = Arc::clone(&metrics);
-            io.spawn(async move {
-                match tokio::net::TcpListener::from_std(admin) {
-                    Ok(listener) => crate::admin::serve_node(listener, metrics, Arc::new(operator)).await,
-                    Err(error) => eprintln!("cohort: cannot serve metrics: {error}"),
+        let options = &builder.admin_options;
+        let admin = bound.admin.map(|admin| {
+            crate::admin::serve_node(admin, Arc::clone(&metrics), Arc::new(operator), options)
+                .map_err(|error| ("the admin port", error))
+        });
+        let metrics_only = bound.metrics.map(|listener| {
+            crate::admin::serve_metrics(listener, Arc::clone(&metrics), options.limits)
+                .map_err(|error| ("the metrics listener", error))
+        });
+        // Each server runs its own worker thread; polling it on the I/O
+        // arbiter drives it, and stopping that arbiter drops and stops it.
+        for server in admin.into_iter().chain(metrics_only) {
+            match server {
+                Ok(server) => {
+                    io.spawn(async move {
+                        if let Err(error) = server.await {
+                            eprintln!("cohort: the admin port stopped: {error}");
+                        }
+                    });
                 }
-            });
+                Err((what, error)) => eprintln!("cohort: cannot serve {what}: {error}"),
+            }
         }
         let peers = bound.peers;
         io.spawn(async move {
@@ -333,7 +401,6 @@ impl Validated {
         let handle = NodeHandle {
             node: builder.node,
             shards: started.directory,
-            next_client: Arc::new(AtomicU64::new(1)),
             links: Arc::new(started.parts.links.clone()),
             drops,
             stats,
@@ -348,6 +415,7 @@ impl Validated {
             handle,
             listen: bound.listen,
             admin: admin_address,
+            metrics: metrics_address,
             client: client_address,
             supervisor: Some(started.supervisor_arbiter),
             arbiters: started.arbiters,

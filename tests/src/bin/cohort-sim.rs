@@ -2,8 +2,9 @@
 //! violation with the command that reproduces it. See docs/simulator.md.
 //!
 //! stdout: one line per violation, a JSON line per seed with `--json`, and
-//! last `seeds=N violations=V ops_committed=C view_changes=X` (plus the
-//! session counters with `--scenario metadata`). stderr:
+//! last `seeds=N violations=V ops_committed=C view_changes=X ...` (the
+//! seeds that failed and the disks' fault counters, plus the session
+//! counters with `--scenario metadata`). stderr:
 //! progress and seeds/s. Exit code 1 on any violation, 2 on bad arguments.
 
 use std::process::ExitCode;
@@ -40,12 +41,14 @@ fn main() -> ExitCode {
     let (mut agents, mut stops, mut seeds_expired) = (AgentCounters::default(), 0u64, 0u64);
     let (mut changes_started, mut changes_completed, mut seeds_changed) = (0u64, 0u64, 0u64);
     let (mut operations, mut seeds_operated) = (cohort_sim::sim::OperationCounts::default(), 0u64);
+    let (mut disks, mut starts_refused, mut seeds_failed) = (cohort_sim::disk::DiskStats::default(), 0u64, 0u64);
     for (done, seed) in (args.seed_start..args.seed_start + args.seeds).enumerate() {
         let config = args.config(seed);
         let outcome = cli::run_catching(config.clone());
         if args.json {
             println!("{}", cli::json_summary(&config, &outcome));
         }
+        seeds_failed += u64::from(outcome.as_ref().map_or(true, |report| !report.violations.is_empty()));
         match &outcome {
             Ok(report) => {
                 for violation in report.violations.iter().take(VIOLATION_LINES_PER_SEED_MAX) {
@@ -74,6 +77,12 @@ fn main() -> ExitCode {
                 changes_started += report.reconfigurations.0;
                 changes_completed += report.reconfigurations.1;
                 seeds_changed += u64::from(report.reconfigurations.1 > 0);
+                disks.power_losses += report.disks.power_losses;
+                disks.writes_torn += report.disks.writes_torn;
+                disks.corrupt_reads += report.disks.corrupt_reads;
+                disks.writes_refused_full += report.disks.writes_refused_full;
+                disks.io_errors += report.disks.io_errors;
+                starts_refused += report.starts_refused;
             }
             Err(panic) => {
                 println!("seed={seed} panic: {panic} (reproduce: {})", args.reproduce(seed));
@@ -88,7 +97,16 @@ fn main() -> ExitCode {
     }
     let elapsed = started.elapsed().as_secs_f64();
     eprintln!("{} seeds in {elapsed:.1} s: {:.1} seeds/s", args.seeds, args.seeds as f64 / elapsed.max(1e-9));
-    let mut last = format!("seeds={} violations={violations} ops_committed={ops} view_changes={views}", args.seeds);
+    let mut last = format!(
+        "seeds={} violations={violations} ops_committed={ops} view_changes={views} seeds_failed={seeds_failed} \
+         power_losses={} writes_torn={} corrupt_reads={} disk_full_writes={} disk_io_errors={} starts_refused={starts_refused}",
+        args.seeds,
+        disks.power_losses,
+        disks.writes_torn,
+        disks.corrupt_reads,
+        disks.writes_refused_full,
+        disks.io_errors
+    );
     if args.scenario == Scenario::Metadata {
         last.push_str(&format!(
             " sessions_opened={} sessions_expired={} seeds_with_expiry={seeds_expired} reports_accepted={} \

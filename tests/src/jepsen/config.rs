@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::jepsen::nemesis::Timing;
+use crate::jepsen::nemesis::{Phase, Timing};
 use crate::jepsen::nodes::SessionSettings;
 use crate::jepsen::workload::Timeouts;
 
@@ -31,6 +31,10 @@ pub struct Config {
     pub reads_per_mille: u64,
     /// The nemesis's phase lengths.
     pub timing: Timing,
+    /// An explicit schedule instead of the seeded one (a scripted experiment,
+    /// e.g. F1's heal test); its phases must tile `0..seconds` and end with
+    /// the final heal.
+    pub phases: Option<Vec<Phase>>,
     /// Every node's `[session]`.
     pub session: SessionSettings,
     /// The workload's client timeouts.
@@ -67,6 +71,7 @@ impl Config {
                 // Well past the session timeout, and past failover (2 s heartbeat timeout).
                 pause_ms: session.timeout_ms * 2 + 1_000,
             },
+            phases: None,
             session,
             timeouts: Timeouts { op: Duration::from_secs(3), attempt: Duration::from_secs(1) },
             final_read_timeout: Duration::from_secs(60),

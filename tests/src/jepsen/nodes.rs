@@ -11,6 +11,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::os::unix::process::ExitStatusExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -73,6 +74,7 @@ pub struct Cluster {
     addresses: Vec<Ipv4Addr>,
     processes: Vec<NodeProcess>,
     exits: Vec<NodeExit>,
+    client_tls: Arc<rustls::ClientConfig>,
 }
 
 impl Cluster {
@@ -86,8 +88,18 @@ impl Cluster {
         session: SessionSettings,
     ) -> Result<Cluster, Error> {
         let addresses: Vec<Ipv4Addr> = (0..nodes).map(|index| network.node_address(index)).collect();
+        // T1, T2: the nodes and the workload speak mTLS, with a CA made the
+        // way an operator makes one.
+        let certs = dir.join("certs");
+        let _ = std::fs::remove_dir_all(&certs);
+        let certs_arg = certs.display().to_string();
+        let nodes_arg = nodes.to_string();
+        run_binary(binary, &["certs", "init", "--dir", &certs_arg, "--nodes", &nodes_arg])?;
+        run_binary(binary, &["certs", "client", "--dir", &certs_arg, "--name", "jepsen"])?;
+        let client_tls = crate::jepsen::port::client_tls(&certs, "jepsen")
+            .map_err(|error| Error::new(format!("client certificate in {}: {error}", certs.display())))?;
         for index in 0..nodes {
-            let text = config(index, &addresses, &dir.join(format!("data-{}", index + 1)), groups, session);
+            let text = config(index, &addresses, &dir.join(format!("data-{}", index + 1)), groups, session, &certs);
             let path = dir.join(format!("node-{}.toml", index + 1));
             std::fs::write(&path, text).map_err(|error| Error::new(format!("write {}: {error}", path.display())))?;
         }
@@ -98,6 +110,7 @@ impl Cluster {
             addresses,
             processes: (0..nodes).map(|_| NodeProcess { child: None, paused: false }).collect(),
             exits: Vec::new(),
+            client_tls,
         })
     }
 
@@ -112,8 +125,14 @@ impl Cluster {
     }
 
     /// Every node's client port.
-    pub fn client_addresses(&self) -> Vec<SocketAddr> {
-        self.addresses.iter().map(|address| SocketAddr::from((*address, CLIENT_PORT))).collect()
+    pub fn client_addresses(&self) -> Vec<crate::jepsen::port::Endpoint> {
+        self.addresses
+            .iter()
+            .map(|address| crate::jepsen::port::Endpoint {
+                address: SocketAddr::from((*address, CLIENT_PORT)),
+                tls: Arc::clone(&self.client_tls),
+            })
+            .collect()
     }
 
     /// Node `index`'s stderr log.
@@ -254,13 +273,37 @@ pub fn last_lines(path: &Path, n: usize) -> Vec<String> {
 }
 
 /// A node's config: fast timing as in `runtime/tests/processes.rs`.
-fn config(index: usize, addresses: &[Ipv4Addr], data: &Path, groups: u64, session: SessionSettings) -> String {
+/// Run the `cohort` binary with `args` (outside the namespaces) and wait.
+fn run_binary(binary: &Path, args: &[&str]) -> Result<(), Error> {
+    let output = Command::new(binary)
+        .args(args)
+        .output()
+        .map_err(|error| Error::new(format!("{} {}: {error}", binary.display(), args.join(" "))))?;
+    if !output.status.success() {
+        return Err(Error::new(format!(
+            "{} {}: {}",
+            binary.display(),
+            args.join(" "),
+            String::from_utf8_lossy(&output.stderr).trim()
+        )));
+    }
+    Ok(())
+}
+
+fn config(
+    index: usize,
+    addresses: &[Ipv4Addr],
+    data: &Path,
+    groups: u64,
+    session: SessionSettings,
+    certs: &Path,
+) -> String {
     let address = addresses[index];
     let mut text = format!(
         "[cluster]\ntick = \"50ms\"\ncommit_broadcast_interval = \"250ms\"\ncommit_heartbeat_timeout = \"2s\"\n\
          commit_idle_heartbeat_interval = \"500ms\"\ncommit_idle_heartbeat_timeout = \"2s\"\n\
          view_change_timeout = \"500ms\"\nrepair_timeout = \"100ms\"\n\n\
-         [node]\ncluster_id = {CLUSTER_ID}\nid = {id}\nlisten = \"{address}:{PEER_PORT}\"\n\
+         [node]\ncluster_id = \"{CLUSTER_ID:x}\"\nid = {id}\nlisten = \"{address}:{PEER_PORT}\"\n\
          client = \"{address}:{CLIENT_PORT}\"\nadmin = \"{address}:{ADMIN_PORT}\"\ndata_dir = \"{data}\"\nshards = 2\n",
         id = index + 1,
         data = data.display(),
@@ -270,6 +313,14 @@ fn config(index: usize, addresses: &[Ipv4Addr], data: &Path, groups: u64, sessio
             text.push_str(&format!("\n[[node.peers]]\nid = {}\naddress = \"{address}:{PEER_PORT}\"\n", peer + 1));
         }
     }
+    text.push_str(&format!(
+        "\n[tls]\nca = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\n",
+        certs.join("ca.pem").display(),
+        certs.join(format!("node-{}.pem", index + 1)).display(),
+        certs.join(format!("node-{}.key", index + 1)).display()
+    ));
+    // F1: link timing that fits the fast cluster timing above.
+    text.push_str("\n[links]\nstall_timeout = \"1s\"\nconnect_timeout = \"500ms\"\nredial_backoff_max = \"500ms\"\n");
     text.push_str(&format!(
         "\n[groups]\npartitions = {groups}\n\n[session]\nsession_timeout_ms = {}\nsession_keepalive_interval_ms = {}\n\
          session_expired_policy = \"reconnect\"\nsession_reconnect_attempts = {}\n",

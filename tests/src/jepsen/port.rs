@@ -1,11 +1,13 @@
 //! One connection to a node's client port, speaking its raw frames
-//! (`runtime/src/client_port.rs`): a Handshake with node id 0, then Request
-//! frames, answered in order by Reply or Redirect frames. Answers that do not
-//! belong to the request in flight (a late answer on a reused connection)
+//! (`runtime/src/client_port.rs`) over mTLS with the run's client
+//! certificate: a Handshake with node id 0, then Request frames, answered
+//! by Reply or Redirect frames. Answers that do not belong to the request in
+//! flight (the node's own Handshake, a late answer on a reused connection)
 //! are skipped with the core's matching rules ([`answers`], [`redirects`]).
 
 use std::io::{self, Read as _, Write as _};
 use std::net::{SocketAddr, TcpStream};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
@@ -30,9 +32,44 @@ pub enum Answer {
     Redirect(Redirect),
 }
 
+/// Where a node's client port is, and how to speak TLS to it.
+#[derive(Clone)]
+pub struct Endpoint {
+    /// The client port.
+    pub address: SocketAddr,
+    /// The run's client certificate and the cluster CA.
+    pub tls: Arc<rustls::ClientConfig>,
+}
+
+/// The TLS configuration of a client with `dir`'s `ca.pem` and
+/// `client-<name>.pem`/`.key` (as `cohort certs client` writes them).
+pub fn client_tls(dir: &std::path::Path, name: &str) -> io::Result<Arc<rustls::ClientConfig>> {
+    use rustls::pki_types::pem::PemObject as _;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let invalid = |what: &str, error: &dyn std::fmt::Display| io::Error::other(format!("{what}: {error}"));
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(dir.join("ca.pem")).map_err(|e| invalid("ca.pem", &e))? {
+        roots.add(cert.map_err(|e| invalid("ca.pem", &e))?).map_err(|e| invalid("ca.pem", &e))?;
+    }
+    let chain = CertificateDer::pem_file_iter(dir.join(format!("client-{name}.pem")))
+        .map_err(|e| invalid("client certificate", &e))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| invalid("client certificate", &e))?;
+    let key =
+        PrivateKeyDer::from_pem_file(dir.join(format!("client-{name}.key"))).map_err(|e| invalid("client key", &e))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| invalid("TLS", &e))?
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, key)
+        .map_err(|e| invalid("TLS", &e))?;
+    Ok(Arc::new(config))
+}
+
 /// An open, greeted connection.
 pub struct Connection {
-    stream: TcpStream,
+    stream: rustls::StreamOwned<rustls::ClientConnection, TcpStream>,
     decoder: FrameDecoder,
     buffer: BytesMut,
 }
@@ -46,11 +83,15 @@ fn timed_out(what: &str) -> io::Error {
 }
 
 impl Connection {
-    /// Connect to `address` and send the Handshake.
-    pub fn open(address: SocketAddr) -> io::Result<Connection> {
-        let mut stream = TcpStream::connect_timeout(&address, CONNECT_TIMEOUT)?;
-        stream.set_nodelay(true)?;
-        stream.set_write_timeout(Some(Duration::from_secs(1)))?;
+    /// Connect to `endpoint`, run TLS, and send the Handshake.
+    pub fn open(endpoint: &Endpoint) -> io::Result<Connection> {
+        let tcp = TcpStream::connect_timeout(&endpoint.address, CONNECT_TIMEOUT)?;
+        tcp.set_nodelay(true)?;
+        tcp.set_write_timeout(Some(Duration::from_secs(1)))?;
+        tcp.set_read_timeout(Some(Duration::from_secs(1)))?;
+        let name = rustls::pki_types::ServerName::try_from("nodes.cohort").map_err(io::Error::other)?;
+        let connection = rustls::ClientConnection::new(Arc::clone(&endpoint.tls), name).map_err(io::Error::other)?;
+        let mut stream = rustls::StreamOwned::new(connection, tcp);
         let hello = Message::Handshake(Handshake {
             revision: WIRE_REVISION,
             cluster: cluster(),
@@ -92,7 +133,7 @@ impl Connection {
             if left.is_zero() {
                 return Err(timed_out("no answer in time"));
             }
-            self.stream.set_read_timeout(Some(left))?;
+            self.stream.sock.set_read_timeout(Some(left))?;
             let mut chunk = [0u8; READ_CHUNK_BYTES];
             match self.stream.read(&mut chunk) {
                 Ok(0) => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "the node closed the connection")),

@@ -77,6 +77,12 @@ pub struct PhaseReport {
     /// The longest time in the phase without an ok op completing on some
     /// key (s), and that key: a stall shows here even when other keys go on.
     pub longest_gap: (f64, u64),
+    /// F1: time from the phase's start to the first ok *write* on every key
+    /// (s); a read can be served by an old primary within its quorum
+    /// window, a write needs a quorum. `None`: some key had none.
+    pub write_recovery_s: Option<f64>,
+    /// Like `longest_gap`, counting ok writes only.
+    pub longest_write_gap: (f64, u64),
 }
 
 /// A run's summary.
@@ -229,6 +235,14 @@ fn phase_report(phase: &Phase, ops: &[OpRecord], keys: &[u64], after_fault: bool
         recovery_s,
         keys_unrecovered,
         longest_gap: longest_gap(&inside, keys, start_ns, end_ns),
+        write_recovery_s: keys
+            .iter()
+            .map(|key| first_write_after(ops, *key, start_ns).filter(|at| *at < phase.seconds()))
+            .try_fold(0.0f64, |max, at| at.map(|at| max.max(at))),
+        longest_write_gap: {
+            let writes: Vec<&OpRecord> = inside.iter().copied().filter(|op| op.written().is_some()).collect();
+            longest_gap(&writes, keys, start_ns, end_ns)
+        },
     }
 }
 
@@ -247,6 +261,15 @@ fn longest_gap(inside: &[&OpRecord], keys: &[u64], start_ns: u64, end_ns: u64) -
         }
     }
     longest
+}
+
+/// Seconds from `from_ns` to the first ok write on `key` that completed after it.
+fn first_write_after(ops: &[OpRecord], key: u64, from_ns: u64) -> Option<f64> {
+    ops.iter()
+        .filter(|op| op.key == key && op.is_ok() && op.written().is_some() && op.complete_ns >= from_ns)
+        .map(|op| op.complete_ns)
+        .min()
+        .map(|at| seconds(at - from_ns))
 }
 
 /// Seconds from `from_ns` to the first ok op on `key` that completed after it.
@@ -295,7 +318,7 @@ impl Report {
         text.push_str("  phases (availability = ok ops/s):\n");
         for phase in &self.phases {
             text.push_str(&format!(
-                "    {:>6.1}-{:<6.1} {:<20} ok/s {:>6.1}  ok {:>5} fail {:>4} info {:>4}  p50 {:>9}  gap {:>5.2} s (key {})  recovery {}\n",
+                "    {:>6.1}-{:<6.1} {:<20} ok/s {:>6.1}  ok {:>5} fail {:>4} info {:>4}  p50 {:>9}  gap {:>5.2} s (key {})  write gap {:>5.2} s  recovery {}  write recovery {}\n",
                 phase.start_s,
                 phase.end_s,
                 phase.label,
@@ -306,11 +329,13 @@ impl Report {
                 or_dash(phase.latency_p50_ms, " ms"),
                 phase.longest_gap.0,
                 phase.longest_gap.1,
+                phase.longest_write_gap.0,
                 match (phase.recovery_s, phase.keys_unrecovered.is_empty()) {
                     (Some(at), _) => format!("{at:.2} s"),
                     (None, false) => format!("none for keys {:?}", phase.keys_unrecovered),
                     (None, true) => "-".to_string(),
-                }
+                },
+                or_dash(phase.write_recovery_s, " s"),
             ));
         }
         if self.node_exits.is_empty() {

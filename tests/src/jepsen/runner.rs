@@ -38,12 +38,30 @@ pub struct NemesisEvent {
     pub what: String,
 }
 
+/// A scripted schedule tiles the run and ends with the final heal.
+fn check_scripted(phases: &[Phase], seconds: u64) -> Result<(), Error> {
+    let tiles = phases.first().is_some_and(|first| first.start_ms == 0)
+        && phases.windows(2).all(|pair| pair[0].end_ms == pair[1].start_ms)
+        && phases.last().is_some_and(|last| last.kind == PhaseKind::FinalHeal && last.end_ms == seconds * 1000);
+    if tiles {
+        Ok(())
+    } else {
+        Err(Error::new(format!("a scripted schedule must tile 0..{seconds} s and end with the final heal: {phases:?}")))
+    }
+}
+
 /// Run the harness as `config` says.
 pub fn run(config: &Config) -> Result<Report, Error> {
     preflight::check_environment()?;
     let binary = preflight::find_binary(config.binary.as_deref())?;
     let _lock = prepare_out_dir(config)?;
-    let phases = nemesis::schedule(config.seed, config.seconds, config.nodes, config.timing);
+    let phases = match &config.phases {
+        Some(phases) => {
+            check_scripted(phases, config.seconds)?;
+            phases.clone()
+        }
+        None => nemesis::schedule(config.seed, config.seconds, config.nodes, config.timing),
+    };
     let mut network = Network::create(config.nodes)?;
     say(
         config,
@@ -185,7 +203,11 @@ fn prepare_out_dir(config: &Config) -> Result<OutLock, Error> {
 }
 
 /// Wait until a read of every key is answered.
-fn wait_ready(config: &Config, addresses: &[std::net::SocketAddr], cluster: &mut Cluster) -> Result<(), Error> {
+fn wait_ready(
+    config: &Config,
+    addresses: &[crate::jepsen::port::Endpoint],
+    cluster: &mut Cluster,
+) -> Result<(), Error> {
     let started = Instant::now();
     let clock = Clock::start();
     let timeouts = Timeouts { op: Duration::from_secs(2), attempt: Duration::from_secs(1) };
@@ -306,7 +328,7 @@ fn sleep_until(clock: &Clock, ms: u64, cluster: &mut Cluster, events: &mut Vec<N
 }
 
 /// Read every key once more after the workload, in parallel; recorded in the history.
-fn final_reads(config: &Config, shared: &Arc<Shared>, addresses: &[std::net::SocketAddr]) {
+fn final_reads(config: &Config, shared: &Arc<Shared>, addresses: &[crate::jepsen::port::Endpoint]) {
     let timeouts = Timeouts { op: config.final_read_timeout, attempt: Duration::from_secs(1) };
     let threads: Vec<_> = (0..config.groups)
         .map(|key| {

@@ -12,7 +12,6 @@
 
 use std::collections::HashMap;
 use std::io::Read as _;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
@@ -23,6 +22,7 @@ use cohort_core::client::{Sequence, Verdict, read, verdict};
 use cohort_messages::{ClientId, GroupId, ReplyError, Request, RequestNumber};
 
 use crate::jepsen::history::{Clock, Completion, History, OpKind, OpRecord};
+use crate::jepsen::port::Endpoint;
 use crate::jepsen::port::{Answer, Connection};
 use crate::rng::Rng;
 
@@ -70,14 +70,14 @@ pub enum Outcome {
 
 /// Sends requests to the nodes, following redirects, on one connection per node.
 pub struct Router {
-    addresses: Vec<SocketAddr>,
+    addresses: Vec<Endpoint>,
     connections: Vec<Option<Connection>>,
     primaries: HashMap<GroupId, usize>,
 }
 
 impl Router {
     /// A router over the nodes' client ports.
-    pub fn new(addresses: Vec<SocketAddr>) -> Router {
+    pub fn new(addresses: Vec<Endpoint>) -> Router {
         let connections = addresses.iter().map(|_| None).collect();
         Router { addresses, connections, primaries: HashMap::new() }
     }
@@ -151,7 +151,7 @@ impl Router {
 
     fn connection(&mut self, index: usize) -> std::io::Result<&mut Connection> {
         if self.connections[index].is_none() {
-            self.connections[index] = Some(Connection::open(self.addresses[index])?);
+            self.connections[index] = Some(Connection::open(&self.addresses[index])?);
         }
         Ok(self.connections[index].as_mut().expect("just opened"))
     }
@@ -190,7 +190,7 @@ pub struct Process {
 
 impl Process {
     /// Logical client `index` over the nodes' client ports.
-    pub fn new(index: usize, addresses: Vec<SocketAddr>) -> Process {
+    pub fn new(index: usize, addresses: Vec<Endpoint>) -> Process {
         Process {
             index,
             router: Router::new(addresses),
@@ -274,7 +274,7 @@ pub struct Settings {
 }
 
 /// Start the client threads; they run until `shared.stop`.
-pub fn start(shared: &Arc<Shared>, addresses: &[SocketAddr], settings: Settings, seed: u64) -> Vec<JoinHandle<()>> {
+pub fn start(shared: &Arc<Shared>, addresses: &[Endpoint], settings: Settings, seed: u64) -> Vec<JoinHandle<()>> {
     let interval = Duration::from_secs_f64(settings.processes as f64 / settings.rate_per_s.max(0.1));
     (0..settings.processes)
         .map(|index| {

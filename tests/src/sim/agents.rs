@@ -62,17 +62,19 @@ impl Sim {
     pub(super) fn tick_agent(&mut self, index: usize) {
         let now = self.now;
         let node = &mut self.nodes[index];
-        let (Some(shard), Some(agent)) = (node.shard.as_ref(), node.agent.as_mut()) else { return };
-        let metadata_primary =
-            shard.replica(GroupId::METADATA).is_some_and(|replica| replica.is_confirmed_primary(now));
+        if !node.is_up() {
+            return;
+        }
+        let metadata_primary = node.replica(GroupId::METADATA).is_some_and(|replica| replica.is_confirmed_primary(now));
         let hosted: Vec<HostedReplica> = self
             .specs
             .iter()
             .filter_map(|spec| {
-                let replica = shard.replica(spec.group)?;
+                let replica = node.replica(spec.group)?;
                 Some(HostedReplica::of(replica, now))
             })
             .collect();
+        let Some(agent) = node.agent.as_mut() else { return };
         let metadata = node.metadata.borrow();
         let outputs = agent.on_tick(now, &metadata, metadata_primary, &hosted);
         drop(metadata);
@@ -81,8 +83,14 @@ impl Sim {
 
     /// A message for node `index` that its agent takes; anything else is
     /// handed back for the shard.
-    pub(super) fn deliver_to_agent(&mut self, index: usize, message: Message) -> Option<Message> {
+    pub(super) fn deliver_to_agent(
+        &mut self,
+        index: usize,
+        from: cohort_messages::NodeId,
+        message: Message,
+    ) -> Option<Message> {
         let now = self.now;
+        let members = self.metadata_spec.as_ref().map(|spec| spec.members.clone()).unwrap_or_default();
         let node = &mut self.nodes[index];
         let Some(agent) = node.agent.as_mut() else { return Some(message) };
         let outputs = match message {
@@ -93,9 +101,9 @@ impl Sim {
             }
             Message::SessionKeepalive(keepalive) => {
                 let metadata = node.metadata.borrow();
-                agent.on_keepalive(now, &keepalive, &metadata)
+                agent.on_keepalive(now, from, &keepalive, &metadata)
             }
-            Message::SessionExpired(notice) => agent.on_session_expired(&notice),
+            Message::SessionExpired(notice) => agent.on_session_expired(from, &members, &notice),
             other => return Some(other),
         };
         self.run_agent_outputs(index, outputs);
@@ -155,7 +163,7 @@ impl Sim {
                     node.extra_specs.remove(&group);
                 }
                 AgentOutput::ProposeSeal { group, seal } => {
-                    if let Some(shard) = self.nodes[index].shard.as_mut() {
+                    if let Some(shard) = self.nodes[index].shard_for_mut(group) {
                         let _ = shard.propose_seal(group, seal);
                     }
                     self.drain(index);
@@ -173,7 +181,7 @@ impl Sim {
                 }
                 AgentOutput::SetLearners { group, learners } => {
                     let node = &mut self.nodes[index];
-                    if let Some(shard) = node.shard.as_mut()
+                    if let Some(shard) = node.shard_for_mut(group)
                         && shard.set_learners(group, learners.clone()).is_ok()
                         && let Some(spec) = node.extra_specs.get_mut(&group)
                     {
@@ -186,7 +194,7 @@ impl Sim {
                     self.drain(index);
                 }
                 AgentOutput::Switch(group) => {
-                    if let Some(shard) = self.nodes[index].shard.as_mut() {
+                    if let Some(shard) = self.nodes[index].shard_for_mut(group) {
                         let _ = shard.switch_incarnation(group);
                     }
                     self.drain(index);
@@ -194,11 +202,7 @@ impl Sim {
                 AgentOutput::Stop(_reason) => {
                     // S3: the node stops; an operator restarts it much later.
                     self.node_stops += 1;
-                    self.collect_applies(index);
-                    self.retire_agent(index);
-                    self.checkers.crashed(index);
-                    let seed = self.rng.next_u64();
-                    self.nodes[index].crash(self.now + STOPPED_DOWN_TICKS, seed);
+                    self.take_down(index, self.now + STOPPED_DOWN_TICKS, false);
                     return;
                 }
             }
@@ -216,14 +220,16 @@ impl Sim {
             return;
         }
         spec.report_applied = true;
-        let Some(shard) = self.nodes[index].shard.as_ref() else { return };
-        if shard.replica(group).is_some_and(|replica| replica.incarnation() >= incarnation) {
+        if !self.nodes[index].is_up() {
+            return;
+        }
+        if self.nodes[index].replica(group).is_some_and(|replica| replica.incarnation() >= incarnation) {
             return; // Never replace a replica of this incarnation or a later one.
         }
         self.drop_replica(index, group);
         let node = &mut self.nodes[index];
         let state = node.state_machine_for(group);
-        if let Some(shard) = node.shard.as_mut()
+        if let Some(shard) = node.shard_for_mut(group)
             && shard.create_group(spec.clone(), state).is_ok()
         {
             node.unloaded.remove(&group);
@@ -234,12 +240,12 @@ impl Sim {
 
     /// Node `index` stops hosting `group`: its replica, its data, and the
     /// stream of applies the checkers follow.
-    fn drop_replica(&mut self, index: usize, group: GroupId) {
+    pub(super) fn drop_replica(&mut self, index: usize, group: GroupId) {
         self.collect_applies(index);
-        let node = &mut self.nodes[index];
-        if node.shard.as_mut().is_some_and(|shard| shard.remove_group(group)) {
-            let _ = cohort_core::storage::Storage::remove_group(&mut node.storage, group);
-            self.checkers.unloaded(index, group);
+        match self.nodes[index].remove_group(group, self.now) {
+            Ok(true) => self.checkers.unloaded(index, group),
+            Ok(false) => {}
+            Err(error) => self.kill(index, &format!("storage failed: {error}")),
         }
     }
 

@@ -77,7 +77,7 @@ impl Sim {
     /// Something to ask for, from what a running node's metadata shows.
     fn choose_operation(&mut self) -> Option<MetadataCommand> {
         let metadata = (0..self.nodes.len())
-            .find(|index| self.nodes[*index].shard.is_some())
+            .find(|index| self.nodes[*index].is_up())
             .map(|index| self.nodes[index].metadata.borrow().clone())?;
         let groups: Vec<GroupId> =
             metadata.groups.iter().filter(|(_, record)| record.live).map(|(group, _)| *group).collect();

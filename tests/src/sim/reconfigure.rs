@@ -5,7 +5,9 @@
 //! one node fewer), asks the group's primary to seal the current incarnation
 //! until the seal is in, waits until every next member holds the seal
 //! durably, then switches each next member to the new incarnation as it
-//! comes up, and finally drops the group from the nodes left out. Crashes,
+//! comes up, and finally drops the group from the nodes left out. A next
+//! member that restarts in the sealed incarnation after the change is done
+//! (its switch was not yet durable when it crashed) is switched again. Crashes,
 //! pauses and partitions go on all the while; the usual checkers (P1 per
 //! incarnation and view, agreement, acknowledged writes, linearizability,
 //! liveness after healing) judge the result.
@@ -52,7 +54,7 @@ impl Sim {
             if !self.nodes[index].is_running(now) {
                 continue;
             }
-            let Some(shard) = self.nodes[index].shard.as_mut() else { continue };
+            let Some(shard) = self.nodes[index].shard_for_mut(group) else { continue };
             if shard.replica(group).is_some_and(|r| r.incarnation() == from && r.is_primary()) {
                 let proposed = shard.propose_seal(group, seal.clone()).is_ok();
                 self.drain(index);
@@ -65,7 +67,7 @@ impl Sim {
     /// For hand-written scenarios: switch node `index`'s sealed replica of
     /// `group` to the next incarnation.
     pub fn switch_incarnation(&mut self, index: usize, group: GroupId) -> Result<(), String> {
-        let shard = self.nodes[index].shard.as_mut().ok_or("the node is down")?;
+        let shard = self.nodes[index].shard_for_mut(group).ok_or("the node is down")?;
         shard.switch_incarnation(group).map_err(|error| error.to_string())?;
         self.drain(index);
         Ok(())
@@ -80,13 +82,39 @@ impl Sim {
         for group in groups {
             self.drive_change(group);
         }
+        self.switch_stragglers();
+    }
+
+    /// A next member whose switch was not durable when it crashed restarts
+    /// in the sealed incarnation, after the change completed. The host
+    /// follows the group's newest incarnation (the metadata names it), so it
+    /// switches the member again.
+    fn switch_stragglers(&mut self) {
+        let now = self.now;
+        for spec in self.specs.clone() {
+            let group = spec.group;
+            let Some((newest, _)) = self.current_members(group) else { continue };
+            for index in 0..self.nodes.len() {
+                if !self.nodes[index].is_running(now) {
+                    continue;
+                }
+                let Some(shard) = self.nodes[index].shard_for_mut(group) else { continue };
+                let behind = shard.replica(group).is_some_and(|replica| {
+                    replica.incarnation() < newest
+                        && replica.sealed().is_some_and(|sealed| sealed.seal.incarnation <= newest)
+                });
+                if behind && shard.switch_incarnation(group).is_ok() {
+                    self.drain(index);
+                }
+            }
+        }
     }
 
     /// The newest incarnation any running node hosts, and its members.
     fn current_members(&self, group: GroupId) -> Option<(Incarnation, Vec<NodeId>)> {
         self.nodes
             .iter()
-            .filter_map(|node| node.shard.as_ref()?.replica(group))
+            .filter_map(|node| node.replica(group))
             .map(|replica| (replica.incarnation(), replica.members().to_vec()))
             .max_by_key(|(incarnation, _)| *incarnation)
     }
@@ -123,7 +151,7 @@ impl Sim {
                 if !self.nodes[index].is_running(now) {
                     continue;
                 }
-                let Some(shard) = self.nodes[index].shard.as_mut() else { continue };
+                let Some(shard) = self.nodes[index].shard_for_mut(group) else { continue };
                 let leads = shard.replica(group).is_some_and(|r| r.incarnation() == change.from && r.is_primary());
                 if leads {
                     let _ = shard.propose_seal(group, change.seal.clone());
@@ -147,7 +175,7 @@ impl Sim {
             if !self.nodes[index].is_running(now) {
                 continue;
             }
-            let Some(shard) = self.nodes[index].shard.as_mut() else { continue };
+            let Some(shard) = self.nodes[index].shard_for_mut(group) else { continue };
             if shard.replica(group).is_some_and(|r| r.incarnation() == change.from && r.sealed().is_some()) {
                 shard.switch_incarnation(group).expect("a sealed next member switches");
                 self.drain(index);
@@ -165,9 +193,7 @@ impl Sim {
                 continue;
             }
             self.nodes[index].unloaded.insert(group);
-            if let Some(shard) = self.nodes[index].shard.as_mut() {
-                shard.remove_group(group);
-            }
+            self.drop_replica(index, group);
         }
         self.reconfigurations.active.remove(&group);
         self.reconfigurations.completed += 1;

@@ -52,6 +52,9 @@ pub struct AgentConfig {
     pub policy: ExpiredPolicy,
     /// How often a keepalive leaves.
     pub keepalive_interval_ticks: u64,
+    /// F2: the wait after the first failed reconnect attempt; it doubles
+    /// after each further one.
+    pub reconnect_backoff_ticks: u64,
     /// Silence after which the metadata primary expires a session (S1).
     pub session_timeout_ticks: u64,
     /// An unanswered request is sent again after this long.
@@ -224,6 +227,10 @@ pub struct AgentCounters {
     pub expiries_proposed: u64,
     /// Groups unloaded.
     pub groups_unloaded: u64,
+    /// T3: session frames refused because they did not come from whom they
+    /// speak for (a keepalive for another node, an expiry notice from a
+    /// node outside the metadata group).
+    pub frames_refused: u64,
 }
 
 /// The agent. See the module docs.
@@ -255,7 +262,8 @@ pub struct MetadataAgent {
 impl MetadataAgent {
     /// An agent that registers and opens its session from its first tick.
     pub fn new(config: AgentConfig) -> MetadataAgent {
-        let session = SessionClient::new(config.policy, config.keepalive_interval_ticks);
+        let session =
+            SessionClient::new(config.policy, config.keepalive_interval_ticks, config.reconnect_backoff_ticks);
         let driver = MetadataDriver::new(config.session_timeout_ticks);
         let requests = Sequence::new(config.client, config.metadata_group);
         MetadataAgent {
@@ -642,17 +650,41 @@ impl MetadataAgent {
     }
 
     /// The metadata group says this node's session is over.
-    pub fn on_session_expired(&mut self, notice: &SessionExpired) -> Vec<AgentOutput> {
+    /// `from` is the node the notice came from (this node for its own), and
+    /// `members` the metadata group's voters: only they may say a session
+    /// expired (T3).
+    pub fn on_session_expired(
+        &mut self,
+        from: NodeId,
+        members: &[NodeId],
+        notice: &SessionExpired,
+    ) -> Vec<AgentOutput> {
         let mut out = Vec::new();
+        if from != self.config.node && !members.contains(&from) {
+            self.counters.frames_refused += 1;
+            return out;
+        }
         if notice.node == self.config.node && !self.stopped {
             self.expired(notice.session, &mut out);
         }
         out
     }
 
-    /// On a metadata member: a keepalive from `keepalive.node`. On the
-    /// primary it renews the session, or answers that it is over.
-    pub fn on_keepalive(&mut self, now: u64, keepalive: &SessionKeepalive, metadata: &Metadata) -> Vec<AgentOutput> {
+    /// On a metadata member: a keepalive from `keepalive.node`, which came
+    /// from node `from`. On the primary it renews the session, or answers
+    /// that it is over. A keepalive naming another node than its sender is
+    /// refused (T3): a node keeps only its own session alive.
+    pub fn on_keepalive(
+        &mut self,
+        now: u64,
+        from: NodeId,
+        keepalive: &SessionKeepalive,
+        metadata: &Metadata,
+    ) -> Vec<AgentOutput> {
+        if keepalive.node != from {
+            self.counters.frames_refused += 1;
+            return Vec::new();
+        }
         match self.driver.on_keepalive(keepalive.node, keepalive.session, now, metadata) {
             KeepaliveOutcome::Expired => vec![AgentOutput::NotifyExpired {
                 to: keepalive.node,

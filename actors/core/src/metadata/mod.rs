@@ -339,4 +339,57 @@ impl StateMachine for MetadataStateMachine {
         self.state = decode_value(snapshot).map_err(|error| error.to_string())?;
         Ok(())
     }
+
+    fn admit(&self, sender: NodeId, members: &[NodeId], operation: &[u8]) -> Result<(), String> {
+        // Undecodable commands are refused at apply, the same on every member.
+        let Ok(command) = MetadataCommand::decode(operation) else { return Ok(()) };
+        self.state.admit(sender, members, &command)
+    }
+}
+
+impl Metadata {
+    /// T3: whether node `sender` may ask for `command`. A field that speaks
+    /// for a node must name the sender; an expiry, which acts on another
+    /// node by design, comes only from a member of the metadata group
+    /// (`members`: the metadata primary's driver proposes it); a learner's
+    /// catch-up is reported by a member of that group; the operator's
+    /// commands (groups and operations) come from any node's agent, never
+    /// from a client (the client port and `NodeHandle` refuse the metadata
+    /// group before a request gets here).
+    pub fn admit(&self, sender: NodeId, members: &[NodeId], command: &MetadataCommand) -> Result<(), String> {
+        let speaks_for = |node: NodeId, what: &str| {
+            if node == sender {
+                Ok(())
+            } else {
+                Err(format!("{what} for {node} sent by {sender}: a node speaks only for itself"))
+            }
+        };
+        match command {
+            MetadataCommand::RegisterNode { node, .. } => speaks_for(*node, "register"),
+            MetadataCommand::OpenSession { node } => speaks_for(*node, "session open"),
+            MetadataCommand::AckEpoch { node, .. } => speaks_for(*node, "epoch ack"),
+            MetadataCommand::ReportOwnership { node, .. } => speaks_for(*node, "ownership report"),
+            MetadataCommand::ReportSealed { node, .. } => speaks_for(*node, "seal report"),
+            MetadataCommand::ExpireSession { node, .. } => {
+                if members.contains(&sender) {
+                    Ok(())
+                } else {
+                    Err(format!("expiry of {node}'s session sent by {sender}, not a member of the metadata group"))
+                }
+            }
+            MetadataCommand::ReportCaughtUp { group, node, .. } => {
+                let member = self.groups.get(group).is_some_and(|record| record.members.contains(&sender));
+                if member {
+                    Ok(())
+                } else {
+                    Err(format!("catch-up of {node} in {group} reported by {sender}, not a member of {group}"))
+                }
+            }
+            MetadataCommand::CreateGroup { .. }
+            | MetadataCommand::DeleteGroup { .. }
+            | MetadataCommand::StartOperation { .. }
+            | MetadataCommand::AdvanceOperation { .. }
+            | MetadataCommand::CancelOperation { .. } => Ok(()),
+        }
+    }
 }

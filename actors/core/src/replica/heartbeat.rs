@@ -172,7 +172,7 @@ impl Replica {
         }
         let message = self.start_view_message();
         for member in unconfirmed {
-            fx.send_durable(self.node_of(member), Message::StartView(message.clone()));
+            self.send_view_change(self.node_of(member), Message::StartView(message.clone()), fx);
         }
     }
 
@@ -199,8 +199,11 @@ impl Replica {
                 },
             );
         }
-        if entry.view != self.view
-            || entry.replica != self.primary_index()
+        let stale_accepted = self.config.mutated(crate::mutants::Mutant::StaleViewAccepted)
+            && entry.view < self.view
+            && entry.replica == self.primary_index_of(entry.view);
+        let current = entry.view == self.view && entry.replica == self.primary_index();
+        if !(current || stale_accepted)
             || self.node_of(entry.replica) != from
             || self.status != Status::Normal
             || self.is_primary()

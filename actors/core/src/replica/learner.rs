@@ -383,7 +383,7 @@ impl Replica {
         if self.is_primary() && !added.is_empty() {
             let message = self.start_view_message();
             for node in added {
-                fx.send_durable(node, Message::StartView(message.clone()));
+                self.send_view_change(node, Message::StartView(message.clone()), fx);
             }
         }
         Ok(())

@@ -697,7 +697,8 @@ impl Replica {
                 }
             }
             Status::Normal => {
-                let lease_over_with_election = self.svc_view_seen > self.view && now >= self.lease_expiry;
+                let lease_over = now >= self.lease_expiry || self.config.mutated(crate::mutants::Mutant::LeaseIgnored);
+                let lease_over_with_election = self.svc_view_seen > self.view && lease_over;
                 if now >= self.heartbeat_deadline || lease_over_with_election {
                     let next = self.view.next().max(self.svc_view_seen);
                     self.start_view_change(next, fx);
@@ -776,7 +777,7 @@ impl Replica {
     /// window after the quorum's last confirmation, or after the view began.
     pub(crate) fn step_down_tick(&self) -> u64 {
         let since = self.quorum_contact_tick().unwrap_or(self.heartbeat.view_start_tick);
-        since.max(self.heartbeat.view_start_tick).saturating_add(self.config.timing.commit_heartbeat_timeout_ticks)
+        since.max(self.heartbeat.view_start_tick).saturating_add(self.quorum_window_ticks())
     }
 
     /// The pending StartView of a lagging backup, re-sent by the primary.

@@ -21,10 +21,12 @@ pub(crate) const TIMESTAMP_PER_TICK: u64 = 16;
 use crate::client_table::Admission;
 use crate::effect::{AppliedOp, Effect};
 use crate::effects::Effects;
+use crate::mutants::Mutant;
 
 impl Replica {
-    /// A client request (V1, V5, V7).
-    pub(crate) fn on_request(&mut self, request: Request, fx: &mut Effects) {
+    /// A client request (V1, V5, V7) that `sender` sent (this node for a
+    /// local submit).
+    pub(crate) fn on_request(&mut self, sender: cohort_messages::NodeId, request: Request, fx: &mut Effects) {
         if !self.is_primary() {
             let primary = (self.status == super::Status::Normal).then(|| self.node_of(self.primary_index()));
             fx.push(Effect::Redirect(Redirect {
@@ -38,7 +40,13 @@ impl Replica {
         }
         match request.kind {
             RequestKind::Read => self.on_read(request, fx),
-            RequestKind::Write => self.on_write(request, fx),
+            RequestKind::Write => {
+                // T3: the state machine decides who may ask for what.
+                if let Err(detail) = self.state.admit(sender, &self.spec.members, &request.operation) {
+                    return self.reply_error(&request, ReplyError::Forbidden, detail, fx);
+                }
+                self.on_write(request, fx)
+            }
         }
     }
 
@@ -62,8 +70,9 @@ impl Replica {
         if self.is_sealing() {
             return self.refuse_sealed(&request, fx);
         }
-        let window = self.config.timing.commit_heartbeat_timeout_ticks;
+        let window = self.quorum_window_ticks();
         match self.quorum_contact_tick() {
+            _ if self.config.mutated(Mutant::ReadWithoutQuorum) => {}
             None => {
                 let detail = format!(
                     "{}: primary of {} has not yet been confirmed by a replication quorum in this view",
@@ -80,7 +89,7 @@ impl Replica {
             }
             Some(_) => {}
         }
-        if self.commit_min < self.start_view_op {
+        if self.commit_min < self.start_view_op && !self.config.mutated(Mutant::InheritedOpsNotFirst) {
             let detail = format!("{}: new primary of {} is still committing inherited ops", self.spec.group, self.view);
             return self.reply_error(&request, ReplyError::ViewChange, detail, fx);
         }
@@ -100,8 +109,16 @@ impl Replica {
     /// True if a replication quorum confirmed this primary within the last
     /// `commit_heartbeat_timeout_ticks` (R24): no newer view can exist yet.
     pub(crate) fn quorum_window_holds(&self, now: u64) -> bool {
-        let window = self.config.timing.commit_heartbeat_timeout_ticks;
+        let window = self.quorum_window_ticks();
         self.quorum_contact_tick().is_some_and(|contact| now < contact.saturating_add(window))
+    }
+
+    /// R24: how long a quorum's confirmation lets this primary serve reads
+    /// and stay primary: the heartbeat timeout, never longer than the lease
+    /// a backup grants on each Commit.
+    pub(crate) fn quorum_window_ticks(&self) -> u64 {
+        let window = self.config.timing.commit_heartbeat_timeout_ticks;
+        if self.config.mutated(Mutant::QuorumWindowTooLong) { 2 * window } else { window }
     }
 
     fn on_write(&mut self, request: Request, fx: &mut Effects) {
@@ -177,7 +194,9 @@ impl Replica {
     /// Move queued requests into the pipeline while it has room. Q3: nothing
     /// new enters before every inherited op is committed.
     pub(crate) fn prepare_queued(&mut self, fx: &mut Effects) {
-        if !self.is_primary() || self.commit_max < self.start_view_op {
+        let inherited_pending =
+            self.commit_max < self.start_view_op && !self.config.mutated(Mutant::InheritedOpsNotFirst);
+        if !self.is_primary() || inherited_pending {
             return;
         }
         if self.seal_in_log() {
@@ -218,7 +237,8 @@ impl Replica {
 
     /// A backup receives a Prepare. R7: Prepares never restart the heartbeat timeout.
     pub(crate) fn on_prepare(&mut self, prepare: Prepare, fx: &mut Effects) {
-        if prepare.view < self.view || prepare.replica != self.primary_index_of(prepare.view) {
+        let stale = prepare.view < self.view && !self.config.mutated(Mutant::StaleViewAccepted);
+        if stale || prepare.replica != self.primary_index_of(prepare.view) {
             return;
         }
         if prepare.view > self.view || self.status != Status::Normal || self.log_view != self.view {
@@ -239,6 +259,10 @@ impl Replica {
         } else if op == self.log.op().next() {
             self.stage_append(prepare.entry, fx);
             debug_assert_eq!(self.log.op(), op, "a Prepare next in line extends the log by one");
+            if self.config.mutated(Mutant::AckBeforeDurable) {
+                let staged = PrepareOk { op, ..self.prepare_ok() };
+                fx.send(self.node_of(self.primary_index()), Message::PrepareOk(staged));
+            }
         } else {
             // A gap: ask for what is missing.
             self.repair_target = self.repair_target.max(op);
@@ -333,7 +357,8 @@ impl Replica {
     /// Recompute the commit point from acknowledgements (V1, Q3).
     pub(crate) fn advance_commit(&mut self, fx: &mut Effects) {
         debug_assert!(self.is_primary());
-        let quorum = self.spec.quorums.replication.saturating_sub(self.config.commit_quorum_short_by_for_tests).max(1);
+        let short = usize::from(self.config.mutated(Mutant::CommitQuorumShort));
+        let quorum = self.spec.quorums.replication.saturating_sub(short).max(1);
         let commit = crate::quorum::quorum_op(&self.held_ops(), quorum);
         if commit <= self.commit_max {
             self.check_waits(fx);

@@ -19,10 +19,11 @@
 //! prefixes), so a crash halfway through the rewrite never loses a committed
 //! op that this member held.
 
-use cohort_messages::{DoViewChange, LogEntry, Message, Op, ReplyError, StartView, StartViewChange, View};
+use cohort_messages::{DoViewChange, LogEntry, Message, NodeId, Op, ReplyError, StartView, StartViewChange, View};
 
 use super::{Replica, Status};
 use crate::effects::Effects;
+use crate::mutants::Mutant;
 use crate::quorum::{LogSummary, select_log};
 
 /// What the new primary keeps of one DoViewChange.
@@ -72,6 +73,16 @@ impl Replica {
         }
     }
 
+    /// A StartViewChange, DoViewChange or StartView: it leaves once
+    /// everything staged before it, the view's superblock included, is durable.
+    pub(crate) fn send_view_change(&self, to: NodeId, message: Message, fx: &mut Effects) {
+        if self.config.mutated(Mutant::ViewChangeBeforeDurable) {
+            fx.send(to, message);
+        } else {
+            fx.send_durable(to, message);
+        }
+    }
+
     /// SVC to all, DVC to the new primary (or to ourselves), after the view is durable.
     pub(crate) fn send_view_change_messages(&mut self, fx: &mut Effects) {
         let svc = StartViewChange {
@@ -81,14 +92,14 @@ impl Replica {
             replica: self.spec.me,
         };
         for member in self.others() {
-            fx.send_durable(self.node_of(member), Message::StartViewChange(svc));
+            self.send_view_change(self.node_of(member), Message::StartViewChange(svc), fx);
         }
         let dvc = self.do_view_change_message();
         let primary = self.primary_index();
         if primary == self.spec.me {
             self.record_dvc(dvc, fx);
         } else {
-            fx.send_durable(self.node_of(primary), Message::DoViewChange(dvc));
+            self.send_view_change(self.node_of(primary), Message::DoViewChange(dvc), fx);
         }
     }
 
@@ -116,7 +127,10 @@ impl Replica {
         }
         self.svc_view_seen = self.svc_view_seen.max(view);
         let healthy_primary = self.is_primary() && fx.now < self.step_down_tick();
-        let leased_backup = self.status == Status::Normal && !self.is_primary() && fx.now < self.lease_expiry;
+        let leased_backup = self.status == Status::Normal
+            && !self.is_primary()
+            && fx.now < self.lease_expiry
+            && !self.config.mutated(Mutant::LeaseIgnored);
         // A sealing incarnation serves no reads (its primary stopped when the
         // seal entered its log, before any backup holds it), so nothing rests
         // on leases any more: follow a member that moved to a later view, so
@@ -147,7 +161,7 @@ impl Replica {
             // A member still electing an earlier view (it fell back after a
             // restart, say) while this one runs: show it the current view.
             let message = self.start_view_message();
-            return fx.send_durable(self.node_of(svc.replica), Message::StartView(message));
+            return self.send_view_change(self.node_of(svc.replica), Message::StartView(message), fx);
         }
         if svc.view > self.view {
             self.join_view_change(svc.view, fx);
@@ -157,7 +171,7 @@ impl Replica {
         } else if svc.view == self.view && self.is_primary() {
             // A member still electing our view missed the StartView.
             let message = self.start_view_message();
-            fx.send_durable(self.node_of(svc.replica), Message::StartView(message));
+            self.send_view_change(self.node_of(svc.replica), Message::StartView(message), fx);
         }
     }
 
@@ -183,7 +197,7 @@ impl Replica {
         }
         if self.is_primary() {
             let message = self.start_view_message();
-            fx.send_durable(self.node_of(dvc.replica), Message::StartView(message));
+            self.send_view_change(self.node_of(dvc.replica), Message::StartView(message), fx);
             return;
         }
         if self.status == Status::ViewChange {
@@ -212,7 +226,9 @@ impl Replica {
             return;
         }
         let count = self.dvcs.iter().filter(|d| d.is_some()).count();
-        if count < self.spec.quorums.view_change || self.dvcs[self.spec.me.0 as usize].is_none() {
+        let short = usize::from(self.config.mutated(Mutant::ViewChangeQuorumShort));
+        let needed = self.spec.quorums.view_change.saturating_sub(short).max(1);
+        if count < needed || self.dvcs[self.spec.me.0 as usize].is_none() {
             return;
         }
         let logs: Vec<LogSummary> = self
@@ -221,7 +237,12 @@ impl Replica {
             .flatten()
             .map(|d| LogSummary { member: d.replica, log_view: d.log_view, op: d.op, commit: d.commit })
             .collect();
-        let (best, commit_known) = select_log(&logs, self.spec.me);
+        let (mut best, commit_known) = select_log(&logs, self.spec.me);
+        if self.config.mutated(Mutant::LogSelectionByOp) {
+            let me = self.spec.me;
+            let longest = logs.iter().max_by_key(|log| (log.op, log.log_view, log.member == me));
+            best = longest.map_or(best, |log| log.member);
+        }
         let best = self.dvcs[best.0 as usize].clone().expect("the chosen log is one we hold");
         if best.replica != self.spec.me && !self.adopt_log(best.log_view, &best.log, best.op, fx) {
             // Our log cannot be joined to the chosen one (we lag behind its
@@ -257,7 +278,7 @@ impl Replica {
         self.stage_superblock(fx);
         let message = self.start_view_message();
         for member in self.receivers() {
-            fx.send_durable(self.node_of(member), Message::StartView(message.clone()));
+            self.send_view_change(self.node_of(member), Message::StartView(message.clone()), fx);
         }
         self.report_role(fx);
         self.apply_committed(fx);

@@ -1,0 +1,133 @@
+//! Hand-made mutants of the replica's safety rules, for the simulator's
+//! mutation suite (docs/simulator.md, "The mutation suite").
+//!
+//! A checker that has never failed proves nothing. Each [`Mutant`] breaks
+//! one rule the protocol's safety rests on, the way a plausible bug would;
+//! the simulator runs seeds with one mutant switched on and must report a
+//! violation. A mutant its checkers never catch is a hole in the simulator
+//! (or an equivalent mutant, which then does not belong in the suite).
+//!
+//! The switch is [`CoreConfig::mutant`](crate::CoreConfig), a field that
+//! exists only in test builds (the `mutants` feature, or this crate's own
+//! unit tests). In every other build [`CoreConfig::mutated`] is a constant
+//! `false` and each mutated branch is removed by the compiler: production
+//! pays nothing, not even the field.
+
+/// One broken safety rule. See each variant for the rule and the break.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Mutant {
+    /// V1, durability before acknowledgement: a backup sends PrepareOk for
+    /// an op as soon as it stages it, before its log is durable.
+    AckBeforeDurable,
+    /// V2, the durable view: StartViewChange, DoViewChange and StartView
+    /// leave before the new view (and the log they describe) is durable.
+    ViewChangeBeforeDurable,
+    /// V2, log selection: the new primary takes the log with the most ops,
+    /// ignoring the view the log is from.
+    LogSelectionByOp,
+    /// Quorum sizes: a view change completes with one DoViewChange fewer
+    /// than the view-change quorum Qv (at least one).
+    ViewChangeQuorumShort,
+    /// Quorum sizes: a primary commits with one durable copy fewer than the
+    /// replication quorum Qr (at least one).
+    CommitQuorumShort,
+    /// Q3, inherited ops first: a new primary serves reads and prepares new
+    /// ops before it has committed and applied the ops it inherited.
+    InheritedOpsNotFirst,
+    /// Fencing by view: a backup accepts Prepares and Commits from the
+    /// primary of an older view.
+    StaleViewAccepted,
+    /// Fencing by incarnation: messages of another incarnation of the group
+    /// are accepted as this one's.
+    OtherIncarnationAccepted,
+    /// V7, reads: a primary serves reads without a replication quorum's
+    /// confirmation of its view, and outside its quorum window.
+    ReadWithoutQuorum,
+    /// R24, the quorum window: a primary's window (for reads and for
+    /// stepping down) is twice the heartbeat timeout, longer than the lease
+    /// its backups grant.
+    QuorumWindowTooLong,
+    /// V7, leases: a backup joins a view change while the lease it granted
+    /// the primary still runs.
+    LeaseIgnored,
+}
+
+impl Mutant {
+    /// Every mutant, in the order of the table in docs/simulator.md.
+    pub const ALL: [Mutant; 11] = [
+        Mutant::AckBeforeDurable,
+        Mutant::ViewChangeBeforeDurable,
+        Mutant::LogSelectionByOp,
+        Mutant::ViewChangeQuorumShort,
+        Mutant::CommitQuorumShort,
+        Mutant::InheritedOpsNotFirst,
+        Mutant::StaleViewAccepted,
+        Mutant::OtherIncarnationAccepted,
+        Mutant::ReadWithoutQuorum,
+        Mutant::QuorumWindowTooLong,
+        Mutant::LeaseIgnored,
+    ];
+
+    /// The name on the simulator's command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mutant::AckBeforeDurable => "ack-before-durable",
+            Mutant::ViewChangeBeforeDurable => "view-change-before-durable",
+            Mutant::LogSelectionByOp => "log-selection-by-op",
+            Mutant::ViewChangeQuorumShort => "view-change-quorum-short",
+            Mutant::CommitQuorumShort => "commit-quorum-short",
+            Mutant::InheritedOpsNotFirst => "inherited-ops-not-first",
+            Mutant::StaleViewAccepted => "stale-view-accepted",
+            Mutant::OtherIncarnationAccepted => "other-incarnation-accepted",
+            Mutant::ReadWithoutQuorum => "read-without-quorum",
+            Mutant::QuorumWindowTooLong => "quorum-window-too-long",
+            Mutant::LeaseIgnored => "lease-ignored",
+        }
+    }
+
+    /// The mutant named `name` (see [`Mutant::name`]).
+    pub fn from_name(name: &str) -> Option<Mutant> {
+        Mutant::ALL.into_iter().find(|mutant| mutant.name() == name)
+    }
+}
+
+impl crate::CoreConfig {
+    /// True if `mutant` is switched on. Always false outside test builds.
+    #[inline(always)]
+    pub fn mutated(&self, mutant: Mutant) -> bool {
+        #[cfg(any(test, feature = "mutants"))]
+        {
+            self.mutant == Some(mutant)
+        }
+        #[cfg(not(any(test, feature = "mutants")))]
+        {
+            let _ = mutant;
+            false
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_are_unique() {
+        for mutant in Mutant::ALL {
+            assert_eq!(Mutant::from_name(mutant.name()), Some(mutant));
+        }
+        let mut names: Vec<_> = Mutant::ALL.iter().map(|mutant| mutant.name()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), Mutant::ALL.len());
+        assert_eq!(Mutant::from_name("none"), None);
+    }
+
+    #[test]
+    fn a_default_config_mutates_nothing() {
+        let config = crate::CoreConfig::default();
+        assert!(Mutant::ALL.into_iter().all(|mutant| !config.mutated(mutant)));
+        let mutated = crate::CoreConfig { mutant: Some(Mutant::LeaseIgnored), ..crate::CoreConfig::default() };
+        assert!(mutated.mutated(Mutant::LeaseIgnored) && !mutated.mutated(Mutant::AckBeforeDurable));
+    }
+}
