@@ -505,6 +505,7 @@ struct Applied {
     sessions: [u64; 7],
     shards: BTreeMap<usize, [u64; SHARD_COUNTER_COUNT]>,
     rejects: BTreeMap<usize, RejectTotals>,
+    core_refusals: BTreeMap<usize, [u64; cohort_core::Refusal::ALL.len()]>,
 }
 
 /// The counts to add when `now` follows `last`: the differences, or all of
@@ -548,7 +549,8 @@ fn gauge_value(count: u64) -> i64 {
 ///
 /// Who calls what:
 /// - each shard actor, on a timer or before a scrape: [`NodeMetrics::update_shard`]
-///   with `Shard::metrics()` and `Shard::heartbeat_gauges()`;
+///   with `Shard::metrics()` and `Shard::heartbeat_gauges()`, and
+///   [`NodeMetrics::update_core_refusals`] with `Shard::refused()`;
 /// - each peer link, after decoding: [`NodeMetrics::record_rejected`] with its
 ///   [`RejectCounters`], and [`NodeMetrics::set_peers_connected`] (or the
 ///   supervisor, which sees all links);
@@ -807,6 +809,25 @@ impl NodeMetrics {
         self.refusals.get_or_create(&RefusalLabels { port, reason }).inc();
     }
 
+    /// T5: publish shard `shard`'s core refusals (peer messages its
+    /// replicas refused, by `cohort_core::Refusal`) as
+    /// `cohort_refusals_total{port="peer",reason}`. Like
+    /// [`NodeMetrics::update_shard`], only the change since that shard's
+    /// last snapshot is added (all of it after a restart from zero).
+    pub fn update_core_refusals(&self, shard: usize, refusals: &cohort_core::Refusals) {
+        let now = refusals.by_reason();
+        let mut applied = self.applied();
+        let last = applied.core_refusals.entry(shard).or_insert([0; cohort_core::Refusal::ALL.len()]);
+        let restarted = now.iter().zip(last.iter()).any(|((_, count), last)| count < last);
+        for (index, (reason, count)) in now.into_iter().enumerate() {
+            let delta = if restarted { count } else { count - last[index] };
+            last[index] = count;
+            if delta > 0 {
+                self.refusals.get_or_create(&RefusalLabels { port: Port::Peer, reason: reason.name() }).inc_by(delta);
+            }
+        }
+    }
+
     /// Refusals on `port` for `reason` so far.
     pub fn refused(&self, port: Port, reason: &'static str) -> u64 {
         self.refusals.get_or_create(&RefusalLabels { port, reason }).get()
@@ -917,6 +938,23 @@ mod tests {
 
     fn series(name: &str, shard: usize) -> String {
         format!("cohort_{name}_total{{shard=\"{shard}\"}}")
+    }
+
+    #[test]
+    fn t5_core_refusals_are_published_under_the_peer_port_by_reason() {
+        let metrics = NodeMetrics::new();
+        let mut refusals = cohort_core::Refusals::default();
+        refusals.count(cohort_core::Refusal::ViewJump);
+        metrics.update_core_refusals(0, &refusals);
+        metrics.update_core_refusals(0, &refusals);
+        refusals.count(cohort_core::Refusal::ViewJump);
+        refusals.count(cohort_core::Refusal::NotTheMember);
+        metrics.update_core_refusals(0, &refusals);
+        metrics.update_core_refusals(1, &refusals);
+        assert_eq!(metrics.refused(Port::Peer, "view_jump"), 4, "deltas per shard, then both shards");
+        assert_eq!(metrics.refused(Port::Peer, "not_the_member"), 2);
+        let text = metrics.encode();
+        assert!(text.contains("cohort_refusals_total{port=\"peer\",reason=\"view_jump\"} 4"), "{text}");
     }
 
     #[test]

@@ -409,6 +409,7 @@ impl ShardActor {
     fn every_second(&mut self, now: u64, second_ticks: u64) {
         self.published_tick = now;
         self.metrics.update_shard(self.index, self.core.metrics(), &self.core.heartbeat_gauges());
+        self.metrics.update_core_refusals(self.index, self.core.refused());
         if self.index == 0 {
             let peers = self.links.values().filter(|link| link.connected.load(Ordering::Relaxed)).count();
             self.metrics.set_peers_connected(peers);

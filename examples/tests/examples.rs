@@ -38,12 +38,36 @@ fn custom_actor_indexes_and_fails_over() {
 }
 
 #[test]
+fn c2_two_host_processes_and_a_client_process_sign_every_guestbook() {
+    let out = run(env!("CARGO_BIN_EXE_hosts_and_client"), &[]);
+    for id in 1..=2 {
+        assert!(out.contains(&format!("host {id}: signed every group")), "{out}");
+        assert!(
+            out.contains(&format!("host {id}: stopping")),
+            "host {id} stops when the launcher closes its stdin: {out}"
+        );
+    }
+    // Each host reached the groups led by the other process's node over its client port.
+    assert_eq!(out.matches("through the other node's client port").count(), 4, "{out}");
+    for group in 0..4 {
+        let line = out
+            .lines()
+            .find(|line| line.starts_with(&format!("client: group:{group} guestbook at ")))
+            .unwrap_or_else(|| panic!("group:{group} is read back: {out}"));
+        let mut signatures: Vec<&str> = line.rsplit_once(": ").map_or("", |(_, list)| list).split(", ").collect();
+        signatures.sort_unstable();
+        assert_eq!(signatures, ["client", "host 1", "host 2"], "one signature per process: {line}");
+    }
+}
+
+#[test]
 fn every_example_parses_its_flags_with_clap() {
     for binary in [
         env!("CARGO_BIN_EXE_embed"),
         env!("CARGO_BIN_EXE_kv"),
         env!("CARGO_BIN_EXE_log"),
         env!("CARGO_BIN_EXE_custom_actor"),
+        env!("CARGO_BIN_EXE_hosts_and_client"),
     ] {
         assert!(run(binary, &["--help"]).contains("Usage:"), "{binary} --help");
         let Output { status, stderr, .. } = Command::new(binary).arg("--no-such-flag").output().expect("runs");

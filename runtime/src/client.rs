@@ -30,6 +30,20 @@
 //! [`Client::read`] is linearizable (V7): the primary answers only while its
 //! quorum window holds and after it has applied every op it inherited. The
 //! answer's `op` is the applied point the read saw.
+//!
+//! # Groups led by another process's node (C1)
+//!
+//! With only its own nodes' handles, a client whose group is led by a node
+//! of another process fails with [`ClientError::PrimaryElsewhere`]. Given the
+//! cluster's client-port addresses and a client certificate
+//! ([`Client::client_ports`], or any [`cohort_client::ClusterClient`] with
+//! [`Client::network`]), it sends such requests over the network instead,
+//! and keeps sending a group's requests there while its primary is on a
+//! node it has no handle for. Exactly-once holds across both paths: the
+//! nodes bind a network client's ids to its certificate
+//! ([`cohort_actors::client_id::bound_client_id`]), so this client submits
+//! to its own nodes under the bound id, and a retry that changes path is the
+//! same request to the group.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -42,6 +56,8 @@ use cohort_messages::{GroupId, NodeId, ReplyError, Request, RequestKind, Request
 pub use cohort_actors::client_id::fresh_client_id;
 
 use crate::node::{Committed, NodeHandle, SubmitError};
+
+pub use cohort_client::ClusterClient;
 
 /// How long a call keeps trying, by default.
 pub const CLIENT_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
@@ -131,8 +147,14 @@ pub enum ClientError {
         group: GroupId,
     },
     /// The client has no nodes.
-    #[error("the client has no nodes: build it with at least one NodeHandle")]
+    #[error("the client has no nodes: build it with at least one NodeHandle, or give it the client ports")]
     NoNodes,
+    /// A request sent over the client ports failed for a reason of the
+    /// network client's own (no route, no node reachable, TLS, settings); see
+    /// [`cohort_client::ClientError`] for each. Its timeouts and refusals are
+    /// reported as [`ClientError::Timeout`] and [`ClientError::Refused`].
+    #[error("over the client ports: {0}")]
+    Network(cohort_client::ClientError),
 }
 
 /// One client's writes to one group.
@@ -173,8 +195,35 @@ pub struct Client {
 struct Inner {
     nodes: Vec<NodeHandle>,
     sessions: Mutex<HashMap<GroupId, Arc<tokio::sync::Mutex<Session>>>>,
-    /// The node index that last answered as primary, per group.
-    primaries: Mutex<HashMap<GroupId, usize>>,
+    /// Where each group's primary last answered.
+    primaries: Mutex<HashMap<GroupId, Hint>>,
+    /// The other nodes, over their client ports.
+    network: Option<Network>,
+}
+
+/// Where a group's primary last answered.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum Hint {
+    /// One of this client's nodes (an index into `nodes`).
+    Local(usize),
+    /// A node this client has no handle for: go over the network.
+    Remote,
+}
+
+/// The network path: the client, and the identity the nodes bind its ids to.
+struct Network {
+    client: ClusterClient,
+    identity: [u8; 32],
+}
+
+impl Network {
+    fn new(client: ClusterClient) -> Network {
+        let identity = match client.certificate() {
+            Some(certificate) => cohort_actors::tls::identity_of(certificate),
+            None => crate::client_port::INSECURE_IDENTITY,
+        };
+        Network { client, identity }
+    }
 }
 
 /// What one attempt at one node tells the retry loop.
@@ -184,6 +233,9 @@ enum Next {
     Go(usize),
     /// Pause, then try the next node.
     Later,
+    /// The primary is on a node this client has no handle for, or none of
+    /// its nodes hosts the group: go over the network (if it has one).
+    Remote,
 }
 
 impl Client {
@@ -198,12 +250,67 @@ impl Client {
     /// # }
     /// ```
     pub fn new(nodes: impl IntoIterator<Item = NodeHandle>) -> Client {
-        let inner = Inner {
-            nodes: nodes.into_iter().collect(),
-            sessions: Mutex::new(HashMap::new()),
-            primaries: Mutex::new(HashMap::new()),
-        };
+        Client::with(nodes.into_iter().collect(), None)
+    }
+
+    fn with(nodes: Vec<NodeHandle>, network: Option<Network>) -> Client {
+        let inner =
+            Inner { nodes, sessions: Mutex::new(HashMap::new()), primaries: Mutex::new(HashMap::new()), network };
         Client { inner: Arc::new(inner), timeout: CLIENT_TIMEOUT_DEFAULT }
+    }
+
+    /// Reach the groups whose primary is on a node this client has no
+    /// handle for through the cluster's client ports at `addresses`
+    /// (`HOST:PORT`; every node's, so any primary is reachable), with the
+    /// cluster's CA and a client certificate it signed (`cohort certs
+    /// client`). `PrimaryElsewhere` no longer happens. Call it while
+    /// building the client: the client it returns starts with fresh ids
+    /// (see [`Client::network`]).
+    ///
+    /// ```no_run
+    /// use cohort_runtime::prelude::*;
+    ///
+    /// # async fn example(node: &Node, cluster: ClusterId) -> Result<(), ClientError> {
+    /// // One node per process: this host embeds node 1; groups led by
+    /// // nodes 2 and 3 are reached over their client ports.
+    /// let files = TlsFiles {
+    ///     ca: "certs/ca.pem".into(),
+    ///     cert: "certs/client-app.pem".into(),
+    ///     key: "certs/client-app.key".into(),
+    /// };
+    /// let client = Client::new([node.handle()])
+    ///     .client_ports(cluster, ["10.0.0.1:7400", "10.0.0.2:7400", "10.0.0.3:7400"], &files)?;
+    /// client.write(GroupId(7), "led by any node").await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn client_ports(
+        self,
+        cluster: cohort_messages::ClusterId,
+        addresses: impl IntoIterator<Item = impl Into<String>>,
+        files: &crate::tls::TlsFiles,
+    ) -> Result<Client, ClientError> {
+        let files = cohort_client::TlsFiles { ca: files.ca.clone(), cert: files.cert.clone(), key: files.key.clone() };
+        let network = ClusterClient::builder(cluster, addresses).tls(files).build().map_err(ClientError::Network)?;
+        Ok(self.network(network))
+    }
+
+    /// Like [`Client::client_ports`], with a network client built as the
+    /// host likes (insecure, other limits). The returned client has the same
+    /// nodes and timeout, and sessions of its own: a write's id depends on
+    /// whether the client has a network path (its local submissions use the
+    /// id the nodes bind to the network client's certificate), so it must
+    /// not continue another client's numbering.
+    pub fn network(self, network: ClusterClient) -> Client {
+        let timeout = self.timeout;
+        let mut client = Client::with(self.inner.nodes.clone(), Some(Network::new(network)));
+        client.timeout = timeout;
+        client
+    }
+
+    /// The network client, if this client has one.
+    pub fn network_client(&self) -> Option<&ClusterClient> {
+        self.inner.network.as_ref().map(|network| &network.client)
     }
 
     /// Keep trying each call for up to `timeout` (default
@@ -289,13 +396,31 @@ impl Client {
     /// redirects; every attempt carries the same client id and number.
     async fn run(&self, request: Request) -> Result<Committed, ClientError> {
         let nodes = &self.inner.nodes;
-        if nodes.is_empty() {
-            return Err(ClientError::NoNodes);
-        }
         let group = request.group;
         let started = Instant::now();
         let deadline = started + self.timeout;
-        let mut target = self.primary_hint(group).unwrap_or(0) % nodes.len();
+        let hint = self.primary_hint(group);
+        if let Some(network) = &self.inner.network
+            && (nodes.is_empty() || hint == Some(Hint::Remote))
+        {
+            return self.run_remote(network, request, started, deadline, 0).await;
+        }
+        if nodes.is_empty() {
+            return Err(ClientError::NoNodes);
+        }
+        // With a network path, submit under the id the nodes bind the
+        // network client's id to, so both paths are one client to the group.
+        let local = match &self.inner.network {
+            Some(network) => Request {
+                client: cohort_actors::client_id::bound_client_id(&network.identity, request.client),
+                ..request.clone()
+            },
+            None => request.clone(),
+        };
+        let mut target = match hint {
+            Some(Hint::Local(index)) => index % nodes.len(),
+            _ => 0,
+        };
         let (mut attempts, mut pause) = (0u32, RETRY_PAUSE_MIN);
         let (mut unknown, mut stopped) = (vec![false; nodes.len()], vec![false; nodes.len()]);
         let mut last = String::from("no attempt");
@@ -303,7 +428,7 @@ impl Client {
         while Instant::now() < deadline {
             let attempt = deadline.saturating_duration_since(Instant::now()).min(ATTEMPT_TIMEOUT_MAX);
             attempts += 1;
-            let answer = nodes[target].submit_as(request.clone(), attempt).await;
+            let answer = nodes[target].submit_as(local.clone(), attempt).await;
             if let Err(error) = &answer {
                 last = error.to_string();
             }
@@ -318,10 +443,13 @@ impl Client {
             match self.judge(group, target, answer, &mut unknown, &mut stopped) {
                 Next::Done(result) => return result,
                 Next::Go(node) => target = node,
+                Next::Remote => match &self.inner.network {
+                    Some(network) => return self.run_remote(network, request, started, deadline, attempts).await,
+                    // Only "no node of ours hosts it" leads here without one.
+                    None => return Err(ClientError::UnknownGroup { group }),
+                },
                 Next::Later => {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    tokio::time::sleep(pause.min(left)).await;
-                    pause = (pause * 2).min(RETRY_PAUSE_MAX);
+                    self.pause(&mut pause, deadline).await;
                     target = (target + 1) % nodes.len();
                 }
             }
@@ -331,6 +459,40 @@ impl Client {
         }
         let request = (request.kind == RequestKind::Write).then(|| Box::new(request));
         Err(ClientError::Timeout { group, waited: started.elapsed(), attempts, last, request })
+    }
+
+    async fn pause(&self, pause: &mut Duration, deadline: Instant) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        tokio::time::sleep((*pause).min(left)).await;
+        *pause = (*pause * 2).min(RETRY_PAUSE_MAX);
+    }
+
+    /// The rest of a call over the client ports, until `deadline`: the
+    /// same request (the id as chosen; the nodes bind it).
+    async fn run_remote(
+        &self,
+        network: &Network,
+        request: Request,
+        started: Instant,
+        deadline: Instant,
+        attempts: u32,
+    ) -> Result<Committed, ClientError> {
+        let group = request.group;
+        let left = deadline.saturating_duration_since(Instant::now());
+        let answer = network.client.clone().timeout(left).retry(request.clone()).await;
+        match answer {
+            Ok(committed) => {
+                // Back to the local path once the primary is one of ours.
+                let node = network.client.route(group).map(|route| route.node);
+                let local = node.and_then(|node| self.inner.nodes.iter().position(|handle| handle.node() == node));
+                self.set_primary_hint(group, local.map_or(Hint::Remote, Hint::Local));
+                Ok(Committed { op: committed.op, result: committed.result })
+            }
+            Err(error) => {
+                self.clear_primary_hint(group);
+                Err(from_network(error, &request, started, attempts))
+            }
+        }
     }
 
     /// What to do after one attempt at node `target`.
@@ -344,15 +506,17 @@ impl Client {
     ) -> Next {
         match answer {
             Ok(committed) => {
-                self.set_primary_hint(group, target);
+                self.set_primary_hint(group, Hint::Local(target));
                 Next::Done(Ok(committed))
             }
             Err(SubmitError::NotPrimary { primary: Some(primary), .. }) => {
                 match self.inner.nodes.iter().position(|node| node.node() == primary) {
                     Some(index) if index != target => Next::Go(index),
                     Some(_) => Next::Later,
-                    // Perhaps alive, perhaps dead with a failover under way:
-                    // keep trying; the timeout reports it.
+                    // Over the network if the client has it. If not: perhaps
+                    // alive, perhaps dead with a failover under way: keep
+                    // trying; the timeout reports it.
+                    None if self.inner.network.is_some() => Next::Remote,
                     None => Next::Later,
                 }
             }
@@ -365,11 +529,8 @@ impl Client {
             }
             Err(SubmitError::Refused { code: ReplyError::UnknownGroup, .. }) => {
                 unknown[target] = true;
-                if unknown.iter().all(|u| *u) {
-                    Next::Done(Err(ClientError::UnknownGroup { group }))
-                } else {
-                    Next::Later
-                }
+                // Perhaps hosted by other processes' nodes only.
+                if unknown.iter().all(|u| *u) { Next::Remote } else { Next::Later }
             }
             Err(SubmitError::Reserved { .. }) => Next::Done(Err(ClientError::Refused {
                 group,
@@ -383,14 +544,49 @@ impl Client {
         }
     }
 
-    fn primary_hint(&self, group: GroupId) -> Option<usize> {
+    fn primary_hint(&self, group: GroupId) -> Option<Hint> {
         self.inner.primaries.lock().ok()?.get(&group).copied()
     }
 
-    fn set_primary_hint(&self, group: GroupId, node: usize) {
+    fn set_primary_hint(&self, group: GroupId, hint: Hint) {
         if let Ok(mut primaries) = self.inner.primaries.lock() {
-            primaries.insert(group, node);
+            primaries.insert(group, hint);
         }
+    }
+
+    fn clear_primary_hint(&self, group: GroupId) {
+        if let Ok(mut primaries) = self.inner.primaries.lock() {
+            primaries.remove(&group);
+        }
+    }
+}
+
+/// The network client's error as this client's: its timeouts (a write's
+/// outcome unknown) and refusals keep their meaning and carry `request`,
+/// the rest is [`ClientError::Network`].
+fn from_network(error: cohort_client::ClientError, request: &Request, started: Instant, before: u32) -> ClientError {
+    use cohort_client::ClientError as Net;
+    let group = request.group;
+    let retry = || (request.kind == RequestKind::Write).then(|| Box::new(request.clone()));
+    match error {
+        Net::Timeout { attempts, last, .. } => ClientError::Timeout {
+            group,
+            waited: started.elapsed(),
+            attempts: before + attempts,
+            last,
+            request: retry(),
+        },
+        Net::Busy { reason, .. } => ClientError::Timeout {
+            group,
+            waited: started.elapsed(),
+            attempts: before + 1,
+            last: format!("busy: {reason}"),
+            request: retry(),
+        },
+        Net::Refused { code, reason, .. } => ClientError::Refused { group, code, detail: reason },
+        Net::Forbidden { reason, .. } => ClientError::Refused { group, code: ReplyError::Forbidden, detail: reason },
+        Net::TooLarge { size, max } => ClientError::TooLarge { size, max },
+        other => ClientError::Network(other),
     }
 }
 

@@ -78,8 +78,10 @@ impl Default for ClientPortLimits {
 }
 
 /// The identity of every client when the port runs without TLS
-/// (`insecure`): all clients are one, and nothing tells them apart.
-const INSECURE_IDENTITY: [u8; 32] = [0; 32];
+/// (`insecure`): all clients are one, and nothing tells them apart. The
+/// embedded [`crate::client::Client`] binds its ids with it too when it
+/// reaches an insecure cluster's other nodes over their client ports.
+pub const INSECURE_IDENTITY: [u8; 32] = [0; 32];
 
 /// What serving the port needs.
 pub struct ClientPort {

@@ -263,12 +263,23 @@ pub struct LimitsSection {
     /// Requests a primary queues per group while its pipeline is full;
     /// beyond it a request is answered `Busy` (retryable).
     pub request_queue_max: usize,
+    /// T5: how far above its view one peer message may take a replica that
+    /// follows a live primary (`CoreConfig::view_jump_max_views`).
+    pub view_jump_max_views: u32,
+    /// T5: the largest snapshot a state transfer may declare
+    /// (`CoreConfig::state_transfer_size_max_bytes`).
+    pub state_transfer_size_max_bytes: u64,
 }
 
 impl Default for LimitsSection {
     fn default() -> Self {
         let core = cohort_core::CoreConfig::default();
-        LimitsSection { pipeline_max_ops: core.pipeline_max_ops, request_queue_max: core.request_queue_max }
+        LimitsSection {
+            pipeline_max_ops: core.pipeline_max_ops,
+            request_queue_max: core.request_queue_max,
+            view_jump_max_views: core.view_jump_max_views,
+            state_transfer_size_max_bytes: core.state_transfer_size_max_bytes,
+        }
     }
 }
 
@@ -278,6 +289,8 @@ impl LimitsSection {
         cohort_core::CoreConfig {
             pipeline_max_ops: self.pipeline_max_ops,
             request_queue_max: self.request_queue_max,
+            view_jump_max_views: self.view_jump_max_views,
+            state_transfer_size_max_bytes: self.state_transfer_size_max_bytes,
             ..core
         }
     }
@@ -286,6 +299,8 @@ impl LimitsSection {
         self.apply(cohort_core::CoreConfig::default()).validate().map_err(|error| ConfigError::Rule {
             key: match error.field {
                 "pipeline_max_ops" | "snapshot_interval_ops" => "limits.pipeline_max_ops",
+                "view_jump_max_views" => "limits.view_jump_max_views",
+                "state_transfer_size_max_bytes" => "limits.state_transfer_size_max_bytes",
                 _ => "limits.request_queue_max",
             },
             rule: error.rule,
@@ -857,6 +872,18 @@ mod tests {
     fn r23_a_config_file_need_not_declare_the_options() {
         assert_eq!(Config::from_toml("").expect("empty is valid"), Config::default());
         assert_eq!(Config::from_toml("[cluster]\n").expect("empty table is valid"), Config::default());
+    }
+
+    #[test]
+    fn t5_view_jump_and_snapshot_caps_reach_the_core_and_are_checked_under_their_keys() {
+        let config = Config::from_toml("[limits]\nview_jump_max_views = 128\nstate_transfer_size_max_bytes = 8388608")
+            .expect("valid");
+        let core = config.limits.apply(cohort_core::CoreConfig::default());
+        assert_eq!((core.view_jump_max_views, core.state_transfer_size_max_bytes), (128, 8 << 20));
+        let error = Config::from_toml("[limits]\nview_jump_max_views = 8").expect_err("refused");
+        assert!(matches!(&error, ConfigError::Rule { key: "limits.view_jump_max_views", .. }), "{error}");
+        let error = Config::from_toml("[limits]\nstate_transfer_size_max_bytes = 1024").expect_err("refused");
+        assert!(matches!(&error, ConfigError::Rule { key: "limits.state_transfer_size_max_bytes", .. }), "{error}");
     }
 
     #[test]

@@ -3,13 +3,14 @@
 //! - [`node`]: build and start a node from code ([`node::NodeBuilder`]): group
 //!   kinds, placements, submit requests through a [`node::NodeHandle`].
 //! - [`client`]: writes and linearizable reads that follow redirects and retry exactly once.
+//! - [`network`]: the network client of the client ports, for processes that host no primary of a group.
 //! - [`local`]: a whole cluster of real nodes in one process, for tests and examples.
 //! - [`prelude`]: what host code needs in one `use`.
 //! - [`config`]: TOML configuration with documented defaults and boot checks.
 //! - [`client_port`]: the TCP port where other processes send requests.
 //! - [`admin`]: the admin HTTP port (`/metrics`, `/health`, `/status`, operator commands).
 //! - [`otlp`]: span export to an OTLP collector (Jaeger).
-//! - [`cli`]: `cohort status` and `cohort admin`, the operator's side of the admin port.
+//! - [`cli`]: `cohort status`, `cohort admin` and `cohort certs` (the operator's side), `cohort write`, `cohort read` and `cohort bench --cluster` (a running cluster's data).
 //! - [`demo`]: `cohort demo`, a real cluster through a crash.
 //! - [`bench`]: `cohort bench`, replicated writes at the machine's limit, measured.
 //!
@@ -53,6 +54,14 @@ pub mod tls {
         local_cluster, node_files, parse_cluster_hex,
     };
     pub use cohort_actors::tls::{Credentials, TlsError, TlsFiles, client_config, client_name, node_name};
+}
+
+/// The network client of the nodes' client ports (C1): the `cohort-client`
+/// crate, which needs no actix and no node, re-exported for hosts that
+/// depend on this crate ([`client::Client`] uses it for groups led by other
+/// processes' nodes).
+pub mod network {
+    pub use cohort_client::*;
 }
 
 /// The node's metrics, as `/metrics` serves them.

@@ -293,6 +293,31 @@ impl LocalCluster {
         &self.certs
     }
 
+    /// The client-port addresses of the running nodes, in node order (empty
+    /// without [`LocalClusterBuilder::client_ports`]).
+    pub fn client_addresses(&self) -> Vec<std::net::SocketAddr> {
+        self.nodes.iter().flatten().filter_map(Node::client_address).collect()
+    }
+
+    /// A network client ([`cohort_client::ClusterClient`], C1) of every
+    /// running node's client port, with the `local` client certificate;
+    /// the cluster needs [`LocalClusterBuilder::client_ports`].
+    ///
+    /// ```no_run
+    /// # use cohort_runtime::prelude::*;
+    /// # async fn example(cluster: LocalCluster) -> Result<(), cohort_client::ClientError> {
+    /// let client = cluster.network_client()?;
+    /// client.write(GroupId(0), "over TLS, through any node").await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn network_client(&self) -> Result<cohort_client::ClusterClient, cohort_client::ClientError> {
+        let files = &self.certs.client;
+        let files = cohort_client::TlsFiles { ca: files.ca.clone(), cert: files.cert.clone(), key: files.key.clone() };
+        let addresses = self.client_addresses().into_iter().map(|address| address.to_string());
+        cohort_client::ClusterClient::builder(LOCAL_CLUSTER_ID, addresses).tls(files).build()
+    }
+
     /// Wait until every running node is connected to every other running
     /// node; false if that takes longer than `timeout`.
     pub async fn wait_connected(&self, timeout: Duration) -> bool {

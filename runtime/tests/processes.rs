@@ -225,6 +225,67 @@ fn v5_v4_three_node_processes_redirect_fail_over_and_restart() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// C1: the network client (`cohort-client`) against three `cohort node`
+/// processes: every group written through a list that starts at any node,
+/// and, after the primary's process is SIGKILLed, the new primary found
+/// among the same addresses, with no help.
+#[test]
+fn c1_network_client_on_three_node_processes_writes_every_group_and_follows_a_kill() {
+    let dir = std::env::temp_dir().join(format!("cohort-processes-c1-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let addresses = free_addresses(6);
+    let ports: Vec<Ports> = (0..3)
+        .map(|i| Ports { listen: addresses[i], client: addresses[3 + i], admin: None, tls: client_tls(&dir) })
+        .collect();
+    for index in 0..3 {
+        write_config(&dir, index, &ports);
+    }
+    let mut children: Vec<Child> = (0..3).map(|index| spawn_node(&dir, index)).collect();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime");
+    let files = cohort_runtime::tls::client_files(&certs(&dir), "local");
+    let files = cohort_runtime::network::TlsFiles { ca: files.ca, cert: files.cert, key: files.key };
+    let client_of = |first: usize| {
+        let mut list: Vec<String> = ports.iter().map(|port| port.client.to_string()).collect();
+        list.rotate_left(first);
+        cohort_runtime::network::ClusterClient::builder(CLUSTER, list)
+            .tls(files.clone())
+            .timeout(Duration::from_secs(30))
+            .build()
+            .expect("a network client")
+    };
+    runtime.block_on(async {
+        for first in 0..3 {
+            let client = client_of(first);
+            for g in (0..GROUPS).map(GroupId) {
+                let value = format!("through node {} first", first + 1);
+                client.write(g, value.clone()).await.unwrap_or_else(|error| panic!("{g}: {error}"));
+                assert_eq!(client.read(g, "").await.expect("a read").result, Bytes::from(value), "{g}");
+            }
+        }
+    });
+    let client = client_of(0);
+    let group = GroupId(0);
+    let primary = runtime.block_on(async {
+        client.write(group, "before the kill").await.expect("a write");
+        client.route(group).expect("a cached route").node
+    });
+    let victim = &mut children[primary.0 as usize - 1];
+    victim.kill().expect("SIGKILL");
+    let _ = victim.wait();
+    runtime.block_on(async {
+        client.write(group, "after the kill").await.expect("a write after the primary's process died");
+        assert_ne!(client.route(group).expect("a route").node, primary, "the route moved");
+        let read = client.read(group, "").await.expect("a read");
+        assert_eq!(read.result, Bytes::from_static(b"after the kill"));
+    });
+    for child in children.iter_mut() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Short sessions for the stall tests: 1 s timeout, keepalives every 200 ms.
 fn session_table(policy: &str) -> String {
     format!(

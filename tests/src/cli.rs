@@ -9,13 +9,14 @@ use std::panic::{self, AssertUnwindSafe};
 
 use cohort_core::mutants::Mutant;
 
-use crate::sim::{FaultProfile, Report, Scenario, Sim, SimConfig};
+use crate::sim::{FaultProfile, ForgerMode, Report, Scenario, Sim, SimConfig};
 use crate::storage::StorageKind;
 
 /// The usage text.
 pub const USAGE: &str = "usage: cohort-sim --seeds N [--seed-start S] [--nodes 3|5] [--learners C] [--groups G] \
 [--shards S] [--storage file|memory] [--replication-quorum Q] [--fault-ticks T] [--liveness-ticks T] \
-[--scenario default|metadata|reconfigure] [--profile mixed|durability|partitions] [--mutant NAME] [--json]
+[--scenario default|metadata|reconfigure] [--profile mixed|durability|partitions] [--mutant NAME] \
+[--forger non-member|replay] [--json]
 
 Runs seeds S..S+N of the deterministic simulator and checks every run.
   --seeds N                 how many seeds (default 10)
@@ -41,10 +42,14 @@ Runs seeds S..S+N of the deterministic simulator and checks every run.
                             log-selection-by-op, view-change-quorum-short, commit-quorum-short,
                             inherited-ops-not-first, stale-view-accepted, other-incarnation-accepted,
                             read-without-quorum, quorum-window-too-long, lease-ignored
+  --forger F                T6: a forging peer joins the run: non-member, a node outside every group
+                            that sends random well-formed messages of every command to every node;
+                            or replay, a member that resends genuine frames it saw earlier, to any node
   --json                    also print one JSON summary line per seed
 The last line is `seeds=N violations=V ops_committed=C view_changes=X seeds_failed=F ...` with the
 disks' fault counters (the metadata scenario adds its session counters, reconfigure its member
-changes); the exit code is 1
+changes, `--forger` the frames it sent; every run the refusals, and how many of them only forged
+input causes); the exit code is 1
 if any seed broke an invariant, 2 on bad arguments.";
 
 /// Most nodes a command line may ask for (member indexes are one byte, and
@@ -81,6 +86,8 @@ pub struct Args {
     pub mutant: Option<Mutant>,
     /// The fault family (None: each seed draws its own).
     pub profile: Option<FaultProfile>,
+    /// T6: the forging peer, if any.
+    pub forger: Option<ForgerMode>,
     /// Replication quorum (None: majority).
     pub replication_quorum: Option<usize>,
     /// Ticks of the fault phase.
@@ -108,6 +115,7 @@ impl Default for Args {
             storage: shape.storage,
             mutant: None,
             profile: shape.profile,
+            forger: shape.forger,
             replication_quorum: shape.replication_quorum,
             fault_ticks: shape.fault_ticks,
             liveness_ticks: shape.liveness_ticks,
@@ -137,6 +145,7 @@ impl Args {
                 "--storage" => parsed.storage = storage(&flag, args.next())?,
                 "--mutant" => parsed.mutant = Some(mutant(&flag, args.next())?),
                 "--profile" => parsed.profile = Some(profile(&flag, args.next())?),
+                "--forger" => parsed.forger = Some(forger(&flag, args.next())?),
                 "--replication-quorum" => parsed.replication_quorum = Some(number(&flag, args.next())?),
                 "--fault-ticks" => parsed.fault_ticks = number(&flag, args.next())?,
                 "--liveness-ticks" => parsed.liveness_ticks = number(&flag, args.next())?,
@@ -189,6 +198,7 @@ impl Args {
         config.shards = self.shards;
         config.storage = self.storage;
         config.profile = self.profile;
+        config.forger = self.forger;
         set_mutant(&mut config, self.mutant);
         config.replication_quorum = self.replication_quorum;
         config.fault_ticks = self.fault_ticks;
@@ -237,6 +247,11 @@ fn profile(flag: &str, value: Option<String>) -> Result<FaultProfile, String> {
     let value = value.ok_or_else(|| format!("{flag} needs a value"))?;
     FaultProfile::from_name(&value)
         .ok_or_else(|| format!("{flag} must be `mixed`, `durability` or `partitions`, not `{value}`"))
+}
+
+fn forger(flag: &str, value: Option<String>) -> Result<ForgerMode, String> {
+    let value = value.ok_or_else(|| format!("{flag} needs a value"))?;
+    ForgerMode::from_name(&value).ok_or_else(|| format!("{flag} must be `non-member` or `replay`, not `{value}`"))
 }
 
 fn mutant(flag: &str, value: Option<String>) -> Result<Mutant, String> {
@@ -295,6 +310,9 @@ pub fn reproduce(config: &SimConfig) -> String {
     }
     if let Some(profile) = config.profile {
         let _ = write!(command, " --profile {}", profile.name());
+    }
+    if let Some(forger) = config.forger {
+        let _ = write!(command, " --forger {}", forger.name());
     }
     if let Some(mutant) = mutant_of(config) {
         command = command.replacen("--bin cohort-sim", "-p cohort-sim --features mutants --bin cohort-sim", 1);
@@ -369,7 +387,8 @@ pub fn json_summary(config: &SimConfig, outcome: &Result<Report, String>) -> Str
                 ",\"panic\":null,\"violations\":{},\"first_violation\":{first},\"ops_committed\":{},\
                  \"writes_acknowledged\":{},\"view_changes\":{},\"crashes\":{},\"frames_sent\":{},\
                  \"frames_rejected\":{},\"history_ops\":{},\"power_losses\":{},\"writes_torn\":{},\
-                 \"corrupt_reads\":{},\"disk_full_writes\":{},\"disk_io_errors\":{},\"starts_refused\":{}}}",
+                 \"corrupt_reads\":{},\"disk_full_writes\":{},\"disk_io_errors\":{},\"starts_refused\":{},\
+                 \"refusals\":{},\"refusals_forged\":{}}}",
                 report.violations.len(),
                 report.ops_committed,
                 report.writes_acknowledged,
@@ -383,7 +402,9 @@ pub fn json_summary(config: &SimConfig, outcome: &Result<Report, String>) -> Str
                 report.disks.corrupt_reads,
                 report.disks.writes_refused_full,
                 report.disks.io_errors,
-                report.starts_refused
+                report.starts_refused,
+                report.refusals.total(),
+                report.refusals.forged()
             );
             if config.scenario == Scenario::Metadata {
                 line.pop(); // The closing brace: the scenario's fields follow.
@@ -400,6 +421,20 @@ pub fn json_summary(config: &SimConfig, outcome: &Result<Report, String>) -> Str
                     agents.expiries_proposed,
                     agents.groups_unloaded,
                     report.node_stops
+                );
+            }
+            if let Some(forger) = config.forger {
+                line.pop();
+                let footprint = &report.footprint_max;
+                let _ = write!(
+                    line,
+                    ",\"forger\":\"{}\",\"forged_frames\":{},\"log_entries_max\":{},\"held_sends_max\":{},\
+                     \"queued_replies_max\":{}}}",
+                    forger.name(),
+                    report.forged_frames,
+                    footprint.log_entries_max,
+                    footprint.held_sends,
+                    footprint.queued_replies
                 );
             }
             if config.scenario == Scenario::Reconfigure {
@@ -463,6 +498,7 @@ mod tests {
                 storage: StorageKind::Memory,
                 mutant: None,
                 profile: Some(FaultProfile::Durability),
+                forger: None,
                 replication_quorum: Some(5),
                 fault_ticks: 9,
                 liveness_ticks: 8,
@@ -491,6 +527,7 @@ mod tests {
         assert!(parse("--shards 0").unwrap_err().contains("1..=16"));
         assert!(parse("--storage disk").unwrap_err().contains("`file` or `memory`"));
         assert!(parse("--mutant nothing").unwrap_err().contains("ack-before-durable"));
+        assert!(parse("--forger member").unwrap_err().contains("`non-member` or `replay`"));
     }
 
     #[test]
@@ -505,6 +542,9 @@ mod tests {
         assert!(metadata.reproduce(4).ends_with("--groups 4 --scenario metadata"), "{}", metadata.reproduce(4));
         let sharded = parse("--shards 1 --storage memory").expect("valid");
         assert!(sharded.reproduce(2).ends_with("--groups 4 --shards 1 --storage memory"), "{}", sharded.reproduce(2));
+        let forger = parse("--forger replay").expect("valid");
+        assert_eq!(forger.config(5).forger, Some(ForgerMode::Replay));
+        assert!(forger.reproduce(5).ends_with("--groups 4 --forger replay"), "{}", forger.reproduce(5));
         let mut config = args.config(3);
         config.fault_ticks = 400;
         assert!(reproduce(&config).ends_with("--replication-quorum 5 --fault-ticks 400"), "{}", reproduce(&config));

@@ -25,7 +25,7 @@ pub mod storage;
 pub mod traffic;
 pub mod worker;
 
-pub use sim::{FaultProfile, Faults, Report, Scenario, Sim, SimConfig};
+pub use sim::{FaultProfile, Faults, ForgerMode, Report, Scenario, Sim, SimConfig};
 
 #[doc = include_str!("../../docs/simulator.md")]
 pub mod guide {}

@@ -94,6 +94,9 @@ pub struct SimNode {
     /// with this spec after a restart (storage upgrades it if the group
     /// switched incarnation since).
     pub extra_specs: BTreeMap<GroupId, GroupSpec>,
+    /// T5: what the shards of earlier processes refused (a crash loses the
+    /// shards, not the count).
+    pub refusals_retired: cohort_core::Refusals,
 }
 
 /// The node id of node `index`.
@@ -138,6 +141,7 @@ impl SimNode {
             agent_last: None,
             unloaded: BTreeSet::new(),
             extra_specs: BTreeMap::new(),
+            refusals_retired: cohort_core::Refusals::default(),
         };
         let opened = node.open_storages().unwrap_or_else(|failure| {
             panic!("node {index} cannot open fresh storage: shard {}: {}", failure.shard, failure.error)
@@ -157,6 +161,15 @@ impl SimNode {
         }
         node.shards = shards;
         node
+    }
+
+    /// T5: every peer message this node's shards refused, over all its starts.
+    pub fn refusals(&self) -> cohort_core::Refusals {
+        let mut total = self.refusals_retired.clone();
+        for shard in &self.shards {
+            total.add(shard.core.refused());
+        }
+        total
     }
 
     /// Shards per node.
@@ -302,6 +315,9 @@ impl SimNode {
     /// synced (torn writes); without, it keeps what was written.
     pub fn crash(&mut self, until: u64, power_loss: bool) {
         let shards = std::mem::take(&mut self.shards);
+        for shard in &shards {
+            self.refusals_retired.add(shard.core.refused());
+        }
         for (index, mut shard) in shards.into_iter().enumerate() {
             if shard.worker.in_flight().is_some() {
                 match &mut shard.storage.backend {

@@ -6,15 +6,19 @@
 //! must never be primary or electing, and after healing each must catch up
 //! with its group's commit point. In the metadata
 //! scenario every node also hosts the metadata group and runs its metadata
-//! agent (`agents.rs`).
+//! agent (`agents.rs`). With `forger`, a forging peer takes part
+//! (`forger.rs`, T6); every run checks what input can grow (`bounds.rs`, T5).
 
 mod agents;
+mod bounds;
 mod faults;
+mod forger;
 mod inbound;
 mod operator;
 mod reconfigure;
 
 pub use faults::{FaultProfile, Faults};
+pub use forger::ForgerMode;
 
 use std::collections::BTreeMap;
 
@@ -105,6 +109,8 @@ pub struct SimConfig {
     pub scenario: Scenario,
     /// Metadata scenario: every agent's S3 policy (None: drawn from the seed).
     pub expired_policy: Option<ExpiredPolicy>,
+    /// T6: the forging peer of the run, if any (see `sim/forger.rs`).
+    pub forger: Option<ForgerMode>,
 }
 
 impl SimConfig {
@@ -138,6 +144,7 @@ impl SimConfig {
             write_mode: cohort_core::WriteMode::Sync,
             scenario: Scenario::Default,
             expired_policy: None,
+            forger: None,
         }
     }
 
@@ -196,6 +203,14 @@ pub struct Report {
     /// Starts that failed because recovery met a disk fault (the node
     /// tried again later).
     pub starts_refused: u64,
+    /// T5: peer messages the nodes' shards refused, by reason, over every
+    /// start of every node.
+    pub refusals: cohort_core::Refusals,
+    /// T6: frames the forging peer sent.
+    pub forged_frames: u64,
+    /// T5: the largest footprint any shard had after a step (each figure
+    /// on its own).
+    pub footprint_max: cohort_core::Footprint,
 }
 
 /// A simulation in progress.
@@ -246,6 +261,10 @@ pub struct Sim {
     entries_rejected: u64,
     writes_acknowledged: u64,
     value_counter: u64,
+    /// T6: the forging peer.
+    forger: Option<forger::Forger>,
+    /// T5: the bounds every shard's footprint is checked against.
+    footprints: crate::check::footprint::FootprintBounds,
 }
 
 const RETRY_TICKS: u64 = 40;
@@ -340,7 +359,11 @@ impl Sim {
             entries_rejected: 0,
             writes_acknowledged: 0,
             value_counter: 0,
+            forger: None,
+            footprints: crate::check::footprint::FootprintBounds::default(),
         };
+        sim.forger = sim.config.forger.map(|mode| forger::Forger::new(mode, sim.config.seed, sim.nodes.len()));
+        sim.footprints = crate::check::footprint::FootprintBounds::new(&sim.config.core, &sim.specs, sim.nodes.len());
         sim.draw_flush_latencies();
         for index in 0..sim.nodes.len() {
             sim.start_agent(index);
@@ -382,6 +405,7 @@ impl Sim {
         for index in 0..self.nodes.len() {
             self.collect_applies(index);
         }
+        self.check_refusals();
         self.checkers.finish();
         let linearizability = crate::linearizability::check(self.config.seed, &self.history);
         self.checkers.violations.extend(linearizability.iter().map(ToString::to_string));
@@ -404,6 +428,9 @@ impl Sim {
             operations: self.operation_counts(),
             disks: self.disk_stats(),
             starts_refused: self.starts_refused,
+            refusals: self.refusals(),
+            forged_frames: self.forger.as_ref().map_or(0, |forger| forger.sent),
+            footprint_max: self.footprints.observed,
             history: self.history,
         }
     }
@@ -497,11 +524,13 @@ impl Sim {
             self.drive_operator(faults);
         }
         self.run_clients();
+        self.run_forger();
         for node in &self.nodes {
             for shard in &node.shards {
                 shard.core.invariants();
             }
         }
+        self.check_footprints();
     }
 
     /// Start node `index` from its storage (V4), or count the refusal and
@@ -690,6 +719,7 @@ impl Sim {
                 _ => continue,
             };
             let bytes = message.encode(CLUSTER, sender, TraceContext::NONE).to_bytes();
+            self.forger_observe(index, &bytes);
             if let Endpoint::Node(to_index) = to {
                 let entries = match &message {
                     Message::Commit(batch) => batch.len() as u64,
@@ -732,9 +762,10 @@ impl Sim {
         };
         match packet.to {
             Endpoint::Client(client) => self.deliver_to_client(client, message),
-            Endpoint::Operator => self.deliver_to_operator(message),
+            Endpoint::Operator => self.deliver_to_operator(sender, message),
             Endpoint::Node(index) => {
-                let node = &self.nodes[index];
+                // T6: a frame for the non-member forger (no simulated node) is dropped.
+                let Some(node) = self.nodes.get(index) else { return };
                 if !node.is_up() {
                     return;
                 }
@@ -743,6 +774,7 @@ impl Sim {
                     self.network.defer(later, packet);
                     return;
                 }
+                self.forger_observe(index, &packet.bytes);
                 let message = match self.deliver_to_agent(index, sender, message) {
                     Some(message) => message,
                     None => return,

@@ -185,3 +185,45 @@ fn reconfigure_seed_sweep() {
     assert!(violations.is_empty(), "{violations:#?}");
     assert!(completed >= 40, "member changes completed: {completed}");
 }
+
+/// V2: the first primary of a new incarnation leads its view 0 without a
+/// view change, so nothing it prepares may leave before that view is
+/// durable. Otherwise a power loss makes it forget the switch; the operator
+/// switches it again after its restart, and it leads the same view 0 with
+/// another log than the one its backups already hold.
+#[test]
+fn v2_a_switched_primary_prepares_nothing_before_its_switch_is_durable() {
+    let mut sim = cluster(3);
+    write(&mut sim, 0, 1, 1);
+    // Node index 1 (NodeId 2) is member 0 of incarnation 2: it leads view 0.
+    let seal = seal(&[2, 3, 1], 2);
+    assert!(sim.propose_seal(G, Incarnation(1), &seal), "the primary takes the seal");
+    assert!(sim.run_until(400, |sim| all_sealed(sim, &[0, 1, 2], &seal)), "every member holds the seal");
+    let leader = 1;
+    sim.nodes[leader].flush_latency_ticks = (40, 40);
+    for node in 0..3 {
+        sim.switch_incarnation(node, G).expect("switches");
+    }
+    let base = sim.replica(leader, G).expect("up").log_base();
+    let _pending = sim.submit_as(0, G, KvOp::Put { key: 1, value: 2 }, leader).expect("the client is idle");
+    for _ in 0..10 {
+        sim.step(false);
+    }
+    assert!(sim.replica(leader, G).expect("up").op() > base, "the new primary took the write");
+    for backup in [0, 2] {
+        assert_eq!(
+            sim.replica(backup, G).expect("up").op(),
+            base,
+            "node {backup} got no Prepare before the switch was durable"
+        );
+    }
+    sim.power_off_node(leader, 30);
+    assert!(sim.run_until(100, |sim| sim.nodes[leader].is_up()), "the leader restarts");
+    // The operator switches it again if the switch did not survive.
+    let _ = sim.switch_incarnation(leader, G);
+    for value in 3..=5 {
+        write(&mut sim, 1, 1, value);
+    }
+    assert_eq!(read(&mut sim, 1), 5);
+    assert_clean(&sim);
+}

@@ -97,6 +97,9 @@ impl TimingConfig {
     }
 }
 
+/// The default of [`CoreConfig::view_jump_max_views`].
+pub const VIEW_JUMP_DEFAULT_VIEWS: u32 = 1 << 16;
+
 /// Everything the core needs besides timing.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CoreConfig {
@@ -113,6 +116,37 @@ pub struct CoreConfig {
     pub clients_max: usize,
     /// The most requests a primary queues while its pipeline is full.
     pub request_queue_max: usize,
+    /// T5: how far above its own view one message may take a replica that
+    /// follows a live primary, in views: a primary inside its quorum window
+    /// (R24), or a backup or learner whose lease (one heartbeat timeout
+    /// after the newest Commit it accepted from its primary) still runs. It
+    /// refuses a StartViewChange, DoViewChange, StartView, or a stranded
+    /// voter's CommitReply, whose view is further ahead (counted as
+    /// `view_jump`), so no single peer's message moves a healthy group far
+    /// through its view space. A replica that follows no live primary (in a
+    /// view change, or its lease ran out) takes any view.
+    ///
+    /// Why that never strands an honest member: only a replica with a live
+    /// primary is bounded, and such a replica ignores other views' elections
+    /// anyway (leases, V7); it only drops the hint of how far they went. A
+    /// member that was down or cut off through any number of view changes
+    /// hears nothing from its old primary, so its lease ends within one
+    /// heartbeat timeout, and then it takes the current primary's StartView
+    /// (re-sent to members that have not confirmed the view, and the answer
+    /// to its own StartViewChange) whatever the distance; a group whose
+    /// members drifted apart while electing joins up the same way once their
+    /// leases are gone. Default 65,536 (an honest healthy group moves one
+    /// view at a time); at least 64 (`GROUP_MEMBERS_MAX`: an election that
+    /// keeps failing tries each member as primary within that many views).
+    pub view_jump_max_views: u32,
+    /// T5: the largest snapshot a state transfer may declare, in bytes. A
+    /// StateChunk whose `total_size_bytes` is larger is refused (counted as
+    /// `state_transfer_too_large`) before any of it is kept, so a peer
+    /// cannot make a member buffer more than this per group. It must exceed
+    /// the largest snapshot a group's state machine takes, or a member that
+    /// fell behind the snapshot can never catch up. Default 1 GiB; at least
+    /// one chunk (`STATE_CHUNK_SIZE_MAX_BYTES`, 4 MiB).
+    pub state_transfer_size_max_bytes: u64,
     /// Test builds only: the safety rule broken on purpose, for the
     /// simulator's mutation suite (see [`crate::mutants`]). The field does
     /// not exist in other builds.
@@ -129,6 +163,8 @@ impl Default for CoreConfig {
             snapshot_interval_bytes: 8 * 1024 * 1024,
             clients_max: 4096,
             request_queue_max: 1024,
+            view_jump_max_views: VIEW_JUMP_DEFAULT_VIEWS,
+            state_transfer_size_max_bytes: 1 << 30,
             #[cfg(any(test, feature = "mutants"))]
             mutant: None,
         }
@@ -158,6 +194,26 @@ impl CoreConfig {
         if self.request_queue_max == 0 {
             return Err(CoreConfigError { field: "request_queue_max", rule: "must be at least 1".into() });
         }
+        if (self.view_jump_max_views as usize) < cohort_messages::GROUP_MEMBERS_MAX {
+            return Err(CoreConfigError {
+                field: "view_jump_max_views",
+                rule: format!(
+                    "must be at least {} (GROUP_MEMBERS_MAX), not {}",
+                    cohort_messages::GROUP_MEMBERS_MAX,
+                    self.view_jump_max_views
+                ),
+            });
+        }
+        if self.state_transfer_size_max_bytes < cohort_messages::STATE_CHUNK_SIZE_MAX_BYTES as u64 {
+            return Err(CoreConfigError {
+                field: "state_transfer_size_max_bytes",
+                rule: format!(
+                    "must be at least one state chunk ({} bytes), not {}",
+                    cohort_messages::STATE_CHUNK_SIZE_MAX_BYTES,
+                    self.state_transfer_size_max_bytes
+                ),
+            });
+        }
         Ok(())
     }
 }
@@ -176,6 +232,10 @@ mod tests {
         assert_eq!(queue.validate().unwrap_err().field, "request_queue_max");
         let clients = CoreConfig { clients_max: 0, ..CoreConfig::default() };
         assert_eq!(clients.validate().unwrap_err().field, "clients_max");
+        let jump = CoreConfig { view_jump_max_views: 63, ..CoreConfig::default() };
+        assert_eq!(jump.validate().unwrap_err().field, "view_jump_max_views");
+        let transfer = CoreConfig { state_transfer_size_max_bytes: 1 << 20, ..CoreConfig::default() };
+        assert_eq!(transfer.validate().unwrap_err().field, "state_transfer_size_max_bytes");
     }
 
     #[test]

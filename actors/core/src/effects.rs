@@ -42,6 +42,8 @@ pub struct Effects {
     reply_queue: BTreeMap<NodeId, Vec<CommitReplyEntry>>,
     /// Counters (R19, R32).
     pub metrics: crate::metrics::ShardMetrics,
+    /// T5: peer messages refused by reason.
+    pub refused: crate::refusal::Refusals,
     /// K4: peers whose link is congested: Prepares to them are held back
     /// (the primary sends them again once the link drains).
     pub(crate) congested: std::collections::BTreeSet<NodeId>,
@@ -133,6 +135,17 @@ impl Effects {
         self.flush_completed
     }
 
+    /// T5: what this buffer holds between turns, for [`crate::footprint`]:
+    /// sends held for a flush or parked, and the Commit and CommitReply
+    /// entries queued for the next batches.
+    pub(crate) fn queued(&self) -> crate::footprint::Queued {
+        crate::footprint::Queued {
+            held_sends: self.held.len() + self.parked.len(),
+            queued_commits: self.commit_queue.values().map(Vec::len).sum(),
+            queued_replies: self.reply_queue.values().map(Vec::len).sum(),
+        }
+    }
+
     fn put_commit(queue_of: &mut BTreeMap<NodeId, Vec<CommitEntry>>, to: NodeId, entry: CommitEntry) {
         let queue = queue_of.entry(to).or_default();
         match queue.iter_mut().find(|queued| queued.group == entry.group) {
@@ -144,9 +157,17 @@ impl Effects {
         }
     }
 
-    /// Queue a CommitReply for `to` (R27): it leaves at the end of the next tick.
+    /// Queue a CommitReply for `to` (R27): it leaves at the end of the next
+    /// tick. T5: one batch holds at most `COMMIT_REPLY_BATCH_ENTRIES_MAX`
+    /// entries (R13: a batch is never split), so a reply past that, which
+    /// only a flood of Commit entries from one peer within a tick can cause
+    /// (a shard leads far fewer groups), is dropped and counted.
     pub fn queue_reply(&mut self, to: NodeId, entry: CommitReplyEntry) {
-        self.reply_queue.entry(to).or_default().push(entry);
+        let queue = self.reply_queue.entry(to).or_default();
+        if queue.len() >= cohort_messages::COMMIT_REPLY_BATCH_ENTRIES_MAX {
+            return self.refused.count(crate::refusal::Refusal::ReplyBatchFull);
+        }
+        queue.push(entry);
     }
 
     /// The group a held send belongs to.

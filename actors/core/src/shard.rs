@@ -245,12 +245,16 @@ impl Shard {
         self.fx.end_tick();
     }
 
-    /// A single-group message from a peer node.
+    /// A single-group message from a peer node. One with a view or op out
+    /// of range is refused and counted (T5, [`crate::refusal`]).
     pub fn on_message(&mut self, from: NodeId, message: Message) {
         let Some(group) = message.group() else { return };
+        if let Err(refusal) = crate::refusal::check_message(&message) {
+            return self.fx.refused.count(refusal);
+        }
         self.with_group(group, |replica, fx| {
-            if !replica.accepts_from(from, &message) {
-                return;
+            if let Err(refusal) = replica.accepts_from(from, &message) {
+                return fx.refused.count(refusal);
             }
             match message {
                 Message::Prepare(m) => replica.on_prepare(m, fx),
@@ -353,6 +357,16 @@ impl Shard {
         &self.fx.metrics
     }
 
+    /// T5: peer messages this shard refused, by reason (see [`crate::refusal`]).
+    pub fn refused(&self) -> &crate::refusal::Refusals {
+        &self.fx.refused
+    }
+
+    /// What the output buffer holds between turns (for [`Shard::footprint`]).
+    pub(crate) fn effects_queued(&self) -> crate::footprint::Queued {
+        self.fx.queued()
+    }
+
     /// Groups per heartbeat state (R32). Walks every group: for scrapes, not ticks.
     pub fn heartbeat_gauges(&self) -> crate::metrics::HeartbeatGauges {
         let mut gauges = crate::metrics::HeartbeatGauges::default();
@@ -372,22 +386,37 @@ impl Shard {
 
     /// One Commit entry of a batch from `from` (R16, R17).
     pub fn on_commit_entry(&mut self, from: NodeId, entry: CommitEntry) {
+        if let Err(refusal) = crate::refusal::check_commit(&entry) {
+            return self.fx.refused.count(refusal);
+        }
         self.with_group(entry.group, |replica, fx| {
             let any_incarnation = replica.config.mutated(crate::mutants::Mutant::OtherIncarnationAccepted);
-            if entry.partition_incarnation == replica.spec.incarnation || any_incarnation {
-                replica.on_commit(from, entry, fx);
+            if entry.partition_incarnation != replica.spec.incarnation && !any_incarnation {
+                return fx.refused.count(crate::refusal::Refusal::OtherIncarnation);
             }
+            // Only a member's own Commits count (the primary's, or a
+            // stranded member's view of them): `on_commit` checks which.
+            if replica.spec.node_at(entry.replica) != Some(from) {
+                return fx.refused.count(crate::refusal::Refusal::NotTheMember);
+            }
+            replica.on_commit(from, entry, fx);
         });
     }
 
     /// One CommitReply entry of a batch from `from` (R29).
     pub fn on_commit_reply_entry(&mut self, from: NodeId, entry: CommitReplyEntry) {
+        if let Err(refusal) = crate::refusal::check_commit_reply(&entry) {
+            return self.fx.refused.count(refusal);
+        }
         self.with_group(entry.group, |replica, fx| {
-            let member_ok = replica.spec.node_at(entry.replica) == Some(from);
             let any_incarnation = replica.config.mutated(crate::mutants::Mutant::OtherIncarnationAccepted);
-            if (entry.partition_incarnation == replica.spec.incarnation || any_incarnation) && member_ok {
-                replica.on_commit_reply(entry, fx.now);
+            if entry.partition_incarnation != replica.spec.incarnation && !any_incarnation {
+                return fx.refused.count(crate::refusal::Refusal::OtherIncarnation);
             }
+            if replica.spec.node_at(entry.replica) != Some(from) {
+                return fx.refused.count(crate::refusal::Refusal::NotTheMember);
+            }
+            replica.on_commit_reply(entry, fx);
         });
     }
 
@@ -476,8 +505,10 @@ impl Replica {
     /// Fencing at the door: a group message must come from the node that is
     /// the member it claims to be, for this incarnation; election messages
     /// only from voters (P4: an index past the group, or a learner's
-    /// StartViewChange or DoViewChange, is refused here).
-    pub(crate) fn accepts_from(&self, from: NodeId, message: &Message) -> bool {
+    /// StartViewChange or DoViewChange, is refused here). The error is the
+    /// reason, for the shard to count (T5).
+    pub(crate) fn accepts_from(&self, from: NodeId, message: &Message) -> Result<(), crate::refusal::Refusal> {
+        use crate::refusal::Refusal;
         let (incarnation, replica) = match message {
             Message::Prepare(m) => (m.incarnation, m.replica),
             Message::PrepareOk(m) => (m.incarnation, m.replica),
@@ -487,13 +518,20 @@ impl Replica {
             Message::RequestPrepares(m) => (m.incarnation, m.replica),
             Message::RequestStateTransfer(m) => (m.incarnation, m.replica),
             Message::StateChunk(m) => (m.incarnation, m.replica),
-            Message::Request(_) => return true,
-            _ => return false,
+            Message::Request(_) => return Ok(()),
+            _ => return Err(Refusal::UnexpectedCommand),
         };
         let election = matches!(message, Message::StartViewChange(_) | Message::DoViewChange(_));
         let any_incarnation = self.config.mutated(crate::mutants::Mutant::OtherIncarnationAccepted);
-        (incarnation == self.spec.incarnation || any_incarnation)
-            && self.spec.node_at(replica) == Some(from)
-            && (!election || self.spec.is_voter(replica))
+        if incarnation != self.spec.incarnation && !any_incarnation {
+            return Err(Refusal::OtherIncarnation);
+        }
+        if self.spec.node_at(replica) != Some(from) {
+            return Err(Refusal::NotTheMember);
+        }
+        if election && !self.spec.is_voter(replica) {
+            return Err(Refusal::ElectionFromLearner);
+        }
+        Ok(())
     }
 }

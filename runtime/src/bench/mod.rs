@@ -12,9 +12,11 @@
 //! benchmark's business: no test asserts a figure from here.
 //!
 //! The figures, and how to read them on a shared machine, are in
-//! `docs/benchmarks.md`.
+//! `docs/benchmarks.md`. `cohort bench --cluster` drives a running cluster
+//! over the network instead ([`network`]).
 
 pub mod floor;
+pub mod network;
 pub mod process;
 mod report;
 

@@ -186,7 +186,7 @@ impl BenchReport {
 }
 
 /// The value at percentile `p` of sorted samples (0 if there are none).
-fn percentile(sorted: &[u64], p: f64) -> u64 {
+pub(super) fn percentile(sorted: &[u64], p: f64) -> u64 {
     if sorted.is_empty() {
         return 0;
     }
@@ -195,7 +195,7 @@ fn percentile(sorted: &[u64], p: f64) -> u64 {
 }
 
 /// The 1-minute load average, 0 if `/proc/loadavg` cannot be read.
-fn load_average() -> f64 {
+pub(super) fn load_average() -> f64 {
     std::fs::read_to_string("/proc/loadavg")
         .ok()
         .and_then(|text| text.split_whitespace().next()?.parse().ok())

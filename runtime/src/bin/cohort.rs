@@ -1,15 +1,23 @@
 //! The `cohort` command: `cohort node` runs one node from a configuration
 //! file, `cohort status` and `cohort admin` talk to a running node's admin
-//! port, `cohort demo` runs a local demo cluster, `cohort bench` measures
-//! replicated writes on a local cluster. `node` and `demo` export spans over
-//! OTLP when told to (`[telemetry] otlp_endpoint`, `--otlp-endpoint` or
+//! port, `cohort write` and `cohort read` use a running cluster's groups
+//! through its client ports, `cohort demo` runs a local demo cluster,
+//! `cohort bench` measures replicated writes on a local cluster, or on a
+//! running one with `--cluster`. `node` and `demo` export spans over OTLP
+//! when told to (`[telemetry] otlp_endpoint`, `--otlp-endpoint` or
 //! `OTEL_EXPORTER_OTLP_ENDPOINT`), and flush them before exiting.
+//!
+//! Answers go to stdout through [`print_line`], which does not panic when
+//! the reader is gone (`cohort certs init … | head`); diagnostics go to
+//! stderr.
 
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use cohort_runtime::cli::{AdminAction, admin_command};
+use cohort_runtime::cli::{
+    AdminAction, BenchArgs, DataArgs, WriteArgs, admin_command, bench_command, print_line, read_command, write_command,
+};
 use cohort_runtime::demo::{self, DemoOptions};
 
 #[derive(Parser)]
@@ -100,37 +108,17 @@ enum Command {
     /// Measure replicated writes on a cluster in this process (loopback TCP,
     /// real write-ahead logs): writes/s, latency, and CPU time, socket writes,
     /// syncs and context switches per write, beside the physical floor of
-    /// the same run. See docs/benchmarks.md.
-    Bench {
-        /// Nodes in the cluster.
-        #[arg(long, default_value_t = 3)]
-        nodes: usize,
-        /// Groups (every node a member of each).
-        #[arg(long, default_value_t = 1)]
-        groups: usize,
-        /// Concurrent writers, one write at a time each.
-        #[arg(long, default_value_t = 256)]
-        writers: usize,
-        /// The measured window.
-        #[arg(long, default_value_t = 10)]
-        seconds: u64,
-        /// Writes before the window, not measured.
-        #[arg(long, default_value_t = 2)]
-        warmup_secs: u64,
-        /// Bytes per write.
-        #[arg(long, default_value_t = 8)]
-        op_size_bytes: usize,
-        /// Shards (threads) per node.
-        #[arg(long, default_value_t = 1)]
-        shards: usize,
-        /// Where the logs go (default: the system's temp dir; a tmpfs path
-        /// such as /dev/shm takes the sync cost away).
-        #[arg(long)]
-        data_dir: Option<std::path::PathBuf>,
-        /// Print one JSON object as the last line instead of the table.
-        #[arg(long)]
-        json: bool,
-    },
+    /// the same run; or, with --cluster, on a running cluster through its
+    /// client ports. See docs/benchmarks.md and docs/client.md.
+    Bench(BenchArgs),
+    /// Write a value to a group of a running cluster, through any of its
+    /// nodes' client ports; prints the op it committed at and the result.
+    /// Exit code 1: failed, nothing applied; 2: usage; 3: no definite
+    /// answer in time (the write may still commit).
+    Write(WriteArgs),
+    /// Read a group's value from a running cluster (linearizable), through
+    /// any of its nodes' client ports; prints the op it saw and the value.
+    Read(DataArgs),
 }
 
 /// What `cohort certs` makes.
@@ -338,23 +326,25 @@ fn run_node(path: &std::path::Path) -> ExitCode {
     code
 }
 
-fn run_bench(options: cohort_runtime::bench::BenchOptions, json: bool) -> ExitCode {
-    eprintln!(
-        "cohort bench: {} nodes x {} shards, {} groups, {} writers; {} s warm-up, {} s measured",
-        options.nodes, options.shards, options.groups, options.writers, options.warmup_secs, options.seconds
-    );
-    match cohort_runtime::bench::run(options) {
-        Ok(report) => {
-            if json {
-                println!("{}", report.json());
-            } else {
-                println!("{}", report.table());
-            }
-            ExitCode::SUCCESS
-        }
+/// Print a command's answer, or its error on stderr with its exit code.
+fn answer<E: std::fmt::Display>(what: &str, result: Result<String, E>, code: impl Fn(&E) -> u8) -> ExitCode {
+    match result {
+        Ok(text) => print(what, &text),
         Err(error) => {
-            eprintln!("cohort bench: {error}");
-            ExitCode::from(2)
+            eprintln!("{what}: {error}");
+            ExitCode::from(code(&error))
+        }
+    }
+}
+
+/// Print `text` on stdout; a reader that left early is fine, any other
+/// failure to print is an error (exit 1).
+fn print(what: &str, text: &str) -> ExitCode {
+    match print_line(text) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("{what}: cannot print the answer: {error}");
+            ExitCode::FAILURE
         }
     }
 }
@@ -367,49 +357,21 @@ fn main() -> ExitCode {
                 CertsCommand::Node { dir, id } => cohort_runtime::cli::CertsAction::Node { dir, id },
                 CertsCommand::Client { dir, name } => cohort_runtime::cli::CertsAction::Client { dir, name },
             };
-            match cohort_runtime::cli::certs_command(&action) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(error) => {
-                    eprintln!("cohort certs: {error}");
-                    ExitCode::from(1)
-                }
-            }
+            // Every file is written before the first line is printed.
+            answer("cohort certs", cohort_runtime::cli::certs_command(&action), |_| 1)
         }
-        Command::Bench { nodes, groups, writers, seconds, warmup_secs, op_size_bytes, shards, data_dir, json } => {
-            let options = cohort_runtime::bench::BenchOptions {
-                nodes,
-                groups,
-                writers,
-                seconds,
-                warmup_secs,
-                op_size_bytes,
-                shards,
-                data_dir,
-                progress: true,
-            };
-            run_bench(options, json)
-        }
+        Command::Bench(args) => answer("cohort bench", bench_command(&args), |error| error.exit_code()),
+        Command::Write(args) => answer("cohort write", write_command(&args), |error| error.exit_code()),
+        Command::Read(args) => answer("cohort read", read_command(&args), |error| error.exit_code()),
         Command::Node { config } => run_node(&config),
         Command::Status { admin, token, json } => {
-            match cohort_runtime::cli::status_command(&admin, token.as_deref(), json) {
-                Ok(text) => {
-                    println!("{text}");
-                    ExitCode::SUCCESS
-                }
-                Err(error) => {
-                    eprintln!("cohort status: {error}");
-                    ExitCode::from(2)
-                }
-            }
+            answer("cohort status", cohort_runtime::cli::status_command(&admin, token.as_deref(), json), |_| 2)
         }
         Command::Admin { admin, token, json, action } => {
             match admin_command(&admin, token.as_deref(), &action.action(), json) {
-                Ok(line) => {
-                    println!("{line}");
-                    ExitCode::SUCCESS
-                }
+                Ok(line) => print("cohort admin", &line),
                 Err(error) if json => {
-                    println!("{}", error.message);
+                    let _ = print_line(&error.message);
                     ExitCode::from(error.code)
                 }
                 Err(error) => {
@@ -444,12 +406,8 @@ fn main() -> ExitCode {
             stop_tracing("cohort demo", tracing);
             match result {
                 Ok(summary) => {
-                    if json {
-                        println!("{}", summary.json());
-                    } else {
-                        println!("{}", summary.table());
-                    }
-                    if summary.lost_acked_writes == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+                    let printed = print("cohort demo", &if json { summary.json() } else { summary.table() });
+                    if summary.lost_acked_writes == 0 { printed } else { ExitCode::FAILURE }
                 }
                 Err(error) => {
                     eprintln!("cohort demo: {error}");

@@ -4,7 +4,12 @@
 //! one config snippet per node to paste), then each node runs `cohort node`.
 //! `cohort certs node` and `cohort certs client` add one identity later,
 //! signed by the same CA (the CA key must be in the directory).
+//!
+//! Every file is written before a line is printed: the command returns its
+//! answer as text, so a reader that stops early (`cohort certs init … |
+//! head`) cannot leave later certificates unwritten (see [`super::output`]).
 
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use cohort_actors::certs::{Authority, CA_KEY_FILE, CertsError, cluster_hex};
@@ -36,47 +41,58 @@ pub enum CertsAction {
     },
 }
 
-/// Run `action`, printing what was written; the error names the file.
-pub fn certs_command(action: &CertsAction) -> Result<(), CertsError> {
+/// Run `action`; the answer is what was written, to print once every file
+/// is; the error names the file.
+pub fn certs_command(action: &CertsAction) -> Result<String, CertsError> {
+    let mut out = String::new();
     match action {
         CertsAction::Init { dir, nodes } => {
             let authority = Authority::init(dir)?;
-            println!("cluster id {} (in {})", cluster_hex(authority.cluster()), dir.join("cluster-id").display());
-            println!("CA certificate {}, key {}", dir.join("ca.pem").display(), dir.join(CA_KEY_FILE).display());
+            let _ = writeln!(
+                out,
+                "cluster id {} (in {})",
+                cluster_hex(authority.cluster()),
+                dir.join("cluster-id").display()
+            );
+            let _ = writeln!(
+                out,
+                "CA certificate {}, key {}",
+                dir.join("ca.pem").display(),
+                dir.join(CA_KEY_FILE).display()
+            );
             for id in 1..=*nodes {
-                write_node(&authority, dir, id)?;
+                write_node(&authority, dir, id, &mut out)?;
             }
             if *nodes > 0 {
-                println!(
+                let _ = writeln!(
+                    out,
                     "next: copy ca.pem and each node's .pem/.key to its host, add the snippet above to its config, \
-                     and run `cohort node --config FILE`; keep {} off the nodes",
-                    CA_KEY_FILE
+                     and run `cohort node --config FILE`; keep {CA_KEY_FILE} off the nodes"
                 );
             }
-            Ok(())
         }
-        CertsAction::Node { dir, id } => write_node(&Authority::load(dir)?, dir, *id),
+        CertsAction::Node { dir, id } => write_node(&Authority::load(dir)?, dir, *id, &mut out)?,
         CertsAction::Client { dir, name } => {
             let authority = Authority::load(dir)?;
             let files = authority.write_client(dir, name)?;
-            println!("client {name}: certificate {}, key {}", files.cert.display(), files.key.display());
-            Ok(())
+            let _ = writeln!(out, "client {name}: certificate {}, key {}", files.cert.display(), files.key.display());
         }
     }
+    Ok(out.trim_end().to_string())
 }
 
-fn write_node(authority: &Authority, dir: &Path, id: u64) -> Result<(), CertsError> {
+fn write_node(authority: &Authority, dir: &Path, id: u64, out: &mut String) -> Result<(), CertsError> {
     if id == 0 {
         return Err(CertsError::Content { path: dir.to_path_buf(), reason: "node id 0 is not a node".into() });
     }
     let files = authority.write_node(dir, NodeId(id))?;
-    println!("node {id}: certificate {}, key {}; its config:", files.cert.display(), files.key.display());
-    println!("    [node]");
-    println!("    cluster_id = \"{}\"", cluster_hex(authority.cluster()));
-    println!("    id = {id}");
-    println!("    [tls]");
-    println!("    ca = \"{}\"", files.ca.display());
-    println!("    cert = \"{}\"", files.cert.display());
-    println!("    key = \"{}\"", files.key.display());
+    let _ = writeln!(out, "node {id}: certificate {}, key {}; its config:", files.cert.display(), files.key.display());
+    let _ = writeln!(out, "    [node]");
+    let _ = writeln!(out, "    cluster_id = \"{}\"", cluster_hex(authority.cluster()));
+    let _ = writeln!(out, "    id = {id}");
+    let _ = writeln!(out, "    [tls]");
+    let _ = writeln!(out, "    ca = \"{}\"", files.ca.display());
+    let _ = writeln!(out, "    cert = \"{}\"", files.cert.display());
+    let _ = writeln!(out, "    key = \"{}\"", files.key.display());
     Ok(())
 }

@@ -42,6 +42,8 @@ fn main() -> ExitCode {
     let (mut changes_started, mut changes_completed, mut seeds_changed) = (0u64, 0u64, 0u64);
     let (mut operations, mut seeds_operated) = (cohort_sim::sim::OperationCounts::default(), 0u64);
     let (mut disks, mut starts_refused, mut seeds_failed) = (cohort_sim::disk::DiskStats::default(), 0u64, 0u64);
+    let (mut refusals, mut forged_frames) = (cohort_core::Refusals::default(), 0u64);
+    let mut footprint = cohort_core::Footprint::default();
     for (done, seed) in (args.seed_start..args.seed_start + args.seeds).enumerate() {
         let config = args.config(seed);
         let outcome = cli::run_catching(config.clone());
@@ -83,6 +85,11 @@ fn main() -> ExitCode {
                 disks.writes_refused_full += report.disks.writes_refused_full;
                 disks.io_errors += report.disks.io_errors;
                 starts_refused += report.starts_refused;
+                refusals.add(&report.refusals);
+                forged_frames += report.forged_frames;
+                footprint.log_entries_max = footprint.log_entries_max.max(report.footprint_max.log_entries_max);
+                footprint.held_sends = footprint.held_sends.max(report.footprint_max.held_sends);
+                footprint.queued_replies = footprint.queued_replies.max(report.footprint_max.queued_replies);
             }
             Err(panic) => {
                 println!("seed={seed} panic: {panic} (reproduce: {})", args.reproduce(seed));
@@ -123,6 +130,16 @@ fn main() -> ExitCode {
             operations.completed,
             operations.reverted,
             operations.refused
+        ));
+    }
+    last.push_str(&format!(" refusals={} refusals_forged={}", refusals.total(), refusals.forged()));
+    if let Some(forger) = args.forger {
+        last.push_str(&format!(
+            " forger={} forged_frames={forged_frames} log_entries_max={} held_sends_max={} queued_replies_max={}",
+            forger.name(),
+            footprint.log_entries_max,
+            footprint.held_sends,
+            footprint.queued_replies
         ));
     }
     if args.scenario == Scenario::Reconfigure {

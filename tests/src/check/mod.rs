@@ -18,12 +18,15 @@
 //!   the same state at the same epoch, and epochs only go forward.
 //! - [`placement`] (metadata scenario): M2–M5, no step leaves a group below
 //!   its voters, a cancelled operation leaves the placement as it found it.
+//! - [`footprint`]: T5, what input can make a shard hold stays under
+//!   bounds that do not grow with the input.
 //! - `crate::linearizability`: the client history is linearizable per key
 //!   (porcupine), checked at the end of a run.
 
 pub mod acknowledged;
 pub mod agreement;
 pub mod applied_stream;
+pub mod footprint;
 pub mod learners;
 pub mod metadata_epochs;
 pub mod owner_primary;

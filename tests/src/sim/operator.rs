@@ -122,9 +122,16 @@ impl Sim {
         self.network.send(self.now, Packet { from: Endpoint::Operator, to: Endpoint::Node(to), bytes }, &mut self.rng);
     }
 
-    /// A reply or redirect for the operator.
-    pub(super) fn deliver_to_operator(&mut self, message: Message) {
+    /// A reply or redirect for the operator. Only the node the request is
+    /// outstanding at is followed: a duplicated or late redirect from a node
+    /// asked earlier would start a second chase of the same request, and two
+    /// nodes that each name the other (stale views) would multiply those
+    /// chases without end.
+    pub(super) fn deliver_to_operator(&mut self, sender: NodeId, message: Message) {
         let Some((request, _, target)) = self.operator.outstanding.clone() else { return };
+        if sender.0 == 0 || node_index(sender) != target {
+            return;
+        }
         match message {
             Message::Reply(Reply { request: number, outcome, .. }) if number == request.request => match outcome {
                 Outcome::Ok(bytes) => {

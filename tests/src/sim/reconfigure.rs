@@ -40,6 +40,11 @@ pub(crate) struct Reconfigurations {
     pub started: u64,
     /// Changes whose every next member switched.
     pub completed: u64,
+    /// The incarnation each group's last completed change switched to, as
+    /// the metadata would record it: what a member restarting in an older,
+    /// sealed incarnation is switched to, even if no running node hosts it
+    /// (every switch may have been lost, with the power, before it was durable).
+    pub switched: BTreeMap<GroupId, Incarnation>,
 }
 
 /// Chance per tick (per mille) that a change starts during the fault phase.
@@ -93,7 +98,9 @@ impl Sim {
         let now = self.now;
         for spec in self.specs.clone() {
             let group = spec.group;
-            let Some((newest, _)) = self.current_members(group) else { continue };
+            let hosted = self.current_members(group).map(|(incarnation, _)| incarnation);
+            let recorded = self.reconfigurations.switched.get(&group).copied();
+            let Some(newest) = hosted.max(recorded) else { continue };
             for index in 0..self.nodes.len() {
                 if !self.nodes[index].is_running(now) {
                     continue;
@@ -196,6 +203,7 @@ impl Sim {
             self.drop_replica(index, group);
         }
         self.reconfigurations.active.remove(&group);
+        self.reconfigurations.switched.insert(group, change.seal.incarnation);
         self.reconfigurations.completed += 1;
     }
 }

@@ -157,7 +157,7 @@ impl Replica {
         let entries: Vec<_> = self.log.entries_from(from).take(limit).cloned().collect();
         for entry in entries {
             let prepare = self.prepare_message(entry);
-            fx.send_prepare(self.node_of(member), prepare);
+            self.send_prepare(self.node_of(member), prepare, fx);
         }
     }
 
@@ -244,8 +244,14 @@ impl Replica {
     }
 
     /// The primary handles one CommitReply entry (R24, R29).
-    pub(crate) fn on_commit_reply(&mut self, entry: CommitReplyEntry, now: u64) {
+    pub(crate) fn on_commit_reply(&mut self, entry: CommitReplyEntry, fx: &mut Effects) {
+        let now = fx.now;
         if self.is_primary() && entry.view > self.view && self.spec.is_voter(entry.replica) {
+            if self.view_jump_refused(entry.view, now) {
+                // T5: a voter stranded that far ahead is no honest one's
+                // (see `view_jump_max_views`); the group stays where it is.
+                return fx.refused.count(crate::refusal::Refusal::ViewJump);
+            }
             self.stranded = match self.stranded {
                 Some((view, since, _)) if view == entry.view => Some((view, since, now)),
                 Some((view, since, last)) if view > entry.view => Some((view, since, last)),
@@ -255,6 +261,14 @@ impl Replica {
         }
         if !self.is_primary() || entry.view != self.view || entry.replica == self.spec.me {
             return;
+        }
+        if entry.timestamp_monotonic > self.timestamp {
+            // A reply echoes a Commit this process sent, and its timestamps
+            // only grow; a later one is forged, or a stranded member's late
+            // reply to the process before a restart, whose ticks may be
+            // ahead of this one's: counted, it would date the quorum window
+            // (R24) in the future and let this primary serve reads (V7).
+            return fx.refused.count(crate::refusal::Refusal::ReplyTimestampUnsent);
         }
         if let Some(slot) = self.learner_slot(entry.replica) {
             let sent_tick = entry.timestamp_monotonic.0 / TIMESTAMP_PER_TICK;

@@ -3,8 +3,9 @@
 //! Handlers are split by concern: `normal` (requests, prepares, commit and
 //! apply), `heartbeat` (Commit heartbeats and replies, busy/idle),
 //! `view_change` (StartViewChange, DoViewChange, StartView), `repair`
-//! (missing prepares and state transfer), `snapshot` (V6) and `wait`
-//! (quorum waits). Every handler leaves the replica in a state that passes
+//! (missing prepares and state transfer), `snapshot` (V6), `wait`
+//! (quorum waits) and `jump` (T5: how far one message may move a view).
+//! Every handler leaves the replica in a state that passes
 //! [`Replica::invariants`].
 //!
 //! # Status
@@ -21,6 +22,7 @@
 //! committed ops but never votes: see `learner`.
 
 mod heartbeat;
+mod jump;
 mod learner;
 mod normal;
 mod repair;
@@ -148,11 +150,23 @@ pub struct Replica {
     pub(crate) superblock_blocked: Option<FlushId>,
     /// The flush that carries the latest staged superblock (R12).
     pub(crate) superblock_flush: FlushId,
+    /// Prepares wait for this flush: the one carrying the superblock of a
+    /// view this replica leads without a view change (view 0 of an
+    /// incarnation it switched to). Until that view is durable, a crash
+    /// would forget it led it, and a restart that switches again would lead
+    /// the same view with another log; so nothing it prepares may leave
+    /// before (V2). 0: no wait.
+    pub(crate) lead_after_flush: FlushId,
     pub(crate) role_reported: Option<(View, Role)>,
     /// The seal this replica applied: its incarnation's state is final.
     pub(crate) sealed: Option<Sealed>,
     /// The commit point of the newest durable superblock.
     pub(crate) superblock_durable_commit: Op,
+    /// The log view of the newest durable superblock (None: none of this
+    /// incarnation yet). A backup's PrepareOk says "I hold these ops durably
+    /// in this view"; it may leave only once this is the replica's log view,
+    /// or a crash could take the view back after the primary counted it (V2).
+    pub(crate) superblock_durable_log_view: Option<View>,
     /// R25: whether the last Commit batch to each member went to a connected link.
     pub(crate) link_connected: Vec<bool>,
     /// Per learner, in `spec.learners` order: what the primary knows of
@@ -226,9 +240,11 @@ impl Replica {
             superblock_retry: false,
             superblock_blocked: None,
             superblock_flush: 0,
+            lead_after_flush: 0,
             role_reported: None,
             sealed: None,
             superblock_durable_commit: Op(0),
+            superblock_durable_log_view: None,
             link_connected: vec![true; members],
             learners,
             spec,
@@ -312,6 +328,8 @@ impl Replica {
             replica.log_view = newest;
             replica.view = replica.view.max(newest);
         }
+        // Everything recovered is durable, the log view read from it too.
+        replica.superblock_durable_log_view = Some(replica.log_view);
         replica.apply_committed(fx);
         let was_normal = replica.view == replica.log_view;
         if was_normal && replica.primary_index() == replica.spec.me {
@@ -499,6 +517,16 @@ impl Replica {
         }
     }
 
+    /// Send a Prepare: at once (unless the link is congested, K4), or once
+    /// the view this replica leads is durable (see `lead_after_flush`).
+    pub(crate) fn send_prepare(&self, to: NodeId, prepare: cohort_messages::Prepare, fx: &mut Effects) {
+        if self.lead_after_flush > fx.flush_completed() {
+            fx.send_durable(to, cohort_messages::Message::Prepare(prepare));
+        } else {
+            fx.send_prepare(to, prepare);
+        }
+    }
+
     /// Stage the superblock if it changed since the last save.
     pub(crate) fn stage_superblock(&mut self, fx: &mut Effects) {
         let superblock = self.superblock();
@@ -561,11 +589,15 @@ impl Replica {
             }
             self.superblock_blocked = None;
         }
+        let durable_log_view_before = self.superblock_durable_log_view;
         if id >= self.superblock_flush
             && let Some(saved) = &self.superblock_saved
         {
             self.superblock_durable_commit = saved.commit;
+            self.superblock_durable_log_view = Some(saved.log_view);
         }
+        let view_became_durable = self.superblock_durable_log_view != durable_log_view_before
+            && self.superblock_durable_log_view == Some(self.log_view);
         let mut advanced = false;
         let pending_before = self.pending_durable.len();
         while let Some((flush, op)) = self.pending_durable.front().copied() {
@@ -581,7 +613,7 @@ impl Replica {
         debug_assert!(self.pending_durable.len() <= pending_before, "a flush only completes what was staged");
         debug_assert!(self.pending_durable.front().is_none_or(|(flush, _)| *flush > id), "flushes complete in order");
         debug_assert!(self.durable_op <= self.log.op(), "durable only what is in the log");
-        if advanced {
+        if advanced || view_became_durable {
             self.on_durable(fx);
         }
     }

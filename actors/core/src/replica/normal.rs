@@ -215,7 +215,7 @@ impl Replica {
             self.stage_append(entry.clone(), fx);
             for member in self.receivers() {
                 let prepare = self.prepare_message(entry.clone());
-                fx.send_prepare(self.node_of(member), prepare);
+                self.send_prepare(self.node_of(member), prepare, fx);
             }
             if seal {
                 // Nothing is prepared after a seal (see `seal`).
@@ -257,6 +257,11 @@ impl Replica {
                 self.send_prepare_ok(fx);
             }
         } else if op == self.log.op().next() {
+            if self.log.view_at(self.log.op()).is_some_and(|last| prepare.entry.view < last) {
+                // T5: a correct primary's entry is of its view, or a repair
+                // from its log, whose views never go back; ours is a prefix.
+                return fx.refused.count(crate::refusal::Refusal::LogViewsGoBack);
+            }
             self.stage_append(prepare.entry, fx);
             debug_assert_eq!(self.log.op(), op, "a Prepare next in line extends the log by one");
             if self.config.mutated(Mutant::AckBeforeDurable) {
@@ -305,7 +310,9 @@ impl Replica {
     }
 
     fn send_prepare_ok(&mut self, fx: &mut Effects) {
-        if self.durable_op == Op(0) {
+        if self.durable_op == Op(0) || self.superblock_durable_log_view != Some(self.log_view) {
+            // Nothing durable yet, or the view is not: `on_flushed` calls
+            // again once it is.
             return;
         }
         fx.send(self.node_of(self.primary_index()), Message::PrepareOk(self.prepare_ok()));

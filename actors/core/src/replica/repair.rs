@@ -7,6 +7,16 @@
 //! The primary answers with ordinary Prepares, or, if the range starts at or
 //! below its snapshot, with the first chunk of that snapshot. State transfer
 //! is pulled chunk by chunk, so a lost chunk only costs a retry.
+//!
+//! T5: a chunk costs up to 4 MiB to answer a 60-byte request, so only the
+//! member that must answer serves one: the primary, to a member that lags
+//! behind its snapshot (a backup or learner whose StartView it could not
+//! join, or whose repair reached below the snapshot), and, during a view
+//! change, a member whose log the new primary chose, to that primary alone
+//! (it cannot lead until it holds the snapshot the chosen log starts
+//! after). A member takes chunks only from the member it fetches from (or,
+//! fetching nothing, the primary of its view), of a snapshot no larger
+//! than `state_transfer_size_max_bytes`.
 
 use bytes::Bytes;
 use cohort_messages::{
@@ -16,6 +26,7 @@ use cohort_messages::{
 
 use super::{Replica, Status};
 use crate::effects::Effects;
+use crate::refusal::Refusal;
 use crate::storage::Snapshot;
 
 /// A snapshot being fetched.
@@ -71,7 +82,7 @@ impl Replica {
         let mut op = request.op_min;
         while op <= last {
             if let Some(entry) = self.log.get(op).cloned() {
-                fx.send_prepare(to, self.prepare_message(entry));
+                self.send_prepare(to, self.prepare_message(entry), fx);
             }
             op = op.next();
         }
@@ -104,10 +115,19 @@ impl Replica {
         fx.send(self.node_of(transfer.source), Message::RequestStateTransfer(request));
     }
 
-    /// Any member with a snapshot serves it: it is committed state.
+    /// The primary serves its snapshot, and so does a member in a view
+    /// change to the member that is to lead it (T5: no other member does).
     pub(crate) fn on_request_state_transfer(&mut self, request: RequestStateTransfer, fx: &mut Effects) {
         if request.replica == self.spec.me {
             return;
+        }
+        let to_new_primary =
+            self.status == Status::ViewChange && request.view == self.view && request.replica == self.primary_index();
+        if !self.is_primary() && !to_new_primary {
+            // A correct member asks the primary of its view, which may have
+            // stepped down since (it asks the next one after its StartView),
+            // or the view's chosen log, from an election since left.
+            return fx.refused.count(Refusal::StateTransferNotPrimary);
         }
         let Some(snapshot) = self.snapshot.clone() else { return };
         let offset = if request.snapshot_op == snapshot.op { request.offset_bytes } else { 0 };
@@ -140,6 +160,9 @@ impl Replica {
         if self.is_primary() {
             return;
         }
+        if let Err(refusal) = self.check_chunk(&chunk) {
+            return fx.refused.count(refusal);
+        }
         let fresh = StateTransfer {
             source: chunk.replica,
             snapshot_op: chunk.snapshot_op,
@@ -168,6 +191,27 @@ impl Replica {
             // A snapshot that does not decode is dropped; repair asks again.
             self.repair_deadline = fx.now;
         }
+    }
+
+    /// T5: a chunk comes from the member we fetch from (the primary of our
+    /// view if we fetch nothing: it answers a repair below its snapshot with
+    /// one), of a snapshot of a view we have reached, no larger than the
+    /// configured cap.
+    fn check_chunk(&self, chunk: &StateChunk) -> Result<(), Refusal> {
+        let source = self.state_transfer.as_ref().map_or(self.primary_index(), |transfer| transfer.source);
+        if chunk.replica != source {
+            return Err(Refusal::StateChunkNotFromSource);
+        }
+        if chunk.total_size_bytes > self.config.state_transfer_size_max_bytes {
+            return Err(Refusal::StateTransferTooLarge);
+        }
+        // A snapshot's entries are committed, so of views we have reached;
+        // one of a later view (its primary moved on and leads a view with
+        // the same primary index) would put a later view under our log.
+        if chunk.snapshot_view > self.view {
+            return Err(Refusal::SnapshotFromLaterView);
+        }
+        Ok(())
     }
 
     /// Install a fetched snapshot of committed state. Entries after it that

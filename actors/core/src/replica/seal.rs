@@ -212,6 +212,9 @@ impl Replica {
         fx.stage(next.spec.group, Effect::SaveSnapshot { group: next.spec.group, snapshot: snapshot.clone() });
         next.snapshot = Some(snapshot);
         next.start_view_zero(fx);
+        if next.is_primary() {
+            next.lead_after_flush = next.superblock_flush;
+        }
         next
     }
 }

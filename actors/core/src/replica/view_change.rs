@@ -25,6 +25,7 @@ use super::{Replica, Status};
 use crate::effects::Effects;
 use crate::mutants::Mutant;
 use crate::quorum::{LogSummary, select_log};
+use crate::refusal::Refusal;
 
 /// What the new primary keeps of one DoViewChange.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -163,6 +164,9 @@ impl Replica {
             let message = self.start_view_message();
             return self.send_view_change(self.node_of(svc.replica), Message::StartView(message), fx);
         }
+        if self.view_jump_refused(svc.view, fx.now) {
+            return fx.refused.count(Refusal::ViewJump);
+        }
         if svc.view > self.view {
             self.join_view_change(svc.view, fx);
         }
@@ -178,6 +182,9 @@ impl Replica {
     pub(crate) fn on_do_view_change(&mut self, dvc: DoViewChange, fx: &mut Effects) {
         if self.is_learner() {
             return; // P4: a learner takes no part in elections.
+        }
+        if self.view_jump_refused(dvc.view, fx.now) {
+            return fx.refused.count(Refusal::ViewJump);
         }
         if dvc.view > self.view {
             self.join_view_change(dvc.view, fx);
@@ -244,10 +251,25 @@ impl Replica {
             best = longest.map_or(best, |log| log.member);
         }
         let best = self.dvcs[best.0 as usize].clone().expect("the chosen log is one we hold");
+        if best.replica != self.spec.me && self.rewrites_applied(&best.log) {
+            // T5: no correct member's log wins and differs from what we
+            // applied (committed ops are in it). Drop it; others may do.
+            fx.refused.count(Refusal::LogRewritesApplied);
+            self.dvcs[best.replica.0 as usize] = None;
+            return self.try_complete_view_change(fx);
+        }
+        if best.replica != self.spec.me && self.joins_going_back(best.log_view, &best.log, best.op) {
+            // T5: likewise for a log whose views would go back where it
+            // joins ours (a correct log and ours agree up to the join).
+            fx.refused.count(Refusal::LogViewsGoBack);
+            self.dvcs[best.replica.0 as usize] = None;
+            return self.try_complete_view_change(fx);
+        }
         if best.replica != self.spec.me && !self.adopt_log(best.log_view, &best.log, best.op, fx) {
             // Our log cannot be joined to the chosen one (we lag behind its
             // snapshot). Abstain; the timeout moves the group to the next view,
-            // and we fetch the state meanwhile.
+            // and we fetch the state meanwhile (its member serves us while it
+            // is in this election, T5).
             self.request_state_transfer(best.replica, fx);
             return;
         }
@@ -287,14 +309,24 @@ impl Replica {
         debug_assert!(self.start_view_op <= self.log.op(), "Q3: it inherited only what its log holds");
     }
 
-    /// Replace our log with `log` (a view's log ending at `op`) from the first
-    /// op where they differ. False if our trusted prefix does not reach the
-    /// start of `log`.
-    pub(crate) fn adopt_log(&mut self, source_log_view: View, log: &[LogEntry], op: Op, fx: &mut Effects) -> bool {
+    /// T5: whether `log` differs from ours at an op we already applied, so
+    /// that adopting it would rewrite committed state ([`Replica::adopt_log`]
+    /// asserts it never does). Logs are compared as adoption compares them:
+    /// by the view of each entry we hold.
+    fn rewrites_applied(&self, log: &[LogEntry]) -> bool {
+        log.iter()
+            .filter(|entry| entry.op > self.log.base() && entry.op <= self.commit_min)
+            .any(|entry| self.log.get(entry.op).is_some_and(|ours| ours.view != entry.view))
+    }
+
+    /// Where adopting `log` (a view's log ending at `op`) would start: the
+    /// first op where it differs from ours. `None` if our trusted prefix
+    /// does not reach the start of `log`.
+    fn adoption_start(&self, source_log_view: View, log: &[LogEntry], op: Op) -> Option<Op> {
         let start = log.first().map(|entry| entry.op).unwrap_or(op.next());
         let trusted_end = if self.log_view == source_log_view { self.log.op() } else { self.commit_min };
         if start.0 > trusted_end.0 + 1 || op < self.log.base() || op < self.commit_min {
-            return false;
+            return None;
         }
         let overlap_from = start.max(self.log.base().next());
         let mut diverge = self.log.op().min(op).next();
@@ -307,6 +339,24 @@ impl Replica {
                 }
             }
         }
+        Some(diverge)
+    }
+
+    /// T5: whether adopting `log` would put one of its entries right after
+    /// an entry of ours of a later view. The views of a log never go back
+    /// ([`Replica::invariants`]); a correct log agrees with ours up to where
+    /// adoption starts, so only a forged one does this.
+    fn joins_going_back(&self, source_log_view: View, log: &[LogEntry], op: Op) -> bool {
+        let Some(diverge) = self.adoption_start(source_log_view, log, op) else { return false };
+        let Some(first) = log.iter().find(|entry| entry.op == diverge) else { return false };
+        diverge.0 > 0 && self.log.view_at(Op(diverge.0 - 1)).is_some_and(|ours| first.view < ours)
+    }
+
+    /// Replace our log with `log` (a view's log ending at `op`) from the first
+    /// op where they differ. False if our trusted prefix does not reach the
+    /// start of `log`.
+    pub(crate) fn adopt_log(&mut self, source_log_view: View, log: &[LogEntry], op: Op, fx: &mut Effects) -> bool {
+        let Some(diverge) = self.adoption_start(source_log_view, log, op) else { return false };
         assert!(diverge > self.commit_min, "{self:?}: adoption would rewrite applied op {diverge}");
         if self.log.op() >= diverge {
             self.stage_truncate(Op(diverge.0 - 1), fx);
@@ -328,6 +378,18 @@ impl Replica {
             self.on_durable(fx);
             return;
         }
+        if self.view_jump_refused(sv.view, fx.now) {
+            // T5: a replica that follows a live primary does not leave it for
+            // a far view on one message; once its lease ends, it does.
+            return fx.refused.count(Refusal::ViewJump);
+        }
+        if self.rewrites_applied(&sv.log) {
+            // T5: a correct primary's log holds every op we applied.
+            return fx.refused.count(Refusal::LogRewritesApplied);
+        }
+        if self.joins_going_back(sv.view, &sv.log, sv.op) {
+            return fx.refused.count(Refusal::LogViewsGoBack);
+        }
         let view_changed = sv.view > self.view;
         self.view = sv.view;
         self.status = Status::Normal;
@@ -346,9 +408,12 @@ impl Replica {
             }
         } else {
             // Lagging: fetch the primary's snapshot; the primary re-sends
-            // StartView until we confirm.
+            // StartView until we confirm. A transfer from another member (the
+            // log chosen in an election we were to lead) is dropped for it:
+            // that member serves only the election's primary (T5).
             self.stage_superblock(fx);
-            if view_changed || self.state_transfer.is_none() {
+            let from_primary = self.state_transfer.as_ref().is_some_and(|transfer| transfer.source == sv.replica);
+            if view_changed || !from_primary {
                 self.request_state_transfer(sv.replica, fx);
             }
         }

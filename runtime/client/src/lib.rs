@@ -1,0 +1,60 @@
+//! A network client of a cohort cluster (C1), for any tokio program: no
+//! actix, no node in the process.
+//!
+//! Why a crate of its own: a process that does not host a group's primary,
+//! or hosts no node at all, must still write to it; the embedded `Client`
+//! of cohort-runtime reaches only the nodes of its own process, and a
+//! program that talks to a cluster should not have to link a node's actors
+//! to do so. The client speaks the nodes' client port: mTLS with a
+//! certificate of the cluster's CA (T2), a Handshake, then Request frames,
+//! answered by Reply or Redirect frames, and RouteQuery frames, answered by
+//! Routes from any node's copy of the metadata (see `docs/client.md` and
+//! `docs/protocol.md`).
+//!
+//! What it does for the caller:
+//! - **routing**: it asks any node where a group's primary is, caches the
+//!   answer, and refreshes it when a Redirect or a failure says otherwise
+//!   ([`Route`]);
+//! - **pipelining**: one connection per node carries every request to it at
+//!   once, answers matched by (client id, group, request number);
+//! - **exactly once**: random 128-bit client ids that the nodes bind to the
+//!   client's certificate, one in-order write per group at a time, and
+//!   retries with the same id and number after a redirect, a failover or a
+//!   timeout;
+//! - **bounds**: every wait has a timeout and every queue a limit
+//!   ([`ClientLimits`]); every failure is a [`ClientError`] that says
+//!   whether a write may have applied.
+//!
+//! ```no_run
+//! use cohort_client::{ClusterClient, TlsFiles, read_cluster_id};
+//! use cohort_messages::GroupId;
+//!
+//! # async fn example() -> Result<(), cohort_client::ClientError> {
+//! let client = ClusterClient::builder(read_cluster_id("certs/cluster-id")?, ["10.0.0.1:7400", "10.0.0.2:7400"])
+//!     .tls(TlsFiles::client_in("certs", "app"))
+//!     .build()?;
+//! client.write(GroupId(0), "hello").await?;
+//! assert_eq!(client.read(GroupId(0), "").await?.result, "hello");
+//! # Ok(())
+//! # }
+//! ```
+
+#![warn(unreachable_pub)]
+
+mod call;
+mod client;
+mod config;
+mod connection;
+mod error;
+mod id;
+mod pool;
+mod routes;
+mod tls;
+
+pub use call::Committed;
+pub use client::{ClusterClient, ClusterClientBuilder};
+pub use config::{CLUSTER_ID_FILE, ClientLimits, Security, TlsFiles, parse_cluster_id, read_cluster_id};
+pub use error::ClientError;
+pub use id::fresh_client_id;
+pub use routes::Route;
+pub use tls::NODES_SERVER_NAME;

@@ -1,0 +1,197 @@
+//! `cohort bench`'s flags, and which bench they run: without `--cluster`,
+//! a cluster started in this process ([`crate::bench::run`], K1); with it,
+//! a running cluster over its client ports ([`crate::bench::network`],
+//! C2). The shared flags (groups, writers, window, op size, `--json`) mean
+//! the same in both; the local cluster's shape (`--nodes`, `--shards`,
+//! `--data-dir`) conflicts with `--cluster`, and the network's (`--metrics`
+//! and the connection flags) needs it.
+
+use super::connect::{ConnectArgs, ConnectError};
+use crate::bench::network::NetworkOptions;
+use crate::bench::{self, BenchOptions};
+
+/// `cohort bench`'s flags.
+#[derive(Clone, Debug, PartialEq, Eq, clap::Args)]
+pub struct BenchArgs {
+    /// Nodes in the cluster started in this process.
+    #[arg(long, default_value_t = 3, conflicts_with = "cluster")]
+    pub nodes: usize,
+    /// Groups (0..N; in this process every node a member of each).
+    #[arg(long, default_value_t = 1)]
+    pub groups: usize,
+    /// Concurrent writers, one write at a time each.
+    #[arg(long, default_value_t = 256)]
+    pub writers: usize,
+    /// The measured window.
+    #[arg(long, default_value_t = 10)]
+    pub seconds: u64,
+    /// Writes before the window, not measured.
+    #[arg(long, default_value_t = 2)]
+    pub warmup_secs: u64,
+    /// Bytes per write.
+    #[arg(long, default_value_t = 8)]
+    pub op_size_bytes: usize,
+    /// Shards (threads) per node of the cluster started in this process.
+    #[arg(long, default_value_t = 1, conflicts_with = "cluster")]
+    pub shards: usize,
+    /// Where the logs of the cluster started in this process go (default:
+    /// the system's temp dir; a tmpfs path such as /dev/shm takes the sync
+    /// cost away).
+    #[arg(long, conflicts_with = "cluster")]
+    pub data_dir: Option<std::path::PathBuf>,
+    /// Print one JSON object as the last line instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Drive a running cluster instead, through these client ports
+    /// (`[node] client`), HOST:PORT, comma-separated. It writes to groups
+    /// 0..--groups: on `cohort node`'s registers it replaces their values.
+    #[arg(long, value_name = "HOST:PORT,...", value_delimiter = ',')]
+    pub cluster: Option<Vec<String>>,
+    /// With --cluster: each node's admin port (or `[admin] metrics_listen`),
+    /// HOST:PORT, comma-separated, to report the nodes' own figures from
+    /// their /metrics over the window.
+    #[arg(long, value_name = "HOST:PORT,...", value_delimiter = ',', requires = "cluster")]
+    pub metrics: Vec<String>,
+    #[command(flatten, next_help_heading = "Connection (with --cluster)")]
+    #[allow(missing_docs)]
+    pub connect: ConnectArgs,
+}
+
+/// Why `cohort bench` failed; [`BenchError::exit_code`] says how it exits.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// A connection flag or file is unusable (exit 2).
+    #[error(transparent)]
+    Connect(#[from] ConnectError),
+    /// The bench could not run (exit 2, as it always has for the local bench).
+    #[error("{0}")]
+    Local(String),
+    /// The network bench could not run or a writer hit what retrying cannot fix (exit 1).
+    #[error("{0}")]
+    Network(String),
+}
+
+impl BenchError {
+    /// The process's exit code.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            BenchError::Connect(_) | BenchError::Local(_) => 2,
+            BenchError::Network(_) => 1,
+        }
+    }
+}
+
+/// Run the bench `args` ask for; the report to print (one JSON line with
+/// `--json`, else a table). Progress goes to stderr.
+pub fn bench_command(args: &BenchArgs) -> Result<String, BenchError> {
+    match &args.cluster {
+        None => {
+            let options = local_options(args);
+            eprintln!(
+                "cohort bench: {} nodes x {} shards, {} groups, {} writers; {} s warm-up, {} s measured",
+                options.nodes, options.shards, options.groups, options.writers, options.warmup_secs, options.seconds
+            );
+            let report = bench::run(options).map_err(BenchError::Local)?;
+            Ok(if args.json { report.json() } else { report.table() })
+        }
+        Some(addresses) => {
+            let client = args.connect.client(addresses)?;
+            eprintln!(
+                "cohort bench: the cluster at {}, {} groups, {} writers; {} s warm-up, {} s measured{}",
+                addresses.join(","),
+                args.groups,
+                args.writers,
+                args.warmup_secs,
+                args.seconds,
+                if args.metrics.is_empty() {
+                    String::new()
+                } else {
+                    format!("; /metrics of {}", args.metrics.join(","))
+                }
+            );
+            let report = bench::network::run(client, network_options(args)).map_err(BenchError::Network)?;
+            Ok(if args.json { report.json() } else { report.table() })
+        }
+    }
+}
+
+fn local_options(args: &BenchArgs) -> BenchOptions {
+    BenchOptions {
+        nodes: args.nodes,
+        groups: args.groups,
+        writers: args.writers,
+        seconds: args.seconds,
+        warmup_secs: args.warmup_secs,
+        op_size_bytes: args.op_size_bytes,
+        shards: args.shards,
+        data_dir: args.data_dir.clone(),
+        progress: true,
+    }
+}
+
+fn network_options(args: &BenchArgs) -> NetworkOptions {
+    NetworkOptions {
+        groups: args.groups,
+        writers: args.writers,
+        seconds: args.seconds,
+        warmup_secs: args.warmup_secs,
+        op_size_bytes: args.op_size_bytes,
+        metrics: args.metrics.clone(),
+        progress: true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Flags {
+        #[command(flatten)]
+        args: BenchArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<BenchArgs, clap::Error> {
+        Flags::try_parse_from(std::iter::once("bench").chain(args.iter().copied())).map(|flags| flags.args)
+    }
+
+    #[test]
+    fn k1_without_cluster_the_bench_runs_in_this_process_as_before() {
+        let args = parse(&["--nodes", "5", "--shards", "2", "--seconds", "3"]).expect("parses");
+        assert_eq!(args.cluster, None);
+        let options = local_options(&args);
+        assert_eq!((options.nodes, options.shards, options.seconds, options.writers), (5, 2, 3, 256));
+    }
+
+    #[test]
+    fn c2_bench_cluster_takes_addresses_metrics_and_the_connection_flags() {
+        let args = parse(&[
+            "--cluster",
+            "10.0.0.1:7201,10.0.0.2:7201",
+            "--metrics",
+            "10.0.0.1:7301",
+            "--writers",
+            "8",
+            "--groups",
+            "4",
+            "--insecure",
+            "--cluster-id",
+            "ab",
+        ])
+        .expect("parses");
+        assert_eq!(args.cluster.as_deref(), Some(&["10.0.0.1:7201".to_string(), "10.0.0.2:7201".to_string()][..]));
+        let options = network_options(&args);
+        assert_eq!((options.writers, options.groups, options.metrics.len()), (8, 4, 1));
+        assert!(args.connect.insecure);
+    }
+
+    #[test]
+    fn c2_the_local_clusters_shape_conflicts_with_cluster_and_metrics_need_it() {
+        assert!(parse(&["--cluster", "a:1", "--nodes", "3"]).is_err());
+        assert!(parse(&["--cluster", "a:1", "--shards", "2"]).is_err());
+        assert!(parse(&["--cluster", "a:1", "--data-dir", "/tmp"]).is_err());
+        assert!(parse(&["--metrics", "a:2"]).is_err(), "--metrics without --cluster");
+    }
+}
