@@ -5,29 +5,15 @@
 //! power loss then took back, and a committed op lost in the next view
 //! change); here the flushes are held so the order is explicit.
 
+mod common;
+use common::Counter;
+
 use bytes::Bytes;
 use cohort_core::quorum::Quorums;
-use cohort_core::{CoreConfig, Effect, GroupSpec, Shard, StateMachine, WriteMode};
+use cohort_core::{CoreConfig, Effect, GroupSpec, Shard, WriteMode};
 use cohort_messages::{
     ClientId, GroupId, Incarnation, LogEntry, MemberIndex, Message, NodeId, Op, Prepare, RequestNumber, StartView, View,
 };
-
-struct Nothing;
-
-impl StateMachine for Nothing {
-    fn apply(&mut self, _op: Op, _operation: &[u8]) -> Bytes {
-        Bytes::new()
-    }
-    fn read(&self, _query: &[u8]) -> Bytes {
-        Bytes::new()
-    }
-    fn snapshot(&self) -> Bytes {
-        Bytes::new()
-    }
-    fn restore(&mut self, _snapshot: &[u8]) -> Result<(), String> {
-        Ok(())
-    }
-}
 
 const G: GroupId = GroupId(7);
 /// Members: node 1 leads view 0, node 2 (this shard) is member 1, node 3
@@ -56,7 +42,7 @@ impl Backup {
         };
         let mut shard = Shard::new(ME, CoreConfig::default());
         shard.on_tick(1);
-        shard.create_group(spec, Box::new(Nothing)).expect("created");
+        shard.create_group(spec, Box::new(Counter(0))).expect("created");
         let mut backup = Backup { shard, flushes: Vec::new(), sent: Vec::new() };
         backup.drain();
         backup.complete_flushes();

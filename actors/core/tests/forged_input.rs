@@ -4,33 +4,17 @@
 //! bounds. The simulator's forging-peer runs cover the same under faults
 //! (`tests/tests/forger.rs`).
 
+mod common;
+use common::Counter;
+
 use bytes::Bytes;
 use cohort_core::quorum::Quorums;
-use cohort_core::{CoreConfig, Effect, GroupSpec, Refusal, Shard, StateMachine, Status, WriteMode};
+use cohort_core::{CoreConfig, Effect, GroupSpec, Refusal, Shard, Status, WriteMode};
 use cohort_messages::{
     ClientId, CommitEntry, CommitReplyEntry, GroupId, HeartbeatState, Incarnation, LogEntry, MemberIndex, Message,
     NodeId, Op, Prepare, PrepareOk, Redirect, Request, RequestKind, RequestNumber, RequestStateTransfer, StartView,
     StartViewChange, StateChunk, Timestamp, View,
 };
-
-struct Counter(u64);
-
-impl StateMachine for Counter {
-    fn apply(&mut self, _op: Op, _operation: &[u8]) -> Bytes {
-        self.0 += 1;
-        Bytes::copy_from_slice(&self.0.to_le_bytes())
-    }
-    fn read(&self, _query: &[u8]) -> Bytes {
-        Bytes::copy_from_slice(&self.0.to_le_bytes())
-    }
-    fn snapshot(&self) -> Bytes {
-        Bytes::copy_from_slice(&self.0.to_le_bytes())
-    }
-    fn restore(&mut self, snapshot: &[u8]) -> Result<(), String> {
-        self.0 = u64::from_le_bytes(snapshot.try_into().map_err(|_| "bad snapshot".to_string())?);
-        Ok(())
-    }
-}
 
 const G: GroupId = GroupId(7);
 const INCARNATION: Incarnation = Incarnation(1);

@@ -5,36 +5,20 @@
 //! R23) in `runtime/src/config.rs`; traffic (R11, R27 at scale) in
 //! `tests/tests/traffic.rs`.
 
+mod common;
+use common::Counter;
+
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use cohort_core::quorum::Quorums;
 use cohort_core::storage::RecoveredGroup;
-use cohort_core::{CoreConfig, Effect, GroupSpec, Role, Shard, StateMachine, TimingConfig, WriteMode};
+use cohort_core::{CoreConfig, Effect, GroupSpec, Role, Shard, TimingConfig, WriteMode};
 use cohort_messages::{
     ClientId, CommitBatch, CommitEntry, CommitReplyEntry, GroupId, HeartbeatState, Incarnation, MemberIndex, Message,
     NodeId, Op, Request, RequestKind, RequestNumber, Timestamp, View,
 };
 use proptest::prelude::*;
-
-struct Counter(u64);
-
-impl StateMachine for Counter {
-    fn apply(&mut self, _op: Op, _operation: &[u8]) -> Bytes {
-        self.0 += 1;
-        Bytes::copy_from_slice(&self.0.to_le_bytes())
-    }
-    fn read(&self, _query: &[u8]) -> Bytes {
-        Bytes::copy_from_slice(&self.0.to_le_bytes())
-    }
-    fn snapshot(&self) -> Bytes {
-        Bytes::copy_from_slice(&self.0.to_le_bytes())
-    }
-    fn restore(&mut self, snapshot: &[u8]) -> Result<(), String> {
-        self.0 = u64::from_le_bytes(snapshot.try_into().map_err(|_| "bad snapshot".to_string())?);
-        Ok(())
-    }
-}
 
 const ME: NodeId = NodeId(1);
 const PEER: NodeId = NodeId(2);

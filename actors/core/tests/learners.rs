@@ -3,33 +3,17 @@
 //! their list can change on a running group. The simulator covers the same
 //! under faults (`tests/tests/learners.rs`).
 
+mod common;
+use common::Counter;
+
 use bytes::Bytes;
 use cohort_core::quorum::Quorums;
 use cohort_core::replica::SpecError;
-use cohort_core::{CoreConfig, Effect, GroupSpec, Role, Shard, ShardError, StateMachine, WriteMode};
+use cohort_core::{CoreConfig, Effect, GroupSpec, Role, Shard, ShardError, WriteMode};
 use cohort_messages::{
     ClientId, GroupId, Incarnation, MemberIndex, Message, NodeId, Op, PrepareOk, Request, RequestKind, RequestNumber,
     StartViewChange, View,
 };
-
-struct Counter(u64);
-
-impl StateMachine for Counter {
-    fn apply(&mut self, _op: Op, _operation: &[u8]) -> Bytes {
-        self.0 += 1;
-        Bytes::copy_from_slice(&self.0.to_le_bytes())
-    }
-    fn read(&self, _query: &[u8]) -> Bytes {
-        Bytes::copy_from_slice(&self.0.to_le_bytes())
-    }
-    fn snapshot(&self) -> Bytes {
-        Bytes::copy_from_slice(&self.0.to_le_bytes())
-    }
-    fn restore(&mut self, snapshot: &[u8]) -> Result<(), String> {
-        self.0 = u64::from_le_bytes(snapshot.try_into().map_err(|_| "bad snapshot".to_string())?);
-        Ok(())
-    }
-}
 
 const G: GroupId = GroupId(7);
 const VOTERS: [NodeId; 3] = [NodeId(1), NodeId(2), NodeId(3)];

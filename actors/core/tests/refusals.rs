@@ -3,34 +3,18 @@
 //! panic in the core are refused and counted, and correct messages around
 //! them still work. One shard is driven by hand; its flushes complete at once.
 
+mod common;
+use common::Counter;
+
 use bytes::Bytes;
 use cohort_core::quorum::Quorums;
 use cohort_core::refusal::{OP_ACCEPTED_MAX, VIEW_ACCEPTED_MAX};
-use cohort_core::{CoreConfig, Effect, GroupSpec, Role, Shard, StateMachine, WriteMode};
+use cohort_core::{CoreConfig, Effect, GroupSpec, Role, Shard, WriteMode};
 use cohort_messages::{
     ClientId, CommitEntry, CommitReplyBatch, CommitReplyEntry, DoViewChange, GroupId, HeartbeatState, Incarnation,
     LogEntry, MemberIndex, Message, NodeId, Op, Prepare, RequestNumber, StartView, StartViewChange, StateChunk,
     Timestamp, View,
 };
-
-struct Counter(u64);
-
-impl StateMachine for Counter {
-    fn apply(&mut self, _op: Op, _operation: &[u8]) -> Bytes {
-        self.0 += 1;
-        Bytes::copy_from_slice(&self.0.to_le_bytes())
-    }
-    fn read(&self, _query: &[u8]) -> Bytes {
-        Bytes::copy_from_slice(&self.0.to_le_bytes())
-    }
-    fn snapshot(&self) -> Bytes {
-        Bytes::copy_from_slice(&self.0.to_le_bytes())
-    }
-    fn restore(&mut self, snapshot: &[u8]) -> Result<(), String> {
-        self.0 = u64::from_le_bytes(snapshot.try_into().map_err(|_| "bad snapshot".to_string())?);
-        Ok(())
-    }
-}
 
 const G: GroupId = GroupId(7);
 const NODES: [NodeId; 3] = [NodeId(1), NodeId(2), NodeId(3)];
