@@ -3,7 +3,10 @@
 //! The targets check more than "does not panic": each decoded value must
 //! re-encode to the bytes it came from (the encoding is canonical), a stream
 //! fed in chunks must decode exactly as the same stream fed at once, and a
-//! batch must yield exactly one result per entry.
+//! batch must yield exactly one result per entry. The `shard_inputs`
+//! target's driver is its own module, [`shard_inputs`].
+
+pub mod shard_inputs;
 
 use bytes::{Bytes, BytesMut};
 use cohort_messages::{

@@ -1,10 +1,13 @@
-//! Writes the seed corpus of both fuzz targets: one valid frame of every
-//! command, a stream of several frames, batches with a bad entry, each in the
-//! frame_decoder input format (a control byte, then the stream).
+//! Writes the seed corpus of the fuzz targets: for the decoders, one valid
+//! frame of every command, a stream of several frames, batches with a bad
+//! entry, each in the frame_decoder input format (a control byte, then the
+//! stream); for `shard_inputs`, scripts that commit, snapshot, change view
+//! and restart (`cohort_fuzz::shard_inputs::seeds`, each checked to do so).
 //!
 //! Run from the repository root:
 //! `cargo run --manifest-path fuzz/Cargo.toml --bin seed_corpus`
-//! It writes `fuzz/corpus/frame_decoder/` and `fuzz/corpus/batch_entries/`.
+//! It writes `fuzz/corpus/frame_decoder/`, `fuzz/corpus/batch_entries/` and
+//! `fuzz/corpus/shard_inputs/`.
 
 use std::fs;
 use std::path::Path;
@@ -51,7 +54,13 @@ fn main() -> std::io::Result<()> {
         frame_of(&Message::CommitReply(CommitReplyBatch::from_body(Bytes::from(bad_replies)).expect("whole")));
     fs::write(frames_dir.join("seed-commit-reply-bad-entry"), [&[0u8][..], &bad_reply_frame].concat())?;
 
-    println!("wrote {} and {}", frames_dir.display(), batches_dir.display());
+    let scripts_dir = corpus.join("shard_inputs");
+    fs::create_dir_all(&scripts_dir)?;
+    for (name, script) in cohort_fuzz::shard_inputs::seeds() {
+        fs::write(scripts_dir.join(format!("seed-{name}")), script)?;
+    }
+
+    println!("wrote {}, {} and {}", frames_dir.display(), batches_dir.display(), scripts_dir.display());
     Ok(())
 }
 
