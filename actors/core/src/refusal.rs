@@ -154,6 +154,16 @@ impl Refusal {
     }
 }
 
+// `Refusal::ALL` lists the reasons in declaration order, so a reason's
+// discriminant is its index there (and in `Refusals::by_reason`).
+const _: () = {
+    let mut index = 0;
+    while index < Refusal::ALL.len() {
+        assert!(Refusal::ALL[index] as usize == index);
+        index += 1;
+    }
+};
+
 /// Refusals of one shard, per reason; totals since start.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Refusals {
@@ -217,7 +227,7 @@ impl Refusals {
 
     /// The count of one reason.
     pub fn get(&self, refusal: Refusal) -> u64 {
-        self.by_reason()[Refusal::ALL.iter().position(|reason| *reason == refusal).unwrap_or(0)].1
+        self.by_reason()[refusal as usize].1
     }
 
     /// Every reason with its count, in [`Refusal::ALL`] order. The
