@@ -39,10 +39,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
-use cohort_core::metadata::{AgentConfig, AgentOutput, HostedReplica, MetadataAgent};
-use cohort_core::replica::Placement;
+use cohort_core::metadata::{AgentConfig, AgentOutput, HostedReplica, MetadataAgent, PlacedReplica};
 use cohort_core::routing::shard_of;
-use cohort_messages::metadata::MetadataCommand;
+use cohort_messages::metadata::{MetadataCommand, MetadataResult};
 use cohort_messages::{
     ClientId, ClusterId, GroupId, Message, NodeId, Outcome, Redirect, Reply, Request, RequestKind, RequestNumber,
 };
@@ -54,7 +53,8 @@ use crate::metrics::NodeMetrics;
 use crate::operator_client::{OperatorAnswer, OperatorClient};
 use crate::peer_link::SendFrames;
 use crate::shard::{
-    ClientAnswer, GetHostedReplicas, HostLearner, ProposeSeal, SetLearners, Submit, SwitchIncarnation, UnloadGroup,
+    ClientAnswer, GetHostedReplicas, HostPlaced, ProposeSeal, SetLearners, Submit, SwitchIncarnation, TransferPrimary,
+    UnloadGroup,
 };
 use crate::shared_metadata::SharedMetadata;
 use crate::status::{AgentStatus, StatusBoard};
@@ -291,17 +291,13 @@ impl MetadataAgentActor {
                 AgentOutput::ProposeSeal { group, seal } => {
                     self.to_shard_of(group, ProposeSeal { group, seal });
                 }
-                AgentOutput::HostLearner { group, kind, incarnation, members, learners, replication } => {
-                    let placement = Placement {
-                        group,
-                        incarnation,
-                        members,
-                        learners,
-                        replication_quorum: replication.quorum.map(usize::from),
-                        write_mode: replication.write_mode,
-                    };
-                    self.to_shard_of(group, HostLearner { placement, kind: crate::kind::GroupKind::new(kind) });
+                output @ (AgentOutput::HostLearner { .. } | AgentOutput::HostMember { .. }) => {
+                    if let Some(PlacedReplica { placement, kind, voter }) = output.placed_replica() {
+                        let (group, kind) = (placement.group, crate::kind::GroupKind::new(kind));
+                        self.to_shard_of(group, HostPlaced { placement, kind, voter });
+                    }
                 }
+                AgentOutput::TransferPrimary { group, to } => self.to_shard_of(group, TransferPrimary { group, to }),
                 AgentOutput::SetLearners { group, learners } => {
                     self.to_shard_of(group, SetLearners { group, learners });
                 }
@@ -401,6 +397,20 @@ impl MetadataAgentActor {
         let now = self.now_tick();
         let outputs = self.agent.on_reply(now, &reply);
         self.execute(outputs, ctx);
+        // Applied: let the agent send its next command now rather than at
+        // the next tick, so a burst (ownership reports after a failover, the
+        // balancer's transfers) moves at the metadata group's commit rate,
+        // not at one command per tick. After a refusal it waits for the
+        // tick: its copy of the metadata may be behind the one that refused.
+        let applied = match &reply.outcome {
+            Outcome::Ok(result) => {
+                !matches!(MetadataResult::decode(result), Ok(MetadataResult::Refused { .. }) | Err(_))
+            }
+            Outcome::Error { .. } => false,
+        };
+        if applied {
+            self.poll(ctx);
+        }
     }
 
     fn on_redirect(&mut self, from: NodeId, redirect: Redirect, ctx: &mut Context<Self>) {

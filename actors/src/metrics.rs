@@ -73,7 +73,7 @@ pub const APPLY_LATENCY_BUCKETS_SECONDS: [f64; 19] = [
 pub const DEFAULT_GROUP_KIND: &str = "default";
 
 /// How many counters a [`ShardMetrics`] holds; one exported family each.
-const SHARD_COUNTER_COUNT: usize = 14;
+const SHARD_COUNTER_COUNT: usize = 15;
 
 /// Name (without prefix and without the `_total` the encoder appends) and help
 /// of each exported shard counter, in the order of [`shard_counter_values`].
@@ -92,6 +92,10 @@ const SHARD_COUNTER_SPECS: [(&str, &str); SHARD_COUNTER_COUNT] = [
     ("primaries_started", "Views in which a member of the shard became primary"),
     ("view_changes_started", "View changes started by members of the shard"),
     ("prepares_held_back", "K4: Prepares not sent to a peer whose link was congested (sent again once it drains)"),
+    (
+        "primary_transfers_started",
+        "C4: directed view changes a primary of the shard started to hand its group to a chosen member",
+    ),
 ];
 
 /// The counters of `metrics` in the order of [`SHARD_COUNTER_SPECS`].
@@ -114,6 +118,7 @@ fn shard_counter_values(metrics: &ShardMetrics) -> [u64; SHARD_COUNTER_COUNT] {
         primaries_started,
         view_changes_started,
         prepares_held_back,
+        primary_transfers_started,
     } = *metrics;
     [
         commit_batches_sent,
@@ -130,6 +135,7 @@ fn shard_counter_values(metrics: &ShardMetrics) -> [u64; SHARD_COUNTER_COUNT] {
         primaries_started,
         view_changes_started,
         prepares_held_back,
+        primary_transfers_started,
     ]
 }
 
@@ -929,6 +935,7 @@ mod tests {
             &mut metrics.primaries_started,
             &mut metrics.view_changes_started,
             &mut metrics.prepares_held_back,
+            &mut metrics.primary_transfers_started,
         ];
         for (index, field) in fields.into_iter().enumerate() {
             *field = base + index as u64;

@@ -35,7 +35,7 @@ use cohort_messages::{
 };
 use tokio::sync::oneshot;
 
-pub use hosting::{HostLearner, ProposeSeal, SetLearners, SwitchIncarnation, UnloadGroup};
+pub use hosting::{HostPlaced, ProposeSeal, SetLearners, SwitchIncarnation, TransferPrimary, UnloadGroup};
 pub use queries::{GetGroupActor, GetHostedReplicas, GetReport, ReplaceOutbox, ShardReport, SubscribeGroup};
 
 use crate::group::{GroupActor, GroupNote, GroupRole, GroupTurn, NeedsResync, Wait};

@@ -166,6 +166,31 @@ pub enum MetadataCommand {
         /// The op it holds through.
         op: Op,
     },
+    /// Hand `group`'s primary to its voting member `to` (C4): the node
+    /// that leads the group starts a directed view change once `to` holds
+    /// the log through the commit point. Replaces an unfinished transfer of
+    /// the same group; done (or overtaken) once any later view is reported.
+    TransferPrimary {
+        /// The group.
+        group: GroupId,
+        /// The member that is to lead it.
+        to: NodeId,
+    },
+    /// Freeze the cluster metadata for an upgrade: until [`MetadataCommand::Unfreeze`],
+    /// every operator change (groups created or deleted, multi-step
+    /// operations started, advanced or cancelled, primary transfers and
+    /// balancing) is refused, while sessions, ownership reports, failover
+    /// and data traffic go on.
+    Freeze {
+        /// The node that asked (on its own or for an operator), shown in
+        /// the status: a label, since any node may submit operator commands.
+        by: NodeId,
+    },
+    /// End a freeze.
+    Unfreeze {
+        /// The node that asked (a label, like [`MetadataCommand::Freeze`]'s).
+        by: NodeId,
+    },
 }
 
 impl OperationSpec {
@@ -208,7 +233,11 @@ impl MetadataCommand {
                     return Err(invalid(Command::Request, "register node: node 0 or an empty or too long address"));
                 }
             }
-            MetadataCommand::OpenSession { node } | MetadataCommand::AckEpoch { node, .. } => {
+            MetadataCommand::OpenSession { node }
+            | MetadataCommand::AckEpoch { node, .. }
+            | MetadataCommand::Freeze { by: node }
+            | MetadataCommand::Unfreeze { by: node }
+            | MetadataCommand::TransferPrimary { to: node, .. } => {
                 if node.0 == 0 {
                     return Err(invalid(Command::Request, "metadata command for node 0"));
                 }
@@ -377,6 +406,9 @@ mod tests {
                 node: NodeId(3),
                 op: Op(40),
             },
+            MetadataCommand::TransferPrimary { group: GroupId(4), to: NodeId(2) },
+            MetadataCommand::Freeze { by: NodeId(1) },
+            MetadataCommand::Unfreeze { by: NodeId(3) },
         ];
         for command in commands {
             assert_eq!(MetadataCommand::decode(&command.encode()), Ok(command));

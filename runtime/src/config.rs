@@ -37,6 +37,49 @@ pub struct Config {
     pub admin: AdminSection,
     /// The client port's bounds (the `[client]` table; T5).
     pub client: ClientSection,
+    /// How primaries are spread over the nodes (the `[balance]` table; C5).
+    pub balance: BalanceSection,
+}
+
+/// The `[balance]` table: the metadata primary spreads group primaries over
+/// the live nodes by directed view changes (C5). Cluster-wide: whichever node
+/// is metadata primary applies its own values.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BalanceSection {
+    /// Balance at all (default true).
+    pub enabled: bool,
+    /// The most primary transfers the balancer asks for per second (default
+    /// 50). Each one is a short write outage of its group (one view change).
+    pub transfers_max_per_second: u32,
+}
+
+impl Default for BalanceSection {
+    fn default() -> Self {
+        BalanceSection { enabled: true, transfers_max_per_second: 50 }
+    }
+}
+
+impl BalanceSection {
+    /// The balancer's budget per tick of `tick`: `None` when off, else at
+    /// least 1 (a rate below one per tick rounds up to one per tick).
+    pub fn transfers_per_tick(&self, tick: Duration) -> Option<u32> {
+        if !self.enabled {
+            return None;
+        }
+        let per_tick = u128::from(self.transfers_max_per_second) * tick.as_millis() / 1000;
+        Some(u32::try_from(per_tick).unwrap_or(u32::MAX).max(1))
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        if self.enabled && self.transfers_max_per_second == 0 {
+            return Err(rule(
+                "balance.transfers_max_per_second",
+                "must be at least 1 with balance.enabled = true (set enabled = false to turn balancing off)".into(),
+            ));
+        }
+        Ok(())
+    }
 }
 
 pub use crate::admin::config::AdminSection;
@@ -706,6 +749,7 @@ impl Config {
         config.session.ticks(config.cluster.tick)?;
         config.limits.validate()?;
         config.links.validate(&config.cluster)?;
+        config.balance.validate()?;
         config.tls.validate(config.node.is_some())?;
         config.client.validate()?;
         if let Some(node) = &config.node {

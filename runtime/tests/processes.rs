@@ -569,3 +569,137 @@ fn s5_sigstop_primary_longer_than_session_timeout_never_commits_twice() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Run `cohort` with `args` and return (exit code, stdout + stderr).
+fn cohort(args: &[String]) -> (Option<i32>, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_cohort")).args(args).output().expect("cohort runs");
+    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    (output.status.code(), text)
+}
+
+/// `cohort admin … <action>` against node `node`'s admin port.
+fn admin(ports: &[Ports], node: usize, action: &[&str]) -> (Option<i32>, String) {
+    let mut args: Vec<String> = ["admin", "--admin"].iter().map(ToString::to_string).collect();
+    args.push(ports[node - 1].admin.expect("an admin port").to_string());
+    args.extend(["--token".to_string(), ADMIN_TOKEN.to_string()]);
+    args.extend(action.iter().map(ToString::to_string));
+    cohort(&args)
+}
+
+/// `cohort write --cluster <every client port> --group G --value V`.
+fn cli_write(dir: &Path, ports: &[Ports], group: u64, value: &str) -> (Option<i32>, String) {
+    let cluster: Vec<String> = ports.iter().map(|port| port.client.to_string()).collect();
+    let certs = certs(dir).display().to_string();
+    let args = [
+        "write",
+        "--cluster",
+        &cluster.join(","),
+        "--group",
+        &group.to_string(),
+        "--value",
+        value,
+        "--certs",
+        &certs,
+        "--client",
+        "local",
+        "--cluster-id",
+        &format!("{:x}", CLUSTER.0),
+        "--timeout-secs",
+        "10",
+    ];
+    cohort(&args.map(str::to_string))
+}
+
+/// The metadata's record of `group` as node 1 shows it.
+fn group_record(ports: &[Ports], group: u64) -> Option<serde_json::Value> {
+    let status = status(ports[0].admin.expect("admin"))?;
+    status["metadata"]["groups"].as_array()?.iter().find(|record| record["id"] == group).cloned()
+}
+
+/// The groups in node `node`'s run-time placements file.
+fn placed_groups(dir: &Path, node: usize) -> Vec<u64> {
+    let path = dir.join(format!("data-{node}")).join(cohort_runtime::node::PLACEMENTS_FILE);
+    let Ok(text) = std::fs::read_to_string(path) else { return Vec::new() };
+    let content: serde_json::Value = serde_json::from_str(&text).expect("the placements file is JSON");
+    content["placements"]
+        .as_array()
+        .map_or(Vec::new(), |list| list.iter().filter_map(|p| p["group"].as_u64()).collect())
+}
+
+/// C3, C4 and the freeze on three `cohort node` processes, through the
+/// `cohort` CLI only: a group created at run time takes a write, its primary
+/// moves to the member asked for, a freeze refuses a move (naming its epoch)
+/// while writes go on and the move runs after the unfreeze, and a deleted
+/// group's replicas and records leave every node.
+#[test]
+fn c3_c4_groups_created_transferred_frozen_and_deleted_on_three_node_processes() {
+    let dir = std::env::temp_dir().join(format!("cohort-processes-c3-{}", std::process::id()));
+    let (ports, mut children) = start_stall_cluster(&dir, "");
+    assert!(wait_for(Duration::from_secs(30), || sessions_and_owners(&ports)), "the cluster came up");
+
+    // C3: create a group on running nodes, then write to it.
+    let (code, text) = admin(&ports, 2, &["create-group", "--group", "100", "--members", "1,2,3"]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("created group:100 (kind default, incarnation 1"), "{text}");
+    let created = Instant::now();
+    let (code, text) = cli_write(&dir, &ports, 100, "first");
+    assert_eq!(code, Some(0), "a write to the new group: {text}");
+    eprintln!("c3: group:100 took its first write {:?} after create-group returned", created.elapsed());
+    let (code, text) = admin(&ports, 1, &["create-group", "--group", "100", "--members", "1,2,3"]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("refused: group:100 exists"), "{text}");
+    let (code, text) = admin(&ports, 1, &["create-group", "--group", "101", "--members", "1,9"]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("node:9 is not registered"), "{text}");
+
+    // C4: hand the primary to another member.
+    assert!(wait_for(Duration::from_secs(20), || group_record(&ports, 100).is_some_and(|g| !g["owner"].is_null())));
+    let owner = group_record(&ports, 100).expect("a record")["owner"]["node"].as_u64().expect("an owner");
+    let to = owner % 3 + 1;
+    let (code, text) = admin(&ports, 3, &["transfer-primary", "--group", "100", "--to", &to.to_string()]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        wait_for(Duration::from_secs(20), || group_record(&ports, 100).is_some_and(|g| g["owner"]["node"] == to)),
+        "node:{to} leads group:100: {text}"
+    );
+    assert_eq!(cli_write(&dir, &ports, 100, "after the transfer").0, Some(0));
+
+    // The freeze: a move is refused naming it, writes go on, and after
+    // the unfreeze the move runs.
+    let (code, text) = admin(&ports, 1, &["create-group", "--group", "101", "--members", "1,2"]);
+    assert_eq!(code, Some(0), "{text}");
+    let (code, text) = admin(&ports, 2, &["freeze"]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("frozen since epoch"), "{text}");
+    let since = status(ports[0].admin.expect("admin")).expect("a status")["metadata"]["frozen"]["since_epoch"].clone();
+    let (code, text) = admin(&ports, 1, &["move", "--group", "101", "--from", "2", "--to", "3"]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains(&format!("frozen since epoch {since}")), "the refusal names the freeze: {text}");
+    assert_eq!(cli_write(&dir, &ports, 0, "while frozen").0, Some(0), "writes go on while frozen");
+    let (code, text) = admin(&ports, 3, &["unfreeze"]);
+    assert_eq!(code, Some(0), "{text}");
+    let (code, text) = admin(&ports, 1, &["move", "--group", "101", "--from", "2", "--to", "3"]);
+    assert_eq!(code, Some(0), "the move runs after the unfreeze: {text}");
+    assert!(
+        wait_for(Duration::from_secs(60), || group_record(&ports, 101)
+            .is_some_and(|g| g["members"] == serde_json::json!([1, 3]))),
+        "the move completed: {:?}",
+        group_record(&ports, 101)
+    );
+
+    // C3: delete; every member drops its replica and its placement record.
+    assert!((1..=3).all(|node| placed_groups(&dir, node).contains(&100)), "recorded where hosted");
+    let (code, text) = admin(&ports, 1, &["delete-group", "--group", "100"]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        wait_for(Duration::from_secs(30), || (1..=3).all(|node| !placed_groups(&dir, node).contains(&100))),
+        "every node removed group:100"
+    );
+    let (code, text) = cli_write(&dir, &ports, 100, "after the delete");
+    assert_ne!(code, Some(0), "a deleted group takes no writes: {text}");
+    for child in children.iter_mut() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -16,7 +16,7 @@ use crate::storage::StorageKind;
 pub const USAGE: &str = "usage: cohort-sim --seeds N [--seed-start S] [--nodes 3|5] [--learners C] [--groups G] \
 [--shards S] [--storage file|memory] [--replication-quorum Q] [--fault-ticks T] [--liveness-ticks T] \
 [--scenario default|metadata|reconfigure] [--profile mixed|durability|partitions] [--mutant NAME] \
-[--forger non-member|replay] [--json]
+[--forger non-member|replay] [--transfers on|off] [--json]
 
 Runs seeds S..S+N of the deterministic simulator and checks every run.
   --seeds N                 how many seeds (default 10)
@@ -41,15 +41,18 @@ Runs seeds S..S+N of the deterministic simulator and checks every run.
                             only): ack-before-durable, view-change-before-durable,
                             log-selection-by-op, view-change-quorum-short, commit-quorum-short,
                             inherited-ops-not-first, stale-view-accepted, other-incarnation-accepted,
-                            read-without-quorum, quorum-window-too-long, lease-ignored
+                            read-without-quorum, quorum-window-too-long, lease-ignored,
+                            lease-released-by-next-primary
   --forger F                T6: a forging peer joins the run: non-member, a node outside every group
                             that sends random well-formed messages of every command to every node;
                             or replay, a member that resends genuine frames it saw earlier, to any node
+  --transfers on|off        C4: in the fault phase, now and then ask a primary to hand its group to a
+                            random voter (default on; off leaves every other draw of a seed as it is)
   --json                    also print one JSON summary line per seed
 The last line is `seeds=N violations=V ops_committed=C view_changes=X seeds_failed=F ...` with the
 disks' fault counters (the metadata scenario adds its session counters, reconfigure its member
 changes, `--forger` the frames it sent; every run the refusals, and how many of them only forged
-input causes); the exit code is 1
+input causes, and the random primary transfers started and refused); the exit code is 1
 if any seed broke an invariant, 2 on bad arguments.";
 
 /// Most nodes a command line may ask for (member indexes are one byte, and
@@ -88,6 +91,8 @@ pub struct Args {
     pub profile: Option<FaultProfile>,
     /// T6: the forging peer, if any.
     pub forger: Option<ForgerMode>,
+    /// C4: random primary transfers in the fault phase.
+    pub transfers: bool,
     /// Replication quorum (None: majority).
     pub replication_quorum: Option<usize>,
     /// Ticks of the fault phase.
@@ -116,6 +121,7 @@ impl Default for Args {
             mutant: None,
             profile: shape.profile,
             forger: shape.forger,
+            transfers: shape.transfers,
             replication_quorum: shape.replication_quorum,
             fault_ticks: shape.fault_ticks,
             liveness_ticks: shape.liveness_ticks,
@@ -146,6 +152,7 @@ impl Args {
                 "--mutant" => parsed.mutant = Some(mutant(&flag, args.next())?),
                 "--profile" => parsed.profile = Some(profile(&flag, args.next())?),
                 "--forger" => parsed.forger = Some(forger(&flag, args.next())?),
+                "--transfers" => parsed.transfers = on_off(&flag, args.next())?,
                 "--replication-quorum" => parsed.replication_quorum = Some(number(&flag, args.next())?),
                 "--fault-ticks" => parsed.fault_ticks = number(&flag, args.next())?,
                 "--liveness-ticks" => parsed.liveness_ticks = number(&flag, args.next())?,
@@ -199,6 +206,7 @@ impl Args {
         config.storage = self.storage;
         config.profile = self.profile;
         config.forger = self.forger;
+        config.transfers = self.transfers;
         set_mutant(&mut config, self.mutant);
         config.replication_quorum = self.replication_quorum;
         config.fault_ticks = self.fault_ticks;
@@ -262,6 +270,15 @@ fn mutant(flag: &str, value: Option<String>) -> Result<Mutant, String> {
     })
 }
 
+fn on_off(flag: &str, value: Option<String>) -> Result<bool, String> {
+    match value.as_deref() {
+        Some("on") => Ok(true),
+        Some("off") => Ok(false),
+        Some(other) => Err(format!("{flag} must be `on` or `off`, not `{other}`")),
+        None => Err(format!("{flag} needs a value")),
+    }
+}
+
 fn scenario(flag: &str, value: Option<String>) -> Result<Scenario, String> {
     match value.as_deref() {
         Some("default") => Ok(Scenario::Default),
@@ -313,6 +330,9 @@ pub fn reproduce(config: &SimConfig) -> String {
     }
     if let Some(forger) = config.forger {
         let _ = write!(command, " --forger {}", forger.name());
+    }
+    if config.transfers != defaults.transfers {
+        let _ = write!(command, " --transfers {}", if config.transfers { "on" } else { "off" });
     }
     if let Some(mutant) = mutant_of(config) {
         command = command.replacen("--bin cohort-sim", "-p cohort-sim --features mutants --bin cohort-sim", 1);
@@ -388,7 +408,8 @@ pub fn json_summary(config: &SimConfig, outcome: &Result<Report, String>) -> Str
                  \"writes_acknowledged\":{},\"view_changes\":{},\"crashes\":{},\"frames_sent\":{},\
                  \"frames_rejected\":{},\"history_ops\":{},\"power_losses\":{},\"writes_torn\":{},\
                  \"corrupt_reads\":{},\"disk_full_writes\":{},\"disk_io_errors\":{},\"starts_refused\":{},\
-                 \"refusals\":{},\"refusals_forged\":{}}}",
+                 \"refusals\":{},\"refusals_forged\":{},\"random_transfers_started\":{},\
+                 \"random_transfers_refused\":{}}}",
                 report.violations.len(),
                 report.ops_committed,
                 report.writes_acknowledged,
@@ -404,7 +425,9 @@ pub fn json_summary(config: &SimConfig, outcome: &Result<Report, String>) -> Str
                 report.disks.io_errors,
                 report.starts_refused,
                 report.refusals.total(),
-                report.refusals.forged()
+                report.refusals.forged(),
+                report.random_transfers.started,
+                report.random_transfers.refused_behind + report.random_transfers.refused_other
             );
             if config.scenario == Scenario::Metadata {
                 line.pop(); // The closing brace: the scenario's fields follow.
@@ -485,7 +508,8 @@ mod tests {
     #[test]
     fn parses_every_flag() {
         let line = "--seeds 200 --seed-start 7 --nodes 5 --groups 2 --shards 3 --storage memory \
-                    --replication-quorum 5 --fault-ticks 9 --liveness-ticks 8 --scenario metadata --profile durability --json";
+                    --replication-quorum 5 --fault-ticks 9 --liveness-ticks 8 --scenario metadata --profile durability \
+                    --transfers off --json";
         assert_eq!(
             parse(line).expect("valid"),
             Args {
@@ -499,6 +523,7 @@ mod tests {
                 mutant: None,
                 profile: Some(FaultProfile::Durability),
                 forger: None,
+                transfers: false,
                 replication_quorum: Some(5),
                 fault_ticks: 9,
                 liveness_ticks: 8,
@@ -528,6 +553,7 @@ mod tests {
         assert!(parse("--storage disk").unwrap_err().contains("`file` or `memory`"));
         assert!(parse("--mutant nothing").unwrap_err().contains("ack-before-durable"));
         assert!(parse("--forger member").unwrap_err().contains("`non-member` or `replay`"));
+        assert!(parse("--transfers no").unwrap_err().contains("`on` or `off`"));
     }
 
     #[test]
@@ -545,6 +571,9 @@ mod tests {
         let forger = parse("--forger replay").expect("valid");
         assert_eq!(forger.config(5).forger, Some(ForgerMode::Replay));
         assert!(forger.reproduce(5).ends_with("--groups 4 --forger replay"), "{}", forger.reproduce(5));
+        let quiet = parse("--transfers off").expect("valid");
+        assert!(!quiet.config(5).transfers && parse("").expect("defaults").config(5).transfers);
+        assert!(quiet.reproduce(5).ends_with("--groups 4 --transfers off"), "{}", quiet.reproduce(5));
         let mut config = args.config(3);
         config.fault_ticks = 400;
         assert!(reproduce(&config).ends_with("--replication-quorum 5 --fault-ticks 400"), "{}", reproduce(&config));

@@ -44,6 +44,10 @@ pub const REQUEST_RETRY_TICKS: u64 = 20;
 /// A hosted group placed elsewhere is unloaded after this long (S4).
 pub const UNLOAD_GRACE_TICKS: u64 = 100;
 
+/// C5: the metadata primary's balancer asks for at most one primary
+/// transfer per tick (the agent sends one request per tick here anyway).
+pub const BALANCE_TRANSFERS_PER_TICK: u32 = 1;
+
 /// How long an "operator" takes to restart a node that stopped itself (S3).
 pub const STOPPED_DOWN_TICKS: u64 = 300;
 
@@ -138,6 +142,7 @@ pub fn agent(seed: u64, index: usize, restarts: u64, policy: ExpiredPolicy, kv_s
         request_retry_ticks: REQUEST_RETRY_TICKS,
         unload_grace_ticks: UNLOAD_GRACE_TICKS,
         bootstrap_groups: kv_specs.iter().map(bootstrap_group).collect(),
+        balance_transfers_per_tick: Some(BALANCE_TRANSFERS_PER_TICK),
     };
     if let Err(error) = config.validate() {
         panic!("the simulator's agent settings are invalid: {error}");

@@ -7,7 +7,9 @@
 //! with its group's commit point. In the metadata
 //! scenario every node also hosts the metadata group and runs its metadata
 //! agent (`agents.rs`). With `forger`, a forging peer takes part
-//! (`forger.rs`, T6); every run checks what input can grow (`bounds.rs`, T5).
+//! (`forger.rs`, T6); every run checks what input can grow (`bounds.rs`, T5)
+//! and, unless switched off, moves primaries at random in the fault phase
+//! (`transfers.rs`, C4).
 
 mod agents;
 mod bounds;
@@ -16,9 +18,11 @@ mod forger;
 mod inbound;
 mod operator;
 mod reconfigure;
+mod transfers;
 
 pub use faults::{FaultProfile, Faults};
 pub use forger::ForgerMode;
+pub use transfers::TransferCounts;
 
 use std::collections::BTreeMap;
 
@@ -111,6 +115,8 @@ pub struct SimConfig {
     pub expired_policy: Option<ExpiredPolicy>,
     /// T6: the forging peer of the run, if any (see `sim/forger.rs`).
     pub forger: Option<ForgerMode>,
+    /// C4: random primary transfers in the fault phase (see `sim/transfers.rs`).
+    pub transfers: bool,
 }
 
 impl SimConfig {
@@ -145,6 +151,7 @@ impl SimConfig {
             scenario: Scenario::Default,
             expired_policy: None,
             forger: None,
+            transfers: true,
         }
     }
 
@@ -165,6 +172,17 @@ pub struct OperationCounts {
     pub reverted: u64,
     /// Starts and cancels the metadata refused (overlaps, no target, ...).
     pub refused: u64,
+    /// C3: groups created and deleted at run time.
+    pub groups_created: u64,
+    /// C3: groups deleted.
+    pub groups_deleted: u64,
+    /// C4: the operator's transfers the metadata accepted.
+    pub transfers_asked: u64,
+    /// C4/C5: directed view changes the shards started for the agents
+    /// (the operator's transfers and the balancer's).
+    pub transfers_started: u64,
+    /// Freezes, and changes refused while frozen.
+    pub freezes: (u64, u64),
 }
 
 /// What a run found.
@@ -211,6 +229,8 @@ pub struct Report {
     /// T5: the largest footprint any shard had after a step (each figure
     /// on its own).
     pub footprint_max: cohort_core::Footprint,
+    /// C4: the random primary transfers of the fault phase.
+    pub random_transfers: TransferCounts,
 }
 
 /// A simulation in progress.
@@ -265,6 +285,8 @@ pub struct Sim {
     forger: Option<forger::Forger>,
     /// T5: the bounds every shard's footprint is checked against.
     footprints: crate::check::footprint::FootprintBounds,
+    /// C4: the random primary transfers.
+    transfers: transfers::Transfers,
 }
 
 const RETRY_TICKS: u64 = 40;
@@ -329,6 +351,7 @@ impl Sim {
         let mut network = Network::default();
         network.faults = faults.network.clone();
         let operator = operator::Operator::new(config.seed);
+        let transfers = transfers::Transfers::new(config.seed);
         let mut sim = Sim {
             config,
             faults,
@@ -361,6 +384,7 @@ impl Sim {
             value_counter: 0,
             forger: None,
             footprints: crate::check::footprint::FootprintBounds::default(),
+            transfers,
         };
         sim.forger = sim.config.forger.map(|mode| forger::Forger::new(mode, sim.config.seed, sim.nodes.len()));
         sim.footprints = crate::check::footprint::FootprintBounds::new(&sim.config.core, &sim.specs, sim.nodes.len());
@@ -392,6 +416,7 @@ impl Sim {
         }
         if self.config.scenario == Scenario::Metadata {
             self.settle_operations();
+            self.settle_created_groups();
         }
         for (group, done) in live {
             if !done {
@@ -431,6 +456,7 @@ impl Sim {
             refusals: self.refusals(),
             forged_frames: self.forger.as_ref().map_or(0, |forger| forger.sent),
             footprint_max: self.footprints.observed,
+            random_transfers: self.transfers.counts,
             history: self.history,
         }
     }
@@ -469,6 +495,11 @@ impl Sim {
             completed: totals.completed,
             reverted: totals.reverted,
             refused: self.operator.refused,
+            groups_created: self.operator.groups_created,
+            groups_deleted: self.operator.groups_deleted,
+            transfers_asked: self.operator.transfers_asked,
+            transfers_started: self.operator.transfers_started,
+            freezes: (self.operator.freezes, self.operator.refused_frozen),
         }
     }
 
@@ -523,6 +554,7 @@ impl Sim {
         if self.config.scenario == Scenario::Metadata {
             self.drive_operator(faults);
         }
+        self.drive_transfers(faults);
         self.run_clients();
         self.run_forger();
         for node in &self.nodes {

@@ -297,6 +297,15 @@ fn v7_lease_ignored_is_caught() {
     assert_caught(Mutant::LeaseIgnored, one_link_down);
 }
 
+/// C4: the lease release confuses the lease holder (the primary of the
+/// backup's view) with the next view's primary. In `one_link_down` the next
+/// view's primary is the member cut off from the primary, whose timeout
+/// then elects it while the primary still serves reads.
+#[test]
+fn c4_lease_released_by_next_primary_is_caught() {
+    assert_caught(Mutant::LeaseReleasedByNextPrimary, one_link_down);
+}
+
 #[test]
 fn v7_one_link_down_control_is_clean() {
     assert_control_clean(one_link_down);

@@ -31,6 +31,6 @@ pub use footprint::Footprint;
 pub use metrics::{HeartbeatGauges, ShardMetrics};
 pub use quorum::Quorums;
 pub use refusal::{Refusal, Refusals};
-pub use replica::{GroupSpec, Replica, Status, WriteMode};
+pub use replica::{GroupSpec, Replica, Status, TransferError, WriteMode};
 pub use shard::{Shard, ShardError};
 pub use state_machine::StateMachine;

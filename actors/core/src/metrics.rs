@@ -34,6 +34,9 @@ pub struct ShardMetrics {
     /// K4: Prepares not sent because their peer's link was congested (sent
     /// again once it drains).
     pub prepares_held_back: u64,
+    /// C4: primary transfers (directed view changes) this shard's primaries
+    /// started; refused ones are not counted (the caller gets the error).
+    pub primary_transfers_started: u64,
 }
 
 impl ShardMetrics {
@@ -54,6 +57,7 @@ impl ShardMetrics {
             primaries_started,
             view_changes_started,
             prepares_held_back,
+            primary_transfers_started,
         } = other;
         self.commit_batches_sent += commit_batches_sent;
         self.commit_entries_sent += commit_entries_sent;
@@ -69,6 +73,7 @@ impl ShardMetrics {
         self.primaries_started += primaries_started;
         self.view_changes_started += view_changes_started;
         self.prepares_held_back += prepares_held_back;
+        self.primary_transfers_started += primary_transfers_started;
     }
 }
 

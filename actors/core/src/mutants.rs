@@ -50,11 +50,15 @@ pub enum Mutant {
     /// V7, leases: a backup joins a view change while the lease it granted
     /// the primary still runs.
     LeaseIgnored,
+    /// C4, the lease release: a backup gives up its lease for a
+    /// StartViewChange from the primary of the view it names (the next
+    /// primary) instead of the primary of its own view (the lease holder).
+    LeaseReleasedByNextPrimary,
 }
 
 impl Mutant {
     /// Every mutant, in the order of the table in docs/simulator.md.
-    pub const ALL: [Mutant; 11] = [
+    pub const ALL: [Mutant; 12] = [
         Mutant::AckBeforeDurable,
         Mutant::ViewChangeBeforeDurable,
         Mutant::LogSelectionByOp,
@@ -66,6 +70,7 @@ impl Mutant {
         Mutant::ReadWithoutQuorum,
         Mutant::QuorumWindowTooLong,
         Mutant::LeaseIgnored,
+        Mutant::LeaseReleasedByNextPrimary,
     ];
 
     /// The name on the simulator's command line.
@@ -82,6 +87,7 @@ impl Mutant {
             Mutant::ReadWithoutQuorum => "read-without-quorum",
             Mutant::QuorumWindowTooLong => "quorum-window-too-long",
             Mutant::LeaseIgnored => "lease-ignored",
+            Mutant::LeaseReleasedByNextPrimary => "lease-released-by-next-primary",
         }
     }
 

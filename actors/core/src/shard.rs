@@ -34,7 +34,7 @@ use cohort_messages::{CommitEntry, CommitReplyEntry, GroupId, Message, NodeId, O
 use crate::config::CoreConfig;
 use crate::effect::{Effect, FlushId, WaitId};
 use crate::effects::Effects;
-use crate::replica::{GroupSpec, Replica, SealError};
+use crate::replica::{GroupSpec, Replica, SealError, TransferError};
 use crate::state_machine::StateMachine;
 use crate::storage::RecoveredGroup;
 
@@ -161,6 +161,16 @@ impl Shard {
     pub fn propose_seal(&mut self, group: GroupId, seal: cohort_messages::seal::Seal) -> Result<(), SealError> {
         let replica = self.groups.get_mut(&group).ok_or(SealError::NotSealed(group))?;
         let result = replica.propose_seal(seal, &mut self.fx);
+        self.refile(group);
+        result
+    }
+
+    /// C4: hand `group`'s primary role to voter `to` by a directed view
+    /// change (only its primary can, once `to` has acknowledged every
+    /// committed op; see [`Replica::transfer_primary`]).
+    pub fn transfer_primary(&mut self, group: GroupId, to: NodeId) -> Result<(), TransferError> {
+        let replica = self.groups.get_mut(&group).ok_or(TransferError::UnknownGroup(group))?;
+        let result = replica.transfer_primary(to, &mut self.fx);
         self.refile(group);
         result
     }

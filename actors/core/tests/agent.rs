@@ -41,6 +41,7 @@ impl Harness {
                     replication: Default::default(),
                 })
                 .collect(),
+            balance_transfers_per_tick: None,
         };
         config.validate().expect("valid");
         let hosted = vec![

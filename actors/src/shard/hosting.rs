@@ -139,78 +139,110 @@ impl Handler<ProposeSeal> for ShardActor {
     }
 }
 
-/// The metadata names this node a learner of a group (P4): host an empty
-/// learner replica of it (replacing the replica of an older incarnation and
-/// its data); it catches up from the primary. The placement is recorded
-/// durably first (see [`crate::placements`]), so the next start hosts the
-/// group again; if it cannot be recorded the learner is not hosted (the
-/// agent asks again).
+/// The metadata names this node a learner of a group (P4), or a voting
+/// member of a group created at run time (C3): host an empty replica of it.
+/// A learner replaces the replica of an older incarnation and its data, and
+/// catches up from the primary; a member is hosted only where no replica of
+/// the group is (the group never held anything else at its first
+/// incarnation). The placement is recorded durably first (see
+/// [`crate::placements`]), so the next start hosts the group again; if it
+/// cannot be recorded the replica is not hosted (the agent asks again).
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct HostLearner {
-    /// The group as the metadata places it, this node among its learners.
+pub struct HostPlaced {
+    /// The group as the metadata places it, this node among its members
+    /// (`voter`) or its learners.
     pub placement: Placement,
     /// Its kind.
     pub kind: GroupKind,
+    /// True for a voting member, false for a learner.
+    pub voter: bool,
 }
 
 impl ShardActor {
-    /// The spec of this node's learner replica of `placement`, if hosting
-    /// it is right now: its kind is registered, this node is a learner of
-    /// it, and no replica of this incarnation or a later one is hosted (the
-    /// agent's metadata may be older than the replica after a restart).
-    fn learner_to_host(&self, placement: &Placement, kind: &GroupKind) -> Option<HostedGroup> {
+    /// The spec of this node's replica of `placement`, if hosting it is
+    /// right now: its kind is registered, this node has the role asked for,
+    /// and no replica of this incarnation or a later one is hosted (the
+    /// agent's metadata may be older than the replica after a restart), nor,
+    /// for a member, any replica at all.
+    fn placed_to_host(&self, placement: &Placement, kind: &GroupKind, voter: bool) -> Option<HostedGroup> {
         let group = placement.group;
         if !self.kinds.contains_key(kind) {
-            tracing::warn!(group = group.0, %kind, "learner of an unregistered kind: not hosted");
+            eprintln!("cohort: {group}: not hosted: its kind {kind} is not registered on this node");
             return None;
         }
-        if self.core.replica(group).is_some_and(|replica| replica.incarnation() >= placement.incarnation) {
+        let hosted = self.core.replica(group);
+        if hosted.is_some_and(|replica| voter || replica.incarnation() >= placement.incarnation) {
             return None;
         }
         match cohort_core::GroupSpec::of_node(placement, self.node) {
-            Ok(spec) if !spec.is_voter(spec.me) => Some(HostedGroup { spec, kind: kind.clone() }),
+            Ok(spec) if spec.is_voter(spec.me) == voter => Some(HostedGroup { spec, kind: kind.clone() }),
             Ok(_) => {
-                tracing::warn!(group = group.0, "learner spec refused: this node is a voter");
+                tracing::warn!(group = group.0, voter, "replica spec refused: this node has the other role");
                 None
             }
             Err(error) => {
-                tracing::warn!(group = group.0, %error, "learner spec refused");
+                tracing::warn!(group = group.0, %error, "replica spec refused");
                 None
             }
         }
     }
 }
 
-impl Handler<HostLearner> for ShardActor {
+impl Handler<HostPlaced> for ShardActor {
     type Result = ();
 
-    fn handle(&mut self, HostLearner { placement, kind }: HostLearner, ctx: &mut Self::Context) {
-        let Some(hosted) = self.learner_to_host(&placement, &kind) else { return };
+    fn handle(&mut self, HostPlaced { placement, kind, voter }: HostPlaced, ctx: &mut Self::Context) {
+        let Some(hosted) = self.placed_to_host(&placement, &kind, voter) else { return };
+        let role = if voter { "a member" } else { "a learner" };
         let record = RecordedPlacement::of(&hosted.spec, &hosted.kind);
         let recorded = self.placements.send(RecordPlacement(record));
         ctx.spawn(recorded.into_actor(self).map(move |written, actor, ctx| {
             let group = placement.group;
             match written {
                 Ok(Ok(())) => {}
-                Ok(Err(error)) => return eprintln!("cohort: {group}: learner not hosted: {error}"),
-                Err(_) => return eprintln!("cohort: {group}: learner not hosted: the placement recorder stopped"),
+                Ok(Err(error)) => return eprintln!("cohort: {group}: not hosted as {role}: {error}"),
+                Err(_) => return eprintln!("cohort: {group}: not hosted as {role}: the placement recorder stopped"),
             }
             // Checked again: the shard went on while the record was written.
-            let Some(hosted) = actor.learner_to_host(&placement, &kind) else { return };
+            let Some(hosted) = actor.placed_to_host(&placement, &kind, voter) else { return };
             if actor.forget_group(group).is_err() {
                 return;
             }
             let incarnation = hosted.spec.incarnation;
             if let Err(error) = actor.host(hosted, None) {
-                tracing::warn!(group = group.0, %error, "learner not hosted");
+                tracing::warn!(group = group.0, %error, "replica not hosted");
                 actor.placements.do_send(RemovePlacement(group));
                 return;
             }
             actor.start_group_actors(group, &kind, ctx);
-            eprintln!("cohort: hosting {group} (incarnation {}) as a learner", incarnation.0);
+            eprintln!("cohort: hosting {group} (incarnation {}) as {role}", incarnation.0);
             actor.run();
         }));
+    }
+}
+
+/// The metadata asks that `to` lead `group`, which this shard's replica
+/// leads (C4): start the directed view change. Refused quietly (the agent
+/// asks again) while `to` is behind or this replica is not the primary.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct TransferPrimary {
+    /// The group.
+    pub group: GroupId,
+    /// The member that is to lead it.
+    pub to: NodeId,
+}
+
+impl Handler<TransferPrimary> for ShardActor {
+    type Result = ();
+
+    fn handle(&mut self, TransferPrimary { group, to }: TransferPrimary, _ctx: &mut Self::Context) {
+        match self.core.transfer_primary(group, to) {
+            Ok(()) => tracing::info!(group = group.0, to = to.0, "primary transfer started"),
+            Err(error) => tracing::debug!(group = group.0, %error, "primary transfer not started yet"),
+        }
+        self.run();
     }
 }
 

@@ -41,6 +41,7 @@
 //!   `connections_max` × 128 KiB of heads (64 MiB with the defaults).
 
 pub mod auth;
+pub mod changes;
 pub mod config;
 pub mod operator;
 pub mod refusal;

@@ -45,6 +45,10 @@ pub const OPERATOR_TIMEOUT: Duration = Duration::from_secs(10);
 /// metadata to apply it (to answer with the stored plan).
 pub const PLAN_WAIT_MAX: Duration = Duration::from_secs(3);
 
+/// How long `transfer-primary` waits for the new primary's ownership report
+/// before it answers that the transfer was asked for (it goes on after).
+pub const TRANSFER_WAIT_MAX: Duration = Duration::from_secs(5);
+
 // A join naming OPERATION_GROUPS_MAX groups of 20-digit ids fits in a body.
 const _: () = assert!(OPERATION_GROUPS_MAX * 21 + 256 <= BODY_MAX_BYTES);
 
@@ -176,10 +180,23 @@ impl OperatorPort {
 
     /// Answer `method path` with `body` (a path under `/admin/`).
     pub async fn handle(&self, method: &str, path: &str, body: &[u8]) -> AdminAnswer {
+        if let Some(parsed) = super::changes::parse(path, body, self.board.node()) {
+            if method != "POST" {
+                return AdminAnswer {
+                    status: 405,
+                    body: json!({ "result": "method_not_allowed", "error": "use POST" }),
+                };
+            }
+            return match parsed {
+                Ok(command) => self.change(command).await,
+                Err(BadInput { field, error }) => bad_request(&field, error),
+            };
+        }
         let cancel = path.strip_prefix("/admin/operations/").and_then(|rest| rest.strip_suffix("/cancel"));
         let known = path == "/admin/operations" || cancel.is_some();
         if !known {
-            let error = "no such path; POST /admin/operations or POST /admin/operations/{id}/cancel";
+            let error = "no such path; POST /admin/operations, /admin/operations/{id}/cancel, /admin/groups, \
+                         /admin/groups/{id}/delete, /admin/groups/{id}/transfer-primary, /admin/freeze or /admin/unfreeze";
             return AdminAnswer { status: 404, body: json!({ "result": "not_found", "error": error }) };
         }
         if method != "POST" {
@@ -205,7 +222,10 @@ impl OperatorPort {
         }
     }
 
-    async fn submit(&self, command: MetadataCommand) -> Result<MetadataResult, OperatorFailure> {
+    /// Submit `command` to the metadata group through this node's agent,
+    /// exactly once, and return what it committed (the embedding API's
+    /// path to the same commands, see `NodeHandle::create_group`).
+    pub async fn submit(&self, command: MetadataCommand) -> Result<MetadataResult, OperatorFailure> {
         let deadline = Instant::now() + self.timeout;
         let (answer, answered) = oneshot::channel();
         self.agent.try_send(OperatorSubmit { command, deadline, answer }).map_err(|_| OperatorFailure::Busy)?;
@@ -259,6 +279,71 @@ impl OperatorPort {
                 "record": record,
                 "applied_here": applied,
             }),
+        }
+    }
+
+    /// Submit a change of [`super::changes`] and answer with what the
+    /// metadata made of it.
+    async fn change(&self, command: MetadataCommand) -> AdminAnswer {
+        let result = match self.submit(command.clone()).await {
+            Ok(result) => result,
+            Err(failure) => {
+                return AdminAnswer {
+                    status: 503,
+                    body: json!({ "result": "unavailable", "error": failure.to_string(), "detail": failure_json(&failure) }),
+                };
+            }
+        };
+        let epoch = match result {
+            MetadataResult::Refused { reason } => {
+                return AdminAnswer { status: 409, body: json!({ "result": "refused", "reason": reason }) };
+            }
+            MetadataResult::Done { epoch } | MetadataResult::GroupCreated { epoch, .. } => epoch,
+            other => {
+                let error = format!("unexpected metadata result {other:?}");
+                return AdminAnswer { status: 503, body: json!({ "result": "unavailable", "error": error }) };
+            }
+        };
+        let applied = self.wait_applied(epoch).await;
+        let body = match (&command, result) {
+            (
+                MetadataCommand::CreateGroup { group, kind, members, .. },
+                MetadataResult::GroupCreated { incarnation, .. },
+            ) => {
+                let members: Vec<u64> = members.iter().map(|member| member.0).collect();
+                json!({ "result": "created", "group": group.0, "kind": kind, "members": members, "incarnation": incarnation.0 })
+            }
+            (MetadataCommand::DeleteGroup { group }, _) => json!({ "result": "deleted", "group": group.0 }),
+            (MetadataCommand::TransferPrimary { group, to }, _) => {
+                let done = self.wait_led_by(*group, *to).await;
+                let result = if done { "transferred" } else { "asked" };
+                json!({ "result": result, "group": group.0, "to": to.0 })
+            }
+            (MetadataCommand::Freeze { .. }, _) => json!({ "result": "frozen", "since_epoch": epoch.0 }),
+            (MetadataCommand::Unfreeze { .. }, _) => json!({ "result": "unfrozen" }),
+            (other, _) => json!({ "result": "done", "command": format!("{other:?}") }),
+        };
+        let mut body = body;
+        body["epoch"] = json!(epoch.0);
+        body["applied_here"] = json!(applied);
+        AdminAnswer { status: 200, body }
+    }
+
+    /// Wait (up to [`TRANSFER_WAIT_MAX`]) until this node's copy of the
+    /// metadata says `to` leads `group`.
+    async fn wait_led_by(&self, group: GroupId, to: NodeId) -> bool {
+        let deadline = Instant::now() + TRANSFER_WAIT_MAX;
+        loop {
+            let led = self.board.metadata().with(|metadata| {
+                metadata.groups.get(&group).and_then(|record| record.owner).is_some_and(|owner| owner.node == to)
+            });
+            if led {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 

@@ -3,7 +3,9 @@
 //! sessions and acked epochs, groups with members, learners, incarnation
 //! and owner), the in-flight multi-step operations (M2–M5: spec, plan with
 //! done and remaining steps, cancelled flag, what the next step waits for)
-//! and how many operations completed or were reverted.
+//! and how many operations completed or were reverted, whether the
+//! metadata is frozen for an upgrade (since which epoch, asked by which
+//! node), and how many primaries each live node leads (C5).
 //!
 //! Session ids and incarnations are what a forged session frame or a
 //! forged frame of a group's current incarnation needs, so the admin port
@@ -72,15 +74,24 @@ pub fn status_json_for(board: &StatusBoard, audience: Audience) -> Value {
                     "incarnation": secret(record.incarnation.0),
                     "live": record.live,
                     "owner": owner,
+                    "transfer_to": record.transfer.map(|transfer| transfer.to.0),
                 })
             })
             .collect();
         let operations: Vec<Value> =
             metadata.operations.iter().map(|(id, record)| operation_json(metadata, *id, record)).collect();
         let totals = metadata.operation_totals;
+        let frozen =
+            metadata.frozen.map_or(Value::Null, |frozen| json!({ "since_epoch": frozen.since.0, "by": frozen.by.0 }));
+        let primaries: serde_json::Map<String, Value> = cohort_core::metadata::primaries_per_node(metadata)
+            .into_iter()
+            .map(|(node, count)| (node.0.to_string(), json!(count)))
+            .collect();
         let cluster = json!({
             "epoch": metadata.epoch.0,
             "config_epoch": metadata.config_epoch.0,
+            "frozen": frozen,
+            "primaries_per_node": primaries,
             "nodes": nodes,
             "groups": groups,
         });

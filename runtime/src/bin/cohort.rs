@@ -203,6 +203,42 @@ enum AdminCommand {
         #[arg(long)]
         operation: u64,
     },
+    /// Create a group on running nodes: its members host it within a few ticks.
+    CreateGroup {
+        /// The group id (unused, or deleted before).
+        #[arg(long)]
+        group: u64,
+        /// Its kind: the name its state machine is registered under on every
+        /// member (`cohort node` hosts the register under `default`).
+        #[arg(long, default_value = "default")]
+        kind: String,
+        /// Its members in member-index order, comma-separated (e.g. 1,2,3).
+        #[arg(long, value_delimiter = ',', required = true)]
+        members: Vec<u64>,
+        /// Its replication quorum (default: a majority of the members).
+        #[arg(long)]
+        replication_quorum: Option<u8>,
+    },
+    /// Delete a group: every member removes its replica and data.
+    DeleteGroup {
+        /// The group.
+        #[arg(long)]
+        group: u64,
+    },
+    /// Hand a group's primary to one of its members, once it is caught up.
+    TransferPrimary {
+        /// The group.
+        #[arg(long)]
+        group: u64,
+        /// The member that is to lead it.
+        #[arg(long)]
+        to: u64,
+    },
+    /// Freeze the cluster metadata for an upgrade: operations, group
+    /// changes, transfers and balancing are refused; data keeps flowing.
+    Freeze,
+    /// End a freeze.
+    Unfreeze,
 }
 
 impl AdminCommand {
@@ -213,6 +249,13 @@ impl AdminCommand {
             AdminCommand::Join { node, groups } => AdminAction::Join { node, groups },
             AdminCommand::Decommission { node } => AdminAction::Decommission { node },
             AdminCommand::Cancel { operation } => AdminAction::Cancel { operation },
+            AdminCommand::CreateGroup { group, kind, members, replication_quorum } => {
+                AdminAction::CreateGroup { group, kind, members, replication_quorum }
+            }
+            AdminCommand::DeleteGroup { group } => AdminAction::DeleteGroup { group },
+            AdminCommand::TransferPrimary { group, to } => AdminAction::TransferPrimary { group, to },
+            AdminCommand::Freeze => AdminAction::Freeze,
+            AdminCommand::Unfreeze => AdminAction::Unfreeze,
         }
     }
 }

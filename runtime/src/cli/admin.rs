@@ -1,6 +1,7 @@
-//! `cohort admin --admin HOST:PORT join|decommission|move|replace|cancel`:
-//! the operator's side of the node's `/admin/operations` endpoints (see
-//! [`crate::admin::operator`]).
+//! `cohort admin --admin HOST:PORT join|decommission|move|replace|cancel|
+//! create-group|delete-group|transfer-primary|freeze|unfreeze`: the
+//! operator's side of the node's `/admin/` endpoints (see
+//! [`crate::admin::operator`] and [`crate::admin::changes`]).
 //!
 //! Why a thin client: the node checks the input again and the metadata
 //! group decides, so the command only builds the JSON body, checks it with
@@ -19,7 +20,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::http::Call;
-use crate::admin::operator::{OPERATOR_TIMEOUT, PLAN_WAIT_MAX, parse_cancel, parse_start};
+use crate::admin::operator::{OPERATOR_TIMEOUT, PLAN_WAIT_MAX, TRANSFER_WAIT_MAX, parse_cancel, parse_start};
 
 /// One operator command.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -59,6 +60,33 @@ pub enum AdminAction {
         /// The operation id.
         operation: u64,
     },
+    /// Create `group` of `kind` with `members` (C3).
+    CreateGroup {
+        /// The group.
+        group: u64,
+        /// Its kind (registered on every member).
+        kind: String,
+        /// Its members in member-index order.
+        members: Vec<u64>,
+        /// Its replication quorum (`None`: a majority).
+        replication_quorum: Option<u8>,
+    },
+    /// Delete `group` and every replica's data (C3).
+    DeleteGroup {
+        /// The group.
+        group: u64,
+    },
+    /// Hand `group`'s primary to its member `to` (C4).
+    TransferPrimary {
+        /// The group.
+        group: u64,
+        /// The member.
+        to: u64,
+    },
+    /// Freeze the cluster metadata for an upgrade.
+    Freeze,
+    /// End the freeze.
+    Unfreeze,
 }
 
 /// Why `cohort admin` failed: the process exit code and the line to print.
@@ -89,6 +117,19 @@ impl AdminAction {
             AdminAction::Join { node, groups } => json!({ "op": "join", "node": node, "groups": groups }),
             AdminAction::Decommission { node } => json!({ "op": "decommission", "node": node }),
             AdminAction::Cancel { operation } => return (format!("/admin/operations/{operation}/cancel"), None),
+            AdminAction::CreateGroup { group, kind, members, replication_quorum } => {
+                let mut body = json!({ "group": group, "kind": kind, "members": members });
+                if let Some(quorum) = replication_quorum {
+                    body["replication_quorum"] = json!(quorum);
+                }
+                return ("/admin/groups".into(), Some(body.to_string()));
+            }
+            AdminAction::DeleteGroup { group } => return (format!("/admin/groups/{group}/delete"), None),
+            AdminAction::TransferPrimary { group, to } => {
+                return (format!("/admin/groups/{group}/transfer-primary"), Some(json!({ "to": to }).to_string()));
+            }
+            AdminAction::Freeze => return ("/admin/freeze".into(), None),
+            AdminAction::Unfreeze => return ("/admin/unfreeze".into(), None),
         };
         ("/admin/operations".into(), Some(body.to_string()))
     }
@@ -110,10 +151,13 @@ pub fn admin_command(admin: &str, token: Option<&str>, action: &AdminAction, jso
 fn exchange(admin: &str, token: Option<&str>, action: &AdminAction, json: bool) -> Result<String, AdminError> {
     let (path, body) = action.request();
     // The node's own checks, before anything is sent.
-    let checked = match (&body, action) {
-        (Some(body), _) => parse_start(body.as_bytes()).map(|_| ()),
-        (None, AdminAction::Cancel { operation }) => parse_cancel(&operation.to_string()).map(|_| ()),
-        (None, _) => Ok(()),
+    let checked = match crate::admin::changes::parse(&path, body.as_deref().unwrap_or("{}").as_bytes(), NODE_ANY) {
+        Some(parsed) => parsed.map(|_| ()),
+        None => match (&body, action) {
+            (Some(body), _) => parse_start(body.as_bytes()).map(|_| ()),
+            (None, AdminAction::Cancel { operation }) => parse_cancel(&operation.to_string()).map(|_| ()),
+            (None, _) => Ok(()),
+        },
     };
     if let Err(bad) = checked {
         return Err(usage(format!("--{}: {}", bad.field, bad.error)));
@@ -125,7 +169,7 @@ fn exchange(admin: &str, token: Option<&str>, action: &AdminAction, json: bool) 
                 .into(),
         ));
     };
-    let timeout = OPERATOR_TIMEOUT + PLAN_WAIT_MAX + Duration::from_secs(2);
+    let timeout = OPERATOR_TIMEOUT + PLAN_WAIT_MAX + TRANSFER_WAIT_MAX + Duration::from_secs(2);
     let body = body.unwrap_or_else(|| "{}".into());
     let answer = super::http::exchange(admin, Call::Post(&body), &path, Some(token), timeout)
         .map_err(|error| failed(error.to_string()))?;
@@ -180,6 +224,37 @@ fn render(answer: &Value) -> String {
                 format!("cancelling operation:{id}: {text} (reverting {}: {})", count(left), words.join(", "))
             }
         }
+        Some("created") => {
+            let members: Vec<String> = answer["members"]
+                .as_array()
+                .map(|list| list.iter().map(|member| format!("node:{member}")).collect())
+                .unwrap_or_default();
+            format!(
+                "created group:{} (kind {}, incarnation {}, members {}) at epoch {}",
+                answer["group"],
+                field("kind"),
+                answer["incarnation"],
+                members.join(", "),
+                answer["epoch"]
+            )
+        }
+        Some("deleted") => format!(
+            "deleted group:{} at epoch {}; its members remove their replicas and data",
+            answer["group"], answer["epoch"]
+        ),
+        Some("transferred") => format!("node:{} leads group:{} now", answer["to"], answer["group"]),
+        Some("asked") => format!(
+            "asked node:{} to take over group:{} at epoch {}; not done within {} s (the primary waits until it is caught up), see `cohort status`",
+            answer["to"],
+            answer["group"],
+            answer["epoch"],
+            TRANSFER_WAIT_MAX.as_secs()
+        ),
+        Some("frozen") => format!(
+            "the cluster metadata is frozen since epoch {}: operator changes are refused until `cohort admin unfreeze`",
+            answer["since_epoch"]
+        ),
+        Some("unfrozen") => format!("the cluster metadata is no longer frozen (epoch {})", answer["epoch"]),
         Some("refused") => format!("refused: {}", field("reason")),
         Some("bad_request") => format!("bad request: {}: {}", field("field"), field("error")),
         Some("unavailable") => format!("no result: {}", field("error")),
@@ -189,6 +264,9 @@ fn render(answer: &Value) -> String {
         _ => format!("unexpected answer: {answer}"),
     }
 }
+
+/// Freezes name the node that asked; any node id does for checking a path here.
+const NODE_ANY: cohort_messages::NodeId = cohort_messages::NodeId(1);
 
 /// A spec of the request body in words (when the node could not show its record).
 fn spec_text(spec: &Value) -> String {

@@ -52,6 +52,19 @@ fn render(status: &Value) -> String {
     if !status["stopped"].is_null() {
         let _ = writeln!(out, "STOPPED: {}", text(&status["stopped"]));
     }
+    let frozen = &status["metadata"]["frozen"];
+    if !frozen.is_null() {
+        let _ = writeln!(
+            out,
+            "FROZEN since epoch {} (asked by node:{}): operator changes are refused until `cohort admin unfreeze`",
+            text(&frozen["since_epoch"]),
+            text(&frozen["by"])
+        );
+    }
+    if let Some(primaries) = status["metadata"]["primaries_per_node"].as_object().filter(|map| !map.is_empty()) {
+        let counts: Vec<String> = primaries.iter().map(|(node, count)| format!("node:{node} {count}")).collect();
+        let _ = writeln!(out, "primaries per node: {}", counts.join(", "));
+    }
     let _ = writeln!(out, "\nnodes\n{:<6} {:<24} {:<8} acked epoch", "id", "address", "session");
     for node in status["metadata"]["nodes"].as_array().into_iter().flatten() {
         let _ = writeln!(
@@ -129,4 +142,29 @@ pub(crate) fn operation_text(operation: &Value) -> String {
         let _ = write!(out, "\n  next step waits: {waiting}");
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::render;
+
+    #[test]
+    fn a_frozen_metadata_and_the_primaries_per_node_are_shown() {
+        let status = json!({
+            "node": 1, "session": 3, "metadata_members": [1, 2, 3], "metadata_primary": true, "stopped": null,
+            "metadata": {
+                "epoch": 52, "frozen": { "since_epoch": 47, "by": 2 },
+                "primaries_per_node": { "1": 334, "2": 333, "3": 333 }, "nodes": [], "groups": [],
+            },
+            "operations": [], "operation_totals": { "completed": 0, "reverted": 0 }, "redacted": false,
+        });
+        let text = render(&status);
+        assert!(text.contains("FROZEN since epoch 47 (asked by node:2)"), "{text}");
+        assert!(text.contains("primaries per node: node:1 334, node:2 333, node:3 333"), "{text}");
+        let mut thawed = status.clone();
+        thawed["metadata"]["frozen"] = serde_json::Value::Null;
+        assert!(!render(&thawed).contains("FROZEN"));
+    }
 }

@@ -369,6 +369,7 @@ impl Demo {
         for node in nodes.iter().flatten() {
             reports.push(node.handle().report().await);
         }
+        let primaries_per_node = reports.iter().map(|report| report.primaries.len()).collect();
         if let Some((_, report)) = killed {
             reports.push(report.clone());
         }
@@ -395,6 +396,7 @@ impl Demo {
             reply_entries: sum(|m| m.reply_entries_sent),
             lost_acked_writes: lost,
             verified_writes: verified,
+            primaries_per_node,
         }
     }
 }

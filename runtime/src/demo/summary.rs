@@ -35,6 +35,9 @@ pub struct DemoSummary {
     pub lost_acked_writes: u64,
     /// Acknowledged writes read back.
     pub verified_writes: u64,
+    /// Groups each running node leads at the end, in node order (C5: after
+    /// the restart the balancer hands the restarted node its share back).
+    pub primaries_per_node: Vec<usize>,
 }
 
 impl DemoSummary {
@@ -51,6 +54,7 @@ impl DemoSummary {
             ("Commit frames / entries sent", format!("{} / {}", self.commit_frames, self.commit_entries)),
             ("CommitReply frames / entries sent", format!("{} / {}", self.reply_frames, self.reply_entries)),
             ("lost acknowledged writes", format!("{} (of {} read back)", self.lost_acked_writes, self.verified_writes)),
+            ("primaries per node (end)", self.primaries_text()),
         ];
         let width = rows.iter().map(|(name, _)| name.len()).max().unwrap_or(0);
         let mut out = String::new();
@@ -66,7 +70,7 @@ impl DemoSummary {
             concat!(
                 "{{\"committed_ops\":{},\"ops_per_sec\":{:.1},\"latency_p50_us\":{},\"latency_p99_us\":{},",
                 "\"view_changes\":{},\"failover_ms_max\":{},\"commit_frames\":{},\"commit_entries\":{},",
-                "\"reply_frames\":{},\"reply_entries\":{},\"lost_acked_writes\":{}}}"
+                "\"reply_frames\":{},\"reply_entries\":{},\"lost_acked_writes\":{},\"primaries_per_node\":[{}]}}"
             ),
             self.committed_ops,
             self.ops_per_sec,
@@ -78,8 +82,19 @@ impl DemoSummary {
             self.commit_entries,
             self.reply_frames,
             self.reply_entries,
-            self.lost_acked_writes
+            self.lost_acked_writes,
+            self.primaries_per_node.iter().map(ToString::to_string).collect::<Vec<_>>().join(",")
         )
+    }
+
+    fn primaries_text(&self) -> String {
+        let counts: Vec<String> = self
+            .primaries_per_node
+            .iter()
+            .enumerate()
+            .map(|(index, count)| format!("node {}: {count}", index + 1))
+            .collect();
+        counts.join(", ")
     }
 }
 
@@ -111,6 +126,7 @@ mod tests {
             "reply_frames",
             "reply_entries",
             "lost_acked_writes",
+            "primaries_per_node",
         ] {
             assert!(json.contains(&format!("\"{key}\":")), "{key} in {json}");
         }

@@ -102,6 +102,7 @@ pub struct NodeHandle {
     pub(super) metrics: Arc<NodeMetrics>,
     pub(super) board: Arc<StatusBoard>,
     pub(super) session_stop: Arc<SessionStop>,
+    pub(super) operator: crate::admin::operator::OperatorPort,
 }
 
 impl NodeHandle {

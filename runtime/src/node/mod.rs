@@ -54,12 +54,14 @@ use cohort_wal::FileStorageConfig;
 
 use crate::config::ClusterConfig;
 
+mod changes;
 mod detached;
 mod handle;
 mod placement;
 mod register;
 mod start;
 
+pub use changes::MetadataChangeError;
 pub use cohort_actors::kind::{GroupKind, GroupKindError};
 pub use cohort_actors::placements::{PLACEMENTS_FILE, PlacementFileError};
 pub use cohort_actors::registry::StateMachineFactory;
@@ -183,6 +185,7 @@ impl NodeBuilder {
             .shards(node.shards)
             .cluster_config(config.cluster.clone())
             .session_config(config.session.clone())
+            .balance(config.balance.clone())
             .link_timing(config.links.timing())
             .security(config.tls.security())
             .client_limits(config.client.limits())
@@ -242,6 +245,7 @@ pub struct NodeBuilder {
     admin_options: crate::admin::AdminOptions,
     client_port: Option<SocketAddr>,
     session: crate::config::SessionConfig,
+    balance: crate::config::BalanceSection,
     link_timing: cohort_actors::peer_link::LinkTiming,
     security: Security,
     client_limits: crate::client_port::ClientPortLimits,
@@ -281,6 +285,7 @@ impl NodeBuilder {
             admin_options: crate::admin::AdminOptions::default(),
             client_port: None,
             session: crate::config::SessionConfig::default(),
+            balance: crate::config::BalanceSection::default(),
             link_timing: cohort_actors::peer_link::LinkTiming::default(),
             security: Security::Unset,
             client_limits: crate::client_port::ClientPortLimits::default(),
@@ -330,6 +335,13 @@ impl NodeBuilder {
     /// The node's session with the metadata group (`[session]`; S1, S3).
     pub fn session_config(mut self, session: crate::config::SessionConfig) -> Self {
         self.session = session;
+        self
+    }
+
+    /// How the node, while it is metadata primary, spreads group primaries
+    /// over the live nodes (`[balance]`; C5). On by default.
+    pub fn balance(mut self, balance: crate::config::BalanceSection) -> Self {
+        self.balance = balance;
         self
     }
 

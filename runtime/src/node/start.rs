@@ -311,6 +311,7 @@ impl Validated {
             request_retry_ticks: self.session.keepalive_interval_ticks,
             unload_grace_ticks: self.session.timeout_ticks,
             bootstrap_groups: self.bootstrap_groups.clone(),
+            balance_transfers_per_tick: builder.balance.transfers_per_tick(builder.timing.tick),
         };
         config.validate().map_err(|error| NodeError::Config(format!("session: {error}")))?;
         let setup = AgentSetup {
@@ -337,6 +338,7 @@ impl Validated {
         let metrics_address = bound.metrics.as_ref().and_then(|listener| listener.local_addr().ok());
         let client_address = bound.client.as_ref().and_then(|listener| listener.local_addr().ok());
         let operator = OperatorPort::new(Arc::clone(&agent.board), agent.addr.clone().recipient());
+        let operator_handle = operator.clone();
         let stats = Arc::new(InboundStats::default());
         let router = Router {
             agent: Some(agent.addr.recipient()),
@@ -410,6 +412,7 @@ impl Validated {
             restarts: started.restarts,
             board: agent.board,
             session_stop: agent.session_stop,
+            operator: operator_handle,
         };
         Node {
             handle,

@@ -4,7 +4,8 @@
 //! stdout: one line per violation, a JSON line per seed with `--json`, and
 //! last `seeds=N violations=V ops_committed=C view_changes=X ...` (the
 //! seeds that failed and the disks' fault counters, plus the session
-//! counters with `--scenario metadata`). stderr:
+//! counters with `--scenario metadata`, and the random primary transfers
+//! unless `--transfers off`). stderr:
 //! progress and seeds/s. Exit code 1 on any violation, 2 on bad arguments.
 
 use std::process::ExitCode;
@@ -44,6 +45,7 @@ fn main() -> ExitCode {
     let (mut disks, mut starts_refused, mut seeds_failed) = (cohort_sim::disk::DiskStats::default(), 0u64, 0u64);
     let (mut refusals, mut forged_frames) = (cohort_core::Refusals::default(), 0u64);
     let mut footprint = cohort_core::Footprint::default();
+    let mut transfers = cohort_sim::sim::TransferCounts::default();
     for (done, seed) in (args.seed_start..args.seed_start + args.seeds).enumerate() {
         let config = args.config(seed);
         let outcome = cli::run_catching(config.clone());
@@ -75,6 +77,12 @@ fn main() -> ExitCode {
                 operations.completed += report.operations.completed;
                 operations.reverted += report.operations.reverted;
                 operations.refused += report.operations.refused;
+                operations.groups_created += report.operations.groups_created;
+                operations.groups_deleted += report.operations.groups_deleted;
+                operations.transfers_asked += report.operations.transfers_asked;
+                operations.transfers_started += report.operations.transfers_started;
+                operations.freezes.0 += report.operations.freezes.0;
+                operations.freezes.1 += report.operations.freezes.1;
                 seeds_operated += u64::from(report.operations.completed > 0);
                 changes_started += report.reconfigurations.0;
                 changes_completed += report.reconfigurations.1;
@@ -87,6 +95,9 @@ fn main() -> ExitCode {
                 starts_refused += report.starts_refused;
                 refusals.add(&report.refusals);
                 forged_frames += report.forged_frames;
+                transfers.started += report.random_transfers.started;
+                transfers.refused_behind += report.random_transfers.refused_behind;
+                transfers.refused_other += report.random_transfers.refused_other;
                 footprint.log_entries_max = footprint.log_entries_max.max(report.footprint_max.log_entries_max);
                 footprint.held_sends = footprint.held_sends.max(report.footprint_max.held_sends);
                 footprint.queued_replies = footprint.queued_replies.max(report.footprint_max.queued_replies);
@@ -119,7 +130,8 @@ fn main() -> ExitCode {
             " sessions_opened={} sessions_expired={} seeds_with_expiry={seeds_expired} reports_accepted={} \
              reports_refused={} expiries_proposed={} groups_unloaded={} node_stops={stops} \
              operations_started={} operations_completed={} operations_reverted={} operations_refused={} \
-             seeds_with_completed_operation={seeds_operated}",
+             seeds_with_completed_operation={seeds_operated} groups_created={} groups_deleted={} \
+             transfers_asked={} transfers_started={} freezes={} refused_frozen={}",
             agents.sessions_opened,
             agents.sessions_expired,
             agents.reports_accepted,
@@ -129,10 +141,22 @@ fn main() -> ExitCode {
             operations.started,
             operations.completed,
             operations.reverted,
-            operations.refused
+            operations.refused,
+            operations.groups_created,
+            operations.groups_deleted,
+            operations.transfers_asked,
+            operations.transfers_started,
+            operations.freezes.0,
+            operations.freezes.1
         ));
     }
     last.push_str(&format!(" refusals={} refusals_forged={}", refusals.total(), refusals.forged()));
+    if args.transfers {
+        last.push_str(&format!(
+            " random_transfers_started={} random_transfers_refused_behind={} random_transfers_refused_other={}",
+            transfers.started, transfers.refused_behind, transfers.refused_other
+        ));
+    }
     if let Some(forger) = args.forger {
         last.push_str(&format!(
             " forger={} forged_frames={forged_frames} log_entries_max={} held_sends_max={} queued_replies_max={}",

@@ -77,6 +77,8 @@ mod tests {
             live: true,
             owner: Some(owner),
             owner_view_max: View(view),
+            created: Incarnation(1),
+            transfer: None,
         };
         metadata.groups.insert(GroupId(0), record);
         metadata

@@ -66,11 +66,13 @@ impl Sim {
             return;
         }
         let metadata_primary = node.replica(GroupId::METADATA).is_some_and(|replica| replica.is_confirmed_primary(now));
-        let hosted: Vec<HostedReplica> = self
-            .specs
-            .iter()
-            .filter_map(|spec| {
-                let replica = node.replica(spec.group)?;
+        // The configured groups and those hosted at run time (C3, P4).
+        let configured = self.specs.iter().map(|spec| spec.group).filter(|group| !node.extra_specs.contains_key(group));
+        let groups: Vec<GroupId> = configured.chain(node.extra_specs.keys().copied()).collect();
+        let hosted: Vec<HostedReplica> = groups
+            .into_iter()
+            .filter_map(|group| {
+                let replica = node.replica(group)?;
                 Some(HostedReplica::of(replica, now))
             })
             .collect();
@@ -168,16 +170,18 @@ impl Sim {
                     }
                     self.drain(index);
                 }
-                AgentOutput::HostLearner { group, incarnation, members, learners, replication, .. } => {
-                    let placement = Placement {
-                        group,
-                        incarnation,
-                        members,
-                        learners,
-                        replication_quorum: replication.quorum.map(usize::from),
-                        write_mode: replication.write_mode,
-                    };
-                    self.host_learner(index, &placement);
+                output @ (AgentOutput::HostLearner { .. } | AgentOutput::HostMember { .. }) => {
+                    if let Some(placed) = output.placed_replica() {
+                        self.host_placed(index, &placed.placement, placed.voter);
+                    }
+                }
+                AgentOutput::TransferPrimary { group, to } => {
+                    if let Some(shard) = self.nodes[index].shard_for_mut(group)
+                        && shard.transfer_primary(group, to).is_ok()
+                    {
+                        self.operator.transfers_started += 1;
+                    }
+                    self.drain(index);
                 }
                 AgentOutput::SetLearners { group, learners } => {
                     let node = &mut self.nodes[index];
@@ -209,21 +213,22 @@ impl Sim {
         }
     }
 
-    /// P4: node `index` hosts an empty learner replica of `group` (replacing
-    /// a replica of an older incarnation and its data).
-    /// Host this node's learner replica of `placement` (P4), built the
-    /// way a node builds it (`GroupSpec::of_node`).
-    fn host_learner(&mut self, index: usize, placement: &Placement) {
+    /// Host node `index`'s empty replica of `placement`, built the way a
+    /// node builds it (`GroupSpec::of_node`): a learner (P4, replacing a
+    /// replica of an older incarnation and its data), or a voting member of
+    /// a group created at run time (C3), only where no replica is hosted.
+    fn host_placed(&mut self, index: usize, placement: &Placement, voter: bool) {
         let (group, incarnation) = (placement.group, placement.incarnation);
         let Ok(mut spec) = cohort_core::GroupSpec::of_node(placement, node_id(index)) else { return };
-        if spec.is_voter(spec.me) {
+        if spec.is_voter(spec.me) != voter {
             return;
         }
         spec.report_applied = true;
         if !self.nodes[index].is_up() {
             return;
         }
-        if self.nodes[index].replica(group).is_some_and(|replica| replica.incarnation() >= incarnation) {
+        let hosted = self.nodes[index].replica(group);
+        if hosted.is_some_and(|replica| voter || replica.incarnation() >= incarnation) {
             return; // Never replace a replica of this incarnation or a later one.
         }
         self.drop_replica(index, group);

@@ -1,14 +1,17 @@
 //! The operator of the metadata scenario: starts and cancels multi-step
-//! operations (M2–M5) at random during the fault phase, the way
-//! `cohort admin` does: a client of the metadata group with one request in
-//! flight, sent to some node and following redirects, retried with the same
-//! request number until answered. The nodes' agents then carry the
-//! operations out under the faults.
+//! operations (M2–M5), creates and deletes groups (C3), asks for primary
+//! transfers (C4) and freezes and unfreezes the metadata at random during
+//! the fault phase, the way `cohort admin` does: a client of the metadata
+//! group with one request in flight, sent to some node and following
+//! redirects, retried with the same request number until answered. The
+//! nodes' agents then carry the changes out under the faults. Once the
+//! faults are healed it unfreezes a frozen metadata, as an operator does
+//! after an upgrade, so every operation can finish.
 
 use cohort_messages::metadata::{MetadataCommand, MetadataResult, OperationSpec};
 use cohort_messages::{
-    ClientId, GroupId, Message, NodeId, OperationId, Outcome, Redirect, Reply, Request, RequestKind, RequestNumber,
-    TraceContext,
+    ClientId, GroupId, Message, NodeId, OperationId, Outcome, Redirect, Reply, ReplyError, Request, RequestKind,
+    RequestNumber, TraceContext,
 };
 
 use super::Sim;
@@ -19,6 +22,18 @@ use crate::node::{CLUSTER, node_id, node_index};
 const ASK_PER_MILLE: u64 = 6;
 /// An unanswered request is sent again, to another node, after this long.
 const RETRY_TICKS: u64 = 40;
+/// Groups the operator creates get ids from here up; clients never write
+/// to them (a deleted group's data goes with it, which a register checker
+/// would call a lost write).
+pub(crate) const CREATED_GROUPS_FROM: u64 = 1 << 40;
+/// The most groups one run creates.
+const CREATED_GROUPS_MAX: u64 = 16;
+
+/// The node id the operator's frames carry (no node has it), and the one
+/// its freezes name.
+fn operator_node() -> NodeId {
+    node_id(usize::MAX >> 2)
+}
 
 /// The operator's state and counts.
 #[derive(Clone, Debug)]
@@ -33,6 +48,19 @@ pub(crate) struct Operator {
     pub refused: u64,
     /// Cancels accepted.
     pub cancelled: u64,
+    /// C3: groups created and deleted.
+    pub groups_created: u64,
+    /// C3: groups deleted.
+    pub groups_deleted: u64,
+    /// C4: transfers the metadata accepted (the operator's and the balancer's
+    /// are told apart by the agents' count below).
+    pub transfers_asked: u64,
+    /// C4: directed view changes the shards started for the agents.
+    pub transfers_started: u64,
+    /// Freezes accepted.
+    pub freezes: u64,
+    /// Changes refused because the metadata was frozen.
+    pub refused_frozen: u64,
 }
 
 impl Operator {
@@ -40,7 +68,20 @@ impl Operator {
     pub(crate) fn new(seed: u64) -> Operator {
         // Top two bits set: apart from clients (small) and agents (bit 63).
         let client = ClientId((u128::from(seed) << 64) | (3 << 62) | 1);
-        Operator { client, next: 1, outstanding: None, started: 0, refused: 0, cancelled: 0 }
+        Operator {
+            client,
+            next: 1,
+            outstanding: None,
+            started: 0,
+            refused: 0,
+            cancelled: 0,
+            groups_created: 0,
+            groups_deleted: 0,
+            transfers_asked: 0,
+            transfers_started: 0,
+            freezes: 0,
+            refused_frozen: 0,
+        }
     }
 }
 
@@ -57,10 +98,20 @@ impl Sim {
             }
             return;
         }
-        if !faults || !self.rng.chance(ASK_PER_MILLE) {
-            return;
-        }
-        let Some(command) = self.choose_operation() else { return };
+        let command = if faults {
+            if !self.rng.chance(ASK_PER_MILLE) {
+                return;
+            }
+            let Some(command) = self.choose_operation() else { return };
+            command
+        } else {
+            // Healed: the upgrade is over, unfreeze.
+            let frozen = self.nodes.iter().any(|node| node.is_up() && node.metadata.borrow().frozen.is_some());
+            if !frozen || !self.rng.chance(ASK_PER_MILLE * 10) {
+                return;
+            }
+            MetadataCommand::Unfreeze { by: operator_node() }
+        };
         let request = Request {
             client: self.operator.client,
             request: RequestNumber(self.operator.next),
@@ -94,6 +145,30 @@ impl Sim {
             .filter(|node| !record.members.contains(node) && !record.learners.contains(node))
             .collect();
         let pick = self.rng.below(100);
+        let created: Vec<GroupId> = groups.iter().copied().filter(|group| group.0 >= CREATED_GROUPS_FROM).collect();
+        match pick {
+            78..81 if metadata.frozen.is_none() => return Some(MetadataCommand::Freeze { by: operator_node() }),
+            81..84 if metadata.frozen.is_some() => return Some(MetadataCommand::Unfreeze { by: operator_node() }),
+            84..88 if self.operator.groups_created < CREATED_GROUPS_MAX => {
+                let mut members = nodes.clone();
+                while members.len() > 3 {
+                    members.remove(self.rng.below(members.len() as u64) as usize);
+                }
+                let group = GroupId(CREATED_GROUPS_FROM + self.operator.groups_created);
+                let replication = cohort_messages::replication::Replication::default();
+                let kind = crate::metadata::KV_KIND.to_string();
+                return Some(MetadataCommand::CreateGroup { group, kind, members, replication });
+            }
+            88..92 if !created.is_empty() => {
+                let group = created[self.rng.below(created.len() as u64) as usize];
+                return Some(MetadataCommand::DeleteGroup { group });
+            }
+            92..100 => {
+                let to = record.members[self.rng.below(record.members.len() as u64) as usize];
+                return Some(MetadataCommand::TransferPrimary { group, to });
+            }
+            _ => {}
+        }
         let spec = match pick {
             0..50 if !outside.is_empty() => {
                 let to = outside[self.rng.below(outside.len() as u64) as usize];
@@ -118,7 +193,7 @@ impl Sim {
     }
 
     fn send_operator(&mut self, to: usize, request: Request) {
-        let bytes = Message::Request(request).encode(CLUSTER, node_id(usize::MAX >> 2), TraceContext::NONE).to_bytes();
+        let bytes = Message::Request(request).encode(CLUSTER, operator_node(), TraceContext::NONE).to_bytes();
         self.network.send(self.now, Packet { from: Endpoint::Operator, to: Endpoint::Node(to), bytes }, &mut self.rng);
     }
 
@@ -139,12 +214,32 @@ impl Sim {
                     let command = MetadataCommand::decode(&request.operation);
                     match (command, MetadataResult::decode(&bytes)) {
                         (_, Ok(MetadataResult::OperationStarted { .. })) => self.operator.started += 1,
-                        (_, Ok(MetadataResult::Refused { .. })) => self.operator.refused += 1,
+                        (_, Ok(MetadataResult::Refused { reason })) => {
+                            self.operator.refused += 1;
+                            if reason.contains("frozen since") {
+                                self.operator.refused_frozen += 1;
+                            }
+                        }
                         (Ok(MetadataCommand::CancelOperation { .. }), Ok(MetadataResult::Done { .. })) => {
                             self.operator.cancelled += 1
                         }
+                        (_, Ok(MetadataResult::GroupCreated { .. })) => self.operator.groups_created += 1,
+                        (Ok(MetadataCommand::DeleteGroup { .. }), Ok(MetadataResult::Done { .. })) => {
+                            self.operator.groups_deleted += 1
+                        }
+                        (Ok(MetadataCommand::TransferPrimary { .. }), Ok(MetadataResult::Done { .. })) => {
+                            self.operator.transfers_asked += 1
+                        }
+                        (Ok(MetadataCommand::Freeze { .. }), Ok(MetadataResult::Done { .. })) => {
+                            self.operator.freezes += 1
+                        }
                         _ => {}
                     }
+                }
+                // Not allowed where it was sent: asking again changes nothing.
+                Outcome::Error { code: ReplyError::Forbidden, .. } => {
+                    self.operator.outstanding = None;
+                    self.operator.refused += 1;
                 }
                 // Retryable: the retry timer sends it again.
                 Outcome::Error { .. } => {}
@@ -162,5 +257,60 @@ impl Sim {
             }
             _ => {}
         }
+    }
+}
+
+impl Sim {
+    /// C3, after healing: every group created at run time is hosted by each
+    /// running member at the metadata's incarnation, and a deleted one by
+    /// none, within the liveness budget.
+    pub(super) fn settle_created_groups(&mut self) {
+        let deadline = self.now + self.config.liveness_ticks;
+        loop {
+            let misplaced = self.misplaced_created_groups();
+            if misplaced.is_empty() {
+                return;
+            }
+            if self.now >= deadline {
+                for line in misplaced {
+                    self.checkers
+                        .violations
+                        .push(format!("liveness: {line} {} ticks after healing", self.config.liveness_ticks));
+                }
+                return;
+            }
+            self.step(false);
+        }
+    }
+
+    /// What is not yet where the metadata of the most advanced node puts it.
+    fn misplaced_created_groups(&self) -> Vec<String> {
+        let Some(metadata) = self
+            .nodes
+            .iter()
+            .filter(|node| node.is_up())
+            .map(|node| node.metadata.borrow().clone())
+            .max_by_key(|metadata| metadata.epoch)
+        else {
+            return Vec::new();
+        };
+        let mut misplaced = Vec::new();
+        for (group, record) in metadata.groups.range(GroupId(CREATED_GROUPS_FROM)..) {
+            for (index, node) in self.nodes.iter().enumerate().filter(|(_, node)| node.is_up()) {
+                let id = node_id(index);
+                let placed = record.live && (record.members.contains(&id) || record.learners.contains(&id));
+                let hosted = node.replica(*group).map(|replica| replica.incarnation());
+                match (placed, hosted) {
+                    (true, Some(incarnation)) if incarnation == record.incarnation => {}
+                    (true, hosted) => misplaced.push(format!(
+                        "{group} (incarnation {}) not hosted by its member {id} (hosts {hosted:?})",
+                        record.incarnation.0
+                    )),
+                    (false, Some(_)) if !record.live => misplaced.push(format!("deleted {group} still hosted by {id}")),
+                    (false, _) => {}
+                }
+            }
+        }
+        misplaced
     }
 }

@@ -12,10 +12,14 @@
 //!   deleted it) for `unload_grace_ticks` in a row (S4);
 //! - acks the configuration epochs it has applied (M1);
 //! - creates the groups configured on this node that the metadata does not
-//!   know yet, once their members have registered;
+//!   know yet, once their members have registered, and hosts an empty
+//!   replica of a group created at run time that names it a member (C3);
+//! - on the node that leads a group with a transfer asked for, hands the
+//!   primary to the chosen member (C4);
 //! - on the metadata primary only, runs the [`MetadataDriver`] (expiry
-//!   through the log, S1/S2) and drives multi-step operations one gated
-//!   step at a time from their stored plans (M2, M4).
+//!   through the log, S1/S2), drives multi-step operations one gated
+//!   step at a time from their stored plans (M2, M4), and, if balancing is
+//!   on, asks for one primary transfer per balance interval (C5).
 //!
 //! It is one client of the metadata group with at most one request in
 //! flight, retried with the same request number until answered, so every
@@ -64,6 +68,9 @@ pub struct AgentConfig {
     /// Groups configured on this node, created in the metadata once their
     /// members registered.
     pub bootstrap_groups: Vec<BootstrapGroup>,
+    /// C5: on the metadata primary, at most this many primary transfers are
+    /// asked for per tick; `None` turns the balancer off.
+    pub balance_transfers_per_tick: Option<u32>,
 }
 
 /// A group a node is configured with, as the metadata records it.
@@ -84,6 +91,9 @@ impl AgentConfig {
     pub fn validate(&self) -> Result<(), String> {
         if self.keepalive_interval_ticks == 0 || self.request_retry_ticks == 0 {
             return Err("keepalive_interval_ticks and request_retry_ticks must be at least 1".into());
+        }
+        if self.balance_transfers_per_tick == Some(0) {
+            return Err("balance_transfers_per_tick must be at least 1 (or absent: no balancing)".into());
         }
         if self.session_timeout_ticks <= 2 * self.keepalive_interval_ticks {
             return Err(format!(
@@ -192,6 +202,30 @@ pub enum AgentOutput {
         /// Its replication quorum (for `members`) and write mode.
         replication: Replication,
     },
+    /// C3: the metadata names this node a voting member of a group created
+    /// at run time that it hosts no replica of: create the replica empty
+    /// (the group never held anything else at this incarnation).
+    HostMember {
+        /// The group.
+        group: GroupId,
+        /// Its kind.
+        kind: String,
+        /// Its incarnation (the one it was created at).
+        incarnation: Incarnation,
+        /// Its voting members, this node among them.
+        members: Vec<NodeId>,
+        /// Its replication quorum and write mode.
+        replication: Replication,
+    },
+    /// C4: this node leads `group` and the metadata asks that `to` lead it:
+    /// start the directed view change ([`crate::Shard::transfer_primary`];
+    /// refused while `to` is behind, and asked again after a retry period).
+    TransferPrimary {
+        /// The group.
+        group: GroupId,
+        /// The member that is to lead.
+        to: NodeId,
+    },
     /// A hosted replica's learners differ from the metadata's: set them
     /// ([`crate::Shard::set_learners`]).
     SetLearners {
@@ -202,6 +236,44 @@ pub enum AgentOutput {
     },
     /// Stop the node (S3), with the reason.
     Stop(&'static str),
+}
+
+/// A replica the agent asks the shell to host (a learner or a member of a
+/// group created at run time), as [`AgentOutput::placed_replica`] reads it
+/// from the output.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlacedReplica {
+    /// The group as the metadata places it.
+    pub placement: crate::replica::Placement,
+    /// Its kind.
+    pub kind: String,
+    /// True for a voting member, false for a learner.
+    pub voter: bool,
+}
+
+impl AgentOutput {
+    /// The replica a `HostLearner` or `HostMember` asks for; `None` for
+    /// every other output.
+    pub fn placed_replica(&self) -> Option<PlacedReplica> {
+        let (group, kind, incarnation, members, learners, replication, voter) = match self {
+            AgentOutput::HostLearner { group, kind, incarnation, members, learners, replication } => {
+                (group, kind, incarnation, members, learners.clone(), replication, false)
+            }
+            AgentOutput::HostMember { group, kind, incarnation, members, replication } => {
+                (group, kind, incarnation, members, Vec::new(), replication, true)
+            }
+            _ => return None,
+        };
+        let placement = crate::replica::Placement {
+            group: *group,
+            incarnation: *incarnation,
+            members: members.clone(),
+            learners,
+            replication_quorum: replication.quorum.map(usize::from),
+            write_mode: replication.write_mode,
+        };
+        Some(PlacedReplica { placement, kind: kind.clone(), voter })
+    }
 }
 
 /// What the request in flight is for.
@@ -253,8 +325,13 @@ pub struct MetadataAgent {
     misplaced_since: BTreeMap<GroupId, u64>,
     /// Seals proposed, by group, with when (asked again after a retry period).
     seals_proposed: BTreeMap<GroupId, u64>,
-    /// Learner replicas asked for, by group, with when.
-    learners_hosted: BTreeMap<GroupId, u64>,
+    /// Learner and member replicas asked for, by group, with when.
+    replicas_asked: BTreeMap<GroupId, u64>,
+    /// Primary transfers asked of the shard, by group, with when.
+    transfers_asked: BTreeMap<GroupId, u64>,
+    /// The tick the balancer last asked for a transfer in, and how many it
+    /// asked for in it.
+    balanced: (u64, u32),
     stopped: bool,
     counters: AgentCounters,
 }
@@ -278,7 +355,9 @@ impl MetadataAgent {
             refused_reports: BTreeMap::new(),
             misplaced_since: BTreeMap::new(),
             seals_proposed: BTreeMap::new(),
-            learners_hosted: BTreeMap::new(),
+            replicas_asked: BTreeMap::new(),
+            transfers_asked: BTreeMap::new(),
+            balanced: (0, 0),
             stopped: false,
             counters: AgentCounters::default(),
         }
@@ -340,6 +419,7 @@ impl MetadataAgent {
         self.unload_misplaced(now, metadata, hosted, &mut out);
         self.carry_out_switches(now, metadata, hosted, &mut out);
         self.follow_learners(now, metadata, hosted, &mut out);
+        self.carry_out_transfers(now, metadata, hosted, &mut out);
         match &mut self.in_flight {
             Some(in_flight) if now >= in_flight.sent_tick.saturating_add(self.config.request_retry_ticks) => {
                 in_flight.sent_tick = now;
@@ -347,7 +427,7 @@ impl MetadataAgent {
             }
             Some(_) => {}
             None => {
-                if let Some(command) = self.next_command(metadata, metadata_primary, hosted) {
+                if let Some(command) = self.next_command(now, metadata, metadata_primary, hosted) {
                     let request = self.requests.write(command.encode());
                     out.push(AgentOutput::Submit(request.clone()));
                     self.in_flight = Some(InFlight { request, command, sent_tick: now });
@@ -360,6 +440,7 @@ impl MetadataAgent {
     /// What to ask of the metadata group next, most urgent first.
     fn next_command(
         &mut self,
+        now: u64,
         metadata: &Metadata,
         metadata_primary: bool,
         hosted: &[HostedReplica],
@@ -376,11 +457,16 @@ impl MetadataAgent {
         }
         // Each node creates its own configured groups the metadata lacks; a
         // group another node created first is refused as existing, harmlessly.
-        if let Some(create) = self.bootstrap_command(metadata) {
+        // Neither creations nor steps while frozen: they would be refused.
+        let frozen = metadata.frozen.is_some();
+        if !frozen && let Some(create) = self.bootstrap_command(metadata) {
             return Some(create);
         }
         // M2/M4: the metadata primary drives operations from the stored plans.
-        if metadata_primary && let Some(step) = metadata.next_operation_step() {
+        if metadata_primary
+            && !frozen
+            && let Some(step) = metadata.next_operation_step()
+        {
             return Some(step);
         }
         if let Some(sealed) = self.sealed_report(metadata, hosted) {
@@ -395,6 +481,16 @@ impl MetadataAgent {
             }
             if record.acked < metadata.config_epoch && self.conforms(metadata, hosted) {
                 return Some(MetadataCommand::AckEpoch { node, epoch: metadata.config_epoch });
+            }
+        }
+        // C5: the balancer, least urgent of all, at a bounded rate.
+        if metadata_primary && let Some(budget) = self.config.balance_transfers_per_tick {
+            let asked = if self.balanced.0 == now { self.balanced.1 } else { 0 };
+            if asked < budget
+                && let Some(transfer) = super::next_transfer(metadata)
+            {
+                self.balanced = (now, asked + 1);
+                return Some(transfer);
             }
         }
         None
@@ -530,25 +626,80 @@ impl MetadataAgent {
                         out.push(AgentOutput::SetLearners { group: *group, learners: record.learners.clone() });
                     }
                 }
-                _ if record.learners.contains(&node) => {
-                    // Asked again only if a retry period passed without it.
-                    let due = self
-                        .learners_hosted
-                        .get(group)
-                        .is_none_or(|asked| now >= asked.saturating_add(self.config.request_retry_ticks));
-                    if due {
-                        self.learners_hosted.insert(*group, now);
-                        out.push(AgentOutput::HostLearner {
-                            group: *group,
-                            kind: record.kind.clone(),
-                            incarnation: record.incarnation,
-                            members: record.members.clone(),
-                            learners: record.learners.clone(),
-                            replication: record.replication,
-                        });
-                    }
+                // (A guard that asks fails only when it was asked recently;
+                // a member is never a learner, so nothing below matches it.)
+                None if record.members.contains(&node)
+                    && record.incarnation == record.created
+                    && record.pending.is_none()
+                    && self.asked_again(*group, now) =>
+                {
+                    out.push(AgentOutput::HostMember {
+                        group: *group,
+                        kind: record.kind.clone(),
+                        incarnation: record.incarnation,
+                        members: record.members.clone(),
+                        replication: record.replication,
+                    });
+                }
+                _ if record.learners.contains(&node) && self.asked_again(*group, now) => {
+                    out.push(AgentOutput::HostLearner {
+                        group: *group,
+                        kind: record.kind.clone(),
+                        incarnation: record.incarnation,
+                        members: record.members.clone(),
+                        learners: record.learners.clone(),
+                        replication: record.replication,
+                    });
                 }
                 _ => {}
+            }
+        }
+    }
+
+    /// Whether a replica of `group` may be asked for now: once, then again
+    /// only after a retry period without it.
+    fn asked_again(&mut self, group: GroupId, now: u64) -> bool {
+        let due = self
+            .replicas_asked
+            .get(&group)
+            .is_none_or(|asked| now >= asked.saturating_add(self.config.request_retry_ticks));
+        if due {
+            self.replicas_asked.insert(group, now);
+        }
+        due
+    }
+
+    /// C4: the groups this node leads that the metadata asks to hand to
+    /// another member. The shard refuses while that member is behind; it is
+    /// asked again after a retry period until a report of a later view
+    /// ends the transfer.
+    fn carry_out_transfers(
+        &mut self,
+        now: u64,
+        metadata: &Metadata,
+        hosted: &[HostedReplica],
+        out: &mut Vec<AgentOutput>,
+    ) {
+        let node = self.config.node;
+        let wanted: Vec<(GroupId, NodeId)> = hosted
+            .iter()
+            .filter(|hosted| hosted.primary && hosted.sealed.is_none() && hosted.group != self.config.metadata_group)
+            .filter_map(|hosted| {
+                let record = metadata.groups.get(&hosted.group).filter(|record| record.live)?;
+                let transfer = record.transfer?;
+                let current = record.incarnation == hosted.incarnation && hosted.view >= transfer.view;
+                (current && transfer.to != node).then_some((hosted.group, transfer.to))
+            })
+            .collect();
+        self.transfers_asked.retain(|group, _| wanted.iter().any(|(wanted, _)| wanted == group));
+        for (group, to) in wanted {
+            let due = self
+                .transfers_asked
+                .get(&group)
+                .is_none_or(|asked| now >= asked.saturating_add(self.config.request_retry_ticks));
+            if due {
+                self.transfers_asked.insert(group, now);
+                out.push(AgentOutput::TransferPrimary { group, to });
             }
         }
     }

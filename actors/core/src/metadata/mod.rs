@@ -22,7 +22,9 @@
 //! backups check, not from ownership records, which only route clients.
 
 mod agent;
+mod balance;
 mod driver;
+mod freeze;
 mod operations;
 mod session_client;
 mod sessions;
@@ -35,8 +37,10 @@ use cohort_messages::replication::Replication;
 use cohort_messages::{Epoch, GroupId, Incarnation, NodeId, Op, OperationId, SessionId, View};
 use serde::{Deserialize, Serialize};
 
-pub use agent::{AgentConfig, AgentCounters, AgentOutput, BootstrapGroup, HostedReplica, MetadataAgent};
+pub use agent::{AgentConfig, AgentCounters, AgentOutput, BootstrapGroup, HostedReplica, MetadataAgent, PlacedReplica};
+pub use balance::{next_transfer, primaries_per_node};
 pub use driver::{KeepaliveOutcome, MetadataDriver};
+pub use freeze::Frozen;
 pub use operations::{OperationRecord, OperationTotals, PendingSwitch, Step};
 pub use session_client::{ExpiredPolicy, SessionAction, SessionClient, SessionState};
 pub use sessions::SessionTracker;
@@ -116,6 +120,24 @@ pub struct GroupRecord {
     /// the record, a stale primary's report of an older view is still
     /// refused (S4 fencing).
     pub owner_view_max: View,
+    /// The incarnation `CreateGroup` gave the group (member changes move
+    /// `incarnation` past it). While the two are equal, a member that hosts
+    /// no replica of the group creates it empty: it was never anything else.
+    pub created: Incarnation,
+    /// A primary transfer asked for and not yet done (C4).
+    pub transfer: Option<Transfer>,
+}
+
+/// A primary transfer the metadata asked for (C4).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Transfer {
+    /// The member that is to lead.
+    pub to: NodeId,
+    /// The group's `owner_view_max` when it was asked: a report of any
+    /// later view ends it, done or overtaken by a failover.
+    pub view: View,
+    /// The epoch it was asked at.
+    pub epoch: Epoch,
 }
 
 /// The whole metadata state.
@@ -139,6 +161,8 @@ pub struct Metadata {
     pub last_operation: OperationId,
     /// Operations finished so far.
     pub operation_totals: OperationTotals,
+    /// Set while the metadata is frozen for an upgrade.
+    pub frozen: Option<Frozen>,
 }
 
 impl Metadata {
@@ -152,6 +176,7 @@ impl Metadata {
                 | MetadataCommand::ReportOwnership { .. }
                 | MetadataCommand::ReportCaughtUp { .. }
                 | MetadataCommand::ReportSealed { .. }
+                | MetadataCommand::TransferPrimary { .. }
         );
         let result = self.apply_command(epoch, command);
         if changes_config && !matches!(result, MetadataResult::Refused { .. }) {
@@ -162,6 +187,11 @@ impl Metadata {
 
     fn apply_command(&mut self, epoch: Epoch, command: MetadataCommand) -> MetadataResult {
         let refused = |reason: String| MetadataResult::Refused { reason };
+        if let Some(frozen) = self.frozen
+            && freeze::is_operator_change(&command)
+        {
+            return refused(frozen.refusal());
+        }
         match command {
             MetadataCommand::RegisterNode { node, address } => {
                 self.nodes.entry(node).or_default().address = address;
@@ -188,8 +218,14 @@ impl Metadata {
                     return refused(format!("{session} of {node} is not its live session"));
                 }
                 record.session = None;
-                // S2: clients are no longer sent to the expired node.
+                // S2: clients are no longer sent to the expired node, and
+                // no primary is handed to it.
                 self.drop_ownership(node);
+                for group in self.groups.values_mut() {
+                    if group.transfer.is_some_and(|transfer| transfer.to == node) {
+                        group.transfer = None;
+                    }
+                }
                 MetadataResult::Done { epoch }
             }
             MetadataCommand::CreateGroup { group, kind, members, replication } => {
@@ -219,6 +255,8 @@ impl Metadata {
                         live: true,
                         owner: None,
                         owner_view_max: View(0),
+                        created: incarnation,
+                        transfer: None,
                     },
                 );
                 MetadataResult::GroupCreated { incarnation, epoch }
@@ -233,6 +271,7 @@ impl Metadata {
                     record.learners.clear();
                     record.caught_up.clear();
                     record.owner = None;
+                    record.transfer = None;
                     MetadataResult::Done { epoch }
                 }
                 _ => refused(format!("{group} does not exist")),
@@ -257,10 +296,16 @@ impl Metadata {
                 if view < record.owner_view_max {
                     return refused(format!("{group}: {view} is older than the recorded {}", record.owner_view_max));
                 }
+                if record.transfer.is_some_and(|transfer| view > transfer.view) {
+                    record.transfer = None;
+                }
                 record.owner = Some(Ownership { node, view, session });
                 record.owner_view_max = view;
                 MetadataResult::Done { epoch }
             }
+            MetadataCommand::TransferPrimary { group, to } => self.transfer_primary(epoch, group, to),
+            MetadataCommand::Freeze { by } => self.freeze(epoch, by),
+            MetadataCommand::Unfreeze { by } => self.unfreeze(epoch, by),
             MetadataCommand::StartOperation { spec } => self.start_operation(epoch, spec),
             MetadataCommand::AdvanceOperation { operation, step } => self.advance_operation(epoch, operation, step),
             MetadataCommand::CancelOperation { operation } => self.cancel_operation(epoch, operation),
@@ -353,7 +398,8 @@ impl Metadata {
     /// node by design, comes only from a member of the metadata group
     /// (`members`: the metadata primary's driver proposes it); a learner's
     /// catch-up is reported by a member of that group; the operator's
-    /// commands (groups and operations) come from any node's agent, never
+    /// commands (groups, operations, transfers and the freeze, whose `by`
+    /// is the asking node's word for whom it asks) come from any node's agent, never
     /// from a client (the client port and `NodeHandle` refuse the metadata
     /// group before a request gets here).
     pub fn admit(&self, sender: NodeId, members: &[NodeId], command: &MetadataCommand) -> Result<(), String> {
@@ -387,6 +433,9 @@ impl Metadata {
             }
             MetadataCommand::CreateGroup { .. }
             | MetadataCommand::DeleteGroup { .. }
+            | MetadataCommand::TransferPrimary { .. }
+            | MetadataCommand::Freeze { .. }
+            | MetadataCommand::Unfreeze { .. }
             | MetadataCommand::StartOperation { .. }
             | MetadataCommand::AdvanceOperation { .. }
             | MetadataCommand::CancelOperation { .. } => Ok(()),

@@ -4,7 +4,8 @@
 //! apply), `heartbeat` (Commit heartbeats and replies, busy/idle),
 //! `view_change` (StartViewChange, DoViewChange, StartView), `repair`
 //! (missing prepares and state transfer), `snapshot` (V6), `wait`
-//! (quorum waits) and `jump` (T5: how far one message may move a view).
+//! (quorum waits), `jump` (T5: how far one message may move a view) and
+//! `transfer` (C4: a directed view change to a chosen member).
 //! Every handler leaves the replica in a state that passes
 //! [`Replica::invariants`].
 //!
@@ -28,6 +29,7 @@ mod normal;
 mod repair;
 mod seal;
 mod snapshot;
+mod transfer;
 mod view_change;
 mod wait;
 
@@ -52,6 +54,7 @@ pub use learner::{Placement, SpecError};
 /// later view before the group moves up to that view.
 const STRANDED_TIMEOUTS: u64 = 3;
 pub use seal::{SealError, Sealed};
+pub use transfer::TransferError;
 pub(crate) use view_change::DoViewChangeSummary;
 pub(crate) use wait::QuorumWait;
 

@@ -11,7 +11,9 @@
 //! it granted the primary (one heartbeat timeout after the newest Commit it
 //! accepted) is running. Any new view needs a DoViewChange from a member of
 //! every replication quorum, so no new primary exists while the old one may
-//! still serve reads.
+//! still serve reads. The one exception: a StartViewChange or DoViewChange
+//! for a later view from that primary itself releases the lease at once
+//! (the primary gave the view up; why that is safe is in `transfer`, C4).
 //!
 //! Adoption rule: a member adopts a new log only from the first op where the
 //! two differ. Every op from there on in its old log was uncommitted (a
@@ -19,7 +21,9 @@
 //! prefixes), so a crash halfway through the rewrite never loses a committed
 //! op that this member held.
 
-use cohort_messages::{DoViewChange, LogEntry, Message, NodeId, Op, ReplyError, StartView, StartViewChange, View};
+use cohort_messages::{
+    DoViewChange, LogEntry, MemberIndex, Message, NodeId, Op, ReplyError, StartView, StartViewChange, View,
+};
 
 use super::{Replica, Status};
 use crate::effects::Effects;
@@ -117,20 +121,30 @@ impl Replica {
         }
     }
 
-    /// Join the view change for `view`, unless this member is a primary
-    /// still inside its quorum window, or a backup whose granted lease still
-    /// runs (it joins when the lease ends; `on_tick` reads `svc_view_seen`).
-    /// This is also what keeps one member that cannot hear the primary (a
-    /// one-way partition) from dragging a healthy group through view changes.
-    fn join_view_change(&mut self, view: View, fx: &mut Effects) {
+    /// Join the view change for `view` that member `from` takes part in,
+    /// unless this member is a primary still inside its quorum window, or a
+    /// backup whose granted lease still runs (it joins when the lease ends;
+    /// `on_tick` reads `svc_view_seen`). This is also what keeps one member
+    /// that cannot hear the primary (a one-way partition) from dragging a
+    /// healthy group through view changes. A backup's lease does not hold it
+    /// back when `from` is the primary of its view: that primary gave the
+    /// view up (see `transfer` for why this is safe, C4).
+    fn join_view_change(&mut self, view: View, from: MemberIndex, fx: &mut Effects) {
         if view <= self.view || self.is_learner() {
             return;
         }
         self.svc_view_seen = self.svc_view_seen.max(view);
         let healthy_primary = self.is_primary() && fx.now < self.step_down_tick();
+        let holder = if self.config.mutated(Mutant::LeaseReleasedByNextPrimary) {
+            self.primary_index_of(view)
+        } else {
+            self.primary_index()
+        };
+        let released = from == holder && from != self.spec.me;
         let leased_backup = self.status == Status::Normal
             && !self.is_primary()
             && fx.now < self.lease_expiry
+            && !released
             && !self.config.mutated(Mutant::LeaseIgnored);
         // A sealing incarnation serves no reads (its primary stopped when the
         // seal entered its log, before any backup holds it), so nothing rests
@@ -168,7 +182,7 @@ impl Replica {
             return fx.refused.count(Refusal::ViewJump);
         }
         if svc.view > self.view {
-            self.join_view_change(svc.view, fx);
+            self.join_view_change(svc.view, svc.replica, fx);
         }
         if svc.view == self.view && self.status == Status::ViewChange {
             self.svc_from.insert(svc.replica);
@@ -187,7 +201,7 @@ impl Replica {
             return fx.refused.count(Refusal::ViewJump);
         }
         if dvc.view > self.view {
-            self.join_view_change(dvc.view, fx);
+            self.join_view_change(dvc.view, dvc.replica, fx);
             if dvc.view > self.view && self.primary_index_of(dvc.view) == self.spec.me {
                 // Our lease still runs: keep it for when we join, instead of
                 // making the sender wait for its next re-send.

@@ -1,0 +1,323 @@
+//! Operator changes of the metadata at run time: groups created and deleted
+//! (C3), primary transfers (C4), the balancer (C5) and the upgrade freeze.
+
+use cohort_core::metadata::{
+    AgentConfig, AgentOutput, ExpiredPolicy, HostedReplica, Metadata, MetadataAgent, next_transfer, primaries_per_node,
+};
+use cohort_messages::metadata::{MetadataCommand, MetadataResult, OperationSpec};
+use cohort_messages::{ClientId, Epoch, GroupId, Incarnation, NodeId, SessionId, View};
+
+/// A metadata state that applies commands at increasing epochs.
+struct Log {
+    metadata: Metadata,
+    epoch: u64,
+}
+
+impl Log {
+    /// `nodes` registered, each with a session.
+    fn with_nodes(nodes: u64) -> Log {
+        let mut log = Log { metadata: Metadata::default(), epoch: 0 };
+        for node in 1..=nodes {
+            log.apply(MetadataCommand::RegisterNode { node: NodeId(node), address: format!("n{node}") });
+            log.apply(MetadataCommand::OpenSession { node: NodeId(node) });
+        }
+        log
+    }
+
+    fn apply(&mut self, command: MetadataCommand) -> MetadataResult {
+        self.epoch += 1;
+        self.metadata.apply(Epoch(self.epoch), command)
+    }
+
+    fn create(&mut self, group: u64, members: &[u64]) -> MetadataResult {
+        self.apply(MetadataCommand::CreateGroup {
+            group: GroupId(group),
+            kind: "kv".into(),
+            members: members.iter().copied().map(NodeId).collect(),
+            replication: Default::default(),
+        })
+    }
+
+    fn session(&self, node: u64) -> SessionId {
+        self.metadata.nodes[&NodeId(node)].session.expect("a live session")
+    }
+
+    fn report(&mut self, group: u64, node: u64, view: u32) -> MetadataResult {
+        let session = self.session(node);
+        self.apply(MetadataCommand::ReportOwnership {
+            group: GroupId(group),
+            incarnation: Incarnation(1),
+            node: NodeId(node),
+            session,
+            view: View(view),
+        })
+    }
+}
+
+fn refused(result: &MetadataResult) -> &str {
+    match result {
+        MetadataResult::Refused { reason } => reason,
+        other => panic!("not refused: {other:?}"),
+    }
+}
+
+#[test]
+fn c3_a_group_created_at_run_time_is_refused_on_unknown_nodes_and_when_it_exists() {
+    let mut log = Log::with_nodes(3);
+    assert!(refused(&log.create(12, &[1, 2, 9])).contains("node:9 is not registered"));
+    assert!(matches!(log.create(12, &[1, 2, 3]), MetadataResult::GroupCreated { incarnation: Incarnation(1), .. }));
+    assert!(refused(&log.create(12, &[1, 2, 3])).contains("exists"));
+    let record = &log.metadata.groups[&GroupId(12)];
+    assert_eq!(record.created, record.incarnation, "a new group is at the incarnation it was created at");
+    assert!(matches!(log.apply(MetadataCommand::DeleteGroup { group: GroupId(12) }), MetadataResult::Done { .. }));
+    assert!(refused(&log.apply(MetadataCommand::DeleteGroup { group: GroupId(12) })).contains("does not exist"));
+}
+
+fn agent(node: u64) -> MetadataAgent {
+    let config = AgentConfig {
+        node: NodeId(node),
+        address: format!("n{node}"),
+        client: ClientId(u128::from(node)),
+        metadata_group: GroupId::METADATA,
+        policy: ExpiredPolicy::Reconnect { attempts: 3 },
+        keepalive_interval_ticks: 5,
+        reconnect_backoff_ticks: 20,
+        session_timeout_ticks: 30,
+        request_retry_ticks: 4,
+        unload_grace_ticks: 10,
+        bootstrap_groups: Vec::new(),
+        balance_transfers_per_tick: Some(1),
+    };
+    config.validate().expect("valid");
+    MetadataAgent::new(config)
+}
+
+fn hosted(group: u64, primary: bool, view: u32) -> HostedReplica {
+    HostedReplica {
+        group: GroupId(group),
+        incarnation: Incarnation(1),
+        primary,
+        view: View(view),
+        sealed: None,
+        seal_durable: false,
+        learners: Vec::new(),
+        caught_up: Vec::new(),
+    }
+}
+
+#[test]
+fn c3_members_host_a_created_group_and_unload_it_once_deleted() {
+    let mut log = Log::with_nodes(3);
+    log.create(12, &[1, 2, 3]);
+    let mut agent = agent(2);
+    let out = agent.on_tick(1, &log.metadata, false, &[]);
+    let host = out.iter().find_map(|output| match output {
+        AgentOutput::HostMember { group, incarnation, members, .. } => Some((*group, *incarnation, members.clone())),
+        _ => None,
+    });
+    assert_eq!(host, Some((GroupId(12), Incarnation(1), vec![NodeId(1), NodeId(2), NodeId(3)])));
+    // Hosted: not asked again.
+    let out = agent.on_tick(2, &log.metadata, false, &[hosted(12, false, 0)]);
+    assert!(!out.iter().any(|output| matches!(output, AgentOutput::HostMember { .. })), "{out:?}");
+    // A group that went through a member change is never created empty.
+    log.metadata.groups.get_mut(&GroupId(12)).expect("created").incarnation = Incarnation(2);
+    let out = agent.on_tick(20, &log.metadata, false, &[]);
+    assert!(!out.iter().any(|output| matches!(output, AgentOutput::HostMember { .. })), "{out:?}");
+    log.metadata.groups.get_mut(&GroupId(12)).expect("created").incarnation = Incarnation(1);
+    // Deleted: unloaded after the grace period.
+    log.apply(MetadataCommand::DeleteGroup { group: GroupId(12) });
+    let mut unloaded = false;
+    for now in 30..50 {
+        let out = agent.on_tick(now, &log.metadata, false, &[hosted(12, false, 0)]);
+        unloaded |= out.contains(&AgentOutput::Unload(GroupId(12)));
+    }
+    assert!(unloaded, "a deleted group's replica and data are removed");
+}
+
+#[test]
+fn c4_a_transfer_is_recorded_then_carried_out_by_the_leader_and_ended_by_a_later_view() {
+    let mut log = Log::with_nodes(3);
+    log.create(4, &[1, 2, 3]);
+    log.report(4, 1, 3);
+    assert!(
+        refused(&log.apply(MetadataCommand::TransferPrimary { group: GroupId(4), to: NodeId(1) }))
+            .contains("already leads")
+    );
+    assert!(
+        refused(&log.apply(MetadataCommand::TransferPrimary { group: GroupId(4), to: NodeId(7) }))
+            .contains("not a voting member")
+    );
+    let config_epoch = log.metadata.config_epoch;
+    assert!(matches!(
+        log.apply(MetadataCommand::TransferPrimary { group: GroupId(4), to: NodeId(3) }),
+        MetadataResult::Done { .. }
+    ));
+    assert_eq!(log.metadata.config_epoch, config_epoch, "a transfer needs no acks from every node");
+    // The leader's agent asks its shard, and again after a retry period.
+    let mut leader = agent(1);
+    let asks = |out: Vec<AgentOutput>| {
+        out.iter().filter(|o| **o == AgentOutput::TransferPrimary { group: GroupId(4), to: NodeId(3) }).count()
+    };
+    assert_eq!(asks(leader.on_tick(1, &log.metadata, false, &[hosted(4, true, 3)])), 1);
+    assert_eq!(asks(leader.on_tick(2, &log.metadata, false, &[hosted(4, true, 3)])), 0, "not every tick");
+    assert_eq!(asks(leader.on_tick(6, &log.metadata, false, &[hosted(4, true, 3)])), 1, "again after the retry period");
+    // A backup never asks.
+    let mut backup = agent(2);
+    assert_eq!(asks(backup.on_tick(1, &log.metadata, false, &[hosted(4, false, 3)])), 0);
+    // The new primary's report of a later view ends the transfer.
+    log.report(4, 3, 5);
+    assert_eq!(log.metadata.groups[&GroupId(4)].transfer, None);
+    assert_eq!(asks(leader.on_tick(20, &log.metadata, false, &[hosted(4, false, 5)])), 0);
+}
+
+#[test]
+fn c4_a_transfer_to_a_node_whose_session_expires_is_dropped() {
+    let mut log = Log::with_nodes(3);
+    log.create(4, &[1, 2, 3]);
+    log.report(4, 1, 1);
+    log.apply(MetadataCommand::TransferPrimary { group: GroupId(4), to: NodeId(2) });
+    let session = log.session(2);
+    log.apply(MetadataCommand::ExpireSession { node: NodeId(2), session });
+    assert_eq!(log.metadata.groups[&GroupId(4)].transfer, None);
+    assert!(
+        refused(&log.apply(MetadataCommand::TransferPrimary { group: GroupId(4), to: NodeId(2) }))
+            .contains("no live session")
+    );
+}
+
+#[test]
+fn c5_the_balancer_narrows_the_spread_until_counts_are_one_apart() {
+    let mut log = Log::with_nodes(3);
+    // Nine groups, every node a member, all led by node 1 (as after node
+    // 2 and 3 restarted).
+    for group in 0..9 {
+        log.create(group, &[1, 2, 3]);
+        log.report(group, 1, 1);
+    }
+    let mut transfers = 0;
+    while let Some(command) = next_transfer(&log.metadata) {
+        let MetadataCommand::TransferPrimary { group, to } = command.clone() else { panic!("{command:?}") };
+        assert!(matches!(log.apply(command), MetadataResult::Done { .. }));
+        // The transfer completes: the target reports the next view.
+        log.report(group.0, to.0, 2);
+        transfers += 1;
+        assert!(transfers <= 9, "the balancer does not go on for ever");
+    }
+    let counts: Vec<usize> = primaries_per_node(&log.metadata).into_values().collect();
+    assert_eq!(counts, vec![3, 3, 3], "after {transfers} transfers");
+    assert_eq!(transfers, 6, "each transfer narrows the spread");
+}
+
+#[test]
+fn c5_the_balancer_counts_unfinished_transfers_and_skips_nodes_without_a_session() {
+    let mut log = Log::with_nodes(3);
+    for group in 0..4 {
+        log.create(group, &[1, 2, 3]);
+        log.report(group, 1, 1);
+    }
+    let session = log.session(3);
+    log.apply(MetadataCommand::ExpireSession { node: NodeId(3), session });
+    // Node 1 leads 4, node 2 none, node 3 is gone: two transfers to node 2,
+    // counted while unfinished.
+    for _ in 0..2 {
+        let command = next_transfer(&log.metadata).expect("a transfer");
+        assert!(matches!(command, MetadataCommand::TransferPrimary { to: NodeId(2), .. }), "{command:?}");
+        log.apply(command);
+    }
+    assert_eq!(next_transfer(&log.metadata), None, "2 and 2 once the asked transfers are done");
+}
+
+#[test]
+fn c5_the_balancer_waits_until_every_group_has_an_owner() {
+    let mut log = Log::with_nodes(2);
+    for group in 0..4 {
+        log.create(group, &[1, 2]);
+    }
+    for group in 0..3 {
+        log.report(group, 1, 1);
+    }
+    assert_eq!(next_transfer(&log.metadata), None, "group:3's primary is not known yet");
+    log.report(3, 1, 1);
+    assert!(next_transfer(&log.metadata).is_some(), "4 and 0 once every group is owned");
+}
+
+#[test]
+fn freeze_refuses_operator_changes_naming_its_epoch_and_lets_failover_go_on() {
+    let mut log = Log::with_nodes(4);
+    log.create(1, &[1, 2, 3]);
+    let MetadataResult::Done { epoch: since } = log.apply(MetadataCommand::Freeze { by: NodeId(2) }) else {
+        panic!("not frozen")
+    };
+    assert!(refused(&log.apply(MetadataCommand::Freeze { by: NodeId(1) })).contains("already frozen"));
+    let expected = format!("frozen since epoch {}", since.0);
+    let changes = [
+        MetadataCommand::CreateGroup {
+            group: GroupId(2),
+            kind: "kv".into(),
+            members: vec![NodeId(1)],
+            replication: Default::default(),
+        },
+        MetadataCommand::DeleteGroup { group: GroupId(1) },
+        MetadataCommand::TransferPrimary { group: GroupId(1), to: NodeId(2) },
+        MetadataCommand::StartOperation {
+            spec: OperationSpec::Move { group: GroupId(1), from: NodeId(3), to: NodeId(4) },
+        },
+    ];
+    for change in changes {
+        let result = log.apply(change.clone());
+        assert!(refused(&result).contains(&expected), "{change:?}: {result:?}");
+    }
+    // Sessions, registrations and ownership reports (failover) go on.
+    assert!(matches!(log.report(1, 2, 4), MetadataResult::Done { .. }));
+    assert!(matches!(
+        log.apply(MetadataCommand::OpenSession { node: NodeId(3) }),
+        MetadataResult::SessionOpened { .. }
+    ));
+    assert!(matches!(
+        log.apply(MetadataCommand::RegisterNode { node: NodeId(5), address: "n5".into() }),
+        MetadataResult::Done { .. }
+    ));
+    assert_eq!(next_transfer(&log.metadata), None, "no balancing while frozen");
+    assert!(matches!(log.apply(MetadataCommand::Unfreeze { by: NodeId(1) }), MetadataResult::Done { .. }));
+    assert!(refused(&log.apply(MetadataCommand::Unfreeze { by: NodeId(1) })).contains("not frozen"));
+    let moved = log.apply(MetadataCommand::StartOperation {
+        spec: OperationSpec::Move { group: GroupId(1), from: NodeId(3), to: NodeId(4) },
+    });
+    assert!(matches!(moved, MetadataResult::OperationStarted { .. }), "{moved:?}");
+}
+
+#[test]
+fn freeze_stops_the_agent_from_asking_for_steps_creations_and_transfers() {
+    let mut log = Log::with_nodes(3);
+    for group in 0..4 {
+        log.create(group, &[1, 2, 3]);
+        log.report(group, 1, 1);
+    }
+    log.apply(MetadataCommand::Freeze { by: NodeId(1) });
+    let mut primary = agent(1);
+    let hosted: Vec<HostedReplica> = (0..4).map(|group| hosted(group, true, 1)).collect();
+    for now in 0..40 {
+        for output in primary.on_tick(now, &log.metadata, true, &hosted) {
+            if let AgentOutput::Submit(request) = output {
+                let command = MetadataCommand::decode(&request.operation).expect("a command");
+                assert!(
+                    !matches!(command, MetadataCommand::TransferPrimary { .. } | MetadataCommand::CreateGroup { .. }),
+                    "{command:?} asked while frozen"
+                );
+                let result = log.apply(command);
+                primary.on_reply(now, &reply(&request, &result));
+            }
+        }
+    }
+}
+
+fn reply(request: &cohort_messages::Request, result: &MetadataResult) -> cohort_messages::Reply {
+    cohort_messages::Reply {
+        client: request.client,
+        request: request.request,
+        group: request.group,
+        view: View(1),
+        op: cohort_messages::Op(1),
+        outcome: cohort_messages::Outcome::Ok(result.encode()),
+    }
+}
