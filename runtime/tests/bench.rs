@@ -5,7 +5,7 @@
 use std::process::Command;
 
 /// Every key the JSON line must have.
-const KEYS: [&str; 17] = [
+const KEYS: [&str; 19] = [
     "writes",
     "writes_per_sec",
     "latency_p50_us",
@@ -23,6 +23,8 @@ const KEYS: [&str; 17] = [
     "load_average",
     "nodes",
     "writers",
+    "rss_after_start_bytes",
+    "memory_bytes_per_replica",
 ];
 
 #[test]

@@ -17,4 +17,16 @@ fn demo_runs_kills_restarts_and_loses_nothing() {
     let summary: serde_json::Value = serde_json::from_str(last).unwrap_or_else(|_| panic!("a JSON last line: {last}"));
     assert_eq!(summary["lost_acked_writes"], 0, "{summary}");
     assert!(summary["committed_ops"].as_u64().is_some_and(|ops| ops > 0), "{summary}");
+    for key in [
+        "primaries_per_node",
+        "failover_ms_max_busy",
+        "failover_ms_max_idle",
+        "failover_bound_ms_busy",
+        "failover_bound_ms_idle",
+        "start_to_first_write_ms",
+        "memory_bytes_per_replica",
+    ] {
+        assert!(summary.get(key).is_some(), "{key} missing: {summary}");
+    }
+    assert!(summary["memory_bytes_per_replica"].as_u64().is_some_and(|bytes| bytes > 0), "{summary}");
 }

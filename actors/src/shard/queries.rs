@@ -25,6 +25,10 @@ pub struct ShardReport {
     pub gauges: cohort_core::HeartbeatGauges,
     /// The host's groups this shard's members lead now (the metadata group is not listed).
     pub primaries: Vec<GroupId>,
+    /// Those of `primaries` that are idle (R20): their backups expect a
+    /// Commit only every idle heartbeat interval, so a failover of theirs
+    /// takes up to the idle heartbeat timeout.
+    pub idle_primaries: Vec<GroupId>,
 }
 
 impl Handler<GetReport> for ShardActor {
@@ -38,6 +42,13 @@ impl Handler<GetReport> for ShardActor {
                 .core
                 .replicas()
                 .filter(|r| r.is_primary() && r.group() != GroupId::METADATA)
+                .map(|r| r.group())
+                .collect(),
+            idle_primaries: self
+                .core
+                .replicas()
+                .filter(|r| r.is_primary() && r.group() != GroupId::METADATA)
+                .filter(|r| r.activity() == cohort_core::replica::GroupActivity::Idle)
                 .map(|r| r.group())
                 .collect(),
         }

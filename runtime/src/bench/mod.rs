@@ -165,6 +165,7 @@ impl Bench {
             options,
         });
         bench.wait_ready().await?;
+        let rss_after_start_bytes = process::resident_bytes();
         let bar = bench.progress_bar();
         let writers: Vec<_> = (0..bench.options.writers)
             .map(|writer| {
@@ -187,7 +188,7 @@ impl Bench {
         }
         bar.finish_and_clear();
         let dropped_by_reason = bench.dropped_by_reason();
-        let report = BenchReport::new(
+        let mut report = BenchReport::new(
             &bench.options,
             floor,
             window,
@@ -196,6 +197,10 @@ impl Bench {
             bench.refused.get(),
             dropped_by_reason,
         );
+        // Every node hosts every group (and its metadata replica).
+        let replicas = (bench.options.groups + 1) * bench.options.nodes;
+        report.rss_after_start_bytes = rss_after_start_bytes;
+        report.memory_bytes_per_replica = rss_after_start_bytes / replicas.max(1) as u64;
         for node in nodes {
             node.stop();
         }

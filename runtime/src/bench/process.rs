@@ -13,6 +13,15 @@ pub struct ProcessUsage {
     pub context_switches: u64,
 }
 
+/// The process's resident set size in bytes (`/proc/self/statm`; 0 where
+/// it cannot be read). The page size of every Linux target cohort builds for
+/// is 4 KiB.
+pub fn resident_bytes() -> u64 {
+    let Ok(statm) = std::fs::read_to_string("/proc/self/statm") else { return 0 };
+    let pages = statm.split_whitespace().nth(1).and_then(|field| field.parse::<u64>().ok()).unwrap_or(0);
+    pages * 4096
+}
+
 /// Clock ticks per second of `/proc/self/stat` times (`sysconf(_SC_CLK_TCK)`,
 /// 100 on every Linux this runs on).
 const CLOCK_TICKS_PER_SEC: u64 = 100;

@@ -58,6 +58,11 @@ pub struct BenchReport {
     pub floor_us: u64,
     /// The 1-minute load average when the window ended (the machine is shared).
     pub load_average: f64,
+    /// The process's resident memory once every group had a primary.
+    pub rss_after_start_bytes: u64,
+    /// `rss_after_start_bytes` over the group replicas of all nodes (the
+    /// metadata group's included): an upper bound of one replica's cost.
+    pub memory_bytes_per_replica: u64,
 }
 
 impl BenchReport {
@@ -102,6 +107,8 @@ impl BenchReport {
             round_trip_us: floor.round_trip_us,
             floor_us: floor.total_us(),
             load_average: load_average(),
+            rss_after_start_bytes: 0,
+            memory_bytes_per_replica: 0,
         }
     }
 
@@ -134,6 +141,8 @@ impl BenchReport {
             "round_trip_us": self.round_trip_us,
             "floor_us": self.floor_us,
             "load_average": self.load_average,
+            "rss_after_start_bytes": self.rss_after_start_bytes,
+            "memory_bytes_per_replica": self.memory_bytes_per_replica,
         })
         .to_string()
     }
@@ -168,6 +177,14 @@ impl BenchReport {
             ("context switches per write", format!("{:.3}", self.context_switches_per_write)),
             ("dropped messages", self.dropped_messages.to_string()),
             ("refused writes", self.refused_writes.to_string()),
+            (
+                "memory after start",
+                format!(
+                    "{:.1} MiB, {} bytes per replica",
+                    self.rss_after_start_bytes as f64 / (1024.0 * 1024.0),
+                    self.memory_bytes_per_replica
+                ),
+            ),
             (
                 "floor",
                 format!(

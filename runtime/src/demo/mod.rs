@@ -97,6 +97,11 @@ struct Demo {
     stopping: Cell<bool>,
     killed_at: Cell<Option<Instant>>,
     failover: RefCell<HashMap<GroupId, Duration>>,
+    /// When the first node was started, and when the first write committed.
+    launched: Instant,
+    first_write: Cell<Option<Duration>>,
+    /// The process's resident memory once every node is up and connected.
+    rss_after_start_bytes: Cell<u64>,
     /// Throwaway certificates: the nodes talk mTLS, as in production (T1).
     certs: cohort_actors::certs::LocalCerts,
 }
@@ -116,6 +121,9 @@ impl Demo {
             stopping: Cell::new(false),
             killed_at: Cell::new(None),
             failover: RefCell::new(HashMap::new()),
+            launched: Instant::now(),
+            first_write: Cell::new(None),
+            rss_after_start_bytes: Cell::new(0),
             options,
             dir,
             addresses,
@@ -126,6 +134,7 @@ impl Demo {
         }
         *demo.handles.borrow_mut() = nodes.iter().map(|node| node.as_ref().map(Node::handle)).collect();
         demo.wait_connected().await?;
+        demo.rss_after_start_bytes.set(crate::bench::process::resident_bytes());
 
         let bar = demo.progress_bar();
         let started = Instant::now();
@@ -262,6 +271,9 @@ impl Demo {
             match handle.submit_as(request.clone(), Duration::from_secs(2)).await {
                 Ok(_) => {
                     let latency = started.elapsed();
+                    if self.first_write.get().is_none() {
+                        self.first_write.set(Some(self.launched.elapsed()));
+                    }
                     self.acked.borrow_mut()[group.0 as usize].push(id);
                     self.latencies_us.borrow_mut().push(latency.as_micros() as u64);
                     return Some(latency);
@@ -380,6 +392,20 @@ impl Demo {
         latencies.sort_unstable();
         let committed = latencies.len() as u64;
         let failover = self.failover.borrow();
+        let idle: std::collections::HashSet<GroupId> =
+            killed.map(|(_, report)| report.idle_primaries.iter().copied().collect()).unwrap_or_default();
+        let longest = |busy: bool| {
+            failover
+                .iter()
+                .filter(|(group, _)| idle.contains(group) != busy)
+                .map(|(_, gap)| gap.as_millis() as u64)
+                .max()
+                .unwrap_or(0)
+        };
+        let timing = crate::config::ClusterConfig::default();
+        let bound = |timeout: Duration| (timeout + 2 * timing.commit_broadcast_interval).as_millis() as u64;
+        // Every node hosts every partition, plus its metadata replica.
+        let replicas = (self.options.partitions + 1) * self.options.nodes;
         DemoSummary {
             nodes: self.options.nodes,
             partitions: self.options.partitions,
@@ -390,6 +416,14 @@ impl Demo {
             view_changes: sum(|m| m.primaries_started).saturating_sub(self.options.partitions as u64),
             failover_ms_max: failover.values().map(|d| d.as_millis() as u64).max().unwrap_or(0),
             failover_groups: killed.map_or(0, |(_, report)| report.primaries.len()),
+            failover_ms_max_busy: longest(true),
+            failover_ms_max_idle: longest(false),
+            failover_bound_ms_busy: bound(timing.commit_heartbeat_timeout),
+            failover_bound_ms_idle: bound(timing.commit_idle_heartbeat_timeout),
+            failover_groups_idle: killed.map_or(0, |(_, report)| report.idle_primaries.len()),
+            start_to_first_write_ms: self.first_write.get().map_or(0, |at| at.as_millis() as u64),
+            rss_after_start_bytes: self.rss_after_start_bytes.get(),
+            memory_bytes_per_replica: self.rss_after_start_bytes.get() / replicas.max(1) as u64,
             commit_frames: sum(|m| m.commit_batches_sent),
             commit_entries: sum(|m| m.commit_entries_sent),
             reply_frames: sum(|m| m.reply_batches_sent),

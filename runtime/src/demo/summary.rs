@@ -23,6 +23,23 @@ pub struct DemoSummary {
     pub failover_ms_max: u64,
     /// Groups the killed node led.
     pub failover_groups: usize,
+    /// Of those, the ones idle (R20) when it was killed.
+    pub failover_groups_idle: usize,
+    /// The longest failover of a group that was busy when its primary died.
+    pub failover_ms_max_busy: u64,
+    /// The longest failover of a group that was idle when its primary died.
+    pub failover_ms_max_idle: u64,
+    /// A busy group's bound: commit_heartbeat_timeout + 2 × commit_broadcast_interval.
+    pub failover_bound_ms_busy: u64,
+    /// An idle group's bound: commit_idle_heartbeat_timeout + 2 × commit_broadcast_interval.
+    pub failover_bound_ms_idle: u64,
+    /// From the first node's start to the first committed write.
+    pub start_to_first_write_ms: u64,
+    /// The process's resident memory once every node was up and connected.
+    pub rss_after_start_bytes: u64,
+    /// `rss_after_start_bytes` over the group replicas of all nodes (the
+    /// metadata group's included): an upper bound of what one replica costs.
+    pub memory_bytes_per_replica: u64,
     /// Commit batch frames sent (R19).
     pub commit_frames: u64,
     /// Commit entries sent (R19).
@@ -51,6 +68,31 @@ impl DemoSummary {
             ("latency p99", format!("{:.2} ms", self.latency_p99_us as f64 / 1000.0)),
             ("view changes", self.view_changes.to_string()),
             ("failover (max over groups)", format!("{} ms over {} groups", self.failover_ms_max, self.failover_groups)),
+            (
+                "failover of busy groups",
+                format!(
+                    "{} ms max over {} groups (bound {} ms)",
+                    self.failover_ms_max_busy,
+                    self.failover_groups - self.failover_groups_idle.min(self.failover_groups),
+                    self.failover_bound_ms_busy
+                ),
+            ),
+            (
+                "failover of idle groups",
+                format!(
+                    "{} ms max over {} groups (bound {} ms)",
+                    self.failover_ms_max_idle, self.failover_groups_idle, self.failover_bound_ms_idle
+                ),
+            ),
+            ("start to first write", format!("{} ms", self.start_to_first_write_ms)),
+            (
+                "memory after start",
+                format!(
+                    "{:.1} MiB, {} bytes per replica",
+                    self.rss_after_start_bytes as f64 / (1024.0 * 1024.0),
+                    self.memory_bytes_per_replica
+                ),
+            ),
             ("Commit frames / entries sent", format!("{} / {}", self.commit_frames, self.commit_entries)),
             ("CommitReply frames / entries sent", format!("{} / {}", self.reply_frames, self.reply_entries)),
             ("lost acknowledged writes", format!("{} (of {} read back)", self.lost_acked_writes, self.verified_writes)),
@@ -70,7 +112,10 @@ impl DemoSummary {
             concat!(
                 "{{\"committed_ops\":{},\"ops_per_sec\":{:.1},\"latency_p50_us\":{},\"latency_p99_us\":{},",
                 "\"view_changes\":{},\"failover_ms_max\":{},\"commit_frames\":{},\"commit_entries\":{},",
-                "\"reply_frames\":{},\"reply_entries\":{},\"lost_acked_writes\":{},\"primaries_per_node\":[{}]}}"
+                "\"reply_frames\":{},\"reply_entries\":{},\"lost_acked_writes\":{},\"primaries_per_node\":[{}],",
+                "\"failover_ms_max_busy\":{},\"failover_ms_max_idle\":{},\"failover_bound_ms_busy\":{},",
+                "\"failover_bound_ms_idle\":{},\"start_to_first_write_ms\":{},\"rss_after_start_bytes\":{},",
+                "\"memory_bytes_per_replica\":{}}}"
             ),
             self.committed_ops,
             self.ops_per_sec,
@@ -83,7 +128,14 @@ impl DemoSummary {
             self.reply_frames,
             self.reply_entries,
             self.lost_acked_writes,
-            self.primaries_per_node.iter().map(ToString::to_string).collect::<Vec<_>>().join(",")
+            self.primaries_per_node.iter().map(ToString::to_string).collect::<Vec<_>>().join(","),
+            self.failover_ms_max_busy,
+            self.failover_ms_max_idle,
+            self.failover_bound_ms_busy,
+            self.failover_bound_ms_idle,
+            self.start_to_first_write_ms,
+            self.rss_after_start_bytes,
+            self.memory_bytes_per_replica
         )
     }
 
@@ -127,6 +179,13 @@ mod tests {
             "reply_entries",
             "lost_acked_writes",
             "primaries_per_node",
+            "failover_ms_max_busy",
+            "failover_ms_max_idle",
+            "failover_bound_ms_busy",
+            "failover_bound_ms_idle",
+            "start_to_first_write_ms",
+            "rss_after_start_bytes",
+            "memory_bytes_per_replica",
         ] {
             assert!(json.contains(&format!("\"{key}\":")), "{key} in {json}");
         }
