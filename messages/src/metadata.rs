@@ -23,6 +23,42 @@ pub const METADATA_TEXT_SIZE_MAX_BYTES: usize = 256;
 /// The most groups one join may name.
 pub const OPERATION_GROUPS_MAX: usize = 4096;
 
+/// The most entries one [`MetadataCommand::CreateGroups`] or
+/// [`MetadataCommand::ReportOwnerships`] carries. Even with the longest kind
+/// and the most members a batch stays far below the largest operation.
+pub const METADATA_BATCH_ENTRIES_MAX: usize = 256;
+
+const _: () = assert!(
+    METADATA_BATCH_ENTRIES_MAX * (8 + 8 + METADATA_TEXT_SIZE_MAX_BYTES + 8 + GROUP_MEMBERS_MAX * 8 + 8)
+        <= crate::limits::OPERATION_SIZE_MAX_BYTES / 2
+);
+
+/// One group of a [`MetadataCommand::CreateGroups`]: what a `CreateGroup` names.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupCreation {
+    /// The group.
+    pub group: GroupId,
+    /// Its kind.
+    #[serde(with = "crate::serde_fields::text")]
+    pub kind: String,
+    /// Members in member-index order.
+    pub members: Vec<NodeId>,
+    /// Its replication quorum and write mode.
+    pub replication: Replication,
+}
+
+/// One report of a [`MetadataCommand::ReportOwnerships`]: what a
+/// `ReportOwnership` names besides the node and its session.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OwnedGroup {
+    /// The group.
+    pub group: GroupId,
+    /// Its incarnation as the node knows it.
+    pub incarnation: Incarnation,
+    /// The view the node is primary of.
+    pub view: View,
+}
+
 /// What a multi-step operation does (M2). Each adds replicas as learners
 /// that catch up before they vote (P4), and removes a replica only after its
 /// replacement votes.
@@ -191,6 +227,25 @@ pub enum MetadataCommand {
         /// The node that asked (a label, like [`MetadataCommand::Freeze`]'s).
         by: NodeId,
     },
+    /// Create many groups in one epoch (Z2: a node's configured groups at
+    /// start-up, up to [`METADATA_BATCH_ENTRIES_MAX`] a command): each is
+    /// created as by `CreateGroup`; one that exists or names a member that
+    /// did not register is skipped, the others are created all the same.
+    CreateGroups {
+        /// The groups.
+        groups: Vec<GroupCreation>,
+    },
+    /// Many ownership reports of one node under one session in one epoch
+    /// (Z2, S4), each checked as a `ReportOwnership`; the result lists the
+    /// refused ones.
+    ReportOwnerships {
+        /// The reporting node.
+        node: NodeId,
+        /// The node's session.
+        session: SessionId,
+        /// The groups it leads.
+        reports: Vec<OwnedGroup>,
+    },
 }
 
 impl OperationSpec {
@@ -248,16 +303,30 @@ impl MetadataCommand {
                 }
             }
             MetadataCommand::CreateGroup { kind, members, replication, .. } => {
-                replication.validate(members.len())?;
-                if kind.is_empty() || !text(kind) {
-                    return Err(invalid(Command::Request, "create group: empty or too long kind"));
-                }
-                if members.is_empty() || members.len() > GROUP_MEMBERS_MAX {
-                    return Err(invalid(Command::Request, "create group: 1 to 64 members"));
+                validate_creation(kind, members, replication)?;
+            }
+            MetadataCommand::CreateGroups { groups } => {
+                if groups.is_empty() || groups.len() > METADATA_BATCH_ENTRIES_MAX {
+                    return Err(invalid(Command::Request, "create groups: 1 to 256 groups"));
                 }
                 let mut seen = std::collections::BTreeSet::new();
-                if members.iter().any(|member| member.0 == 0 || !seen.insert(*member)) {
-                    return Err(invalid(Command::Request, "create group: node 0 or a member listed twice"));
+                for GroupCreation { group, kind, members, replication } in groups {
+                    if !seen.insert(*group) {
+                        return Err(invalid(Command::Request, "create groups: a group listed twice"));
+                    }
+                    validate_creation(kind, members, replication)?;
+                }
+            }
+            MetadataCommand::ReportOwnerships { node, session, reports } => {
+                if node.0 == 0 || session.0 == 0 {
+                    return Err(invalid(Command::Request, "report ownerships: node 0 or session 0"));
+                }
+                if reports.is_empty() || reports.len() > METADATA_BATCH_ENTRIES_MAX {
+                    return Err(invalid(Command::Request, "report ownerships: 1 to 256 reports"));
+                }
+                let mut seen = std::collections::BTreeSet::new();
+                if !reports.iter().all(|report| seen.insert(report.group)) {
+                    return Err(invalid(Command::Request, "report ownerships: a group listed twice"));
                 }
             }
             MetadataCommand::DeleteGroup { .. } => {}
@@ -296,6 +365,23 @@ impl MetadataCommand {
     }
 }
 
+/// The rules of one group's creation, for `CreateGroup` and each group of
+/// `CreateGroups`.
+fn validate_creation(kind: &str, members: &[NodeId], replication: &Replication) -> Result<(), Invalid> {
+    replication.validate(members.len())?;
+    if kind.is_empty() || kind.len() > METADATA_TEXT_SIZE_MAX_BYTES {
+        return Err(invalid(Command::Request, "create group: empty or too long kind"));
+    }
+    if members.is_empty() || members.len() > GROUP_MEMBERS_MAX {
+        return Err(invalid(Command::Request, "create group: 1 to 64 members"));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    if members.iter().any(|member| member.0 == 0 || !seen.insert(*member)) {
+        return Err(invalid(Command::Request, "create group: node 0 or a member listed twice"));
+    }
+    Ok(())
+}
+
 /// What applying a command returned (the Reply's result bytes).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum MetadataResult {
@@ -331,6 +417,14 @@ pub enum MetadataResult {
         /// Why.
         #[serde(with = "crate::serde_fields::text")]
         reason: String,
+    },
+    /// A `ReportOwnerships` applied: every report but the refused ones.
+    OwnershipsReported {
+        /// The groups whose report was refused (stale view, incarnation or
+        /// session, not a member, deleted).
+        refused: Vec<GroupId>,
+        /// The epoch.
+        epoch: Epoch,
     },
 }
 
@@ -409,6 +503,19 @@ mod tests {
             MetadataCommand::TransferPrimary { group: GroupId(4), to: NodeId(2) },
             MetadataCommand::Freeze { by: NodeId(1) },
             MetadataCommand::Unfreeze { by: NodeId(3) },
+            MetadataCommand::CreateGroups {
+                groups: vec![GroupCreation {
+                    group: GroupId(5),
+                    kind: "kv".into(),
+                    members: vec![NodeId(1), NodeId(2), NodeId(3)],
+                    replication: Replication::default(),
+                }],
+            },
+            MetadataCommand::ReportOwnerships {
+                node: NodeId(2),
+                session: SessionId(4),
+                reports: vec![OwnedGroup { group: GroupId(5), incarnation: Incarnation(1), view: View(3) }],
+            },
         ];
         for command in commands {
             assert_eq!(MetadataCommand::decode(&command.encode()), Ok(command));

@@ -1,10 +1,15 @@
 //! Operator changes of the metadata at run time: groups created and deleted
-//! (C3), primary transfers (C4), the balancer (C5) and the upgrade freeze.
+//! (C3), primary transfers (C4), the balancer (C5) and the upgrade freeze;
+//! and the batched creations and ownership reports that keep the metadata
+//! of a cluster with many groups moving at start-up and after a failover (Z2).
 
 use cohort_core::metadata::{
-    AgentConfig, AgentOutput, ExpiredPolicy, HostedReplica, Metadata, MetadataAgent, next_transfer, primaries_per_node,
+    AgentConfig, AgentOutput, BootstrapGroup, ExpiredPolicy, HostedReplica, Metadata, MetadataAgent, next_transfer,
+    primaries_per_node,
 };
-use cohort_messages::metadata::{MetadataCommand, MetadataResult, OperationSpec};
+use cohort_messages::metadata::{
+    GroupCreation, METADATA_BATCH_ENTRIES_MAX, MetadataCommand, MetadataResult, OperationSpec, OwnedGroup,
+};
 use cohort_messages::{ClientId, Epoch, GroupId, Incarnation, NodeId, SessionId, View};
 
 /// A metadata state that applies commands at increasing epochs.
@@ -320,4 +325,83 @@ fn reply(request: &cohort_messages::Request, result: &MetadataResult) -> cohort_
         op: cohort_messages::Op(1),
         outcome: cohort_messages::Outcome::Ok(result.encode()),
     }
+}
+
+#[test]
+fn z2_a_batch_creates_each_group_it_can_and_skips_the_others() {
+    let mut log = Log::with_nodes(3);
+    log.create(1, &[1, 2, 3]);
+    let creation = |group: u64, members: &[u64]| GroupCreation {
+        group: GroupId(group),
+        kind: "kv".into(),
+        members: members.iter().copied().map(NodeId).collect(),
+        replication: Default::default(),
+    };
+    let groups = vec![creation(1, &[1, 2]), creation(2, &[1, 9]), creation(3, &[1, 2, 3])];
+    assert!(matches!(log.apply(MetadataCommand::CreateGroups { groups }), MetadataResult::Done { .. }));
+    let groups = &log.metadata.groups;
+    assert_eq!(groups[&GroupId(1)].members.len(), 3, "group:1 existed: left as it was");
+    assert!(!groups.contains_key(&GroupId(2)), "node:9 never registered: skipped");
+    assert_eq!(groups[&GroupId(3)].incarnation, Incarnation(1), "group:3 created");
+    let twice = MetadataCommand::CreateGroups { groups: vec![creation(4, &[1]), creation(4, &[2])] };
+    assert!(MetadataCommand::decode(&twice.encode()).is_err(), "a group listed twice is invalid");
+}
+
+#[test]
+fn z2_a_batch_of_reports_applies_each_and_names_the_refused() {
+    let mut log = Log::with_nodes(3);
+    for group in 0..3 {
+        log.create(group, &[1, 2, 3]);
+    }
+    log.report(1, 2, 5);
+    let session = log.session(1);
+    let report =
+        |group: u64, view: u32| OwnedGroup { group: GroupId(group), incarnation: Incarnation(1), view: View(view) };
+    let result = log.apply(MetadataCommand::ReportOwnerships {
+        node: NodeId(1),
+        session,
+        reports: vec![report(0, 2), report(1, 4), report(2, 7)],
+    });
+    assert!(
+        matches!(&result, MetadataResult::OwnershipsReported { refused, .. } if refused == &[GroupId(1)]),
+        "{result:?}"
+    );
+    let owner = |group: u64| log.metadata.groups[&GroupId(group)].owner.map(|owner| (owner.node, owner.view));
+    assert_eq!(owner(0), Some((NodeId(1), View(2))));
+    assert_eq!(owner(1), Some((NodeId(2), View(5))), "a stale view is refused alone (S4)");
+    assert_eq!(owner(2), Some((NodeId(1), View(7))));
+    let forged = MetadataCommand::ReportOwnerships { node: NodeId(2), session, reports: vec![report(0, 9)] };
+    assert!(log.metadata.admit(NodeId(1), &[NodeId(1)], &forged).is_err(), "a node reports only for itself (T3)");
+}
+
+#[test]
+fn z2_the_agent_creates_its_configured_groups_in_batches() {
+    let log = Log::with_nodes(1);
+    let mut config = agent(1).config().clone();
+    config.bootstrap_groups = (0..600)
+        .map(|group| BootstrapGroup {
+            group: GroupId(group),
+            kind: "kv".into(),
+            members: vec![NodeId(1)],
+            replication: Default::default(),
+        })
+        .collect();
+    let mut agent = MetadataAgent::new(config);
+    let mut metadata = log.metadata.clone();
+    let mut epoch = log.epoch;
+    let mut batches = Vec::new();
+    for now in 0..40 {
+        for output in agent.on_tick(now, &metadata, true, &[]) {
+            let AgentOutput::Submit(request) = output else { continue };
+            let command = MetadataCommand::decode(&request.operation).expect("a command");
+            if let MetadataCommand::CreateGroups { groups } = &command {
+                batches.push(groups.len());
+            }
+            epoch += 1;
+            let result = metadata.apply(Epoch(epoch), command);
+            agent.on_reply(now, &reply(&request, &result));
+        }
+    }
+    assert_eq!(batches, vec![METADATA_BATCH_ENTRIES_MAX, METADATA_BATCH_ENTRIES_MAX, 88]);
+    assert_eq!(metadata.groups.len(), 600);
 }

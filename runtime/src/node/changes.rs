@@ -37,7 +37,8 @@ impl NodeHandle {
             result @ (MetadataResult::Done { epoch }
             | MetadataResult::GroupCreated { epoch, .. }
             | MetadataResult::OperationStarted { epoch, .. }
-            | MetadataResult::SessionOpened { epoch, .. }) => Ok((epoch, result)),
+            | MetadataResult::SessionOpened { epoch, .. }
+            | MetadataResult::OwnershipsReported { epoch, .. }) => Ok((epoch, result)),
         }
     }
 

@@ -29,7 +29,9 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use cohort_messages::metadata::{MetadataCommand, MetadataResult};
+use cohort_messages::metadata::{
+    GroupCreation, METADATA_BATCH_ENTRIES_MAX, MetadataCommand, MetadataResult, OwnedGroup,
+};
 use cohort_messages::replication::Replication;
 use cohort_messages::seal::Seal;
 use cohort_messages::{
@@ -496,23 +498,33 @@ impl MetadataAgent {
         None
     }
 
-    /// The first bootstrap group whose members all registered and that the
-    /// metadata does not know yet.
+    /// The bootstrap groups whose members all registered and that the
+    /// metadata does not know yet, up to a batch of them in one command (Z2:
+    /// a node configured with 100,000 groups creates them in a few hundred
+    /// epochs, not 100,000).
     fn bootstrap_command(&self, metadata: &Metadata) -> Option<MetadataCommand> {
-        self.config.bootstrap_groups.iter().find_map(|bootstrap| {
-            let BootstrapGroup { group, kind, members, replication } = bootstrap;
-            let ready = !metadata.groups.contains_key(group) && members.iter().all(|m| metadata.nodes.contains_key(m));
-            ready.then(|| MetadataCommand::CreateGroup {
+        let groups: Vec<GroupCreation> = self
+            .config
+            .bootstrap_groups
+            .iter()
+            .filter(|bootstrap| {
+                !metadata.groups.contains_key(&bootstrap.group)
+                    && bootstrap.members.iter().all(|m| metadata.nodes.contains_key(m))
+            })
+            .take(METADATA_BATCH_ENTRIES_MAX)
+            .map(|BootstrapGroup { group, kind, members, replication }| GroupCreation {
                 group: *group,
                 kind: kind.clone(),
                 members: members.clone(),
                 replication: *replication,
             })
-        })
+            .collect();
+        (!groups.is_empty()).then_some(MetadataCommand::CreateGroups { groups })
     }
 
-    /// S4: a group this node leads whose ownership record is not this
-    /// node in this view under this session.
+    /// S4: the groups this node leads whose ownership record is not this
+    /// node in this view under this session, up to a batch of them in one
+    /// command (Z2: after a start or a failover a node reports thousands).
     fn report_command(
         &self,
         metadata: &Metadata,
@@ -520,19 +532,22 @@ impl MetadataAgent {
         hosted: &[HostedReplica],
     ) -> Option<MetadataCommand> {
         let node = self.config.node;
-        hosted.iter().filter(|hosted| hosted.primary && hosted.group != self.config.metadata_group).find_map(|hosted| {
-            let record = metadata.groups.get(&hosted.group).filter(|record| record.live)?;
-            let placed_here = record.incarnation == hosted.incarnation && record.members.contains(&node);
-            let current = record.owner == Some(Ownership { node, view: hosted.view, session });
-            let refused = self.refused_reports.get(&hosted.group) == Some(&(hosted.view, session));
-            (placed_here && !current && !refused).then_some(MetadataCommand::ReportOwnership {
-                group: hosted.group,
-                incarnation: hosted.incarnation,
-                node,
-                session,
-                view: hosted.view,
+        let reports: Vec<OwnedGroup> = hosted
+            .iter()
+            .filter(|hosted| hosted.primary && hosted.group != self.config.metadata_group)
+            .filter(|hosted| {
+                let Some(record) = metadata.groups.get(&hosted.group).filter(|record| record.live) else {
+                    return false;
+                };
+                let placed_here = record.incarnation == hosted.incarnation && record.members.contains(&node);
+                let current = record.owner == Some(Ownership { node, view: hosted.view, session });
+                let refused = self.refused_reports.get(&hosted.group) == Some(&(hosted.view, session));
+                placed_here && !current && !refused
             })
-        })
+            .take(METADATA_BATCH_ENTRIES_MAX)
+            .map(|hosted| OwnedGroup { group: hosted.group, incarnation: hosted.incarnation, view: hosted.view })
+            .collect();
+        (!reports.is_empty()).then_some(MetadataCommand::ReportOwnerships { node, session, reports })
     }
 
     /// S4: unload hosted groups the metadata has placed elsewhere or deleted,
@@ -793,6 +808,19 @@ impl MetadataAgent {
             }
             (MetadataCommand::ReportOwnership { .. }, Ok(MetadataResult::Done { .. })) => {
                 self.counters.reports_accepted += 1;
+            }
+            (
+                MetadataCommand::ReportOwnerships { session, reports, .. },
+                Ok(MetadataResult::OwnershipsReported { refused, .. }),
+            ) => {
+                for report in &reports {
+                    if refused.contains(&report.group) {
+                        self.counters.reports_refused += 1;
+                        self.refused_reports.insert(report.group, (report.view, session));
+                    } else {
+                        self.counters.reports_accepted += 1;
+                    }
+                }
             }
             // Everything else is decided again from the applied state.
             _ => {}

@@ -41,6 +41,7 @@ impl Frozen {
 pub(super) fn is_operator_change(command: &MetadataCommand) -> bool {
     match command {
         MetadataCommand::CreateGroup { .. }
+        | MetadataCommand::CreateGroups { .. }
         | MetadataCommand::DeleteGroup { .. }
         | MetadataCommand::StartOperation { .. }
         | MetadataCommand::AdvanceOperation { .. }
@@ -50,6 +51,7 @@ pub(super) fn is_operator_change(command: &MetadataCommand) -> bool {
         | MetadataCommand::OpenSession { .. }
         | MetadataCommand::ExpireSession { .. }
         | MetadataCommand::ReportOwnership { .. }
+        | MetadataCommand::ReportOwnerships { .. }
         | MetadataCommand::AckEpoch { .. }
         | MetadataCommand::ReportSealed { .. }
         | MetadataCommand::ReportCaughtUp { .. }

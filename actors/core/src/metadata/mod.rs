@@ -32,7 +32,9 @@ mod sessions;
 use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
-use cohort_messages::metadata::{MetadataCommand, MetadataResult, decode_value, encode_value};
+use cohort_messages::metadata::{
+    GroupCreation, MetadataCommand, MetadataResult, OwnedGroup, decode_value, encode_value,
+};
 use cohort_messages::replication::Replication;
 use cohort_messages::{Epoch, GroupId, Incarnation, NodeId, Op, OperationId, SessionId, View};
 use serde::{Deserialize, Serialize};
@@ -177,6 +179,7 @@ impl Metadata {
                 | MetadataCommand::ReportCaughtUp { .. }
                 | MetadataCommand::ReportSealed { .. }
                 | MetadataCommand::TransferPrimary { .. }
+                | MetadataCommand::ReportOwnerships { .. }
         );
         let result = self.apply_command(epoch, command);
         if changes_config && !matches!(result, MetadataResult::Refused { .. }) {
@@ -229,37 +232,14 @@ impl Metadata {
                 MetadataResult::Done { epoch }
             }
             MetadataCommand::CreateGroup { group, kind, members, replication } => {
-                if let Some(unknown) = members.iter().find(|member| !self.nodes.contains_key(member)) {
-                    return refused(format!("{unknown} is not registered; register every member first"));
+                self.create_group(epoch, group, kind, members, replication)
+            }
+            MetadataCommand::CreateGroups { groups } => {
+                for GroupCreation { group, kind, members, replication } in groups {
+                    // One that exists or names an unknown member is skipped.
+                    let _ = self.create_group(epoch, group, kind, members, replication);
                 }
-                let incarnation = match self.groups.get(&group) {
-                    Some(existing) if existing.live => {
-                        return refused(format!(
-                            "{group} exists (incarnation {}); delete it first",
-                            existing.incarnation.0
-                        ));
-                    }
-                    Some(existing) => Incarnation(existing.incarnation.0 + 1),
-                    None => Incarnation(1),
-                };
-                self.groups.insert(
-                    group,
-                    GroupRecord {
-                        kind,
-                        incarnation,
-                        members,
-                        learners: Vec::new(),
-                        replication,
-                        caught_up: BTreeSet::new(),
-                        pending: None,
-                        live: true,
-                        owner: None,
-                        owner_view_max: View(0),
-                        created: incarnation,
-                        transfer: None,
-                    },
-                );
-                MetadataResult::GroupCreated { incarnation, epoch }
+                MetadataResult::Done { epoch }
             }
             MetadataCommand::DeleteGroup { group } if let Some(id) = self.operation_of(group) => {
                 refused(format!("{group} is in {id}; cancel it or wait before deleting the group"))
@@ -277,31 +257,17 @@ impl Metadata {
                 _ => refused(format!("{group} does not exist")),
             },
             MetadataCommand::ReportOwnership { group, incarnation, node, session, view } => {
-                let live_session = self.nodes.get(&node).and_then(|record| record.session);
-                if live_session != Some(session) {
-                    return refused(format!("{node} has no live session {session}; open a new session first"));
-                }
-                let Some(record) = self.groups.get_mut(&group).filter(|record| record.live) else {
-                    return refused(format!("{group} does not exist"));
-                };
-                if record.incarnation != incarnation {
-                    return refused(format!(
-                        "{group} is at incarnation {}, not {}",
-                        record.incarnation.0, incarnation.0
-                    ));
-                }
-                if !record.members.contains(&node) {
-                    return refused(format!("{node} is not a member of {group}"));
-                }
-                if view < record.owner_view_max {
-                    return refused(format!("{group}: {view} is older than the recorded {}", record.owner_view_max));
-                }
-                if record.transfer.is_some_and(|transfer| view > transfer.view) {
-                    record.transfer = None;
-                }
-                record.owner = Some(Ownership { node, view, session });
-                record.owner_view_max = view;
-                MetadataResult::Done { epoch }
+                self.report_ownership(epoch, node, session, OwnedGroup { group, incarnation, view })
+            }
+            MetadataCommand::ReportOwnerships { node, session, reports } => {
+                let refused = reports
+                    .into_iter()
+                    .filter(|report| {
+                        matches!(self.report_ownership(epoch, node, session, *report), MetadataResult::Refused { .. })
+                    })
+                    .map(|report| report.group)
+                    .collect();
+                MetadataResult::OwnershipsReported { refused, epoch }
             }
             MetadataCommand::TransferPrimary { group, to } => self.transfer_primary(epoch, group, to),
             MetadataCommand::Freeze { by } => self.freeze(epoch, by),
@@ -323,6 +289,80 @@ impl Metadata {
                 MetadataResult::Done { epoch }
             }
         }
+    }
+
+    /// `CreateGroup`, and each group of `CreateGroups`.
+    fn create_group(
+        &mut self,
+        epoch: Epoch,
+        group: GroupId,
+        kind: String,
+        members: Vec<NodeId>,
+        replication: Replication,
+    ) -> MetadataResult {
+        let refused = |reason: String| MetadataResult::Refused { reason };
+        if let Some(unknown) = members.iter().find(|member| !self.nodes.contains_key(member)) {
+            return refused(format!("{unknown} is not registered; register every member first"));
+        }
+        let incarnation = match self.groups.get(&group) {
+            Some(existing) if existing.live => {
+                return refused(format!("{group} exists (incarnation {}); delete it first", existing.incarnation.0));
+            }
+            Some(existing) => Incarnation(existing.incarnation.0 + 1),
+            None => Incarnation(1),
+        };
+        self.groups.insert(
+            group,
+            GroupRecord {
+                kind,
+                incarnation,
+                members,
+                learners: Vec::new(),
+                replication,
+                caught_up: BTreeSet::new(),
+                pending: None,
+                live: true,
+                owner: None,
+                owner_view_max: View(0),
+                created: incarnation,
+                transfer: None,
+            },
+        );
+        MetadataResult::GroupCreated { incarnation, epoch }
+    }
+
+    /// `ReportOwnership`, and each report of `ReportOwnerships` (S4).
+    fn report_ownership(
+        &mut self,
+        epoch: Epoch,
+        node: NodeId,
+        session: SessionId,
+        report: OwnedGroup,
+    ) -> MetadataResult {
+        let refused = |reason: String| MetadataResult::Refused { reason };
+        let OwnedGroup { group, incarnation, view } = report;
+        let live_session = self.nodes.get(&node).and_then(|record| record.session);
+        if live_session != Some(session) {
+            return refused(format!("{node} has no live session {session}; open a new session first"));
+        }
+        let Some(record) = self.groups.get_mut(&group).filter(|record| record.live) else {
+            return refused(format!("{group} does not exist"));
+        };
+        if record.incarnation != incarnation {
+            return refused(format!("{group} is at incarnation {}, not {}", record.incarnation.0, incarnation.0));
+        }
+        if !record.members.contains(&node) {
+            return refused(format!("{node} is not a member of {group}"));
+        }
+        if view < record.owner_view_max {
+            return refused(format!("{group}: {view} is older than the recorded {}", record.owner_view_max));
+        }
+        if record.transfer.is_some_and(|transfer| view > transfer.view) {
+            record.transfer = None;
+        }
+        record.owner = Some(Ownership { node, view, session });
+        record.owner_view_max = view;
+        MetadataResult::Done { epoch }
     }
 
     /// The in-flight operation touching `group`, if any (M3).
@@ -414,7 +454,9 @@ impl Metadata {
             MetadataCommand::RegisterNode { node, .. } => speaks_for(*node, "register"),
             MetadataCommand::OpenSession { node } => speaks_for(*node, "session open"),
             MetadataCommand::AckEpoch { node, .. } => speaks_for(*node, "epoch ack"),
-            MetadataCommand::ReportOwnership { node, .. } => speaks_for(*node, "ownership report"),
+            MetadataCommand::ReportOwnership { node, .. } | MetadataCommand::ReportOwnerships { node, .. } => {
+                speaks_for(*node, "ownership report")
+            }
             MetadataCommand::ReportSealed { node, .. } => speaks_for(*node, "seal report"),
             MetadataCommand::ExpireSession { node, .. } => {
                 if members.contains(&sender) {
@@ -432,6 +474,7 @@ impl Metadata {
                 }
             }
             MetadataCommand::CreateGroup { .. }
+            | MetadataCommand::CreateGroups { .. }
             | MetadataCommand::DeleteGroup { .. }
             | MetadataCommand::TransferPrimary { .. }
             | MetadataCommand::Freeze { .. }
