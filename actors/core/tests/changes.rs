@@ -405,3 +405,51 @@ fn z2_the_agent_creates_its_configured_groups_in_batches() {
     assert_eq!(batches, vec![METADATA_BATCH_ENTRIES_MAX, METADATA_BATCH_ENTRIES_MAX, 88]);
     assert_eq!(metadata.groups.len(), 600);
 }
+
+/// The request an agent's outputs submit, if any.
+fn submitted(outputs: Vec<AgentOutput>) -> Option<cohort_messages::Request> {
+    outputs.into_iter().find_map(|output| match output {
+        AgentOutput::Submit(request) => Some(request),
+        _ => None,
+    })
+}
+
+#[test]
+fn z2_between_scans_the_balancer_goes_on_only_after_a_scan_found_nothing_more_urgent() {
+    let mut log = Log::with_nodes(3);
+    for group in 0..9 {
+        log.create(group, &[1, 2, 3]);
+        log.report(group, 1, 1);
+    }
+    let mut config = agent(1).config().clone();
+    config.balance_transfers_per_tick = Some(3);
+    let mut primary = MetadataAgent::new(config);
+    let hosted: Vec<HostedReplica> = (0..9).map(|group| hosted(group, true, 1)).collect();
+    // Scan by scan, the agent registers, opens its session and reports its
+    // groups before the balancer asks; between scans none of that goes on.
+    let mut now = 0;
+    let first = loop {
+        now += 1;
+        assert!(now < 100, "the balancer asks within 100 ticks");
+        let Some(request) = submitted(primary.on_tick(now, &log.metadata, true, &hosted)) else { continue };
+        let command = MetadataCommand::decode(&request.operation).expect("a command");
+        let result = log.apply(command.clone());
+        primary.on_reply(now, &reply(&request, &result));
+        if matches!(command, MetadataCommand::TransferPrimary { .. }) {
+            break command;
+        }
+        assert_eq!(submitted(primary.between_scans(now, &log.metadata, true)), None, "after {command:?}");
+    };
+    let mut transfers = vec![first];
+    while let Some(request) = submitted(primary.between_scans(now, &log.metadata, true)) {
+        let command = MetadataCommand::decode(&request.operation).expect("a command");
+        assert!(matches!(command, MetadataCommand::TransferPrimary { .. }), "{command:?}");
+        let result = log.apply(command.clone());
+        primary.on_reply(now, &reply(&request, &result));
+        transfers.push(command);
+        assert!(transfers.len() <= 3, "at most the budget of one tick");
+    }
+    assert_eq!(transfers.len(), 3, "the budget of one tick, with one scan: {transfers:?}");
+    assert_eq!(submitted(primary.between_scans(now + 1, &log.metadata, false)), None, "not the metadata primary");
+    assert!(submitted(primary.between_scans(now + 1, &log.metadata, true)).is_some(), "the next tick's budget");
+}

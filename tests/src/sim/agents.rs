@@ -94,9 +94,17 @@ impl Sim {
         let now = self.now;
         let members = self.metadata_spec.as_ref().map(|spec| spec.members.clone()).unwrap_or_default();
         let node = &mut self.nodes[index];
+        let metadata_primary = node.replica(GroupId::METADATA).is_some_and(|replica| replica.is_confirmed_primary(now));
         let Some(agent) = node.agent.as_mut() else { return Some(message) };
         let outputs = match message {
-            Message::Reply(reply) => agent.on_reply(now, &reply),
+            // As the runtime's agent does between two scans (Z2): the
+            // balancer goes on right after an applied reply.
+            Message::Reply(reply) => {
+                let mut outputs = agent.on_reply(now, &reply);
+                let metadata = node.metadata.borrow();
+                outputs.extend(agent.between_scans(now, &metadata, metadata_primary));
+                outputs
+            }
             Message::Redirect(redirect) => {
                 self.agent_redirected(index, &redirect);
                 return None;

@@ -334,6 +334,10 @@ pub struct MetadataAgent {
     /// The tick the balancer last asked for a transfer in, and how many it
     /// asked for in it.
     balanced: (u64, u32),
+    /// True while the last command chosen from a scan was the balancer's:
+    /// nothing more urgent was waiting, so [`MetadataAgent::between_scans`]
+    /// may go on with the balancer.
+    balancing: bool,
     stopped: bool,
     counters: AgentCounters,
 }
@@ -360,6 +364,7 @@ impl MetadataAgent {
             replicas_asked: BTreeMap::new(),
             transfers_asked: BTreeMap::new(),
             balanced: (0, 0),
+            balancing: false,
             stopped: false,
             counters: AgentCounters::default(),
         }
@@ -429,14 +434,65 @@ impl MetadataAgent {
             }
             Some(_) => {}
             None => {
-                if let Some(command) = self.next_command(now, metadata, metadata_primary, hosted) {
-                    let request = self.requests.write(command.encode());
-                    out.push(AgentOutput::Submit(request.clone()));
-                    self.in_flight = Some(InFlight { request, command, sent_tick: now });
+                let next = self.next_command(now, metadata, metadata_primary, hosted);
+                // The balancer may go on between scans if it is what this
+                // scan asked for, or if only this tick's budget held it back.
+                self.balancing = metadata_primary
+                    && match &next {
+                        Some(MetadataCommand::TransferPrimary { .. }) => true,
+                        None => !self.balance_budget_left(now),
+                        Some(_) => false,
+                    };
+                if let Some(command) = next {
+                    self.submit(command, now, &mut out);
                 }
             }
         }
         out
+    }
+
+    /// Between two scans (Z2: a scan of 100,000 hosted groups is too dear
+    /// to run after every applied command): the balancer's next transfer,
+    /// if nothing is in flight and the last scan found nothing more urgent
+    /// than the balancer. The shell calls it after an applied reply when it
+    /// will not scan yet, so the balancer keeps its rate
+    /// (`balance_transfers_per_tick`) with few scans.
+    pub fn between_scans(&mut self, now: u64, metadata: &Metadata, metadata_primary: bool) -> Vec<AgentOutput> {
+        let mut out = Vec::new();
+        if self.stopped || self.in_flight.is_some() || !self.balancing || !metadata_primary {
+            return out;
+        }
+        if !self.balance_budget_left(now) {
+            // Spent for this tick; the next tick may go on.
+            return out;
+        }
+        match self.balance(now, metadata) {
+            Some(transfer) => self.submit(transfer, now, &mut out),
+            None => self.balancing = false,
+        }
+        out
+    }
+
+    fn balance_budget_left(&self, now: u64) -> bool {
+        let asked = if self.balanced.0 == now { self.balanced.1 } else { 0 };
+        self.config.balance_transfers_per_tick.is_some_and(|budget| asked < budget)
+    }
+
+    fn submit(&mut self, command: MetadataCommand, now: u64, out: &mut Vec<AgentOutput>) {
+        let request = self.requests.write(command.encode());
+        out.push(AgentOutput::Submit(request.clone()));
+        self.in_flight = Some(InFlight { request, command, sent_tick: now });
+    }
+
+    /// C5: the balancer's next transfer, within its budget of this tick.
+    fn balance(&mut self, now: u64, metadata: &Metadata) -> Option<MetadataCommand> {
+        if !self.balance_budget_left(now) {
+            return None;
+        }
+        let transfer = super::next_transfer(metadata)?;
+        let asked = if self.balanced.0 == now { self.balanced.1 } else { 0 };
+        self.balanced = (now, asked + 1);
+        Some(transfer)
     }
 
     /// What to ask of the metadata group next, most urgent first.
@@ -486,14 +542,8 @@ impl MetadataAgent {
             }
         }
         // C5: the balancer, least urgent of all, at a bounded rate.
-        if metadata_primary && let Some(budget) = self.config.balance_transfers_per_tick {
-            let asked = if self.balanced.0 == now { self.balanced.1 } else { 0 };
-            if asked < budget
-                && let Some(transfer) = super::next_transfer(metadata)
-            {
-                self.balanced = (now, asked + 1);
-                return Some(transfer);
-            }
+        if metadata_primary {
+            return self.balance(now, metadata);
         }
         None
     }
