@@ -42,7 +42,7 @@ use crate::storage::RecoveredGroup;
 pub struct Shard {
     node: NodeId,
     config: CoreConfig,
-    groups: HashMap<GroupId, Replica>,
+    groups: HashMap<GroupId, Box<Replica>>,
     fx: Effects,
     wakeups: BTreeSet<(u64, GroupId)>,
     filed: HashMap<GroupId, u64>,
@@ -153,7 +153,7 @@ impl Shard {
     }
 
     fn insert(&mut self, group: GroupId, replica: Replica) {
-        self.groups.insert(group, replica);
+        self.groups.insert(group, Box::new(replica));
         self.refile(group);
     }
 
@@ -207,12 +207,12 @@ impl Shard {
 
     /// A hosted group's replica.
     pub fn replica(&self, group: GroupId) -> Option<&Replica> {
-        self.groups.get(&group)
+        self.groups.get(&group).map(Box::as_ref)
     }
 
     /// All hosted groups' replicas.
     pub fn replicas(&self) -> impl Iterator<Item = &Replica> {
-        self.groups.values()
+        self.groups.values().map(Box::as_ref)
     }
 
     /// File the group's wakeup if it is earlier than what is filed.

@@ -66,17 +66,45 @@ impl ShardActor {
         }
     }
 
-    /// Start the actor of a hosted group, with its kind's custom actor if it
-    /// has one; both first hear the replica's current role.
+    /// Link a hosted group: with its kind's custom actor, if it has one,
+    /// and then its group actor at once; otherwise the group actor starts
+    /// when first needed ([`ShardActor::group_actor`], Z1).
     pub(super) fn start_group_actors(&mut self, group: GroupId, kind: &GroupKind, ctx: &mut Context<Self>) {
-        let Some(replica) = self.core.replica(group) else { return };
-        let (role, commit) = (GroupRole::from_core(replica.role(), replica.view()), replica.commit_min());
+        if self.core.replica(group).is_none() {
+            return;
+        }
         let replica = GroupReplica { node: self.node, group, kind: kind.clone() };
         let custom = self.kinds.get(kind).and_then(|spec| spec.actor.as_ref()).map(|factory| factory(&replica));
         let followed = custom.is_some();
+        self.groups.insert(group, GroupLink { actor: None, followed });
+        if let Some(custom) = custom {
+            self.start_group_actor(group, Some(custom), ctx);
+        }
+    }
+
+    /// The actor of hosted `group`, started now if it has none yet; it
+    /// first hears the replica's current role and commit point.
+    pub(super) fn group_actor(&mut self, group: GroupId, ctx: &mut Context<Self>) -> Option<Addr<GroupActor>> {
+        let link = self.groups.get(&group)?;
+        match &link.actor {
+            Some(actor) => Some(actor.clone()),
+            None => self.start_group_actor(group, None, ctx),
+        }
+    }
+
+    fn start_group_actor(
+        &mut self,
+        group: GroupId,
+        custom: Option<crate::custom::CustomActorLink>,
+        ctx: &mut Context<Self>,
+    ) -> Option<Addr<GroupActor>> {
+        let replica = self.core.replica(group)?;
+        let (role, commit) = (GroupRole::from_core(replica.role(), replica.view()), replica.commit_min());
         let shard = ctx.address().recipient();
         let actor = GroupActor::new(group, role, commit, custom, shard, std::sync::Arc::clone(&self.drops)).start();
-        self.groups.insert(group, GroupLink { actor, followed });
+        let link = self.groups.get_mut(&group)?;
+        link.actor = Some(actor.clone());
+        Some(actor)
     }
 
     /// Stop hosting `group` here: its replica, its actor (dropping the link

@@ -84,7 +84,8 @@ pub struct SubscribeGroup {
 impl Handler<SubscribeGroup> for ShardActor {
     type Result = bool;
 
-    fn handle(&mut self, subscribe: SubscribeGroup, _ctx: &mut Self::Context) -> bool {
+    fn handle(&mut self, subscribe: SubscribeGroup, ctx: &mut Self::Context) -> bool {
+        let Some(actor) = self.group_actor(subscribe.group, ctx) else { return false };
         let (Some(replica), Some(link)) = (self.core.replica(subscribe.group), self.groups.get_mut(&subscribe.group))
         else {
             return false;
@@ -92,7 +93,7 @@ impl Handler<SubscribeGroup> for ShardActor {
         // From now on the group's role changes and commit points go to its actor.
         link.followed = true;
         let role = GroupRole::from_core(replica.role(), replica.view());
-        link.actor.try_send(Subscribe { events: subscribe.events, role, commit: replica.commit_min() }).is_ok()
+        actor.try_send(Subscribe { events: subscribe.events, role, commit: replica.commit_min() }).is_ok()
     }
 }
 
@@ -104,8 +105,8 @@ pub struct GetGroupActor(pub GroupId);
 impl Handler<GetGroupActor> for ShardActor {
     type Result = Option<Addr<GroupActor>>;
 
-    fn handle(&mut self, GetGroupActor(group): GetGroupActor, _ctx: &mut Self::Context) -> Self::Result {
-        self.groups.get(&group).map(|link| link.actor.clone())
+    fn handle(&mut self, GetGroupActor(group): GetGroupActor, ctx: &mut Self::Context) -> Self::Result {
+        self.group_actor(group, ctx)
     }
 }
 
