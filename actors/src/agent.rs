@@ -229,10 +229,7 @@ impl MetadataAgentActor {
 
     /// Ask every shard for its hosted groups, then tick the agent.
     fn poll(&mut self, ctx: &mut Context<Self>) {
-        if self.polling || self.agent.stopped() {
-            return;
-        }
-        if !self.scan_due() {
+        if self.agent.stopped() || !self.scan_due() {
             return;
         }
         self.scanned_at = Some(Instant::now());

@@ -281,10 +281,9 @@ impl OperationSpec {
 impl MetadataCommand {
     /// One rule check per command; the reason says what is wrong.
     pub fn validate(&self) -> Result<(), Invalid> {
-        let text = |text: &String| text.len() <= METADATA_TEXT_SIZE_MAX_BYTES;
         match self {
             MetadataCommand::RegisterNode { node, address } => {
-                if node.0 == 0 || address.is_empty() || !text(address) {
+                if node.0 == 0 || address.is_empty() || !text_fits(address) {
                     return Err(invalid(Command::Request, "register node: node 0 or an empty or too long address"));
                 }
             }
@@ -365,11 +364,16 @@ impl MetadataCommand {
     }
 }
 
+/// Whether a text field (an address, a kind) is within its size limit.
+fn text_fits(text: &str) -> bool {
+    text.len() <= METADATA_TEXT_SIZE_MAX_BYTES
+}
+
 /// The rules of one group's creation, for `CreateGroup` and each group of
 /// `CreateGroups`.
 fn validate_creation(kind: &str, members: &[NodeId], replication: &Replication) -> Result<(), Invalid> {
     replication.validate(members.len())?;
-    if kind.is_empty() || kind.len() > METADATA_TEXT_SIZE_MAX_BYTES {
+    if kind.is_empty() || !text_fits(kind) {
         return Err(invalid(Command::Request, "create group: empty or too long kind"));
     }
     if members.is_empty() || members.len() > GROUP_MEMBERS_MAX {

@@ -473,9 +473,13 @@ impl MetadataAgent {
         out
     }
 
+    /// How many transfers the balancer asked for in tick `now`.
+    fn balanced_in(&self, now: u64) -> u32 {
+        if self.balanced.0 == now { self.balanced.1 } else { 0 }
+    }
+
     fn balance_budget_left(&self, now: u64) -> bool {
-        let asked = if self.balanced.0 == now { self.balanced.1 } else { 0 };
-        self.config.balance_transfers_per_tick.is_some_and(|budget| asked < budget)
+        self.config.balance_transfers_per_tick.is_some_and(|budget| self.balanced_in(now) < budget)
     }
 
     fn submit(&mut self, command: MetadataCommand, now: u64, out: &mut Vec<AgentOutput>) {
@@ -490,8 +494,7 @@ impl MetadataAgent {
             return None;
         }
         let transfer = super::next_transfer(metadata)?;
-        let asked = if self.balanced.0 == now { self.balanced.1 } else { 0 };
-        self.balanced = (now, asked + 1);
+        self.balanced = (now, self.balanced_in(now) + 1);
         Some(transfer)
     }
 
@@ -652,15 +655,9 @@ impl MetadataAgent {
                 && record.incarnation == hosted.incarnation
                 && hosted.primary
                 && hosted.sealed.is_none()
+                && asked_again(&mut self.seals_proposed, hosted.group, now, self.config.request_retry_ticks)
             {
-                let due = self
-                    .seals_proposed
-                    .get(&hosted.group)
-                    .is_none_or(|sent| now >= sent.saturating_add(self.config.request_retry_ticks));
-                if due {
-                    self.seals_proposed.insert(hosted.group, now);
-                    out.push(AgentOutput::ProposeSeal { group: hosted.group, seal: pending.seal.clone() });
-                }
+                out.push(AgentOutput::ProposeSeal { group: hosted.group, seal: pending.seal.clone() });
             }
             let switched_in_metadata = hosted.sealed.as_ref().is_some_and(|seal| {
                 seal.incarnation == record.incarnation
@@ -696,7 +693,7 @@ impl MetadataAgent {
                 None if record.members.contains(&node)
                     && record.incarnation == record.created
                     && record.pending.is_none()
-                    && self.asked_again(*group, now) =>
+                    && asked_again(&mut self.replicas_asked, *group, now, self.config.request_retry_ticks) =>
                 {
                     out.push(AgentOutput::HostMember {
                         group: *group,
@@ -706,7 +703,9 @@ impl MetadataAgent {
                         replication: record.replication,
                     });
                 }
-                _ if record.learners.contains(&node) && self.asked_again(*group, now) => {
+                _ if record.learners.contains(&node)
+                    && asked_again(&mut self.replicas_asked, *group, now, self.config.request_retry_ticks) =>
+                {
                     out.push(AgentOutput::HostLearner {
                         group: *group,
                         kind: record.kind.clone(),
@@ -719,19 +718,6 @@ impl MetadataAgent {
                 _ => {}
             }
         }
-    }
-
-    /// Whether a replica of `group` may be asked for now: once, then again
-    /// only after a retry period without it.
-    fn asked_again(&mut self, group: GroupId, now: u64) -> bool {
-        let due = self
-            .replicas_asked
-            .get(&group)
-            .is_none_or(|asked| now >= asked.saturating_add(self.config.request_retry_ticks));
-        if due {
-            self.replicas_asked.insert(group, now);
-        }
-        due
     }
 
     /// C4: the groups this node leads that the metadata asks to hand to
@@ -758,12 +744,7 @@ impl MetadataAgent {
             .collect();
         self.transfers_asked.retain(|group, _| wanted.iter().any(|(wanted, _)| wanted == group));
         for (group, to) in wanted {
-            let due = self
-                .transfers_asked
-                .get(&group)
-                .is_none_or(|asked| now >= asked.saturating_add(self.config.request_retry_ticks));
-            if due {
-                self.transfers_asked.insert(group, now);
+            if asked_again(&mut self.transfers_asked, group, now, self.config.request_retry_ticks) {
                 out.push(AgentOutput::TransferPrimary { group, to });
             }
         }
@@ -945,6 +926,16 @@ impl MetadataAgent {
 
 /// The hosted groups by id (a node hosts at most one replica of a group), so
 /// per-tick work over every group in the metadata stays linear.
+/// Whether `group` may be asked for again at `now`, given when it last was
+/// (`asked`): once, then only after `retry_ticks`. Records `now` if so.
+fn asked_again(asked: &mut BTreeMap<GroupId, u64>, group: GroupId, now: u64, retry_ticks: u64) -> bool {
+    let due = asked.get(&group).is_none_or(|last| now >= last.saturating_add(retry_ticks));
+    if due {
+        asked.insert(group, now);
+    }
+    due
+}
+
 fn by_group(hosted: &[HostedReplica]) -> std::collections::HashMap<GroupId, &HostedReplica> {
     hosted.iter().map(|hosted| (hosted.group, hosted)).collect()
 }
