@@ -347,12 +347,14 @@ impl Shard {
         if !changed || congested {
             return;
         }
-        let groups: Vec<GroupId> = self
+        let mut groups: Vec<GroupId> = self
             .groups
             .iter()
             .filter(|(_, replica)| replica.is_primary() && replica.spec.index_of(peer).is_some())
             .map(|(group, _)| *group)
             .collect();
+        // In group order, not the map's: the simulator replays a seed exactly.
+        groups.sort_unstable();
         for group in groups {
             self.with_group(group, |replica, fx| {
                 if let Some(member) = replica.spec.index_of(peer) {
