@@ -136,18 +136,54 @@ impl Drop for StorageWorker {
     }
 }
 
+/// Deferred snapshots written per step when the worker is idle: each costs
+/// a file sync, and the step shares one directory sync.
+pub const DEFERRED_SNAPSHOTS_PER_STEP: usize = 4;
+
+/// Under a load that never leaves the worker idle, flushes between two
+/// forced writes of one deferred snapshot.
+pub const FLUSHES_PER_FORCED_SNAPSHOT_STEP: u32 = 32;
+
 /// Serve jobs until told to stop. Every job queued by the time the worker
 /// looks is executed before one sync: the log records of many shard turns
 /// share one `fdatasync` (group commit across turns), and only the last
 /// flush id is reported, which the core takes as completing every earlier
 /// one.
+///
+/// Deferred snapshots (`cohort_core::storage::deferred`) are written once
+/// they are due (the log has a segment they could let go), when no job
+/// waits, [`DEFERRED_SNAPSHOTS_PER_STEP`] at a time, so their files never
+/// hold a flush; under a load that never leaves the worker idle, a
+/// step follows every [`FLUSHES_PER_FORCED_SNAPSHOT_STEP`] flushes, so the log
+/// can still let go of old segments.
 fn serve(
     storage: &mut FileStorage,
     jobs: &mpsc::Receiver<Job>,
     report: &impl Fn(StorageEvent),
     publish: &mut impl FnMut(&FileStorage),
 ) {
-    while let Ok(first) = jobs.recv() {
+    let mut flushes_since_step = 0u32;
+    loop {
+        let first = if storage.deferred_snapshots_due() == 0 {
+            match jobs.recv() {
+                Ok(job) => job,
+                Err(_) => return,
+            }
+        } else {
+            match jobs.try_recv() {
+                Ok(job) => job,
+                Err(mpsc::TryRecvError::Empty) => {
+                    if let Err(error) = storage.write_deferred_snapshots(DEFERRED_SNAPSHOTS_PER_STEP) {
+                        report(StorageEvent::Fatal(error));
+                        return;
+                    }
+                    flushes_since_step = 0;
+                    publish(storage);
+                    continue;
+                }
+                Err(mpsc::TryRecvError::Disconnected) => return,
+            }
+        };
         let mut batch = vec![first];
         while let Ok(more) = jobs.try_recv() {
             batch.push(more);
@@ -187,6 +223,14 @@ fn serve(
                 return;
             }
             report(StorageEvent::Flushed(id));
+            flushes_since_step += 1;
+            if flushes_since_step >= FLUSHES_PER_FORCED_SNAPSHOT_STEP && storage.deferred_snapshots_due() > 0 {
+                flushes_since_step = 0;
+                if let Err(error) = storage.write_deferred_snapshots(DEFERRED_SNAPSHOTS_PER_STEP) {
+                    report(StorageEvent::Fatal(error));
+                    return;
+                }
+            }
         }
         publish(storage);
         if stop {

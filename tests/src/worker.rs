@@ -40,7 +40,16 @@ pub struct InFlight {
 pub struct StorageWorker {
     jobs: VecDeque<Job>,
     in_flight: Option<InFlight>,
+    flushes_since_snapshot_step: u32,
 }
+
+/// Deferred snapshots written per idle step, as on a node
+/// (`cohort_actors::storage_worker::DEFERRED_SNAPSHOTS_PER_STEP`).
+pub const DEFERRED_SNAPSHOTS_PER_STEP: usize = 4;
+
+/// Flushes between two forced writes of one deferred snapshot when the
+/// worker is never idle, as on a node.
+pub const FLUSHES_PER_FORCED_SNAPSHOT_STEP: u32 = 32;
 
 impl StorageWorker {
     /// Queue a job; [`StorageWorker::pump`] runs it when the worker is idle.
@@ -89,13 +98,27 @@ impl StorageWorker {
     }
 
     /// The flush in flight, if its sync returns by `now`: made durable, its
-    /// id returned for `Shard::on_flushed`. `Err` means the node must stop.
+    /// id returned for `Shard::on_flushed`. A worker with nothing to do
+    /// writes deferred snapshots that are due instead, as a node's does when
+    /// no job waits. `Err` means the node must stop.
     pub fn complete(&mut self, storage: &mut impl Storage, now: u64) -> Result<Option<FlushId>, StorageError> {
         match self.in_flight {
             Some(flight) if flight.due_tick <= now => {
                 self.in_flight = None;
                 storage.flush()?;
+                self.flushes_since_snapshot_step += 1;
+                if self.flushes_since_snapshot_step >= FLUSHES_PER_FORCED_SNAPSHOT_STEP
+                    && storage.deferred_snapshots_due() > 0
+                {
+                    self.flushes_since_snapshot_step = 0;
+                    storage.write_deferred_snapshots(DEFERRED_SNAPSHOTS_PER_STEP)?;
+                }
                 Ok(Some(flight.id))
+            }
+            None if self.jobs.is_empty() && storage.deferred_snapshots_due() > 0 => {
+                self.flushes_since_snapshot_step = 0;
+                storage.write_deferred_snapshots(DEFERRED_SNAPSHOTS_PER_STEP)?;
+                Ok(None)
             }
             _ => Ok(None),
         }

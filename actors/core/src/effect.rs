@@ -158,6 +158,12 @@ pub enum Effect {
         group: GroupId,
         /// The snapshot.
         snapshot: Snapshot,
+        /// The snapshot is of what this replica applied from its own log, so
+        /// the storage may write it later
+        /// ([`crate::storage::Storage::defer_snapshot`]); false for a
+        /// snapshot that replaces the log (a state transfer, a new
+        /// incarnation), which must be durable at once.
+        deferrable: bool,
     },
     /// Answer a client (local submitter or client connection) by `reply.client`.
     Reply(Reply),

@@ -194,6 +194,10 @@ pub struct FileStorageStats {
     pub superblock_records_written: u64,
     /// `sync_data` calls on snapshot files.
     pub snapshot_syncs: u64,
+    /// Snapshots kept to write later (their entries are in the log).
+    pub snapshots_deferred: u64,
+    /// Deferred snapshots written.
+    pub deferred_snapshots_written: u64,
     /// `fsync` calls on the directory.
     pub directory_syncs: u64,
     /// Segment files created.

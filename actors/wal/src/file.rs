@@ -24,7 +24,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
-use cohort_core::storage::{AppendCursor, Recovered, Snapshot, Storage, StorageError, Superblock};
+use cohort_core::storage::deferred::may_defer;
+use cohort_core::storage::{AppendCursor, DeferredSnapshots, Recovered, Snapshot, Storage, StorageError, Superblock};
 use cohort_messages::{GROUP_MEMBERS_MAX, GroupId, LogEntry, Op};
 
 use super::config::{FileStorageConfig, WalConfigError};
@@ -69,6 +70,10 @@ struct Live<F: FileSystem> {
     /// Superblocks whose newest copy is a record in the log only, not yet
     /// checkpointed into the superblock file.
     logged_superblocks: BTreeMap<GroupId, Superblock>,
+    /// Snapshots whose entries the log holds, not yet written (see
+    /// `cohort_core::storage::deferred`): `snapshot_ops` moves only when one
+    /// is, so the log keeps those entries until then.
+    deferred: DeferredSnapshots,
 }
 
 /// A shard's durable storage in a directory. See the module docs and
@@ -169,6 +174,18 @@ impl<F: FileSystem> FileStorage<F> {
         Ok((live, &mut self.disk))
     }
 
+    fn store_snapshot(&mut self, group: GroupId, snapshot: &Snapshot, deferrable: bool) -> Result<(), StorageError> {
+        let size_bytes = snapshot.data.len() as u64;
+        let max_bytes = self.config.snapshot_size_max_bytes;
+        if size_bytes > max_bytes {
+            return Err(StorageError::TooLarge { what: "snapshot", size_bytes, max_bytes });
+        }
+        let dir = self.dir.clone();
+        let (live, disk) = self.live()?;
+        let result = Self::save_snapshot_live(&dir, live, disk, group, snapshot, deferrable);
+        self.note(result)
+    }
+
     /// Remember a fatal error so that every later call fails with it.
     fn note<T>(&mut self, result: Result<T, StorageError>) -> Result<T, StorageError> {
         if let Err(error) = &result
@@ -243,15 +260,55 @@ impl<F: FileSystem> FileStorage<F> {
         disk: &mut Disk<F>,
         group: GroupId,
         saved: &Snapshot,
+        deferrable: bool,
     ) -> Result<(), StorageError> {
         let mut cursor = live.cursors.get(&group).copied().unwrap_or_default();
+        let defer = deferrable && may_defer(&cursor, saved.op);
         cursor.on_snapshot(group, saved.op);
-        snapshot::write(dir, group, saved, live.wal.next_lsn(), disk)?;
         live.cursors.insert(group, cursor);
-        live.snapshot_ops.insert(group, saved.op);
+        if defer {
+            live.deferred.defer(group, saved.clone());
+            disk.stats.snapshots_deferred += 1;
+            return Ok(());
+        }
+        live.deferred.take(group);
+        Self::write_snapshots(dir, live, disk, vec![(group, saved.clone())])
+    }
+
+    /// Write `snapshots` into their files with one directory sync for all,
+    /// then let the log go where they cover it.
+    fn write_snapshots(
+        dir: &Path,
+        live: &mut Live<F>,
+        disk: &mut Disk<F>,
+        snapshots: Vec<(GroupId, Snapshot)>,
+    ) -> Result<(), StorageError> {
+        if snapshots.is_empty() {
+            return Ok(());
+        }
+        for (group, saved) in &snapshots {
+            snapshot::write_file(dir, *group, saved, live.wal.next_lsn(), disk)?;
+        }
+        disk.sync_dir(dir)?;
+        for (group, saved) in snapshots {
+            live.snapshot_ops.insert(group, saved.op);
+        }
         Self::checkpoint_before_prune(live, disk)?;
         live.wal.prune(&live.snapshot_ops, disk)?;
         Ok(())
+    }
+
+    fn write_deferred_live(
+        dir: &Path,
+        live: &mut Live<F>,
+        disk: &mut Disk<F>,
+        snapshots_max: usize,
+    ) -> Result<usize, StorageError> {
+        let snapshots: Vec<(GroupId, Snapshot)> =
+            std::iter::from_fn(|| live.deferred.pop_oldest()).take(snapshots_max).collect();
+        disk.stats.deferred_snapshots_written += snapshots.len() as u64;
+        Self::write_snapshots(dir, live, disk, snapshots)?;
+        Ok(live.deferred.len())
     }
 
     fn remove_group_live(
@@ -268,6 +325,7 @@ impl<F: FileSystem> FileStorage<F> {
         live.staged_superblocks.remove(&group);
         live.logged_superblocks.remove(&group);
         live.cursors.remove(&group);
+        live.deferred.take(group);
         // The RemoveGroup record first: once it is durable, recovery finishes
         // the rest (superblock, snapshot) if a crash interrupts it.
         let (_, result) = live.wal.append([LogRecord::RemoveGroup(group)], disk);
@@ -293,6 +351,14 @@ impl<F: FileSystem> Storage for FileStorage<F> {
     }
 
     fn truncate_after(&mut self, group: GroupId, op: Op) -> Result<(), StorageError> {
+        let dir = self.dir.clone();
+        let (live, disk) = self.live()?;
+        if live.deferred.op_of(group).is_some_and(|deferred| deferred > op)
+            && let Some(saved) = live.deferred.take(group)
+        {
+            let result = Self::write_snapshots(&dir, live, disk, vec![(group, saved)]);
+            self.note(result)?;
+        }
         self.stage(Staged::TruncateAfter(group, op), RECORD_HEADER_SIZE_BYTES as u64)
     }
 
@@ -317,15 +383,28 @@ impl<F: FileSystem> Storage for FileStorage<F> {
     }
 
     fn save_snapshot(&mut self, group: GroupId, snapshot: &Snapshot) -> Result<(), StorageError> {
-        let size_bytes = snapshot.data.len() as u64;
-        let max_bytes = self.config.snapshot_size_max_bytes;
-        if size_bytes > max_bytes {
-            return Err(StorageError::TooLarge { what: "snapshot", size_bytes, max_bytes });
-        }
+        self.store_snapshot(group, snapshot, false)
+    }
+
+    fn defer_snapshot(&mut self, group: GroupId, snapshot: &Snapshot) -> Result<(), StorageError> {
+        self.store_snapshot(group, snapshot, true)
+    }
+
+    fn write_deferred_snapshots(&mut self, snapshots_max: usize) -> Result<usize, StorageError> {
         let dir = self.dir.clone();
         let (live, disk) = self.live()?;
-        let result = Self::save_snapshot_live(&dir, live, disk, group, snapshot);
+        let result = Self::write_deferred_live(&dir, live, disk, snapshots_max);
         self.note(result)
+    }
+
+    fn deferred_snapshots(&self) -> usize {
+        self.live.as_ref().map_or(0, |live| live.deferred.len())
+    }
+
+    /// None while the log is one segment: only a closed segment can be
+    /// removed, so until one exists a written snapshot would free nothing.
+    fn deferred_snapshots_due(&self) -> usize {
+        self.live.as_ref().filter(|live| live.wal.segment_count() >= 2).map_or(0, |live| live.deferred.len())
     }
 
     fn remove_group(&mut self, group: GroupId) -> Result<(), StorageError> {
@@ -351,6 +430,7 @@ impl<F: FileSystem> Storage for FileStorage<F> {
             staged_size_bytes: 0,
             staged_superblocks: BTreeMap::new(),
             logged_superblocks: BTreeMap::new(),
+            deferred: DeferredSnapshots::default(),
         });
         self.report = Some(recovery.report);
         Ok(recovery.recovered)

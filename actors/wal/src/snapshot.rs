@@ -1,7 +1,8 @@
 //! Application snapshots: one file per group, replaced atomically.
 //!
 //! A snapshot is written to `snapshot-<group>.snap.tmp`, synced, renamed over
-//! `snapshot-<group>.snap` and the directory synced: a reader (recovery) sees
+//! `snapshot-<group>.snap` and the directory synced (once for all the
+//! snapshots written together): a reader (recovery) sees
 //! either the old file or the new one, whole. So a snapshot file that fails its
 //! checksum is corruption, never a torn write, and recovery stops on it.
 //! Leftover `.tmp` files are from interrupted saves and are deleted.
@@ -62,8 +63,10 @@ fn encode_header(group: GroupId, snapshot: &Snapshot, log_lsn: u64) -> [u8; SNAP
     raw
 }
 
-/// Durably replace `group`'s snapshot (see the module docs).
-pub(crate) fn write<F: FileSystem>(
+/// Replace `group`'s snapshot file: written and synced under a temporary
+/// name, then renamed into place. Durable once the caller syncs `dir`
+/// (once for many files; see the module docs).
+pub(crate) fn write_file<F: FileSystem>(
     dir: &Path,
     group: GroupId,
     snapshot: &Snapshot,
@@ -77,8 +80,7 @@ pub(crate) fn write<F: FileSystem>(
         let _ = disk.fs.remove_file(&tmp);
         return Err(error);
     }
-    disk.fs.rename(&tmp, &path).map_err(|error| io_error("renaming a snapshot into place", &path, &error))?;
-    disk.sync_dir(dir)
+    disk.fs.rename(&tmp, &path).map_err(|error| io_error("renaming a snapshot into place", &path, &error))
 }
 
 fn write_tmp<F: FileSystem>(

@@ -132,11 +132,17 @@ fn child(dir: &Path, seed: u64) -> Result<(), StorageError> {
             let Some(group) = oldest else { break };
             let op = next_op[&group] - 1;
             let data = Bytes::from(format!("state of group {group} at op {op}"));
-            storage.save_snapshot(GroupId(group), &Snapshot { op: Op(op), view: View(1), data })?;
+            storage.defer_snapshot(GroupId(group), &Snapshot { op: Op(op), view: View(1), data })?;
             snapshot_ops.insert(group, op);
-            let _ = writeln!(out, "snap {group} {op} .");
-            let _ = writeln!(out, "removed {} .", storage.stats().segments_removed);
+            lines.push(format!("snap {group} {op} ."));
         }
+        // The log reaches these snapshots, so they wait (deferred) until
+        // written; a kill before that must find every acknowledged entry.
+        storage.write_deferred_snapshots(usize::MAX)?;
+        for line in lines.iter().filter(|line| line.starts_with("snap ")) {
+            let _ = writeln!(out, "{line}");
+        }
+        let _ = writeln!(out, "removed {} .", storage.stats().segments_removed);
         let _ = out.flush();
     }
     Ok(())

@@ -450,6 +450,40 @@ fn v6_segments_covered_by_snapshots_are_removed() {
     assert_eq!(recovered.groups[&GroupId(1)].snapshot, Some(snapshot(30, 1, 1)));
 }
 
+/// A deferred snapshot costs no sync when saved, the segments it covers
+/// stay until it is written, and writing many costs one file sync each and
+/// one directory sync for all.
+#[test]
+fn v6_deferred_snapshots_keep_their_segments_until_written_in_one_directory_sync() {
+    let dir = temp_dir("deferred");
+    let config = small_segments_config();
+    let (mut storage, _) = open_recover(dir.path(), &config);
+    fill_groups(&mut storage, 3, 30);
+    let before = storage.segment_count();
+    let syncs_before = storage.stats();
+    for group in 1..=3 {
+        ok(storage.defer_snapshot(GroupId(group), &snapshot(30, 1, group)));
+    }
+    assert_eq!(storage.deferred_snapshots(), 3);
+    assert_eq!(storage.stats().syncs_total(), syncs_before.syncs_total(), "a deferred snapshot costs no sync");
+    assert_eq!(storage.segment_count(), before, "segments stay while their snapshots wait");
+    assert_eq!(storage.write_deferred_snapshots(2), Ok(1), "the oldest two written, one waits");
+    // Group 3 still pins every segment, so this batch removed none.
+    let stats = storage.stats();
+    assert_eq!(storage.segment_count(), before);
+    assert_eq!(stats.snapshot_syncs - syncs_before.snapshot_syncs, 2, "one sync per snapshot file");
+    assert_eq!(stats.directory_syncs - syncs_before.directory_syncs, 1, "one directory sync for the batch");
+    assert_eq!(storage.write_deferred_snapshots(usize::MAX), Ok(0));
+    assert_eq!(storage.stats().deferred_snapshots_written, 3);
+    assert!(storage.segment_count() < before, "written snapshots let the segments go");
+    drop(storage);
+    let (_, recovered) = open_recover(dir.path(), &config);
+    for group in 1..=3 {
+        assert_eq!(recovered.groups[&GroupId(group)].snapshot, Some(snapshot(30, 1, group)));
+        assert!(entries_of(&recovered, group).is_empty());
+    }
+}
+
 #[test]
 fn v6_removed_group_no_longer_pins_segments() {
     let dir = temp_dir("prune-removed");

@@ -331,7 +331,7 @@ impl Driver {
     fn drain(&mut self) {
         for effect in self.shard.drain_effects() {
             match &effect {
-                Effect::SaveSnapshot { group, snapshot } => {
+                Effect::SaveSnapshot { group, snapshot, .. } => {
                     self.reached.snapshots += 1;
                     self.keep_snapshot(KnownSnapshot {
                         group: *group,

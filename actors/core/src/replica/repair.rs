@@ -238,7 +238,11 @@ impl Replica {
         self.durable_op = self.durable_op.min(self.log.op());
         let flush = fx.stage(
             self.spec.group,
-            crate::effect::Effect::SaveSnapshot { group: self.spec.group, snapshot: snapshot.clone() },
+            crate::effect::Effect::SaveSnapshot {
+                group: self.spec.group,
+                snapshot: snapshot.clone(),
+                deferrable: false,
+            },
         );
         self.pending_durable.push_back((flush, self.log.op()));
         if dropped {

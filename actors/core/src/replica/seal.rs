@@ -209,7 +209,8 @@ impl Replica {
         // belong to other views of another incarnation.
         let data = snapshot::encode(&next.state.snapshot(), &next.clients.encode(), &next.membership());
         let snapshot = Snapshot { op, view: View(0), data };
-        fx.stage(next.spec.group, Effect::SaveSnapshot { group: next.spec.group, snapshot: snapshot.clone() });
+        let save = Effect::SaveSnapshot { group: next.spec.group, snapshot: snapshot.clone(), deferrable: false };
+        fx.stage(next.spec.group, save);
         next.snapshot = Some(snapshot);
         next.start_view_zero(fx);
         if next.is_primary() {

@@ -182,8 +182,10 @@ impl Replica {
         let view = self.log.view_at(op).expect("applied ops are in the log");
         let data = encode(&self.state.snapshot(), &self.clients.encode(), &self.membership());
         let snapshot = Snapshot { op, view, data };
-        let flush =
-            fx.stage(self.spec.group, Effect::SaveSnapshot { group: self.spec.group, snapshot: snapshot.clone() });
+        // Of what this replica applied from its own log, which holds every
+        // op it covers: the storage may write it later.
+        let save = Effect::SaveSnapshot { group: self.spec.group, snapshot: snapshot.clone(), deferrable: true };
+        let flush = fx.stage(self.spec.group, save);
         self.pending_durable.push_back((flush, self.log.op()));
         self.log.discard_through(op, view);
         self.snapshot = Some(snapshot);

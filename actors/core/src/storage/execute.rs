@@ -43,7 +43,12 @@ pub fn execute(storage: &mut impl Storage, effect: Effect) -> Result<Executed, S
             Err(error) if error.is_fatal() => Err(error),
             Err(_) => Ok(Executed::SuperblockFailed(group)),
         },
-        Effect::SaveSnapshot { group, snapshot } => storage.save_snapshot(group, &snapshot).map(|()| Executed::Done),
+        Effect::SaveSnapshot { group, snapshot, deferrable: false } => {
+            storage.save_snapshot(group, &snapshot).map(|()| Executed::Done)
+        }
+        Effect::SaveSnapshot { group, snapshot, deferrable: true } => {
+            storage.defer_snapshot(group, &snapshot).map(|()| Executed::Done)
+        }
         Effect::Flush { id } => Ok(Executed::Flush(id)),
         other => {
             debug_assert!(!other.kind().is_storage(), "every storage effect is executed above");

@@ -23,7 +23,8 @@ use std::sync::Arc;
 use cohort_messages::{GroupId, LogEntry, Op};
 
 use super::conformance::splitmix64;
-use super::{AppendCursor, Recovered, RecoveredGroup, Snapshot, Storage, StorageError, Superblock};
+use super::deferred::may_defer;
+use super::{AppendCursor, DeferredSnapshots, Recovered, RecoveredGroup, Snapshot, Storage, StorageError, Superblock};
 
 /// One staged log call.
 #[derive(Clone, Debug)]
@@ -91,6 +92,7 @@ pub struct MemoryStorage {
     staged_log: Vec<StagedRecord>,
     staged_superblocks: BTreeMap<GroupId, Superblock>,
     cursors: BTreeMap<GroupId, AppendCursor>,
+    deferred: DeferredSnapshots,
     faults: Faults,
     stats: MemoryStats,
 }
@@ -107,6 +109,7 @@ impl MemoryStorage {
     pub fn crash(&mut self) {
         self.staged_log.clear();
         self.staged_superblocks.clear();
+        self.deferred.clear();
         self.cursors = AppendCursor::all_recovered(&self.recovered());
         self.stats.crashes += 1;
     }
@@ -185,6 +188,13 @@ impl MemoryStorage {
         Recovered { groups }
     }
 
+    /// A snapshot on the disk; the entries it covers go.
+    fn make_durable(&mut self, group: GroupId, snapshot: Snapshot) {
+        let state = Arc::make_mut(self.durable.entry(group).or_default());
+        state.snapshot = Some(snapshot);
+        state.drop_below_snapshot();
+    }
+
     fn injected(&mut self, what: &'static str) -> StorageError {
         self.stats.faults_fired += 1;
         StorageError::Injected(what)
@@ -220,6 +230,11 @@ impl Storage for MemoryStorage {
     }
 
     fn truncate_after(&mut self, group: GroupId, op: Op) -> Result<(), StorageError> {
+        if self.deferred.op_of(group).is_some_and(|deferred| deferred > op)
+            && let Some(snapshot) = self.deferred.take(group)
+        {
+            self.make_durable(group, snapshot);
+        }
         self.cursors.entry(group).or_default().on_truncate(op);
         self.staged_log.push(StagedRecord::Truncate(group, op));
         Ok(())
@@ -254,10 +269,31 @@ impl Storage for MemoryStorage {
 
     fn save_snapshot(&mut self, group: GroupId, snapshot: &Snapshot) -> Result<(), StorageError> {
         self.cursors.entry(group).or_default().on_snapshot(group, snapshot.op);
-        let state = Arc::make_mut(self.durable.entry(group).or_default());
-        state.snapshot = Some(snapshot.clone());
-        state.drop_below_snapshot();
+        self.deferred.take(group);
+        self.make_durable(group, snapshot.clone());
         Ok(())
+    }
+
+    fn defer_snapshot(&mut self, group: GroupId, snapshot: &Snapshot) -> Result<(), StorageError> {
+        let cursor = self.cursors.entry(group).or_default();
+        if !may_defer(cursor, snapshot.op) {
+            return self.save_snapshot(group, snapshot);
+        }
+        cursor.on_snapshot(group, snapshot.op);
+        self.deferred.defer(group, snapshot.clone());
+        Ok(())
+    }
+
+    fn write_deferred_snapshots(&mut self, snapshots_max: usize) -> Result<usize, StorageError> {
+        for _ in 0..snapshots_max {
+            let Some((group, snapshot)) = self.deferred.pop_oldest() else { break };
+            self.make_durable(group, snapshot);
+        }
+        Ok(self.deferred.len())
+    }
+
+    fn deferred_snapshots(&self) -> usize {
+        self.deferred.len()
     }
 
     fn remove_group(&mut self, group: GroupId) -> Result<(), StorageError> {
@@ -265,6 +301,7 @@ impl Storage for MemoryStorage {
         self.staged_log.retain(|record| record.group() != group);
         self.staged_superblocks.remove(&group);
         self.cursors.remove(&group);
+        self.deferred.take(group);
         Ok(())
     }
 

@@ -17,8 +17,17 @@
 //!   is a prefix of the staged records in staging order.
 //! - An `append` of op `n` for a group replaces every entry of that group at
 //!   op `n` and above (a new view's log overwrites an uncommitted suffix).
-//! - `save_snapshot` is durable on return; it also permits the storage to
-//!   discard the group's entries at or below the snapshot's op.
+//! - `save_snapshot` is durable on return. `defer_snapshot` is for a
+//!   snapshot of what the replica applied from its own log: if the group's
+//!   staged log reaches the snapshot's op ([`deferred::may_defer`]), the
+//!   storage keeps it and writes it later, oldest first, in
+//!   `write_deferred_snapshots`; otherwise it is saved as by
+//!   `save_snapshot`. Until a deferred snapshot is written, a crash recovers
+//!   the group as if it had not been taken (the older snapshot and the log
+//!   after it), and a `truncate_after` below its op or a `save_snapshot` of
+//!   the group writes or replaces it first. A durable snapshot permits the
+//!   storage to discard the group's entries at or below its op. See
+//!   [`deferred`] for why.
 //! - A `flush` error means the environment is dead (disk gone, fsync failed):
 //!   the caller must stop the node; the data may not be assumed durable and
 //!   the flush must not be retried as if it were (fsyncgate).
@@ -61,10 +70,12 @@ use cohort_messages::{GroupId, Incarnation, LogEntry, NodeId, Op, View};
 
 pub mod conformance;
 mod cursor;
+pub mod deferred;
 pub mod execute;
 pub mod memory;
 
 pub use cursor::AppendCursor;
+pub use deferred::DeferredSnapshots;
 pub use execute::{Executed, execute};
 
 /// A group's durable control state.
@@ -206,6 +217,25 @@ pub trait Storage {
 
     /// Durably store a snapshot; entries at or below `snapshot.op` may go.
     fn save_snapshot(&mut self, group: GroupId, snapshot: &Snapshot) -> Result<(), StorageError>;
+
+    /// Store a snapshot of what the replica applied from its own log: kept
+    /// to write later if the group's staged log reaches its op, else saved
+    /// at once (see the module docs).
+    fn defer_snapshot(&mut self, group: GroupId, snapshot: &Snapshot) -> Result<(), StorageError>;
+
+    /// Durably write up to `snapshots_max` deferred snapshots, the oldest
+    /// first; returns how many still wait. An error is fatal for the node.
+    fn write_deferred_snapshots(&mut self, snapshots_max: usize) -> Result<usize, StorageError>;
+
+    /// How many deferred snapshots wait to be written.
+    fn deferred_snapshots(&self) -> usize;
+
+    /// How many of them are worth writing now: a storage whose log could
+    /// not let anything go for them yet (one segment only, say) says 0, and
+    /// they go on waiting at no cost. Drivers write only these.
+    fn deferred_snapshots_due(&self) -> usize {
+        self.deferred_snapshots()
+    }
 
     /// Durably remove everything of `group` (the group was deleted or moved away).
     fn remove_group(&mut self, group: GroupId) -> Result<(), StorageError>;

@@ -65,6 +65,18 @@ impl<'h, H: Harness> Both<'h, H> {
         self.call("remove_group", |storage| storage.remove_group(GroupId(group)));
     }
 
+    fn defer_snapshot(&mut self, group: u64, saved: Snapshot) {
+        self.call("defer_snapshot", |storage| storage.defer_snapshot(GroupId(group), &saved));
+    }
+
+    /// Write every deferred snapshot, in both.
+    fn write_deferred(&mut self) {
+        self.call("write_deferred_snapshots", |storage| storage.write_deferred_snapshots(usize::MAX).map(|_| ()));
+        let name = self.name;
+        let Some(storage) = self.storage.as_ref() else { panic!("{name}: storage missing") };
+        assert_eq!(storage.deferred_snapshots(), 0, "{name}: deferred snapshots left after writing them all");
+    }
+
     /// Crash both, compare, and return what was recovered.
     fn crash(&mut self, step: &str) -> Recovered {
         let context = format!("{}: {step}", self.name);
@@ -282,6 +294,62 @@ pub fn snapshot_is_durable_on_return_and_hides_older_entries<H: Harness>(harness
     assert_eq!(state.snapshot, Some(snapshot(6, 1, 3)), "{name}: snapshot");
     assert_eq!(state.entries.first().map(|entry| entry.op), Some(Op(7)), "{name}: first entry");
     assert_eq!(state.entries.len(), 4, "{name}: entry count");
+}
+
+/// A deferred snapshot the log reaches waits: a crash before it is written
+/// recovers the group as if it had not been taken (every entry, no
+/// snapshot). Once written it is durable and hides the entries at or below
+/// its op.
+pub fn deferred_snapshot_waits_until_written_then_hides_older_entries<H: Harness>(harness: &mut H) {
+    let name = "deferred_snapshot_waits_until_written_then_hides_older_entries";
+    let mut both = Both::new(harness, name);
+    both.append_range(1, 1..=10, 1, 1);
+    both.flush();
+    both.defer_snapshot(1, snapshot(6, 1, 3));
+    let recovered = both.crash("crash before the deferred snapshot is written");
+    let state = group_of(&recovered, 1, name);
+    assert_eq!(state.snapshot, None, "{name}: a deferred snapshot survived a crash");
+    assert_eq!(state.entries.len(), 10, "{name}: entries kept for the deferred snapshot");
+    both.defer_snapshot(1, snapshot(6, 1, 3));
+    both.write_deferred();
+    let recovered = both.crash("crash right after writing the snapshot");
+    let state = group_of(&recovered, 1, name);
+    assert_eq!(state.snapshot, Some(snapshot(6, 1, 3)), "{name}: snapshot");
+    assert_eq!(state.entries.first().map(|entry| entry.op), Some(Op(7)), "{name}: first entry");
+    assert_eq!(state.entries.len(), 4, "{name}: entry count");
+}
+
+/// A deferred snapshot past the end of the log cannot wait: nothing else
+/// holds its state, so it is saved at once.
+pub fn deferred_snapshot_past_the_log_is_saved_at_once<H: Harness>(harness: &mut H) {
+    let name = "deferred_snapshot_past_the_log_is_saved_at_once";
+    let mut both = Both::new(harness, name);
+    both.append_range(1, 1..=3, 1, 1);
+    both.flush();
+    both.defer_snapshot(1, snapshot(9, 1, 4));
+    let recovered = both.crash("crash right after the snapshot");
+    assert_eq!(group_of(&recovered, 1, name).snapshot, Some(snapshot(9, 1, 4)), "{name}: snapshot");
+}
+
+/// A truncation below a deferred snapshot's op writes the snapshot first,
+/// and a saved snapshot replaces a deferred one.
+pub fn truncation_or_save_after_a_deferred_snapshot<H: Harness>(harness: &mut H) {
+    let name = "truncation_or_save_after_a_deferred_snapshot";
+    let mut both = Both::new(harness, name);
+    both.append_range(1, 1..=10, 1, 1);
+    both.append_range(2, 1..=10, 1, 2);
+    both.flush();
+    both.defer_snapshot(1, snapshot(8, 1, 2));
+    both.truncate_after(1, 5);
+    both.flush();
+    both.defer_snapshot(2, snapshot(8, 1, 3));
+    both.save_snapshot(2, snapshot(9, 1, 4));
+    both.write_deferred();
+    let recovered = both.crash("crash after the truncation and the save");
+    let state = group_of(&recovered, 1, name);
+    assert_eq!(state.snapshot, Some(snapshot(8, 1, 2)), "{name}: group:1 snapshot");
+    assert!(state.entries.is_empty(), "{name}: group:1 entries {:?}", ops_of(state));
+    assert_eq!(group_of(&recovered, 2, name).snapshot, Some(snapshot(9, 1, 4)), "{name}: group:2 snapshot");
 }
 
 /// A snapshot past the end of the log (state transfer) is followed by

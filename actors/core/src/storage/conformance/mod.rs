@@ -58,6 +58,12 @@ pub fn all_checks<H: Harness>() -> Vec<(&'static str, Check<H>)> {
             "snapshot_is_durable_on_return_and_hides_older_entries",
             snapshot_is_durable_on_return_and_hides_older_entries::<H>,
         ),
+        (
+            "deferred_snapshot_waits_until_written_then_hides_older_entries",
+            deferred_snapshot_waits_until_written_then_hides_older_entries::<H>,
+        ),
+        ("deferred_snapshot_past_the_log_is_saved_at_once", deferred_snapshot_past_the_log_is_saved_at_once::<H>),
+        ("truncation_or_save_after_a_deferred_snapshot", truncation_or_save_after_a_deferred_snapshot::<H>),
         ("snapshot_beyond_the_log_then_append", snapshot_beyond_the_log_then_append::<H>),
         ("newer_snapshot_replaces_older", newer_snapshot_replaces_older::<H>),
         ("staged_entries_stay_staged_across_a_snapshot", staged_entries_stay_staged_across_a_snapshot::<H>),
@@ -251,7 +257,7 @@ pub fn run_steps<H: Harness>(harness: &mut H, steps: &[StorageStep]) {
         let group = GroupId(u64::from(step.group % STEP_GROUPS) + 1);
         let cursor = model.cursor(group);
         let value = step.value;
-        let call: Box<StorageCall> = match step.action % 12 {
+        let call: Box<StorageCall> = match step.action % 13 {
             0..=4 => {
                 let op_max = cursor.append_op_max().get();
                 let op = if value % 5 == 0 { 1 + (value >> 8) % op_max } else { op_max };
@@ -272,9 +278,17 @@ pub fn run_steps<H: Harness>(harness: &mut H, steps: &[StorageStep]) {
                 let high = cursor.last_op.get().max(low) + u64::from(value % 7 == 0) * 3;
                 let op = low + (value >> 8) % (high - low + 1);
                 let saved = snapshot(op, (value >> 32) as u32 % 4, value);
-                Box::new(move |storage| storage.save_snapshot(group, &saved))
+                if value & 0x10 == 0 {
+                    Box::new(move |storage| storage.save_snapshot(group, &saved))
+                } else {
+                    Box::new(move |storage| storage.defer_snapshot(group, &saved))
+                }
             }
             10 => Box::new(move |storage| storage.remove_group(group)),
+            11 => {
+                let snapshots_max = (value % 3) as usize;
+                Box::new(move |storage| storage.write_deferred_snapshots(snapshots_max).map(|_| ()))
+            }
             _ => {
                 let (reopened, recovered) = crash_and_recover(harness, storage, &context);
                 storage = reopened;

@@ -9,7 +9,10 @@ use std::collections::BTreeMap;
 
 use cohort_messages::{GroupId, LogEntry, Op};
 
-use crate::storage::{AppendCursor, Recovered, RecoveredGroup, Snapshot, Storage, StorageError, Superblock};
+use crate::storage::deferred::may_defer;
+use crate::storage::{
+    AppendCursor, DeferredSnapshots, Recovered, RecoveredGroup, Snapshot, Storage, StorageError, Superblock,
+};
 
 /// One staged log call.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -33,6 +36,7 @@ pub struct Model {
     staged_log: Vec<Staged>,
     staged_superblocks: BTreeMap<GroupId, Superblock>,
     cursors: BTreeMap<GroupId, AppendCursor>,
+    deferred: DeferredSnapshots,
 }
 
 impl Model {
@@ -55,6 +59,7 @@ impl Model {
     pub fn crash(&mut self) {
         self.staged_log.clear();
         self.staged_superblocks.clear();
+        self.deferred.clear();
         self.cursors = AppendCursor::all_recovered(&self.recovered());
     }
 
@@ -85,6 +90,7 @@ impl Model {
             model.apply(record);
         }
         model.staged_superblocks.clear();
+        model.deferred.clear();
         model
     }
 
@@ -119,6 +125,11 @@ impl Storage for Model {
     }
 
     fn truncate_after(&mut self, group: GroupId, op: Op) -> Result<(), StorageError> {
+        if self.deferred.op_of(group).is_some_and(|deferred| deferred > op)
+            && let Some(snapshot) = self.deferred.take(group)
+        {
+            self.durable.entry(group).or_default().snapshot = Some(snapshot);
+        }
         self.cursors.entry(group).or_default().on_truncate(op);
         self.staged_log.push(Staged::Truncate(group, op));
         Ok(())
@@ -142,8 +153,31 @@ impl Storage for Model {
 
     fn save_snapshot(&mut self, group: GroupId, snapshot: &Snapshot) -> Result<(), StorageError> {
         self.cursors.entry(group).or_default().on_snapshot(group, snapshot.op);
+        self.deferred.take(group);
         self.durable.entry(group).or_default().snapshot = Some(snapshot.clone());
         Ok(())
+    }
+
+    fn defer_snapshot(&mut self, group: GroupId, snapshot: &Snapshot) -> Result<(), StorageError> {
+        let cursor = self.cursors.entry(group).or_default();
+        if !may_defer(cursor, snapshot.op) {
+            return self.save_snapshot(group, snapshot);
+        }
+        cursor.on_snapshot(group, snapshot.op);
+        self.deferred.defer(group, snapshot.clone());
+        Ok(())
+    }
+
+    fn write_deferred_snapshots(&mut self, snapshots_max: usize) -> Result<usize, StorageError> {
+        for _ in 0..snapshots_max {
+            let Some((group, snapshot)) = self.deferred.pop_oldest() else { break };
+            self.durable.entry(group).or_default().snapshot = Some(snapshot);
+        }
+        Ok(self.deferred.len())
+    }
+
+    fn deferred_snapshots(&self) -> usize {
+        self.deferred.len()
     }
 
     fn remove_group(&mut self, group: GroupId) -> Result<(), StorageError> {
@@ -153,6 +187,7 @@ impl Storage for Model {
         });
         self.staged_superblocks.remove(&group);
         self.cursors.remove(&group);
+        self.deferred.take(group);
         Ok(())
     }
 
