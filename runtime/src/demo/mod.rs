@@ -431,6 +431,7 @@ impl Demo {
             failover_bound_ms_busy: bound(timing.commit_heartbeat_timeout),
             failover_bound_ms_idle: bound(timing.commit_idle_heartbeat_timeout),
             failover_groups_idle: killed.map_or(0, |(_, report)| report.idle_primaries.len()),
+            failover_groups_done: failover.len(),
             start_to_first_write_ms: self.first_write.get().map_or(0, |at| at.as_millis() as u64),
             rss_after_start_bytes: self.rss_after_start_bytes.get(),
             memory_bytes_per_replica: self.rss_after_start_bytes.get() / replicas.max(1) as u64,
