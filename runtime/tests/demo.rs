@@ -50,7 +50,7 @@ fn release_binary() -> std::path::PathBuf {
     target.join("release").join("cohort")
 }
 
-/// Z1/Z4, #15 item 4: at 10,000 groups the demo finishes (a run that hangs
+/// #15 item 4 (R22 bounds by state): at 10,000 groups the demo finishes (a run that hangs
 /// is killed and fails), loses no acknowledged write, every group of the
 /// killed node fails over before the end, and each within the bound of the
 /// state it was in: busy groups within commit_heartbeat_timeout + 2 ×
@@ -58,7 +58,7 @@ fn release_binary() -> std::path::PathBuf {
 /// commit_idle_heartbeat_timeout + 2 × commit_broadcast_interval. The run
 /// lasts 21 s: the kill at 7 s, the restart at 14 s, after the bounds.
 #[test]
-fn z4_a_10000_group_demo_finishes_and_every_failover_is_within_its_bound() {
+fn r22_a_10000_group_demo_finishes_and_each_failover_is_within_the_bound_of_its_state() {
     const HANG_AFTER_SECS: u64 = 240;
     let binary = release_binary();
     let dir = tempfile::tempdir().expect("a temp dir");
