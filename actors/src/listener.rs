@@ -422,6 +422,22 @@ impl Router {
                     }
                 }
             }
+            Message::ViewChangeBatch(batch) => {
+                // Z4: each entry goes to its group's shard as if it had come alone.
+                let mut rejected = Vec::new();
+                for entry in batch.entries() {
+                    match entry {
+                        Ok(message) => {
+                            if let Some(group) = message.group() {
+                                let trace = frame.header.trace;
+                                pending.push(shard_of(group, shards), Inbound::Message { from, message, trace });
+                            }
+                        }
+                        Err(error) => rejected.push(error),
+                    }
+                }
+                self.count_entry_rejects(&rejected, rejects, connection);
+            }
             message @ (Message::SessionKeepalive(_) | Message::SessionExpired(_)) => self.to_agent(from, message),
             Message::Reply(reply) if reply.group == cohort_messages::GroupId::METADATA => {
                 self.to_agent(from, Message::Reply(reply))

@@ -576,6 +576,8 @@ pub struct NodeMetrics {
     link_events: Family<LinkEventLabels, Counter>,
     refusals: Family<RefusalLabels, Counter>,
     flushes: Counter,
+    view_change_messages_sent: Counter,
+    view_change_frames_sent: Counter,
     peers_connected: Gauge,
     commit_latency: Histogram,
     ops_applied: Family<KindLabels, Counter>,
@@ -630,6 +632,18 @@ impl NodeMetrics {
             "wal_flushes",
             "K3: write-ahead log flushes that wrote anything (one sync each)",
             flushes.clone(),
+        );
+        let view_change_messages_sent = Counter::default();
+        registry.register(
+            "view_change_messages_sent",
+            "Z4: StartViewChange, DoViewChange and StartView messages sent to peers",
+            view_change_messages_sent.clone(),
+        );
+        let view_change_frames_sent = Counter::default();
+        registry.register(
+            "view_change_frames_sent",
+            "Z4: frames that carried them (a ViewChangeBatch carries a run of them)",
+            view_change_frames_sent.clone(),
         );
         let socket_writes = Family::<PortLabels, Counter>::default();
         registry.register("socket_writes", "K2: write calls on sockets, by port", socket_writes.clone());
@@ -695,6 +709,8 @@ impl NodeMetrics {
             link_events,
             refusals,
             flushes,
+            view_change_messages_sent,
+            view_change_frames_sent,
             peers_connected,
             commit_latency,
             ops_applied,
@@ -780,6 +796,19 @@ impl NodeMetrics {
         if count > 0 {
             self.flushes.inc_by(count);
         }
+    }
+
+    /// Count view-change messages sent to peers and the frames they took (Z4).
+    pub fn add_view_changes_sent(&self, messages: u64, frames: u64) {
+        if messages > 0 {
+            self.view_change_messages_sent.inc_by(messages);
+            self.view_change_frames_sent.inc_by(frames);
+        }
+    }
+
+    /// View-change messages sent to peers so far, and the frames they took.
+    pub fn view_changes_sent(&self) -> (u64, u64) {
+        (self.view_change_messages_sent.get(), self.view_change_frames_sent.get())
     }
 
     /// Flushes of the write-ahead log so far.

@@ -4,7 +4,8 @@
 //! The core already assembles the batches (one Commit batch and one
 //! CommitReply batch per peer per tick, R11 and R27); the outbox encodes them
 //! and the turn's Prepares and view-change messages off the shard actor's
-//! handler, and never blocks: if the link's mailbox is full the frames are
+//! handler (each run of view-change messages as one ViewChangeBatch frame,
+//! Z4), and never blocks: if the link's mailbox is full the frames are
 //! dropped and counted (R30: a dropped reply batch is replaced by the next).
 //!
 //! Each message comes with the trace context the shard chose for it (the
@@ -18,7 +19,7 @@ use bytes::BytesMut;
 use cohort_messages::{ClusterId, Message, NodeId, TraceContext};
 
 use crate::drops::Drops;
-use crate::metrics::{DropReason, Mailbox};
+use crate::metrics::{DropReason, Mailbox, NodeMetrics};
 use crate::peer_link::{PeerLink, SendFrames};
 
 /// One shard turn's messages for one peer.
@@ -36,12 +37,20 @@ pub struct Outbox {
     node: NodeId,
     link: Addr<PeerLink>,
     drops: Arc<Drops>,
+    metrics: Arc<NodeMetrics>,
 }
 
 impl Outbox {
-    /// An outbox of `node` writing to `link`; drops are counted in `drops`.
-    pub fn new(cluster: ClusterId, node: NodeId, link: Addr<PeerLink>, drops: Arc<Drops>) -> Outbox {
-        Outbox { cluster, node, link, drops }
+    /// An outbox of `node` writing to `link`; drops are counted in `drops`,
+    /// view-change messages and their frames in `metrics` (Z4).
+    pub fn new(
+        cluster: ClusterId,
+        node: NodeId,
+        link: Addr<PeerLink>,
+        drops: Arc<Drops>,
+        metrics: Arc<NodeMetrics>,
+    ) -> Outbox {
+        Outbox { cluster, node, link, drops, metrics }
     }
 }
 
@@ -58,11 +67,18 @@ impl Handler<Outgoing> for Outbox {
 
     fn handle(&mut self, outgoing: Outgoing, _ctx: &mut Self::Context) {
         // K2: the turn's frames, one after another in one buffer, leave in one socket write.
+        // Z4: runs of view-change messages share a frame.
+        let is_view_change = |message: &Message| cohort_messages::view_change_batch::is_view_change(message.command());
+        let view_changes = outgoing.messages.iter().filter(|(message, _)| is_view_change(message)).count() as u64;
+        let messages = cohort_messages::batch_view_changes(outgoing.messages);
         let mut bytes = BytesMut::new();
-        for (message, trace) in &outgoing.messages {
+        let mut view_change_frames = 0;
+        for (message, trace) in &messages {
             message.encode_into(self.cluster, self.node, *trace, &mut bytes);
+            view_change_frames += u64::from(is_view_change(message) || matches!(message, Message::ViewChangeBatch(_)));
         }
-        let count = outgoing.messages.len() as u64;
+        self.metrics.add_view_changes_sent(view_changes, view_change_frames);
+        let count = messages.len() as u64;
         match self.link.try_send(SendFrames { bytes: bytes.freeze(), frames: count }) {
             Ok(()) => {}
             Err(SendError::Full(_)) => self.drops.add(Mailbox::PeerLink, DropReason::MailboxFull, count),

@@ -107,7 +107,7 @@ impl Parts {
 
     /// Start an outbox writing to `link` on a shard's arbiter.
     pub fn spawn_outbox(&self, link: Addr<PeerLink>, arbiter: &ArbiterHandle) -> Addr<Outbox> {
-        let outbox = Outbox::new(self.cluster, self.node, link, Arc::clone(&self.drops));
+        let outbox = Outbox::new(self.cluster, self.node, link, Arc::clone(&self.drops), Arc::clone(&self.metrics));
         Outbox::start_in_arbiter(arbiter, move |_| outbox)
     }
 

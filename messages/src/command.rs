@@ -54,11 +54,14 @@ pub enum Command {
     RouteQuery = 20,
     /// Node → client: the primary each asked group has, as that node knows.
     Routes = 21,
+    /// Node → peer node: many groups' StartViewChange, DoViewChange and
+    /// StartView messages in one frame (Z4, see `view_change_batch`).
+    ViewChangeBatch = 22,
 }
 
 impl Command {
     /// Every command, in number order.
-    pub const ALL: [Command; 21] = [
+    pub const ALL: [Command; 22] = [
         Command::Handshake,
         Command::Request,
         Command::Reply,
@@ -80,6 +83,7 @@ impl Command {
         Command::LinkShard,
         Command::RouteQuery,
         Command::Routes,
+        Command::ViewChangeBatch,
     ];
 
     /// T5: the largest body a frame of this command may declare, checked
@@ -93,7 +97,11 @@ impl Command {
         match self {
             Command::Request | Command::Reply | Command::Prepare => OPERATION_SIZE_MAX_BYTES + ENVELOPE_BYTES,
             Command::StateChunk => STATE_CHUNK_SIZE_MAX_BYTES + ENVELOPE_BYTES,
-            Command::DoViewChange | Command::StartView | Command::Commit | Command::CommitReply => BODY_SIZE_MAX_BYTES,
+            Command::DoViewChange
+            | Command::StartView
+            | Command::Commit
+            | Command::CommitReply
+            | Command::ViewChangeBatch => BODY_SIZE_MAX_BYTES,
             Command::Handshake
             | Command::PrepareOk
             | Command::StartViewChange
@@ -139,6 +147,7 @@ impl Command {
             Command::LinkShard => "link_shard",
             Command::RouteQuery => "route_query",
             Command::Routes => "routes",
+            Command::ViewChangeBatch => "view_change_batch",
         }
     }
 }
@@ -163,7 +172,8 @@ mod tests {
             assert_eq!(Command::from_u8(*command as u8), Some(*command));
         }
         assert_eq!(Command::from_u8(0), None);
-        assert_eq!(Command::from_u8(22), None);
+        assert_eq!(Command::from_u8(22), Some(Command::ViewChangeBatch));
+        assert_eq!(Command::from_u8(23), None);
         assert_eq!(Command::from_u8(255), None);
     }
 }

@@ -34,6 +34,7 @@ pub mod replication;
 pub mod seal;
 mod serde_fields;
 pub mod stats;
+pub mod view_change_batch;
 
 pub use batch::{
     Batch, COMMIT_ENTRY_SIZE_BYTES, COMMIT_REPLY_ENTRY_SIZE_BYTES, CommitBatch, CommitEntry, CommitReplyBatch,
@@ -49,3 +50,4 @@ pub use limits::*;
 pub use message::Message;
 pub use preamble::{LinkMode, PREAMBLE_SIZE_BYTES, Preamble, PreambleError};
 pub use stats::RejectCounters;
+pub use view_change_batch::{ViewChangeBatch, batch_view_changes};

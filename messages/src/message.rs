@@ -16,6 +16,7 @@ use crate::error::BodyError;
 use crate::frame::{EncodedFrame, Frame};
 use crate::header::{HEADER_SIZE_BYTES, Header, TraceContext};
 use crate::ids::{ClusterId, GroupId, NodeId};
+use crate::view_change_batch::ViewChangeBatch;
 
 /// A decoded message of any command.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -42,6 +43,7 @@ pub enum Message {
     LinkShard(LinkShard),
     RouteQuery(RouteQuery),
     Routes(Routes),
+    ViewChangeBatch(ViewChangeBatch),
 }
 
 macro_rules! per_variable_body {
@@ -68,6 +70,7 @@ macro_rules! per_variable_body {
             Message::Routes($body) => $expr,
             Message::Commit($batch) => $batch_expr,
             Message::CommitReply($batch) => $batch_expr,
+            Message::ViewChangeBatch($batch) => $batch_expr,
         }
     };
 }
@@ -97,6 +100,7 @@ impl Message {
             Message::LinkShard(_) => Command::LinkShard,
             Message::RouteQuery(_) => Command::RouteQuery,
             Message::Routes(_) => Command::Routes,
+            Message::ViewChangeBatch(_) => Command::ViewChangeBatch,
         }
     }
 
@@ -133,6 +137,11 @@ impl Message {
         }, batch batch => batch.body().clone())
     }
 
+    /// Append the body alone to `out`.
+    pub fn encode_body_into(&self, out: &mut BytesMut) {
+        per_variable_body!(self, body => codec::encode_into(body, out), batch batch => out.put_slice(batch.body()));
+    }
+
     /// Encode a frame: header (with both checksums) and body.
     pub fn encode(&self, cluster: ClusterId, sender: NodeId, trace: TraceContext) -> EncodedFrame {
         debug_assert_eq!(self.validate(), Ok(()), "sending an invalid {}", self.command());
@@ -164,9 +173,15 @@ impl Message {
     /// Decode and validate the body of a frame whose header and body checksum
     /// were already checked (as [`crate::FrameDecoder`] does).
     pub fn decode(frame: &Frame) -> Result<Message, BodyError> {
-        let command = frame.header.command;
-        let body = &frame.body;
-        let message = match command {
+        let message = Message::decode_body(frame.header.command, &frame.body)?;
+        message.validate()?;
+        Ok(message)
+    }
+
+    /// Decode a body of `command`, without validating it.
+    pub(crate) fn decode_body(command: Command, body: &Bytes) -> Result<Message, BodyError> {
+        Ok(match command {
+            Command::ViewChangeBatch => Message::ViewChangeBatch(ViewChangeBatch::from_body(body.clone())?),
             Command::Commit => Message::Commit(CommitBatch::from_body(body.clone())?),
             Command::CommitReply => Message::CommitReply(CommitReplyBatch::from_body(body.clone())?),
             Command::Handshake => Message::Handshake(codec::decode(command, body)?),
@@ -188,9 +203,7 @@ impl Message {
             Command::LinkShard => Message::LinkShard(codec::decode(command, body)?),
             Command::RouteQuery => Message::RouteQuery(codec::decode(command, body)?),
             Command::Routes => Message::Routes(codec::decode(command, body)?),
-        };
-        message.validate()?;
-        Ok(message)
+        })
     }
 }
 

@@ -244,3 +244,49 @@ fn golden_commit_reply_batch_frame() {
     ];
     assert_golden(commit_reply_batch(), header, &body);
 }
+
+fn view_change_batch() -> Message {
+    let svc = |group: u64| {
+        Message::StartViewChange(StartViewChange {
+            group: GroupId(group),
+            incarnation: Incarnation(1),
+            view: View(3),
+            replica: MemberIndex(1),
+        })
+    };
+    let packed = ViewChangeBatch::pack(vec![svc(9), svc(10)]);
+    match packed.into_iter().next() {
+        Some(Ok(batch)) => Message::ViewChangeBatch(batch),
+        other => panic!("two StartViewChanges pack into one batch, not {other:?}"),
+    }
+}
+
+/// Z4: a ViewChangeBatch frame is its entries, each an 8-byte entry header
+/// and the ordinary body of its message.
+#[test]
+fn golden_view_change_batch_frame() {
+    #[rustfmt::skip]
+    let header = [
+        "a733bcbcd6080a78100f0e0d0c0b0a09",
+        "08070605040302012a00000000000000",
+        "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+        "bbbbbbbbbbbbbbbb3a00000002001601", // body_size 58, command 22
+        "00000000000000000000000000000000",
+    ];
+    #[rustfmt::skip]
+    let body = [
+        "06",               // entry 0: command 6 (StartViewChange)
+        "000000",           // reserved
+        "15000000",         // body size 21
+        "0900000000000000", // group 9
+        "0100000000000000", // incarnation 1
+        "03000000",         // view 3
+        "01",               // replica 1
+        "06", "000000", "15000000", // entry 1: the same header
+        "0a00000000000000", // group 10
+        "0100000000000000",
+        "03000000",
+        "01",
+    ];
+    assert_golden(view_change_batch(), header, &body);
+}

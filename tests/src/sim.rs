@@ -261,6 +261,9 @@ pub struct Sim {
     pub checkers: Checkers,
     /// Frames sent between nodes: (from, to, command) -> (frames, entries, bytes).
     pub frame_log: BTreeMap<(usize, usize, cohort_messages::Command), (u64, u64, u64)>,
+    /// Messages sent between nodes by their own command, whether alone in a
+    /// frame or in a ViewChangeBatch (Z4): (from, to, command) -> messages.
+    pub message_log: BTreeMap<(usize, usize, cohort_messages::Command), u64>,
     /// Quorum waits that ended: (node, wait, result).
     pub wait_results: Vec<(usize, cohort_core::WaitId, Result<(), cohort_core::QuorumWaitError>)>,
     rng: Rng,
@@ -369,6 +372,7 @@ impl Sim {
             checkers: Checkers::default(),
             wait_results: Vec::new(),
             frame_log: BTreeMap::new(),
+            message_log: BTreeMap::new(),
             rng,
             now: 0,
             healed: false,
@@ -708,8 +712,10 @@ impl Sim {
     }
 
     fn execute(&mut self, index: usize, commands: Vec<Effect>) {
-        let from = Endpoint::Node(index);
         let sender = node_id(index);
+        // Z4: what goes to each peer node is sent after the turn, each run of
+        // view-change messages in one frame, as a node's outbox does.
+        let mut to_nodes: BTreeMap<usize, Vec<(Message, TraceContext)>> = BTreeMap::new();
         for command in commands {
             let (to, message) = match command {
                 Effect::Send { to, message } => (Endpoint::Node(node_index(to)), message),
@@ -750,21 +756,43 @@ impl Sim {
                 }
                 _ => continue,
             };
-            let bytes = message.encode(CLUSTER, sender, TraceContext::NONE).to_bytes();
-            self.forger_observe(index, &bytes);
-            if let Endpoint::Node(to_index) = to {
-                let entries = match &message {
-                    Message::Commit(batch) => batch.len() as u64,
-                    Message::CommitReply(batch) => batch.len() as u64,
-                    _ => 1,
-                };
-                let counter = self.frame_log.entry((index, to_index, message.command())).or_default();
-                counter.0 += 1;
-                counter.1 += entries;
-                counter.2 += bytes.len() as u64;
+            match to {
+                Endpoint::Node(to_index) => to_nodes.entry(to_index).or_default().push((message, TraceContext::NONE)),
+                to => self.send_frame(index, sender, to, &message),
             }
-            self.network.send(self.now, Packet { from, to, bytes }, &mut self.rng);
         }
+        for (to_index, messages) in to_nodes {
+            for (message, _) in cohort_messages::batch_view_changes(messages) {
+                self.send_frame(index, sender, Endpoint::Node(to_index), &message);
+            }
+        }
+    }
+
+    /// Encode `message` as node `index`'s frame and put it on the network.
+    fn send_frame(&mut self, index: usize, sender: cohort_messages::NodeId, to: Endpoint, message: &Message) {
+        let bytes = message.encode(CLUSTER, sender, TraceContext::NONE).to_bytes();
+        self.forger_observe(index, &bytes);
+        if let Endpoint::Node(to_index) = to {
+            let entries = match message {
+                Message::Commit(batch) => batch.len() as u64,
+                Message::CommitReply(batch) => batch.len() as u64,
+                Message::ViewChangeBatch(batch) => batch.len() as u64,
+                _ => 1,
+            };
+            match message {
+                Message::ViewChangeBatch(batch) => {
+                    for inner in batch.entries().flatten() {
+                        *self.message_log.entry((index, to_index, inner.command())).or_default() += 1;
+                    }
+                }
+                message => *self.message_log.entry((index, to_index, message.command())).or_default() += 1,
+            }
+            let counter = self.frame_log.entry((index, to_index, message.command())).or_default();
+            counter.0 += 1;
+            counter.1 += entries;
+            counter.2 += bytes.len() as u64;
+        }
+        self.network.send(self.now, Packet { from: Endpoint::Node(index), to, bytes }, &mut self.rng);
     }
 
     fn client_of(&self, id: cohort_messages::ClientId) -> Option<usize> {

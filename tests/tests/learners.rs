@@ -41,12 +41,13 @@ fn assert_clean(sim: &Sim) {
     assert_eq!(sim.checkers.violations, Vec::<String>::new());
 }
 
-/// Frames of `commands` sent from `from` (any node if `None`) to `to`.
+/// Messages of `commands` sent from `from` (any node if `None`) to `to`,
+/// each alone in its frame or in a ViewChangeBatch (Z4).
 fn frames(sim: &Sim, from: Option<usize>, to: usize, commands: &[Wire]) -> u64 {
-    sim.frame_log
+    sim.message_log
         .iter()
         .filter(|((f, t, command), _)| from.is_none_or(|from| *f == from) && *t == to && commands.contains(command))
-        .map(|(_, (count, _, _))| count)
+        .map(|(_, count)| count)
         .sum()
 }
 

@@ -58,10 +58,16 @@ fn outcome(seed: u64, mutant: Option<Mutant>, run: &impl Fn(u64, Option<Mutant>)
 /// `mutant` is caught (a violation or a panic) in at least one seed. Stops
 /// at the first catching seed unless in tally mode; prints the count.
 fn assert_caught(mutant: Mutant, run: impl Fn(u64, Option<Mutant>) -> Vec<String>) {
+    assert_caught_in(mutant, SEEDS, run);
+}
+
+/// As [`assert_caught`], over `seeds`: for a mutant only a random swarm
+/// catches, in about one seed in ten.
+fn assert_caught_in(mutant: Mutant, seeds: Range<u64>, run: impl Fn(u64, Option<Mutant>) -> Vec<String>) {
     install_quiet_panic_hook();
     let tally = tally_mode();
     let (mut ran, mut caught) = (0, Vec::new());
-    for seed in SEEDS {
+    for seed in seeds {
         ran += 1;
         if let Some(first) = outcome(seed, Some(mutant), &run).into_iter().next() {
             caught.push((seed, first));
@@ -191,7 +197,8 @@ fn answered(sim: &Sim, op: Option<usize>) -> bool {
 
 /// DoViewChanges node `from` has sent node `to` so far.
 fn dvcs_sent(sim: &Sim, from: usize, to: usize) -> u64 {
-    sim.frame_log.get(&(from, to, Command::DoViewChange)).map_or(0, |(frames, _, _)| *frames)
+    // In a frame of its own or in a ViewChangeBatch (Z4).
+    sim.message_log.get(&(from, to, Command::DoViewChange)).copied().unwrap_or(0)
 }
 
 /// Qv: a view change one DoViewChange short. The swarm catches it.
@@ -212,7 +219,9 @@ fn v1_commit_quorum_short_is_caught() {
 /// deliver old incarnations' frames late) catch it.
 #[test]
 fn v2_other_incarnation_accepted_is_caught() {
-    assert_caught(Mutant::OtherIncarnationAccepted, reconfigure_swarm);
+    // Caught in 11 of seeds 0..100 (first 24) since view changes travel in
+    // batches (Z4), which changed every swarm's draws.
+    assert_caught_in(Mutant::OtherIncarnationAccepted, 0..60, reconfigure_swarm);
 }
 
 /// The reconfigure scenario's default run of `seed` under partitions.

@@ -388,8 +388,11 @@ impl Demo {
         verified: u64,
     ) -> DemoSummary {
         let mut reports = Vec::new();
+        let mut view_changes_sent = (0, 0);
         for node in nodes.iter().flatten() {
             reports.push(node.handle().report().await);
+            let (messages, frames) = node.handle().metrics().view_changes_sent();
+            view_changes_sent = (view_changes_sent.0 + messages, view_changes_sent.1 + frames);
         }
         let primaries_per_node = reports.iter().map(|report| report.primaries.len()).collect();
         if let Some((_, report)) = killed {
@@ -432,6 +435,8 @@ impl Demo {
             failover_bound_ms_idle: bound(timing.commit_idle_heartbeat_timeout),
             failover_groups_idle: killed.map_or(0, |(_, report)| report.idle_primaries.len()),
             failover_groups_done: failover.len(),
+            view_change_messages: view_changes_sent.0,
+            view_change_frames: view_changes_sent.1,
             start_to_first_write_ms: self.first_write.get().map_or(0, |at| at.as_millis() as u64),
             rss_after_start_bytes: self.rss_after_start_bytes.get(),
             memory_bytes_per_replica: self.rss_after_start_bytes.get() / replicas.max(1) as u64,

@@ -25,6 +25,11 @@ pub struct DemoSummary {
     pub failover_groups: usize,
     /// Of those, the ones idle (R20) when it was killed.
     pub failover_groups_idle: usize,
+    /// View-change messages the surviving nodes sent (Z4), and the frames
+    /// that carried them.
+    pub view_change_messages: u64,
+    /// See `view_change_messages`.
+    pub view_change_frames: u64,
     /// Of those, the ones whose failover probe committed before the end: a
     /// group missing here never failed over, and no failover figure counts it.
     pub failover_groups_done: usize,
@@ -103,6 +108,10 @@ impl DemoSummary {
                 ),
             ),
             ("Commit frames / entries sent", format!("{} / {}", self.commit_frames, self.commit_entries)),
+            (
+                "view-change frames / messages sent",
+                format!("{} / {}", self.view_change_frames, self.view_change_messages),
+            ),
             ("CommitReply frames / entries sent", format!("{} / {}", self.reply_frames, self.reply_entries)),
             ("lost acknowledged writes", format!("{} (of {} read back)", self.lost_acked_writes, self.verified_writes)),
             ("primaries per node (end)", self.primaries_text()),
@@ -125,7 +134,7 @@ impl DemoSummary {
                 "\"failover_ms_max_busy\":{},\"failover_ms_max_idle\":{},\"failover_bound_ms_busy\":{},",
                 "\"failover_bound_ms_idle\":{},\"start_to_first_write_ms\":{},\"rss_after_start_bytes\":{},",
                 "\"memory_bytes_per_replica\":{},\"failover_groups\":{},\"failover_groups_idle\":{},",
-                "\"failover_groups_done\":{}}}"
+                "\"failover_groups_done\":{},\"view_change_messages\":{},\"view_change_frames\":{}}}"
             ),
             self.committed_ops,
             self.ops_per_sec,
@@ -148,7 +157,9 @@ impl DemoSummary {
             self.memory_bytes_per_replica,
             self.failover_groups,
             self.failover_groups_idle,
-            self.failover_groups_done
+            self.failover_groups_done,
+            self.view_change_messages,
+            self.view_change_frames
         )
     }
 
@@ -202,6 +213,8 @@ mod tests {
             "failover_groups",
             "failover_groups_idle",
             "failover_groups_done",
+            "view_change_messages",
+            "view_change_frames",
         ] {
             assert!(json.contains(&format!("\"{key}\":")), "{key} in {json}");
         }

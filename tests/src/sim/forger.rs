@@ -35,7 +35,8 @@ use cohort_messages::{
     GroupId, Handshake, HeartbeatState, Incarnation, LinkShard, LogEntry, MemberIndex, Message, NodeId, Op, Outcome,
     Prepare, PrepareOk, Redirect, Reply, ReplyError, Request, RequestKind, RequestNumber, RequestPrepares,
     RequestStateTransfer, Route, RouteQuery, Routes, SessionExpired, SessionId, SessionKeepalive, SessionOpen,
-    SessionOpened, StartView, StartViewChange, StateChunk, Timestamp, TraceContext, View, WIRE_REVISION,
+    SessionOpened, StartView, StartViewChange, StateChunk, Timestamp, TraceContext, View, ViewChangeBatch,
+    WIRE_REVISION,
 };
 
 use super::Sim;
@@ -248,6 +249,23 @@ impl Forger {
                     replica: self.replica(n),
                     log,
                 })
+            }
+            Command::ViewChangeBatch => {
+                // Z4: a run of forged view-change messages, some invalid
+                // (each is then rejected alone at the receiver).
+                let count = self.rng.range(1, 6);
+                let commands = [Command::StartViewChange, Command::DoViewChange, Command::StartView];
+                let messages: Vec<Message> = (0..count)
+                    .map(|_| {
+                        let command = commands[self.rng.below(3) as usize];
+                        self.message_of(command, n)
+                    })
+                    .collect();
+                match ViewChangeBatch::pack(messages).into_iter().next() {
+                    Some(Ok(batch)) => Message::ViewChangeBatch(batch),
+                    Some(Err(alone)) => alone,
+                    None => self.message_of(Command::StartViewChange, n),
+                }
             }
             Command::Commit => {
                 let count = self.rng.range(1, 8);

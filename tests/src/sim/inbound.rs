@@ -2,8 +2,9 @@
 //! listener (`actors/src/listener.rs`) and client port do: a Commit or
 //! CommitReply batch is split by owning shard with the production router
 //! (`cohort_core::routing::route`, R16), bad entries rejected alone (R17),
-//! and each shard gets its entries as one call per frame; any other group
-//! message goes to the shard `routing::shard_of` names. A request from a
+//! and each shard gets its entries as one call per frame; a ViewChangeBatch
+//! (Z4) hands each of its messages on as if it had come alone; any other
+//! group message goes to the shard `routing::shard_of` names. A request from a
 //! client is submitted (`Shard::on_request`, the client port's path), one
 //! from a peer (an agent's metadata request) is an ordinary peer message.
 
@@ -34,6 +35,21 @@ impl Sim {
                 for (shard, entries) in routed.per_shard.into_iter().enumerate() {
                     if let Some(running) = node.shards.get_mut(shard).filter(|_| !entries.is_empty()) {
                         running.core.on_commit_reply_entries(from, &entries);
+                    }
+                }
+            }
+            Message::ViewChangeBatch(batch) => {
+                // Z4: each entry as if it had come alone; bad ones rejected alone.
+                for entry in batch.entries() {
+                    match entry {
+                        Ok(message) => {
+                            if let Some(group) = message.group()
+                                && let Some(shard) = node.shard_for_mut(group)
+                            {
+                                shard.on_message(from, message);
+                            }
+                        }
+                        Err(_) => self.entries_rejected += 1,
                     }
                 }
             }
