@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
 
 use cohort_core::Effect;
+use cohort_core::storage::deferred::{DEFERRED_SNAPSHOTS_PER_STEP, FLUSHES_PER_FORCED_SNAPSHOT_STEP};
 use cohort_core::storage::{self, Executed, Recovered, Storage, StorageError};
 use cohort_messages::GroupId;
 
@@ -135,14 +136,6 @@ impl Drop for StorageWorker {
         }
     }
 }
-
-/// Deferred snapshots written per step when the worker is idle: each costs
-/// a file sync, and the step shares one directory sync.
-pub const DEFERRED_SNAPSHOTS_PER_STEP: usize = 4;
-
-/// Under a load that never leaves the worker idle, flushes between two
-/// forced writes of one deferred snapshot.
-pub const FLUSHES_PER_FORCED_SNAPSHOT_STEP: u32 = 32;
 
 /// Serve jobs until told to stop. Every job queued by the time the worker
 /// looks is executed before one sync: the log records of many shard turns

@@ -13,6 +13,7 @@
 
 use std::collections::VecDeque;
 
+use cohort_core::storage::deferred::{DEFERRED_SNAPSHOTS_PER_STEP, FLUSHES_PER_FORCED_SNAPSHOT_STEP};
 use cohort_core::storage::{self, Executed, Storage, StorageError};
 use cohort_core::{Effect, FlushId};
 use cohort_messages::GroupId;
@@ -42,14 +43,6 @@ pub struct StorageWorker {
     in_flight: Option<InFlight>,
     flushes_since_snapshot_step: u32,
 }
-
-/// Deferred snapshots written per idle step, as on a node
-/// (`cohort_actors::storage_worker::DEFERRED_SNAPSHOTS_PER_STEP`).
-pub const DEFERRED_SNAPSHOTS_PER_STEP: usize = 4;
-
-/// Flushes between two forced writes of one deferred snapshot when the
-/// worker is never idle, as on a node.
-pub const FLUSHES_PER_FORCED_SNAPSHOT_STEP: u32 = 32;
 
 impl StorageWorker {
     /// Queue a job; [`StorageWorker::pump`] runs it when the worker is idle.

@@ -24,7 +24,6 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
-use cohort_core::storage::deferred::may_defer;
 use cohort_core::storage::{AppendCursor, DeferredSnapshots, Recovered, Snapshot, Storage, StorageError, Superblock};
 use cohort_messages::{GROUP_MEMBERS_MAX, GroupId, LogEntry, Op};
 
@@ -263,14 +262,13 @@ impl<F: FileSystem> FileStorage<F> {
         deferrable: bool,
     ) -> Result<(), StorageError> {
         let mut cursor = live.cursors.get(&group).copied().unwrap_or_default();
-        let defer = deferrable && may_defer(&cursor, saved.op);
-        cursor.on_snapshot(group, saved.op);
-        live.cursors.insert(group, cursor);
-        if defer {
-            live.deferred.defer(group, saved.clone());
+        if deferrable && live.deferred.defer_if_logged(&mut cursor, group, saved) {
+            live.cursors.insert(group, cursor);
             disk.stats.snapshots_deferred += 1;
             return Ok(());
         }
+        cursor.on_snapshot(group, saved.op);
+        live.cursors.insert(group, cursor);
         live.deferred.take(group);
         Self::write_snapshots(dir, live, disk, vec![(group, saved.clone())])
     }

@@ -25,6 +25,15 @@ use cohort_messages::{GroupId, Op};
 
 use super::{AppendCursor, Snapshot};
 
+/// Deferred snapshots a storage driver writes per step when it has nothing
+/// else to do: each costs a file sync, and the step shares one directory
+/// sync. The node's storage worker and the simulator's use the same.
+pub const DEFERRED_SNAPSHOTS_PER_STEP: usize = 4;
+
+/// Under a load that never leaves the driver idle, flushes between two
+/// forced steps, so the log can still let go of old segments.
+pub const FLUSHES_PER_FORCED_SNAPSHOT_STEP: u32 = 32;
+
 /// Whether a snapshot at `op` may wait: the group's staged log reaches it.
 pub fn may_defer(cursor: &AppendCursor, op: Op) -> bool {
     op <= cursor.last_op
@@ -39,6 +48,19 @@ pub struct DeferredSnapshots {
 }
 
 impl DeferredSnapshots {
+    /// The defer rule every storage shares: if the group's staged log
+    /// (`cursor`) reaches the snapshot, record it on the cursor and keep it
+    /// to write later, and return true; else return false, and the caller
+    /// saves it at once.
+    pub fn defer_if_logged(&mut self, cursor: &mut AppendCursor, group: GroupId, snapshot: &Snapshot) -> bool {
+        if !may_defer(cursor, snapshot.op) {
+            return false;
+        }
+        cursor.on_snapshot(group, snapshot.op);
+        self.defer(group, snapshot.clone());
+        true
+    }
+
     /// Keep `snapshot` of `group` to write later.
     pub fn defer(&mut self, group: GroupId, snapshot: Snapshot) {
         if self.snapshots.insert(group, snapshot).is_none() {

@@ -23,7 +23,6 @@ use std::sync::Arc;
 use cohort_messages::{GroupId, LogEntry, Op};
 
 use super::conformance::splitmix64;
-use super::deferred::may_defer;
 use super::{AppendCursor, DeferredSnapshots, Recovered, RecoveredGroup, Snapshot, Storage, StorageError, Superblock};
 
 /// One staged log call.
@@ -276,12 +275,10 @@ impl Storage for MemoryStorage {
 
     fn defer_snapshot(&mut self, group: GroupId, snapshot: &Snapshot) -> Result<(), StorageError> {
         let cursor = self.cursors.entry(group).or_default();
-        if !may_defer(cursor, snapshot.op) {
-            return self.save_snapshot(group, snapshot);
+        if self.deferred.defer_if_logged(cursor, group, snapshot) {
+            return Ok(());
         }
-        cursor.on_snapshot(group, snapshot.op);
-        self.deferred.defer(group, snapshot.clone());
-        Ok(())
+        self.save_snapshot(group, snapshot)
     }
 
     fn write_deferred_snapshots(&mut self, snapshots_max: usize) -> Result<usize, StorageError> {

@@ -9,7 +9,6 @@ use std::collections::BTreeMap;
 
 use cohort_messages::{GroupId, LogEntry, Op};
 
-use crate::storage::deferred::may_defer;
 use crate::storage::{
     AppendCursor, DeferredSnapshots, Recovered, RecoveredGroup, Snapshot, Storage, StorageError, Superblock,
 };
@@ -160,12 +159,10 @@ impl Storage for Model {
 
     fn defer_snapshot(&mut self, group: GroupId, snapshot: &Snapshot) -> Result<(), StorageError> {
         let cursor = self.cursors.entry(group).or_default();
-        if !may_defer(cursor, snapshot.op) {
-            return self.save_snapshot(group, snapshot);
+        if self.deferred.defer_if_logged(cursor, group, snapshot) {
+            return Ok(());
         }
-        cursor.on_snapshot(group, snapshot.op);
-        self.deferred.defer(group, snapshot.clone());
-        Ok(())
+        self.save_snapshot(group, snapshot)
     }
 
     fn write_deferred_snapshots(&mut self, snapshots_max: usize) -> Result<usize, StorageError> {
