@@ -9,6 +9,13 @@
 //!   monotonic clock, so after a stall the agent sees the true time. Such a
 //!   scan costs O(groups), so with many groups scans are spaced out to keep
 //!   the agent's share of its thread small ([`SCAN_SPACING_FACTOR`], Z2).
+//!   And a scan runs only if something changed: before it, the shards
+//!   answer a sum of hashes of what a scan would collect, and if that, the
+//!   metadata's epoch and the request in flight are as at the last scan
+//!   (within [`FULL_SCAN_INTERVAL`]), the agent ticks without one
+//!   (`on_idle_tick`: session, expiries, retries). Every tick between scans
+//!   is such a tick too, so keepalives leave on time. An idle node thus
+//!   costs next to nothing however many groups it hosts (Z3).
 //! - **Submit**: the agent's requests go to the metadata group's primary: the
 //!   local shard if this node hosts it and leads it, else a member over the
 //!   peer link as a `Request` frame (the member's shard answers with a
@@ -72,6 +79,19 @@ const SCAN_SPACING_FACTOR: u32 = 20;
 /// The longest wait between two scans, however slow the last one was: the
 /// session keepalives leave from the scan (S1).
 const SCAN_SPACING_MAX: Duration = Duration::from_millis(500);
+
+/// Z3: a full scan runs at least this often even if nothing it looks at
+/// changed (the balancer's budget and the agent's retries are timed).
+const FULL_SCAN_INTERVAL: Duration = Duration::from_secs(5);
+
+/// What a scan's outcome depends on besides the time (Z3): the shards'
+/// fingerprint sum, the metadata's epoch, and whether a request is in flight.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+struct ScanInputs {
+    hosted: u64,
+    epoch: cohort_messages::Epoch,
+    in_flight: bool,
+}
 
 /// A non-member fetches the metadata this often, in ticks.
 pub const FETCH_INTERVAL_TICKS: u64 = 5;
@@ -176,6 +196,9 @@ pub struct MetadataAgentActor {
     /// When the last scan began, and how long its passes took (Z2).
     scanned_at: Option<Instant>,
     scan_duration: Duration,
+    /// Z3: the inputs of the last full scan, and when it ran.
+    scan_inputs: Option<ScanInputs>,
+    full_scan_at: Option<Instant>,
     /// Non-members: the read client, its next number and the last fetch.
     reader: ClientId,
     next_read: u64,
@@ -202,6 +225,8 @@ impl MetadataAgentActor {
             polling: false,
             scanned_at: None,
             scan_duration: Duration::ZERO,
+            scan_inputs: None,
+            full_scan_at: None,
             reader,
             next_read: 1,
             fetched_tick: 0,
@@ -227,13 +252,59 @@ impl MetadataAgentActor {
         !self.polling && self.scanned_at.is_none_or(|at| at.elapsed() >= spacing)
     }
 
-    /// Ask every shard for its hosted groups, then tick the agent.
+    /// Tick the agent: with a scan of the hosted groups if one is due and
+    /// something it looks at changed, else without (Z3).
     fn poll(&mut self, ctx: &mut Context<Self>) {
-        if self.agent.stopped() || !self.scan_due() {
+        if self.agent.stopped() || self.polling {
             return;
+        }
+        if !self.scan_due() {
+            return self.idle_tick(false, ctx);
         }
         self.scanned_at = Some(Instant::now());
         self.polling = true;
+        let shards: Vec<_> =
+            (0..self.setup.directory.shard_count()).filter_map(|index| self.setup.directory.shard(index)).collect();
+        let asked = async move {
+            let mut sum = 0u64;
+            for shard in shards {
+                sum = sum.wrapping_add(shard.send(crate::shard::GetHostedFingerprint).await.ok()?);
+            }
+            Some(sum)
+        };
+        ctx.spawn(asked.into_actor(self).map(|hosted, actor, ctx| {
+            let inputs = hosted.map(|hosted| ScanInputs {
+                hosted,
+                epoch: actor.setup.metadata.with(|state| state.epoch),
+                in_flight: actor.agent.in_flight(),
+            });
+            let recent = actor.full_scan_at.is_some_and(|at| at.elapsed() < FULL_SCAN_INTERVAL);
+            if inputs.is_some() && inputs == actor.scan_inputs && recent && !actor.agent.wants_scan() {
+                actor.polling = false;
+                return actor.idle_tick(true, ctx);
+            }
+            actor.scan_inputs = inputs;
+            actor.scan(ctx);
+        }));
+    }
+
+    /// A tick without a scan; `verified`: the shards just said nothing
+    /// changed, so the agent's view of them is as fresh as a scan's.
+    fn idle_tick(&mut self, verified: bool, ctx: &mut Context<Self>) {
+        let now = self.now_tick();
+        if verified {
+            self.last_tick = Instant::now();
+        }
+        let primary = self.metadata_primary;
+        let metadata = self.setup.metadata.clone();
+        let outputs = metadata.with(|state| self.agent.on_idle_tick(now, state, primary));
+        self.execute(outputs, ctx);
+        self.after_tick(now, ctx);
+    }
+
+    /// Ask every shard for its hosted groups, then tick the agent.
+    fn scan(&mut self, ctx: &mut Context<Self>) {
+        self.full_scan_at = Some(Instant::now());
         let shards: Vec<_> =
             (0..self.setup.directory.shard_count()).filter_map(|index| self.setup.directory.shard(index)).collect();
         let asked = async move {
@@ -263,6 +334,11 @@ impl MetadataAgentActor {
         // about the agent's (building one record per group), so the passes'
         // time stands for both.
         self.scan_duration = self.last_tick.elapsed();
+        self.after_tick(now, ctx);
+    }
+
+    /// What follows every tick of the agent, with a scan or without.
+    fn after_tick(&mut self, now: u64, ctx: &mut Context<Self>) {
         if let Some(request) = self.operator.on_tick(Instant::now()) {
             self.route(request, ctx);
         }

@@ -438,6 +438,22 @@ impl Router {
                 }
                 self.count_entry_rejects(&rejected, rejects, connection);
             }
+            // Z3: a shard-pair message goes to the shard it names (the same
+            // index on every node, K2).
+            Message::PairHeartbeat(heartbeat) if usize::from(heartbeat.shard) < shards => {
+                let shard = usize::from(heartbeat.shard);
+                let (message, trace) = (Message::PairHeartbeat(heartbeat), frame.header.trace);
+                pending.push(shard, Inbound::Message { from, message, trace });
+            }
+            Message::PairHeartbeatReply(reply) if usize::from(reply.shard) < shards => {
+                let shard = usize::from(reply.shard);
+                let (message, trace) = (Message::PairHeartbeatReply(reply), frame.header.trace);
+                pending.push(shard, Inbound::Message { from, message, trace });
+            }
+            Message::PairHeartbeat(_) | Message::PairHeartbeatReply(_) => {
+                self.stats.frames_rejected.fetch_add(1, Ordering::Relaxed);
+                self.metrics.inc_refused(Port::Peer, "shard_out_of_range");
+            }
             message @ (Message::SessionKeepalive(_) | Message::SessionExpired(_)) => self.to_agent(from, message),
             Message::Reply(reply) if reply.group == cohort_messages::GroupId::METADATA => {
                 self.to_agent(from, Message::Reply(reply))

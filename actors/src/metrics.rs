@@ -73,7 +73,7 @@ pub const APPLY_LATENCY_BUCKETS_SECONDS: [f64; 19] = [
 pub const DEFAULT_GROUP_KIND: &str = "default";
 
 /// How many counters a [`ShardMetrics`] holds; one exported family each.
-const SHARD_COUNTER_COUNT: usize = 15;
+const SHARD_COUNTER_COUNT: usize = 20;
 
 /// Name (without prefix and without the `_total` the encoder appends) and help
 /// of each exported shard counter, in the order of [`shard_counter_values`].
@@ -96,6 +96,14 @@ const SHARD_COUNTER_SPECS: [(&str, &str); SHARD_COUNTER_COUNT] = [
         "primary_transfers_started",
         "C4: directed view changes a primary of the shard started to hand its group to a chosen member",
     ),
+    (
+        "pair_heartbeats_sent",
+        "Z3: shard-pair heartbeats sent, each standing in for the Commits of every group quiesced for its peer",
+    ),
+    ("pair_replies_sent", "Z3: shard-pair heartbeat replies sent"),
+    ("quiesced", "Z3: group members quiesced (a primary's group for one peer, once the peer accepted)"),
+    ("quiet_woken", "Z3: quiesced group members woken, on either end"),
+    ("quiet_mismatches", "Z3: shard-pair digests that did not match (every group quiesced between the pair woke)"),
 ];
 
 /// The counters of `metrics` in the order of [`SHARD_COUNTER_SPECS`].
@@ -119,6 +127,11 @@ fn shard_counter_values(metrics: &ShardMetrics) -> [u64; SHARD_COUNTER_COUNT] {
         view_changes_started,
         prepares_held_back,
         primary_transfers_started,
+        pair_heartbeats_sent,
+        pair_replies_sent,
+        quiesced,
+        quiet_woken,
+        quiet_mismatches,
     } = *metrics;
     [
         commit_batches_sent,
@@ -136,6 +149,11 @@ fn shard_counter_values(metrics: &ShardMetrics) -> [u64; SHARD_COUNTER_COUNT] {
         view_changes_started,
         prepares_held_back,
         primary_transfers_started,
+        pair_heartbeats_sent,
+        pair_replies_sent,
+        quiesced,
+        quiet_woken,
+        quiet_mismatches,
     ]
 }
 
@@ -402,6 +420,11 @@ struct ShardLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PeerLabels {
+    peer: u64,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct GroupLabels {
     shard: usize,
     state: GroupState,
@@ -573,6 +596,7 @@ pub struct NodeMetrics {
     frames_dropped: Family<DropLabels, Counter>,
     syncs: Family<SyncLabels, Counter>,
     socket_writes: Family<PortLabels, Counter>,
+    peer_bytes_sent: Family<PeerLabels, Counter>,
     link_events: Family<LinkEventLabels, Counter>,
     refusals: Family<RefusalLabels, Counter>,
     flushes: Counter,
@@ -650,6 +674,12 @@ impl NodeMetrics {
         for port in Port::ALL {
             let _series = socket_writes.get_or_create(&PortLabels { port });
         }
+        let peer_bytes_sent = Family::<PeerLabels, Counter>::default();
+        registry.register(
+            "peer_bytes_sent",
+            "Z3: frame bytes written to each peer node's connections (before TLS), by peer node id",
+            peer_bytes_sent.clone(),
+        );
         let link_events = Family::<LinkEventLabels, Counter>::default();
         registry.register(
             "peer_link_events",
@@ -706,6 +736,7 @@ impl NodeMetrics {
             frames_dropped,
             syncs,
             socket_writes,
+            peer_bytes_sent,
             link_events,
             refusals,
             flushes,
@@ -826,6 +857,11 @@ impl NodeMetrics {
     /// Syncs of `kind` so far.
     pub fn syncs(&self, kind: SyncKind) -> u64 {
         self.syncs.get_or_create(&SyncLabels { kind }).get()
+    }
+
+    /// Z3: `bytes` of frames written to peer node `peer`.
+    pub fn add_peer_bytes_sent(&self, peer: cohort_messages::NodeId, bytes: usize) {
+        self.peer_bytes_sent.get_or_create(&PeerLabels { peer: peer.0 }).inc_by(bytes as u64);
     }
 
     /// Count one write call on a socket of `port`.
@@ -965,6 +1001,11 @@ mod tests {
             &mut metrics.view_changes_started,
             &mut metrics.prepares_held_back,
             &mut metrics.primary_transfers_started,
+            &mut metrics.pair_heartbeats_sent,
+            &mut metrics.pair_replies_sent,
+            &mut metrics.quiesced,
+            &mut metrics.quiet_woken,
+            &mut metrics.quiet_mismatches,
         ];
         for (index, field) in fields.into_iter().enumerate() {
             *field = base + index as u64;

@@ -405,6 +405,7 @@ impl Writer {
     /// holds records until then). A write or flush that makes no progress
     /// for the stall timeout ends the connection (F1).
     async fn write(&self, stream: &mut Stream, mut bytes: &[u8]) -> Result<(), Ended> {
+        self.metrics.add_peer_bytes_sent(self.peer, bytes.len());
         let stalled = |error: &std::io::Error| error.kind() == std::io::ErrorKind::TimedOut;
         while !bytes.is_empty() {
             self.metrics.inc_socket_writes(Port::Peer);

@@ -36,7 +36,9 @@ use cohort_messages::{
 use tokio::sync::oneshot;
 
 pub use hosting::{HostPlaced, ProposeSeal, SetLearners, SwitchIncarnation, TransferPrimary, UnloadGroup};
-pub use queries::{GetGroupActor, GetHostedReplicas, GetReport, ReplaceOutbox, ShardReport, SubscribeGroup};
+pub use queries::{
+    GetGroupActor, GetHostedFingerprint, GetHostedReplicas, GetReport, ReplaceOutbox, ShardReport, SubscribeGroup,
+};
 
 use crate::group::{GroupActor, GroupNote, GroupRole, GroupTurn, NeedsResync, Wait};
 use crate::inbound::{Inbound, InboundBatch};
@@ -207,6 +209,10 @@ impl ShardActor {
             kinds: setup.kinds,
             placements: setup.placements,
         };
+        // Z3: this process's epoch on the shard pairs: peers drop what they
+        // believed of an earlier process of this node.
+        let epoch = crate::client_id::fresh_client_id().0 as u64;
+        actor.core.set_pair_identity(setup.index as u16, epoch);
         let failure = actor.build(setup.groups, setup.recovered).err();
         (actor, failure)
     }

@@ -57,11 +57,16 @@ pub enum Command {
     /// Node → peer node: many groups' StartViewChange, DoViewChange and
     /// StartView messages in one frame (Z4, see `view_change_batch`).
     ViewChangeBatch = 22,
+    /// Shard → same-index shard of a peer: liveness of the groups quiesced
+    /// between them, as a digest, and changes to that set (Z3, opt-in).
+    PairHeartbeat = 23,
+    /// The answer to a PairHeartbeat: digests matched or not, proposals taken.
+    PairHeartbeatReply = 24,
 }
 
 impl Command {
     /// Every command, in number order.
-    pub const ALL: [Command; 22] = [
+    pub const ALL: [Command; 24] = [
         Command::Handshake,
         Command::Request,
         Command::Reply,
@@ -84,6 +89,8 @@ impl Command {
         Command::RouteQuery,
         Command::Routes,
         Command::ViewChangeBatch,
+        Command::PairHeartbeat,
+        Command::PairHeartbeatReply,
     ];
 
     /// T5: the largest body a frame of this command may declare, checked
@@ -102,6 +109,8 @@ impl Command {
             | Command::Commit
             | Command::CommitReply
             | Command::ViewChangeBatch => BODY_SIZE_MAX_BYTES,
+            // Two lists of QUIET_CHANGES_MAX 24-byte entries, with room to spare.
+            Command::PairHeartbeat | Command::PairHeartbeatReply => 4 * ENVELOPE_BYTES,
             Command::Handshake
             | Command::PrepareOk
             | Command::StartViewChange
@@ -148,6 +157,8 @@ impl Command {
             Command::RouteQuery => "route_query",
             Command::Routes => "routes",
             Command::ViewChangeBatch => "view_change_batch",
+            Command::PairHeartbeat => "pair_heartbeat",
+            Command::PairHeartbeatReply => "pair_heartbeat_reply",
         }
     }
 }
@@ -173,7 +184,8 @@ mod tests {
         }
         assert_eq!(Command::from_u8(0), None);
         assert_eq!(Command::from_u8(22), Some(Command::ViewChangeBatch));
-        assert_eq!(Command::from_u8(23), None);
+        assert_eq!(Command::from_u8(24), Some(Command::PairHeartbeatReply));
+        assert_eq!(Command::from_u8(25), None);
         assert_eq!(Command::from_u8(255), None);
     }
 }

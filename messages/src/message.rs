@@ -16,6 +16,7 @@ use crate::error::BodyError;
 use crate::frame::{EncodedFrame, Frame};
 use crate::header::{HEADER_SIZE_BYTES, Header, TraceContext};
 use crate::ids::{ClusterId, GroupId, NodeId};
+use crate::pair_heartbeat::{PairHeartbeat, PairHeartbeatReply};
 use crate::view_change_batch::ViewChangeBatch;
 
 /// A decoded message of any command.
@@ -44,6 +45,8 @@ pub enum Message {
     RouteQuery(RouteQuery),
     Routes(Routes),
     ViewChangeBatch(ViewChangeBatch),
+    PairHeartbeat(PairHeartbeat),
+    PairHeartbeatReply(PairHeartbeatReply),
 }
 
 macro_rules! per_variable_body {
@@ -68,6 +71,8 @@ macro_rules! per_variable_body {
             Message::LinkShard($body) => $expr,
             Message::RouteQuery($body) => $expr,
             Message::Routes($body) => $expr,
+            Message::PairHeartbeat($body) => $expr,
+            Message::PairHeartbeatReply($body) => $expr,
             Message::Commit($batch) => $batch_expr,
             Message::CommitReply($batch) => $batch_expr,
             Message::ViewChangeBatch($batch) => $batch_expr,
@@ -101,6 +106,8 @@ impl Message {
             Message::RouteQuery(_) => Command::RouteQuery,
             Message::Routes(_) => Command::Routes,
             Message::ViewChangeBatch(_) => Command::ViewChangeBatch,
+            Message::PairHeartbeat(_) => Command::PairHeartbeat,
+            Message::PairHeartbeatReply(_) => Command::PairHeartbeatReply,
         }
     }
 
@@ -203,6 +210,8 @@ impl Message {
             Command::LinkShard => Message::LinkShard(codec::decode(command, body)?),
             Command::RouteQuery => Message::RouteQuery(codec::decode(command, body)?),
             Command::Routes => Message::Routes(codec::decode(command, body)?),
+            Command::PairHeartbeat => Message::PairHeartbeat(codec::decode(command, body)?),
+            Command::PairHeartbeatReply => Message::PairHeartbeatReply(codec::decode(command, body)?),
         })
     }
 }

@@ -290,3 +290,78 @@ fn golden_view_change_batch_frame() {
     ];
     assert_golden(view_change_batch(), header, &body);
 }
+
+fn quiet_group() -> QuietGroup {
+    QuietGroup { group: GroupId(9), incarnation: Incarnation(1), view: View(3), commit: Op(12) }
+}
+
+/// Z3: a shard-pair heartbeat: both shards' index, the sender's epoch and
+/// tick, the digest of the quiesced set, then the proposals and leaves.
+#[test]
+fn golden_pair_heartbeat_frame() {
+    let message = Message::PairHeartbeat(PairHeartbeat {
+        shard: 1,
+        epoch: 7,
+        tick: 40,
+        digest: QuietDigest { count: 2, sum: 0x1122_3344_5566_7788 },
+        proposals: vec![quiet_group()],
+        leaves: Vec::new(),
+    });
+    #[rustfmt::skip]
+    let header = [
+        "c454059cc805129f100f0e0d0c0b0a09",
+        "08070605040302012a00000000000000",
+        "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+        "bbbbbbbbbbbbbbbb4a00000002001701", // body_size 74, command 23
+        "00000000000000000000000000000000",
+    ];
+    #[rustfmt::skip]
+    let body = [
+        "0100",             // shard 1
+        "0700000000000000", // epoch 7
+        "2800000000000000", // tick 40
+        "02000000",         // digest: count 2
+        "8877665544332211", // digest: sum
+        "0100000000000000", // one proposal
+        "0900000000000000", // group 9
+        "0100000000000000", // incarnation 1
+        "03000000",         // view 3
+        "0c00000000000000", // commit 12
+        "0000000000000000", // no leaves
+    ];
+    assert_golden(message, header, &body);
+}
+
+/// Z3: its reply: the heartbeat's shard, epoch and tick, whether the
+/// digests matched, and the proposals taken.
+#[test]
+fn golden_pair_heartbeat_reply_frame() {
+    let message = Message::PairHeartbeatReply(PairHeartbeatReply {
+        shard: 1,
+        epoch: 7,
+        tick: 40,
+        matched: true,
+        accepted: vec![quiet_group()],
+    });
+    #[rustfmt::skip]
+    let header = [
+        "0d0a8b32ad79d20d100f0e0d0c0b0a09",
+        "08070605040302012a00000000000000",
+        "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+        "bbbbbbbbbbbbbbbb3700000002001801", // body_size 55, command 24
+        "00000000000000000000000000000000",
+    ];
+    #[rustfmt::skip]
+    let body = [
+        "0100",             // shard 1
+        "0700000000000000", // epoch 7
+        "2800000000000000", // tick 40
+        "01",               // matched
+        "0100000000000000", // one accepted
+        "0900000000000000", // group 9
+        "0100000000000000", // incarnation 1
+        "03000000",         // view 3
+        "0c00000000000000", // commit 12
+    ];
+    assert_golden(message, header, &body);
+}

@@ -700,6 +700,10 @@ pub struct ClusterConfig {
     /// Repair retry.
     #[serde(with = "duration")]
     pub repair_timeout: Duration,
+    /// Z3, opt-in, beyond seed 000: how long a group stays idle before it
+    /// quiesces (docs/heartbeats.md, "Quiescence"). Absent: never.
+    #[serde(deserialize_with = "duration::some")]
+    pub commit_quiesce_timeout: Option<Duration>,
 }
 
 impl Default for ClusterConfig {
@@ -712,6 +716,7 @@ impl Default for ClusterConfig {
             commit_idle_heartbeat_timeout: Duration::from_secs(12),
             view_change_timeout: Duration::from_secs(3),
             repair_timeout: Duration::from_millis(500),
+            commit_quiesce_timeout: None,
         }
     }
 }
@@ -859,6 +864,10 @@ impl ClusterConfig {
             )?,
             view_change_timeout_ticks: ticks("cluster.view_change_timeout", self.view_change_timeout)?,
             repair_timeout_ticks: ticks("cluster.repair_timeout", self.repair_timeout)?,
+            commit_quiesce_timeout_ticks: match self.commit_quiesce_timeout {
+                Some(value) => Some(ticks("cluster.commit_quiesce_timeout", value)?),
+                None => None,
+            },
         };
         timing.validate().map_err(|error| rule("cluster", error.to_string()))?;
         Ok(timing)
@@ -883,6 +892,11 @@ pub(crate) mod duration {
             Raw::Millis(ms) => Ok(Duration::from_millis(ms)),
             Raw::Text(text) => parse(&text).map_err(D::Error::custom),
         }
+    }
+
+    /// A duration key whose absence means "off".
+    pub(crate) fn some<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Duration>, D::Error> {
+        deserialize(deserializer).map(Some)
     }
 
     pub(super) fn parse(text: &str) -> Result<Duration, String> {
@@ -928,6 +942,15 @@ mod tests {
         assert!(matches!(&error, ConfigError::Rule { key: "limits.view_jump_max_views", .. }), "{error}");
         let error = Config::from_toml("[limits]\nstate_transfer_size_max_bytes = 1024").expect_err("refused");
         assert!(matches!(&error, ConfigError::Rule { key: "limits.state_transfer_size_max_bytes", .. }), "{error}");
+    }
+
+    #[test]
+    fn z3_quiescence_is_off_unless_its_key_is_set_and_then_a_whole_number_of_ticks() {
+        assert_eq!(Config::default().cluster.timing().expect("valid").commit_quiesce_timeout_ticks, None);
+        let config = Config::from_toml("[cluster]\ncommit_quiesce_timeout = \"30s\"").expect("valid");
+        assert_eq!(config.cluster.timing().expect("valid").commit_quiesce_timeout_ticks, Some(300));
+        let error = Config::from_toml("[cluster]\ncommit_quiesce_timeout = \"150ms\"").expect_err("refused");
+        assert!(matches!(&error, ConfigError::Rule { key: "cluster.commit_quiesce_timeout", .. }), "{error}");
     }
 
     #[test]

@@ -248,6 +248,7 @@ impl LocalCluster {
             commit_idle_heartbeat_timeout: Duration::from_secs(2),
             view_change_timeout: Duration::from_millis(500),
             repair_timeout: Duration::from_millis(100),
+            commit_quiesce_timeout: None,
         }
     }
 

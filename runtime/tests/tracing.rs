@@ -163,6 +163,7 @@ fn start_node(index: usize, addresses: &[SocketAddr], dir: &std::path::Path) -> 
         commit_idle_heartbeat_timeout: Duration::from_secs(2),
         view_change_timeout: Duration::from_millis(500),
         repair_timeout: Duration::from_millis(100),
+        commit_quiesce_timeout: None,
     };
     let certs = dir.join("certs");
     if !certs.join(cohort_actors::certs::CA_CERT_FILE).exists() {

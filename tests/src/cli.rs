@@ -16,7 +16,7 @@ use crate::storage::StorageKind;
 pub const USAGE: &str = "usage: cohort-sim --seeds N [--seed-start S] [--nodes 3|5] [--learners C] [--groups G] \
 [--shards S] [--storage file|memory] [--replication-quorum Q] [--fault-ticks T] [--liveness-ticks T] \
 [--scenario default|metadata|reconfigure] [--profile mixed|durability|partitions] [--mutant NAME] \
-[--forger non-member|replay] [--transfers on|off] [--json]
+[--forger non-member|replay] [--transfers on|off] [--quiesce-ticks T] [--json]
 
 Runs seeds S..S+N of the deterministic simulator and checks every run.
   --seeds N                 how many seeds (default 10)
@@ -48,6 +48,9 @@ Runs seeds S..S+N of the deterministic simulator and checks every run.
                             or replay, a member that resends genuine frames it saw earlier, to any node
   --transfers on|off        C4: in the fault phase, now and then ask a primary to hand its group to a
                             random voter (default on; off leaves every other draw of a seed as it is)
+  --quiesce-ticks T         Z3, opt-in: groups idle T ticks quiesce (commit_quiesce_timeout), and
+                            each group rests now and then (no writes, a rare read) so they do;
+                            absent (default): no quiescence, every draw of a seed as without it
   --json                    also print one JSON summary line per seed
 The last line is `seeds=N violations=V ops_committed=C view_changes=X seeds_failed=F ...` with the
 disks' fault counters (the metadata scenario adds its session counters, reconfigure its member
@@ -101,6 +104,8 @@ pub struct Args {
     pub liveness_ticks: u64,
     /// What runs besides the kv groups.
     pub scenario: Scenario,
+    /// Z3: `commit_quiesce_timeout_ticks` (None: off).
+    pub quiesce_ticks: Option<u64>,
     /// Print a JSON line per seed.
     pub json: bool,
     /// Print the usage and exit.
@@ -126,6 +131,7 @@ impl Default for Args {
             fault_ticks: shape.fault_ticks,
             liveness_ticks: shape.liveness_ticks,
             scenario: shape.scenario,
+            quiesce_ticks: shape.core.timing.commit_quiesce_timeout_ticks,
             json: false,
             help: false,
         }
@@ -157,6 +163,7 @@ impl Args {
                 "--fault-ticks" => parsed.fault_ticks = number(&flag, args.next())?,
                 "--liveness-ticks" => parsed.liveness_ticks = number(&flag, args.next())?,
                 "--scenario" => parsed.scenario = scenario(&flag, args.next())?,
+                "--quiesce-ticks" => parsed.quiesce_ticks = Some(number(&flag, args.next())?),
                 other => return Err(format!("unknown argument `{other}`")),
             }
         }
@@ -190,6 +197,9 @@ impl Args {
         {
             return Err(format!("--replication-quorum must be 1..={} (the node count), not {quorum}", self.nodes));
         }
+        if self.quiesce_ticks == Some(0) {
+            return Err("--quiesce-ticks must be at least 1".into());
+        }
         if self.seed_start.checked_add(self.seeds).is_none() {
             return Err("--seed-start + --seeds overflows u64".into());
         }
@@ -212,6 +222,7 @@ impl Args {
         config.fault_ticks = self.fault_ticks;
         config.liveness_ticks = self.liveness_ticks;
         config.scenario = self.scenario;
+        config.core.timing.commit_quiesce_timeout_ticks = self.quiesce_ticks;
         config
     }
 
@@ -330,6 +341,9 @@ pub fn reproduce(config: &SimConfig) -> String {
     }
     if let Some(forger) = config.forger {
         let _ = write!(command, " --forger {}", forger.name());
+    }
+    if let Some(ticks) = config.core.timing.commit_quiesce_timeout_ticks {
+        let _ = write!(command, " --quiesce-ticks {ticks}");
     }
     if config.transfers != defaults.transfers {
         let _ = write!(command, " --transfers {}", if config.transfers { "on" } else { "off" });
@@ -509,7 +523,7 @@ mod tests {
     fn parses_every_flag() {
         let line = "--seeds 200 --seed-start 7 --nodes 5 --groups 2 --shards 3 --storage memory \
                     --replication-quorum 5 --fault-ticks 9 --liveness-ticks 8 --scenario metadata --profile durability \
-                    --transfers off --json";
+                    --transfers off --quiesce-ticks 20 --json";
         assert_eq!(
             parse(line).expect("valid"),
             Args {
@@ -528,6 +542,7 @@ mod tests {
                 fault_ticks: 9,
                 liveness_ticks: 8,
                 scenario: Scenario::Metadata,
+                quiesce_ticks: Some(20),
                 json: true,
                 help: false
             }
@@ -537,6 +552,10 @@ mod tests {
         assert_eq!(learners.learners, 2);
         assert_eq!(learners.config(1).learners, 2);
         assert!(learners.reproduce(1).ends_with("--groups 4 --learners 2"), "{}", learners.reproduce(1));
+        let quiet = parse("--quiesce-ticks 20").expect("valid");
+        assert_eq!(quiet.config(1).core.timing.commit_quiesce_timeout_ticks, Some(20));
+        assert!(quiet.reproduce(1).ends_with("--quiesce-ticks 20"), "{}", quiet.reproduce(1));
+        assert!(parse("--quiesce-ticks 0").unwrap_err().contains("at least 1"));
     }
 
     #[test]

@@ -97,6 +97,39 @@ pub struct SimNode {
     /// T5: what the shards of earlier processes refused (a crash loses the
     /// shards, not the count).
     pub refusals_retired: cohort_core::Refusals,
+    /// Z3: the quiescence counters of earlier processes' shards.
+    pub quiet_retired: QuietCounts,
+}
+
+/// Z3: quiescence counters of a node, over all its starts.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct QuietCounts {
+    /// Group members quiesced.
+    pub quiesced: u64,
+    /// Quiesced group members woken, on either end.
+    pub woken: u64,
+    /// Digest mismatches.
+    pub mismatches: u64,
+    /// Shard-pair heartbeats sent.
+    pub heartbeats: u64,
+}
+
+impl QuietCounts {
+    /// Add one shard's counters.
+    pub fn add(&mut self, metrics: &cohort_core::ShardMetrics) {
+        self.quiesced += metrics.quiesced;
+        self.woken += metrics.quiet_woken;
+        self.mismatches += metrics.quiet_mismatches;
+        self.heartbeats += metrics.pair_heartbeats_sent;
+    }
+
+    /// Add another node's counts.
+    pub fn sum(&mut self, other: QuietCounts) {
+        self.quiesced += other.quiesced;
+        self.woken += other.woken;
+        self.mismatches += other.mismatches;
+        self.heartbeats += other.heartbeats;
+    }
 }
 
 /// The node id of node `index`.
@@ -142,16 +175,18 @@ impl SimNode {
             unloaded: BTreeSet::new(),
             extra_specs: BTreeMap::new(),
             refusals_retired: cohort_core::Refusals::default(),
+            quiet_retired: QuietCounts::default(),
         };
         let opened = node.open_storages().unwrap_or_else(|failure| {
             panic!("node {index} cannot open fresh storage: shard {}: {}", failure.shard, failure.error)
         });
         let mut shards: Vec<SimShard> = opened
             .into_iter()
-            .map(|(storage, _)| SimShard {
-                core: Shard::new(node_id(index), config.clone()),
-                storage,
-                worker: StorageWorker::default(),
+            .enumerate()
+            .map(|(shard, (storage, _))| {
+                let mut core = Shard::new(node_id(index), config.clone());
+                core.set_pair_identity(shard as u16, 0);
+                SimShard { core, storage, worker: StorageWorker::default() }
             })
             .collect();
         for spec in specs {
@@ -161,6 +196,15 @@ impl SimNode {
         }
         node.shards = shards;
         node
+    }
+
+    /// Z3: this node's quiescence counters, over all its starts.
+    pub fn quiet_counts(&self) -> QuietCounts {
+        let mut total = self.quiet_retired;
+        for shard in &self.shards {
+            total.add(shard.core.metrics());
+        }
+        total
     }
 
     /// T5: every peer message this node's shards refused, over all its starts.
@@ -280,8 +324,10 @@ impl SimNode {
         all.extend(self.extra_specs.values().cloned());
         let mut shards = Vec::with_capacity(opened.len());
         let mut recovered_groups = Vec::with_capacity(opened.len());
-        for (storage, recovered) in opened {
+        for (shard, (storage, recovered)) in opened.into_iter().enumerate() {
             let mut core = Shard::new(node_id(self.index), config.clone());
+            // Z3: each process of a node has its own epoch.
+            core.set_pair_identity(shard as u16, self.restarts + 1);
             core.on_tick(now);
             shards.push(SimShard { core, storage, worker: StorageWorker::default() });
             recovered_groups.push(recovered);
@@ -317,6 +363,7 @@ impl SimNode {
         let shards = std::mem::take(&mut self.shards);
         for shard in &shards {
             self.refusals_retired.add(shard.core.refused());
+            self.quiet_retired.add(shard.core.metrics());
         }
         for (index, mut shard) in shards.into_iter().enumerate() {
             if shard.worker.in_flight().is_some() {

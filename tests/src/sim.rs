@@ -231,6 +231,8 @@ pub struct Report {
     pub footprint_max: cohort_core::Footprint,
     /// C4: the random primary transfers of the fault phase.
     pub random_transfers: TransferCounts,
+    /// Z3: quiescence counters, summed over every node and every start.
+    pub quiet: crate::node::QuietCounts,
 }
 
 /// A simulation in progress.
@@ -461,6 +463,10 @@ impl Sim {
             forged_frames: self.forger.as_ref().map_or(0, |forger| forger.sent),
             footprint_max: self.footprints.observed,
             random_transfers: self.transfers.counts,
+            quiet: self.nodes.iter().fold(crate::node::QuietCounts::default(), |mut total, node| {
+                total.sum(node.quiet_counts());
+                total
+            }),
             history: self.history,
         }
     }
@@ -920,16 +926,35 @@ impl Sim {
             self.value_counter += 1;
             // Values are unique, so every write is distinguishable in the history.
             let value = (self.config.seed << 24) ^ self.value_counter;
-            let op = match self.rng.below(10) {
+            let mut op = match self.rng.below(10) {
                 0..=3 => KvOp::Get { key },
                 4..=7 => KvOp::Put { key, value },
                 _ => KvOp::Cas { key, expected: self.last_value(group, key), new: value },
             };
+            if self.resting(group) {
+                // Z3: a resting group turns idle and quiesces; a rare read
+                // wakes it and is served from the pair-heartbeat quorum window.
+                if !self.rng.chance(40) {
+                    continue;
+                }
+                op = KvOp::Get { key };
+            }
             if let Some(send) = self.clients[index].start(self.now, group, op, nodes, &mut self.history, &mut self.rng)
             {
                 self.send_request(index, send);
             }
         }
+    }
+
+    /// Z3: with quiescence on, each group rests (no writes) for
+    /// `REST_TICKS` of every `2 * REST_TICKS`, staggered by group, so that it
+    /// turns idle and quiesces under the faults. Always false with it off,
+    /// which leaves every draw of a seed as it was.
+    fn resting(&self, group: GroupId) -> bool {
+        const REST_TICKS: u64 = 400;
+        self.config.core.timing.commit_quiesce_timeout_ticks.is_some()
+            && !self.healed
+            && (self.now / REST_TICKS + group.0).is_multiple_of(2)
     }
 
     fn last_value(&self, group: GroupId, key: u64) -> u64 {

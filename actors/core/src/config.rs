@@ -23,6 +23,11 @@ pub struct TimingConfig {
     pub view_change_timeout_ticks: u64,
     /// How long a member waits for a repair or state-transfer answer before asking again.
     pub repair_timeout_ticks: u64,
+    /// Z3, opt-in, beyond seed 000: how long a group stays idle (R20)
+    /// before its primary asks to quiesce it, after which its Commits give
+    /// way to one shard-pair heartbeat (see [`crate::quiesce`]). `None` (the
+    /// default): no group ever quiesces and heartbeats are exactly seed 000's.
+    pub commit_quiesce_timeout_ticks: Option<u64>,
 }
 
 impl Default for TimingConfig {
@@ -34,6 +39,7 @@ impl Default for TimingConfig {
             commit_idle_heartbeat_timeout_ticks: 120,
             view_change_timeout_ticks: 30,
             repair_timeout_ticks: 5,
+            commit_quiesce_timeout_ticks: None,
         }
     }
 }
@@ -87,6 +93,9 @@ impl TimingConfig {
         if self.repair_timeout_ticks == 0 {
             return err("repair_timeout_ticks", "timeouts must be at least 1 tick".into());
         }
+        if self.commit_quiesce_timeout_ticks == Some(0) {
+            return err("commit_quiesce_timeout_ticks", "timeouts must be at least 1 tick".into());
+        }
         Ok(())
     }
 
@@ -94,6 +103,14 @@ impl TimingConfig {
     /// idle timeout in force is the longer of the two.
     pub fn idle_timeout_effective_ticks(&self) -> u64 {
         self.commit_idle_heartbeat_timeout_ticks.max(self.commit_heartbeat_timeout_ticks)
+    }
+
+    /// Z3: how long either end of a shard pair keeps its quiesced groups
+    /// without a matching heartbeat (or reply) before it wakes them all: two
+    /// broadcast intervals short of the heartbeat timeout, so a woken primary
+    /// still has two send ticks of Commits before its quorum window ends.
+    pub fn quiet_wake_after_ticks(&self) -> u64 {
+        self.commit_heartbeat_timeout_ticks - 2 * self.commit_broadcast_interval_ticks
     }
 }
 

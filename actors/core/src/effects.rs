@@ -53,6 +53,8 @@ pub struct Effects {
     /// K4: peers whose link is congested: Prepares to them are held back
     /// (the primary sends them again once the link drains).
     pub(crate) congested: std::collections::BTreeSet<NodeId>,
+    /// Z3: the shard's pairs of quiesced groups.
+    pub(crate) quiet: crate::quiesce::Pairs,
 }
 
 impl Effects {

@@ -17,6 +17,7 @@ pub mod log;
 pub mod metadata;
 pub mod metrics;
 pub mod mutants;
+pub mod quiesce;
 pub mod quorum;
 pub mod refusal;
 pub mod replica;

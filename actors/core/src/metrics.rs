@@ -37,6 +37,20 @@ pub struct ShardMetrics {
     /// C4: primary transfers (directed view changes) this shard's primaries
     /// started; refused ones are not counted (the caller gets the error).
     pub primary_transfers_started: u64,
+    /// Z3: shard-pair heartbeats sent (each stands in for the Commits of
+    /// every group quiesced for its peer).
+    pub pair_heartbeats_sent: u64,
+    /// Z3: shard-pair heartbeat replies sent.
+    pub pair_replies_sent: u64,
+    /// Z3: group members quiesced (a primary's group for one peer, once
+    /// that peer accepted).
+    pub quiesced: u64,
+    /// Z3: group members woken (by a write, a view change, a timeout or a
+    /// digest mismatch), on either end.
+    pub quiet_woken: u64,
+    /// Z3: heartbeats or replies whose digests did not match: every group
+    /// quiesced between the pair woke.
+    pub quiet_mismatches: u64,
 }
 
 impl ShardMetrics {
@@ -58,6 +72,11 @@ impl ShardMetrics {
             view_changes_started,
             prepares_held_back,
             primary_transfers_started,
+            pair_heartbeats_sent,
+            pair_replies_sent,
+            quiesced,
+            quiet_woken,
+            quiet_mismatches,
         } = other;
         self.commit_batches_sent += commit_batches_sent;
         self.commit_entries_sent += commit_entries_sent;
@@ -74,6 +93,11 @@ impl ShardMetrics {
         self.view_changes_started += view_changes_started;
         self.prepares_held_back += prepares_held_back;
         self.primary_transfers_started += primary_transfers_started;
+        self.pair_heartbeats_sent += pair_heartbeats_sent;
+        self.pair_replies_sent += pair_replies_sent;
+        self.quiesced += quiesced;
+        self.quiet_woken += quiet_woken;
+        self.quiet_mismatches += quiet_mismatches;
     }
 }
 

@@ -92,11 +92,19 @@ pub enum Refusal {
     /// A CommitReply that would not fit the batch to its peer
     /// (`COMMIT_REPLY_BATCH_ENTRIES_MAX` queued in one tick).
     ReplyBatchFull,
+    /// Z3: a shard-pair heartbeat no newer than the last one taken from its
+    /// sender's process, or a reply of another process of this node or to a
+    /// heartbeat this shard no longer remembers sending (late, replayed or
+    /// reordered frames of a correct peer do this).
+    PairHeartbeatStale,
+    /// Z3: a shard-pair heartbeat or reply to a shard whose node runs
+    /// without `commit_quiesce_timeout` (the nodes disagree on it).
+    QuiescenceOff,
 }
 
 impl Refusal {
     /// Every reason, in the order of [`Refusals::by_reason`].
-    pub const ALL: [Refusal; 15] = [
+    pub const ALL: [Refusal; 17] = [
         Refusal::ViewOutOfRange,
         Refusal::OpOutOfRange,
         Refusal::LogRewritesApplied,
@@ -112,6 +120,8 @@ impl Refusal {
         Refusal::SnapshotFromLaterView,
         Refusal::ReplyTimestampUnsent,
         Refusal::ReplyBatchFull,
+        Refusal::PairHeartbeatStale,
+        Refusal::QuiescenceOff,
     ];
 
     /// The reason as a metric label (`reason="view_jump"`).
@@ -132,6 +142,8 @@ impl Refusal {
             Refusal::SnapshotFromLaterView => "snapshot_from_later_view",
             Refusal::ReplyTimestampUnsent => "reply_timestamp_unsent",
             Refusal::ReplyBatchFull => "reply_batch_full",
+            Refusal::PairHeartbeatStale => "pair_heartbeat_stale",
+            Refusal::QuiescenceOff => "quiescence_off",
         }
     }
 
@@ -150,6 +162,8 @@ impl Refusal {
                 | Refusal::StateChunkNotFromSource
                 | Refusal::SnapshotFromLaterView
                 | Refusal::ReplyTimestampUnsent
+                | Refusal::PairHeartbeatStale
+                | Refusal::QuiescenceOff
         )
     }
 }
@@ -197,6 +211,10 @@ pub struct Refusals {
     pub reply_timestamp_unsent: u64,
     /// [`Refusal::ReplyBatchFull`].
     pub reply_batch_full: u64,
+    /// [`Refusal::PairHeartbeatStale`].
+    pub pair_heartbeat_stale: u64,
+    /// [`Refusal::QuiescenceOff`].
+    pub quiescence_off: u64,
 }
 
 impl Refusals {
@@ -217,6 +235,8 @@ impl Refusals {
             Refusal::SnapshotFromLaterView => &mut self.snapshot_from_later_view,
             Refusal::ReplyTimestampUnsent => &mut self.reply_timestamp_unsent,
             Refusal::ReplyBatchFull => &mut self.reply_batch_full,
+            Refusal::PairHeartbeatStale => &mut self.pair_heartbeat_stale,
+            Refusal::QuiescenceOff => &mut self.quiescence_off,
         }
     }
 
@@ -250,6 +270,8 @@ impl Refusals {
             snapshot_from_later_view,
             reply_timestamp_unsent,
             reply_batch_full,
+            pair_heartbeat_stale,
+            quiescence_off,
         } = *self;
         let counts = [
             view_out_of_range,
@@ -267,6 +289,8 @@ impl Refusals {
             snapshot_from_later_view,
             reply_timestamp_unsent,
             reply_batch_full,
+            pair_heartbeat_stale,
+            quiescence_off,
         ];
         std::array::from_fn(|index| (Refusal::ALL[index], counts[index]))
     }

@@ -40,10 +40,10 @@ use crate::storage::RecoveredGroup;
 
 /// The groups of one shard. See the module docs for the driving contract.
 pub struct Shard {
-    node: NodeId,
+    pub(crate) node: NodeId,
     config: CoreConfig,
-    groups: HashMap<GroupId, Box<Replica>>,
-    fx: Effects,
+    pub(crate) groups: HashMap<GroupId, Box<Replica>>,
+    pub(crate) fx: Effects,
     wakeups: BTreeSet<(u64, GroupId)>,
     filed: HashMap<GroupId, u64>,
     next_wait: WaitId,
@@ -103,6 +103,25 @@ impl Shard {
         self.node
     }
 
+    /// The core configuration.
+    pub(crate) fn config(&self) -> &CoreConfig {
+        &self.config
+    }
+
+    /// Z3: this shard's index on its node (the same-index shard of a peer
+    /// hosts the same groups, K2) and this process's epoch, a value no
+    /// earlier process of this node used (a random number, or a restart
+    /// count). Both only matter with `commit_quiesce_timeout_ticks` set.
+    pub fn set_pair_identity(&mut self, shard_index: u16, epoch: u64) {
+        self.fx.quiet.shard_index = shard_index;
+        self.fx.quiet.epoch = epoch;
+    }
+
+    /// Z3: the shard's pairs of quiesced groups.
+    pub fn quiet_pairs(&self) -> &crate::quiesce::Pairs {
+        &self.fx.quiet
+    }
+
     /// The current tick.
     pub fn now(&self) -> u64 {
         self.fx.now
@@ -160,7 +179,9 @@ impl Shard {
     /// Seal `group`'s log for a member change (only its primary can).
     pub fn propose_seal(&mut self, group: GroupId, seal: cohort_messages::seal::Seal) -> Result<(), SealError> {
         let replica = self.groups.get_mut(&group).ok_or(SealError::NotSealed(group))?;
+        replica.wake_lead(&mut self.fx);
         let result = replica.propose_seal(seal, &mut self.fx);
+        replica.check_quiet(&mut self.fx);
         self.refile(group);
         result
     }
@@ -170,7 +191,9 @@ impl Shard {
     /// committed op; see [`Replica::transfer_primary`]).
     pub fn transfer_primary(&mut self, group: GroupId, to: NodeId) -> Result<(), TransferError> {
         let replica = self.groups.get_mut(&group).ok_or(TransferError::UnknownGroup(group))?;
+        replica.wake_lead(&mut self.fx);
         let result = replica.transfer_primary(to, &mut self.fx);
+        replica.check_quiet(&mut self.fx);
         self.refile(group);
         result
     }
@@ -179,7 +202,8 @@ impl Shard {
     /// once every member of that incarnation has applied the seal.
     pub fn switch_incarnation(&mut self, group: GroupId) -> Result<(), SealError> {
         let spec = self.groups.get(&group).ok_or(SealError::NotSealed(group))?.next_spec(self.node)?;
-        let replica = self.groups.remove(&group).ok_or(SealError::NotSealed(group))?;
+        let mut replica = self.groups.remove(&group).ok_or(SealError::NotSealed(group))?;
+        replica.leave_quiet(&mut self.fx);
         let next = replica.into_next_incarnation(spec, &mut self.fx);
         self.filed.remove(&group);
         self.insert(group, next);
@@ -194,7 +218,9 @@ impl Shard {
     /// list is not persisted: pass it again in the spec on recovery.
     pub fn set_learners(&mut self, group: GroupId, learners: Vec<NodeId>) -> Result<(), ShardError> {
         let Some(replica) = self.groups.get_mut(&group) else { return Err(ShardError::UnknownGroup(group)) };
+        replica.wake_lead(&mut self.fx);
         let result = replica.set_learners(learners, &mut self.fx);
+        replica.check_quiet(&mut self.fx);
         self.refile(group);
         result.map_err(ShardError::from)
     }
@@ -202,7 +228,13 @@ impl Shard {
     /// Stop hosting a group (its storage is the caller's to remove).
     pub fn remove_group(&mut self, group: GroupId) -> bool {
         self.filed.remove(&group);
-        self.groups.remove(&group).is_some()
+        match self.groups.remove(&group) {
+            Some(mut replica) => {
+                replica.leave_quiet(&mut self.fx);
+                true
+            }
+            None => false,
+        }
     }
 
     /// A hosted group's replica.
@@ -216,7 +248,7 @@ impl Shard {
     }
 
     /// File the group's wakeup if it is earlier than what is filed.
-    fn refile(&mut self, group: GroupId) {
+    pub(crate) fn refile(&mut self, group: GroupId) {
         let Some(replica) = self.groups.get(&group) else { return };
         let wake = replica.next_wakeup().max(self.fx.now + 1);
         match self.filed.get(&group) {
@@ -228,10 +260,22 @@ impl Shard {
         }
     }
 
+    /// Handle an input of `group` that leaves a quiesced primary quiesced
+    /// if its state did not move (Z3: a CommitReply, a flush, a tick).
     fn with_group(&mut self, group: GroupId, handle: impl FnOnce(&mut Replica, &mut Effects)) {
         let Some(replica) = self.groups.get_mut(&group) else { return };
         handle(replica, &mut self.fx);
+        replica.check_quiet(&mut self.fx);
         self.refile(group);
+    }
+
+    /// Handle an input of `group` that wakes a quiesced primary first (Z3:
+    /// a request, a peer message for the group, a quorum wait).
+    fn with_group_waking(&mut self, group: GroupId, handle: impl FnOnce(&mut Replica, &mut Effects)) {
+        self.with_group(group, |replica, fx| {
+            replica.wake_lead(fx);
+            handle(replica, fx);
+        });
     }
 
     /// A tick: run the groups that are due, then close the tick's batches.
@@ -249,20 +293,27 @@ impl Shard {
             let Some(replica) = self.groups.get_mut(&group) else { continue };
             if replica.next_wakeup() <= now {
                 replica.on_tick(&mut self.fx);
+                replica.check_quiet(&mut self.fx);
             }
             self.refile(group);
         }
+        self.quiet_tick();
         self.fx.end_tick();
     }
 
     /// A single-group message from a peer node. One with a view or op out
     /// of range is refused and counted (T5, [`crate::refusal`]).
     pub fn on_message(&mut self, from: NodeId, message: Message) {
+        let message = match message {
+            Message::PairHeartbeat(heartbeat) => return self.on_pair_heartbeat(from, heartbeat),
+            Message::PairHeartbeatReply(reply) => return self.on_pair_heartbeat_reply(from, reply),
+            message => message,
+        };
         let Some(group) = message.group() else { return };
         if let Err(refusal) = crate::refusal::check_message(&message) {
             return self.fx.refused.count(refusal);
         }
-        self.with_group(group, |replica, fx| {
+        self.with_group_waking(group, |replica, fx| {
             if let Err(refusal) = replica.accepts_from(from, &message) {
                 return fx.refused.count(refusal);
             }
@@ -444,7 +495,7 @@ impl Shard {
             return self.refuse_request(&request, cohort_messages::ReplyError::UnknownGroup, detail);
         }
         let node = self.node;
-        self.with_group(group, |replica, fx| replica.on_request(node, request, fx));
+        self.with_group_waking(group, |replica, fx| replica.on_request(node, request, fx));
     }
 
     /// Answer a request no group here takes.
@@ -482,7 +533,7 @@ impl Shard {
                 result: Err(crate::effect::QuorumWaitError::NotPrimary { group, view: cohort_messages::View(0) }),
             });
         }
-        self.with_group(group, |replica, fx| replica.wait_quorum(id, op, quorum, timeout_ticks, fx));
+        self.with_group_waking(group, |replica, fx| replica.wait_quorum(id, op, quorum, timeout_ticks, fx));
         id
     }
 
@@ -510,6 +561,7 @@ impl Shard {
         for replica in self.groups.values() {
             replica.invariants();
         }
+        self.fx.quiet.invariants();
     }
 }
 

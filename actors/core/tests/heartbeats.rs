@@ -678,6 +678,7 @@ proptest! {
             commit_idle_heartbeat_timeout_ticks: 4 * p * idle_multiple + 8 * p,
             view_change_timeout_ticks: 30,
             repair_timeout_ticks: 5,
+            commit_quiesce_timeout_ticks: None,
         };
         prop_assert!(timing.validate().is_ok());
         let mut h = Harness::new(timing.clone());

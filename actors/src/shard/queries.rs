@@ -70,6 +70,21 @@ impl Handler<GetHostedReplicas> for ShardActor {
     }
 }
 
+/// Z3: the sum of [`HostedReplica::fingerprint`] over the groups this shard
+/// hosts: the agent scans only when a sum (or the metadata) changed.
+#[derive(Message)]
+#[rtype(result = "u64")]
+pub struct GetHostedFingerprint;
+
+impl Handler<GetHostedFingerprint> for ShardActor {
+    type Result = u64;
+
+    fn handle(&mut self, _: GetHostedFingerprint, _ctx: &mut Self::Context) -> u64 {
+        let now = self.core.now();
+        self.core.replicas().fold(0u64, |sum, replica| sum.wrapping_add(HostedReplica::fingerprint(replica, now)))
+    }
+}
+
 /// Subscribe to a group's role changes and commits (see [`crate::group`]);
 /// false if the group is not hosted here.
 #[derive(Message)]

@@ -91,6 +91,7 @@ pub fn config() -> CoreConfig {
             commit_idle_heartbeat_timeout_ticks: 8,
             view_change_timeout_ticks: 3,
             repair_timeout_ticks: 2,
+            commit_quiesce_timeout_ticks: None,
         },
         pipeline_max_ops: 4,
         snapshot_interval_ops: 3,

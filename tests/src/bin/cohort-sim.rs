@@ -46,6 +46,7 @@ fn main() -> ExitCode {
     let (mut refusals, mut forged_frames) = (cohort_core::Refusals::default(), 0u64);
     let mut footprint = cohort_core::Footprint::default();
     let mut transfers = cohort_sim::sim::TransferCounts::default();
+    let (mut quiet, mut seeds_quiesced) = (cohort_sim::node::QuietCounts::default(), 0u64);
     for (done, seed) in (args.seed_start..args.seed_start + args.seeds).enumerate() {
         let config = args.config(seed);
         let outcome = cli::run_catching(config.clone());
@@ -98,6 +99,8 @@ fn main() -> ExitCode {
                 transfers.started += report.random_transfers.started;
                 transfers.refused_behind += report.random_transfers.refused_behind;
                 transfers.refused_other += report.random_transfers.refused_other;
+                quiet.sum(report.quiet);
+                seeds_quiesced += u64::from(report.quiet.quiesced > 0);
                 footprint.log_entries_max = footprint.log_entries_max.max(report.footprint_max.log_entries_max);
                 footprint.held_sends = footprint.held_sends.max(report.footprint_max.held_sends);
                 footprint.queued_replies = footprint.queued_replies.max(report.footprint_max.queued_replies);
@@ -164,6 +167,12 @@ fn main() -> ExitCode {
             footprint.log_entries_max,
             footprint.held_sends,
             footprint.queued_replies
+        ));
+    }
+    if args.quiesce_ticks.is_some() {
+        last.push_str(&format!(
+            " quiesced={} quiet_woken={} quiet_mismatches={} pair_heartbeats={} seeds_with_quiescence={seeds_quiesced}",
+            quiet.quiesced, quiet.woken, quiet.mismatches, quiet.heartbeats
         ));
     }
     if args.scenario == Scenario::Reconfigure {

@@ -33,10 +33,10 @@ use bytes::Bytes;
 use cohort_messages::{
     ClientId, Command, CommitBatch, CommitEntry, CommitReplyBatch, CommitReplyEntry, DoViewChange, Epoch, Frame,
     GroupId, Handshake, HeartbeatState, Incarnation, LinkShard, LogEntry, MemberIndex, Message, NodeId, Op, Outcome,
-    Prepare, PrepareOk, Redirect, Reply, ReplyError, Request, RequestKind, RequestNumber, RequestPrepares,
-    RequestStateTransfer, Route, RouteQuery, Routes, SessionExpired, SessionId, SessionKeepalive, SessionOpen,
-    SessionOpened, StartView, StartViewChange, StateChunk, Timestamp, TraceContext, View, ViewChangeBatch,
-    WIRE_REVISION,
+    PairHeartbeat, PairHeartbeatReply, Prepare, PrepareOk, QuietDigest, QuietGroup, Redirect, Reply, ReplyError,
+    Request, RequestKind, RequestNumber, RequestPrepares, RequestStateTransfer, Route, RouteQuery, Routes,
+    SessionExpired, SessionId, SessionKeepalive, SessionOpen, SessionOpened, StartView, StartViewChange, StateChunk,
+    Timestamp, TraceContext, View, ViewChangeBatch, WIRE_REVISION,
 };
 
 use super::Sim;
@@ -371,7 +371,34 @@ impl Forger {
                     .collect();
                 Message::Routes(Routes { routes })
             }
+            Command::PairHeartbeat => {
+                let proposals = (0..self.rng.below(4)).map(|_| self.quiet_group(n)).collect();
+                let leaves = (0..self.rng.below(3)).map(|_| self.quiet_group(n)).collect();
+                Message::PairHeartbeat(PairHeartbeat {
+                    shard: self.rng.below(3) as u16,
+                    epoch: self.rng.below(4),
+                    tick: self.rng.next_u64() >> self.rng.below(64),
+                    digest: QuietDigest { count: self.rng.below(4) as u32, sum: self.rng.next_u64() },
+                    proposals,
+                    leaves,
+                })
+            }
+            Command::PairHeartbeatReply => {
+                let accepted = (0..self.rng.below(4)).map(|_| self.quiet_group(n)).collect();
+                Message::PairHeartbeatReply(PairHeartbeatReply {
+                    shard: self.rng.below(3) as u16,
+                    epoch: self.rng.below(4),
+                    tick: self.rng.next_u64() >> self.rng.below(64),
+                    matched: self.rng.chance(500),
+                    accepted,
+                })
+            }
         }
+    }
+
+    /// Z3: a quiet group near the group's state.
+    fn quiet_group(&mut self, n: Near) -> QuietGroup {
+        QuietGroup { group: self.group(n), incarnation: self.incarnation(n), view: self.view(n), commit: self.op(n) }
     }
 
     fn near(&mut self, near: &[Near]) -> Near {

@@ -3,7 +3,8 @@
 //! CommitReply batch is split by owning shard with the production router
 //! (`cohort_core::routing::route`, R16), bad entries rejected alone (R17),
 //! and each shard gets its entries as one call per frame; a ViewChangeBatch
-//! (Z4) hands each of its messages on as if it had come alone; any other
+//! (Z4) hands each of its messages on as if it had come alone; a shard-pair
+//! heartbeat or reply (Z3) goes to the shard index it names; any other
 //! group message goes to the shard `routing::shard_of` names. A request from a
 //! client is submitted (`Shard::on_request`, the client port's path), one
 //! from a peer (an agent's metadata request) is an ordinary peer message.
@@ -51,6 +52,18 @@ impl Sim {
                         }
                         Err(_) => self.entries_rejected += 1,
                     }
+                }
+            }
+            // Z3: a shard-pair message goes to the shard it names, as the
+            // listener routes it.
+            Message::PairHeartbeat(heartbeat) => {
+                if let Some(running) = node.shards.get_mut(usize::from(heartbeat.shard)) {
+                    running.core.on_message(from, Message::PairHeartbeat(heartbeat));
+                }
+            }
+            Message::PairHeartbeatReply(reply) => {
+                if let Some(running) = node.shards.get_mut(usize::from(reply.shard)) {
+                    running.core.on_message(from, Message::PairHeartbeatReply(reply));
                 }
             }
             Message::Request(request) if !from_peer => {

@@ -133,6 +133,30 @@ pub struct HostedReplica {
 }
 
 impl HostedReplica {
+    /// Z3: a hash of what [`HostedReplica::of`] would say of `replica` at
+    /// `now`, without building it: a shell sums it over its groups to learn,
+    /// for O(groups) hashing and no allocation, whether any changed.
+    pub fn fingerprint(replica: &crate::Replica, now: u64) -> u64 {
+        // splitmix64's finaliser over each field in turn: cheap, and any
+        // change of any field changes the result.
+        let mix = |mut x: u64| {
+            x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            x ^ (x >> 31)
+        };
+        let flags = u64::from(replica.is_confirmed_primary(now))
+            | u64::from(replica.sealed().is_some()) << 1
+            | u64::from(replica.seal_durable().is_some()) << 2;
+        let mut hash = mix(replica.group().0 ^ 0x9e37_79b9_7f4a_7c15);
+        for field in [replica.incarnation().0, u64::from(replica.view().0), flags] {
+            hash = mix(hash ^ field);
+        }
+        for node in replica.learner_nodes() {
+            hash = mix(hash ^ node.0 ^ u64::from(replica.learner_caught_up(*node)) << 63);
+        }
+        hash
+    }
+
     /// What `replica` says of itself at tick `now`.
     pub fn of(replica: &crate::Replica, now: u64) -> HostedReplica {
         HostedReplica {
@@ -401,27 +425,8 @@ impl MetadataAgent {
         hosted: &[HostedReplica],
     ) -> Vec<AgentOutput> {
         let mut out = Vec::new();
-        if self.stopped {
+        if !self.tick_session(now, metadata, metadata_primary, &mut out) {
             return out;
-        }
-        // The applied log itself may say the session ended (the notice can be lost).
-        if let Some(session) = self.current
-            && metadata.last_session >= session
-            && metadata.nodes.get(&self.config.node).and_then(|record| record.session) != Some(session)
-        {
-            self.expired(session, &mut out);
-        }
-        match self.session.on_tick(now) {
-            Some(SessionAction::Open { .. }) => self.open_wanted = true,
-            Some(SessionAction::Keepalive(session)) => {
-                out.push(AgentOutput::Keepalive(SessionKeepalive { node: self.config.node, session }))
-            }
-            Some(SessionAction::Stop(reason)) => return self.stop(reason, out),
-            Some(SessionAction::Reown(_)) | None => {}
-        }
-        for command in self.driver.on_tick(now, metadata_primary, metadata) {
-            self.counters.expiries_proposed += 1;
-            self.expiries.push_back(command);
         }
         self.unload_misplaced(now, metadata, hosted, &mut out);
         self.carry_out_switches(now, metadata, hosted, &mut out);
@@ -449,6 +454,75 @@ impl MetadataAgent {
             }
         }
         out
+    }
+
+    /// Z3: a tick without a scan of the hosted groups, for a shell that
+    /// knows neither they nor the metadata changed since the last
+    /// [`MetadataAgent::on_tick`] (see [`MetadataAgent::wants_scan`]): the
+    /// session (keepalives, expiry, S1–S3), the metadata primary's expiry
+    /// judgements, and the retry of the request in flight. O(nodes), so an
+    /// idle node with 100,000 groups ticks its agent for next to nothing.
+    pub fn on_idle_tick(&mut self, now: u64, metadata: &Metadata, metadata_primary: bool) -> Vec<AgentOutput> {
+        let mut out = Vec::new();
+        if !self.tick_session(now, metadata, metadata_primary, &mut out) {
+            return out;
+        }
+        if let Some(in_flight) = &mut self.in_flight
+            && now >= in_flight.sent_tick.saturating_add(self.config.request_retry_ticks)
+        {
+            in_flight.sent_tick = now;
+            out.push(AgentOutput::Submit(in_flight.request.clone()));
+        }
+        out
+    }
+
+    /// True if the next tick must be a full [`MetadataAgent::on_tick`]
+    /// whatever the shell knows: a session to open, an expiry to propose, or
+    /// no request in flight after one was answered.
+    pub fn wants_scan(&self) -> bool {
+        self.open_wanted || !self.expiries.is_empty()
+    }
+
+    /// True while a request to the metadata group is unanswered.
+    pub fn in_flight(&self) -> bool {
+        self.in_flight.is_some()
+    }
+
+    /// The part of a tick that needs no hosted groups; false if the agent
+    /// is (or just got) stopped and the tick ends here.
+    fn tick_session(
+        &mut self,
+        now: u64,
+        metadata: &Metadata,
+        metadata_primary: bool,
+        out: &mut Vec<AgentOutput>,
+    ) -> bool {
+        if self.stopped {
+            return false;
+        }
+        // The applied log itself may say the session ended (the notice can be lost).
+        if let Some(session) = self.current
+            && metadata.last_session >= session
+            && metadata.nodes.get(&self.config.node).and_then(|record| record.session) != Some(session)
+        {
+            self.expired(session, out);
+        }
+        match self.session.on_tick(now) {
+            Some(SessionAction::Open { .. }) => self.open_wanted = true,
+            Some(SessionAction::Keepalive(session)) => {
+                out.push(AgentOutput::Keepalive(SessionKeepalive { node: self.config.node, session }))
+            }
+            Some(SessionAction::Stop(reason)) => {
+                *out = self.stop(reason, std::mem::take(out));
+                return false;
+            }
+            Some(SessionAction::Reown(_)) | None => {}
+        }
+        for command in self.driver.on_tick(now, metadata_primary, metadata) {
+            self.counters.expiries_proposed += 1;
+            self.expiries.push_back(command);
+        }
+        true
     }
 
     /// Between two scans (Z2: a scan of 100,000 hosted groups is too dear

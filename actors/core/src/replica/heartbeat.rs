@@ -111,8 +111,14 @@ impl Replica {
         // R12: the superblock is saved before the group's Commit joins a batch.
         self.stage_superblock(fx);
         for member in self.receivers() {
+            if self.quiet_member(member) {
+                continue; // Z3: its pair's heartbeat stands in for this Commit.
+            }
             let entry = self.commit_entry(state, now);
             fx.queue_commit(self.node_of(member), entry, self.superblock_flush);
+        }
+        if state == WireState::Idle {
+            self.propose_quiet(fx);
         }
         self.unconfirm_silent_learners(now);
         self.resend_start_view(fx);

@@ -26,6 +26,7 @@ mod heartbeat;
 mod jump;
 mod learner;
 mod normal;
+mod quiet;
 mod repair;
 mod seal;
 mod snapshot;
@@ -176,6 +177,13 @@ pub struct Replica {
     /// it (P4). Kept apart from the voters' vectors so that no quorum, window
     /// or lease can count a learner.
     pub(crate) learners: Vec<LearnerTrack>,
+    /// Z3, primary: members (bits by index) the group is quiesced for, and
+    /// members it was proposed to, at `quiet_at` (view, commit).
+    pub(crate) quiet_members: u64,
+    pub(crate) quiet_proposed: u64,
+    pub(crate) quiet_at: (View, Op),
+    /// Z3, backup: the primary's node and the view it follows quiesced.
+    pub(crate) follow_quiet: Option<(NodeId, View)>,
 }
 
 impl std::fmt::Debug for Replica {
@@ -250,6 +258,10 @@ impl Replica {
             superblock_durable_log_view: None,
             link_connected: vec![true; members],
             learners,
+            quiet_members: 0,
+            quiet_proposed: 0,
+            quiet_at: (View(0), Op(0)),
+            follow_quiet: None,
             spec,
             config,
         }
@@ -645,8 +657,12 @@ impl Replica {
                 }
             }
             Status::Normal if self.is_primary() => {
-                wake = wake.min(self.heartbeat.next_due_tick(&self.config, self.commit_max, self.view));
-                wake = wake.min(self.step_down_tick());
+                // Z3: a group quiesced for every member has no heartbeat;
+                // its pairs wake it if their replies stop.
+                if !self.fully_quiet() {
+                    wake = wake.min(self.heartbeat.next_due_tick(&self.config, self.commit_max, self.view));
+                    wake = wake.min(self.step_down_tick());
+                }
                 for wait in &self.waits {
                     wake = wake.min(wait.deadline_tick);
                 }
@@ -658,7 +674,10 @@ impl Replica {
                 }
             }
             Status::Normal => {
-                wake = wake.min(self.heartbeat_deadline);
+                // Z3: a quiesced backup's timeout is its pair's.
+                if self.follow_quiet.is_none() {
+                    wake = wake.min(self.heartbeat_deadline);
+                }
                 if self.svc_view_seen > self.view {
                     wake = wake.min(self.lease_expiry);
                 }

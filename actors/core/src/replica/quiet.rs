@@ -1,0 +1,228 @@
+//! Z3: a replica's side of quiescence (see [`crate::quiesce`]).
+//!
+//! A primary keeps, per member, whether its group is quiesced for that
+//! member's node (no Commit entries go there) or proposed; a backup keeps
+//! whether it follows its primary quiesced. The shard's pairs hold the sets
+//! and digests; the replica says when it may enter and when it must leave.
+
+use cohort_messages::{GroupId, MemberIndex, NodeId, QuietGroup};
+
+use super::{Replica, Status};
+use crate::effects::Effects;
+use crate::replica::GroupActivity;
+
+fn bit(member: MemberIndex) -> u64 {
+    1u64 << member.0
+}
+
+impl Replica {
+    /// This group's quiet state as its primary would propose it now.
+    fn quiet_group(&self) -> QuietGroup {
+        QuietGroup {
+            group: self.spec.group,
+            incarnation: self.spec.incarnation,
+            view: self.view,
+            commit: self.commit_max,
+        }
+    }
+
+    /// True if the primary holds the group quiesced for `member`.
+    pub(crate) fn quiet_member(&self, member: MemberIndex) -> bool {
+        self.quiet_members & bit(member) != 0
+    }
+
+    /// True if every member that receives the log is quiesced: the group
+    /// has no heartbeat of its own to send.
+    pub(crate) fn fully_quiet(&self) -> bool {
+        self.quiet_members != 0 && self.learners.is_empty() && self.others().all(|member| self.quiet_member(member))
+    }
+
+    /// True if this backup follows its primary quiesced.
+    pub fn follows_quiet(&self) -> bool {
+        self.follow_quiet.is_some()
+    }
+
+    /// Voters this primary holds the group quiesced for.
+    pub fn quiet_members(&self) -> usize {
+        self.quiet_members.count_ones() as usize
+    }
+
+    /// The primary's state still is the one it quiesced.
+    fn lead_quiet_holds(&self) -> bool {
+        self.is_primary() && self.quiet_at == (self.view, self.commit_max) && self.log.op() == self.commit_max
+    }
+
+    /// The backup still follows the view it quiesced in.
+    fn follow_holds(&self, primary: NodeId, view: cohort_messages::View) -> bool {
+        self.status == Status::Normal
+            && !self.is_learner()
+            && self.view == view
+            && self.log_view == view
+            && self.spec.node_at(self.primary_index()) == Some(primary)
+    }
+
+    /// On an idle heartbeat: propose quiescence to every voter that has
+    /// answered this view's idle Commits, once the group has been idle for
+    /// `commit_quiesce_timeout_ticks` with nothing in flight.
+    pub(crate) fn propose_quiet(&mut self, fx: &mut Effects) {
+        let Some(quiesce_ticks) = self.config.timing.commit_quiesce_timeout_ticks else { return };
+        let timing = &self.config.timing;
+        let now = fx.now;
+        let idle_since = self.heartbeat.progress_tick.saturating_add(timing.commit_heartbeat_timeout_ticks);
+        let ready = self.spec.group != GroupId::METADATA
+            && self.is_primary()
+            && self.heartbeat.activity == GroupActivity::Idle
+            && now >= idle_since.saturating_add(quiesce_ticks)
+            && self.log.op() == self.commit_max
+            && self.commit_min == self.commit_max
+            && self.request_queue.is_empty()
+            && self.waits.is_empty()
+            && self.stranded.is_none()
+            && !self.is_sealing()
+            && self.sealed.is_none()
+            && self.superblock_blocked.is_none()
+            && !self.superblock_retry
+            && self.superblock_flush <= fx.flush_completed()
+            && self.lead_after_flush <= fx.flush_completed();
+        if !ready {
+            return;
+        }
+        if self.quiet_members | self.quiet_proposed != 0 && !self.lead_quiet_holds() {
+            return; // `check_quiet` wakes it after this input.
+        }
+        let recent = now.saturating_sub(2 * timing.commit_idle_heartbeat_interval_ticks);
+        let progress = self.heartbeat.progress_tick;
+        let candidates: Vec<MemberIndex> = self
+            .others()
+            .filter(|member| (self.quiet_members | self.quiet_proposed) & bit(*member) == 0)
+            .filter(|member| self.confirmed[member.0 as usize])
+            .filter(|member| self.contact_tick[member.0 as usize].is_some_and(|tick| tick >= progress.max(recent)))
+            .collect();
+        if candidates.is_empty() {
+            return;
+        }
+        self.quiet_at = (self.view, self.commit_max);
+        let quiet = self.quiet_group();
+        for member in candidates {
+            self.quiet_proposed |= bit(member);
+            fx.quiet.propose(self.node_of(member), quiet, now);
+        }
+    }
+
+    /// The peer on `from` accepted the proposal `quiet`, answering the
+    /// heartbeat of `tick`: the group stops its Commits to it. False if the
+    /// group moved on since (the peer must then forget it).
+    pub(crate) fn quiet_confirmed(&mut self, from: NodeId, quiet: &QuietGroup, tick: u64) -> bool {
+        let Some(member) = self.spec.index_of(from) else { return false };
+        let proposed = self.quiet_proposed & bit(member) != 0;
+        self.quiet_proposed &= !bit(member);
+        if !proposed || !self.lead_quiet_holds() || *quiet != self.quiet_group() {
+            return false;
+        }
+        self.quiet_members |= bit(member);
+        self.pair_contact(from, tick);
+        true
+    }
+
+    /// The peer on `from` did not take the proposal (or it was withdrawn).
+    pub(crate) fn quiet_refused(&mut self, from: NodeId) {
+        if let Some(member) = self.spec.index_of(from) {
+            self.quiet_proposed &= !bit(member);
+        }
+    }
+
+    /// R24 for a quiesced group: a matching reply from `from` to the
+    /// heartbeat of `tick` stands in for that member's CommitReply.
+    pub(crate) fn pair_contact(&mut self, from: NodeId, tick: u64) {
+        let Some(member) = self.spec.index_of(from) else { return };
+        if !self.quiet_member(member) {
+            return;
+        }
+        let slot = &mut self.contact_tick[member.0 as usize];
+        *slot = Some(slot.map_or(tick, |before| before.max(tick)));
+    }
+
+    /// R8 and the lease for a quiesced backup: a matching heartbeat stands in
+    /// for an idle Commit of its primary.
+    pub(crate) fn pair_lease(&mut self, now: u64) {
+        if self.follow_quiet.is_none() {
+            return;
+        }
+        let timing = &self.config.timing;
+        self.heartbeat_deadline = self.heartbeat_deadline.max(now + timing.idle_timeout_effective_ticks());
+        self.lease_expiry = self.lease_expiry.max(now + timing.commit_heartbeat_timeout_ticks);
+    }
+
+    /// A backup takes a proposal from its primary's node `from` only if it
+    /// follows that primary in that view with exactly that log, all of it
+    /// durable and applied. Taking it is a Commit of that view: the timeout
+    /// and the lease start again.
+    pub(crate) fn accept_quiet(&mut self, from: NodeId, quiet: &QuietGroup, fx: &mut Effects) -> bool {
+        if self.config.timing.commit_quiesce_timeout_ticks.is_none()
+            || self.follow_quiet.is_some()
+            || self.is_primary()
+            || self.state_transfer.is_some()
+            || !self.follow_holds(from, quiet.view)
+            || self.log.op() != quiet.commit
+            || self.durable_op != self.log.op()
+        {
+            return false;
+        }
+        self.learn_commit(quiet.commit, fx);
+        if self.commit_min != quiet.commit {
+            return false;
+        }
+        self.follow_quiet = Some((from, quiet.view));
+        self.pair_lease(fx.now);
+        true
+    }
+
+    /// The primary wakes: every peer forgets the group, and its Commits go
+    /// out again from the next send tick.
+    pub(crate) fn wake_lead(&mut self, fx: &mut Effects) {
+        let members = self.quiet_members | self.quiet_proposed;
+        if members == 0 {
+            return;
+        }
+        fx.metrics.quiet_woken += u64::from(self.quiet_members.count_ones());
+        for index in 0..self.spec.total() as u8 {
+            let member = MemberIndex(index);
+            if members & bit(member) != 0
+                && let Some(node) = self.spec.node_at(member)
+            {
+                fx.quiet.lead_leave(node, self.spec.group);
+            }
+        }
+        self.quiet_members = 0;
+        self.quiet_proposed = 0;
+    }
+
+    /// The backup leaves its quiet state: its own timeout runs again, from
+    /// the last matching heartbeat.
+    pub(crate) fn unfollow(&mut self, fx: &mut Effects) {
+        if let Some((primary, _)) = self.follow_quiet.take() {
+            fx.metrics.quiet_woken += 1;
+            fx.quiet.follow_drop(primary, self.spec.group);
+        }
+    }
+
+    /// The replica leaves the shard (removed, or replaced by its next
+    /// incarnation): its pairs forget it on both ends.
+    pub(crate) fn leave_quiet(&mut self, fx: &mut Effects) {
+        self.wake_lead(fx);
+        self.unfollow(fx);
+    }
+
+    /// After any input: a primary or backup whose state moved away from the
+    /// one it quiesced in leaves the quiet state.
+    pub(crate) fn check_quiet(&mut self, fx: &mut Effects) {
+        if self.quiet_members | self.quiet_proposed != 0 && !self.lead_quiet_holds() {
+            self.wake_lead(fx);
+        }
+        if let Some((primary, view)) = self.follow_quiet
+            && !self.follow_holds(primary, view)
+        {
+            self.unfollow(fx);
+        }
+    }
+}
