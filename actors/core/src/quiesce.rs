@@ -167,6 +167,21 @@ impl Pairs {
     }
 }
 
+/// The first `QUIET_CHANGES_MAX` changes of a list, for a heartbeat sent at
+/// `now`; each remembers the first heartbeat that carried it.
+fn carry(changes: &mut BTreeMap<GroupId, (QuietGroup, u64)>, now: u64) -> Vec<QuietGroup> {
+    changes
+        .values_mut()
+        .take(QUIET_CHANGES_MAX)
+        .map(|(quiet, sent)| {
+            if *sent == 0 {
+                *sent = now;
+            }
+            *quiet
+        })
+        .collect()
+}
+
 impl Shard {
     /// Z3, once per tick after the groups ran: wake what went silent, and on
     /// send ticks send each peer its heartbeat.
@@ -229,28 +244,8 @@ impl Shard {
             if !changes && !(!pair.quiet.is_empty() && (idle_tick || unanswered)) {
                 continue;
             }
-            let proposals: Vec<QuietGroup> = pair
-                .proposed
-                .values_mut()
-                .take(QUIET_CHANGES_MAX)
-                .map(|(quiet, sent)| {
-                    if *sent == 0 {
-                        *sent = now;
-                    }
-                    *quiet
-                })
-                .collect();
-            let leaves: Vec<QuietGroup> = pair
-                .leaves
-                .values_mut()
-                .take(QUIET_CHANGES_MAX)
-                .map(|(quiet, sent)| {
-                    if *sent == 0 {
-                        *sent = now;
-                    }
-                    *quiet
-                })
-                .collect();
+            let proposals = carry(&mut pair.proposed, now);
+            let leaves = carry(&mut pair.leaves, now);
             pair.sent.push_back(now);
             if pair.sent.len() > SENT_TICKS_REMEMBERED {
                 pair.sent.pop_front();

@@ -7,7 +7,8 @@
 //!    goes backwards. Inputs between two ticks belong to the earlier one.
 //!    After a pause, deliver the ticks (or at least the latest one) before
 //!    any message, so leases are judged on the present (V7).
-//! 2. `on_*` for each input: peer messages ([`Shard::on_message`]), Commit and
+//! 2. `on_*` for each input: peer messages ([`Shard::on_message`], shard-pair
+//!    heartbeats and their replies too, Z3), Commit and
 //!    CommitReply batch entries one by one ([`Shard::on_commit_entry`],
 //!    [`Shard::on_commit_reply_entry`], R17), client requests
 //!    ([`Shard::on_request`]), storage completions ([`Shard::on_flushed`],
@@ -270,7 +271,8 @@ impl Shard {
     }
 
     /// Handle an input of `group` that wakes a quiesced primary first (Z3:
-    /// a request, a peer message for the group, a quorum wait).
+    /// a request or a quorum wait; a peer message wakes it once the door
+    /// let it in, see [`Shard::on_message`]).
     fn with_group_waking(&mut self, group: GroupId, handle: impl FnOnce(&mut Replica, &mut Effects)) {
         self.with_group(group, |replica, fx| {
             replica.wake_lead(fx);
@@ -313,10 +315,13 @@ impl Shard {
         if let Err(refusal) = crate::refusal::check_message(&message) {
             return self.fx.refused.count(refusal);
         }
-        self.with_group_waking(group, |replica, fx| {
+        self.with_group(group, |replica, fx| {
             if let Err(refusal) = replica.accepts_from(from, &message) {
                 return fx.refused.count(refusal);
             }
+            // Z3: a message the door let in wakes a quiesced primary (a
+            // refused one, forged or late, changes nothing).
+            replica.wake_lead(fx);
             match message {
                 Message::Prepare(m) => replica.on_prepare(m, fx),
                 Message::PrepareOk(m) => replica.on_prepare_ok(m, fx),
