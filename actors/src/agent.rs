@@ -9,13 +9,14 @@
 //!   monotonic clock, so after a stall the agent sees the true time. Such a
 //!   scan costs O(groups), so with many groups scans are spaced out to keep
 //!   the agent's share of its thread small ([`SCAN_SPACING_FACTOR`], Z2).
-//!   And a scan runs only if something changed: before it, the shards
-//!   answer a sum of hashes of what a scan would collect, and if that, the
-//!   metadata's epoch and the request in flight are as at the last scan
-//!   (within [`FULL_SCAN_INTERVAL`]), the agent ticks without one
-//!   (`on_idle_tick`: session, expiries, retries). Every tick between scans
-//!   is such a tick too, so keepalives leave on time. An idle node thus
-//!   costs next to nothing however many groups it hosts (Z3).
+//!   And once two scans in a row saw the same inputs (a sum of hashes of
+//!   the records, the metadata's epoch, the request in flight), a due scan
+//!   first asks the shards for that sum alone; if nothing changed (and
+//!   the last scan is younger than [`FULL_SCAN_INTERVAL`]), the agent
+//!   ticks without a scan (`on_idle_tick`: session, expiries, retries).
+//!   While things change, a due scan runs at once, as before. Every tick
+//!   between due scans is such a tick too, so keepalives leave on time. An
+//!   idle node thus costs little however many groups it hosts (Z3).
 //! - **Submit**: the agent's requests go to the metadata group's primary: the
 //!   local shard if this node hosts it and leads it, else a member over the
 //!   peer link as a `Request` frame (the member's shard answers with a
@@ -196,9 +197,13 @@ pub struct MetadataAgentActor {
     /// When the last scan began, and how long its passes took (Z2).
     scanned_at: Option<Instant>,
     scan_duration: Duration,
-    /// Z3: the inputs of the last full scan, and when it ran.
+    /// Z3: the inputs of the last full scan, when it ran, and whether they
+    /// were those of the scan before it (only then does a due scan ask the
+    /// shards for their fingerprint first; while things change, it scans
+    /// at once, as before).
     scan_inputs: Option<ScanInputs>,
     full_scan_at: Option<Instant>,
+    scans_stable: bool,
     /// Non-members: the read client, its next number and the last fetch.
     reader: ClientId,
     next_read: u64,
@@ -227,6 +232,7 @@ impl MetadataAgentActor {
             scan_duration: Duration::ZERO,
             scan_inputs: None,
             full_scan_at: None,
+            scans_stable: false,
             reader,
             next_read: 1,
             fetched_tick: 0,
@@ -263,6 +269,9 @@ impl MetadataAgentActor {
         }
         self.scanned_at = Some(Instant::now());
         self.polling = true;
+        if !self.scans_stable {
+            return self.scan(ctx);
+        }
         let shards: Vec<_> =
             (0..self.setup.directory.shard_count()).filter_map(|index| self.setup.directory.shard(index)).collect();
         let asked = async move {
@@ -283,7 +292,6 @@ impl MetadataAgentActor {
                 actor.polling = false;
                 return actor.idle_tick(true, ctx);
             }
-            actor.scan_inputs = inputs;
             actor.scan(ctx);
         }));
     }
@@ -325,6 +333,13 @@ impl MetadataAgentActor {
     fn on_hosted(&mut self, hosted: Vec<HostedReplica>, ctx: &mut Context<Self>) {
         let now = self.now_tick();
         self.last_tick = Instant::now();
+        let inputs = ScanInputs {
+            hosted: hosted.iter().fold(0u64, |sum, record| sum.wrapping_add(record.digest())),
+            epoch: self.setup.metadata.with(|state| state.epoch),
+            in_flight: self.agent.in_flight(),
+        };
+        self.scans_stable = self.scan_inputs == Some(inputs);
+        self.scan_inputs = Some(inputs);
         self.metadata_primary = hosted.iter().any(|h| h.group == GroupId::METADATA && h.primary);
         let primary = self.metadata_primary;
         let metadata = self.setup.metadata.clone();

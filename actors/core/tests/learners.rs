@@ -126,6 +126,23 @@ fn p4_spec_validation_says_why() {
 }
 
 #[test]
+fn z3_a_hosted_record_digests_to_its_replicas_fingerprint() {
+    use cohort_core::metadata::HostedReplica;
+    let mut h = Harness::new(VOTERS[0], spec(0, vec![LEARNER_A, LEARNER_B]));
+    h.ticks(1);
+    h.write(1);
+    h.ack(LEARNER_A, 3, 1);
+    h.ack(VOTERS[1], 1, 1);
+    let replica = h.replica();
+    assert!(replica.learner_caught_up(LEARNER_A) && !replica.learner_caught_up(LEARNER_B));
+    let record = HostedReplica::of(replica, h.now);
+    assert_eq!(record.digest(), HostedReplica::fingerprint(replica, h.now), "the agent's two views of a scan agree");
+    let mut moved = record.clone();
+    moved.view = cohort_messages::View(1);
+    assert_ne!(moved.digest(), record.digest(), "and a change shows");
+}
+
+#[test]
 fn p4_learner_acks_are_never_counted() {
     let mut h = Harness::new(VOTERS[0], spec(0, vec![LEARNER_A, LEARNER_B]));
     h.ticks(1);

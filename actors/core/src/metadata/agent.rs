@@ -134,25 +134,29 @@ pub struct HostedReplica {
 
 impl HostedReplica {
     /// Z3: a hash of what [`HostedReplica::of`] would say of `replica` at
-    /// `now`, without building it: a shell sums it over its groups to learn,
-    /// for O(groups) hashing and no allocation, whether any changed.
+    /// `now`, without building it; equal to [`HostedReplica::digest`] of
+    /// that record. A shell sums it over its groups to learn, for O(groups)
+    /// hashing and no allocation, whether any changed since a scan.
     pub fn fingerprint(replica: &crate::Replica, now: u64) -> u64 {
-        // splitmix64's finaliser over each field in turn: cheap, and any
-        // change of any field changes the result.
-        let mix = |mut x: u64| {
-            x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            x ^ (x >> 31)
-        };
-        let flags = u64::from(replica.is_confirmed_primary(now))
-            | u64::from(replica.sealed().is_some()) << 1
-            | u64::from(replica.seal_durable().is_some()) << 2;
-        let mut hash = mix(replica.group().0 ^ 0x9e37_79b9_7f4a_7c15);
-        for field in [replica.incarnation().0, u64::from(replica.view().0), flags] {
-            hash = mix(hash ^ field);
-        }
+        let flags = digest_flags(
+            replica.is_confirmed_primary(now),
+            replica.sealed().is_some(),
+            replica.seal_durable().is_some(),
+        );
+        let mut hash = digest_start(replica.group(), replica.incarnation(), replica.view(), flags);
         for node in replica.learner_nodes() {
-            hash = mix(hash ^ node.0 ^ u64::from(replica.learner_caught_up(*node)) << 63);
+            hash = digest_learner(hash, *node, replica.learner_caught_up(*node));
+        }
+        hash
+    }
+
+    /// Z3: the hash [`HostedReplica::fingerprint`] gives of the replica this
+    /// record was made from, at the tick it was made.
+    pub fn digest(&self) -> u64 {
+        let flags = digest_flags(self.primary, self.sealed.is_some(), self.seal_durable);
+        let mut hash = digest_start(self.group, self.incarnation, self.view, flags);
+        for node in &self.learners {
+            hash = digest_learner(hash, *node, self.caught_up.contains(node));
         }
         hash
     }
@@ -175,6 +179,29 @@ impl HostedReplica {
                 .collect(),
         }
     }
+}
+
+/// splitmix64's finaliser: cheap, and any change of its input changes it.
+fn digest_mix(mut x: u64) -> u64 {
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+fn digest_flags(primary: bool, sealed: bool, seal_durable: bool) -> u64 {
+    u64::from(primary) | u64::from(sealed) << 1 | u64::from(seal_durable) << 2
+}
+
+fn digest_start(group: GroupId, incarnation: Incarnation, view: View, flags: u64) -> u64 {
+    let mut hash = digest_mix(group.0 ^ 0x9e37_79b9_7f4a_7c15);
+    for field in [incarnation.0, u64::from(view.0), flags] {
+        hash = digest_mix(hash ^ field);
+    }
+    hash
+}
+
+fn digest_learner(hash: u64, node: NodeId, caught_up: bool) -> u64 {
+    digest_mix(hash ^ node.0 ^ u64::from(caught_up) << 63)
 }
 
 /// What the shell must do.
