@@ -167,6 +167,11 @@ impl Pairs {
     }
 }
 
+/// The peers whose pair is `due`, in node order.
+fn peers_where<P>(pairs: &BTreeMap<NodeId, P>, due: impl Fn(&P) -> bool) -> Vec<NodeId> {
+    pairs.iter().filter(|(_, pair)| due(pair)).map(|(peer, _)| *peer).collect()
+}
+
 /// The first `QUIET_CHANGES_MAX` changes of a list, for a heartbeat sent at
 /// `now`; each remembers the first heartbeat that carried it.
 fn carry(changes: &mut BTreeMap<GroupId, (QuietGroup, u64)>, now: u64) -> Vec<QuietGroup> {
@@ -191,40 +196,25 @@ impl Shard {
         let now = self.now();
         let wake_after = timing.quiet_wake_after_ticks();
         // Silence: wake a pair's groups on both ends.
-        let silent_leads: Vec<NodeId> = self
-            .fx
-            .quiet
-            .lead
-            .iter()
-            .filter(|(_, pair)| !pair.quiet.is_empty() && now >= pair.contact_tick.saturating_add(wake_after))
-            .map(|(peer, _)| *peer)
-            .collect();
+        let silent_leads = peers_where(&self.fx.quiet.lead, |pair| {
+            !pair.quiet.is_empty() && now >= pair.contact_tick.saturating_add(wake_after)
+        });
         for peer in silent_leads {
             self.wake_lead_pair(peer);
         }
         let forget_after = timing.idle_timeout_effective_ticks();
-        let forgotten: Vec<NodeId> = self
-            .fx
-            .quiet
-            .lead
-            .iter()
-            .filter(|(_, pair)| pair.quiet.is_empty() && now >= pair.heard_tick.saturating_add(forget_after))
-            .map(|(peer, _)| *peer)
-            .collect();
+        let forgotten = peers_where(&self.fx.quiet.lead, |pair| {
+            pair.quiet.is_empty() && now >= pair.heard_tick.saturating_add(forget_after)
+        });
         for peer in forgotten {
             // The peer answered nothing for an idle timeout: it woke what it
             // held by itself long ago (see the follow end's silence).
             self.withdraw_proposals(peer);
             self.fx.quiet.lead.remove(&peer);
         }
-        let silent_follows: Vec<NodeId> = self
-            .fx
-            .quiet
-            .follow
-            .iter()
-            .filter(|(_, pair)| !pair.quiet.is_empty() && now >= pair.match_tick.saturating_add(wake_after))
-            .map(|(peer, _)| *peer)
-            .collect();
+        let silent_follows = peers_where(&self.fx.quiet.follow, |pair| {
+            !pair.quiet.is_empty() && now >= pair.match_tick.saturating_add(wake_after)
+        });
         for peer in silent_follows {
             self.wake_follow_pair(peer);
         }
