@@ -40,15 +40,17 @@ impl QuietGroup {
     /// The group's share of a digest: a 64-bit mix of all four fields, so
     /// that any difference in any of them changes the sum.
     pub fn hash(&self) -> u64 {
-        let mut h = mix(self.group.0 ^ 0x9e37_79b9_7f4a_7c15);
-        h = mix(h ^ self.incarnation.0);
-        h = mix(h ^ u64::from(self.view.0));
-        mix(h ^ self.commit.0)
+        let mut h = mix64(self.group.0 ^ 0x9e37_79b9_7f4a_7c15);
+        h = mix64(h ^ self.incarnation.0);
+        h = mix64(h ^ u64::from(self.view.0));
+        mix64(h ^ self.commit.0)
     }
 }
 
-/// splitmix64's finaliser.
-fn mix(mut x: u64) -> u64 {
+/// splitmix64's finaliser: cheap, and any change of its input changes the
+/// output. Digests fold it field after field (the agent's scan fingerprint
+/// too).
+pub fn mix64(mut x: u64) -> u64 {
     x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     x ^ (x >> 31)

@@ -135,16 +135,6 @@ impl Pairs {
         }
     }
 
-    /// Groups quiesced here under `primary`'s lead, as a backup.
-    pub fn following(&self, primary: NodeId) -> usize {
-        self.follow.get(&primary).map_or(0, |pair| pair.quiet.len())
-    }
-
-    /// Groups this shard leads quiesced for `peer`.
-    pub fn leading(&self, peer: NodeId) -> usize {
-        self.lead.get(&peer).map_or(0, |pair| pair.quiet.len())
-    }
-
     /// Quiesced group members on this shard: (led for a peer, followed).
     pub fn counts(&self) -> (usize, usize) {
         (self.lead.values().map(|pair| pair.quiet.len()).sum(), self.follow.values().map(|pair| pair.quiet.len()).sum())
@@ -191,7 +181,9 @@ impl Shard {
     /// Z3, once per tick after the groups ran: wake what went silent, and on
     /// send ticks send each peer its heartbeat.
     pub(crate) fn quiet_tick(&mut self) {
-        let Some(_) = self.config().timing.commit_quiesce_timeout_ticks else { return };
+        if self.config().timing.commit_quiesce_timeout_ticks.is_none() {
+            return;
+        }
         let timing = self.config().timing.clone();
         let now = self.now();
         let wake_after = timing.quiet_wake_after_ticks();

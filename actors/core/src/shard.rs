@@ -41,7 +41,7 @@ use crate::storage::RecoveredGroup;
 
 /// The groups of one shard. See the module docs for the driving contract.
 pub struct Shard {
-    pub(crate) node: NodeId,
+    node: NodeId,
     config: CoreConfig,
     pub(crate) groups: HashMap<GroupId, Box<Replica>>,
     pub(crate) fx: Effects,

@@ -32,6 +32,7 @@ use std::collections::{BTreeMap, VecDeque};
 use cohort_messages::metadata::{
     GroupCreation, METADATA_BATCH_ENTRIES_MAX, MetadataCommand, MetadataResult, OwnedGroup,
 };
+use cohort_messages::pair_heartbeat::mix64;
 use cohort_messages::replication::Replication;
 use cohort_messages::seal::Seal;
 use cohort_messages::{
@@ -181,27 +182,20 @@ impl HostedReplica {
     }
 }
 
-/// splitmix64's finaliser: cheap, and any change of its input changes it.
-fn digest_mix(mut x: u64) -> u64 {
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
-}
-
 fn digest_flags(primary: bool, sealed: bool, seal_durable: bool) -> u64 {
     u64::from(primary) | u64::from(sealed) << 1 | u64::from(seal_durable) << 2
 }
 
 fn digest_start(group: GroupId, incarnation: Incarnation, view: View, flags: u64) -> u64 {
-    let mut hash = digest_mix(group.0 ^ 0x9e37_79b9_7f4a_7c15);
+    let mut hash = mix64(group.0 ^ 0x9e37_79b9_7f4a_7c15);
     for field in [incarnation.0, u64::from(view.0), flags] {
-        hash = digest_mix(hash ^ field);
+        hash = mix64(hash ^ field);
     }
     hash
 }
 
 fn digest_learner(hash: u64, node: NodeId, caught_up: bool) -> u64 {
-    digest_mix(hash ^ node.0 ^ u64::from(caught_up) << 63)
+    mix64(hash ^ node.0 ^ u64::from(caught_up) << 63)
 }
 
 /// What the shell must do.

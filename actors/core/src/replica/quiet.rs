@@ -37,16 +37,6 @@ impl Replica {
         self.quiet_members != 0 && self.learners.is_empty() && self.others().all(|member| self.quiet_member(member))
     }
 
-    /// True if this backup follows its primary quiesced.
-    pub fn follows_quiet(&self) -> bool {
-        self.follow_quiet.is_some()
-    }
-
-    /// Voters this primary holds the group quiesced for.
-    pub fn quiet_members(&self) -> usize {
-        self.quiet_members.count_ones() as usize
-    }
-
     /// The primary's state still is the one it quiesced.
     fn lead_quiet_holds(&self) -> bool {
         self.is_primary() && self.quiet_at == (self.view, self.commit_max) && self.log.op() == self.commit_max
