@@ -602,6 +602,7 @@ pub struct NodeMetrics {
     flushes: Counter,
     view_change_messages_sent: Counter,
     view_change_frames_sent: Counter,
+    ticks_late: Counter,
     peers_connected: Gauge,
     commit_latency: Histogram,
     ops_applied: Family<KindLabels, Counter>,
@@ -668,6 +669,12 @@ impl NodeMetrics {
             "view_change_frames_sent",
             "Z4: frames that carried them (a ViewChangeBatch carries a run of them)",
             view_change_frames_sent.clone(),
+        );
+        let ticks_late = Counter::default();
+        registry.register(
+            "ticks_late",
+            "Ticks a shard ran after their time, in order, because its thread was busy past them",
+            ticks_late.clone(),
         );
         let socket_writes = Family::<PortLabels, Counter>::default();
         registry.register("socket_writes", "K2: write calls on sockets, by port", socket_writes.clone());
@@ -742,6 +749,7 @@ impl NodeMetrics {
             flushes,
             view_change_messages_sent,
             view_change_frames_sent,
+            ticks_late,
             peers_connected,
             commit_latency,
             ops_applied,
@@ -840,6 +848,18 @@ impl NodeMetrics {
     /// View-change messages sent to peers so far, and the frames they took.
     pub fn view_changes_sent(&self) -> (u64, u64) {
         (self.view_change_messages_sent.get(), self.view_change_frames_sent.get())
+    }
+
+    /// Count ticks a shard ran late, to catch up with the clock.
+    pub fn add_ticks_late(&self, ticks: u64) {
+        if ticks > 0 {
+            self.ticks_late.inc_by(ticks);
+        }
+    }
+
+    /// Ticks run late so far, by every shard of the node.
+    pub fn ticks_late(&self) -> u64 {
+        self.ticks_late.get()
     }
 
     /// Flushes of the write-ahead log so far.

@@ -37,7 +37,8 @@ use tokio::sync::oneshot;
 
 pub use hosting::{HostPlaced, ProposeSeal, SetLearners, SwitchIncarnation, TransferPrimary, UnloadGroup};
 pub use queries::{
-    GetGroupActor, GetHostedFingerprint, GetHostedReplicas, GetReport, ReplaceOutbox, ShardReport, SubscribeGroup,
+    GetGroupActor, GetHostedFingerprint, GetHostedReplicas, GetReport, ReplaceOutbox, ShardReport, StallForTest,
+    SubscribeGroup,
 };
 
 use crate::group::{GroupActor, GroupNote, GroupRole, GroupTurn, NeedsResync, Wait};
@@ -56,6 +57,10 @@ use crate::{
 
 /// Requests from peer nodes awaiting an answer, at most (see `ShardActor::remote_waiting`).
 pub const REMOTE_WAITERS_MAX: usize = 4096;
+
+/// Ticks a shard runs late, at most, when its thread was busy past them
+/// (see [`ShardActor::catch_up`]); beyond that the oldest are skipped.
+pub const TICKS_LATE_MAX: u64 = 100;
 
 /// A request and the client and group it is from: how answers find their caller.
 type RequestKey = (GroupId, ClientId, RequestNumber);
@@ -252,6 +257,27 @@ impl ShardActor {
         // as the simulator does after every step.
         #[cfg(debug_assertions)]
         self.core.invariants();
+    }
+
+    /// Run every tick up to the clock's, in order, and return the clock's.
+    ///
+    /// The core acts on exact ticks: a primary heartbeats on the send ticks,
+    /// an idle group only on those that line up with its interval (R20). A
+    /// thread busy past a tick used to jump over it, and an idle group whose
+    /// send tick was jumped over sent nothing for another interval: two such
+    /// jumps in a row left its primary without replies for its whole quorum
+    /// window (R24), so it stepped down with a healthy backup. Ticks run late
+    /// instead, as the simulator runs them, at most [`TICKS_LATE_MAX`] of
+    /// them (after a longer stall, the oldest are skipped: the timeouts they
+    /// held are due at the first tick that runs anyway).
+    fn catch_up(&mut self) -> u64 {
+        let now = self.now_tick().max(self.core.now());
+        let first = (self.core.now() + 1).max(now.saturating_sub(TICKS_LATE_MAX)).min(now);
+        for tick in first..=now {
+            self.core.on_tick(tick);
+        }
+        self.metrics.add_ticks_late(now - first);
+        now
     }
 
     /// Resend the state to custom actors whose mailbox overflowed, through
@@ -455,8 +481,7 @@ impl Actor for ShardActor {
         self.core.on_tick(self.now_tick());
         self.run();
         ctx.run_interval(self.tick, |actor, _ctx| {
-            let now = actor.now_tick().max(actor.core.now());
-            actor.core.on_tick(now);
+            let now = actor.catch_up();
             actor.run();
             actor.resync_custom_actors();
             let second_ticks = (1_000_000_000 / actor.tick.as_nanos().max(1)).max(1) as u64;

@@ -19,16 +19,17 @@ use cohort_messages::NodeId;
 use crate::directory::{Directory, Links};
 use crate::outbox::{Outbox, PanicForTest, ReplaceLink};
 use crate::parts::Parts;
-use crate::shard::ReplaceOutbox;
+use crate::shard::{ReplaceOutbox, StallForTest};
 
 /// How often the supervisor looks at its children.
 pub const CHECK_INTERVAL: Duration = Duration::from_millis(100);
 
-/// A fault to inject, for tests of supervision (not part of the stable API).
+/// A fault to inject, for tests of supervision and of slow threads (not part
+/// of the stable API).
 #[doc(hidden)]
 #[derive(Message, Clone, Copy, Debug)]
 #[rtype(result = "()")]
-pub enum InjectPanic {
+pub enum InjectFault {
     /// Make the outbox of `shard` towards `peer` panic.
     Outbox {
         /// Shard index.
@@ -40,6 +41,14 @@ pub enum InjectPanic {
     Shard {
         /// Shard index.
         shard: usize,
+    },
+    /// Block the thread of shard `shard` for `stall_ms` milliseconds, as a
+    /// long turn or a descheduled thread would.
+    StallShard {
+        /// Shard index.
+        shard: usize,
+        /// How long the thread is blocked.
+        stall_ms: u64,
     },
 }
 
@@ -154,19 +163,24 @@ impl Handler<crate::agent::Shutdown> for Supervisor {
     }
 }
 
-impl Handler<InjectPanic> for Supervisor {
+impl Handler<InjectFault> for Supervisor {
     type Result = ();
 
-    fn handle(&mut self, fault: InjectPanic, _ctx: &mut Self::Context) {
+    fn handle(&mut self, fault: InjectFault, _ctx: &mut Self::Context) {
         match fault {
-            InjectPanic::Outbox { shard, peer } => {
+            InjectFault::Outbox { shard, peer } => {
                 if let Some(outbox) = self.outboxes.get(shard).and_then(|outboxes| outboxes.get(&peer)) {
                     outbox.do_send(PanicForTest);
                 }
             }
-            InjectPanic::Shard { shard } => {
+            InjectFault::Shard { shard } => {
                 if let Some(addr) = self.directory.shard(shard) {
                     addr.do_send(PanicForTest);
+                }
+            }
+            InjectFault::StallShard { shard, stall_ms } => {
+                if let Some(addr) = self.directory.shard(shard) {
+                    addr.do_send(StallForTest(Duration::from_millis(stall_ms)));
                 }
             }
         }

@@ -308,7 +308,7 @@ fn r18_wrong_cluster_or_revision_1_is_refused_and_r15_bad_frames_are_dropped() {
 
 #[test]
 fn a_supervisor_restarts_a_crashed_outbox_and_shard_and_traffic_resumes() {
-    use cohort_runtime::node::InjectPanic;
+    use cohort_runtime::node::InjectFault;
     let dir = temp_dir("cluster-supervisor");
     let system = actix_rt::System::new();
     system.block_on(async {
@@ -321,10 +321,10 @@ fn a_supervisor_restarts_a_crashed_outbox_and_shard_and_traffic_resumes() {
         // Every outbox of node 1 panics, then one of its shards.
         for shard in 0..2 {
             for peer in [NodeId(2), NodeId(3)] {
-                handles[0].inject_panic(InjectPanic::Outbox { shard, peer });
+                handles[0].inject_fault(InjectFault::Outbox { shard, peer });
             }
         }
-        handles[0].inject_panic(InjectPanic::Shard { shard: 0 });
+        handles[0].inject_fault(InjectFault::Shard { shard: 0 });
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
         while handles[0].restarts() < 5 && std::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -333,6 +333,53 @@ fn a_supervisor_restarts_a_crashed_outbox_and_shard_and_traffic_resumes() {
         for g in 0..6 {
             let op = write(&handles, GroupId(g), b"two").await.expect("traffic resumes after the restarts");
             assert_eq!(op, Op(2), "{g}: the restarted shard recovered its log");
+        }
+        for node in nodes {
+            node.stop();
+        }
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// R20, R24: an idle group heartbeats only on the send ticks that line up
+/// with its interval. A shard thread busy past such a tick runs it late
+/// instead of jumping over it, so the primary's backups still answer within
+/// its quorum window and no group changes view.
+#[test]
+fn r20_r24_an_idle_primary_whose_thread_stalls_past_its_send_ticks_keeps_its_window() {
+    use cohort_runtime::node::InjectFault;
+    let dir = temp_dir("cluster-stalls");
+    let system = actix_rt::System::new();
+    system.block_on(async {
+        let addresses = free_addresses(3);
+        let nodes: Vec<Node> = (0..3).map(|i| start_node(i, &addresses, &dir, 3)).collect();
+        let handles: Vec<NodeHandle> = nodes.iter().map(Node::handle).collect();
+        for g in 0..3 {
+            write(&handles, GroupId(g), b"one").await.expect("write before the stalls");
+        }
+        // Idle after one heartbeat timeout (2 s) without a new commit point.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let mut before = 0;
+        for handle in &handles {
+            before += handle.report().await.metrics.view_changes_started;
+        }
+        // Node 1 leads group 0: its shards are blocked 450 ms of every 530
+        // for four quorum windows (the idle interval is 500 ms, the window 2 s).
+        for _ in 0..16 {
+            for shard in 0..2 {
+                handles[0].inject_fault(InjectFault::StallShard { shard, stall_ms: 450 });
+            }
+            tokio::time::sleep(Duration::from_millis(530)).await;
+        }
+        let mut after = 0;
+        for handle in &handles {
+            after += handle.report().await.metrics.view_changes_started;
+        }
+        assert!(handles[0].metrics().ticks_late() > 0, "the stalls made node 1's shards run ticks late");
+        assert_eq!(after, before, "no view change: every idle heartbeat left, late, and was answered");
+        for g in 0..3 {
+            let op = write(&handles, GroupId(g), b"two").await.expect("write after the stalls");
+            assert_eq!(op, Op(2), "{g}: the same primary's log goes on");
         }
         for node in nodes {
             node.stop();

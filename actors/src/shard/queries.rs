@@ -150,3 +150,18 @@ impl Handler<PanicForTest> for ShardActor {
         panic!("shard {} panicked on request (PanicForTest)", self.index);
     }
 }
+
+/// Block the shard's thread for a while, to test what a late tick does (not
+/// a stable API).
+#[doc(hidden)]
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct StallForTest(pub std::time::Duration);
+
+impl Handler<StallForTest> for ShardActor {
+    type Result = ();
+
+    fn handle(&mut self, StallForTest(stall): StallForTest, _ctx: &mut Self::Context) {
+        std::thread::sleep(stall);
+    }
+}

@@ -16,7 +16,7 @@ use cohort_actors::metrics::NodeMetrics;
 use cohort_actors::peer_link::LinkState;
 use cohort_actors::shard::{ClientAnswer, Submit};
 use cohort_actors::status::StatusBoard;
-use cohort_actors::supervisor::InjectPanic;
+use cohort_actors::supervisor::InjectFault;
 use cohort_core::routing::shard_of;
 use cohort_messages::{GroupId, NodeId, Request, RequestKind, RequestNumber};
 use tokio::sync::oneshot;
@@ -283,9 +283,9 @@ impl NodeHandle {
         self.restarts.load(Ordering::Relaxed)
     }
 
-    /// Make an actor of this node panic, to test supervision.
+    /// Make an actor of this node panic or stall, to test supervision and slow threads.
     #[doc(hidden)]
-    pub fn inject_panic(&self, fault: InjectPanic) {
+    pub fn inject_fault(&self, fault: InjectFault) {
         self.supervisor.do_send(fault);
     }
 

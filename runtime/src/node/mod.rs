@@ -65,7 +65,7 @@ pub use changes::MetadataChangeError;
 pub use cohort_actors::kind::{GroupKind, GroupKindError};
 pub use cohort_actors::placements::{PLACEMENTS_FILE, PlacementFileError};
 pub use cohort_actors::registry::StateMachineFactory;
-pub use cohort_actors::supervisor::{CHECK_INTERVAL, InjectPanic};
+pub use cohort_actors::supervisor::{CHECK_INTERVAL, InjectFault};
 pub use detached::DetachedNode;
 pub use handle::{Node, NodeHandle};
 pub use placement::GroupPlacement;
