@@ -566,6 +566,27 @@ fn r22_backups_pick_the_timeout_by_heartbeat_state() {
     }
 }
 
+/// What the demo classifies a dead primary's groups by: a backup reports
+/// the idle timeout exactly while its primary's newest Commit said `Idle`.
+#[test]
+fn r22_a_backup_reports_the_idle_timeout_only_after_an_idle_commit() {
+    let t = timing();
+    let mut h = Harness::new(t.clone());
+    h.follow(1, PEER);
+    let waits_idle = |h: &Harness| h.shard.replica(GroupId(1)).expect("hosted").waits_idle_timeout();
+    assert!(!waits_idle(&h), "no Commit yet: the busy timeout");
+    h.heartbeat(1, PEER, 0, 1, HeartbeatState::Idle);
+    assert!(waits_idle(&h), "an idle Commit: the idle timeout");
+    h.heartbeat(1, PEER, 0, 2, HeartbeatState::Eager);
+    assert!(!waits_idle(&h), "a new commit point: busy again");
+    h.heartbeat(1, PEER, 0, 3, HeartbeatState::Idle);
+    h.heartbeat(1, PEER, 0, 3, HeartbeatState::Busy);
+    assert!(waits_idle(&h), "R22: a Commit that is not newer changes nothing");
+    h.ticks(t.idle_timeout_effective_ticks() + 1);
+    assert_eq!(h.role(1), Role::ViewChange);
+    assert!(!waits_idle(&h), "in a view change a member waits for no primary");
+}
+
 #[test]
 fn r22_only_a_newer_commit_restarts_the_timeout() {
     let t = timing();

@@ -29,6 +29,9 @@ pub struct ShardReport {
     /// Commit only every idle heartbeat interval, so a failover of theirs
     /// takes up to the idle heartbeat timeout.
     pub idle_primaries: Vec<GroupId>,
+    /// The host's groups whose backup here waits the idle heartbeat timeout
+    /// before a view change ([`cohort_core::replica::Replica::waits_idle_timeout`]).
+    pub idle_backups: Vec<GroupId>,
 }
 
 impl Handler<GetReport> for ShardActor {
@@ -49,6 +52,12 @@ impl Handler<GetReport> for ShardActor {
                 .replicas()
                 .filter(|r| r.is_primary() && r.group() != GroupId::METADATA)
                 .filter(|r| r.activity() == cohort_core::replica::GroupActivity::Idle)
+                .map(|r| r.group())
+                .collect(),
+            idle_backups: self
+                .core
+                .replicas()
+                .filter(|r| r.waits_idle_timeout() && r.group() != GroupId::METADATA)
                 .map(|r| r.group())
                 .collect(),
         }

@@ -102,6 +102,9 @@ struct Demo {
     stopping: Cell<bool>,
     killed_at: Cell<Option<Instant>>,
     failover: RefCell<HashMap<GroupId, Duration>>,
+    /// The killed node's groups whose surviving backups all waited the idle
+    /// timeout when it died: their failover bound is the idle one.
+    idle_at_kill: RefCell<std::collections::HashSet<GroupId>>,
     /// When the first node was started, and when the first write committed.
     launched: Instant,
     first_write: Cell<Option<Duration>>,
@@ -127,6 +130,7 @@ impl Demo {
             stopping: Cell::new(false),
             killed_at: Cell::new(None),
             failover: RefCell::new(HashMap::new()),
+            idle_at_kill: RefCell::new(std::collections::HashSet::new()),
             launched: Instant::now(),
             first_write: Cell::new(None),
             rss_after_start_bytes: Cell::new(0),
@@ -165,6 +169,7 @@ impl Demo {
                     let demo = Rc::clone(&demo);
                     actix_rt::spawn(async move { demo.probe(group).await });
                 }
+                demo.classify_killed_groups(&report.primaries).await;
                 killed = Some((victim, report));
             } else if let Some((victim, _)) = &killed
                 && !restarted
@@ -267,11 +272,12 @@ impl Demo {
         };
         let started = Instant::now();
         let nodes = self.options.nodes;
+        let pause = Duration::from_millis(20);
         while !self.stopping.get() {
             let target = self.guess.borrow()[group.0 as usize];
             let Some(handle) = self.handle(target) else {
                 self.guess.borrow_mut()[group.0 as usize] = (target + 1) % nodes;
-                tokio::time::sleep(Duration::from_millis(20)).await;
+                tokio::time::sleep(pause).await;
                 continue;
             };
             match handle.submit_as(request.clone(), Duration::from_secs(2)).await {
@@ -289,13 +295,15 @@ impl Demo {
                     return Some(latency);
                 }
                 Err(SubmitError::NotPrimary { primary: Some(primary), .. })
-                    if (primary.0 as usize) <= nodes && primary.0 as usize - 1 != target =>
+                    if (primary.0 as usize) <= nodes
+                        && primary.0 as usize - 1 != target
+                        && self.handle(primary.0 as usize - 1).is_some() =>
                 {
                     self.guess.borrow_mut()[group.0 as usize] = primary.0 as usize - 1;
                 }
                 Err(_) => {
                     self.guess.borrow_mut()[group.0 as usize] = (target + 1) % nodes;
-                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    tokio::time::sleep(pause).await;
                 }
             }
         }
@@ -313,8 +321,43 @@ impl Demo {
         }
     }
 
-    /// Write to one group the killed node led until it commits; record the gap.
+    /// The killed node's groups whose surviving backups all wait the idle
+    /// timeout now (R22): what decides when they start a view change, so
+    /// the failover bound of the group. Asked right after the kill, seconds
+    /// before any backup's timeout can end.
+    async fn classify_killed_groups(&self, groups: &[GroupId]) {
+        let mut idle: Option<std::collections::HashSet<GroupId>> = None;
+        for index in 0..self.options.nodes {
+            let Some(handle) = self.handle(index) else { continue };
+            let here: std::collections::HashSet<GroupId> = handle.report().await.idle_backups.into_iter().collect();
+            idle = Some(match idle {
+                None => here,
+                Some(before) => before.intersection(&here).copied().collect(),
+            });
+        }
+        let idle = idle.unwrap_or_default();
+        *self.idle_at_kill.borrow_mut() = groups.iter().copied().filter(|group| idle.contains(group)).collect();
+    }
+
+    /// Write to one group the killed node led until it commits; record the
+    /// gap. The probe waits for a surviving member to say it leads the
+    /// group (a subscription's role events) before it writes, so 33,334
+    /// probes do not flood with retries the very shards whose failover they
+    /// time; the write then goes to that member.
     async fn probe(&self, group: GroupId) {
+        let mut events = Vec::new();
+        for index in 0..self.options.nodes {
+            if let Some(handle) = self.handle(index)
+                && let Some(receiver) = handle.subscribe(group).await
+            {
+                events.push((index, receiver));
+            }
+        }
+        let wait = self.options.duration.saturating_sub(self.killed_at.get().map_or(Duration::ZERO, |at| at.elapsed()));
+        if let Ok(Some(leader)) = tokio::time::timeout(wait, first_primary(&mut events)).await {
+            self.guess.borrow_mut()[group.0 as usize] = leader;
+        }
+        drop(events);
         if self.write(group, u64::from(u32::MAX) + group.0, true).await.is_some()
             && let Some(killed) = self.killed_at.get()
         {
@@ -405,8 +448,7 @@ impl Demo {
         latencies.sort_unstable();
         let committed = latencies.len() as u64 + self.probe_commits.get();
         let failover = self.failover.borrow();
-        let idle: std::collections::HashSet<GroupId> =
-            killed.map(|(_, report)| report.idle_primaries.iter().copied().collect()).unwrap_or_default();
+        let idle = self.idle_at_kill.borrow();
         let longest = |busy: bool| {
             failover
                 .iter()
@@ -433,7 +475,7 @@ impl Demo {
             failover_ms_max_idle: longest(false),
             failover_bound_ms_busy: bound(timing.commit_heartbeat_timeout),
             failover_bound_ms_idle: bound(timing.commit_idle_heartbeat_timeout),
-            failover_groups_idle: killed.map_or(0, |(_, report)| report.idle_primaries.len()),
+            failover_groups_idle: idle.len(),
             failover_groups_done: failover.len(),
             view_change_messages: view_changes_sent.0,
             view_change_frames: view_changes_sent.1,
@@ -456,4 +498,32 @@ fn free_addresses(n: usize) -> Result<Vec<SocketAddr>, String> {
         .map(|_| std::net::TcpListener::bind("127.0.0.1:0").map_err(|error| format!("no free port: {error}")))
         .collect::<Result<_, _>>()?;
     listeners.iter().map(|l| l.local_addr().map_err(|error| error.to_string())).collect()
+}
+
+/// The index of the first member whose role events say it leads the group;
+/// `None` once every subscription closed.
+async fn first_primary(
+    events: &mut [(usize, tokio::sync::mpsc::Receiver<cohort_actors::group::GroupEvent>)],
+) -> Option<usize> {
+    use cohort_actors::group::{GroupEvent, GroupRole};
+    std::future::poll_fn(|cx| {
+        let mut open = false;
+        for (index, receiver) in events.iter_mut() {
+            loop {
+                match receiver.poll_recv(cx) {
+                    std::task::Poll::Ready(Some(GroupEvent::Role { role: GroupRole::Primary(_), .. })) => {
+                        return std::task::Poll::Ready(Some(*index));
+                    }
+                    std::task::Poll::Ready(Some(_)) => continue,
+                    std::task::Poll::Ready(None) => break,
+                    std::task::Poll::Pending => {
+                        open = true;
+                        break;
+                    }
+                }
+            }
+        }
+        if open { std::task::Poll::Pending } else { std::task::Poll::Ready(None) }
+    })
+    .await
 }

@@ -233,6 +233,7 @@ impl NodeHandle {
                 total.gauges.add(&report.gauges);
                 total.primaries.extend(report.primaries);
                 total.idle_primaries.extend(report.idle_primaries);
+                total.idle_backups.extend(report.idle_backups);
             }
         }
         total

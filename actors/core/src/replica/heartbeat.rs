@@ -226,6 +226,7 @@ impl Replica {
                 WireState::Busy | WireState::Eager => timing.commit_heartbeat_timeout_ticks,
             };
             self.heartbeat_deadline = fx.now + timeout;
+            self.follows_idle = entry.heartbeat_state == WireState::Idle;
             self.lease_expiry = self.lease_expiry.max(fx.now + timing.commit_heartbeat_timeout_ticks);
             debug_assert!(self.heartbeat_deadline > fx.now, "R22: a newer Commit pushes the timeout into the future");
         }

@@ -129,6 +129,8 @@ pub struct Replica {
     pub(crate) heartbeat_deadline: u64,
     pub(crate) lease_expiry: u64,
     pub(crate) last_commit_seen: (View, Timestamp),
+    /// The newest Commit seen said `Idle`: the timeout is the idle one (R22).
+    pub(crate) follows_idle: bool,
     pub(crate) repair_deadline: u64,
     pub(crate) repair_target: Op,
     pub(crate) state_transfer: Option<repair::StateTransfer>,
@@ -237,6 +239,7 @@ impl Replica {
             heartbeat_deadline: now + config.timing.commit_heartbeat_timeout_ticks,
             lease_expiry: now + config.timing.commit_heartbeat_timeout_ticks,
             last_commit_seen: (View(0), Timestamp(0)),
+            follows_idle: false,
             repair_deadline: 0,
             repair_target: Op(0),
             state_transfer: None,
@@ -385,6 +388,14 @@ impl Replica {
     /// A primary's heartbeat state (R20); `Busy` for other roles.
     pub fn activity(&self) -> GroupActivity {
         if self.is_primary() { self.heartbeat.activity } else { GroupActivity::Busy }
+    }
+
+    /// Whether this is a backup that waits `commit_idle_heartbeat_timeout`
+    /// before a view change: the newest Commit of its primary said `Idle`
+    /// (R22), or the group is quiesced (Z3). A primary's failover bound is
+    /// set by what its backups wait, not by what it believes.
+    pub fn waits_idle_timeout(&self) -> bool {
+        self.status == Status::Normal && !self.is_primary() && !self.is_learner() && self.follows_idle
     }
 
     /// The group.

@@ -140,6 +140,7 @@ impl Replica {
         }
         let timing = &self.config.timing;
         self.heartbeat_deadline = self.heartbeat_deadline.max(now + timing.idle_timeout_effective_ticks());
+        self.follows_idle = true;
         self.lease_expiry = self.lease_expiry.max(now + timing.commit_heartbeat_timeout_ticks);
     }
 

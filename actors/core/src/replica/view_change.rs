@@ -408,6 +408,7 @@ impl Replica {
         self.view = sv.view;
         self.status = Status::Normal;
         self.heartbeat_deadline = fx.now + self.config.timing.commit_heartbeat_timeout_ticks;
+        self.follows_idle = false;
         self.svc_view_seen = self.svc_view_seen.max(sv.view);
         self.fail_waits(fx);
         if self.adopt_log(sv.view, &sv.log, sv.op, fx) {
