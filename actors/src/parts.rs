@@ -120,56 +120,105 @@ impl Parts {
         arbiter: &ArbiterHandle,
         outboxes: HashMap<NodeId, Addr<Outbox>>,
     ) -> Result<Addr<ShardActor>, PartError> {
-        let own = self.recorded.hosted(self.node, &self.kinds, self.shard_count(), Some(index))?;
-        let target: Arc<Mutex<Option<Addr<ShardActor>>>> = Arc::new(Mutex::new(None));
-        let reporter = Arc::clone(&target);
-        let (storage, recovered) = StorageWorker::start(
-            self.data_dir.join(format!("shard-{index}")),
-            self.storage.clone(),
-            format!("cohort-storage-{}-{index}", self.node.0),
-            Arc::clone(&self.storage_locks[index]),
-            Arc::clone(&self.metrics),
-            move |event| {
-                if let Ok(target) = reporter.lock()
-                    && let Some(addr) = target.as_ref()
-                {
-                    ShardActor::storage_reporter(addr.clone())(event);
-                }
-            },
-        )?;
-        let setup = ShardSetup {
-            index,
-            node: self.node,
-            config: self.core.clone(),
-            tick: self.tick,
-            groups: placements::merge(&self.groups[index], own),
-            placements: self.placements.clone(),
-            recovered,
-            kinds: Arc::clone(&self.kinds),
-            outboxes,
-            links: self.links_of(index),
-            storage,
-            fatal: Arc::clone(&self.fatal),
-            drops: Arc::clone(&self.drops),
-            metrics: Arc::clone(&self.metrics),
-        };
-        let (built_tx, built_rx) = std::sync::mpsc::channel();
-        let addr = ShardActor::start_in_arbiter(arbiter, move |ctx| {
-            let (actor, failure) = ShardActor::new(setup);
-            if failure.is_some() {
-                ctx.stop();
-            }
-            let _ = built_tx.send(failure);
-            actor
+        let mut started = self.spawn_shards(vec![(index, arbiter.clone(), outboxes)])?;
+        started.pop().ok_or_else(|| PartError::Shard(format!("shard {index} did not start")))
+    }
+
+    /// [`Parts::spawn_shard`] for several shards at once, all in parallel
+    /// (Z2: a node's start-up takes as long as its slowest shard, not the
+    /// sum of them): every shard's storage is recovered on its own thread,
+    /// then every actor rebuilds its groups on its own arbiter. Blocks until
+    /// all are built; the first failure is returned.
+    pub fn spawn_shards(
+        &self,
+        shards: Vec<(usize, ArbiterHandle, HashMap<NodeId, Addr<Outbox>>)>,
+    ) -> Result<Vec<Addr<ShardActor>>, PartError> {
+        type Target = Arc<Mutex<Option<Addr<ShardActor>>>>;
+        let targets: Vec<Target> = shards.iter().map(|_| Arc::new(Mutex::new(None))).collect();
+        let recovered: Vec<_> = std::thread::scope(|scope| {
+            let recoveries: Vec<_> = shards
+                .iter()
+                .zip(&targets)
+                .map(|((index, _, _), target)| {
+                    let reporter = Arc::clone(target);
+                    scope.spawn(move || {
+                        StorageWorker::start(
+                            self.data_dir.join(format!("shard-{index}")),
+                            self.storage.clone(),
+                            format!("cohort-storage-{}-{index}", self.node.0),
+                            Arc::clone(&self.storage_locks[*index]),
+                            Arc::clone(&self.metrics),
+                            move |event| {
+                                if let Ok(target) = reporter.lock()
+                                    && let Some(addr) = target.as_ref()
+                                {
+                                    ShardActor::storage_reporter(addr.clone())(event);
+                                }
+                            },
+                        )
+                    })
+                })
+                .collect();
+            recoveries
+                .into_iter()
+                .map(|recovery| {
+                    recovery.join().unwrap_or_else(|_| {
+                        Err(crate::storage_worker::StartError::Open {
+                            dir: PathBuf::new(),
+                            reason: "storage recovery panicked".into(),
+                        })
+                    })
+                })
+                .collect()
         });
-        match built_rx.recv() {
-            Ok(None) => {}
-            Ok(Some(error)) => return Err(PartError::Shard(error)),
-            Err(_) => return Err(PartError::Shard(format!("shard {index} did not start"))),
+        let mut recovered_all = Vec::new();
+        for result in recovered {
+            recovered_all.push(result?);
         }
-        if let Ok(mut target) = target.lock() {
-            *target = Some(addr.clone());
+        let mut pending = Vec::new();
+        for (((index, arbiter, outboxes), (storage, recovered)), target) in
+            shards.into_iter().zip(recovered_all).zip(targets)
+        {
+            let own = self.recorded.hosted(self.node, &self.kinds, self.shard_count(), Some(index))?;
+            let setup = ShardSetup {
+                index,
+                node: self.node,
+                config: self.core.clone(),
+                tick: self.tick,
+                groups: placements::merge(&self.groups[index], own),
+                placements: self.placements.clone(),
+                recovered,
+                kinds: Arc::clone(&self.kinds),
+                outboxes,
+                links: self.links_of(index),
+                storage,
+                fatal: Arc::clone(&self.fatal),
+                drops: Arc::clone(&self.drops),
+                metrics: Arc::clone(&self.metrics),
+            };
+            let (built_tx, built_rx) = std::sync::mpsc::channel();
+            let addr = ShardActor::start_in_arbiter(&arbiter, move |ctx| {
+                let (actor, failure) = ShardActor::new(setup);
+                if failure.is_some() {
+                    ctx.stop();
+                }
+                let _ = built_tx.send(failure);
+                actor
+            });
+            pending.push((index, addr, built_rx, target));
         }
-        Ok(addr)
+        let mut started = Vec::new();
+        for (index, addr, built_rx, target) in pending {
+            match built_rx.recv() {
+                Ok(None) => {}
+                Ok(Some(error)) => return Err(PartError::Shard(error)),
+                Err(_) => return Err(PartError::Shard(format!("shard {index} did not start"))),
+            }
+            if let Ok(mut target) = target.lock() {
+                *target = Some(addr.clone());
+            }
+            started.push(addr);
+        }
+        Ok(started)
     }
 }

@@ -24,6 +24,7 @@ fn demo_runs_kills_restarts_and_loses_nothing() {
         "failover_bound_ms_busy",
         "failover_bound_ms_idle",
         "start_to_first_write_ms",
+        "restart_to_connected_ms",
         "memory_bytes_per_replica",
     ] {
         assert!(summary.get(key).is_some(), "{key} missing: {summary}");

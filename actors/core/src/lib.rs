@@ -13,6 +13,7 @@ pub mod config;
 pub mod effect;
 pub mod effects;
 pub mod footprint;
+pub mod group_map;
 pub mod log;
 pub mod metadata;
 pub mod metrics;

@@ -43,10 +43,10 @@ use crate::storage::RecoveredGroup;
 pub struct Shard {
     node: NodeId,
     config: CoreConfig,
-    pub(crate) groups: HashMap<GroupId, Box<Replica>>,
+    pub(crate) groups: crate::group_map::GroupMap<Box<Replica>>,
     pub(crate) fx: Effects,
     wakeups: BTreeSet<(u64, GroupId)>,
-    filed: HashMap<GroupId, u64>,
+    filed: crate::group_map::GroupMap<u64>,
     next_wait: WaitId,
     wait_groups: HashMap<WaitId, GroupId>,
 }
@@ -90,10 +90,10 @@ impl Shard {
         Shard {
             node,
             config,
-            groups: HashMap::new(),
+            groups: Default::default(),
             fx: Effects::new(),
             wakeups: BTreeSet::new(),
-            filed: HashMap::new(),
+            filed: Default::default(),
             next_wait: 1,
             wait_groups: HashMap::new(),
         }
@@ -253,7 +253,9 @@ impl Shard {
         let Some(replica) = self.groups.get(&group) else { return };
         let wake = replica.next_wakeup().max(self.fx.now + 1);
         match self.filed.get(&group) {
-            Some(filed) if *filed <= wake && self.wakeups.contains(&(*filed, group)) => {}
+            // What is filed is in `wakeups`: only `on_tick` takes entries
+            // out, and it forgets the filed tick of what it takes.
+            Some(filed) if *filed <= wake => debug_assert!(self.wakeups.contains(&(*filed, group))),
             _ => {
                 self.wakeups.insert((wake, group));
                 self.filed.insert(group, wake);

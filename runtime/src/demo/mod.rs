@@ -102,6 +102,9 @@ struct Demo {
     stopping: Cell<bool>,
     killed_at: Cell<Option<Instant>>,
     failover: RefCell<HashMap<GroupId, Duration>>,
+    /// When a surviving member of each of those groups first said it leads
+    /// it (its role event), since the kill: the election alone.
+    elected: RefCell<HashMap<GroupId, Duration>>,
     /// The killed node's groups whose surviving backups all waited the idle
     /// timeout when it died: their failover bound is the idle one.
     idle_at_kill: RefCell<std::collections::HashSet<GroupId>>,
@@ -110,6 +113,9 @@ struct Demo {
     first_write: Cell<Option<Duration>>,
     /// The process's resident memory once every node is up and connected.
     rss_after_start_bytes: Cell<u64>,
+    /// From the killed node's restart (on its recovered data directory) to
+    /// its links to every peer being up, seen at the demo's next 200 ms check.
+    restart_to_connected: Cell<Option<Duration>>,
     /// Throwaway certificates: the nodes talk mTLS, as in production (T1).
     certs: cohort_actors::certs::LocalCerts,
 }
@@ -130,10 +136,12 @@ impl Demo {
             stopping: Cell::new(false),
             killed_at: Cell::new(None),
             failover: RefCell::new(HashMap::new()),
+            elected: RefCell::new(HashMap::new()),
             idle_at_kill: RefCell::new(std::collections::HashSet::new()),
             launched: Instant::now(),
             first_write: Cell::new(None),
             rss_after_start_bytes: Cell::new(0),
+            restart_to_connected: Cell::new(None),
             options,
             dir,
             addresses,
@@ -158,6 +166,7 @@ impl Demo {
         let (kill_at, restart_at) = (duration / 3, duration * 2 / 3);
         let mut killed: Option<(usize, cohort_actors::shard::ShardReport)> = None;
         let mut restarted = false;
+        let mut restart_began: Option<Instant> = None;
         let mut phase = "steady".to_string();
         while started.elapsed() < duration {
             tokio::time::sleep(Duration::from_millis(200)).await;
@@ -175,10 +184,17 @@ impl Demo {
                 && !restarted
                 && elapsed >= restart_at
             {
+                restart_began = Some(Instant::now());
                 nodes[*victim] = Some(demo.start_node(*victim)?);
                 demo.handles.borrow_mut()[*victim] = nodes[*victim].as_ref().map(Node::handle);
                 restarted = true;
                 phase = format!("restarted node {}", victim + 1);
+            }
+            if let (Some(began), Some((victim, _))) = (restart_began, &killed)
+                && demo.restart_to_connected.get().is_none()
+                && demo.handle(*victim).is_some_and(|handle| handle.connected_peers() == demo.options.nodes - 1)
+            {
+                demo.restart_to_connected.set(Some(began.elapsed()));
             }
             let acked = demo.latencies_us.borrow().len() as u64;
             bar.set_position(elapsed.as_millis().min(duration.as_millis()) as u64);
@@ -356,6 +372,9 @@ impl Demo {
         let wait = self.options.duration.saturating_sub(self.killed_at.get().map_or(Duration::ZERO, |at| at.elapsed()));
         if let Ok(Some(leader)) = tokio::time::timeout(wait, first_primary(&mut events)).await {
             self.guess.borrow_mut()[group.0 as usize] = leader;
+            if let Some(killed) = self.killed_at.get() {
+                self.elected.borrow_mut().insert(group, killed.elapsed());
+            }
         }
         drop(events);
         if self.write(group, u64::from(u32::MAX) + group.0, true).await.is_some()
@@ -449,6 +468,14 @@ impl Demo {
         let committed = latencies.len() as u64 + self.probe_commits.get();
         let failover = self.failover.borrow();
         let idle = self.idle_at_kill.borrow();
+        let elected = self.elected.borrow();
+        let longest_in = |gaps: &HashMap<GroupId, Duration>, busy: bool| {
+            gaps.iter()
+                .filter(|(group, _)| idle.contains(group) != busy)
+                .map(|(_, gap)| gap.as_millis() as u64)
+                .max()
+                .unwrap_or(0)
+        };
         let longest = |busy: bool| {
             failover
                 .iter()
@@ -473,6 +500,8 @@ impl Demo {
             failover_groups: killed.map_or(0, |(_, report)| report.primaries.len()),
             failover_ms_max_busy: longest(true),
             failover_ms_max_idle: longest(false),
+            elected_ms_max_busy: longest_in(&elected, true),
+            elected_ms_max_idle: longest_in(&elected, false),
             failover_bound_ms_busy: bound(timing.commit_heartbeat_timeout),
             failover_bound_ms_idle: bound(timing.commit_idle_heartbeat_timeout),
             failover_groups_idle: idle.len(),
@@ -480,6 +509,7 @@ impl Demo {
             view_change_messages: view_changes_sent.0,
             view_change_frames: view_changes_sent.1,
             start_to_first_write_ms: self.first_write.get().map_or(0, |at| at.as_millis() as u64),
+            restart_to_connected_ms: self.restart_to_connected.get().map_or(0, |at| at.as_millis() as u64),
             rss_after_start_bytes: self.rss_after_start_bytes.get(),
             memory_bytes_per_replica: self.rss_after_start_bytes.get() / replicas.max(1) as u64,
             commit_frames: sum(|m| m.commit_batches_sent),

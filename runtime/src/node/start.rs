@@ -267,10 +267,11 @@ impl Validated {
                     peer_links.push(link);
                 }
             }
-            shards.push(parts.spawn_shard(index, &arbiter.handle(), outboxes.clone())?);
+            shards.push((index, arbiter.handle(), outboxes.clone()));
             outboxes_per_shard.push(outboxes);
             arbiters.push(arbiter);
         }
+        let shards = parts.spawn_shards(shards)?;
         let directory = Arc::new(Directory::new(shards, links.clone(), arbiters.iter().map(Arbiter::handle).collect()));
         let restarts = Arc::new(AtomicU64::new(0));
         let supervisor_arbiter = Arbiter::new();
