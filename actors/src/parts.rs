@@ -171,13 +171,10 @@ impl Parts {
                 })
                 .collect()
         });
-        let mut recovered_all = Vec::new();
-        for result in recovered {
-            recovered_all.push(result?);
-        }
+        let recovered: Vec<_> = recovered.into_iter().collect::<Result<_, _>>()?;
         let mut pending = Vec::new();
         for (((index, arbiter, outboxes), (storage, recovered)), target) in
-            shards.into_iter().zip(recovered_all).zip(targets)
+            shards.into_iter().zip(recovered).zip(targets)
         {
             let own = self.recorded.hosted(self.node, &self.kinds, self.shard_count(), Some(index))?;
             let setup = ShardSetup {

@@ -25,10 +25,6 @@ pub struct ShardReport {
     pub gauges: cohort_core::HeartbeatGauges,
     /// The host's groups this shard's members lead now (the metadata group is not listed).
     pub primaries: Vec<GroupId>,
-    /// Those of `primaries` that are idle (R20): their backups expect a
-    /// Commit only every idle heartbeat interval, so a failover of theirs
-    /// takes up to the idle heartbeat timeout.
-    pub idle_primaries: Vec<GroupId>,
     /// The host's groups whose backup here waits the idle heartbeat timeout
     /// before a view change ([`cohort_core::replica::Replica::waits_idle_timeout`]).
     pub idle_backups: Vec<GroupId>,
@@ -38,28 +34,14 @@ impl Handler<GetReport> for ShardActor {
     type Result = ShardReport;
 
     fn handle(&mut self, _: GetReport, _ctx: &mut Self::Context) -> ShardReport {
+        let hosted_where = |keep: fn(&cohort_core::replica::Replica) -> bool| -> Vec<GroupId> {
+            self.core.replicas().filter(|r| r.group() != GroupId::METADATA && keep(r)).map(|r| r.group()).collect()
+        };
         ShardReport {
             metrics: self.core.metrics().clone(),
             gauges: self.core.heartbeat_gauges(),
-            primaries: self
-                .core
-                .replicas()
-                .filter(|r| r.is_primary() && r.group() != GroupId::METADATA)
-                .map(|r| r.group())
-                .collect(),
-            idle_primaries: self
-                .core
-                .replicas()
-                .filter(|r| r.is_primary() && r.group() != GroupId::METADATA)
-                .filter(|r| r.activity() == cohort_core::replica::GroupActivity::Idle)
-                .map(|r| r.group())
-                .collect(),
-            idle_backups: self
-                .core
-                .replicas()
-                .filter(|r| r.waits_idle_timeout() && r.group() != GroupId::METADATA)
-                .map(|r| r.group())
-                .collect(),
+            primaries: hosted_where(|r| r.is_primary()),
+            idle_backups: hosted_where(|r| r.waits_idle_timeout()),
         }
     }
 }

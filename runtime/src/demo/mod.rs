@@ -85,6 +85,9 @@ pub fn run(options: DemoOptions) -> Result<DemoSummary, String> {
     result
 }
 
+/// How long a writer waits before it asks another node after an error.
+const RETRY_PAUSE: Duration = Duration::from_millis(20);
+
 struct Demo {
     options: DemoOptions,
     dir: PathBuf,
@@ -288,12 +291,11 @@ impl Demo {
         };
         let started = Instant::now();
         let nodes = self.options.nodes;
-        let pause = Duration::from_millis(20);
         while !self.stopping.get() {
             let target = self.guess.borrow()[group.0 as usize];
             let Some(handle) = self.handle(target) else {
                 self.guess.borrow_mut()[group.0 as usize] = (target + 1) % nodes;
-                tokio::time::sleep(pause).await;
+                tokio::time::sleep(RETRY_PAUSE).await;
                 continue;
             };
             match handle.submit_as(request.clone(), Duration::from_secs(2)).await {
@@ -319,7 +321,7 @@ impl Demo {
                 }
                 Err(_) => {
                     self.guess.borrow_mut()[group.0 as usize] = (target + 1) % nodes;
-                    tokio::time::sleep(pause).await;
+                    tokio::time::sleep(RETRY_PAUSE).await;
                 }
             }
         }
@@ -469,16 +471,9 @@ impl Demo {
         let failover = self.failover.borrow();
         let idle = self.idle_at_kill.borrow();
         let elected = self.elected.borrow();
+        // The longest gap of the busy (or idle) groups of the killed node.
         let longest_in = |gaps: &HashMap<GroupId, Duration>, busy: bool| {
             gaps.iter()
-                .filter(|(group, _)| idle.contains(group) != busy)
-                .map(|(_, gap)| gap.as_millis() as u64)
-                .max()
-                .unwrap_or(0)
-        };
-        let longest = |busy: bool| {
-            failover
-                .iter()
                 .filter(|(group, _)| idle.contains(group) != busy)
                 .map(|(_, gap)| gap.as_millis() as u64)
                 .max()
@@ -498,8 +493,8 @@ impl Demo {
             view_changes: sum(|m| m.primaries_started).saturating_sub(self.options.partitions as u64),
             failover_ms_max: failover.values().map(|d| d.as_millis() as u64).max().unwrap_or(0),
             failover_groups: killed.map_or(0, |(_, report)| report.primaries.len()),
-            failover_ms_max_busy: longest(true),
-            failover_ms_max_idle: longest(false),
+            failover_ms_max_busy: longest_in(&failover, true),
+            failover_ms_max_idle: longest_in(&failover, false),
             elected_ms_max_busy: longest_in(&elected, true),
             elected_ms_max_idle: longest_in(&elected, false),
             failover_bound_ms_busy: bound(timing.commit_heartbeat_timeout),

@@ -232,7 +232,6 @@ impl NodeHandle {
                 total.metrics.add(&report.metrics);
                 total.gauges.add(&report.gauges);
                 total.primaries.extend(report.primaries);
-                total.idle_primaries.extend(report.idle_primaries);
                 total.idle_backups.extend(report.idle_backups);
             }
         }
