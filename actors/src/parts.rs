@@ -19,7 +19,7 @@ use crate::placement_recorder::PlacementRecorder;
 use crate::placements::{self, PlacementFile};
 use crate::registry::Kinds;
 use crate::shard::{ShardActor, ShardSetup};
-use crate::storage_worker::StorageWorker;
+use crate::storage_worker::{StartingWorker, StorageWorker};
 use crate::{drops::Drops, metrics::NodeMetrics};
 use cohort_wal::FileStorageConfig;
 
@@ -126,8 +126,8 @@ impl Parts {
 
     /// [`Parts::spawn_shard`] for several shards at once, all in parallel
     /// (Z2: a node's start-up takes as long as its slowest shard, not the
-    /// sum of them): every shard's storage is recovered on its own thread,
-    /// then every actor rebuilds its groups on its own arbiter. Blocks until
+    /// sum of them): every shard's storage worker recovers on its own
+    /// thread, then every actor rebuilds its groups on its own arbiter. Blocks until
     /// all are built; the first failure is returned.
     pub fn spawn_shards(
         &self,
@@ -135,43 +135,25 @@ impl Parts {
     ) -> Result<Vec<Addr<ShardActor>>, PartError> {
         type Target = Arc<Mutex<Option<Addr<ShardActor>>>>;
         let targets: Vec<Target> = shards.iter().map(|_| Arc::new(Mutex::new(None))).collect();
-        let recovered: Vec<_> = std::thread::scope(|scope| {
-            let recoveries: Vec<_> = shards
-                .iter()
-                .zip(&targets)
-                .map(|((index, _, _), target)| {
-                    let reporter = Arc::clone(target);
-                    scope.spawn(move || {
-                        StorageWorker::start(
-                            self.data_dir.join(format!("shard-{index}")),
-                            self.storage.clone(),
-                            format!("cohort-storage-{}-{index}", self.node.0),
-                            Arc::clone(&self.storage_locks[*index]),
-                            Arc::clone(&self.metrics),
-                            move |event| {
-                                if let Ok(target) = reporter.lock()
-                                    && let Some(addr) = target.as_ref()
-                                {
-                                    ShardActor::storage_reporter(addr.clone())(event);
-                                }
-                            },
-                        )
-                    })
-                })
-                .collect();
-            recoveries
-                .into_iter()
-                .map(|recovery| {
-                    recovery.join().unwrap_or_else(|_| {
-                        Err(crate::storage_worker::StartError::Open {
-                            dir: PathBuf::new(),
-                            reason: "storage recovery panicked".into(),
-                        })
-                    })
-                })
-                .collect()
-        });
-        let recovered: Vec<_> = recovered.into_iter().collect::<Result<_, _>>()?;
+        let mut starting = Vec::new();
+        for ((index, _, _), target) in shards.iter().zip(&targets) {
+            let reporter = Arc::clone(target);
+            starting.push(StorageWorker::start(
+                self.data_dir.join(format!("shard-{index}")),
+                self.storage.clone(),
+                format!("cohort-storage-{}-{index}", self.node.0),
+                Arc::clone(&self.storage_locks[*index]),
+                Arc::clone(&self.metrics),
+                move |event| {
+                    if let Ok(target) = reporter.lock()
+                        && let Some(addr) = target.as_ref()
+                    {
+                        ShardActor::storage_reporter(addr.clone())(event);
+                    }
+                },
+            )?);
+        }
+        let recovered: Vec<_> = starting.into_iter().map(StartingWorker::recovered).collect::<Result<_, _>>()?;
         let mut pending = Vec::new();
         for (((index, arbiter, outboxes), (storage, recovered)), target) in
             shards.into_iter().zip(recovered).zip(targets)

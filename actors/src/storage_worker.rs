@@ -45,6 +45,23 @@ pub struct StorageWorker {
     thread: Option<JoinHandle<()>>,
 }
 
+/// A worker whose thread is still opening and recovering its storage.
+pub struct StartingWorker {
+    worker: StorageWorker,
+    ready: mpsc::Receiver<Result<Recovered, StartError>>,
+}
+
+impl StartingWorker {
+    /// Wait until the storage is recovered: the worker, and what it read.
+    pub fn recovered(self) -> Result<(StorageWorker, Recovered), StartError> {
+        let recovered = self.ready.recv().map_err(|_| StartError::Open {
+            dir: PathBuf::new(),
+            reason: "storage thread died while opening".into(),
+        })??;
+        Ok((self.worker, recovered))
+    }
+}
+
 /// Why the worker could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -68,7 +85,9 @@ pub enum StartError {
 
 impl StorageWorker {
     /// Open and recover the shard's storage in `dir` on a new thread, then
-    /// serve jobs. `report` is called from the worker thread.
+    /// serve jobs. `report` is called from the worker thread. Returns at
+    /// once: [`StartingWorker::recovered`] waits for the recovery, so the
+    /// shards of a node recover side by side (Z2).
     ///
     /// `lock` is held by the worker thread for its whole life, so a worker
     /// restarted for the same directory (after its shard died) waits until
@@ -81,7 +100,7 @@ impl StorageWorker {
         lock: Arc<Mutex<()>>,
         metrics: Arc<NodeMetrics>,
         report: impl Fn(StorageEvent) + Send + 'static,
-    ) -> Result<(StorageWorker, Recovered), StartError> {
+    ) -> Result<StartingWorker, StartError> {
         let (ready_tx, ready_rx) = mpsc::channel::<Result<Recovered, StartError>>();
         let (jobs, job_rx) = mpsc::channel::<Job>();
         let thread = std::thread::Builder::new()
@@ -109,11 +128,7 @@ impl StorageWorker {
                 serve(&mut storage, &job_rx, &report, &mut |storage| published.publish(storage, &metrics));
             })
             .map_err(|error| StartError::Open { dir: PathBuf::new(), reason: error.to_string() })?;
-        let recovered = ready_rx.recv().map_err(|_| StartError::Open {
-            dir: PathBuf::new(),
-            reason: "storage thread died while opening".into(),
-        })??;
-        Ok((StorageWorker { jobs, thread: Some(thread) }, recovered))
+        Ok(StartingWorker { worker: StorageWorker { jobs, thread: Some(thread) }, ready: ready_rx })
     }
 
     /// Queue the removal of a group's data, after every job queued before.

@@ -1,5 +1,5 @@
-//! Maps keyed by group id, hashed by one multiply-free mix of the id instead
-//! of SipHash: a shard looks its groups up several times per input (the
+//! Maps keyed by group id, hashed by one splitmix64 mix of the id instead
+//! of SipHash's rounds: a shard looks its groups up several times per input (the
 //! replica, its filed wakeup), and at 100,000 groups the SipHash rounds were
 //! a visible share of an idle node's CPU (Z2).
 //!
