@@ -33,8 +33,16 @@
 //!   data from the WAL (`Storage::remove_group`).
 //! - **Stop** (S3): the reason is published on [`SessionStop`], the node's
 //!   shards and network stop, and `cohort node` exits non-zero with it.
-//! - **Non-members** read the whole metadata state linearizably from the
-//!   metadata primary every [`FETCH_INTERVAL_TICKS`] ticks.
+//! - **Learners** (Z5): a node past the metadata group's voters hosts a
+//!   learner replica of it, which follows the metadata log and applies it
+//!   into the node's [`SharedMetadata`] as a voter's does; its agent sends
+//!   its requests to a voter like any other. So what such a node receives
+//!   grows with the rate of metadata changes, not with the state's size.
+//! - **Past the group's replicas**: a group has at most
+//!   [`cohort_messages::GROUP_MEMBERS_MAX`] replicas, so in a cluster of
+//!   more nodes than that the rest host none. They read the whole metadata
+//!   state linearizably from the metadata primary every
+//!   [`FETCH_INTERVAL_TICKS`] ticks, which costs O(state) per read.
 //!
 //! - **Operator commands** ([`OperatorSubmit`], from the admin port) take the
 //!   same way to the metadata primary under their own client id; see
@@ -94,7 +102,8 @@ struct ScanInputs {
     in_flight: bool,
 }
 
-/// A non-member fetches the metadata this often, in ticks.
+/// A node that hosts no metadata replica fetches the metadata this often,
+/// in ticks.
 pub const FETCH_INTERVAL_TICKS: u64 = 5;
 
 /// How long a local submit to the metadata replica waits before the agent's
@@ -163,8 +172,10 @@ pub struct AgentSetup {
     pub config: AgentConfig,
     /// The tick length.
     pub tick: Duration,
-    /// The metadata group's members.
+    /// The metadata group's members (its voters).
     pub members: Vec<NodeId>,
+    /// Its learners (Z5).
+    pub learners: Vec<NodeId>,
     /// The node's shards and peer links.
     pub directory: Arc<Directory>,
     /// The node's copy of the metadata.
@@ -204,7 +215,8 @@ pub struct MetadataAgentActor {
     scan_inputs: Option<ScanInputs>,
     full_scan_at: Option<Instant>,
     scans_stable: bool,
-    /// Non-members: the read client, its next number and the last fetch.
+    /// Nodes that host no metadata replica: the read client, its next
+    /// number and the last fetch.
     reader: ClientId,
     next_read: u64,
     fetched_tick: u64,
@@ -246,6 +258,12 @@ impl MetadataAgentActor {
 
     fn member(&self) -> bool {
         self.setup.members.contains(&self.node())
+    }
+
+    /// True if this node hosts a replica of the metadata group, a voter or
+    /// a learner (Z5): the replica keeps the node's copy current.
+    fn follows(&self) -> bool {
+        self.member() || self.setup.learners.contains(&self.node())
     }
 
     fn now_tick(&self) -> u64 {
@@ -357,7 +375,7 @@ impl MetadataAgentActor {
         if let Some(request) = self.operator.on_tick(Instant::now()) {
             self.route(request, ctx);
         }
-        if !self.member() && now >= self.fetched_tick + FETCH_INTERVAL_TICKS {
+        if !self.follows() && now >= self.fetched_tick + FETCH_INTERVAL_TICKS {
             self.fetched_tick = now;
             self.fetch();
         }
@@ -566,7 +584,8 @@ impl MetadataAgentActor {
         }
     }
 
-    /// Non-members: a linearizable read of the whole metadata state.
+    /// Nodes that host no metadata replica: a linearizable read of the
+    /// whole metadata state.
     fn fetch(&mut self) {
         let request = Request {
             client: self.reader,

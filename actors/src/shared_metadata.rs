@@ -1,9 +1,10 @@
 //! The node's copy of the applied cluster metadata.
 //!
-//! On a metadata member the local replica's state machine applies into this
-//! shared value itself, so the agent and the admin port read the very state
-//! the replica holds, with nothing copied per apply. A node that hosts no
-//! metadata replica keeps the last state it fetched here.
+//! On a node that hosts a metadata replica, a voter or a learner (Z5), the
+//! replica's state machine applies into this shared value itself, so the
+//! agent and the admin port read the very state the replica holds, with
+//! nothing copied per apply. A node that hosts none (past the group's
+//! replica limit) keeps the last state it fetched here.
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 

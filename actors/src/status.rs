@@ -29,14 +29,16 @@ pub struct AgentStatus {
 pub struct StatusBoard {
     node: NodeId,
     members: Vec<NodeId>,
+    learners: Vec<NodeId>,
     metadata: SharedMetadata,
     agent: Mutex<AgentStatus>,
 }
 
 impl StatusBoard {
-    /// The board of `node`, whose metadata group has `members`.
-    pub fn new(node: NodeId, members: Vec<NodeId>, metadata: SharedMetadata) -> StatusBoard {
-        StatusBoard { node, members, metadata, agent: Mutex::new(AgentStatus::default()) }
+    /// The board of `node`, whose metadata group has `members` (its voters)
+    /// and `learners` (Z5).
+    pub fn new(node: NodeId, members: Vec<NodeId>, learners: Vec<NodeId>, metadata: SharedMetadata) -> StatusBoard {
+        StatusBoard { node, members, learners, metadata, agent: Mutex::new(AgentStatus::default()) }
     }
 
     /// The agent's latest status.
@@ -59,8 +61,13 @@ impl StatusBoard {
         self.node
     }
 
-    /// The metadata group's members.
+    /// The metadata group's members (its voters).
     pub fn members(&self) -> &[NodeId] {
         &self.members
+    }
+
+    /// The metadata group's learners (Z5).
+    pub fn learners(&self) -> &[NodeId] {
+        &self.learners
     }
 }

@@ -102,3 +102,69 @@ async fn s1_s2_a_silent_node_session_expires() {
     assert!(expired, "node 3's session expired in the metadata: {}", handles[0].status());
     let _ = victim;
 }
+
+/// Z5: in a cluster of seven, nodes 6 and 7 are past the metadata group's
+/// five voters. Each hosts a learner replica of it, which follows the log
+/// into the node's copy of the metadata: the same state as a voter's. A
+/// learner that was down recovers its replica and catches up on the events
+/// it missed.
+#[actix_rt::test]
+async fn z5_nodes_past_the_metadata_voters_follow_its_log_as_learners() {
+    let (learner, other_learner) = (NodeId(7), NodeId(6));
+    let mut cluster = LocalCluster::builder(7)
+        .group_kind("register", |_| Box::new(Register::default()))
+        .group(GroupPlacement::new(GroupId(0), vec![learner, other_learner, NodeId(1)]).kind("register"))
+        .group(GroupPlacement::new(GroupId(1), vec![other_learner, NodeId(2), NodeId(3)]).kind("register"))
+        .session_config(fast_sessions(ExpiredPolicyName::Reconnect))
+        .start()
+        .expect("cluster starts");
+    let handles = cluster.handles();
+    let voter = handles[0].clone();
+    for handle in &handles {
+        let status = handle.status();
+        assert_eq!(status["metadata_members"], serde_json::json!([1, 2, 3, 4, 5]), "{status}");
+        assert_eq!(status["metadata_learners"], serde_json::json!([6, 7]), "{status}");
+        assert!(handle.subscribe(GroupId::METADATA).await.is_some(), "{} hosts a metadata replica", handle.node());
+    }
+    // Every session open and both groups owned, on the learners as on a voter.
+    let settled = |handles: &[NodeHandle]| {
+        handles.iter().all(|handle| {
+            let metadata = handle.metadata();
+            metadata.nodes.len() == 7
+                && metadata.nodes.values().all(|record| record.session.is_some())
+                && (0..2).all(|g| metadata.groups.get(&GroupId(g)).is_some_and(|group| group.owner.is_some()))
+        })
+    };
+    let all_settled = wait_until(Duration::from_secs(20), || settled(&handles)).await;
+    assert!(all_settled, "sessions and owners on every node: {:#?}", handles[6].status());
+    // A learner's copy is the voters' state, not a summary of it: once both
+    // reach the same epoch they are equal.
+    let same_state = |handle: &NodeHandle| {
+        let (ours, theirs) = (handle.metadata(), voter.metadata());
+        ours.epoch == theirs.epoch && ours == theirs
+    };
+    let followed = wait_until(Duration::from_secs(10), || same_state(&handles[5]) && same_state(&handles[6])).await;
+    assert!(followed, "the learners' metadata equals a voter's: {:?} vs {:?}", handles[6].metadata(), voter.metadata());
+
+    // Node 7 goes down; its session expires while it is away (an event it
+    // misses), and it comes back from its data directory.
+    let session = handles[6].session().expect("node 7 holds a session");
+    cluster.stop_node(learner);
+    let expired = wait_until(Duration::from_secs(10), || {
+        voter.metadata().nodes.get(&learner).is_some_and(|record| record.session != Some(session))
+    })
+    .await;
+    assert!(expired, "node 7's session expired while it was down: {}", voter.status());
+    let missed = voter.metadata().epoch;
+    cluster.restart_node(learner).expect("node 7 restarts");
+    let restarted = cluster.handle(learner).expect("node 7 runs");
+    let caught_up = wait_until(Duration::from_secs(20), || {
+        let metadata = restarted.metadata();
+        metadata.epoch >= missed
+            && metadata.nodes.get(&learner).is_some_and(|record| record.session.is_some_and(|s| s != session))
+    })
+    .await;
+    assert!(caught_up, "node 7 caught up past epoch {missed} with a new session: {}", restarted.status());
+    let followed = wait_until(Duration::from_secs(10), || same_state(&restarted)).await;
+    assert!(followed, "the restarted learner's metadata equals a voter's");
+}

@@ -13,6 +13,7 @@ pub mod check;
 pub mod cli;
 pub mod client;
 pub mod disk;
+pub mod follow;
 pub mod jepsen;
 pub mod kv;
 pub mod linearizability;

@@ -322,3 +322,43 @@ fn q4_p1_regression_seeds() {
         assert!(report.violations.is_empty(), "seed {seed}: {:?} ({})", report.violations, reproduce(&config));
     }
 }
+
+fn follow(nodes: usize, groups: usize) -> cohort_sim::follow::FollowReport {
+    let config = cohort_sim::follow::FollowConfig { nodes, groups, seconds: 10, rates: vec![0, 20], tick_ms: 100 };
+    cohort_sim::follow::measure(&config)
+}
+
+/// Z5: a learner of the metadata group receives bytes in proportion to the
+/// rate of metadata changes, not to the state's size: at four times the
+/// groups, the same rate costs it the same bytes, and an idle metadata costs
+/// it only the group's heartbeats. (`measure` checks, before each rate,
+/// that every learner's state equals the primary's.)
+#[test]
+fn z5_a_metadata_learner_receives_bytes_by_the_rate_of_changes_not_the_state_size() {
+    let (small, large) = (follow(12, 1_000), follow(12, 4_000));
+    assert_eq!((large.voters(), large.learners()), (5, 7));
+    assert!(large.state_bytes > 3 * small.state_bytes, "{} vs {}", large.state_bytes, small.state_bytes);
+    for report in [&small, &large] {
+        let (idle, busy) = (&report.rates[0], &report.rates[1]);
+        assert!(busy.changes_applied >= 190, "{busy:?}");
+        assert!(idle.learner_bytes_per_sec < 1_000.0, "idle, a learner only hears heartbeats: {idle:?}");
+        let per_change = report.bytes_per_change()[0];
+        assert!(per_change > 0.0 && per_change < 1_024.0, "a change costs a learner {per_change} bytes");
+        assert!(busy.learner_bytes_per_sec * 10.0 < report.polled_bytes_per_sec(), "{}", report.render());
+    }
+    let ratio = large.rates[1].learner_bytes_per_sec / small.rates[1].learner_bytes_per_sec;
+    assert!((0.8..1.25).contains(&ratio), "same rate, 4x the state: {ratio:.2}x the bytes");
+}
+
+/// Z5: a group has at most 64 replicas, so in a cluster of 70 nodes the
+/// last six host no metadata replica and read the whole state instead:
+/// O(state) per read, the cost Z5 removes for everyone else.
+#[test]
+fn z5_nodes_past_sixty_four_replicas_read_the_whole_state() {
+    let report = follow(70, 1_000);
+    assert_eq!((report.voters(), report.learners()), (5, 59));
+    let idle = &report.rates[0];
+    assert!(idle.poller_bytes_per_sec > 0.9 * report.polled_bytes_per_sec(), "{}", report.render());
+    assert!(idle.learner_bytes_per_sec * 100.0 < idle.poller_bytes_per_sec, "{}", report.render());
+    assert_eq!(report.frames_refused, 0, "a state of {} bytes fits one reply", report.state_bytes);
+}

@@ -103,6 +103,7 @@ pub fn status_json_for(board: &StatusBoard, audience: Audience) -> Value {
         "node": board.node().0,
         "session": session(agent.session),
         "metadata_members": board.members().iter().map(|m| m.0).collect::<Vec<_>>(),
+        "metadata_learners": board.learners().iter().map(|m| m.0).collect::<Vec<_>>(),
         "metadata_primary": agent.metadata_primary,
         "stopped": agent.stopped,
         "sessions": {

@@ -6,6 +6,7 @@
 //! index. The placement's fields are public so that existing code can build
 //! one literally; [`GroupPlacement::new`] fills in the defaults.
 
+use cohort_core::metadata::METADATA_KIND;
 use cohort_core::replica::Placement;
 use cohort_core::{GroupSpec, WriteMode};
 use cohort_messages::replication::Replication;
@@ -123,4 +124,25 @@ pub(crate) fn to_hosted(
             Ok(HostedGroup { spec, kind: placement.kind.clone() })
         })
         .collect()
+}
+
+/// This node's replica of the metadata group: a voter if it is among
+/// `members`, else one of its `learners`, which follow its log and apply it
+/// into the node's copy of the metadata (Z5).
+pub(crate) fn metadata_replica(
+    node: NodeId,
+    members: &[NodeId],
+    learners: &[NodeId],
+) -> Result<HostedGroup, NodeError> {
+    let placement = Placement {
+        group: GroupId::METADATA,
+        incarnation: Incarnation(1),
+        members: members.to_vec(),
+        learners: learners.to_vec(),
+        replication_quorum: None,
+        write_mode: WriteMode::Sync,
+    };
+    let spec = GroupSpec::of_node(&placement, node)
+        .map_err(|error| NodeError::Config(format!("the metadata group: {error}")))?;
+    Ok(HostedGroup { spec, kind: GroupKind::new(METADATA_KIND) })
 }

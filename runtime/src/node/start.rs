@@ -28,11 +28,11 @@ use cohort_actors::status::StatusBoard;
 
 use cohort_core::CoreConfig;
 use cohort_core::metadata::{AgentConfig, BootstrapGroup};
-use cohort_core::metadata::{METADATA_KIND, metadata_members};
+use cohort_core::metadata::{METADATA_KIND, metadata_learners, metadata_members};
 use cohort_core::routing::shard_of;
 use cohort_messages::{GroupId, NodeId};
 
-use super::{GroupKind, GroupPlacement, Node, NodeBuilder, NodeError, NodeHandle, placement};
+use super::{GroupKind, Node, NodeBuilder, NodeError, NodeHandle, placement};
 use crate::admin::operator::OperatorPort;
 
 /// A builder whose settings passed every check.
@@ -42,6 +42,7 @@ struct Validated {
     data_dir: PathBuf,
     session: crate::config::SessionTicks,
     metadata_members: Vec<NodeId>,
+    metadata_learners: Vec<NodeId>,
     metadata: SharedMetadata,
     bootstrap_groups: Vec<BootstrapGroup>,
     kinds: Arc<Kinds>,
@@ -100,8 +101,9 @@ impl NodeBuilder {
                 "no state machine: register one with `state_machine(..)` or `group_kind(..)`".into(),
             ));
         }
-        // The metadata group: reserved id and kind, members the first
-        // METADATA_MEMBERS_MAX nodes of the cluster by id.
+        // The metadata group: reserved id and kind, voters the first
+        // METADATA_MEMBERS_MAX nodes of the cluster by id, the next ones its
+        // learners, as many as a group may have replicas (Z5).
         if self.groups.iter().any(|placement| placement.group == GroupId::METADATA) {
             return Err(NodeError::Config(format!(
                 "{} is the metadata group's reserved id: place partition groups under other ids",
@@ -114,7 +116,9 @@ impl NodeBuilder {
             )));
         }
         let session = self.session.ticks(self.timing.tick).map_err(|error| NodeError::Config(error.to_string()))?;
-        let metadata_members = metadata_members(std::iter::once(self.node).chain(self.peers.keys().copied()));
+        let cluster_nodes = || std::iter::once(self.node).chain(self.peers.keys().copied());
+        let metadata_members = metadata_members(cluster_nodes());
+        let metadata_learners = metadata_learners(cluster_nodes());
         let metadata = SharedMetadata::default();
         let bootstrap_groups: Vec<BootstrapGroup> = self
             .groups
@@ -129,10 +133,6 @@ impl NodeBuilder {
         let mut kinds = self.kinds.clone();
         let factory_metadata = metadata.clone();
         kinds.state_machines.push((GroupKind::new(METADATA_KIND), Arc::new(move |_| factory_metadata.state_machine())));
-        let mut placements = self.groups.clone();
-        if metadata_members.contains(&self.node) {
-            placements.push(GroupPlacement::new(GroupId::METADATA, metadata_members.clone()).kind(METADATA_KIND));
-        }
         let kinds = Arc::new(kinds.resolve()?);
         if self.shards == 0 || self.shards > cohort_messages::SHARD_COUNT_MAX as usize {
             return Err(NodeError::Config(format!("shards must be in 1..={}", cohort_messages::SHARD_COUNT_MAX)));
@@ -140,7 +140,10 @@ impl NodeBuilder {
         let timing = self.timing.timing().map_err(|error| NodeError::Config(error.to_string()))?;
         let core = CoreConfig { timing, ..self.core.clone() };
         core.validate().map_err(|error| NodeError::Config(error.to_string()))?;
-        let hosted = placement::to_hosted(self.node, &placements, &kinds)?;
+        let mut hosted = placement::to_hosted(self.node, &self.groups, &kinds)?;
+        if metadata_members.contains(&self.node) || metadata_learners.contains(&self.node) {
+            hosted.push(placement::metadata_replica(self.node, &metadata_members, &metadata_learners)?);
+        }
         // Groups the metadata placed here at run time: each shard merges its
         // own at every start; checked here first, so a bad record stops the
         // node before anything runs.
@@ -153,6 +156,7 @@ impl NodeBuilder {
             data_dir,
             session,
             metadata_members,
+            metadata_learners,
             metadata,
             bootstrap_groups,
             kinds,
@@ -298,7 +302,12 @@ impl Validated {
         listen: SocketAddr,
     ) -> Result<Agent, NodeError> {
         let builder = &self.builder;
-        let board = Arc::new(StatusBoard::new(builder.node, self.metadata_members.clone(), self.metadata.clone()));
+        let board = Arc::new(StatusBoard::new(
+            builder.node,
+            self.metadata_members.clone(),
+            self.metadata_learners.clone(),
+            self.metadata.clone(),
+        ));
         let session_stop = Arc::new(SessionStop::default());
         let config = AgentConfig {
             node: builder.node,
@@ -320,6 +329,7 @@ impl Validated {
             config,
             tick: builder.timing.tick,
             members: self.metadata_members.clone(),
+            learners: self.metadata_learners.clone(),
             directory: Arc::clone(&started.directory),
             metadata: self.metadata.clone(),
             board: Arc::clone(&board),

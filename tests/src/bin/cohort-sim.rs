@@ -24,6 +24,10 @@ fn main() -> ExitCode {
         argv.remove(0);
         return traffic(argv);
     }
+    if argv.first().map(String::as_str) == Some("follow") {
+        argv.remove(0);
+        return follow(argv);
+    }
     let args = match Args::parse(argv) {
         Ok(args) if args.help => {
             println!("{}", cli::USAGE);
@@ -200,6 +204,27 @@ fn traffic(argv: Vec<String>) -> ExitCode {
     );
     let started = Instant::now();
     let report = cohort_sim::traffic::measure(&config);
+    eprintln!("done in {:.1} s", started.elapsed().as_secs_f64());
+    println!("{}", report.render());
+    ExitCode::SUCCESS
+}
+
+/// Z5: `cohort-sim follow`: a learner's metadata bytes per second against
+/// the rate of changes and the state's size.
+fn follow(argv: Vec<String>) -> ExitCode {
+    let config = match cohort_sim::follow::parse_args(argv) {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("cohort-sim follow: {error}\n{}", cohort_sim::follow::USAGE);
+            return ExitCode::from(2);
+        }
+    };
+    eprintln!(
+        "filling the metadata with {} groups on {} nodes, then {} simulated seconds at each of {:?} changes/s...",
+        config.groups, config.nodes, config.seconds, config.rates
+    );
+    let started = Instant::now();
+    let report = cohort_sim::follow::measure(&config);
     eprintln!("done in {:.1} s", started.elapsed().as_secs_f64());
     println!("{}", report.render());
     ExitCode::SUCCESS

@@ -36,7 +36,7 @@ use cohort_messages::metadata::{
     GroupCreation, MetadataCommand, MetadataResult, OwnedGroup, decode_value, encode_value,
 };
 use cohort_messages::replication::Replication;
-use cohort_messages::{Epoch, GroupId, Incarnation, NodeId, Op, OperationId, SessionId, View};
+use cohort_messages::{Epoch, GROUP_MEMBERS_MAX, GroupId, Incarnation, NodeId, Op, OperationId, SessionId, View};
 use serde::{Deserialize, Serialize};
 
 pub use agent::{AgentConfig, AgentCounters, AgentOutput, BootstrapGroup, HostedReplica, MetadataAgent, PlacedReplica};
@@ -71,6 +71,29 @@ pub fn metadata_members(nodes: impl IntoIterator<Item = NodeId>) -> Vec<NodeId> 
     nodes.dedup();
     nodes.truncate(METADATA_MEMBERS_MAX);
     nodes
+}
+
+/// The metadata group's learners for a cluster of `nodes` (Z5): the nodes
+/// past [`metadata_members`], in node id order, as many as fit beside the
+/// voters in [`GROUP_MEMBERS_MAX`] replicas. They follow the metadata log and
+/// apply it, as voters do, without voting. Nodes past those (a cluster of
+/// more than [`GROUP_MEMBERS_MAX`] nodes) host no metadata replica.
+///
+/// ```
+/// use cohort_core::metadata::metadata_learners;
+/// use cohort_messages::{GROUP_MEMBERS_MAX, NodeId};
+/// assert_eq!(metadata_learners((1..=7).rev().map(NodeId)), vec![NodeId(6), NodeId(7)]);
+/// assert!(metadata_learners((1..=3).map(NodeId)).is_empty());
+/// let hundred = metadata_learners((1..=100).map(NodeId));
+/// assert_eq!(hundred.len(), GROUP_MEMBERS_MAX - 5);
+/// assert_eq!(hundred.last(), Some(&NodeId(GROUP_MEMBERS_MAX as u64)));
+/// ```
+pub fn metadata_learners(nodes: impl IntoIterator<Item = NodeId>) -> Vec<NodeId> {
+    let mut nodes: Vec<NodeId> = nodes.into_iter().collect();
+    nodes.sort();
+    nodes.dedup();
+    nodes.truncate(GROUP_MEMBERS_MAX);
+    nodes.split_off(nodes.len().min(METADATA_MEMBERS_MAX))
 }
 
 /// A node as the metadata knows it.
