@@ -39,8 +39,8 @@
 //!   its requests to a voter like any other. So what such a node receives
 //!   grows with the rate of metadata changes, not with the state's size.
 //! - **Past the group's replicas**: a group has at most
-//!   [`cohort_messages::GROUP_MEMBERS_MAX`] replicas, so in a cluster of
-//!   more nodes than that the rest host none. They read the whole metadata
+//!   [`cohort_messages::REPLICAS_MAX`] replicas, so in a cluster of more
+//!   nodes than that the rest host none. They read the whole metadata
 //!   state linearizably from the metadata primary every
 //!   [`FETCH_INTERVAL_TICKS`] ticks, which costs O(state) per read.
 //!

@@ -12,7 +12,7 @@ use crate::command::Command;
 use crate::error::{BodyError, EntryError};
 use crate::ids::{GroupId, Incarnation, MemberIndex, Op, Timestamp, View};
 use crate::le::{get_u8, get_u32, get_u64, is_zero, put};
-use crate::limits::GROUP_MEMBERS_MAX;
+use crate::limits::REPLICAS_MAX;
 
 /// R10: a Commit entry is exactly 40 bytes.
 pub const COMMIT_ENTRY_SIZE_BYTES: usize = 40;
@@ -44,11 +44,12 @@ impl HeartbeatState {
     }
 }
 
-/// A member index read from an entry, if it is below [`GROUP_MEMBERS_MAX`]:
-/// quorums are bit masks of that width, so a larger index is a bad entry, as
-/// it is a bad body in every other message (see `body.rs`).
+/// A member index read from an entry, if it is below [`REPLICAS_MAX`] (a
+/// voter's or a learner's): a larger one is a bad entry, as it is a bad body
+/// in every other message (see `body.rs`). Whether it names a member of the
+/// group, and a voter where one is needed, the replica checks.
 fn member_index(value: u8) -> Option<MemberIndex> {
-    ((value as usize) < GROUP_MEMBERS_MAX).then_some(MemberIndex(value))
+    ((value as usize) < REPLICAS_MAX).then_some(MemberIndex(value))
 }
 
 /// A fixed-size batch entry.
@@ -84,7 +85,7 @@ pub struct CommitEntry {
     pub timestamp_monotonic: Timestamp,
     /// Busy, Idle or Eager (R21).
     pub heartbeat_state: HeartbeatState,
-    /// The sender's member index in this group (below `GROUP_MEMBERS_MAX`).
+    /// The sender's member index in this group (below `REPLICAS_MAX`).
     pub replica: MemberIndex,
 }
 
@@ -149,7 +150,7 @@ pub struct CommitReplyEntry {
     pub view: View,
     /// The timestamp of the Commit being answered.
     pub timestamp_monotonic: Timestamp,
-    /// The replying backup's member index in this group (below `GROUP_MEMBERS_MAX`).
+    /// The replying backup's or learner's member index in this group (below `REPLICAS_MAX`).
     pub replica: MemberIndex,
 }
 

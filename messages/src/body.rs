@@ -15,12 +15,12 @@ use crate::ids::{
     ClientId, ClusterId, Epoch, GroupId, Incarnation, MemberIndex, NodeId, Op, RequestNumber, SessionId, View,
 };
 use crate::limits::{
-    GROUP_MEMBERS_MAX, OPERATION_SIZE_MAX_BYTES, REPAIR_OPS_MAX, SHARD_COUNT_MAX, STATE_CHUNK_SIZE_MAX_BYTES,
+    OPERATION_SIZE_MAX_BYTES, REPAIR_OPS_MAX, REPLICAS_MAX, SHARD_COUNT_MAX, STATE_CHUNK_SIZE_MAX_BYTES,
     VIEW_CHANGE_LOG_ENTRIES_MAX,
 };
 
 fn check_member(command: Command, replica: MemberIndex) -> Result<(), Invalid> {
-    if (replica.0 as usize) < GROUP_MEMBERS_MAX { Ok(()) } else { Err(invalid(command, "replica index out of range")) }
+    if (replica.0 as usize) < REPLICAS_MAX { Ok(()) } else { Err(invalid(command, "replica index out of range")) }
 }
 
 /// First frame on every peer connection, in both directions (R18).

@@ -29,9 +29,14 @@ pub const VIEW_CHANGE_LOG_ENTRIES_MAX: usize = 4096;
 /// The largest chunk of a state transfer.
 pub const STATE_CHUNK_SIZE_MAX_BYTES: usize = 4 * 1024 * 1024;
 
-/// The most members a group may have (a member index is one byte, and quorum
-/// sets are kept as bit masks of this width).
+/// The most members (voters) a group may have: quorum sets are kept as bit
+/// masks of this width.
 pub const GROUP_MEMBERS_MAX: usize = 64;
+
+/// The most replicas a group may have, voters and learners together (P4,
+/// Z5): a member index is one byte, and 255 is never one. Learners take the
+/// indexes after the voters and never enter a quorum set.
+pub const REPLICAS_MAX: usize = 255;
 
 /// The most shards one node may run.
 pub const SHARD_COUNT_MAX: u16 = 1024;
@@ -52,5 +57,5 @@ const _: () = {
     // Largest variable bodies fit a frame with room for their fixed fields.
     assert!(OPERATION_SIZE_MAX_BYTES * 2 < BODY_SIZE_MAX_BYTES);
     assert!(STATE_CHUNK_SIZE_MAX_BYTES * 2 < BODY_SIZE_MAX_BYTES);
-    assert!(GROUP_MEMBERS_MAX <= u8::MAX as usize + 1);
+    assert!(GROUP_MEMBERS_MAX <= REPLICAS_MAX && REPLICAS_MAX <= u8::MAX as usize);
 };

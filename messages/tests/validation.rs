@@ -28,7 +28,7 @@ fn oversized(size_bytes: usize) -> Bytes {
     Bytes::from(vec![0x5a; size_bytes])
 }
 
-const OUT_OF_RANGE: MemberIndex = MemberIndex(GROUP_MEMBERS_MAX as u8);
+const OUT_OF_RANGE: MemberIndex = MemberIndex(REPLICAS_MAX as u8);
 const REPLICA: &str = "replica index out of range";
 
 fn log_entry(op: u64, view: u32) -> LogEntry {

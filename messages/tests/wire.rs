@@ -263,7 +263,7 @@ fn r17_several_bad_entries_leave_the_good_ones_between_them() {
     let mut body = frame[HEADER_SIZE_BYTES..].to_vec();
     body[38] = 1; // entry 0: reserved byte set
     body[3 * COMMIT_ENTRY_SIZE_BYTES + 36] = 9; // entry 3: unknown heartbeat_state
-    body[5 * COMMIT_ENTRY_SIZE_BYTES + 37] = GROUP_MEMBERS_MAX as u8; // entry 5: replica out of range
+    body[5 * COMMIT_ENTRY_SIZE_BYTES + 37] = REPLICAS_MAX as u8; // entry 5: replica out of range
     let batch = decode_commit_batch(&frame_with_body(Command::Commit, body));
     let bad: Vec<(usize, &str)> = batch.entries().filter_map(Result::err).map(|e| (e.index, e.reason)).collect();
     assert_eq!(
@@ -453,24 +453,26 @@ fn reserved_entry_bytes_must_be_zero() {
 
 #[test]
 fn entry_with_replica_out_of_range_is_bad_entry() {
-    // A member index names a bit of a GROUP_MEMBERS_MAX-wide quorum mask, so an
-    // index past it must not reach the core as a valid entry.
+    // A member index is one byte and 255 names no replica (REPLICAS_MAX), so
+    // that index must not reach the core as a valid entry. Indexes past the
+    // 64 voters are learners' (Z5): whether one names a member of the group
+    // is the replica's check.
     let (entries, frame) = commit_batch_frame(1..=1);
-    for replica in [GROUP_MEMBERS_MAX as u8, 200, u8::MAX] {
+    let mut body = frame[HEADER_SIZE_BYTES..].to_vec();
+    body[37] = REPLICAS_MAX as u8;
+    let batch = decode_commit_batch(&frame_with_body(Command::Commit, body));
+    let error = batch.entries().next().expect("one entry").expect_err("replica out of range");
+    assert_eq!(error.reason, "replica index out of range");
+    for replica in [GROUP_MEMBERS_MAX as u8 - 1, GROUP_MEMBERS_MAX as u8, REPLICAS_MAX as u8 - 1] {
         let mut body = frame[HEADER_SIZE_BYTES..].to_vec();
         body[37] = replica;
         let batch = decode_commit_batch(&frame_with_body(Command::Commit, body));
-        let error = batch.entries().next().expect("one entry").expect_err("replica out of range");
-        assert_eq!(error.reason, "replica index out of range");
+        assert_eq!(batch.entries().next(), Some(Ok(CommitEntry { replica: MemberIndex(replica), ..entries[0] })));
     }
-    let mut body = frame[HEADER_SIZE_BYTES..].to_vec();
-    body[37] = GROUP_MEMBERS_MAX as u8 - 1;
-    let batch = decode_commit_batch(&frame_with_body(Command::Commit, body));
-    assert_eq!(batch.entries().next(), Some(Ok(CommitEntry { replica: MemberIndex(63), ..entries[0] })));
 
     let frame = frame_bytes(&Message::CommitReply(CommitReplyBatch::encode(&[commit_reply_entry(1)])));
     let mut body = frame[HEADER_SIZE_BYTES..].to_vec();
-    body[28] = GROUP_MEMBERS_MAX as u8;
+    body[28] = REPLICAS_MAX as u8;
     let batch = decode_reply_batch(&frame_with_body(Command::CommitReply, body));
     let error = batch.entries().next().expect("one entry").expect_err("replica out of range");
     assert_eq!(error.reason, "replica index out of range");

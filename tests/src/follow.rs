@@ -7,7 +7,9 @@
 //! Now every such node hosts a learner replica, which receives the log's
 //! Prepares and the group's Commit heartbeats like a backup. This module
 //! shows that on a cluster of `nodes` that hosts only the metadata group:
-//! the first `voters` vote, the rest are learners. Each node is a
+//! the first five vote, the next ones are learners (up to `REPLICAS_MAX`
+//! replicas in all), and any node past those reads the whole state every
+//! [`POLLED_READ_INTERVAL_TICKS`], as a real node past them does. Each node is a
 //! production [`Shard`] over [`MemoryStorage`], driven by the simulator's
 //! storage worker; every frame is encoded with the real codec, delivered a
 //! tick later, and counted in bytes by the node that receives it.
@@ -200,8 +202,8 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<FollowConfi
             other => return Err(format!("unknown flag {other}")),
         }
     }
-    if config.nodes < 4 || config.nodes > 250 || config.groups == 0 || config.seconds == 0 || config.rates.is_empty() {
-        return Err("follow needs 4 to 250 nodes, at least 1 group, 1 second and 1 rate".into());
+    if config.nodes < 4 || config.nodes > 400 || config.groups == 0 || config.seconds == 0 || config.rates.is_empty() {
+        return Err("follow needs 4 to 400 nodes, at least 1 group, 1 second and 1 rate".into());
     }
     Ok(config)
 }

@@ -350,15 +350,18 @@ fn z5_a_metadata_learner_receives_bytes_by_the_rate_of_changes_not_the_state_siz
     assert!((0.8..1.25).contains(&ratio), "same rate, 4x the state: {ratio:.2}x the bytes");
 }
 
-/// Z5: a group has at most 64 replicas, so in a cluster of 70 nodes the
-/// last six host no metadata replica and read the whole state instead:
-/// O(state) per read, the cost Z5 removes for everyone else.
+/// Z5: a group has at most 255 replicas (`REPLICAS_MAX`), so in a cluster
+/// of 260 nodes the last five host no metadata replica and read the whole
+/// state instead: O(state) per read, the cost Z5 removes for everyone else.
+/// Learner indexes past the 64 voters' quorum masks (64 to 254) follow the
+/// log like the others.
 #[test]
-fn z5_nodes_past_sixty_four_replicas_read_the_whole_state() {
-    let report = follow(70, 1_000);
-    assert_eq!((report.voters(), report.learners()), (5, 59));
-    let idle = &report.rates[0];
+fn z5_nodes_past_the_replica_limit_read_the_whole_state() {
+    let report = follow(260, 500);
+    assert_eq!((report.voters(), report.learners()), (5, cohort_messages::REPLICAS_MAX - 5));
+    let (idle, busy) = (&report.rates[0], &report.rates[1]);
     assert!(idle.poller_bytes_per_sec > 0.9 * report.polled_bytes_per_sec(), "{}", report.render());
     assert!(idle.learner_bytes_per_sec * 100.0 < idle.poller_bytes_per_sec, "{}", report.render());
+    assert!(busy.changes_applied >= 190 && busy.learner_bytes_per_sec_max < 10_000.0, "{}", report.render());
     assert_eq!(report.frames_refused, 0, "a state of {} bytes fits one reply", report.state_bytes);
 }

@@ -56,7 +56,9 @@ impl MemberSet {
 
     /// Add a member; true if it was new.
     pub fn insert(&mut self, member: MemberIndex) -> bool {
-        debug_assert!((member.0 as usize) < GROUP_MEMBERS_MAX);
+        // Only voters enter a quorum set: the door refuses a learner's
+        // election messages (P4), and learners' indexes may pass 63 (Z5).
+        assert!((member.0 as usize) < GROUP_MEMBERS_MAX, "{member} is no voter's index");
         let bit = 1u64 << member.0;
         let new = self.0 & bit == 0;
         self.0 |= bit;
@@ -65,7 +67,7 @@ impl MemberSet {
 
     /// Membership test.
     pub fn contains(&self, member: MemberIndex) -> bool {
-        self.0 & (1u64 << member.0) != 0
+        self.0 & 1u64.checked_shl(u32::from(member.0)).unwrap_or(0) != 0
     }
 
     /// Size.

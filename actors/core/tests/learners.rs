@@ -114,8 +114,12 @@ fn p4_spec_validation_says_why() {
         Err(SpecError::Duplicate { node: LEARNER_A, .. })
     ));
     assert!(matches!(spec(4, vec![LEARNER_A]).validate(), Err(SpecError::MeOutOfRange { total: 4, .. })));
-    let many = (10..72).map(NodeId).collect();
-    assert!(matches!(spec(0, many).validate(), Err(SpecError::TooMany { total: 65, .. })));
+    // Z5: learners may take indexes past the 64 voters' quorum masks, up to
+    // REPLICAS_MAX replicas in all.
+    let most = (10..262).map(NodeId).collect();
+    assert_eq!(spec(254, most).validate(), Ok(()), "3 voters and 252 learners");
+    let many = (10..263).map(NodeId).collect();
+    assert!(matches!(spec(0, many).validate(), Err(SpecError::TooMany { total: 256, .. })));
     let mut wrong_quorum = spec(0, vec![LEARNER_A]);
     wrong_quorum.quorums = Quorums::new(4, None).expect("valid");
     assert!(matches!(wrong_quorum.validate(), Err(SpecError::QuorumSize { quorum_members: 4, voters: 3, .. })));
@@ -217,4 +221,33 @@ fn p4_set_learners_adds_and_removes() {
     assert!(c.replica().is_learner());
     assert!(matches!(c.shard.set_learners(G, vec![LEARNER_A]), Err(ShardError::Spec(SpecError::RemovesSelf { .. }))));
     c.drain();
+}
+
+/// Z5: a learner's index may pass the 64 voters' quorum masks (the metadata
+/// group has up to 250 learners). Its Prepares, acks and election messages
+/// go as any learner's: the acks are tracked and never counted, and an
+/// election message claiming that index is refused, without a panic.
+#[test]
+fn z5_a_learner_index_past_sixty_three_follows_like_any_learner() {
+    let learners: Vec<NodeId> = (10..210).map(NodeId).collect();
+    let last = *learners.last().expect("learners");
+    let last_index = (VOTERS.len() + learners.len() - 1) as u8;
+    let mut h = Harness::new(VOTERS[0], spec(0, learners.clone()));
+    h.ticks(1);
+    h.write(1);
+    assert_eq!(h.sent_to(last, |m| matches!(m, Message::Prepare(_))), 1, "the last learner gets Prepares");
+    h.ack(last, last_index, 1);
+    assert_eq!(h.replica().commit_max(), Op(0), "a learner's ack is no quorum");
+    h.ack(VOTERS[1], 1, 1);
+    assert_eq!(h.replica().commit_max(), Op(1));
+    assert!(h.replica().learner_caught_up(last), "index {last_index}'s ack was tracked");
+    let svc =
+        StartViewChange { group: G, incarnation: Incarnation(1), view: View(9), replica: MemberIndex(last_index) };
+    h.shard.on_message(last, Message::StartViewChange(svc));
+    h.drain();
+    assert_eq!(h.replica().view(), View(0), "a learner's StartViewChange is refused at the door");
+    // The learner's own replica, at that index, applies what it is sent.
+    let mut learner = Harness::new(last, spec(last_index, learners));
+    learner.ticks(50);
+    assert_eq!(learner.replica().role(), Role::Learner);
 }

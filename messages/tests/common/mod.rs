@@ -143,7 +143,7 @@ pub fn payload() -> impl Strategy<Value = Bytes> {
 }
 
 pub fn member() -> impl Strategy<Value = MemberIndex> {
-    (0..GROUP_MEMBERS_MAX as u8).prop_map(MemberIndex)
+    (0..REPLICAS_MAX as u8).prop_map(MemberIndex)
 }
 
 pub fn heartbeat_state() -> impl Strategy<Value = HeartbeatState> {

@@ -36,7 +36,7 @@ use cohort_messages::metadata::{
     GroupCreation, MetadataCommand, MetadataResult, OwnedGroup, decode_value, encode_value,
 };
 use cohort_messages::replication::Replication;
-use cohort_messages::{Epoch, GROUP_MEMBERS_MAX, GroupId, Incarnation, NodeId, Op, OperationId, SessionId, View};
+use cohort_messages::{Epoch, GroupId, Incarnation, NodeId, Op, OperationId, REPLICAS_MAX, SessionId, View};
 use serde::{Deserialize, Serialize};
 
 pub use agent::{AgentConfig, AgentCounters, AgentOutput, BootstrapGroup, HostedReplica, MetadataAgent, PlacedReplica};
@@ -75,24 +75,25 @@ pub fn metadata_members(nodes: impl IntoIterator<Item = NodeId>) -> Vec<NodeId> 
 
 /// The metadata group's learners for a cluster of `nodes` (Z5): the nodes
 /// past [`metadata_members`], in node id order, as many as fit beside the
-/// voters in [`GROUP_MEMBERS_MAX`] replicas. They follow the metadata log and
+/// voters in [`REPLICAS_MAX`] replicas. They follow the metadata log and
 /// apply it, as voters do, without voting. Nodes past those (a cluster of
-/// more than [`GROUP_MEMBERS_MAX`] nodes) host no metadata replica.
+/// more than [`REPLICAS_MAX`] nodes) host no metadata replica.
 ///
 /// ```
 /// use cohort_core::metadata::metadata_learners;
-/// use cohort_messages::{GROUP_MEMBERS_MAX, NodeId};
+/// use cohort_messages::{NodeId, REPLICAS_MAX};
 /// assert_eq!(metadata_learners((1..=7).rev().map(NodeId)), vec![NodeId(6), NodeId(7)]);
 /// assert!(metadata_learners((1..=3).map(NodeId)).is_empty());
-/// let hundred = metadata_learners((1..=100).map(NodeId));
-/// assert_eq!(hundred.len(), GROUP_MEMBERS_MAX - 5);
-/// assert_eq!(hundred.last(), Some(&NodeId(GROUP_MEMBERS_MAX as u64)));
+/// assert_eq!(metadata_learners((1..=100).map(NodeId)).len(), 95);
+/// let many = metadata_learners((1..=300).map(NodeId));
+/// assert_eq!(many.len(), REPLICAS_MAX - 5);
+/// assert_eq!(many.last(), Some(&NodeId(REPLICAS_MAX as u64)));
 /// ```
 pub fn metadata_learners(nodes: impl IntoIterator<Item = NodeId>) -> Vec<NodeId> {
     let mut nodes: Vec<NodeId> = nodes.into_iter().collect();
     nodes.sort();
     nodes.dedup();
-    nodes.truncate(GROUP_MEMBERS_MAX);
+    nodes.truncate(REPLICAS_MAX);
     nodes.split_off(nodes.len().min(METADATA_MEMBERS_MAX))
 }
 

@@ -34,7 +34,7 @@
 //! - Learners are not persisted: the superblock holds the voters. The host
 //!   passes the current learners in the spec when it recovers a group.
 
-use cohort_messages::{GROUP_MEMBERS_MAX, GroupId, Incarnation, MemberIndex, Message, NodeId, Op};
+use cohort_messages::{GroupId, Incarnation, MemberIndex, Message, NodeId, Op, REPLICAS_MAX};
 
 use super::{GroupSpec, Replica, Status, WriteMode};
 use crate::effects::Effects;
@@ -68,7 +68,7 @@ pub enum SpecError {
         node: NodeId,
     },
     /// More voters and learners than a member index can name.
-    #[error("{group}: {total} members and learners exceed {GROUP_MEMBERS_MAX}")]
+    #[error("{group}: {total} members and learners exceed {REPLICAS_MAX}")]
     TooMany {
         /// The group.
         group: GroupId,
@@ -200,8 +200,9 @@ impl GroupSpec {
     }
 
     /// The one place a spec is checked: at least one voter, quorums computed
-    /// over the voters, no node twice, at most [`GROUP_MEMBERS_MAX`] voters
-    /// and learners together, and `me` inside them.
+    /// over the voters (so at most [`GROUP_MEMBERS_MAX`](cohort_messages::GROUP_MEMBERS_MAX) of them), no node
+    /// twice, at most [`REPLICAS_MAX`] voters and learners together, and `me`
+    /// inside them.
     pub fn validate(&self) -> Result<(), SpecError> {
         let group = self.group;
         let voters = self.members.len();
@@ -212,7 +213,7 @@ impl GroupSpec {
             return Err(SpecError::QuorumSize { group, quorum_members: self.quorums.members, voters });
         }
         let total = self.total();
-        if total > GROUP_MEMBERS_MAX {
+        if total > REPLICAS_MAX {
             return Err(SpecError::TooMany { group, total });
         }
         let all: Vec<NodeId> = self.members.iter().chain(&self.learners).copied().collect();
