@@ -11,9 +11,15 @@
 //!   the agent's share of its thread small ([`SCAN_SPACING_FACTOR`], Z2).
 //!   And once two scans in a row saw the same inputs (a sum of hashes of
 //!   the records, the metadata's epoch, the request in flight), a due scan
-//!   first asks the shards for that sum alone; if nothing changed (and
-//!   the last scan is younger than [`FULL_SCAN_INTERVAL`]), the agent
-//!   ticks without a scan (`on_idle_tick`: session, expiries, retries).
+//!   first asks the shards what is cheap to read: their count of role and
+//!   hosting changes, and the metadata replica's primary flag. If those,
+//!   the epoch and the request in flight are as before, the agent ticks
+//!   without a scan (`on_idle_tick`: session, expiries, retries). The
+//!   shards' sum of hashes, an O(groups) pass, is asked only when the cheap
+//!   answer moved or its own spacing is up; the spacing doubles each time
+//!   it matches, up to [`FINGERPRINT_SPACING_MAX`]. A full scan still runs
+//!   every [`FULL_SCAN_INTERVAL`], or every [`FULL_SCAN_INTERVAL_QUIET`]
+//!   while the agent has no timed work (`MetadataAgent::timed_work`).
 //!   While things change, a due scan runs at once, as before. Every tick
 //!   between due scans is such a tick too, so keepalives leave on time. An
 //!   idle node thus costs little however many groups it hosts (Z3).
@@ -92,6 +98,18 @@ const SCAN_SPACING_MAX: Duration = Duration::from_millis(500);
 /// Z3: a full scan runs at least this often even if nothing it looks at
 /// changed (the balancer's budget and the agent's retries are timed).
 const FULL_SCAN_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Z3: a full scan runs at least this often while the agent has no timed
+/// work ([`MetadataAgent::timed_work`]) and nothing it looks at changed: the
+/// next scan would do nothing.
+const FULL_SCAN_INTERVAL_QUIET: Duration = Duration::from_secs(60);
+
+/// Z3: the longest wait between two fingerprints while nothing changed. The
+/// shards' cheap answer (role and hosting changes, the metadata primary's
+/// flag) is read at every due scan between them; what it does not show (a
+/// primary's quorum window running out, a learner catching up) the next
+/// fingerprint does.
+const FINGERPRINT_SPACING_MAX: Duration = Duration::from_secs(5);
 
 /// What a scan's outcome depends on besides the time (Z3): the shards'
 /// fingerprint sum, the metadata's epoch, and whether a request is in flight.
@@ -215,6 +233,11 @@ pub struct MetadataAgentActor {
     scan_inputs: Option<ScanInputs>,
     full_scan_at: Option<Instant>,
     scans_stable: bool,
+    /// Z3, while stable: when the fingerprint last matched, how long until
+    /// the next one, and what the shards' cheap answer said then.
+    fingerprinted_at: Option<Instant>,
+    fingerprint_spacing: Duration,
+    changes: Option<(u64, Option<bool>)>,
     /// Nodes that host no metadata replica: the read client, its next
     /// number and the last fetch.
     reader: ClientId,
@@ -245,6 +268,9 @@ impl MetadataAgentActor {
             scan_inputs: None,
             full_scan_at: None,
             scans_stable: false,
+            fingerprinted_at: None,
+            fingerprint_spacing: Duration::ZERO,
+            changes: None,
             reader,
             next_read: 1,
             fetched_tick: 0,
@@ -290,8 +316,53 @@ impl MetadataAgentActor {
         if !self.scans_stable {
             return self.scan(ctx);
         }
-        let shards: Vec<_> =
-            (0..self.setup.directory.shard_count()).filter_map(|index| self.setup.directory.shard(index)).collect();
+        // Z3: while stable, first what is cheap to read (each shard's count of
+        // role and hosting changes, the metadata replica's primary flag); the
+        // fingerprint only when that moved or its own spacing, which grows
+        // while it keeps matching, is up.
+        let shards = self.shards();
+        let fingerprint_due = self.fingerprinted_at.is_none_or(|at| at.elapsed() >= self.fingerprint_spacing);
+        let asked = async move {
+            let mut changes = (0u64, None);
+            for shard in shards {
+                let answer = shard.send(crate::shard::GetHostedChanges).await.ok()?;
+                changes = (changes.0.wrapping_add(answer.events), changes.1.or(answer.metadata_primary));
+            }
+            Some(changes)
+        };
+        ctx.spawn(asked.into_actor(self).map(move |changes, actor, ctx| {
+            let unchanged = changes.is_some() && changes == actor.changes && actor.inputs_hold();
+            if unchanged && !fingerprint_due {
+                actor.polling = false;
+                return actor.idle_tick(true, ctx);
+            }
+            actor.fingerprint(changes, ctx);
+        }));
+    }
+
+    /// The shards, in index order.
+    fn shards(&self) -> Vec<Addr<crate::shard::ShardActor>> {
+        (0..self.setup.directory.shard_count()).filter_map(|index| self.setup.directory.shard(index)).collect()
+    }
+
+    /// Whether what a scan depends on besides the hosted groups is as the
+    /// last full scan saw it, and that scan is recent enough (Z3).
+    fn inputs_hold(&self) -> bool {
+        let now = self.now_tick();
+        let interval = if self.agent.timed_work(now) { FULL_SCAN_INTERVAL } else { FULL_SCAN_INTERVAL_QUIET };
+        let recent = self.full_scan_at.is_some_and(|at| at.elapsed() < interval);
+        let inputs = self.scan_inputs.is_some_and(|inputs| {
+            inputs.epoch == self.setup.metadata.with(|state| state.epoch) && inputs.in_flight == self.agent.in_flight()
+        });
+        recent && inputs && !self.agent.wants_scan()
+    }
+
+    /// Z3: ask the shards for their fingerprint sum; if it and the other
+    /// inputs are the last full scan's, tick without a scan (and space the
+    /// next fingerprint out further), else scan. `changes` is what the
+    /// shards' cheap answer said just before.
+    fn fingerprint(&mut self, changes: Option<(u64, Option<bool>)>, ctx: &mut Context<Self>) {
+        let shards = self.shards();
         let asked = async move {
             let mut sum = 0u64;
             for shard in shards {
@@ -299,15 +370,14 @@ impl MetadataAgentActor {
             }
             Some(sum)
         };
-        ctx.spawn(asked.into_actor(self).map(|hosted, actor, ctx| {
-            let inputs = hosted.map(|hosted| ScanInputs {
-                hosted,
-                epoch: actor.setup.metadata.with(|state| state.epoch),
-                in_flight: actor.agent.in_flight(),
-            });
-            let recent = actor.full_scan_at.is_some_and(|at| at.elapsed() < FULL_SCAN_INTERVAL);
-            if inputs.is_some() && inputs == actor.scan_inputs && recent && !actor.agent.wants_scan() {
+        ctx.spawn(asked.into_actor(self).map(move |hosted, actor, ctx| {
+            let same = hosted.is_some_and(|hosted| actor.scan_inputs.is_some_and(|inputs| inputs.hosted == hosted));
+            if same && actor.inputs_hold() {
                 actor.polling = false;
+                actor.changes = changes;
+                actor.fingerprinted_at = Some(Instant::now());
+                let base = (actor.scan_duration * SCAN_SPACING_FACTOR).min(SCAN_SPACING_MAX);
+                actor.fingerprint_spacing = (actor.fingerprint_spacing * 2).clamp(base, FINGERPRINT_SPACING_MAX);
                 return actor.idle_tick(true, ctx);
             }
             actor.scan(ctx);
@@ -331,6 +401,7 @@ impl MetadataAgentActor {
     /// Ask every shard for its hosted groups, then tick the agent.
     fn scan(&mut self, ctx: &mut Context<Self>) {
         self.full_scan_at = Some(Instant::now());
+        self.fingerprint_spacing = Duration::ZERO;
         let shards: Vec<_> =
             (0..self.setup.directory.shard_count()).filter_map(|index| self.setup.directory.shard(index)).collect();
         let asked = async move {

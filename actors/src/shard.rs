@@ -37,8 +37,8 @@ use tokio::sync::oneshot;
 
 pub use hosting::{HostPlaced, ProposeSeal, SetLearners, SwitchIncarnation, TransferPrimary, UnloadGroup};
 pub use queries::{
-    GetGroupActor, GetHostedFingerprint, GetHostedReplicas, GetReport, ReplaceOutbox, ShardReport, StallForTest,
-    SubscribeGroup,
+    GetGroupActor, GetHostedChanges, GetHostedFingerprint, GetHostedReplicas, GetReport, HostedChanges, ReplaceOutbox,
+    ShardReport, StallForTest, SubscribeGroup,
 };
 
 use crate::group::{GroupActor, GroupNote, GroupRole, GroupTurn, NeedsResync, Wait};
@@ -154,6 +154,12 @@ pub struct ShardActor {
     drops: Arc<Drops>,
     metrics: Arc<NodeMetrics>,
     published_tick: u64,
+    /// Z3: role changes and hosting changes (placed, unloaded, switched,
+    /// sealed, learners set) so far; the metadata agent reads it to learn
+    /// cheaply that nothing changed ([`GetHostedChanges`]).
+    hosted_events: u64,
+    /// The group gauges last counted, and when.
+    gauges: Option<(u64, cohort_core::HeartbeatGauges)>,
     groups: HashMap<GroupId, GroupLink>,
     traces: Rc<ShardTraces>,
     /// Groups built before the actor started, whose actors start with it.
@@ -171,6 +177,13 @@ pub struct ShardActor {
     /// start hosts them again (see [`crate::placements`]).
     placements: Addr<PlacementRecorder>,
 }
+
+/// A shard with at most this many groups counts its group gauges every
+/// second; one with more, every [`GAUGES_INTERVAL_SECS_MANY`] seconds.
+const GAUGES_EVERY_SECOND_GROUPS_MAX: usize = 10_000;
+
+/// How often, in seconds, a shard with many groups counts its group gauges.
+const GAUGES_INTERVAL_SECS_MANY: u64 = 5;
 
 /// One group replica's actor, and whether anyone follows the group.
 struct GroupLink {
@@ -205,6 +218,8 @@ impl ShardActor {
             drops: setup.drops,
             metrics: setup.metrics,
             published_tick: 0,
+            hosted_events: 0,
+            gauges: None,
             groups: HashMap::new(),
             traces: Rc::new(ShardTraces::new(setup.node)),
             built: Vec::new(),
@@ -350,6 +365,7 @@ impl ShardActor {
                     }
                 }
                 Effect::RoleChanged { group, view, role, .. } => {
+                    self.hosted_events += 1;
                     self.traces.on_role_changed(group, view, role);
                     // The group actors were told the role the build ended in.
                     if !self.draining_build && self.followed(group) {
@@ -448,7 +464,16 @@ impl ShardActor {
     /// and peers gave up on.
     fn every_second(&mut self, now: u64, second_ticks: u64) {
         self.published_tick = now;
-        self.metrics.update_shard(self.index, self.core.metrics(), &self.core.heartbeat_gauges());
+        // The group gauges take a pass over every group: with many groups
+        // they are counted again only every GAUGES_INTERVAL_SECS_MANY (Z3:
+        // an idle node's CPU), the counters still every second.
+        let many = self.core.group_count() > GAUGES_EVERY_SECOND_GROUPS_MAX;
+        let interval_ticks = if many { GAUGES_INTERVAL_SECS_MANY * second_ticks } else { second_ticks };
+        if self.gauges.is_none_or(|(tick, _)| now >= tick + interval_ticks) {
+            self.gauges = Some((now, self.core.heartbeat_gauges()));
+        }
+        let gauges = self.gauges.map(|(_, gauges)| gauges).unwrap_or_default();
+        self.metrics.update_shard(self.index, self.core.metrics(), &gauges);
         self.metrics.update_core_refusals(self.index, self.core.refused());
         if self.index == 0 {
             let peers = self.links.values().filter(|link| link.connected.load(Ordering::Relaxed)).count();

@@ -248,6 +248,11 @@ impl Shard {
         self.groups.values().map(Box::as_ref)
     }
 
+    /// How many groups this shard hosts.
+    pub fn group_count(&self) -> usize {
+        self.groups.len()
+    }
+
     /// File the group's wakeup if it is earlier than what is filed.
     pub(crate) fn refile(&mut self, group: GroupId) {
         let Some(replica) = self.groups.get(&group) else { return };

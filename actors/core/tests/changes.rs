@@ -453,3 +453,47 @@ fn z2_between_scans_the_balancer_goes_on_only_after_a_scan_found_nothing_more_ur
     assert_eq!(submitted(primary.between_scans(now + 1, &log.metadata, false)), None, "not the metadata primary");
     assert!(submitted(primary.between_scans(now + 1, &log.metadata, true)).is_some(), "the next tick's budget");
 }
+
+/// Ticks `from..to` of `agent` over `hosted`, every request applied to `log`
+/// and answered at once; returns every output.
+fn run(
+    agent: &mut MetadataAgent,
+    log: &mut Log,
+    hosted: &[HostedReplica],
+    ticks: std::ops::Range<u64>,
+) -> Vec<AgentOutput> {
+    let mut outputs = Vec::new();
+    for now in ticks {
+        for output in agent.on_tick(now, &log.metadata, true, hosted) {
+            if let AgentOutput::Submit(request) = &output {
+                let command = MetadataCommand::decode(&request.operation).expect("a command");
+                let result = log.apply(command);
+                outputs.extend(agent.on_reply(now, &reply(request, &result)));
+            }
+            outputs.push(output);
+        }
+    }
+    outputs
+}
+
+/// Z3: the agent tells its shell when a later tick may act on time alone
+/// (so the shell must keep scanning although nothing it looks at changed),
+/// such as a misplaced group waiting out its grace; once that is done, it
+/// has none, and the shell may scan rarely.
+#[test]
+fn z3_the_agent_says_when_a_later_tick_may_act_on_time_alone() {
+    let mut log = Log::with_nodes(2);
+    log.create(0, &[1]);
+    log.create(7, &[2]);
+    let mut agent = agent(1);
+    run(&mut agent, &mut log, &[hosted(0, true, 1)], 0..40);
+    assert!(!agent.timed_work(40), "registered, owning its group, epochs acked: nothing timed");
+    // Group 7 is placed on node 2 only: hosted here, it waits out the grace.
+    let misplaced = [hosted(0, true, 1), hosted(7, false, 1)];
+    run(&mut agent, &mut log, &misplaced, 40..41);
+    assert!(agent.timed_work(41), "a misplaced group waits out its grace");
+    let outputs = run(&mut agent, &mut log, &misplaced, 41..60);
+    assert!(outputs.iter().any(|output| matches!(output, AgentOutput::Unload(GroupId(7)))), "{outputs:?}");
+    run(&mut agent, &mut log, &[hosted(0, true, 1)], 60..61);
+    assert!(!agent.timed_work(61), "unloaded: nothing timed again");
+}

@@ -138,6 +138,7 @@ impl Handler<UnloadGroup> for ShardActor {
     type Result = ();
 
     fn handle(&mut self, UnloadGroup(group): UnloadGroup, _ctx: &mut Self::Context) {
+        self.hosted_events += 1;
         if self.forget_group(group) == Ok(true) {
             self.placements.do_send(RemovePlacement(group));
         }
@@ -160,6 +161,7 @@ impl Handler<ProposeSeal> for ShardActor {
     type Result = ();
 
     fn handle(&mut self, ProposeSeal { group, seal }: ProposeSeal, _ctx: &mut Self::Context) {
+        self.hosted_events += 1;
         if let Err(error) = self.core.propose_seal(group, seal) {
             tracing::debug!(group = group.0, %error, "seal not proposed");
         }
@@ -221,6 +223,7 @@ impl Handler<HostPlaced> for ShardActor {
     type Result = ();
 
     fn handle(&mut self, HostPlaced { placement, kind, voter }: HostPlaced, ctx: &mut Self::Context) {
+        self.hosted_events += 1;
         let Some(hosted) = self.placed_to_host(&placement, &kind, voter) else { return };
         let role = if voter { "a member" } else { "a learner" };
         let record = RecordedPlacement::of(&hosted.spec, &hosted.kind);
@@ -288,6 +291,7 @@ impl Handler<SetLearners> for ShardActor {
     type Result = ();
 
     fn handle(&mut self, SetLearners { group, learners }: SetLearners, _ctx: &mut Self::Context) {
+        self.hosted_events += 1;
         match self.core.set_learners(group, learners.clone()) {
             // A recorded learner's index follows the list: keep the record's
             // in step (a record of an older incarnation keeps its own).
@@ -313,6 +317,7 @@ impl Handler<SwitchIncarnation> for ShardActor {
     type Result = ();
 
     fn handle(&mut self, SwitchIncarnation(group): SwitchIncarnation, _ctx: &mut Self::Context) {
+        self.hosted_events += 1;
         match self.core.switch_incarnation(group) {
             Ok(()) => {
                 if let Some(replica) = self.core.replica(group) {

@@ -76,6 +76,34 @@ impl Handler<GetHostedFingerprint> for ShardActor {
     }
 }
 
+/// Z3: what can change on a shard between the agent's scans and is cheap to
+/// read: its count of role and hosting changes, and whether it hosts the
+/// metadata group's primary, confirmed by a quorum now.
+#[derive(Message)]
+#[rtype(result = "HostedChanges")]
+pub struct GetHostedChanges;
+
+/// The answer to [`GetHostedChanges`].
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, MessageResponse)]
+pub struct HostedChanges {
+    /// Role and hosting changes so far.
+    pub events: u64,
+    /// The metadata replica's confirmed-primary flag, if this shard hosts it.
+    pub metadata_primary: Option<bool>,
+}
+
+impl Handler<GetHostedChanges> for ShardActor {
+    type Result = HostedChanges;
+
+    fn handle(&mut self, _: GetHostedChanges, _ctx: &mut Self::Context) -> HostedChanges {
+        let now = self.core.now();
+        HostedChanges {
+            events: self.hosted_events,
+            metadata_primary: self.core.replica(GroupId::METADATA).map(|replica| replica.is_confirmed_primary(now)),
+        }
+    }
+}
+
 /// Subscribe to a group's role changes and commits (see [`crate::group`]);
 /// false if the group is not hosted here.
 #[derive(Message)]

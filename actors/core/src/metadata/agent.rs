@@ -509,6 +509,25 @@ impl MetadataAgent {
         self.in_flight.is_some()
     }
 
+    /// Z3: true if a later [`MetadataAgent::on_tick`] may act on time alone,
+    /// with nothing it looks at changed: a request in flight, a session to
+    /// open or an expiry to propose, a misplaced group waiting out its
+    /// grace, a transfer still wanted, the balancer going on, or a seal or
+    /// replica asked for within the last two retry periods (so maybe asked
+    /// again). While false, a shell whose inputs stay the same may scan
+    /// rarely: the next scan would do nothing.
+    pub fn timed_work(&self, now: u64) -> bool {
+        let recent = now.saturating_sub(2 * self.config.request_retry_ticks);
+        let asked_recently = |asked: &BTreeMap<GroupId, u64>| asked.values().any(|tick| *tick >= recent);
+        self.in_flight.is_some()
+            || self.wants_scan()
+            || self.balancing
+            || !self.misplaced_since.is_empty()
+            || !self.transfers_asked.is_empty()
+            || asked_recently(&self.seals_proposed)
+            || asked_recently(&self.replicas_asked)
+    }
+
     /// The part of a tick that needs no hosted groups; false if the agent
     /// is (or just got) stopped and the tick ends here.
     fn tick_session(
