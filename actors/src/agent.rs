@@ -402,8 +402,7 @@ impl MetadataAgentActor {
     fn scan(&mut self, ctx: &mut Context<Self>) {
         self.full_scan_at = Some(Instant::now());
         self.fingerprint_spacing = Duration::ZERO;
-        let shards: Vec<_> =
-            (0..self.setup.directory.shard_count()).filter_map(|index| self.setup.directory.shard(index)).collect();
+        let shards = self.shards();
         let asked = async move {
             let mut hosted = Vec::new();
             for shard in shards {
