@@ -77,8 +77,8 @@ use crate::metrics::NodeMetrics;
 use crate::operator_client::{OperatorAnswer, OperatorClient};
 use crate::peer_link::SendFrames;
 use crate::shard::{
-    ClientAnswer, GetHostedReplicas, HostPlaced, ProposeSeal, SetLearners, Submit, SwitchIncarnation, TransferPrimary,
-    UnloadGroup,
+    ClientAnswer, GetHostedReplicas, HostPlaced, HostedChanges, ProposeSeal, SetLearners, Submit, SwitchIncarnation,
+    TransferPrimary, UnloadGroup,
 };
 use crate::shared_metadata::SharedMetadata;
 use crate::status::{AgentStatus, StatusBoard};
@@ -237,7 +237,7 @@ pub struct MetadataAgentActor {
     /// the next one, and what the shards' cheap answer said then.
     fingerprinted_at: Option<Instant>,
     fingerprint_spacing: Duration,
-    changes: Option<(u64, Option<bool>)>,
+    changes: Option<HostedChanges>,
     /// Nodes that host no metadata replica: the read client, its next
     /// number and the last fetch.
     reader: ClientId,
@@ -323,10 +323,11 @@ impl MetadataAgentActor {
         let shards = self.shards();
         let fingerprint_due = self.fingerprinted_at.is_none_or(|at| at.elapsed() >= self.fingerprint_spacing);
         let asked = async move {
-            let mut changes = (0u64, None);
+            let mut changes = HostedChanges::default();
             for shard in shards {
                 let answer = shard.send(crate::shard::GetHostedChanges).await.ok()?;
-                changes = (changes.0.wrapping_add(answer.events), changes.1.or(answer.metadata_primary));
+                changes.events = changes.events.wrapping_add(answer.events);
+                changes.metadata_primary = changes.metadata_primary.or(answer.metadata_primary);
             }
             Some(changes)
         };
@@ -361,7 +362,7 @@ impl MetadataAgentActor {
     /// inputs are the last full scan's, tick without a scan (and space the
     /// next fingerprint out further), else scan. `changes` is what the
     /// shards' cheap answer said just before.
-    fn fingerprint(&mut self, changes: Option<(u64, Option<bool>)>, ctx: &mut Context<Self>) {
+    fn fingerprint(&mut self, changes: Option<HostedChanges>, ctx: &mut Context<Self>) {
         let shards = self.shards();
         let asked = async move {
             let mut sum = 0u64;

@@ -469,10 +469,14 @@ impl ShardActor {
         // an idle node's CPU), the counters still every second.
         let many = self.core.group_count() > GAUGES_EVERY_SECOND_GROUPS_MAX;
         let interval_ticks = if many { GAUGES_INTERVAL_SECS_MANY * second_ticks } else { second_ticks };
-        if self.gauges.is_none_or(|(tick, _)| now >= tick + interval_ticks) {
-            self.gauges = Some((now, self.core.heartbeat_gauges()));
-        }
-        let gauges = self.gauges.map(|(_, gauges)| gauges).unwrap_or_default();
+        let gauges = match self.gauges {
+            Some((tick, gauges)) if now < tick + interval_ticks => gauges,
+            _ => {
+                let gauges = self.core.heartbeat_gauges();
+                self.gauges = Some((now, gauges));
+                gauges
+            }
+        };
         self.metrics.update_shard(self.index, self.core.metrics(), &gauges);
         self.metrics.update_core_refusals(self.index, self.core.refused());
         if self.index == 0 {

@@ -44,6 +44,12 @@ impl Quorums {
     }
 }
 
+/// `member`'s bit in a 64-wide set of voters. A learner's index may pass 63
+/// (Z5); such an index has no bit: 0.
+pub(crate) fn member_bit(member: MemberIndex) -> u64 {
+    1u64.checked_shl(u32::from(member.0)).unwrap_or(0)
+}
+
 /// A set of member indexes as a bit mask.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct MemberSet(u64);
@@ -67,7 +73,7 @@ impl MemberSet {
 
     /// Membership test.
     pub fn contains(&self, member: MemberIndex) -> bool {
-        self.0 & 1u64.checked_shl(u32::from(member.0)).unwrap_or(0) != 0
+        self.0 & member_bit(member) != 0
     }
 
     /// Size.

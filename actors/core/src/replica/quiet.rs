@@ -12,9 +12,9 @@ use crate::effects::Effects;
 use crate::replica::GroupActivity;
 
 /// `member`'s bit in the quiet sets. Only voters quiesce (a group with
-/// learners never does), so a learner's index past 63 has no bit: 0.
+/// learners never does), so a learner's index past 63 has none.
 fn bit(member: MemberIndex) -> u64 {
-    1u64.checked_shl(u32::from(member.0)).unwrap_or(0)
+    crate::quorum::member_bit(member)
 }
 
 impl Replica {
