@@ -63,7 +63,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
-use cohort_core::metadata::{AgentConfig, AgentOutput, HostedReplica, MetadataAgent, PlacedReplica};
+use cohort_core::metadata::{AgentConfig, AgentOutput, HostedReplica, Metadata, MetadataAgent, PlacedReplica};
 use cohort_core::routing::shard_of;
 use cohort_messages::metadata::{MetadataCommand, MetadataResult};
 use cohort_messages::{
@@ -78,7 +78,7 @@ use crate::operator_client::{OperatorAnswer, OperatorClient};
 use crate::peer_link::SendFrames;
 use crate::shard::{
     ClientAnswer, GetHostedReplicas, HostPlaced, HostedChanges, ProposeSeal, SetLearners, Submit, SwitchIncarnation,
-    TransferPrimary, UnloadGroup,
+    SwitchIncarnationAsLearner, TransferPrimary, UnloadGroup,
 };
 use crate::shared_metadata::SharedMetadata;
 use crate::status::{AgentStatus, StatusBoard};
@@ -283,13 +283,23 @@ impl MetadataAgentActor {
     }
 
     fn member(&self) -> bool {
-        self.setup.members.contains(&self.node())
+        self.voters().contains(&self.node())
+    }
+
+    /// The metadata group's voters (Z6): as its record says, with the
+    /// voters of a switch in progress, or the ones it started with until
+    /// it is recorded. Keepalives go to them, requests are routed to them,
+    /// and only they may say a session expired (T3).
+    fn voters(&self) -> Vec<NodeId> {
+        let recorded = self.setup.metadata.with(Metadata::metadata_voters);
+        recorded.unwrap_or_else(|| self.setup.members.clone())
     }
 
     /// True if this node hosts a replica of the metadata group, a voter or
     /// a learner (Z5): the replica keeps the node's copy current.
     fn follows(&self) -> bool {
-        self.member() || self.setup.learners.contains(&self.node())
+        let node = self.node();
+        self.setup.members.contains(&node) || self.setup.learners.contains(&node) || self.member()
     }
 
     fn now_tick(&self) -> u64 {
@@ -469,9 +479,22 @@ impl MetadataAgentActor {
         let mut queue: VecDeque<AgentOutput> = outputs.into();
         while let Some(output) = queue.pop_front() {
             match output {
-                AgentOutput::Submit(request) => self.submit(request, ctx),
+                AgentOutput::Submit(request) => {
+                    // The agent resends what had no answer in time: the
+                    // target may be down, so the next voter gets it (a dead
+                    // metadata primary would hold this node's requests
+                    // forever otherwise; a redirect names the live one).
+                    let resend = self
+                        .submitted
+                        .as_ref()
+                        .is_some_and(|last| last.client == request.client && last.request == request.request);
+                    if resend && !self.metadata_primary {
+                        self.target = Some(self.next_member());
+                    }
+                    self.submit(request, ctx)
+                }
                 AgentOutput::Keepalive(keepalive) => {
-                    for member in self.setup.members.clone() {
+                    for member in self.voters() {
                         if member == self.node() {
                             let now = self.now_tick();
                             let metadata = self.setup.metadata.clone();
@@ -484,7 +507,7 @@ impl MetadataAgentActor {
                 }
                 AgentOutput::NotifyExpired { to, notice } => {
                     if to == self.node() {
-                        let (node, members) = (self.node(), self.setup.members.clone());
+                        let (node, members) = (self.node(), self.voters());
                         queue.extend(self.agent.on_session_expired(node, &members, &notice));
                     } else {
                         self.send(to, Message::SessionExpired(notice));
@@ -515,6 +538,9 @@ impl MetadataAgentActor {
                     self.to_shard_of(group, SetLearners { group, learners });
                 }
                 AgentOutput::Switch(group) => self.to_shard_of(group, SwitchIncarnation(group)),
+                AgentOutput::SwitchLearner { group, seal, learners } => {
+                    self.to_shard_of(group, SwitchIncarnationAsLearner { group, seal, learners });
+                }
             }
         }
         self.publish();
@@ -568,7 +594,7 @@ impl MetadataAgentActor {
 
     /// The member after the current target, skipping this node.
     fn next_member(&self) -> NodeId {
-        let members = &self.setup.members;
+        let members = self.voters();
         let others: Vec<NodeId> = members.iter().copied().filter(|m| *m != self.node()).collect();
         let Some(first) = others.first().copied() else { return self.node() };
         match self.target.and_then(|t| others.iter().position(|m| *m == t)) {
@@ -636,7 +662,7 @@ impl MetadataAgentActor {
     }
 
     fn on_redirect(&mut self, from: NodeId, redirect: Redirect, ctx: &mut Context<Self>) {
-        let next = redirect.primary.filter(|p| *p != from && self.setup.members.contains(p));
+        let next = redirect.primary.filter(|p| *p != from && self.voters().contains(p));
         self.target = Some(next.unwrap_or_else(|| self.next_member()));
         if self.operator.owns(redirect.client) {
             if let Some(request) = self.operator.on_redirect(from, &redirect).filter(|_| next.is_some()) {
@@ -729,7 +755,7 @@ impl Handler<AgentInbound> for MetadataAgentActor {
                 self.execute(outputs, ctx);
             }
             Message::SessionExpired(notice) => {
-                let members = self.setup.members.clone();
+                let members = self.voters();
                 let outputs = self.agent.on_session_expired(inbound.from, &members, &notice);
                 self.execute(outputs, ctx);
             }

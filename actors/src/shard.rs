@@ -35,7 +35,9 @@ use cohort_messages::{
 };
 use tokio::sync::oneshot;
 
-pub use hosting::{HostPlaced, ProposeSeal, SetLearners, SwitchIncarnation, TransferPrimary, UnloadGroup};
+pub use hosting::{
+    HostPlaced, ProposeSeal, SetLearners, SwitchIncarnation, SwitchIncarnationAsLearner, TransferPrimary, UnloadGroup,
+};
 pub use queries::{
     GetGroupActor, GetHostedChanges, GetHostedFingerprint, GetHostedReplicas, GetReport, HostedChanges, ReplaceOutbox,
     ShardReport, StallForTest, SubscribeGroup,

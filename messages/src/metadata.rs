@@ -94,6 +94,15 @@ pub enum OperationSpec {
         /// The node to empty.
         node: NodeId,
     },
+    /// Z6: voting member `node` leaves `group`, which runs on one voter
+    /// fewer (the one operation allowed to shrink a voter set; a metadata
+    /// voter stays a learner of the metadata group).
+    Shrink {
+        /// The group.
+        group: GroupId,
+        /// The voter leaving.
+        node: NodeId,
+    },
 }
 
 /// One change to the cluster metadata.
@@ -235,6 +244,17 @@ pub enum MetadataCommand {
         /// The groups.
         groups: Vec<GroupCreation>,
     },
+    /// Z6: the metadata primary records the metadata group's own running
+    /// incarnation, voters and learners, so that operations can change
+    /// them like any group's. Refused once recorded.
+    RecordMetadataGroup {
+        /// The incarnation the metadata group runs.
+        incarnation: Incarnation,
+        /// Its voters in member-index order.
+        members: Vec<NodeId>,
+        /// Its learners.
+        learners: Vec<NodeId>,
+    },
     /// Many ownership reports of one node under one session in one epoch
     /// (Z2, S4), each checked as a `ReportOwnership`; the result lists the
     /// refused ones.
@@ -268,9 +288,9 @@ impl OperationSpec {
                     return bad("join: a group listed twice");
                 }
             }
-            OperationSpec::Decommission { node } => {
+            OperationSpec::Decommission { node } | OperationSpec::Shrink { node, .. } => {
                 if node.0 == 0 {
-                    return bad("decommission: node 0");
+                    return bad("decommission or shrink: node 0");
                 }
             }
         }
@@ -314,6 +334,22 @@ impl MetadataCommand {
                         return Err(invalid(Command::Request, "create groups: a group listed twice"));
                     }
                     validate_creation(kind, members, replication)?;
+                }
+            }
+            MetadataCommand::RecordMetadataGroup { incarnation, members, learners } => {
+                let mut seen = std::collections::BTreeSet::new();
+                let all_distinct = members.iter().chain(learners).all(|node| node.0 != 0 && seen.insert(*node));
+                if incarnation.0 == 0 || members.is_empty() || members.len() > GROUP_MEMBERS_MAX {
+                    return Err(invalid(
+                        Command::Request,
+                        "record metadata group: incarnation 0, or not 1 to 64 voters",
+                    ));
+                }
+                if !all_distinct || members.len() + learners.len() > crate::REPLICAS_MAX {
+                    return Err(invalid(
+                        Command::Request,
+                        "record metadata group: node 0, a node twice, or over 255 replicas",
+                    ));
                 }
             }
             MetadataCommand::ReportOwnerships { node, session, reports } => {

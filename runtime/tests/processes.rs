@@ -24,7 +24,7 @@ const CLUSTER: ClusterId = ClusterId(7);
 fn certs(dir: &Path) -> PathBuf {
     let certs = dir.join("certs");
     if !certs.join(cohort_runtime::tls::CA_CERT_FILE).exists() {
-        cohort_runtime::tls::local_cluster(&certs, (1..=3).map(NodeId)).expect("throwaway certificates");
+        cohort_runtime::tls::local_cluster(&certs, (1..=NODES_MAX).map(NodeId)).expect("throwaway certificates");
     }
     certs
 }
@@ -36,6 +36,8 @@ fn client_tls(dir: &Path) -> std::sync::Arc<rustls::ClientConfig> {
     std::sync::Arc::new(cohort_runtime::tls::client_config(&credentials).expect("client TLS"))
 }
 const GROUPS: u64 = 6;
+/// The most nodes a test here starts (Z6 needs one past the five metadata voters).
+const NODES_MAX: u64 = 6;
 /// The admin token of the nodes that have an admin port.
 const ADMIN_TOKEN: &str = "admin-token-of-the-process-tests";
 
@@ -296,21 +298,27 @@ fn session_table(policy: &str) -> String {
 
 /// Start three nodes with admin ports and `extra` config; returns the ports and children.
 fn start_stall_cluster(dir: &Path, extra: &str) -> (Vec<Ports>, Vec<Child>) {
+    start_cluster(dir, 3, extra)
+}
+
+/// Start `nodes` nodes with admin ports and `extra` config.
+fn start_cluster(dir: &Path, nodes: usize, extra: &str) -> (Vec<Ports>, Vec<Child>) {
+    assert!(nodes as u64 <= NODES_MAX, "certificates are made for {NODES_MAX} nodes");
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir).expect("temp dir");
-    let addresses = free_addresses(9);
-    let ports: Vec<Ports> = (0..3)
+    let addresses = free_addresses(3 * nodes);
+    let ports: Vec<Ports> = (0..nodes)
         .map(|i| Ports {
             listen: addresses[i],
-            client: addresses[3 + i],
-            admin: Some(addresses[6 + i]),
+            client: addresses[nodes + i],
+            admin: Some(addresses[2 * nodes + i]),
             tls: client_tls(dir),
         })
         .collect();
-    for index in 0..3 {
+    for index in 0..nodes {
         write_config_with(dir, index, &ports, extra);
     }
-    let children = (0..3).map(|index| spawn_node(dir, index)).collect();
+    let children = (0..nodes).map(|index| spawn_node(dir, index)).collect();
     (ports, children)
 }
 
@@ -697,6 +705,68 @@ fn c3_c4_groups_created_transferred_frozen_and_deleted_on_three_node_processes()
     );
     let (code, text) = cli_write(&dir, &ports, 100, "after the delete");
     assert_ne!(code, Some(0), "a deleted group takes no writes: {text}");
+    for child in children.iter_mut() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The metadata group's voters as node `node`'s /status shows them.
+fn metadata_voters(ports: &[Ports], node: usize) -> Option<Vec<u64>> {
+    let status = status(ports[node - 1].admin.expect("admin"))?;
+    status["metadata_members"].as_array().map(|list| list.iter().filter_map(serde_json::Value::as_u64).collect())
+}
+
+/// Z6 on six `cohort node` processes: the metadata group's voters are nodes
+/// 1 to 5 and node 6 learns its log. Node 1 dies for good and `cohort admin
+/// replace --group metadata` puts node 6 in its place; then nodes 2 and 3
+/// die too. Three of the five voters the cluster started with are gone,
+/// which would end a fixed voter set, and the metadata still commits: a
+/// group is created and takes a write.
+#[test]
+fn z6_a_dead_metadata_voter_is_replaced_and_the_metadata_outlives_three_of_its_first_voters() {
+    let dir = std::env::temp_dir().join(format!("cohort-processes-z6-{}", std::process::id()));
+    let (ports, mut children) = start_cluster(&dir, 6, "");
+    let recorded = || {
+        status(ports[1].admin.expect("admin")).is_some_and(|s| {
+            let nodes = s["metadata"]["nodes"].as_array().cloned().unwrap_or_default();
+            nodes.len() == 6 && nodes.iter().all(|n| !n["session"].is_null())
+        }) && metadata_voters(&ports, 2) == Some(vec![1, 2, 3, 4, 5])
+            && status(ports[1].admin.expect("admin")).is_some_and(|s| s["metadata_recorded"] == true)
+    };
+    let seen = || {
+        status(ports[1].admin.expect("admin")).map(|s| {
+            format!("{} recorded {} primary {}", s["metadata"]["nodes"], s["metadata_recorded"], s["metadata_primary"])
+        })
+    };
+    assert!(wait_for(Duration::from_secs(60), recorded), "six sessions and voters 1 to 5: {:?}", seen());
+
+    let _ = children[0].kill();
+    let _ = children[0].wait();
+    let (code, text) = admin(&ports, 2, &["replace", "--group", "metadata", "--dead", "1", "--with", "6"]);
+    assert_eq!(code, Some(0), "{text}");
+    let replaced = || {
+        metadata_voters(&ports, 2) == Some(vec![6, 2, 3, 4, 5])
+            && status(ports[1].admin.expect("admin"))
+                .is_some_and(|s| s["operations"].as_array().is_some_and(Vec::is_empty))
+    };
+    let operations = || {
+        status(ports[1].admin.expect("admin"))
+            .map(|s| format!("{} {} epoch {}", s["operations"], s["metadata"]["nodes"], s["metadata"]["config_epoch"]))
+    };
+    assert!(wait_for(Duration::from_secs(60), replaced), "node 6 took node 1's vote: {:?}", operations());
+    let started = Instant::now();
+
+    for child in &mut children[1..3] {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let (code, text) = admin(&ports, 4, &["create-group", "--group", "100", "--members", "4,5,6"]);
+    assert_eq!(code, Some(0), "the metadata commits with nodes 4, 5 and 6 of its voters: {text}");
+    let (code, text) = cli_write(&dir, &ports, 100, "after three voters died");
+    assert_eq!(code, Some(0), "a write to the new group: {text}");
+    eprintln!("z6: a group created and written {:?} after nodes 2 and 3 died", started.elapsed());
     for child in children.iter_mut() {
         let _ = child.kill();
         let _ = child.wait();

@@ -16,7 +16,7 @@ use crate::storage::StorageKind;
 pub const USAGE: &str = "usage: cohort-sim --seeds N [--seed-start S] [--nodes 3|5] [--learners C] [--groups G] \
 [--shards S] [--storage file|memory] [--replication-quorum Q] [--fault-ticks T] [--liveness-ticks T] \
 [--scenario default|metadata|reconfigure] [--profile mixed|durability|partitions] [--mutant NAME] \
-[--forger non-member|replay] [--transfers on|off] [--quiesce-ticks T] [--json]
+[--forger non-member|replay] [--transfers on|off] [--quiesce-ticks T] [--metadata-voters V] [--json]
 
 Runs seeds S..S+N of the deterministic simulator and checks every run.
   --seeds N                 how many seeds (default 10)
@@ -51,6 +51,9 @@ Runs seeds S..S+N of the deterministic simulator and checks every run.
   --quiesce-ticks T         Z3, opt-in: groups idle T ticks quiesce (commit_quiesce_timeout), and
                             each group rests now and then (no writes, a rare read) so they do;
                             absent (default): no quiescence, every draw of a seed as without it
+  --metadata-voters V       metadata scenario: the metadata group's voters are the first V nodes
+                            and the others learn its log (Z5); the operator also moves, replaces,
+                            grows and shrinks its voters (Z6) (default: every node votes)
   --json                    also print one JSON summary line per seed
 The last line is `seeds=N violations=V ops_committed=C view_changes=X seeds_failed=F ...` with the
 disks' fault counters (the metadata scenario adds its session counters, reconfigure its member
@@ -106,6 +109,8 @@ pub struct Args {
     pub scenario: Scenario,
     /// Z3: `commit_quiesce_timeout_ticks` (None: off).
     pub quiesce_ticks: Option<u64>,
+    /// Z6, metadata scenario: the metadata group's voters (None: every node).
+    pub metadata_voters: Option<usize>,
     /// Print a JSON line per seed.
     pub json: bool,
     /// Print the usage and exit.
@@ -132,6 +137,7 @@ impl Default for Args {
             liveness_ticks: shape.liveness_ticks,
             scenario: shape.scenario,
             quiesce_ticks: shape.core.timing.commit_quiesce_timeout_ticks,
+            metadata_voters: shape.metadata_voters,
             json: false,
             help: false,
         }
@@ -164,6 +170,7 @@ impl Args {
                 "--liveness-ticks" => parsed.liveness_ticks = number(&flag, args.next())?,
                 "--scenario" => parsed.scenario = scenario(&flag, args.next())?,
                 "--quiesce-ticks" => parsed.quiesce_ticks = Some(number(&flag, args.next())?),
+                "--metadata-voters" => parsed.metadata_voters = Some(number(&flag, args.next())?),
                 other => return Err(format!("unknown argument `{other}`")),
             }
         }
@@ -180,6 +187,14 @@ impl Args {
         }
         if self.learners > 0 && self.scenario != Scenario::Default {
             return Err("--learners runs in the default scenario only".into());
+        }
+        if let Some(voters) = self.metadata_voters {
+            if self.scenario != Scenario::Metadata {
+                return Err("--metadata-voters runs in the metadata scenario only".into());
+            }
+            if voters == 0 || voters > self.nodes {
+                return Err(format!("--metadata-voters must be 1..={} (the node count), not {voters}", self.nodes));
+            }
         }
         if self.groups == 0 || self.groups > GROUPS_MAX {
             return Err(format!("--groups must be 1..={GROUPS_MAX}, not {}", self.groups));
@@ -223,6 +238,7 @@ impl Args {
         config.liveness_ticks = self.liveness_ticks;
         config.scenario = self.scenario;
         config.core.timing.commit_quiesce_timeout_ticks = self.quiesce_ticks;
+        config.metadata_voters = self.metadata_voters;
         config
     }
 
@@ -317,6 +333,9 @@ pub fn reproduce(config: &SimConfig) -> String {
     );
     if config.learners > 0 {
         let _ = write!(command, " --learners {}", config.learners);
+    }
+    if let Some(voters) = config.metadata_voters {
+        let _ = write!(command, " --metadata-voters {voters}");
     }
     if config.shards != defaults.shards {
         let _ = write!(command, " --shards {}", config.shards);
@@ -543,6 +562,7 @@ mod tests {
                 liveness_ticks: 8,
                 scenario: Scenario::Metadata,
                 quiesce_ticks: Some(20),
+                metadata_voters: None,
                 json: true,
                 help: false
             }

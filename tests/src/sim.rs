@@ -183,6 +183,9 @@ pub struct OperationCounts {
     pub transfers_started: u64,
     /// Freezes, and changes refused while frozen.
     pub freezes: (u64, u64),
+    /// Z6: switches of the metadata group's own voters (the highest
+    /// incarnation any node's metadata records for it, less one).
+    pub metadata_switches: u64,
 }
 
 /// What a run found.
@@ -510,6 +513,12 @@ impl Sim {
             transfers_asked: self.operator.transfers_asked,
             transfers_started: self.operator.transfers_started,
             freezes: (self.operator.freezes, self.operator.refused_frozen),
+            metadata_switches: self
+                .nodes
+                .iter()
+                .filter_map(|node| node.metadata.borrow().groups.get(&GroupId::METADATA).map(|r| r.incarnation.0))
+                .max()
+                .map_or(0, |incarnation| incarnation.saturating_sub(1)),
         }
     }
 

@@ -365,3 +365,33 @@ fn z5_nodes_past_the_replica_limit_read_the_whole_state() {
     assert!(busy.changes_applied >= 190 && busy.learner_bytes_per_sec_max < 10_000.0, "{}", report.render());
     assert_eq!(report.frames_refused, 0, "a state of {} bytes fits one reply", report.state_bytes);
 }
+
+/// Z6 under every fault: five nodes, the metadata group's voters the first
+/// three and the other two its learners; the operator moves, replaces,
+/// grows and shrinks those voters (and the kv groups' members) while nodes
+/// crash, pause and lose disks and links. Every invariant holds, every
+/// operation finishes after healing, and the metadata group switched its
+/// own voters in many seeds.
+#[test]
+fn z6_metadata_voters_change_through_operations_under_every_fault() {
+    let seeds = 0..40u64;
+    let mut failures = Vec::new();
+    let mut switched_seeds = 0;
+    for seed in seeds.clone() {
+        let mut config = SimConfig::metadata(seed);
+        config.nodes = 5;
+        config.metadata_voters = Some(3);
+        match run_catching(config.clone()) {
+            Ok(report) if report.violations.is_empty() => {
+                switched_seeds += u64::from(report.operations.metadata_switches > 0);
+            }
+            Ok(report) => failures.push(format!("seed {seed}: {} ({})", report.violations[0], reproduce(&config))),
+            Err(panic) => failures.push(format!("seed {seed}: panic {panic} ({})", reproduce(&config))),
+        }
+    }
+    assert!(failures.is_empty(), "{} failing seeds:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        switched_seeds * 4 > seeds.end - seeds.start,
+        "the metadata group switched voters in only {switched_seeds} of 40 seeds"
+    );
+}

@@ -211,6 +211,26 @@ impl Shard {
         Ok(())
     }
 
+    /// Z6: switch a replica to the incarnation `seal` opens as one of its
+    /// `learners` (the metadata group's nodes past its next voters), once
+    /// it applied that seal or heard the next incarnation run without it
+    /// (see [`Replica::next_learner_spec`]).
+    pub fn switch_incarnation_as_learner(
+        &mut self,
+        group: GroupId,
+        seal: &cohort_messages::seal::Seal,
+        learners: Vec<NodeId>,
+    ) -> Result<(), SealError> {
+        let replica = self.groups.get(&group).ok_or(SealError::NotSealed(group))?;
+        let spec = replica.next_learner_spec(self.node, seal, learners)?;
+        let mut replica = self.groups.remove(&group).ok_or(SealError::NotSealed(group))?;
+        replica.leave_quiet(&mut self.fx);
+        let next = replica.into_next_incarnation(spec, &mut self.fx);
+        self.filed.remove(&group);
+        self.insert(group, next);
+        Ok(())
+    }
+
     /// Replace the learners of a running group (P4), on any of its
     /// replicas (voter or learner). Every replica of the group should get
     /// the same list. A primary starts sending to added learners at once
@@ -467,6 +487,12 @@ impl Shard {
         self.with_group(entry.group, |replica, fx| {
             let any_incarnation = replica.config.mutated(crate::mutants::Mutant::OtherIncarnationAccepted);
             if entry.partition_incarnation != replica.spec.incarnation && !any_incarnation {
+                // Z6: the next incarnation running says this one's seal committed.
+                let next = entry.partition_incarnation.0 == replica.spec.incarnation.0 + 1;
+                if next && replica.on_next_incarnation_commit(from, entry.partition_incarnation, fx) {
+                    return;
+                }
+                replica.outpaced |= entry.partition_incarnation > replica.spec.incarnation;
                 return fx.refused.count(crate::refusal::Refusal::OtherIncarnation);
             }
             // Only a member's own Commits count (the primary's, or a

@@ -54,6 +54,8 @@ impl Harness {
                 seal_durable: false,
                 learners: Vec::new(),
                 caught_up: Vec::new(),
+                members: Vec::new(),
+                outpaced: false,
             },
             HostedReplica {
                 group: GroupId(1),
@@ -64,6 +66,8 @@ impl Harness {
                 seal_durable: false,
                 learners: Vec::new(),
                 caught_up: Vec::new(),
+                members: Vec::new(),
+                outpaced: false,
             },
         ];
         Harness {

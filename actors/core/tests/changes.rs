@@ -107,6 +107,8 @@ fn hosted(group: u64, primary: bool, view: u32) -> HostedReplica {
         seal_durable: false,
         learners: Vec::new(),
         caught_up: Vec::new(),
+        members: Vec::new(),
+        outpaced: false,
     }
 }
 

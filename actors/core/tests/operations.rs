@@ -395,3 +395,71 @@ proptest! {
         prop_assert_eq!(replica.state(), &log.metadata);
     }
 }
+
+/// The metadata group as its primary records it (Z6): voters 1 to 5,
+/// learners 6 and 7, on seven registered nodes.
+fn with_metadata_group() -> Log {
+    let mut log = Log::new(7, &[]);
+    let record = MetadataCommand::RecordMetadataGroup {
+        incarnation: Incarnation(1),
+        members: (1..=5).map(NodeId).collect(),
+        learners: vec![NodeId(6), NodeId(7)],
+    };
+    assert!(matches!(log.apply(record.clone()), MetadataResult::Done { .. }));
+    assert!(matches!(log.apply(record), MetadataResult::Refused { .. }), "recorded once");
+    log
+}
+
+const META: u64 = u64::MAX;
+
+#[test]
+fn z6_a_dead_metadata_voter_is_replaced_by_a_learner_that_caught_up() {
+    let mut log = with_metadata_group();
+    log.start(OperationSpec::Replace { group: GroupId::METADATA, dead: NodeId(1), with: NodeId(6) });
+    // Node 6 learns the log already: the plan keeps it and waits for its catch-up.
+    assert_eq!(log.learners(META), vec![6, 7]);
+    log.ack(&[2, 3, 4, 5, 6, 7]);
+    assert!(log.drive().is_none_or(|result| matches!(result, MetadataResult::Refused { .. })), "not caught up yet");
+    log.caught_up(META, 6);
+    assert!(matches!(log.drive(), Some(MetadataResult::Done { .. })));
+    let pending = log.metadata.groups[&GroupId::METADATA].pending.clone().expect("a pending switch");
+    assert_eq!(pending.seal.members, [6, 2, 3, 4, 5].map(NodeId).to_vec(), "node 6 takes node 1's member index");
+    assert_eq!(pending.learners, vec![NodeId(1), NodeId(7)], "the replaced voter stays a learner, in node order");
+    log.seal_pending();
+    assert_eq!((log.incarnation(META), log.members(META)), (2, vec![6, 2, 3, 4, 5]));
+    assert!(log.metadata.operations.is_empty(), "the replace finished with the switch");
+    assert_eq!(log.metadata.metadata_voters(), Some([6, 2, 3, 4, 5].map(NodeId).to_vec()));
+}
+
+#[test]
+fn z6_metadata_voters_grow_by_join_and_shrink_to_a_learner() {
+    let mut log = with_metadata_group();
+    log.start(OperationSpec::Join { node: NodeId(7), groups: vec![GroupId::METADATA] });
+    log.drive_to_end(&[1, 2, 3, 4, 5, 6, 7]);
+    assert_eq!(log.members(META), vec![1, 2, 3, 4, 5, 7]);
+    assert_eq!(log.learners(META), vec![6]);
+    log.start(OperationSpec::Shrink { group: GroupId::METADATA, node: NodeId(2) });
+    log.drive_to_end(&[1, 2, 3, 4, 5, 6, 7]);
+    assert_eq!(log.members(META), vec![1, 3, 4, 5, 7], "one voter fewer");
+    assert_eq!(log.learners(META), vec![2, 6], "the voter that left learns on");
+}
+
+#[test]
+fn z6_the_metadata_group_is_never_deleted_created_transferred_or_decommissioned() {
+    let mut log = with_metadata_group();
+    let refused = |result: MetadataResult| matches!(result, MetadataResult::Refused { .. });
+    assert!(refused(log.apply(MetadataCommand::DeleteGroup { group: GroupId::METADATA })));
+    assert!(refused(log.apply(MetadataCommand::TransferPrimary { group: GroupId::METADATA, to: NodeId(2) })));
+    let create = MetadataCommand::CreateGroup {
+        group: GroupId::METADATA,
+        kind: "kv".into(),
+        members: vec![NodeId(1)],
+        replication: Replication::default(),
+    };
+    assert!(refused(log.apply(create)));
+    // A decommission moves the node's partition replicas; the metadata
+    // group's voters change only by name.
+    let result = log.apply(MetadataCommand::StartOperation { spec: OperationSpec::Decommission { node: NodeId(1) } });
+    assert!(refused(result), "node 1 hosts no partition replica here");
+    assert_eq!(log.members(META), vec![1, 2, 3, 4, 5]);
+}

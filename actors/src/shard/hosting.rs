@@ -333,3 +333,38 @@ impl Handler<SwitchIncarnation> for ShardActor {
         self.run();
     }
 }
+
+/// Z6: this node learns the metadata group's log and is no voter of the
+/// incarnation its applied seal names: go on as one of its learners.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct SwitchIncarnationAsLearner {
+    /// The group (the metadata group).
+    pub group: GroupId,
+    /// The seal of the switch.
+    pub seal: cohort_messages::seal::Seal,
+    /// The next incarnation's learners, this node among them.
+    pub learners: Vec<NodeId>,
+}
+
+impl Handler<SwitchIncarnationAsLearner> for ShardActor {
+    type Result = ();
+
+    fn handle(&mut self, switch: SwitchIncarnationAsLearner, _ctx: &mut Self::Context) {
+        self.hosted_events += 1;
+        let group = switch.group;
+        match self.core.switch_incarnation_as_learner(group, &switch.seal, switch.learners) {
+            Ok(()) => {
+                if let Some(replica) = self.core.replica(group) {
+                    eprintln!(
+                        "cohort: {group} switched to incarnation {} as a learner (voters {:?})",
+                        replica.incarnation().0,
+                        replica.members()
+                    );
+                }
+            }
+            Err(error) => tracing::warn!(group = group.0, %error, "switch as a learner refused"),
+        }
+        self.run();
+    }
+}

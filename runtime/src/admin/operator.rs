@@ -81,14 +81,15 @@ pub fn parse_start(body: &[u8]) -> Result<OperationSpec, BadInput> {
     let op = match object.get("op") {
         Some(Value::String(op)) => op.as_str(),
         Some(_) => return bad("op", "not a string"),
-        None => return bad("op", "missing: one of move, replace, join, decommission"),
+        None => return bad("op", "missing: one of move, replace, join, decommission, shrink"),
     };
     let fields: &[&str] = match op {
         "move" => &["op", "group", "from", "to"],
         "replace" => &["op", "group", "dead", "with"],
         "join" => &["op", "node", "groups"],
         "decommission" => &["op", "node"],
-        other => return bad("op", format!("{other:?} is not one of move, replace, join, decommission")),
+        "shrink" => &["op", "group", "node"],
+        other => return bad("op", format!("{other:?} is not one of move, replace, join, decommission, shrink")),
     };
     if let Some(unknown) = object.keys().find(|key| !fields.contains(&key.as_str())) {
         return bad(unknown, format!("not a field of {op} (its fields: {})", fields[1..].join(", ")));
@@ -109,6 +110,7 @@ pub fn parse_start(body: &[u8]) -> Result<OperationSpec, BadInput> {
             OperationSpec::Replace { group: group(object, "group")?, dead, with }
         }
         "join" => OperationSpec::Join { node: node(object, "node")?, groups: groups(object)? },
+        "shrink" => OperationSpec::Shrink { group: group(object, "group")?, node: node(object, "node")? },
         _ => OperationSpec::Decommission { node: node(object, "node")? },
     };
     match spec.validate() {

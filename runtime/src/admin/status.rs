@@ -17,7 +17,7 @@
 use cohort_actors::status::StatusBoard;
 use cohort_core::metadata::{Metadata, OperationRecord, Step};
 use cohort_messages::metadata::OperationSpec;
-use cohort_messages::{OperationId, SessionId};
+use cohort_messages::{GroupId, NodeId, OperationId, SessionId};
 use serde_json::{Value, json};
 
 /// Who a status document is for.
@@ -58,9 +58,12 @@ pub fn status_json_for(board: &StatusBoard, audience: Audience) -> Value {
                 })
             })
             .collect();
+        // The metadata group's own record (Z6) shows as metadata_members,
+        // metadata_learners and metadata_incarnation below, not among the groups.
         let groups: Vec<Value> = metadata
             .groups
             .iter()
+            .filter(|(id, _)| **id != GroupId::METADATA)
             .map(|(id, record)| {
                 let owner = record.owner.map_or(
                     Value::Null,
@@ -95,15 +98,28 @@ pub fn status_json_for(board: &StatusBoard, audience: Audience) -> Value {
             "nodes": nodes,
             "groups": groups,
         });
-        (cluster, operations, json!({ "completed": totals.completed, "reverted": totals.reverted }))
+        let recorded = metadata.groups.get(&GroupId::METADATA).map(|record| {
+            let ids = |nodes: &[NodeId]| nodes.iter().map(|m| m.0).collect::<Vec<_>>();
+            (ids(&record.members), ids(&record.learners), record.incarnation.0)
+        });
+        (cluster, operations, json!({ "completed": totals.completed, "reverted": totals.reverted }), recorded)
     });
-    let (cluster, operations, totals) = cluster;
+    let (cluster, operations, totals, recorded) = cluster;
+    // Z6: the voters the metadata records, once recorded; the ones the
+    // node started with until then.
+    let metadata_recorded = recorded.is_some();
+    let (metadata_members, metadata_learners, metadata_incarnation) = recorded.unwrap_or_else(|| {
+        let ids = |nodes: &[NodeId]| nodes.iter().map(|m| m.0).collect::<Vec<_>>();
+        (ids(board.members()), ids(board.learners()), 1)
+    });
     let counters = agent.counters;
     json!({
         "node": board.node().0,
         "session": session(agent.session),
-        "metadata_members": board.members().iter().map(|m| m.0).collect::<Vec<_>>(),
-        "metadata_learners": board.learners().iter().map(|m| m.0).collect::<Vec<_>>(),
+        "metadata_members": metadata_members,
+        "metadata_learners": metadata_learners,
+        "metadata_incarnation": secret(metadata_incarnation),
+        "metadata_recorded": metadata_recorded,
         "metadata_primary": agent.metadata_primary,
         "stopped": agent.stopped,
         "sessions": {
@@ -134,6 +150,7 @@ pub fn spec_json(spec: &OperationSpec) -> Value {
             json!({ "op": "join", "node": node.0, "groups": groups.iter().map(|g| g.0).collect::<Vec<_>>() })
         }
         OperationSpec::Decommission { node } => json!({ "op": "decommission", "node": node.0 }),
+        OperationSpec::Shrink { group, node } => json!({ "op": "shrink", "group": group.0, "node": node.0 }),
     }
 }
 
@@ -147,6 +164,7 @@ pub fn spec_text(spec: &OperationSpec) -> String {
             format!("join {node} to {}", groups.join(", "))
         }
         OperationSpec::Decommission { node } => format!("decommission {node}"),
+        OperationSpec::Shrink { group, node } => format!("shrink {group}: {node} leaves its voters"),
     }
 }
 
@@ -154,6 +172,7 @@ pub fn spec_text(spec: &OperationSpec) -> String {
 pub fn step_text(step: &Step) -> String {
     match step {
         Step::AddLearner { node, .. } => format!("add learner {node}"),
+        Step::KeepLearner { node, .. } => format!("keep learner {node} (it learns the log already)"),
         Step::RemoveLearner { node, .. } => format!("remove learner {node}"),
         Step::Promote { node, .. } => format!("promote {node}"),
         Step::Swap { out, into, .. } => format!("swap {out} for {into}"),

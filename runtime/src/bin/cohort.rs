@@ -160,8 +160,8 @@ enum AdminCommand {
     /// Move a group's replica from one node to another: add the new one as
     /// a learner, promote it once caught up, remove the old one.
     Move {
-        /// The group.
-        #[arg(long)]
+        /// The group (`metadata` names the metadata group, Z6).
+        #[arg(long, value_parser = group_arg)]
         group: u64,
         /// The node giving up its replica.
         #[arg(long)]
@@ -172,8 +172,8 @@ enum AdminCommand {
     },
     /// Replace a group's replica on a dead node (a move whose source need not ack).
     Replace {
-        /// The group.
-        #[arg(long)]
+        /// The group (`metadata` names the metadata group, Z6).
+        #[arg(long, value_parser = group_arg)]
         group: u64,
         /// The dead node.
         #[arg(long)]
@@ -187,13 +187,24 @@ enum AdminCommand {
         /// The node.
         #[arg(long)]
         node: u64,
-        /// The groups, comma-separated (e.g. 1,2).
-        #[arg(long, value_delimiter = ',', required = true)]
+        /// The groups, comma-separated (e.g. 1,2; `metadata` names the metadata group).
+        #[arg(long, value_delimiter = ',', required = true, value_parser = group_arg)]
         groups: Vec<u64>,
     },
-    /// Move every replica off a node.
+    /// Move every replica off a node (the metadata group's voters change
+    /// only by `move`, `replace`, `join` and `shrink`).
     Decommission {
         /// The node.
+        #[arg(long)]
+        node: u64,
+    },
+    /// Take a voter out of a group, which runs on one voter fewer (Z6; a
+    /// metadata voter goes on as a learner of the metadata log).
+    Shrink {
+        /// The group (`metadata` names the metadata group).
+        #[arg(long, value_parser = group_arg)]
+        group: u64,
+        /// The voter leaving.
         #[arg(long)]
         node: u64,
     },
@@ -241,6 +252,15 @@ enum AdminCommand {
     Unfreeze,
 }
 
+/// A group id, or `metadata` for the metadata group (Z6).
+fn group_arg(text: &str) -> Result<u64, String> {
+    if text == "metadata" {
+        return Ok(cohort_messages::GroupId::METADATA.0);
+    }
+    let digits = text.strip_prefix("group:").unwrap_or(text);
+    digits.parse::<u64>().map_err(|_| format!("{text:?} is neither a group id nor `metadata`"))
+}
+
 impl AdminCommand {
     fn action(self) -> AdminAction {
         match self {
@@ -248,6 +268,7 @@ impl AdminCommand {
             AdminCommand::Replace { group, dead, with } => AdminAction::Replace { group, dead, with },
             AdminCommand::Join { node, groups } => AdminAction::Join { node, groups },
             AdminCommand::Decommission { node } => AdminAction::Decommission { node },
+            AdminCommand::Shrink { group, node } => AdminAction::Shrink { group, node },
             AdminCommand::Cancel { operation } => AdminAction::Cancel { operation },
             AdminCommand::CreateGroup { group, kind, members, replication_quorum } => {
                 AdminAction::CreateGroup { group, kind, members, replication_quorum }

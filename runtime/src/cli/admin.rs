@@ -1,4 +1,4 @@
-//! `cohort admin --admin HOST:PORT join|decommission|move|replace|cancel|
+//! `cohort admin --admin HOST:PORT join|decommission|move|replace|shrink|cancel|
 //! create-group|delete-group|transfer-primary|freeze|unfreeze`: the
 //! operator's side of the node's `/admin/` endpoints (see
 //! [`crate::admin::operator`] and [`crate::admin::changes`]).
@@ -53,6 +53,13 @@ pub enum AdminAction {
     /// Move every replica off node `node`.
     Decommission {
         /// The node.
+        node: u64,
+    },
+    /// Take voter `node` out of `group` (Z6).
+    Shrink {
+        /// The group.
+        group: u64,
+        /// The voter leaving.
         node: u64,
     },
     /// Cancel operation `operation` (its applied steps are reverted).
@@ -116,6 +123,7 @@ impl AdminAction {
             }
             AdminAction::Join { node, groups } => json!({ "op": "join", "node": node, "groups": groups }),
             AdminAction::Decommission { node } => json!({ "op": "decommission", "node": node }),
+            AdminAction::Shrink { group, node } => json!({ "op": "shrink", "group": group, "node": node }),
             AdminAction::Cancel { operation } => return (format!("/admin/operations/{operation}/cancel"), None),
             AdminAction::CreateGroup { group, kind, members, replication_quorum } => {
                 let mut body = json!({ "group": group, "kind": kind, "members": members });

@@ -88,6 +88,7 @@ fn main() -> ExitCode {
                 operations.transfers_started += report.operations.transfers_started;
                 operations.freezes.0 += report.operations.freezes.0;
                 operations.freezes.1 += report.operations.freezes.1;
+                operations.metadata_switches += report.operations.metadata_switches;
                 seeds_operated += u64::from(report.operations.completed > 0);
                 changes_started += report.reconfigurations.0;
                 changes_completed += report.reconfigurations.1;
@@ -138,7 +139,7 @@ fn main() -> ExitCode {
              reports_refused={} expiries_proposed={} groups_unloaded={} node_stops={stops} \
              operations_started={} operations_completed={} operations_reverted={} operations_refused={} \
              seeds_with_completed_operation={seeds_operated} groups_created={} groups_deleted={} \
-             transfers_asked={} transfers_started={} freezes={} refused_frozen={}",
+             transfers_asked={} transfers_started={} freezes={} refused_frozen={} metadata_switches={}",
             agents.sessions_opened,
             agents.sessions_expired,
             agents.reports_accepted,
@@ -154,7 +155,8 @@ fn main() -> ExitCode {
             operations.transfers_asked,
             operations.transfers_started,
             operations.freezes.0,
-            operations.freezes.1
+            operations.freezes.1,
+            operations.metadata_switches
         ));
     }
     last.push_str(&format!(" refusals={} refusals_forged={}", refusals.total(), refusals.forged()));

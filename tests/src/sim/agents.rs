@@ -68,7 +68,10 @@ impl Sim {
         let metadata_primary = node.replica(GroupId::METADATA).is_some_and(|replica| replica.is_confirmed_primary(now));
         // The configured groups and those hosted at run time (C3, P4).
         let configured = self.specs.iter().map(|spec| spec.group).filter(|group| !node.extra_specs.contains_key(group));
-        let groups: Vec<GroupId> = configured.chain(node.extra_specs.keys().copied()).collect();
+        // The metadata group too, as a node's shards list it (Z6: its voters
+        // change through operations like any group's).
+        let metadata_group = self.metadata_spec.as_ref().map(|spec| spec.group);
+        let groups: Vec<GroupId> = configured.chain(node.extra_specs.keys().copied()).chain(metadata_group).collect();
         let hosted: Vec<HostedReplica> = groups
             .into_iter()
             .filter_map(|group| {
@@ -92,8 +95,9 @@ impl Sim {
         message: Message,
     ) -> Option<Message> {
         let now = self.now;
-        let members = self.metadata_spec.as_ref().map(|spec| spec.members.clone()).unwrap_or_default();
+        let started_with = self.metadata_spec.as_ref().map(|spec| spec.members.clone()).unwrap_or_default();
         let node = &mut self.nodes[index];
+        let members = node.metadata.borrow().metadata_voters().unwrap_or(started_with);
         let metadata_primary = node.replica(GroupId::METADATA).is_some_and(|replica| replica.is_confirmed_primary(now));
         let Some(agent) = node.agent.as_mut() else { return Some(message) };
         let outputs = match message {
@@ -208,6 +212,12 @@ impl Sim {
                 AgentOutput::Switch(group) => {
                     if let Some(shard) = self.nodes[index].shard_for_mut(group) {
                         let _ = shard.switch_incarnation(group);
+                    }
+                    self.drain(index);
+                }
+                AgentOutput::SwitchLearner { group, seal, learners } => {
+                    if let Some(shard) = self.nodes[index].shard_for_mut(group) {
+                        let _ = shard.switch_incarnation_as_learner(group, &seal, learners);
                     }
                     self.drain(index);
                 }

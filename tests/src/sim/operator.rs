@@ -1,5 +1,5 @@
 //! The operator of the metadata scenario: starts and cancels multi-step
-//! operations (M2–M5), creates and deletes groups (C3), asks for primary
+//! operations (M2–M5; on the metadata group's own voters too, Z6), creates and deletes groups (C3), asks for primary
 //! transfers (C4) and freezes and unfreezes the metadata at random during
 //! the fault phase, the way `cohort admin` does: a client of the metadata
 //! group with one request in flight, sent to some node and following
@@ -139,10 +139,14 @@ impl Sim {
         let group = groups[self.rng.below(groups.len() as u64) as usize];
         let record = &metadata.groups[&group];
         let member = record.members[self.rng.below(record.members.len() as u64) as usize];
+        // Z6: every node past the metadata group's voters learns its log
+        // already, so its voters are taken from its learners.
+        let of_metadata = group == GroupId::METADATA;
         let outside: Vec<NodeId> = nodes
             .iter()
             .copied()
-            .filter(|node| !record.members.contains(node) && !record.learners.contains(node))
+            .filter(|node| !record.members.contains(node) && (of_metadata || !record.learners.contains(node)))
+            .filter(|node| !of_metadata || record.learners.contains(node))
             .collect();
         let pick = self.rng.below(100);
         let created: Vec<GroupId> = groups.iter().copied().filter(|group| group.0 >= CREATED_GROUPS_FROM).collect();
@@ -182,6 +186,7 @@ impl Sim {
                 let node = outside[self.rng.below(outside.len() as u64) as usize];
                 OperationSpec::Join { node, groups: vec![group] }
             }
+            70..78 if of_metadata => OperationSpec::Shrink { group, node: member },
             70..78 => OperationSpec::Decommission { node: nodes[self.rng.below(nodes.len() as u64) as usize] },
             _ => {
                 let ids: Vec<OperationId> = metadata.operations.keys().copied().collect();

@@ -131,6 +131,12 @@ pub struct HostedReplica {
     pub learners: Vec<NodeId>,
     /// On the primary: learners that hold the log through its commit point.
     pub caught_up: Vec<NodeId>,
+    /// The voters, for the metadata group only (Z6: its primary records
+    /// them); empty for every other group, which the metadata places.
+    pub members: Vec<NodeId>,
+    /// Z6: the next incarnation ran without this replica
+    /// ([`crate::Replica::outpaced`]).
+    pub outpaced: bool,
 }
 
 impl HostedReplica {
@@ -143,7 +149,7 @@ impl HostedReplica {
             replica.is_confirmed_primary(now),
             replica.sealed().is_some(),
             replica.seal_durable().is_some(),
-        );
+        ) | u64::from(replica.outpaced()) << 3;
         let mut hash = digest_start(replica.group(), replica.incarnation(), replica.view(), flags);
         for node in replica.learner_nodes() {
             hash = digest_learner(hash, *node, replica.learner_caught_up(*node));
@@ -154,7 +160,8 @@ impl HostedReplica {
     /// Z3: the hash [`HostedReplica::fingerprint`] gives of the replica this
     /// record was made from, at the tick it was made.
     pub fn digest(&self) -> u64 {
-        let flags = digest_flags(self.primary, self.sealed.is_some(), self.seal_durable);
+        let flags =
+            digest_flags(self.primary, self.sealed.is_some(), self.seal_durable) | u64::from(self.outpaced) << 3;
         let mut hash = digest_start(self.group, self.incarnation, self.view, flags);
         for node in &self.learners {
             hash = digest_learner(hash, *node, self.caught_up.contains(node));
@@ -178,6 +185,8 @@ impl HostedReplica {
                 .copied()
                 .filter(|node| replica.learner_caught_up(*node))
                 .collect(),
+            members: if replica.group() == GroupId::METADATA { replica.spec.members.clone() } else { Vec::new() },
+            outpaced: replica.outpaced(),
         }
     }
 }
@@ -230,7 +239,22 @@ pub enum AgentOutput {
     },
     /// Every next member held the seal and the metadata switched the group:
     /// switch this node's sealed replica ([`crate::Shard::switch_incarnation`]).
+    /// For the metadata group (Z6) the committed seal alone says every next
+    /// member holds it, so its next members switch on that.
     Switch(GroupId),
+    /// Z6: this node learns the metadata group's log and is no next voter:
+    /// its replica applied the seal, or heard the next incarnation run
+    /// without it, so it goes on as a learner of the next incarnation (from
+    /// the same state, or from its applied point by state transfer;
+    /// [`crate::Shard::switch_incarnation_as_learner`]).
+    SwitchLearner {
+        /// The group (the metadata group).
+        group: GroupId,
+        /// The seal of the switch (as the pending switch names it).
+        seal: Seal,
+        /// The next incarnation's learners, this node among them.
+        learners: Vec<NodeId>,
+    },
     /// The metadata names this node a learner of a group it does not host
     /// (at this incarnation): create an empty learner replica with these
     /// members and learners (dropping an older incarnation's replica); it
@@ -327,7 +351,8 @@ impl AgentOutput {
 #[derive(Clone, Debug)]
 struct InFlight {
     request: Request,
-    command: MetadataCommand,
+    /// The command, or `None` for the read of the metadata group's record (Z6).
+    command: Option<MetadataCommand>,
     sent_tick: u64,
 }
 
@@ -383,6 +408,9 @@ pub struct MetadataAgent {
     /// nothing more urgent was waiting, so [`MetadataAgent::between_scans`]
     /// may go on with the balancer.
     balancing: bool,
+    /// Z6: the metadata group's record as its primary last answered a read
+    /// of it (see `record_read_wanted`).
+    metadata_record_read: Option<super::GroupRecord>,
     stopped: bool,
     counters: AgentCounters,
 }
@@ -410,6 +438,7 @@ impl MetadataAgent {
             transfers_asked: BTreeMap::new(),
             balanced: (0, 0),
             balancing: false,
+            metadata_record_read: None,
             stopped: false,
             counters: AgentCounters::default(),
         }
@@ -453,12 +482,16 @@ impl MetadataAgent {
         self.carry_out_switches(now, metadata, hosted, &mut out);
         self.follow_learners(now, metadata, hosted, &mut out);
         self.carry_out_transfers(now, metadata, hosted, &mut out);
+        let read_wanted = self.in_flight.is_none() && self.record_read_wanted(metadata, hosted);
         match &mut self.in_flight {
             Some(in_flight) if now >= in_flight.sent_tick.saturating_add(self.config.request_retry_ticks) => {
                 in_flight.sent_tick = now;
                 out.push(AgentOutput::Submit(in_flight.request.clone()));
             }
             Some(_) => {}
+            // Z6: a replica left behind by a switch of the metadata group
+            // learns where it went first: until then its copy says nothing.
+            None if read_wanted => self.read_metadata_record(now, &mut out),
             None => {
                 let next = self.next_command(now, metadata, metadata_primary, hosted);
                 // The balancer may go on between scans if it is what this
@@ -599,7 +632,7 @@ impl MetadataAgent {
     fn submit(&mut self, command: MetadataCommand, now: u64, out: &mut Vec<AgentOutput>) {
         let request = self.requests.write(command.encode());
         out.push(AgentOutput::Submit(request.clone()));
-        self.in_flight = Some(InFlight { request, command, sent_tick: now });
+        self.in_flight = Some(InFlight { request, command: Some(command), sent_tick: now });
     }
 
     /// C5: the balancer's next transfer, within its budget of this tick.
@@ -637,6 +670,11 @@ impl MetadataAgent {
         if !frozen && let Some(create) = self.bootstrap_command(metadata) {
             return Some(create);
         }
+        // Z6: the metadata primary records its own group's voters once, so
+        // operations can change them like any group's.
+        if metadata_primary && let Some(record) = self.metadata_record_command(metadata, hosted) {
+            return Some(record);
+        }
         // M2/M4: the metadata primary drives operations from the stored plans.
         if metadata_primary
             && !frozen
@@ -663,6 +701,56 @@ impl MetadataAgent {
             return self.balance(now, metadata);
         }
         None
+    }
+
+    /// Z6: whether this node's metadata replica was left behind by a switch
+    /// its copy of the metadata does not know of: it learns the log, heard
+    /// a later incarnation run, and applied neither a seal nor a pending
+    /// switch that names it (see `switch_metadata`). Then the agent reads
+    /// the metadata group's record from its primary.
+    fn record_read_wanted(&self, metadata: &Metadata, hosted: &[HostedReplica]) -> bool {
+        let group = self.config.metadata_group;
+        let Some(here) = hosted.iter().find(|hosted| hosted.group == group) else { return false };
+        let known = metadata
+            .groups
+            .get(&group)
+            .is_some_and(|record| record.incarnation == here.incarnation && record.pending.is_some());
+        let read = self.metadata_record_read.as_ref().is_some_and(|record| record.incarnation > here.incarnation);
+        let left_behind = here.outpaced && here.sealed.is_none() && !known && !read;
+        // A learner that recovered into an incarnation its copy does not
+        // know knows no learner but itself: it needs the list too.
+        let learner = !here.members.contains(&self.config.node);
+        let copy = metadata.groups.get(&group);
+        let current = copy.is_some_and(|record| record.incarnation == here.incarnation);
+        let lost =
+            learner && !current && here.learners == [self.config.node] && self.known_learners(copy, here).is_none();
+        left_behind || lost
+    }
+
+    /// Ask the metadata primary for the metadata group's record (a read:
+    /// request 0, which no write uses, so its answer is never mistaken for
+    /// a write's).
+    fn read_metadata_record(&mut self, now: u64, out: &mut Vec<AgentOutput>) {
+        let query = super::record_query(self.config.metadata_group);
+        let request =
+            client::read(self.config.client, cohort_messages::RequestNumber(0), self.config.metadata_group, query);
+        out.push(AgentOutput::Submit(request.clone()));
+        self.in_flight = Some(InFlight { request, command: None, sent_tick: now });
+    }
+
+    /// Z6: the metadata group as its primary runs it, if the metadata has
+    /// no record of it yet.
+    fn metadata_record_command(&self, metadata: &Metadata, hosted: &[HostedReplica]) -> Option<MetadataCommand> {
+        let group = self.config.metadata_group;
+        if metadata.groups.contains_key(&group) {
+            return None;
+        }
+        let here = hosted.iter().find(|hosted| hosted.group == group && hosted.primary && hosted.sealed.is_none())?;
+        Some(MetadataCommand::RecordMetadataGroup {
+            incarnation: here.incarnation,
+            members: here.members.clone(),
+            learners: here.learners.clone(),
+        })
     }
 
     /// The bootstrap groups whose members all registered and that the
@@ -763,7 +851,10 @@ impl MetadataAgent {
         out: &mut Vec<AgentOutput>,
     ) {
         let node = self.config.node;
-        for hosted in hosted.iter().filter(|hosted| hosted.group != self.config.metadata_group) {
+        for hosted in hosted {
+            if hosted.group == self.config.metadata_group {
+                self.switch_metadata(metadata.groups.get(&hosted.group), hosted, out);
+            }
             let Some(record) = metadata.groups.get(&hosted.group).filter(|record| record.live) else { continue };
             if let Some(pending) = &record.pending
                 && record.incarnation == hosted.incarnation
@@ -785,12 +876,100 @@ impl MetadataAgent {
         }
     }
 
+    /// Z6: the metadata group's own switch. Its log is the one sealed, so
+    /// no metadata command can gate it; the seal committed only once every
+    /// next member held it (see `replica::seal`), so a replica that applied
+    /// it durably switches at once: a next member as a voter, any other
+    /// node the pending switch names as a learner.
+    fn switch_metadata(
+        &mut self,
+        record: Option<&super::GroupRecord>,
+        hosted: &HostedReplica,
+        out: &mut Vec<AgentOutput>,
+    ) {
+        let node = self.config.node;
+        // The copy speaks of this replica's incarnation (it may lag behind
+        // it after a switch from the applied point, below).
+        let current = record.filter(|record| record.incarnation == hosted.incarnation);
+        if record.is_none() || current.is_some() {
+            if let Some(seal) = hosted.sealed.as_ref().filter(|_| hosted.seal_durable)
+                && seal.members.contains(&node)
+            {
+                self.seals_proposed.remove(&hosted.group);
+                out.push(AgentOutput::Switch(hosted.group));
+                return;
+            }
+            let pending = current.and_then(|record| record.pending.as_ref());
+            if let Some(pending) = pending.filter(|pending| !pending.seal.members.contains(&node)) {
+                let ready = match &hosted.sealed {
+                    Some(seal) => *seal == pending.seal,
+                    None => hosted.outpaced,
+                };
+                if ready && pending.learners.contains(&node) {
+                    let (seal, learners) = (pending.seal.clone(), pending.learners.clone());
+                    out.push(AgentOutput::SwitchLearner { group: hosted.group, seal, learners });
+                }
+                return;
+            }
+        }
+        // A learner whose copy lags behind its replica's incarnation (it
+        // switched from its applied point, or recovered into a later
+        // incarnation knowing only itself as a learner): the learners as
+        // the pending switch or the record read names them, so its member
+        // index is the one the primary sends to.
+        if let Some(learners) = self.known_learners(record, hosted)
+            && *learners != hosted.learners
+            && learners.contains(&node)
+            && !hosted.members.contains(&node)
+        {
+            out.push(AgentOutput::SetLearners { group: hosted.group, learners: learners.clone() });
+            return;
+        }
+        // A switch this node's copy never saw: the record read says where
+        // the group went (see `record_read_wanted`).
+        if let Some(read) = self.metadata_record_read.as_ref().filter(|read| read.incarnation > hosted.incarnation)
+            && hosted.outpaced
+            && hosted.sealed.is_none()
+            && read.learners.contains(&node)
+        {
+            let majority = read.members.len() / 2 + 1;
+            let seal = Seal {
+                incarnation: read.incarnation,
+                members: read.members.clone(),
+                replication_quorum: read.replication.quorum.unwrap_or(majority as u8),
+            };
+            out.push(AgentOutput::SwitchLearner { group: hosted.group, seal, learners: read.learners.clone() });
+        }
+    }
+
+    /// Z6: the metadata group's learners at the incarnation `hosted` runs,
+    /// when this node's copy is not at that incarnation: from the pending
+    /// switch into it, or from a record read of it.
+    fn known_learners<'a>(
+        &'a self,
+        record: Option<&'a super::GroupRecord>,
+        hosted: &HostedReplica,
+    ) -> Option<&'a Vec<NodeId>> {
+        if record.is_some_and(|record| record.incarnation == hosted.incarnation) {
+            return None; // `follow_learners` keeps them.
+        }
+        let pending = record.and_then(|record| record.pending.as_ref());
+        if let Some(pending) = pending.filter(|pending| pending.seal.incarnation == hosted.incarnation) {
+            return Some(&pending.learners);
+        }
+        let read = self.metadata_record_read.as_ref()?;
+        (read.incarnation == hosted.incarnation).then_some(&read.learners)
+    }
+
     /// P4: host the groups this node is a learner of, and keep every hosted
     /// replica's learners as the metadata has them.
     fn follow_learners(&mut self, now: u64, metadata: &Metadata, hosted: &[HostedReplica], out: &mut Vec<AgentOutput>) {
         let node = self.config.node;
         let hosted = by_group(hosted);
         for (group, record) in metadata.groups.iter().filter(|(_, record)| record.live) {
+            // The metadata group is never hosted empty: a node's copy of the
+            // metadata is that replica's state (Z6).
+            let placeable = *group != self.config.metadata_group;
             match hosted.get(group) {
                 // Never replace a replica of this incarnation or a later one:
                 // the applied metadata may be older than the replica after a
@@ -804,7 +983,8 @@ impl MetadataAgent {
                 }
                 // (A guard that asks fails only when it was asked recently;
                 // a member is never a learner, so nothing below matches it.)
-                None if record.members.contains(&node)
+                None if placeable
+                    && record.members.contains(&node)
                     && record.incarnation == record.created
                     && record.pending.is_none()
                     && asked_again(&mut self.replicas_asked, *group, now, self.config.request_retry_ticks) =>
@@ -817,7 +997,8 @@ impl MetadataAgent {
                         replication: record.replication,
                     });
                 }
-                _ if record.learners.contains(&node)
+                _ if placeable
+                    && record.learners.contains(&node)
                     && asked_again(&mut self.replicas_asked, *group, now, self.config.request_retry_ticks) =>
                 {
                     out.push(AgentOutput::HostLearner {
@@ -869,10 +1050,14 @@ impl MetadataAgent {
         hosted.iter().filter(|hosted| hosted.primary).find_map(|hosted| {
             let record =
                 metadata.groups.get(&hosted.group).filter(|r| r.live && r.incarnation == hosted.incarnation)?;
+            // Every node past the metadata voters learns its log (Z5): only
+            // the one an operation is to promote is worth an epoch.
+            let wanted =
+                |node: &NodeId| hosted.group != self.config.metadata_group || metadata.promotes(hosted.group, *node);
             let learner = hosted
                 .caught_up
                 .iter()
-                .find(|node| record.learners.contains(node) && !record.caught_up.contains(node))?;
+                .find(|node| record.learners.contains(node) && !record.caught_up.contains(node) && wanted(node))?;
             Some(MetadataCommand::ReportCaughtUp {
                 group: hosted.group,
                 incarnation: hosted.incarnation,
@@ -891,8 +1076,11 @@ impl MetadataAgent {
             let holds = hosted.seal_durable
                 && hosted.sealed.as_ref() == Some(&pending.seal)
                 && record.incarnation == hosted.incarnation;
-            (holds && pending.seal.members.contains(&node) && !pending.sealed_by.contains(&node))
-                .then_some(MetadataCommand::ReportSealed { group: hosted.group, incarnation: hosted.incarnation, node })
+            // Z6: a metadata voter reports from the next incarnation, which
+            // it switched to holding the seal (the sealed log takes no more).
+            let switched = hosted.group == self.config.metadata_group && hosted.incarnation == pending.seal.incarnation;
+            (((holds || switched) && pending.seal.members.contains(&node)) && !pending.sealed_by.contains(&node))
+                .then_some(MetadataCommand::ReportSealed { group: hosted.group, incarnation: record.incarnation, node })
         })
     }
 
@@ -934,9 +1122,18 @@ impl MetadataAgent {
                 self.in_flight = None;
                 return out;
             }
+            Verdict::Done { result, .. } if in_flight.command.is_none() => {
+                self.in_flight = None;
+                // An answer that does not decode counts as a refused frame.
+                match super::decode_record_read(result) {
+                    Ok(record) => self.metadata_record_read = record,
+                    Err(_) => self.counters.frames_refused += 1,
+                }
+                return out;
+            }
             Verdict::Done { result, .. } => MetadataResult::decode(result),
         };
-        let Some(InFlight { command, .. }) = self.in_flight.take() else { return out };
+        let Some(InFlight { command: Some(command), .. }) = self.in_flight.take() else { return out };
         match (command, result) {
             (MetadataCommand::OpenSession { .. }, Ok(MetadataResult::SessionOpened { session, .. })) => {
                 if let Some(SessionAction::Reown(session)) = self.session.on_opened(session, now) {

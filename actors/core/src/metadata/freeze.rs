@@ -56,7 +56,8 @@ pub(super) fn is_operator_change(command: &MetadataCommand) -> bool {
         | MetadataCommand::ReportSealed { .. }
         | MetadataCommand::ReportCaughtUp { .. }
         | MetadataCommand::Freeze { .. }
-        | MetadataCommand::Unfreeze { .. } => false,
+        | MetadataCommand::Unfreeze { .. }
+        | MetadataCommand::RecordMetadataGroup { .. } => false,
     }
 }
 

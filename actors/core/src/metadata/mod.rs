@@ -97,6 +97,18 @@ pub fn metadata_learners(nodes: impl IntoIterator<Item = NodeId>) -> Vec<NodeId>
     nodes.split_off(nodes.len().min(METADATA_MEMBERS_MAX))
 }
 
+/// Z6: the read query for one group's record (an empty query reads the
+/// whole state): what a learner left behind by a switch of the metadata
+/// group asks its primary, at the cost of one record, not of the state.
+pub fn record_query(group: GroupId) -> Bytes {
+    Bytes::copy_from_slice(&group.0.to_le_bytes())
+}
+
+/// The answer to a [`record_query`].
+pub fn decode_record_read(bytes: &[u8]) -> Result<Option<GroupRecord>, String> {
+    decode_value(bytes).map_err(|error| error.to_string())
+}
+
 /// A node as the metadata knows it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeRecord {
@@ -192,6 +204,21 @@ pub struct Metadata {
 }
 
 impl Metadata {
+    /// Z6: the metadata group's voters as its record says, with the next
+    /// voters of a switch in progress (both may lead it while it switches),
+    /// once the record exists. Keepalives go to them, and only they may say
+    /// a session expired (T3).
+    pub fn metadata_voters(&self) -> Option<Vec<NodeId>> {
+        let record = self.groups.get(&GroupId::METADATA)?;
+        let mut voters = record.members.clone();
+        for next in record.pending.iter().flat_map(|pending| &pending.seal.members) {
+            if !voters.contains(next) {
+                voters.push(*next);
+            }
+        }
+        Some(voters)
+    }
+
     /// Apply one command at `epoch`; the result says what happened.
     pub fn apply(&mut self, epoch: Epoch, command: MetadataCommand) -> MetadataResult {
         assert!(epoch > self.epoch, "metadata epochs go forward: {epoch} after {}", self.epoch);
@@ -265,6 +292,9 @@ impl Metadata {
                 }
                 MetadataResult::Done { epoch }
             }
+            MetadataCommand::DeleteGroup { group } if group == GroupId::METADATA => {
+                refused(format!("{group} is the metadata group: it cannot be deleted"))
+            }
             MetadataCommand::DeleteGroup { group } if let Some(id) = self.operation_of(group) => {
                 refused(format!("{group} is in {id}; cancel it or wait before deleting the group"))
             }
@@ -293,7 +323,13 @@ impl Metadata {
                     .collect();
                 MetadataResult::OwnershipsReported { refused, epoch }
             }
+            MetadataCommand::TransferPrimary { group, .. } if group == GroupId::METADATA => {
+                refused(format!("{group} is the metadata group: its primary is not transferred"))
+            }
             MetadataCommand::TransferPrimary { group, to } => self.transfer_primary(epoch, group, to),
+            MetadataCommand::RecordMetadataGroup { incarnation, members, learners } => {
+                self.record_metadata_group(epoch, incarnation, members, learners)
+            }
             MetadataCommand::Freeze { by } => self.freeze(epoch, by),
             MetadataCommand::Unfreeze { by } => self.unfreeze(epoch, by),
             MetadataCommand::StartOperation { spec } => self.start_operation(epoch, spec),
@@ -315,6 +351,37 @@ impl Metadata {
         }
     }
 
+    /// Z6: `RecordMetadataGroup`: the metadata group's own record, so its
+    /// members change through operations like any group's. Its `created`
+    /// incarnation is 0: no node ever hosts it empty as a voter (C3).
+    fn record_metadata_group(
+        &mut self,
+        epoch: Epoch,
+        incarnation: Incarnation,
+        members: Vec<NodeId>,
+        learners: Vec<NodeId>,
+    ) -> MetadataResult {
+        if self.groups.contains_key(&GroupId::METADATA) {
+            return MetadataResult::Refused { reason: format!("{} is recorded already", GroupId::METADATA) };
+        }
+        let record = GroupRecord {
+            kind: METADATA_KIND.to_string(),
+            incarnation,
+            members,
+            learners,
+            replication: Replication::default(),
+            caught_up: BTreeSet::new(),
+            pending: None,
+            live: true,
+            owner: None,
+            owner_view_max: View(0),
+            created: Incarnation(0),
+            transfer: None,
+        };
+        self.groups.insert(GroupId::METADATA, record);
+        MetadataResult::Done { epoch }
+    }
+
     /// `CreateGroup`, and each group of `CreateGroups`.
     fn create_group(
         &mut self,
@@ -325,6 +392,9 @@ impl Metadata {
         replication: Replication,
     ) -> MetadataResult {
         let refused = |reason: String| MetadataResult::Refused { reason };
+        if group == GroupId::METADATA {
+            return refused(format!("{group} is reserved for the metadata group"));
+        }
         if let Some(unknown) = members.iter().find(|member| !self.nodes.contains_key(member)) {
             return refused(format!("{unknown} is not registered; register every member first"));
         }
@@ -436,8 +506,13 @@ impl StateMachine for MetadataStateMachine {
         result.encode()
     }
 
-    fn read(&self, _query: &[u8]) -> Bytes {
-        encode_value(&self.state)
+    fn read(&self, query: &[u8]) -> Bytes {
+        // An empty query reads the whole state; a group id (8 bytes, see
+        // `record_query`) reads that group's record alone (Z6).
+        match <[u8; 8]>::try_from(query) {
+            Ok(id) => encode_value(&self.state.groups.get(&GroupId(u64::from_le_bytes(id)))),
+            Err(_) => encode_value(&self.state),
+        }
     }
 
     fn snapshot(&self) -> Bytes {
@@ -487,6 +562,15 @@ impl Metadata {
                     Ok(())
                 } else {
                     Err(format!("expiry of {node}'s session sent by {sender}, not a member of the metadata group"))
+                }
+            }
+            MetadataCommand::RecordMetadataGroup { members: recorded, .. } => {
+                if members.contains(&sender) && recorded.as_slice() == members {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "metadata group record {recorded:?} sent by {sender}: only a voter records the voters {members:?}"
+                    ))
                 }
             }
             MetadataCommand::ReportCaughtUp { group, node, .. } => {

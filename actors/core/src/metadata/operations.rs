@@ -38,6 +38,16 @@ pub enum Step {
         /// The node.
         node: NodeId,
     },
+    /// `node` learns the group's log already (every node past the metadata
+    /// group's voters does, Z5): nothing changes, and the promotion that
+    /// follows waits for its catch-up like any learner's (P4). Undone by
+    /// nothing: the node stays the learner it was.
+    KeepLearner {
+        /// The group.
+        group: GroupId,
+        /// The node.
+        node: NodeId,
+    },
     /// A learner leaves (the inverse of `AddLearner`); nothing to do if
     /// it is no learner (any more).
     RemoveLearner {
@@ -84,6 +94,7 @@ impl Step {
     pub fn group(&self) -> GroupId {
         match self {
             Step::AddLearner { group, .. }
+            | Step::KeepLearner { group, .. }
             | Step::RemoveLearner { group, .. }
             | Step::Promote { group, .. }
             | Step::Swap { group, .. }
@@ -95,6 +106,7 @@ impl Step {
     fn inverse(&self) -> Vec<Step> {
         match *self {
             Step::AddLearner { group, node } => vec![Step::RemoveLearner { group, node }],
+            Step::KeepLearner { .. } => Vec::new(),
             Step::RemoveLearner { group, node } => vec![Step::AddLearner { group, node }],
             // The promoted member leaves again; the learner step's inverse
             // that follows then finds nothing left to remove.
@@ -210,7 +222,10 @@ impl Metadata {
                 };
             }
         }
-        let voters_before = groups.iter().map(|group| (*group, self.groups[group].members.len())).collect();
+        // Z6: a shrink is the one operation that may leave a voter fewer.
+        let shrink = matches!(spec, OperationSpec::Shrink { .. });
+        let voters_before =
+            groups.iter().map(|group| (*group, self.groups[group].members.len() - usize::from(shrink))).collect();
         let placement_before = groups
             .iter()
             .map(|group| (*group, (self.groups[group].members.clone(), self.groups[group].learners.clone())))
@@ -305,6 +320,15 @@ impl Metadata {
         })
     }
 
+    /// Whether an operation's next step promotes learner `node` of `group`
+    /// (P4: the report of its catch-up is awaited).
+    pub fn promotes(&self, group: GroupId, node: NodeId) -> bool {
+        self.operations.values().any(|record| {
+            matches!(record.next_step(),
+                Some(Step::Promote { group: g, node: n, .. } | Step::Swap { group: g, into: n, .. }) if *g == group && *n == node)
+        })
+    }
+
     /// Whether the next step of `record` may apply: a majority of the previous
     /// step's group replicas acked its epoch (M2), and a promotion needs a
     /// caught-up learner (P4).
@@ -380,23 +404,22 @@ impl Metadata {
                 if !record.members.contains(dead) {
                     return Err(format!("{dead} is not a member of {group} (members {:?})", record.members));
                 }
-                if record.members.contains(with) || record.learners.contains(with) {
-                    return Err(format!("{with} already hosts {group}"));
+                if record.members.contains(with) {
+                    return Err(format!("{with} is a member of {group} already"));
                 }
-                Ok(vec![
-                    Step::AddLearner { group: *group, node: *with },
-                    Step::Swap { group: *group, out: *dead, into: *with },
-                ])
+                let mut plan = self.learner_first(*group, record, *with)?;
+                plan.push(Step::Swap { group: *group, out: *dead, into: *with });
+                Ok(plan)
             }
             OperationSpec::Join { node, groups } => {
                 registered(node)?;
                 let mut plan = Vec::new();
                 for group in groups {
                     let record = self.live_group(*group)?;
-                    if record.members.contains(node) || record.learners.contains(node) {
-                        return Err(format!("{node} already hosts {group}"));
+                    if record.members.contains(node) {
+                        return Err(format!("{node} is a member of {group} already"));
                     }
-                    plan.push(Step::AddLearner { group: *group, node: *node });
+                    plan.extend(self.learner_first(*group, record, *node)?);
                     plan.push(Step::Promote { group: *group, node: *node, index: record.members.len() });
                 }
                 Ok(plan)
@@ -417,7 +440,12 @@ impl Metadata {
                     }
                 }
                 let mut plan = Vec::new();
-                for (group, record) in self.groups.iter().filter(|(_, r)| r.live && r.members.contains(node)) {
+                // The metadata group's voters change only by name (Z6): a
+                // decommission leaves them to `move` or `shrink`.
+                let hosted = |group: &GroupId, record: &GroupRecord| {
+                    *group != GroupId::METADATA && record.live && record.members.contains(node)
+                };
+                for (group, record) in self.groups.iter().filter(|(group, record)| hosted(group, record)) {
                     let target = load
                         .iter()
                         .filter(|(id, _)| !record.members.contains(id) && !record.learners.contains(id))
@@ -432,7 +460,32 @@ impl Metadata {
                 }
                 Ok(plan)
             }
+            OperationSpec::Shrink { group, node } => {
+                let record = self.live_group(*group)?;
+                let index = record
+                    .members
+                    .iter()
+                    .position(|member| member == node)
+                    .ok_or_else(|| format!("{node} is not a member of {group} (members {:?})", record.members))?;
+                if record.members.len() == 1 {
+                    return Err(format!("{node} is the last voter of {group}; a group needs one"));
+                }
+                Ok(vec![Step::RemoveMember { group: *group, node: *node, index }])
+            }
         }
+    }
+
+    /// The steps that make `node` a learner of `group` before it votes
+    /// (P4): a `KeepLearner` if it is one already (every node past the
+    /// metadata group's voters learns its log, Z5).
+    fn learner_first(&self, group: GroupId, record: &GroupRecord, node: NodeId) -> Result<Vec<Step>, String> {
+        if record.members.contains(&node) {
+            return Err(format!("{node} already hosts {group}"));
+        }
+        if record.learners.contains(&node) {
+            return Ok(vec![Step::KeepLearner { group, node }]);
+        }
+        Ok(vec![Step::AddLearner { group, node }])
     }
 
     /// A live group's record, or the refusal to answer with.
@@ -453,14 +506,10 @@ impl Metadata {
             .iter()
             .position(|member| *member == from)
             .ok_or_else(|| format!("{from} is not a member of {group} (members {:?})", record.members))?;
-        if record.members.contains(&to) || record.learners.contains(&to) {
-            return Err(format!("{to} already hosts {group}"));
-        }
-        Ok(vec![
-            Step::AddLearner { group, node: to },
-            Step::Promote { group, node: to, index: record.members.len() },
-            Step::RemoveMember { group, node: from, index },
-        ])
+        let mut plan = self.learner_first(group, record, to)?;
+        plan.push(Step::Promote { group, node: to, index: record.members.len() });
+        plan.push(Step::RemoveMember { group, node: from, index });
+        Ok(plan)
     }
 
     /// Apply step `index` of `record` to the placement, or say why it cannot.
@@ -481,10 +530,19 @@ impl Metadata {
         }
         match *step {
             Step::AddLearner { node, .. } => {
-                if record.members.contains(&node) || record.learners.contains(&node) {
+                if record.members.contains(&node) {
                     return Err(format!("{node} already hosts {group}"));
                 }
-                record.learners.push(node);
+                // A revert may bring back a learner that stayed one (a
+                // metadata voter that left goes on learning, Z5).
+                if !record.learners.contains(&node) {
+                    record.learners.push(node);
+                }
+            }
+            Step::KeepLearner { node, .. } => {
+                if !record.learners.contains(&node) {
+                    return Err(format!("{node} is not a learner of {group}"));
+                }
             }
             Step::RemoveLearner { node, .. } => {
                 record.learners.retain(|learner| *learner != node);
@@ -516,7 +574,13 @@ impl Metadata {
                     record.members.iter().position(|m| *m == out).ok_or(format!("{out} is not a member of {group}"))?;
                 let mut members = record.members.clone();
                 members[at] = into;
-                let learners = record.learners.iter().copied().filter(|c| *c != into).collect();
+                let mut learners: Vec<NodeId> = record.learners.iter().copied().filter(|c| *c != into).collect();
+                if group == GroupId::METADATA {
+                    // Z5: the replaced voter stays a node of the cluster, so
+                    // it learns the metadata log if it ever comes back.
+                    let at = learners.partition_point(|learner| *learner < out);
+                    learners.insert(at, out);
+                }
                 record.pending = Some(PendingSwitch::new(
                     record.incarnation,
                     &record.replication,
@@ -536,12 +600,19 @@ impl Metadata {
                     ));
                 }
                 let members = record.members.iter().copied().filter(|m| *m != node).collect();
+                let mut learners = record.learners.clone();
+                if group == GroupId::METADATA {
+                    // Z5: every node follows the metadata log; a voter
+                    // leaving goes on as a learner, in node order like all.
+                    let at = learners.partition_point(|learner| *learner < node);
+                    learners.insert(at, node);
+                }
                 record.pending = Some(PendingSwitch::new(
                     record.incarnation,
                     &record.replication,
                     record.members.len(),
                     members,
-                    record.learners.clone(),
+                    learners,
                 ));
             }
         }

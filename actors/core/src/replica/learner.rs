@@ -291,7 +291,8 @@ impl Replica {
     }
 
     /// The primary counts a learner's PrepareOk: progress only, no quorum.
-    pub(crate) fn on_learner_prepare_ok(&mut self, slot: usize, op: Op, now: u64) {
+    pub(crate) fn on_learner_prepare_ok(&mut self, slot: usize, op: Op, fx: &mut Effects) {
+        let now = fx.now;
         debug_assert!(self.is_primary());
         let log_op = self.log.op();
         let track = &mut self.learners[slot];
@@ -299,6 +300,10 @@ impl Replica {
         track.heard_tick = track.heard_tick.max(now);
         if op > track.acked && op <= log_op {
             track.acked = op;
+            // Z6: a seal waits for its next members, learners among them.
+            if self.seal_in_log() {
+                self.advance_commit(fx);
+            }
         }
     }
 

@@ -166,6 +166,9 @@ pub struct Replica {
     pub(crate) role_reported: Option<(View, Role)>,
     /// The seal this replica applied: its incarnation's state is final.
     pub(crate) sealed: Option<Sealed>,
+    /// Z6: a Commit of the next incarnation reached this replica: the group
+    /// switched without it (a learner that missed the seal).
+    pub(crate) outpaced: bool,
     /// The commit point of the newest durable superblock.
     pub(crate) superblock_durable_commit: Op,
     /// The log view of the newest durable superblock (None: none of this
@@ -257,6 +260,7 @@ impl Replica {
             lead_after_flush: 0,
             role_reported: None,
             sealed: None,
+            outpaced: false,
             superblock_durable_commit: Op(0),
             superblock_durable_log_view: None,
             link_connected: vec![true; members],

@@ -335,7 +335,7 @@ impl Replica {
             return;
         }
         if let Some(slot) = self.learner_slot(ok.replica) {
-            return self.on_learner_prepare_ok(slot, ok.op, fx.now);
+            return self.on_learner_prepare_ok(slot, ok.op, fx);
         }
         let member = ok.replica.0 as usize;
         if member >= self.acked.len() {
@@ -366,7 +366,7 @@ impl Replica {
         debug_assert!(self.is_primary());
         let short = usize::from(self.config.mutated(Mutant::CommitQuorumShort));
         let quorum = self.spec.quorums.replication.saturating_sub(short).max(1);
-        let commit = crate::quorum::quorum_op(&self.held_ops(), quorum);
+        let commit = crate::quorum::quorum_op(&self.held_ops(), quorum).min(self.seal_commit_cap());
         if commit <= self.commit_max {
             self.check_waits(fx);
             return;

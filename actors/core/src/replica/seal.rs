@@ -17,9 +17,18 @@
 //!   snapshot past the seal (a restart replays it), and keeps serving repair
 //!   so lagging members of the next incarnation can reach it.
 //!
+//! The seal commits only once every member of the next incarnation holds it
+//! durably, as well as a replication quorum of this one (Z6): so a next
+//! member that crashed before it learned the commit point still has the seal
+//! in its log, and the first Commit of the next incarnation it hears tells
+//! it the seal committed ([`Replica::on_next_incarnation_commit`]). The
+//! metadata group, whose own log is the one sealed, switches its replicas on
+//! that alone; a partition group's host also waits until every next member
+//! reported the seal durable through the metadata.
+//!
 //! The host switches a sealed replica to the next incarnation only once every
-//! member of the next incarnation has applied the seal (the metadata gates
-//! it), so all of them start from the same state: the switched replica keeps
+//! member of the next incarnation has applied the seal, so all of them start
+//! from the same state: the switched replica keeps
 //! the state machine and client table (exactly-once survives the switch),
 //! starts at view 0 with its log based at the seal's op, and saves a snapshot
 //! there, so a restart recovers the new incarnation from it. Frames of one
@@ -27,7 +36,9 @@
 //! group.
 
 use cohort_messages::seal::Seal;
-use cohort_messages::{ClientId, MemberIndex, NodeId, Op, ReplyError, Request, RequestKind, RequestNumber, View};
+use cohort_messages::{
+    ClientId, Incarnation, MemberIndex, NodeId, Op, ReplyError, Request, RequestKind, RequestNumber, View,
+};
 
 use super::{GroupSpec, Replica, snapshot};
 use crate::effect::Effect;
@@ -95,6 +106,12 @@ impl Replica {
             .filter(|sealed| self.durable_op >= sealed.op && self.superblock_durable_commit >= sealed.op)
     }
 
+    /// Z6: whether a Commit of the next incarnation reached this replica
+    /// (the group switched without it: a learner that missed the seal).
+    pub fn outpaced(&self) -> bool {
+        self.outpaced
+    }
+
     /// Whether the log ends with a seal (committed or not).
     pub(crate) fn seal_in_log(&self) -> bool {
         self.log.op() > self.log.base() && self.log.get(self.log.op()).is_some_and(|e| e.client == ClientId::SEAL)
@@ -119,6 +136,15 @@ impl Replica {
             let reason = format!("it names incarnation {}, not {}", seal.incarnation.0, self.spec.incarnation.0 + 1);
             return Err(SealError::Invalid { group, reason });
         }
+        // Z6: the seal commits once every next member holds it, so each must
+        // receive this incarnation's log (a voter or a learner of it).
+        if let Some(stranger) =
+            seal.members.iter().find(|node| !self.spec.members.contains(node) && !self.spec.learners.contains(node))
+        {
+            let reason =
+                format!("next member {stranger} neither votes in nor learns incarnation {}", self.spec.incarnation.0);
+            return Err(SealError::Invalid { group, reason });
+        }
         let request = Request {
             client: ClientId::SEAL,
             request: RequestNumber(0),
@@ -129,6 +155,60 @@ impl Replica {
         self.request_queue.push_front(request);
         self.prepare_queued(fx);
         Ok(())
+    }
+
+    /// The seal at the end of the log and its op, while it is not committed.
+    pub(crate) fn uncommitted_seal(&self) -> Option<(Op, Seal)> {
+        let op = self.log.op();
+        if !self.seal_in_log() || self.commit_max >= op {
+            return None;
+        }
+        let entry = self.log.get(op)?;
+        Seal::decode(&entry.operation).ok().map(|seal| (op, seal))
+    }
+
+    /// Z6, primary: the highest op the commit point may reach given the
+    /// acknowledgements so far. An uncommitted seal at `op` waits until
+    /// every next member (a voter or a learner of this incarnation)
+    /// acknowledged holding it; everything before it commits as usual.
+    pub(crate) fn seal_commit_cap(&self) -> Op {
+        let Some((op, seal)) = self.uncommitted_seal() else { return self.log.op() };
+        let me = self.node_of(self.spec.me);
+        let holds = |node: &NodeId| {
+            if *node == me {
+                return self.durable_op >= op;
+            }
+            if let Some(index) = self.spec.members.iter().position(|member| member == node) {
+                return self.acked.get(index).is_some_and(|acked| *acked >= op);
+            }
+            self.learners.iter().any(|track| track.node == *node && track.acked >= op)
+        };
+        if seal.members.iter().all(holds) { op } else { Op(op.0 - 1) }
+    }
+
+    /// Z6: a Commit of the next incarnation from `from`. That incarnation
+    /// runs only once the seal committed, and the seal committed only once
+    /// every next member, this one among them, held it; so if this replica's
+    /// log ends with that seal and `from` is one of its members, the seal
+    /// committed: apply it. Anything else is a frame of another incarnation.
+    pub(crate) fn on_next_incarnation_commit(
+        &mut self,
+        from: NodeId,
+        incarnation: Incarnation,
+        fx: &mut Effects,
+    ) -> bool {
+        let Some((op, seal)) = self.uncommitted_seal() else { return false };
+        if seal.incarnation != incarnation || !seal.members.contains(&from) {
+            return false;
+        }
+        let me = self.node_of(self.spec.me);
+        if !seal.members.contains(&me) || self.durable_op < op {
+            return false;
+        }
+        self.commit_max = op;
+        self.apply_committed(fx);
+        debug_assert!(self.sealed.is_some(), "the seal at the end of the log applied");
+        true
     }
 
     /// Apply the seal at `op` (called from apply in place of the state machine).
@@ -191,6 +271,51 @@ impl Replica {
         })
     }
 
+    /// Z6: the spec for `node` as one of the `learners` of the incarnation
+    /// `seal` opens (a node that learns the metadata group's log and is no
+    /// next voter). A replica that applied a seal must name that one; one
+    /// that did not must have heard the next incarnation already
+    /// ([`Replica::outpaced`]): it goes on from its applied point and
+    /// catches up by state transfer.
+    pub fn next_learner_spec(&self, node: NodeId, seal: &Seal, learners: Vec<NodeId>) -> Result<GroupSpec, SealError> {
+        let group = self.spec.group;
+        match &self.sealed {
+            Some(sealed) if sealed.seal != *seal => {
+                let reason = format!("this replica applied the seal of {:?}, not {seal:?}", sealed.seal);
+                return Err(SealError::Invalid { group, reason });
+            }
+            Some(_) => {}
+            None if self.outpaced => {}
+            None => return Err(SealError::NotSealed(group)),
+        }
+        // A replica that applied no seal may have missed several switches.
+        let next = seal.incarnation.0 == self.spec.incarnation.0 + 1;
+        if !next && (self.sealed.is_some() || seal.incarnation <= self.spec.incarnation) {
+            let reason = format!("it names incarnation {}, not {}", seal.incarnation.0, self.spec.incarnation.0 + 1);
+            return Err(SealError::Invalid { group, reason });
+        }
+        let not_learner = || SealError::NotNextMember { group, node, incarnation: seal.incarnation.0 };
+        let at = learners.iter().position(|learner| *learner == node).ok_or_else(not_learner)?;
+        let members = seal.members.clone();
+        if members.contains(&node) {
+            return Err(SealError::Invalid { group, reason: format!("{node} is a next voter, not a learner") });
+        }
+        let quorums = Quorums::new(members.len(), Some(usize::from(seal.replication_quorum)))
+            .map_err(|error| SealError::Invalid { group, reason: error.to_string() })?;
+        let spec = GroupSpec {
+            group,
+            incarnation: seal.incarnation,
+            me: MemberIndex((members.len() + at) as u8),
+            members,
+            learners,
+            quorums,
+            write_mode: self.spec.write_mode,
+            report_applied: self.spec.report_applied,
+        };
+        spec.validate().map_err(|error| SealError::Invalid { group, reason: error.to_string() })?;
+        Ok(spec)
+    }
+
     /// The replica of the next incarnation, from this sealed one, with
     /// `spec` from [`Replica::next_spec`] (see the module docs). Waits on
     /// this replica end as not primary.
@@ -240,16 +365,20 @@ impl GroupSpec {
             return Ok(self);
         };
         let group = self.group;
-        let me = newest.members.iter().position(|member| *member == node).ok_or(SealError::NotNextMember {
-            group,
-            node,
-            incarnation: newest.incarnation.0,
-        })?;
+        let voter = newest.members.iter().position(|member| *member == node);
+        // Z5, Z6: every node past the metadata group's voters learns its
+        // log, so a node that is no voter of the newer incarnation goes on
+        // as its learner (its agent sets the full list once it applied it).
+        let me = match voter {
+            Some(me) => me,
+            None if group == cohort_messages::GroupId::METADATA => newest.members.len(),
+            None => return Err(SealError::NotNextMember { group, node, incarnation: newest.incarnation.0 }),
+        };
         self.quorums = Quorums::new(newest.members.len(), Some(usize::from(newest.replication_quorum)))
             .map_err(|error| SealError::Invalid { group, reason: error.to_string() })?;
         self.incarnation = newest.incarnation;
+        self.learners = if voter.is_some() { Vec::new() } else { vec![node] };
         self.members = newest.members;
-        self.learners.clear();
         self.me = MemberIndex(me as u8);
         Ok(self)
     }
