@@ -203,6 +203,11 @@ impl Shard {
     /// once every member of that incarnation has applied the seal.
     pub fn switch_incarnation(&mut self, group: GroupId) -> Result<(), SealError> {
         let spec = self.groups.get(&group).ok_or(SealError::NotSealed(group))?.next_spec(self.node)?;
+        self.replace_with_next(group, spec)
+    }
+
+    /// The replica of `group` goes on in the incarnation `spec` names.
+    fn replace_with_next(&mut self, group: GroupId, spec: GroupSpec) -> Result<(), SealError> {
         let mut replica = self.groups.remove(&group).ok_or(SealError::NotSealed(group))?;
         replica.leave_quiet(&mut self.fx);
         let next = replica.into_next_incarnation(spec, &mut self.fx);
@@ -223,12 +228,7 @@ impl Shard {
     ) -> Result<(), SealError> {
         let replica = self.groups.get(&group).ok_or(SealError::NotSealed(group))?;
         let spec = replica.next_learner_spec(self.node, seal, learners)?;
-        let mut replica = self.groups.remove(&group).ok_or(SealError::NotSealed(group))?;
-        replica.leave_quiet(&mut self.fx);
-        let next = replica.into_next_incarnation(spec, &mut self.fx);
-        self.filed.remove(&group);
-        self.insert(group, next);
-        Ok(())
+        self.replace_with_next(group, spec)
     }
 
     /// Replace the learners of a running group (P4), on any of its
