@@ -27,8 +27,8 @@
 //! corrupt read: one read returns one flipped bit. A corrupt read only ever
 //! hits bytes the WAL promises to check and stop on (see docs/storage.md,
 //! "Limits of the detection"): anywhere in a snapshot file, and in a log
-//! segment only below the data of its last growing sync, so that a valid
-//! record of a later flush always follows the damage. The simulator then
+//! segment only below the data the last sync that wrote data made durable,
+//! so that a valid record of a later flush always follows the damage. The simulator then
 //! requires recovery to fail; it retries the start later, as an operator
 //! would after a failed read.
 //!
@@ -111,11 +111,12 @@ struct Inode {
     current: Vec<u8>,
     /// Changes since the last sync, in order.
     pending: Vec<Change>,
-    /// The length before the last sync that grew the file: a corrupt read
-    /// of a segment stays below it.
-    grown_before_bytes: u64,
-    /// The length after the last sync that grew the file.
-    grown_to_bytes: u64,
+    /// The lowest offset written before the last sync that made writes
+    /// durable (a log segment's last flush: its records, then the zeros
+    /// written ahead of them), leaving out writes a later cut shortened: a
+    /// corrupt read of a segment stays below it, where every byte is older
+    /// and that flush's records follow.
+    checked_below_bytes: u64,
 }
 
 #[derive(Debug)]
@@ -221,16 +222,25 @@ impl Inode {
     }
 
     fn sync(&mut self) {
-        let before = self.durable.len() as u64;
+        // Writes that a later cut shortened do not count: a failed write
+        // the storage cut back holds no record (a full disk).
+        let mut written: Vec<(u64, u64)> = Vec::new();
+        for change in &self.pending {
+            match change {
+                Change::Write { offset, data } if !data.is_empty() => {
+                    written.push((*offset, *offset + data.len() as u64));
+                }
+                Change::Write { .. } => {}
+                Change::SetLen(len) => written.retain(|(_, end)| end <= len),
+            }
+        }
+        let written_from = written.iter().map(|(offset, _)| *offset).min();
         self.pending.clear();
         self.durable.clone_from(&self.current);
-        let after = self.durable.len() as u64;
-        if after > before {
-            self.grown_before_bytes = before;
-            self.grown_to_bytes = after;
+        if let Some(offset) = written_from {
+            self.checked_below_bytes = offset;
         }
-        self.grown_to_bytes = self.grown_to_bytes.min(after);
-        self.grown_before_bytes = self.grown_before_bytes.min(after);
+        self.checked_below_bytes = self.checked_below_bytes.min(self.durable.len() as u64);
     }
 }
 
@@ -322,7 +332,7 @@ impl DiskState {
         let checked_bytes = if name.ends_with(".snap") {
             bytes.len() as u64
         } else if name.ends_with(".seg") {
-            self.inodes.get(&inode).map_or(0, |inode| inode.grown_before_bytes).min(bytes.len() as u64)
+            self.inodes.get(&inode).map_or(0, |inode| inode.checked_below_bytes).min(bytes.len() as u64)
         } else {
             0
         };
@@ -640,14 +650,31 @@ mod tests {
         disk.write_all_at(&file, &[0; 64], 0).expect("written");
         disk.sync_data(&file).expect("synced");
         disk.set_faults(DiskFaults { corrupt_next_read: true, ..DiskFaults::default() });
-        assert_eq!(disk.read(&path).expect("read"), vec![0; 64], "nothing below the last growing sync yet");
+        assert_eq!(disk.read(&path).expect("read"), vec![0; 64], "nothing below the last sync's data yet");
         disk.write_all_at(&file, &[0; 64], 64).expect("written");
         disk.sync_data(&file).expect("synced");
         let bytes = disk.read(&path).expect("read");
         let flipped: Vec<usize> = (0..bytes.len()).filter(|at| bytes[*at] != 0).collect();
         assert_eq!(flipped.len(), 1, "one bit");
-        assert!(flipped[0] < 64, "below the data of the last growing sync");
+        assert!(flipped[0] < 64, "below the data of the last sync");
         assert_eq!(disk.stats().corrupt_reads, 1);
         assert_eq!(disk.read(&path).expect("read"), vec![0; 128], "one read only");
+        // A sync of data written over bytes the file had (K3: records over
+        // preallocated zeros) moves the mark down to where that data starts.
+        disk.write_all_at(&file, &[0; 8], 16).expect("written");
+        disk.sync_data(&file).expect("synced");
+        disk.set_faults(DiskFaults { corrupt_next_read: true, ..DiskFaults::default() });
+        let bytes = disk.read(&path).expect("read");
+        let flipped: Vec<usize> = (0..bytes.len()).filter(|at| bytes[*at] != 0).collect();
+        assert!(flipped.len() == 1 && flipped[0] < 16, "below the data of the last sync: {flipped:?}");
+        // A write the storage cut back (a full disk) holds no record: a
+        // sync of it and its cut leaves the mark where it was.
+        disk.write_all_at(&file, &[0; 8], 128).expect("written");
+        disk.set_len(&file, 128).expect("cut back");
+        disk.sync_data(&file).expect("synced");
+        disk.set_faults(DiskFaults { corrupt_next_read: true, ..DiskFaults::default() });
+        let bytes = disk.read(&path).expect("read");
+        let flipped: Vec<usize> = (0..bytes.len()).filter(|at| bytes[*at] != 0).collect();
+        assert!(flipped.len() == 1 && flipped[0] < 16, "a cut-back write moves nothing: {flipped:?}");
     }
 }

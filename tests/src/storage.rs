@@ -37,11 +37,14 @@ impl StorageKind {
 }
 
 /// The file storage's limits in the simulator: small segments, so that
-/// rotation, checkpoints and segment removal happen in ordinary runs.
+/// rotation, checkpoints and segment removal happen in ordinary runs, and
+/// zeros written ahead of the records a few flushes at a time (K3), so that
+/// torn writes and crashes land before, over and after them.
 pub fn file_config() -> FileStorageConfig {
     FileStorageConfig {
         segment_size_max_bytes: 48 * 1024,
         record_size_max_bytes: 16 * 1024,
+        preallocation_size_bytes: 4 * 1024,
         ..FileStorageConfig::default()
     }
 }

@@ -51,6 +51,11 @@ pub struct FileStorageConfig {
     /// The most log-record bytes that may be staged between flushes; an
     /// append beyond it is refused with `TooLarge` (flush first).
     pub staged_size_max_bytes: u64,
+    /// K3: zeros kept written ahead of the active segment's records, so
+    /// that a flush's sync does not also commit a new file size (0: none,
+    /// every flush grows the file). At most `segment_size_max_bytes` is
+    /// ever allocated.
+    pub preallocation_size_bytes: u64,
 }
 
 impl Default for FileStorageConfig {
@@ -62,6 +67,7 @@ impl Default for FileStorageConfig {
             groups_max: 65_536,
             snapshot_size_max_bytes: 1 << 30,
             staged_size_max_bytes: 256 * 1024 * 1024,
+            preallocation_size_bytes: 1024 * 1024,
         }
     }
 }

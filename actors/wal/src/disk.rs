@@ -204,6 +204,8 @@ pub struct FileStorageStats {
     pub segments_created: u64,
     /// Segment files removed after snapshots.
     pub segments_removed: u64,
+    /// Zeros written ahead of the log's records (K3: preallocation).
+    pub preallocated_bytes: u64,
 }
 
 impl FileStorageStats {

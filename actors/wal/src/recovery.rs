@@ -59,6 +59,9 @@ pub struct RecoveryReport {
     pub records_replayed: u64,
     /// Bytes cut off the end of the last segment (a torn tail).
     pub torn_tail_bytes: u64,
+    /// Zeros found after the last record of segments: written ahead of the
+    /// records (K3), not a torn tail; the active segment keeps them.
+    pub preallocated_tail_bytes: u64,
     /// The offset the last segment was cut at, if it was.
     pub torn_tail_offset: Option<u64>,
     /// True if the last segment's creation had been interrupted and it was deleted.
@@ -93,6 +96,9 @@ struct Scanned {
     path: PathBuf,
     /// The length of its valid part.
     valid_len_bytes: u64,
+    /// The file's length: past the valid part, zeros (K3, preallocated)
+    /// or a torn tail that recovery cuts off.
+    file_len_bytes: u64,
     summary: SegmentSummary,
 }
 
@@ -120,6 +126,8 @@ struct Replay {
     segments: Vec<Scanned>,
     next_lsn: Option<u64>,
     records: u64,
+    /// Zeros found past the last record of segments (K3).
+    zeros_bytes: u64,
 }
 
 /// Recover the shard directory `dir`.
@@ -143,6 +151,7 @@ pub(crate) fn run<F: FileSystem>(
     let tail = replay.scan(&listing.segments, disk)?;
     report.segments_scanned = replay.segments.len();
     report.records_replayed = replay.records;
+    report.preallocated_tail_bytes = replay.zeros_bytes;
     let torn_base = match &tail {
         Tail::TornCreation(path) => path.file_name().and_then(|name| name.to_str()).and_then(parse_segment_file_name),
         _ => None,
@@ -237,7 +246,12 @@ impl Replay {
                     format!("segment starts at LSN {base_lsn} but the log before it ends before LSN {expected}");
                 return Err(corrupt(path, 0, reason));
             }
-            self.segments.push(Scanned { path: path.clone(), valid_len_bytes: 0, summary: SegmentSummary::default() });
+            self.segments.push(Scanned {
+                path: path.clone(),
+                valid_len_bytes: 0,
+                file_len_bytes: bytes.len() as u64,
+                summary: SegmentSummary::default(),
+            });
             if let Some(tail) = self.scan_records(&bytes, path, is_last)? {
                 return Ok(tail);
             }
@@ -264,6 +278,16 @@ impl Replay {
                 Ok(_) => RecordFault::Invalid("record LSN out of sequence"),
                 Err(fault) => fault,
             };
+            if bytes[offset..].iter().all(|byte| *byte == 0) {
+                // K3: the zeros written ahead of the records, never a record
+                // (a record's checksum and batch LSN are never zero): the
+                // end of this segment's log. In a closed segment they are
+                // zeros whose cut at closing was lost; the next segment's
+                // base LSN is checked against the records before them.
+                self.set_valid_len(offset);
+                self.zeros_bytes += (bytes.len() - offset) as u64;
+                return Ok(None);
+            }
             if !is_last {
                 return Err(corrupt(path, offset as u64, format!("{fault} in a closed (fully synced) segment")));
             }
@@ -390,6 +414,9 @@ fn repair_tail<F: FileSystem>(
                 .open(&segment.path, OpenMode::Existing)
                 .map_err(|error| io_error("opening a segment to cut its torn tail", &segment.path, &error))?;
             disk.set_len(&file, &segment.path, offset, "cutting a torn tail")?;
+            if let Some(segment) = replay.segments.last_mut() {
+                segment.file_len_bytes = offset;
+            }
             report.torn_tail_bytes = file_len_bytes - offset;
             report.torn_tail_offset = Some(offset);
             Ok(())
@@ -481,9 +508,13 @@ fn open_wal<F: FileSystem>(
     let limits = WalLimits {
         segment_size_max_bytes: config.segment_size_max_bytes,
         segments_open_max: config.segments_open_max,
+        preallocation_size_bytes: config.preallocation_size_bytes,
     };
     let active = match segments.pop() {
-        Some(last) => Some(ActiveSegment::reopen(last.path, last.valid_len_bytes, last.summary, disk)?),
+        Some(last) => {
+            let allocated = last.file_len_bytes.min(config.segment_size_max_bytes).max(last.valid_len_bytes);
+            Some(ActiveSegment::reopen(last.path, last.valid_len_bytes, allocated, last.summary, disk)?)
+        }
         None => None,
     };
     let closed: VecDeque<ClosedSegment> =

@@ -15,6 +15,16 @@
 //! the active segment can end in a torn tail. Rotation costs three extra
 //! syncs once per `segment_size_max_bytes` of log.
 //!
+//! K3: the active segment is kept written with zeros ahead of its records,
+//! `preallocation_size_bytes` at a time (the zeros go with a flush's
+//! records, under the same sync). A flush then overwrites bytes the file
+//! already has, so its `fdatasync` writes data blocks only: when a write
+//! grows the file, the sync must also commit the new size to the file
+//! system's journal, which here costs about half again the sync's CPU time
+//! and latency (docs/benchmarks.md). Zeros never decode as a record, so
+//! recovery reads an all-zero end of a segment as the end of its log; a
+//! closed segment's zeros are cut off when it is closed.
+//!
 //! A closed segment is removed once every entry record in it is at or below
 //! its group's snapshot op (or its group was removed), oldest first, one
 //! directory sync per removal, so that the surviving segments are always a
@@ -81,7 +91,11 @@ pub(crate) struct ClosedSegment {
 pub(crate) struct ActiveSegment<F: FileSystem> {
     file: F::File,
     path: PathBuf,
+    /// Where the next record goes: every byte below is the header or a whole record.
     len_bytes: u64,
+    /// K3: the bytes from `len_bytes` up to here are zeros already written
+    /// (the file may be longer, with zeros too, after a failed extension).
+    allocated_bytes: u64,
     summary: SegmentSummary,
 }
 
@@ -101,20 +115,28 @@ impl<F: FileSystem> ActiveSegment<F> {
         disk.sync_data(&file, &path, SyncOf::SegmentHeader)?;
         disk.sync_dir(dir)?;
         disk.stats.segments_created += 1;
-        Ok(Self { file, path, len_bytes: SEGMENT_HEADER_SIZE_BYTES as u64, summary: SegmentSummary::default() })
+        let len_bytes = SEGMENT_HEADER_SIZE_BYTES as u64;
+        Ok(Self { file, path, len_bytes, allocated_bytes: len_bytes, summary: SegmentSummary::default() })
     }
 
-    /// Reopen the newest segment found by recovery, to append at `len_bytes`.
+    /// Reopen the newest segment found by recovery, to append at
+    /// `len_bytes`; the file holds zeros from there to `allocated_bytes`.
     pub(crate) fn reopen(
         path: PathBuf,
         len_bytes: u64,
+        allocated_bytes: u64,
         summary: SegmentSummary,
         disk: &mut Disk<F>,
     ) -> Result<Self, StorageError> {
+        assert!(allocated_bytes >= len_bytes, "a segment's zeros start after its records");
         let file = disk.open(&path, OpenMode::Existing, "opening the active log segment")?;
-        Ok(Self { file, path, len_bytes, summary })
+        Ok(Self { file, path, len_bytes, allocated_bytes, summary })
     }
 }
+
+/// The zeros a preallocation writes, a piece at a time (static, so they
+/// cost no memory of their own).
+static ZEROS: [u8; 64 * 1024] = [0; 64 * 1024];
 
 /// One record to write.
 #[derive(Copy, Clone, Debug)]
@@ -167,6 +189,7 @@ pub(crate) struct Wal<F: FileSystem> {
     next_lsn: u64,
     segment_size_max_bytes: u64,
     segments_open_max: u32,
+    preallocation_size_bytes: u64,
     buf: Vec<u8>,
 }
 
@@ -175,6 +198,8 @@ pub(crate) struct Wal<F: FileSystem> {
 pub(crate) struct WalLimits {
     pub(crate) segment_size_max_bytes: u64,
     pub(crate) segments_open_max: u32,
+    /// Zeros kept written ahead of the records (0: none).
+    pub(crate) preallocation_size_bytes: u64,
 }
 
 impl<F: FileSystem> Wal<F> {
@@ -199,6 +224,7 @@ impl<F: FileSystem> Wal<F> {
             next_lsn,
             segment_size_max_bytes: limits.segment_size_max_bytes,
             segments_open_max: limits.segments_open_max,
+            preallocation_size_bytes: limits.preallocation_size_bytes,
             buf: Vec::new(),
         })
     }
@@ -274,10 +300,14 @@ impl<F: FileSystem> Wal<F> {
         if let Err(error) = disk.write_at(&active.file, &active.path, &self.buf, offset, "writing log records") {
             // Cut off whatever part was written, so that the next write
             // continues a clean log (a retry after `Full` must not leave
-            // garbage in the middle of the segment).
+            // garbage in the middle of the segment, nor records of the
+            // failed write beyond it). The zeros ahead go with it.
             disk.set_len(&active.file, &active.path, offset, "cutting back a failed log write")?;
+            active.allocated_bytes = offset;
             return Err(error);
         }
+        self.preallocate(offset + self.buf.len() as u64, disk);
+        let active = &mut self.active;
         disk.sync_data(&active.file, &active.path, SyncOf::Log)?;
         active.len_bytes += self.buf.len() as u64;
         disk.stats.records_written += records as u64;
@@ -285,6 +315,32 @@ impl<F: FileSystem> Wal<F> {
         self.next_lsn += records as u64;
         self.buf.clear();
         Ok(())
+    }
+
+    /// K3: once the records written so far reach past the zeros ahead of
+    /// them, write `preallocation_size_bytes` more zeros (at most up to
+    /// the segment's size), so that the flushes after this one do not grow
+    /// the file. The caller's sync covers them. Best effort: a failed write
+    /// of zeros (a full disk) leaves zeros or nothing past the records,
+    /// never anything else, and the records are not affected.
+    fn preallocate(&mut self, records_end: u64, disk: &mut Disk<F>) {
+        let active = &mut self.active;
+        if self.preallocation_size_bytes == 0 || records_end < active.allocated_bytes {
+            return;
+        }
+        let end = records_end.saturating_add(self.preallocation_size_bytes).min(self.segment_size_max_bytes);
+        active.allocated_bytes = records_end;
+        let mut offset = records_end;
+        while offset < end {
+            let piece = (end - offset).min(ZEROS.len() as u64);
+            let zeros = &ZEROS[..piece as usize];
+            if disk.write_at(&active.file, &active.path, zeros, offset, "preallocating a log segment").is_err() {
+                return;
+            }
+            offset += piece;
+            active.allocated_bytes = offset;
+            disk.stats.preallocated_bytes += piece;
+        }
     }
 
     /// Close the active segment (already synced) and start a new one.
@@ -295,6 +351,14 @@ impl<F: FileSystem> Wal<F> {
                             entries in them has a snapshot above those entries)",
                 path: self.dir.display().to_string(),
             });
+        }
+        // The closing segment's zeros are cut off: a closed segment holds
+        // whole records only. Not synced: should the cut be lost, recovery
+        // reads the zeros as the end of that segment's records, and the
+        // next segment's base LSN shows that none is missing.
+        let active = &self.active;
+        if active.allocated_bytes > active.len_bytes {
+            let _ = disk.set_len(&active.file, &active.path, active.len_bytes, "cutting a closed segment's zeros");
         }
         let next = ActiveSegment::create(&self.dir, self.next_lsn, disk)?;
         let old = std::mem::replace(&mut self.active, next);

@@ -44,7 +44,12 @@ const CHILD_FLUSHES_MAX: u64 = 50_000;
 
 fn config() -> FileStorageConfig {
     // Small segments so that rotation and segment removal happen under fire.
-    FileStorageConfig { segment_size_max_bytes: 16 * 1024, record_size_max_bytes: 4096, ..FileStorageConfig::default() }
+    FileStorageConfig {
+        segment_size_max_bytes: 16 * 1024,
+        record_size_max_bytes: 4096,
+        preallocation_size_bytes: 4096,
+        ..FileStorageConfig::default()
+    }
 }
 
 fn checksum(entry: &LogEntry) -> u32 {

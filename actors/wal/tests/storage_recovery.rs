@@ -13,7 +13,7 @@ use cohort_core::storage::{Recovered, Storage, StorageError};
 use cohort_messages::{GroupId, LogEntry, Op};
 use cohort_wal::{FileStorage, FileStorageConfig, InjectedFault, SUPERBLOCK_FILE_NAME};
 
-use common::{copy_dir, open_recover, roomy_config, segments, small_segments_config, temp_dir};
+use common::{copy_dir, exact_roomy_config, exact_small_config, open_recover, segments, temp_dir};
 
 /// Payload tag giving 40-byte operations (112-byte records).
 const TAG: u64 = 40;
@@ -52,7 +52,7 @@ fn cut(path: &Path, len: u64) {
 /// A log of `count` entries of group 1, one flush each. Returns the offsets
 /// at which each record starts in the (single) segment, plus its end.
 fn one_record_per_flush(dir: &Path, count: u64) -> Vec<u64> {
-    let (mut storage, _) = open_recover(dir, &roomy_config());
+    let (mut storage, _) = open_recover(dir, &exact_roomy_config());
     let segment = segments(dir).pop().expect("a segment");
     let mut offsets = vec![file_len(&segment)];
     for op in 1..=count {
@@ -86,7 +86,7 @@ fn v4_torn_write_at_every_offset_of_the_last_record_keeps_everything_before_it()
         copy_dir(source.path(), copy.path());
         let segment = segments(copy.path()).pop().expect("a segment");
         cut(&segment, cut_at);
-        let (mut storage, recovered) = open_recover(copy.path(), &roomy_config());
+        let (mut storage, recovered) = open_recover(copy.path(), &exact_roomy_config());
         assert_eq!(entries_of(&recovered, 1), want, "cut at {cut_at}");
         let report = storage.recovery_report().expect("a report").clone();
         assert_eq!(report.torn_tail_bytes, cut_at - last_start, "cut at {cut_at}");
@@ -94,7 +94,7 @@ fn v4_torn_write_at_every_offset_of_the_last_record_keeps_everything_before_it()
         ok(storage.append(GroupId(1), &entry(12, 2, TAG)));
         ok(storage.flush());
         drop(storage);
-        let (_, recovered) = open_recover(copy.path(), &roomy_config());
+        let (_, recovered) = open_recover(copy.path(), &exact_roomy_config());
         assert_eq!(entries_of(&recovered, 1).len(), 12, "cut at {cut_at}: append after the cut");
     }
 }
@@ -103,7 +103,7 @@ fn v4_torn_write_at_every_offset_of_the_last_record_keeps_everything_before_it()
 fn v4_torn_write_inside_one_flush_keeps_a_prefix_of_its_records() {
     let source = temp_dir("torn-batch-source");
     let dir = source.path();
-    let (mut storage, _) = open_recover(dir, &roomy_config());
+    let (mut storage, _) = open_recover(dir, &exact_roomy_config());
     ok(storage.append(GroupId(1), &entry(1, 1, TAG)));
     ok(storage.flush());
     let segment = segments(dir).pop().expect("a segment");
@@ -122,7 +122,7 @@ fn v4_torn_write_inside_one_flush_keeps_a_prefix_of_its_records() {
         let copy = temp_dir("torn-batch");
         copy_dir(dir, copy.path());
         cut(&segments(copy.path()).pop().expect("a segment"), cut_at);
-        let (_, recovered) = open_recover(copy.path(), &roomy_config());
+        let (_, recovered) = open_recover(copy.path(), &exact_roomy_config());
         let whole: usize = sizes
             .iter()
             .scan(start, |at, size| {
@@ -151,7 +151,7 @@ fn v4_bit_flip_in_the_tail_record_drops_it() {
         let copy = temp_dir("flip-tail");
         copy_dir(source.path(), copy.path());
         flip_bit(&segments(copy.path()).pop().expect("a segment"), offset, (offset % 8) as u8);
-        let (storage, recovered) = open_recover(copy.path(), &roomy_config());
+        let (storage, recovered) = open_recover(copy.path(), &exact_roomy_config());
         assert_eq!(entries_of(&recovered, 1).len(), 7, "flip at {offset}");
         assert_eq!(storage.recovery_report().and_then(|report| report.torn_tail_offset), Some(last_start));
     }
@@ -167,7 +167,7 @@ fn v4_bit_flip_in_a_middle_record_is_corrupt_with_file_and_offset() {
         copy_dir(source.path(), copy.path());
         let segment = segments(copy.path()).pop().expect("a segment");
         flip_bit(&segment, offset, (offset % 8) as u8);
-        let (path, at, reason) = expect_corrupt(copy.path(), &roomy_config());
+        let (path, at, reason) = expect_corrupt(copy.path(), &exact_roomy_config());
         assert_eq!(PathBuf::from(&path), segment, "flip at {offset}: {reason}");
         assert_eq!(at, start, "flip at {offset}: {reason}");
         assert!(reason.contains("later flush"), "flip at {offset}: {reason}");
@@ -177,7 +177,7 @@ fn v4_bit_flip_in_a_middle_record_is_corrupt_with_file_and_offset() {
 #[test]
 fn v4_bit_flip_in_a_closed_segment_is_corrupt() {
     let dir = temp_dir("flip-closed");
-    let config = small_segments_config();
+    let config = exact_small_config();
     let (mut storage, _) = open_recover(dir.path(), &config);
     for op in 1..=40 {
         ok(storage.append(GroupId(1), &entry(op, 1, TAG)));
@@ -199,7 +199,7 @@ fn v4_bit_flip_in_a_closed_segment_is_corrupt() {
 #[test]
 fn v4_damaged_segment_header_is_corrupt() {
     let dir = temp_dir("flip-header");
-    let config = small_segments_config();
+    let config = exact_small_config();
     let (mut storage, _) = open_recover(dir.path(), &config);
     for op in 1..=40 {
         ok(storage.append(GroupId(1), &entry(op, 1, TAG)));
@@ -215,7 +215,7 @@ fn v4_damaged_segment_header_is_corrupt() {
 #[test]
 fn v4_missing_middle_segment_is_corrupt() {
     let dir = temp_dir("missing-segment");
-    let config = small_segments_config();
+    let config = exact_small_config();
     let (mut storage, _) = open_recover(dir.path(), &config);
     for op in 1..=40 {
         ok(storage.append(GroupId(1), &entry(op, 1, TAG)));
@@ -231,7 +231,7 @@ fn v4_missing_middle_segment_is_corrupt() {
 #[test]
 fn v4_damage_followed_only_by_its_own_flush_is_a_torn_tail() {
     let dir = temp_dir("torn-pages");
-    let (mut storage, _) = open_recover(dir.path(), &roomy_config());
+    let (mut storage, _) = open_recover(dir.path(), &exact_roomy_config());
     ok(storage.append(GroupId(1), &entry(1, 1, TAG)));
     ok(storage.flush());
     let segment = segments(dir.path()).pop().expect("a segment");
@@ -244,7 +244,7 @@ fn v4_damage_followed_only_by_its_own_flush_is_a_torn_tail() {
     // A page of the flush never reached the disk, but later ones did: the
     // second record of the flush is zeros, records 3..5 of it are intact.
     write_bytes(&segment, start + 112 + 10, &[0u8; 60]);
-    let (storage, recovered) = open_recover(dir.path(), &roomy_config());
+    let (storage, recovered) = open_recover(dir.path(), &exact_roomy_config());
     assert_eq!(entries_of(&recovered, 1).len(), 2);
     assert_eq!(storage.recovery_report().and_then(|report| report.torn_tail_offset), Some(start + 112));
 }
@@ -252,7 +252,7 @@ fn v4_damage_followed_only_by_its_own_flush_is_a_torn_tail() {
 #[test]
 fn v4_log_ending_before_a_durable_superblock_is_corrupt() {
     let dir = temp_dir("lost-acked");
-    let (mut storage, _) = open_recover(dir.path(), &roomy_config());
+    let (mut storage, _) = open_recover(dir.path(), &exact_roomy_config());
     for op in 1..=3 {
         ok(storage.append(GroupId(1), &entry(op, 1, TAG)));
     }
@@ -261,10 +261,10 @@ fn v4_log_ending_before_a_durable_superblock_is_corrupt() {
     drop(storage);
     // Recovery checkpoints the superblock into its file, marked as written
     // after the whole log was durable.
-    drop(open_recover(dir.path(), &roomy_config()));
+    drop(open_recover(dir.path(), &exact_roomy_config()));
     let segment = segments(dir.path()).pop().expect("a segment");
     cut(&segment, file_len(&segment) - 5);
-    let (path, _, reason) = expect_corrupt(dir.path(), &roomy_config());
+    let (path, _, reason) = expect_corrupt(dir.path(), &exact_roomy_config());
     assert_eq!(PathBuf::from(path), segment);
     assert!(reason.contains("acknowledged log records are missing"), "{reason}");
 }
@@ -279,11 +279,11 @@ fn copy_offset(slot: u64, copy: u64) -> u64 {
 /// The log still holds both as records.
 fn two_superblock_versions(dir: &Path) {
     for (view, commit) in [(1, 1), (2, 2)] {
-        let (mut storage, _) = open_recover(dir, &roomy_config());
+        let (mut storage, _) = open_recover(dir, &exact_roomy_config());
         ok(storage.stage_superblock(GroupId(1), &superblock(view, commit)));
         ok(storage.flush());
     }
-    drop(open_recover(dir, &roomy_config()));
+    drop(open_recover(dir, &exact_roomy_config()));
 }
 
 #[test]
@@ -293,7 +293,7 @@ fn torn_superblock_write_leaves_the_previous_version() {
     // A torn checkpoint of version 3 into copy 0 leaves version 2.
     let path = dir.path().join(SUPERBLOCK_FILE_NAME);
     write_bytes(&path, copy_offset(0, 0) + 100, &[0x5A; 300]);
-    let (_, recovered) = open_recover(dir.path(), &roomy_config());
+    let (_, recovered) = open_recover(dir.path(), &exact_roomy_config());
     assert_eq!(recovered.groups[&GroupId(1)].superblock, Some(superblock(2, 2)));
     // A torn checkpoint of version 2 itself (copy 1) leaves version 1 in
     // the file; the log's record of version 2 is newer, and wins (K3).
@@ -301,14 +301,14 @@ fn torn_superblock_write_leaves_the_previous_version() {
     two_superblock_versions(dir.path());
     let path = dir.path().join(SUPERBLOCK_FILE_NAME);
     write_bytes(&path, copy_offset(0, 1) + 700, &[0x5A; 3]);
-    let (_, recovered) = open_recover(dir.path(), &roomy_config());
+    let (_, recovered) = open_recover(dir.path(), &exact_roomy_config());
     assert_eq!(recovered.groups[&GroupId(1)].superblock, Some(superblock(2, 2)));
 }
 
 #[test]
 fn k3_superblocks_come_back_from_the_log_without_a_checkpoint() {
     let dir = temp_dir("superblock-records");
-    let (mut storage, _) = open_recover(dir.path(), &roomy_config());
+    let (mut storage, _) = open_recover(dir.path(), &exact_roomy_config());
     let syncs = storage.stats().superblock_syncs;
     for version in 1..=5u64 {
         ok(storage.append(GroupId(1), &entry(version, 1, TAG)));
@@ -318,7 +318,7 @@ fn k3_superblocks_come_back_from_the_log_without_a_checkpoint() {
     }
     assert_eq!(storage.stats().superblock_syncs, syncs, "every version went into the log");
     drop(storage);
-    let (_, recovered) = open_recover(dir.path(), &roomy_config());
+    let (_, recovered) = open_recover(dir.path(), &exact_roomy_config());
     assert_eq!(recovered.groups[&GroupId(1)].superblock, Some(superblock(5, 5)));
     assert_eq!(recovered.groups[&GroupId(2)].superblock, Some(superblock(1, 5)));
 }
@@ -326,7 +326,7 @@ fn k3_superblocks_come_back_from_the_log_without_a_checkpoint() {
 #[test]
 fn k3_a_torn_superblock_record_leaves_the_previous_version() {
     let dir = temp_dir("torn-superblock-record");
-    let (mut storage, _) = open_recover(dir.path(), &roomy_config());
+    let (mut storage, _) = open_recover(dir.path(), &exact_roomy_config());
     ok(storage.stage_superblock(GroupId(1), &superblock(1, 1)));
     ok(storage.flush());
     let segment = segments(dir.path()).pop().expect("a segment");
@@ -338,7 +338,7 @@ fn k3_a_torn_superblock_record_leaves_the_previous_version() {
     // Cut inside the second flush's superblock record (it comes last): the
     // entry of that flush survives, the new superblock does not.
     cut(&segment, file_len(&segment) - 10);
-    let (_, recovered) = open_recover(dir.path(), &roomy_config());
+    let (_, recovered) = open_recover(dir.path(), &exact_roomy_config());
     assert_eq!(recovered.groups[&GroupId(1)].superblock, Some(superblock(1, 1)));
     assert_eq!(entries_of(&recovered, 1), vec![entry(1, 2, TAG)]);
     assert!(file_len(&segment) > before);
@@ -347,7 +347,7 @@ fn k3_a_torn_superblock_record_leaves_the_previous_version() {
 #[test]
 fn k3_a_segment_goes_only_after_its_superblocks_are_checkpointed() {
     let dir = temp_dir("checkpoint-before-prune");
-    let (mut storage, _) = open_recover(dir.path(), &small_segments_config());
+    let (mut storage, _) = open_recover(dir.path(), &exact_small_config());
     // Group 1's superblocks ride in segments that group 2's entries fill.
     for op in 1..=40u64 {
         ok(storage.append(GroupId(2), &entry(op, 1, TAG)));
@@ -360,7 +360,7 @@ fn k3_a_segment_goes_only_after_its_superblocks_are_checkpointed() {
     assert_eq!(storage.segment_count(), 1, "covered segments went");
     assert_eq!(storage.stats().superblock_syncs, syncs + 1, "one checkpoint before the removal");
     drop(storage);
-    let (_, recovered) = open_recover(dir.path(), &small_segments_config());
+    let (_, recovered) = open_recover(dir.path(), &exact_small_config());
     assert_eq!(recovered.groups[&GroupId(1)].superblock, Some(superblock(3, 40)));
 }
 
@@ -371,7 +371,7 @@ fn both_superblock_copies_damaged_is_corrupt() {
     let path = dir.path().join(SUPERBLOCK_FILE_NAME);
     flip_bit(&path, copy_offset(0, 0) + 40, 1);
     flip_bit(&path, copy_offset(0, 1) + 40, 1);
-    let (reported, offset, _) = expect_corrupt(dir.path(), &roomy_config());
+    let (reported, offset, _) = expect_corrupt(dir.path(), &exact_roomy_config());
     assert_eq!(PathBuf::from(reported), path);
     assert_eq!(offset, copy_offset(0, 1));
 }
@@ -379,19 +379,19 @@ fn both_superblock_copies_damaged_is_corrupt() {
 #[test]
 fn damaged_snapshot_is_corrupt() {
     let dir = temp_dir("snapshot-corrupt");
-    let (mut storage, _) = open_recover(dir.path(), &roomy_config());
+    let (mut storage, _) = open_recover(dir.path(), &exact_roomy_config());
     ok(storage.save_snapshot(GroupId(4), &snapshot(9, 1, 150)));
     drop(storage);
     let path = dir.path().join("snapshot-00000000000000000004.snap");
     flip_bit(&path, 80, 6);
-    let (reported, _, reason) = expect_corrupt(dir.path(), &roomy_config());
+    let (reported, _, reason) = expect_corrupt(dir.path(), &exact_roomy_config());
     assert_eq!(PathBuf::from(reported), path, "{reason}");
 }
 
 #[test]
 fn interrupted_remove_group_is_completed_by_recovery() {
     let dir = temp_dir("remove-interrupted");
-    let (mut storage, _) = open_recover(dir.path(), &roomy_config());
+    let (mut storage, _) = open_recover(dir.path(), &exact_roomy_config());
     for group in 1..=2 {
         ok(storage.append(GroupId(group), &entry(1, 1, TAG)));
         ok(storage.stage_superblock(GroupId(group), &superblock(1, 1)));
@@ -407,13 +407,13 @@ fn interrupted_remove_group_is_completed_by_recovery() {
     for name in [SUPERBLOCK_FILE_NAME, "snapshot-00000000000000000001.snap"] {
         std::fs::copy(before.path().join(name), dir.path().join(name)).expect("restore an old file");
     }
-    let (storage, recovered) = open_recover(dir.path(), &roomy_config());
+    let (storage, recovered) = open_recover(dir.path(), &exact_roomy_config());
     assert!(!recovered.groups.contains_key(&GroupId(1)), "removed group came back: {recovered:?}");
     assert_eq!(entries_of(&recovered, 2).len(), 1);
     assert_eq!(storage.recovery_report().map(|report| report.removals_completed), Some(1));
     assert!(!dir.path().join("snapshot-00000000000000000001.snap").exists());
     drop(storage);
-    let (_, again) = open_recover(dir.path(), &roomy_config());
+    let (_, again) = open_recover(dir.path(), &exact_roomy_config());
     assert_eq!(again, recovered);
 }
 
@@ -429,7 +429,7 @@ fn fill_groups(storage: &mut FileStorage, groups: u64, ops: u64) {
 #[test]
 fn v6_segments_covered_by_snapshots_are_removed() {
     let dir = temp_dir("prune");
-    let config = small_segments_config();
+    let config = exact_small_config();
     let (mut storage, _) = open_recover(dir.path(), &config);
     fill_groups(&mut storage, 3, 30);
     let before = storage.segment_count();
@@ -456,7 +456,7 @@ fn v6_segments_covered_by_snapshots_are_removed() {
 #[test]
 fn v6_deferred_snapshots_keep_their_segments_until_written_in_one_directory_sync() {
     let dir = temp_dir("deferred");
-    let config = small_segments_config();
+    let config = exact_small_config();
     let (mut storage, _) = open_recover(dir.path(), &config);
     fill_groups(&mut storage, 3, 30);
     let before = storage.segment_count();
@@ -487,7 +487,7 @@ fn v6_deferred_snapshots_keep_their_segments_until_written_in_one_directory_sync
 #[test]
 fn v6_removed_group_no_longer_pins_segments() {
     let dir = temp_dir("prune-removed");
-    let config = small_segments_config();
+    let config = exact_small_config();
     let (mut storage, _) = open_recover(dir.path(), &config);
     fill_groups(&mut storage, 2, 30);
     let before = storage.segment_count();
@@ -503,7 +503,7 @@ fn v6_removed_group_no_longer_pins_segments() {
 #[test]
 fn full_disk_during_flush_loses_nothing_acknowledged_and_can_retry() {
     let dir = temp_dir("full");
-    let (mut storage, _) = open_recover(dir.path(), &roomy_config());
+    let (mut storage, _) = open_recover(dir.path(), &exact_roomy_config());
     fill_groups(&mut storage, 2, 3);
     for op in 4..=8 {
         ok(storage.append(GroupId(1), &entry(op, 1, TAG)));
@@ -517,7 +517,7 @@ fn full_disk_during_flush_loses_nothing_acknowledged_and_can_retry() {
     // (the short write was cut back).
     let copy = temp_dir("full-crash");
     copy_dir(dir.path(), copy.path());
-    let (crashed, recovered) = open_recover(copy.path(), &roomy_config());
+    let (crashed, recovered) = open_recover(copy.path(), &exact_roomy_config());
     assert_eq!(entries_of(&recovered, 1).len(), 3);
     assert_eq!(recovered.groups[&GroupId(1)].superblock, None);
     assert_eq!(crashed.recovery_report().map(|report| report.torn_tail_bytes), Some(0));
@@ -525,7 +525,7 @@ fn full_disk_during_flush_loses_nothing_acknowledged_and_can_retry() {
     storage.inject_fault(InjectedFault::Clear);
     ok(storage.flush());
     drop(storage);
-    let (_, recovered) = open_recover(dir.path(), &roomy_config());
+    let (_, recovered) = open_recover(dir.path(), &exact_roomy_config());
     let want: Vec<LogEntry> = (1..=8).map(|op| entry(op, 1, TAG)).collect();
     assert_eq!(entries_of(&recovered, 1), want);
     assert_eq!(recovered.groups[&GroupId(1)].superblock, Some(superblock(1, 8)));
@@ -534,7 +534,7 @@ fn full_disk_during_flush_loses_nothing_acknowledged_and_can_retry() {
 #[test]
 fn full_disk_during_rotation_keeps_the_synced_part() {
     let dir = temp_dir("full-rotation");
-    let config = small_segments_config();
+    let config = exact_small_config();
     let (mut storage, _) = open_recover(dir.path(), &config);
     let segment = segments(dir.path()).pop().expect("a segment");
     // 30 records of 112 bytes do not fit one 2 KiB segment.
@@ -556,7 +556,7 @@ fn full_disk_during_rotation_keeps_the_synced_part() {
 #[test]
 fn failed_sync_is_fatal_and_never_retried() {
     let dir = temp_dir("sync-fails");
-    let (mut storage, _) = open_recover(dir.path(), &roomy_config());
+    let (mut storage, _) = open_recover(dir.path(), &exact_roomy_config());
     ok(storage.append(GroupId(1), &entry(1, 1, TAG)));
     storage.inject_fault(InjectedFault::SyncFails);
     let error = storage.flush().expect_err("the sync fails");
@@ -570,7 +570,7 @@ fn failed_sync_is_fatal_and_never_retried() {
 #[test]
 fn record_above_the_limit_is_refused_and_nothing_is_staged() {
     let dir = temp_dir("too-large");
-    let config = small_segments_config();
+    let config = exact_small_config();
     let (mut storage, _) = open_recover(dir.path(), &config);
     let mut big = entry(1, 1, TAG);
     big.operation = bytes::Bytes::from(vec![7u8; 1024]);
@@ -583,7 +583,7 @@ fn record_above_the_limit_is_refused_and_nothing_is_staged() {
 #[test]
 fn staged_bytes_above_the_limit_are_refused_until_a_flush() {
     let dir = temp_dir("staged-limit");
-    let config = FileStorageConfig { staged_size_max_bytes: 1024, ..small_segments_config() };
+    let config = FileStorageConfig { staged_size_max_bytes: 1024, ..exact_small_config() };
     let (mut storage, _) = open_recover(dir.path(), &config);
     for op in 1..=9 {
         ok(storage.append(GroupId(1), &entry(op, 1, TAG)));
@@ -596,7 +596,7 @@ fn staged_bytes_above_the_limit_are_refused_until_a_flush() {
 #[test]
 fn r12_superblock_slots_exhausted_fail_one_group_only() {
     let dir = temp_dir("groups-max");
-    let config = FileStorageConfig { groups_max: 3, ..roomy_config() };
+    let config = FileStorageConfig { groups_max: 3, ..exact_roomy_config() };
     let (mut storage, _) = open_recover(dir.path(), &config);
     for group in 1..=3 {
         ok(storage.stage_superblock(GroupId(group), &superblock(1, group)));
@@ -617,7 +617,7 @@ fn r12_superblock_slots_exhausted_fail_one_group_only() {
 #[test]
 fn segments_open_max_refuses_rotation_until_snapshots_free_segments() {
     let dir = temp_dir("segments-max");
-    let config = FileStorageConfig { segments_open_max: 3, ..small_segments_config() };
+    let config = FileStorageConfig { segments_open_max: 3, ..exact_small_config() };
     let (mut storage, _) = open_recover(dir.path(), &config);
     let mut op = 0;
     let error = loop {
@@ -640,27 +640,27 @@ fn segments_open_max_refuses_rotation_until_snapshots_free_segments() {
 #[test]
 fn torn_segment_creation_and_leftover_temporaries_are_cleaned_up() {
     let dir = temp_dir("torn-create");
-    let (mut storage, _) = open_recover(dir.path(), &roomy_config());
+    let (mut storage, _) = open_recover(dir.path(), &exact_roomy_config());
     fill_groups(&mut storage, 1, 3);
     drop(storage);
     // A segment whose creation was interrupted after a few header bytes.
     std::fs::write(dir.path().join("wal-00000000000000000004.seg"), b"cohort").expect("write");
     std::fs::write(dir.path().join("snapshot-00000000000000000001.snap.tmp"), b"half").expect("write");
-    let (mut storage, recovered) = open_recover(dir.path(), &roomy_config());
+    let (mut storage, recovered) = open_recover(dir.path(), &exact_roomy_config());
     assert_eq!(entries_of(&recovered, 1).len(), 3);
     let report = storage.recovery_report().cloned().expect("a report");
     assert!(report.torn_segment_removed && report.tmp_files_removed == 1, "{report:?}");
     ok(storage.append(GroupId(1), &entry(4, 1, TAG)));
     ok(storage.flush());
     drop(storage);
-    let (_, recovered) = open_recover(dir.path(), &roomy_config());
+    let (_, recovered) = open_recover(dir.path(), &exact_roomy_config());
     assert_eq!(entries_of(&recovered, 1).len(), 4);
 }
 
 #[test]
 fn k3_one_flush_of_many_groups_costs_one_sync() {
     let dir = temp_dir("sync-count");
-    let (mut storage, _) = open_recover(dir.path(), &roomy_config());
+    let (mut storage, _) = open_recover(dir.path(), &exact_roomy_config());
     let before = storage.stats();
     for group in 1..=500 {
         ok(storage.append(GroupId(group), &entry(1, 1, TAG)));
@@ -679,7 +679,7 @@ fn k3_one_flush_of_many_groups_costs_one_sync() {
 #[should_panic(expected = "recover() must be called first")]
 fn calls_before_recover_are_a_caller_bug() {
     let dir = temp_dir("no-recover");
-    let mut storage = FileStorage::open(dir.path(), roomy_config()).expect("valid config");
+    let mut storage = FileStorage::open(dir.path(), exact_roomy_config()).expect("valid config");
     let _ = storage.flush();
 }
 
@@ -687,7 +687,7 @@ fn calls_before_recover_are_a_caller_bug() {
 #[should_panic(expected = "recover() called twice")]
 fn second_recover_is_a_caller_bug() {
     let dir = temp_dir("recover-twice");
-    let (mut storage, _) = open_recover(dir.path(), &roomy_config());
+    let (mut storage, _) = open_recover(dir.path(), &exact_roomy_config());
     let _ = storage.recover();
 }
 
@@ -695,7 +695,7 @@ fn second_recover_is_a_caller_bug() {
 /// held its records removed (group 2's snapshot covers them): from then on
 /// the file's copy is the only one.
 fn superblock_only_in_the_file(dir: &Path) {
-    let (mut storage, _) = open_recover(dir, &small_segments_config());
+    let (mut storage, _) = open_recover(dir, &exact_small_config());
     ok(storage.stage_superblock(GroupId(1), &superblock(4, 0)));
     ok(storage.flush());
     for op in 1..=40u64 {
@@ -705,7 +705,7 @@ fn superblock_only_in_the_file(dir: &Path) {
     ok(storage.save_snapshot(GroupId(2), &snapshot(40, 1, 10)));
     assert_eq!(storage.segment_count(), 1, "the segments with group 1's record went");
     drop(storage);
-    let (_, recovered) = open_recover(dir, &small_segments_config());
+    let (_, recovered) = open_recover(dir, &exact_small_config());
     assert_eq!(recovered.groups[&GroupId(1)].superblock, Some(superblock(4, 0)));
 }
 
@@ -715,7 +715,7 @@ fn t5_an_unreadable_only_copy_of_a_superblock_is_corrupt_not_an_empty_group() {
     superblock_only_in_the_file(dir.path());
     let path = dir.path().join(SUPERBLOCK_FILE_NAME);
     flip_bit(&path, copy_offset(0, 0) + 40, 3);
-    let (reported, offset, reason) = expect_corrupt(dir.path(), &small_segments_config());
+    let (reported, offset, reason) = expect_corrupt(dir.path(), &exact_small_config());
     assert_eq!(PathBuf::from(reported), path, "{reason}");
     assert_eq!(offset, copy_offset(0, 0));
 }
@@ -723,7 +723,7 @@ fn t5_an_unreadable_only_copy_of_a_superblock_is_corrupt_not_an_empty_group() {
 #[test]
 fn t5_a_torn_first_checkpoint_recovers_from_the_log() {
     let dir = temp_dir("superblock-torn-first");
-    let mut storage = FileStorage::open(dir.path(), roomy_config()).expect("valid config");
+    let mut storage = FileStorage::open(dir.path(), exact_roomy_config()).expect("valid config");
     storage.recover().expect("an empty directory recovers");
     ok(storage.stage_superblock(GroupId(1), &superblock(3, 0)));
     ok(storage.flush());
@@ -732,10 +732,10 @@ fn t5_a_torn_first_checkpoint_recovers_from_the_log() {
     // copy 1 was never written. The log's record is still there.
     let path = dir.path().join(SUPERBLOCK_FILE_NAME);
     write_bytes(&path, copy_offset(0, 0) + 8, &[0xA5; 200]);
-    let (_, recovered) = open_recover(dir.path(), &roomy_config());
+    let (_, recovered) = open_recover(dir.path(), &exact_roomy_config());
     assert_eq!(recovered.groups[&GroupId(1)].superblock, Some(superblock(3, 0)));
     // That recovery checkpointed it again, into the same slot.
-    let (_, recovered) = open_recover(dir.path(), &roomy_config());
+    let (_, recovered) = open_recover(dir.path(), &exact_roomy_config());
     assert_eq!(recovered.groups[&GroupId(1)].superblock, Some(superblock(3, 0)));
 }
 
@@ -753,7 +753,7 @@ fn t5_a_lost_superblock_file_while_segments_exist_is_corrupt() {
                 write_bytes(&path, 0, &[0x33; 600]);
             }
         }
-        let (reported, offset, reason) = expect_corrupt(dir.path(), &roomy_config());
+        let (reported, offset, reason) = expect_corrupt(dir.path(), &exact_roomy_config());
         assert_eq!((PathBuf::from(reported), offset), (path, 0), "{damage}: {reason}");
     }
 }

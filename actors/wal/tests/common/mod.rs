@@ -18,9 +18,26 @@ pub fn roomy_config() -> FileStorageConfig {
     }
 }
 
-/// Small segments, so that rotation and segment removal happen often.
+/// Small segments, so that rotation and segment removal happen often, and
+/// zeros written ahead a few records at a time (K3).
 pub fn small_segments_config() -> FileStorageConfig {
-    FileStorageConfig { segment_size_max_bytes: 2048, record_size_max_bytes: 1024, ..FileStorageConfig::default() }
+    FileStorageConfig {
+        segment_size_max_bytes: 2048,
+        record_size_max_bytes: 1024,
+        preallocation_size_bytes: 512,
+        ..FileStorageConfig::default()
+    }
+}
+
+/// [`roomy_config`] without preallocation: a segment file ends where its
+/// log does, so a test can damage it at exact offsets.
+pub fn exact_roomy_config() -> FileStorageConfig {
+    FileStorageConfig { preallocation_size_bytes: 0, ..roomy_config() }
+}
+
+/// [`small_segments_config`] without preallocation (see [`exact_roomy_config`]).
+pub fn exact_small_config() -> FileStorageConfig {
+    FileStorageConfig { preallocation_size_bytes: 0, ..small_segments_config() }
 }
 
 /// A temporary directory under the system temp dir, removed on drop.
