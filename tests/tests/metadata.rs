@@ -372,6 +372,64 @@ fn z5_nodes_past_the_replica_limit_read_the_whole_state() {
     assert_eq!(report.frames_refused, 0, "a state of {} bytes fits one reply", report.state_bytes);
 }
 
+/// Z6, seed 602641 of `cohort-sim --scenario metadata`: the metadata group
+/// shrank from nodes 1, 2, 3 to 1 and 3. Node 1 switched to the next
+/// incarnation, lost its view there and started an election whose primary
+/// is node 3; node 3's log ended with the seal, not yet known committed, and
+/// only a Commit of the next incarnation told it so. An election sends none,
+/// so neither side moved and the shrink never finished. Any frame of the
+/// next incarnation from a next member now says the seal committed.
+#[test]
+fn z6_regression_seed_602641_an_election_of_the_next_incarnation_says_the_seal_committed() {
+    let report = run_catching(SimConfig::metadata(602_641)).unwrap_or_else(|panic| panic!("{panic}"));
+    assert!(report.violations.is_empty(), "{:?}", report.violations);
+    assert!(report.operations.metadata_switches > 0, "the metadata group switched its voters");
+}
+
+/// Z6, seed 608535 of `cohort-sim --scenario metadata`: node 3 missed the
+/// seal that made it a learner of the metadata group and switched from its
+/// applied point, with entries of the old incarnation (view 8) still after
+/// it in its log. After a restart they came back as the new incarnation's
+/// log: the learner stood in view 8 while the group ran view 0, refused
+/// every Prepare and never caught up, so the join in flight never finished.
+/// The switch now truncates them, and a recovered switch snapshot without a
+/// superblock of its incarnation keeps no entries past it.
+#[test]
+fn z6_regression_seed_608535_a_learner_switched_from_its_applied_point_leaves_the_old_log_behind() {
+    let report = run_catching(SimConfig::metadata(608_535)).unwrap_or_else(|panic| panic!("{panic}"));
+    assert!(report.violations.is_empty(), "{:?}", report.violations);
+}
+
+/// The Z6 shape of `cohort-sim` (five nodes, three metadata voters).
+fn z6_shape(seed: u64) -> SimConfig {
+    let mut config = SimConfig::metadata(seed);
+    config.nodes = 5;
+    config.metadata_voters = Some(3);
+    config
+}
+
+/// Z6 shape, seed 601068: node 4 came back too late to host a group created
+/// while it was down, and then a replace of another member sealed the group.
+/// A member waited for no pending switch before it hosted the group, and
+/// the seal waited for that member: neither moved. A member of the next
+/// incarnation now hosts the group while a switch is pending.
+#[test]
+fn z6_regression_seed_601068_a_member_late_for_the_creation_hosts_the_group_during_a_switch() {
+    let report = run_catching(z6_shape(601_068)).unwrap_or_else(|panic| panic!("{panic}"));
+    assert!(report.violations.is_empty(), "{:?}", report.violations);
+}
+
+/// Z6 shape, seed 602502: a learner restarted with entries of view 11 in its
+/// log and a superblock of log view 0. Recovery took view 11 from the log,
+/// but the next flush took the stale superblock's log view as durable, so
+/// the learner withheld its PrepareOk of the seal for good, and the seal
+/// waited for every next member.
+#[test]
+fn z6_regression_seed_602502_a_log_view_recovered_from_the_log_stays_durable() {
+    let report = run_catching(z6_shape(602_502)).unwrap_or_else(|panic| panic!("{panic}"));
+    assert!(report.violations.is_empty(), "{:?}", report.violations);
+}
+
 /// Z6 under every fault: five nodes, the metadata group's voters the first
 /// three and the other two its learners; the operator moves, replaces,
 /// grows and shrinks those voters (and the kv groups' members) while nodes
@@ -384,9 +442,7 @@ fn z6_metadata_voters_change_through_operations_under_every_fault() {
     let mut failures = Vec::new();
     let mut switched_seeds = 0;
     for seed in seeds.clone() {
-        let mut config = SimConfig::metadata(seed);
-        config.nodes = 5;
-        config.metadata_voters = Some(3);
+        let config = z6_shape(seed);
         match run_catching(config.clone()) {
             Ok(report) if report.violations.is_empty() => {
                 switched_seeds += u64::from(report.operations.metadata_switches > 0);

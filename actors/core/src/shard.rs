@@ -344,6 +344,15 @@ impl Shard {
         }
         self.with_group(group, |replica, fx| {
             if let Err(refusal) = replica.accepts_from(from, &message) {
+                // Z6: any frame of the next incarnation says this one's seal
+                // committed, an election's too: a next member whose log ends
+                // with the seal may hear no Commit of it before it votes.
+                let next = replica.incarnation_of(&message).filter(|inc| inc.0 == replica.spec.incarnation.0 + 1);
+                if let Some(next) = next
+                    && replica.on_next_incarnation_commit(from, next, fx)
+                {
+                    return;
+                }
                 return fx.refused.count(refusal);
             }
             // Z3: a message the door let in wakes a quiesced primary (a
@@ -604,14 +613,10 @@ impl Shard {
 }
 
 impl Replica {
-    /// Fencing at the door: a group message must come from the node that is
-    /// the member it claims to be, for this incarnation; election messages
-    /// only from voters (P4: an index past the group, or a learner's
-    /// StartViewChange or DoViewChange, is refused here). The error is the
-    /// reason, for the shard to count (T5).
-    pub(crate) fn accepts_from(&self, from: NodeId, message: &Message) -> Result<(), crate::refusal::Refusal> {
-        use crate::refusal::Refusal;
-        let (incarnation, replica) = match message {
+    /// The incarnation and member index a group message says it is from
+    /// (none for a client request or a batch command).
+    fn sender_of(message: &Message) -> Option<(cohort_messages::Incarnation, cohort_messages::MemberIndex)> {
+        Some(match message {
             Message::Prepare(m) => (m.incarnation, m.replica),
             Message::PrepareOk(m) => (m.incarnation, m.replica),
             Message::StartViewChange(m) => (m.incarnation, m.replica),
@@ -620,8 +625,26 @@ impl Replica {
             Message::RequestPrepares(m) => (m.incarnation, m.replica),
             Message::RequestStateTransfer(m) => (m.incarnation, m.replica),
             Message::StateChunk(m) => (m.incarnation, m.replica),
-            Message::Request(_) => return Ok(()),
-            _ => return Err(Refusal::UnexpectedCommand),
+            _ => return None,
+        })
+    }
+
+    /// The incarnation a group message is of, if it names one.
+    pub(crate) fn incarnation_of(&self, message: &Message) -> Option<cohort_messages::Incarnation> {
+        Self::sender_of(message).map(|(incarnation, _)| incarnation)
+    }
+
+    /// Fencing at the door: a group message must come from the node that is
+    /// the member it claims to be, for this incarnation; election messages
+    /// only from voters (P4: an index past the group, or a learner's
+    /// StartViewChange or DoViewChange, is refused here). The error is the
+    /// reason, for the shard to count (T5).
+    pub(crate) fn accepts_from(&self, from: NodeId, message: &Message) -> Result<(), crate::refusal::Refusal> {
+        use crate::refusal::Refusal;
+        let (incarnation, replica) = match Self::sender_of(message) {
+            Some(sender) => sender,
+            None if matches!(message, Message::Request(_)) => return Ok(()),
+            None => return Err(Refusal::UnexpectedCommand),
         };
         let election = matches!(message, Message::StartViewChange(_) | Message::DoViewChange(_));
         let any_incarnation = self.config.mutated(crate::mutants::Mutant::OtherIncarnationAccepted);

@@ -983,10 +983,16 @@ impl MetadataAgent {
                 }
                 // (A guard that asks fails only when it was asked recently;
                 // a member is never a learner, so nothing below matches it.)
+                // A member of the group's first incarnation starts empty,
+                // as at its creation; so does one while a switch is pending
+                // if it is a member of the next incarnation too: the seal
+                // commits only once every next member holds it (Z6), and a
+                // node that came up too late to host the group at its
+                // creation would otherwise hold the switch up for good.
                 None if placeable
                     && record.members.contains(&node)
                     && record.incarnation == record.created
-                    && record.pending.is_none()
+                    && record.pending.as_ref().is_none_or(|pending| pending.seal.members.contains(&node))
                     && asked_again(&mut self.replicas_asked, *group, now, self.config.request_retry_ticks) =>
                 {
                     out.push(AgentOutput::HostMember {

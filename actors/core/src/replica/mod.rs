@@ -312,7 +312,15 @@ impl Replica {
             replica.snapshot = Some(snapshot.clone());
         }
         let base = replica.log.base();
-        for entry in recovered.entries {
+        // A snapshot with no superblock of this incarnation is a switch's
+        // (`into_next_incarnation`) whose first flush was lost: entries past
+        // it are the earlier incarnation's (a learner that switched from its
+        // applied point, Z6) or that flush's, never acknowledged. Neither is
+        // this incarnation's log.
+        let switched = recovered.snapshot.is_some()
+            && recovered.superblock.as_ref().is_none_or(|sb| sb.incarnation != replica.spec.incarnation);
+        let entries = if switched { Vec::new() } else { recovered.entries };
+        for entry in entries {
             if entry.op <= base {
                 continue;
             }
@@ -349,6 +357,14 @@ impl Replica {
         {
             replica.log_view = newest;
             replica.view = replica.view.max(newest);
+            // The superblock this replica counts as saved says so too: the
+            // next flush takes its log view as durable, and an older one
+            // would withhold every PrepareOk until some later change of the
+            // superblock (a learner makes none: seed 602502, Z6 shape).
+            if let Some(saved) = replica.superblock_saved.as_mut() {
+                saved.log_view = newest;
+                saved.view = saved.view.max(newest);
+            }
         }
         // Everything recovered is durable, the log view read from it too.
         replica.superblock_durable_log_view = Some(replica.log_view);

@@ -20,8 +20,9 @@
 //! The seal commits only once every member of the next incarnation holds it
 //! durably, as well as a replication quorum of this one (Z6): so a next
 //! member that crashed before it learned the commit point still has the seal
-//! in its log, and the first Commit of the next incarnation it hears tells
-//! it the seal committed ([`Replica::on_next_incarnation_commit`]). The
+//! in its log, and the first frame of the next incarnation it hears from a
+//! next member (a Commit, or an election's message) tells it the seal
+//! committed ([`Replica::on_next_incarnation_commit`]). The
 //! metadata group, whose own log is the one sealed, switches its replicas on
 //! that alone; a partition group's host also waits until every next member
 //! reported the seal durable through the metadata.
@@ -186,7 +187,8 @@ impl Replica {
         if seal.members.iter().all(holds) { op } else { Op(op.0 - 1) }
     }
 
-    /// Z6: a Commit of the next incarnation from `from`. That incarnation
+    /// Z6: a frame of the next incarnation from `from` (a Commit entry, or
+    /// any group message: an election's too). That incarnation
     /// runs only once the seal committed, and the seal committed only once
     /// every next member, this one among them, held it; so if this replica's
     /// log ends with that seal and `from` is one of its members, the seal
@@ -321,6 +323,12 @@ impl Replica {
     /// this replica end as not primary.
     pub(crate) fn into_next_incarnation(mut self, spec: GroupSpec, fx: &mut Effects) -> Replica {
         let op = self.sealed.as_ref().map_or(self.commit_min, |sealed| sealed.op);
+        // Z6: a learner that missed the seal goes on from its applied point;
+        // the entries of this incarnation past it must not come back after a
+        // restart as the next incarnation's log (see `Replica::recover`).
+        if self.log.op() > op {
+            fx.stage(self.spec.group, Effect::Truncate { group: self.spec.group, after: op });
+        }
         self.fail_waits(fx);
         self.refuse_queued(fx);
         let Replica { state, clients, config, .. } = self;
