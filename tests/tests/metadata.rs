@@ -430,6 +430,21 @@ fn z6_regression_seed_602502_a_log_view_recovered_from_the_log_stays_durable() {
     assert!(report.violations.is_empty(), "{:?}", report.violations);
 }
 
+/// Z6 shape, seed 606879: the metadata group shrank from nodes 2 and 3 to
+/// node 3 alone. Every other node applied the seal and went on as a learner
+/// of the next incarnation, but node 3, its only voter, had lost its
+/// primary before it heard that the seal committed, and kept electing in
+/// the old incarnation, where nobody was left to answer; the new one had
+/// no primary to send it a frame. A replica of the new incarnation now
+/// answers a frame of the old one from a voter of the new with a frame of
+/// its own, and any frame of the next incarnation from a node of the group
+/// says the seal committed.
+#[test]
+fn z6_regression_seed_606879_a_lone_next_voter_still_in_the_old_incarnation_is_told_the_seal_committed() {
+    let report = run_catching(z6_shape(606_879)).unwrap_or_else(|panic| panic!("{panic}"));
+    assert!(report.violations.is_empty(), "{:?}", report.violations);
+}
+
 /// Z6 under every fault: five nodes, the metadata group's voters the first
 /// three and the other two its learners; the operator moves, replaces,
 /// grows and shrinks those voters (and the kv groups' members) while nodes

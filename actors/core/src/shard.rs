@@ -344,12 +344,9 @@ impl Shard {
         }
         self.with_group(group, |replica, fx| {
             if let Err(refusal) = replica.accepts_from(from, &message) {
-                // Z6: any frame of the next incarnation says this one's seal
-                // committed, an election's too: a next member whose log ends
-                // with the seal may hear no Commit of it before it votes.
-                let next = replica.incarnation_of(&message).filter(|inc| inc.0 == replica.spec.incarnation.0 + 1);
-                if let Some(next) = next
-                    && replica.on_next_incarnation_commit(from, next, fx)
+                if refusal == crate::refusal::Refusal::OtherIncarnation
+                    && let Some(incarnation) = replica.incarnation_of(&message)
+                    && replica.on_other_incarnation(from, incarnation, fx)
                 {
                     return;
                 }

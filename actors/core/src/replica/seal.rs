@@ -38,7 +38,8 @@
 
 use cohort_messages::seal::Seal;
 use cohort_messages::{
-    ClientId, Incarnation, MemberIndex, NodeId, Op, ReplyError, Request, RequestKind, RequestNumber, View,
+    ClientId, Incarnation, MemberIndex, Message, NodeId, Op, ReplyError, Request, RequestKind, RequestNumber,
+    RequestPrepares, View,
 };
 
 use super::{GroupSpec, Replica, snapshot};
@@ -187,12 +188,44 @@ impl Replica {
         if seal.members.iter().all(holds) { op } else { Op(op.0 - 1) }
     }
 
+    /// Z6: a group message of another incarnation from `from`, refused at
+    /// the door. One of the next incarnation may say this one's seal
+    /// committed ([`Replica::on_next_incarnation_commit`]); true if it did.
+    /// One of the previous incarnation from a voter of this one comes from a
+    /// next voter still in the old incarnation, whose log ends with the
+    /// seal but who never heard that it committed: the members it calls on
+    /// left that incarnation, and this one has no primary without it. It
+    /// gets a frame of this incarnation, which tells it.
+    pub(crate) fn on_other_incarnation(&mut self, from: NodeId, incarnation: Incarnation, fx: &mut Effects) -> bool {
+        if incarnation.0 == self.spec.incarnation.0 + 1 {
+            return self.on_next_incarnation_commit(from, incarnation, fx);
+        }
+        if incarnation.0 + 1 == self.spec.incarnation.0
+            && let Some(index) = self.spec.members.iter().position(|member| *member == from)
+            && self.spec.me.0 as usize != index
+        {
+            let nudge = RequestPrepares {
+                group: self.spec.group,
+                incarnation: self.spec.incarnation,
+                view: self.view,
+                replica: self.spec.me,
+                op_min: self.commit_min.next(),
+                op_max: self.commit_min.next(),
+            };
+            fx.send(from, Message::RequestPrepares(nudge));
+        }
+        false
+    }
+
     /// Z6: a frame of the next incarnation from `from` (a Commit entry, or
-    /// any group message: an election's too). That incarnation
-    /// runs only once the seal committed, and the seal committed only once
-    /// every next member, this one among them, held it; so if this replica's
-    /// log ends with that seal and `from` is one of its members, the seal
-    /// committed: apply it. Anything else is a frame of another incarnation.
+    /// any group message: an election's too). That incarnation runs only
+    /// once the seal committed, and the seal committed only once every next
+    /// member, this one among them, held it: no replica enters it before
+    /// (a voter applies the seal first, a learner the seal or what a
+    /// replica of the next incarnation sent it). So if this replica's log
+    /// ends with that seal and `from` is a node of the group (a member or
+    /// learner of either incarnation), the seal committed: apply it.
+    /// Anything else is a frame of another incarnation.
     pub(crate) fn on_next_incarnation_commit(
         &mut self,
         from: NodeId,
@@ -200,7 +233,9 @@ impl Replica {
         fx: &mut Effects,
     ) -> bool {
         let Some((op, seal)) = self.uncommitted_seal() else { return false };
-        if seal.incarnation != incarnation || !seal.members.contains(&from) {
+        let of_the_group =
+            seal.members.contains(&from) || self.spec.members.contains(&from) || self.spec.learners.contains(&from);
+        if seal.incarnation != incarnation || !of_the_group {
             return false;
         }
         let me = self.node_of(self.spec.me);
