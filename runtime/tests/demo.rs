@@ -16,6 +16,7 @@ fn demo_runs_kills_restarts_and_loses_nothing() {
     let last = stdout.lines().last().unwrap_or_default();
     let summary: serde_json::Value = serde_json::from_str(last).unwrap_or_else(|_| panic!("a JSON last line: {last}"));
     assert_eq!(summary["lost_acked_writes"], 0, "{summary}");
+    assert_eq!(summary["unverified_groups"], 0, "every group read back: {summary}");
     assert!(summary["committed_ops"].as_u64().is_some_and(|ops| ops > 0), "{summary}");
     for key in [
         "primaries_per_node",
@@ -91,6 +92,7 @@ fn r22_a_10000_group_demo_finishes_and_each_failover_is_within_the_bound_of_its_
     let summary: serde_json::Value = serde_json::from_str(last).unwrap_or_else(|_| panic!("a JSON last line: {last}"));
     let number = |key: &str| summary[key].as_u64().unwrap_or_else(|| panic!("{key} missing: {summary}"));
     assert_eq!(number("lost_acked_writes"), 0, "{summary}");
+    assert_eq!(number("unverified_groups"), 0, "every group read back: {summary}");
     assert!(number("failover_groups") > 3000, "the busiest node led a third of the groups: {summary}");
     assert_eq!(number("failover_groups_done"), number("failover_groups"), "a group never failed over: {summary}");
     assert!(

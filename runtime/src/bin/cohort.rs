@@ -98,6 +98,10 @@ enum Command {
         /// (default: $OTEL_EXPORTER_OTLP_ENDPOINT if set, else no export).
         #[arg(long)]
         otlp_endpoint: Option<String>,
+        /// Z3, opt-in: groups idle this many seconds quiesce (the
+        /// `commit_quiesce_timeout` key); absent, seed 000's heartbeats.
+        #[arg(long)]
+        quiesce_secs: Option<u64>,
     },
     /// Make a cluster's CA and certificates (mTLS between nodes and for
     /// clients): `init` once, then `node`/`client` for later identities.
@@ -444,7 +448,17 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Demo { nodes, partitions, duration_secs, shards, writers, json, keep_data, otlp_endpoint } => {
+        Command::Demo {
+            nodes,
+            partitions,
+            duration_secs,
+            shards,
+            writers,
+            json,
+            keep_data,
+            otlp_endpoint,
+            quiesce_secs,
+        } => {
             let telemetry = cohort_runtime::config::TelemetryConfig {
                 otlp_endpoint,
                 ..cohort_runtime::config::TelemetryConfig::default()
@@ -461,6 +475,7 @@ fn main() -> ExitCode {
                 writers,
                 keep_data,
                 progress: true,
+                quiesce: quiesce_secs.map(Duration::from_secs),
             };
             eprintln!(
                 "cohort demo: {nodes} nodes on loopback TCP, {partitions} partitions, {duration_secs} s of writes; \
@@ -471,7 +486,15 @@ fn main() -> ExitCode {
             match result {
                 Ok(summary) => {
                     let printed = print("cohort demo", &if json { summary.json() } else { summary.table() });
-                    if summary.lost_acked_writes == 0 { printed } else { ExitCode::FAILURE }
+                    if summary.unverified_groups > 0 {
+                        eprintln!(
+                            "cohort demo: {} groups did not answer the read-back in time; their {} acknowledged \
+                             writes are not verified",
+                            summary.unverified_groups, summary.unverified_writes
+                        );
+                    }
+                    let clean = summary.lost_acked_writes == 0 && summary.unverified_groups == 0;
+                    if clean { printed } else { ExitCode::FAILURE }
                 }
                 Err(error) => {
                     eprintln!("cohort demo: {error}");

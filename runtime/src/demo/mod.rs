@@ -49,6 +49,9 @@ pub struct DemoOptions {
     pub keep_data: bool,
     /// Draw the progress bar.
     pub progress: bool,
+    /// Z3, opt-in: groups idle this long quiesce (`commit_quiesce_timeout`);
+    /// `None`, the default, runs seed 000's heartbeats unchanged.
+    pub quiesce: Option<Duration>,
 }
 
 impl Default for DemoOptions {
@@ -61,6 +64,7 @@ impl Default for DemoOptions {
             writers: 64,
             keep_data: false,
             progress: true,
+            quiesce: None,
         }
     }
 }
@@ -83,6 +87,25 @@ pub fn run(options: DemoOptions) -> Result<DemoSummary, String> {
         eprintln!("data kept in {}", dir.display());
     }
     result
+}
+
+/// What reading every group back found.
+#[derive(Clone, Copy, Debug, Default)]
+struct Verification {
+    /// Acknowledged writes missing from their group's ledger.
+    lost: u64,
+    /// Acknowledged writes looked for.
+    verified: u64,
+    /// Groups whose ledger could not be read before the deadline.
+    unverified_groups: u64,
+    /// Acknowledged writes of those groups: neither found nor missed.
+    unverified_writes: u64,
+}
+
+/// How long reading every group back may take: a minute, plus 2 ms per
+/// group (a healthy 100,000-group cluster reads back in about 10 s here).
+fn verify_wait_max(partitions: usize) -> Duration {
+    Duration::from_secs(60) + Duration::from_millis(2 * partitions as u64)
 }
 
 /// How long a writer waits before it asks another node after an error.
@@ -213,9 +236,9 @@ impl Demo {
         }
         let workload_secs = started.elapsed().as_secs_f64();
         bar.set_message("reading back every acknowledged write");
-        let (lost, verified) = demo.verify().await;
+        let verification = demo.verify(&bar).await;
         bar.finish_and_clear();
-        let summary = demo.summarize(&nodes, killed.as_ref(), workload_secs, lost, verified).await;
+        let summary = demo.summarize(&nodes, killed.as_ref(), workload_secs, verification).await;
         for node in nodes.into_iter().flatten() {
             node.stop();
         }
@@ -230,6 +253,10 @@ impl Demo {
             .listen(self.addresses[index])
             .data_dir(self.dir.join(format!("node-{}", node.0)))
             .shards(self.options.shards)
+            .cluster_config(crate::config::ClusterConfig {
+                commit_quiesce_timeout: self.options.quiesce,
+                ..crate::config::ClusterConfig::default()
+            })
             .state_machine(|_| Box::new(Ledger::default()));
         for (peer, address) in self.addresses.iter().enumerate() {
             if peer != index {
@@ -404,15 +431,28 @@ impl Demo {
         best
     }
 
-    /// Read every group's ledger from its primary; count missing acknowledged writes.
-    async fn verify(&self) -> (u64, u64) {
-        let (mut lost, mut verified) = (0u64, 0u64);
+    /// Read every group's ledger from its primary; count missing
+    /// acknowledged writes. Bounded by [`verify_wait_max`]: a cluster that
+    /// cannot answer (a node shut down by its session policy, a machine
+    /// too loaded to serve every group) leaves the groups it did not read
+    /// *unverified*, counted apart from the lost writes, and the demo ends.
+    async fn verify(&self, bar: &ProgressBar) -> Verification {
+        let mut verification = Verification::default();
         let nodes = self.options.nodes;
+        let deadline = Instant::now() + verify_wait_max(self.options.partitions);
         for g in 0..self.options.partitions {
             let group = GroupId(g as u64);
             let acked = self.acked.borrow()[g].clone();
+            if g % 1000 == 0 {
+                bar.set_message(format!(
+                    "reading back every acknowledged write: group {g} of {}",
+                    self.options.partitions
+                ));
+            }
             let mut ledger = None;
-            for attempt in 0..200 {
+            let mut attempt = 0u64;
+            while Instant::now() < deadline {
+                attempt += 1;
                 let target = self.guess.borrow()[g];
                 let Some(handle) = self.handle(target) else {
                     self.guess.borrow_mut()[g] = (target + 1) % nodes;
@@ -432,15 +472,20 @@ impl Demo {
                     }
                 }
             }
-            let present: std::collections::HashSet<u64> = ledger.unwrap_or_default().into_iter().collect();
+            let Some(ledger) = ledger else {
+                verification.unverified_groups += 1;
+                verification.unverified_writes += acked.len() as u64;
+                continue;
+            };
+            let present: std::collections::HashSet<u64> = ledger.into_iter().collect();
             for id in acked {
-                verified += 1;
+                verification.verified += 1;
                 if !present.contains(&id) {
-                    lost += 1;
+                    verification.lost += 1;
                 }
             }
         }
-        (lost, verified)
+        verification
     }
 
     async fn summarize(
@@ -448,8 +493,7 @@ impl Demo {
         nodes: &[Option<Node>],
         killed: Option<&(usize, cohort_actors::shard::ShardReport)>,
         workload_secs: f64,
-        lost: u64,
-        verified: u64,
+        verification: Verification,
     ) -> DemoSummary {
         let mut reports = Vec::new();
         let mut view_changes_sent = (0, 0);
@@ -511,8 +555,10 @@ impl Demo {
             commit_entries: sum(|m| m.commit_entries_sent),
             reply_frames: sum(|m| m.reply_batches_sent),
             reply_entries: sum(|m| m.reply_entries_sent),
-            lost_acked_writes: lost,
-            verified_writes: verified,
+            lost_acked_writes: verification.lost,
+            verified_writes: verification.verified,
+            unverified_groups: verification.unverified_groups,
+            unverified_writes: verification.unverified_writes,
             primaries_per_node,
         }
     }

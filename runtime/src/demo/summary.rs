@@ -70,6 +70,11 @@ pub struct DemoSummary {
     pub lost_acked_writes: u64,
     /// Acknowledged writes read back.
     pub verified_writes: u64,
+    /// Groups the demo could not read back before its deadline (a cluster
+    /// that cannot serve them): their writes are neither found nor lost.
+    pub unverified_groups: u64,
+    /// Acknowledged writes of those groups.
+    pub unverified_writes: u64,
     /// Groups each running node leads at the end, in node order (C5: after
     /// the restart the balancer hands the restarted node its share back).
     pub primaries_per_node: Vec<usize>,
@@ -124,7 +129,7 @@ impl DemoSummary {
                 format!("{} / {}", self.view_change_frames, self.view_change_messages),
             ),
             ("CommitReply frames / entries sent", format!("{} / {}", self.reply_frames, self.reply_entries)),
-            ("lost acknowledged writes", format!("{} (of {} read back)", self.lost_acked_writes, self.verified_writes)),
+            ("lost acknowledged writes", self.lost_text()),
             ("primaries per node (end)", self.primaries_text()),
         ];
         let width = rows.iter().map(|(name, _)| name.len()).max().unwrap_or(0);
@@ -146,7 +151,8 @@ impl DemoSummary {
                 "\"failover_bound_ms_idle\":{},\"start_to_first_write_ms\":{},\"rss_after_start_bytes\":{},",
                 "\"memory_bytes_per_replica\":{},\"failover_groups\":{},\"failover_groups_idle\":{},",
                 "\"failover_groups_done\":{},\"view_change_messages\":{},\"view_change_frames\":{},",
-                "\"restart_to_connected_ms\":{},\"elected_ms_max_busy\":{},\"elected_ms_max_idle\":{}}}"
+                "\"restart_to_connected_ms\":{},\"elected_ms_max_busy\":{},\"elected_ms_max_idle\":{},",
+                "\"unverified_groups\":{},\"unverified_writes\":{}}}"
             ),
             self.committed_ops,
             self.ops_per_sec,
@@ -174,8 +180,22 @@ impl DemoSummary {
             self.view_change_frames,
             self.restart_to_connected_ms,
             self.elected_ms_max_busy,
-            self.elected_ms_max_idle
+            self.elected_ms_max_idle,
+            self.unverified_groups,
+            self.unverified_writes
         )
+    }
+
+    fn lost_text(&self) -> String {
+        let mut text = format!("{} (of {} read back)", self.lost_acked_writes, self.verified_writes);
+        if self.unverified_groups > 0 {
+            let _ = write!(
+                text,
+                "; NOT READ BACK: {} writes in {} groups that did not answer in time",
+                self.unverified_writes, self.unverified_groups
+            );
+        }
+        text
     }
 
     fn primaries_text(&self) -> String {
@@ -233,6 +253,8 @@ mod tests {
             "restart_to_connected_ms",
             "elected_ms_max_busy",
             "elected_ms_max_idle",
+            "unverified_groups",
+            "unverified_writes",
         ] {
             assert!(json.contains(&format!("\"{key}\":")), "{key} in {json}");
         }
