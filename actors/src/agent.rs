@@ -86,14 +86,20 @@ use crate::status::{AgentStatus, StatusBoard};
 /// Z2: a scan (asking every shard for its hosted replicas and running the
 /// agent's passes over them) costs O(groups): about 17 ms on this machine
 /// with 10,000 groups a node. The next scan starts no sooner than this many
-/// times the last one's duration after it began, so the agent takes at most
-/// about 1/20 of its thread whatever the group count; with a few thousand
-/// groups or fewer it still scans every tick, as before.
+/// times the last one's duration after it began, so a scan takes at most
+/// about 1/20 of the time whatever the group count; with a few thousand
+/// groups or fewer it still scans every tick, as before. The duration runs
+/// from the question to the shards to the end of the agent's passes: the
+/// shards' part (one record per replica, on their threads) is the larger
+/// one, and a scan that waited behind busy shards spaces the next further.
 const SCAN_SPACING_FACTOR: u32 = 20;
 
-/// The longest wait between two scans, however slow the last one was: the
-/// session keepalives leave from the scan (S1).
-const SCAN_SPACING_MAX: Duration = Duration::from_millis(500);
+/// The longest wait between two scans, however slow the last one was. The
+/// session keepalives leave from the ticks between scans too (Z3), so this
+/// only bounds how stale what the agent acts on may get: at 100,000 groups
+/// a node a scan takes a few hundred milliseconds, and scans every 500 ms
+/// there took a third of the machine in the middle of a failover.
+const SCAN_SPACING_MAX: Duration = Duration::from_secs(2);
 
 /// Z3: a full scan runs at least this often even if nothing it looks at
 /// changed (the balancer's budget and the agent's retries are timed).
@@ -423,9 +429,11 @@ impl MetadataAgentActor {
             }
             hosted
         };
-        ctx.spawn(asked.into_actor(self).map(|hosted, actor, ctx| {
+        let asked_at = Instant::now();
+        ctx.spawn(asked.into_actor(self).map(move |hosted, actor, ctx| {
             actor.polling = false;
             actor.on_hosted(hosted, ctx);
+            actor.scan_duration = asked_at.elapsed();
         }));
     }
 
@@ -444,10 +452,6 @@ impl MetadataAgentActor {
         let metadata = self.setup.metadata.clone();
         let outputs = metadata.with(|state| self.agent.on_tick(now, state, primary, &hosted));
         self.execute(outputs, ctx);
-        // The shards' part of the scan runs on their threads; its share is
-        // about the agent's (building one record per group), so the passes'
-        // time stands for both.
-        self.scan_duration = self.last_tick.elapsed();
         self.after_tick(now, ctx);
     }
 

@@ -479,7 +479,7 @@ fn main() -> ExitCode {
             };
             eprintln!(
                 "cohort demo: {nodes} nodes on loopback TCP, {partitions} partitions, {duration_secs} s of writes; \
-                 the busiest node is killed at 1/3 and restarted at 2/3"
+                 the busiest node is killed at 1/3 and restarted at 2/3, once its groups failed over"
             );
             let result = demo::run(options);
             stop_tracing("cohort demo", tracing);

@@ -5,8 +5,8 @@
 //! groups (every node a member, primaries spread evenly), and runs a write
 //! workload with live progress. A third of the way in it stops the node that
 //! leads the most groups, as abruptly as a crash, and measures per group how
-//! long until a write commits again; two thirds in it restarts that node from
-//! its data directory. At the end it reads back every group's ledger from its
+//! long until a write commits again; two thirds in, once that is measured,
+//! it restarts that node from its data directory. At the end it reads back every group's ledger from its
 //! primary and counts acknowledged writes that are missing (must be 0).
 
 mod ledger;
@@ -108,6 +108,10 @@ fn verify_wait_max(partitions: usize) -> Duration {
     Duration::from_secs(60) + Duration::from_millis(2 * partitions as u64)
 }
 
+/// How long after the idle failover bound the restart waits at most for
+/// probes still running (see `Demo::failover_measured`).
+const RESTART_MARGIN: Duration = Duration::from_secs(1);
+
 /// How long a writer waits before it asks another node after an error.
 const RETRY_PAUSE: Duration = Duration::from_millis(20);
 
@@ -206,9 +210,10 @@ impl Demo {
                 }
                 demo.classify_killed_groups(&report.primaries).await;
                 killed = Some((victim, report));
-            } else if let Some((victim, _)) = &killed
+            } else if let Some((victim, report)) = &killed
                 && !restarted
                 && elapsed >= restart_at
+                && demo.failover_measured(report.primaries.len())
             {
                 restart_began = Some(Instant::now());
                 nodes[*victim] = Some(demo.start_node(*victim)?);
@@ -299,6 +304,19 @@ impl Demo {
             .unwrap_or_else(|_| ProgressStyle::default_bar());
         bar.set_style(style);
         bar
+    }
+
+    /// Whether the failover of the killed node's groups is measured: each
+    /// failed over, or the idle bound (R22) has passed since the kill. The
+    /// restart waits for it: the restarted node recovers every group it
+    /// hosts and runs a view change for each group it led, and that burst
+    /// would land inside the elections the demo is timing (at 100,000
+    /// groups, the idle groups' ones).
+    fn failover_measured(&self, groups: usize) -> bool {
+        let timing = crate::config::ClusterConfig::default();
+        let idle_bound = timing.commit_idle_heartbeat_timeout + 2 * timing.commit_broadcast_interval;
+        let passed = self.killed_at.get().is_some_and(|killed| killed.elapsed() >= idle_bound + RESTART_MARGIN);
+        passed || self.failover.borrow().len() >= groups
     }
 
     fn handle(&self, index: usize) -> Option<NodeHandle> {
