@@ -6,10 +6,13 @@
 //! - group commit with superblocks: the same, plus a superblock staged for
 //!   every group touched by the flush (one more sync per flush, however many
 //!   superblocks);
-//! - one sync per record: a flush after every append.
+//! - one sync per record: a flush after every append;
+//! - one sync per record, growing file: the same with K3's preallocation off,
+//!   so that every flush also makes the file longer,
 //!
-//! and prints the ratio of group commit to one sync per record, all in the
-//! same run (sync latency on a shared disk drifts; comparing within one run is
+//! and prints the ratio of group commit to one sync per record and what
+//! preallocation saves per sync (latency, and the thread's CPU time from
+//! `/proc/thread-self/schedstat`), all in the same run (sync latency on a shared disk drifts; comparing within one run is
 //! what makes the ratio meaningful).
 //!
 //! `cargo bench -p cohort-runtime --bench wal`. Sizes can be changed with
@@ -35,6 +38,7 @@ enum Mode {
     GroupCommit,
     GroupCommitWithSuperblocks,
     SyncEachRecord,
+    SyncEachRecordGrowing,
 }
 
 impl Mode {
@@ -43,6 +47,7 @@ impl Mode {
             Mode::GroupCommit => "group commit",
             Mode::GroupCommitWithSuperblocks => "group commit + superblocks",
             Mode::SyncEachRecord => "one sync per record",
+            Mode::SyncEachRecordGrowing => "one sync per record, growing",
         }
     }
 }
@@ -51,6 +56,8 @@ struct Measured {
     records: u64,
     syncs: u64,
     elapsed: Duration,
+    /// CPU time of this thread over the run.
+    cpu: Duration,
 }
 
 impl Measured {
@@ -65,6 +72,17 @@ impl Measured {
     fn records_per_sync(&self) -> f64 {
         self.records as f64 / self.syncs.max(1) as f64
     }
+
+    fn cpu_us_per_sync(&self) -> f64 {
+        self.cpu.as_secs_f64() * 1e6 / self.syncs.max(1) as f64
+    }
+}
+
+/// This thread's time on a CPU so far (`/proc/thread-self/schedstat`,
+/// nanoseconds; zero where there is none).
+fn thread_cpu() -> Duration {
+    let text = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap_or_default();
+    Duration::from_nanos(text.split_whitespace().next().and_then(|ns| ns.parse().ok()).unwrap_or(0))
 }
 
 fn superblock(commit: u64) -> Superblock {
@@ -80,15 +98,22 @@ fn superblock(commit: u64) -> Superblock {
 
 fn run(groups: u64, records: u64, mode: Mode) -> Measured {
     let dir = tempfile::Builder::new().prefix("cohort-bench-wal-").tempdir().expect("temp dir");
-    let mut storage = FileStorage::open(dir.path(), FileStorageConfig::default()).expect("valid config");
+    let config = match mode {
+        Mode::SyncEachRecordGrowing => {
+            FileStorageConfig { preallocation_size_bytes: 0, ..FileStorageConfig::default() }
+        }
+        _ => FileStorageConfig::default(),
+    };
+    let mut storage = FileStorage::open(dir.path(), config).expect("valid config");
     if let Err(error) = storage.recover() {
         panic!("recover: {error}");
     }
     let operation = Bytes::from(vec![0xA5u8; OPERATION_SIZE_BYTES]);
     let mut next_op = vec![1u64; groups as usize];
-    let per_flush = if mode == Mode::SyncEachRecord { 1 } else { RECORDS_PER_FLUSH as u64 };
+    let sync_each = matches!(mode, Mode::SyncEachRecord | Mode::SyncEachRecordGrowing);
+    let per_flush = if sync_each { 1 } else { RECORDS_PER_FLUSH as u64 };
     let before = storage.stats();
-    let started = Instant::now();
+    let (started, cpu_before) = (Instant::now(), thread_cpu());
     let mut record = 0u64;
     while record < records {
         let mut touched = Vec::with_capacity(per_flush as usize);
@@ -120,9 +145,9 @@ fn run(groups: u64, records: u64, mode: Mode) -> Measured {
             panic!("flush: {error}");
         }
     }
-    let elapsed = started.elapsed();
+    let (elapsed, cpu) = (started.elapsed(), thread_cpu().saturating_sub(cpu_before));
     let after = storage.stats();
-    Measured { records, syncs: after.syncs_total() - before.syncs_total(), elapsed }
+    Measured { records, syncs: after.syncs_total() - before.syncs_total(), elapsed, cpu }
 }
 
 fn env_count(name: &str, default: u64) -> u64 {
@@ -140,25 +165,47 @@ fn main() {
         "WAL group commit benchmark: {OPERATION_SIZE_BYTES}-byte operations, {RECORDS_PER_FLUSH} records per flush \
          ({records} records), one sync per record ({records_sync_each} records)"
     );
-    println!("{:>7}  {:<27} {:>12} {:>10} {:>13}", "groups", "mode", "records/s", "syncs/s", "records/sync");
+    println!(
+        "{:>7}  {:<30} {:>12} {:>10} {:>13} {:>13}",
+        "groups", "mode", "records/s", "syncs/s", "records/sync", "CPU µs/sync"
+    );
     for groups in [1u64, 100, 10_000] {
-        let mut group_commit_rate = 0.0;
-        for mode in [Mode::GroupCommit, Mode::GroupCommitWithSuperblocks, Mode::SyncEachRecord] {
-            let count = if mode == Mode::SyncEachRecord { records_sync_each } else { records };
+        let (mut group_commit_rate, mut sync_each) = (0.0, None);
+        let modes =
+            [Mode::GroupCommit, Mode::GroupCommitWithSuperblocks, Mode::SyncEachRecord, Mode::SyncEachRecordGrowing];
+        for mode in modes {
+            let count = if matches!(mode, Mode::GroupCommit | Mode::GroupCommitWithSuperblocks) {
+                records
+            } else {
+                records_sync_each
+            };
             let measured = run(groups, count, mode);
             println!(
-                "{groups:>7}  {:<27} {:>12.0} {:>10.0} {:>13.1}",
+                "{groups:>7}  {:<30} {:>12.0} {:>10.0} {:>13.1} {:>13.1}",
                 mode.label(),
                 measured.records_per_second(),
                 measured.syncs_per_second(),
-                measured.records_per_sync()
+                measured.records_per_sync(),
+                measured.cpu_us_per_sync()
             );
             match mode {
                 Mode::GroupCommit => group_commit_rate = measured.records_per_second(),
-                Mode::SyncEachRecord => println!(
-                    "{groups:>7}  ratio group commit / one sync per record: {:.1}x",
-                    group_commit_rate / measured.records_per_second()
-                ),
+                Mode::SyncEachRecord => {
+                    println!(
+                        "{groups:>7}  ratio group commit / one sync per record: {:.1}x",
+                        group_commit_rate / measured.records_per_second()
+                    );
+                    sync_each = Some(measured);
+                }
+                Mode::SyncEachRecordGrowing => {
+                    if let Some(preallocated) = &sync_each {
+                        println!(
+                            "{groups:>7}  ratio preallocated / growing: {:.2}x the syncs/s, {:.2}x the CPU per sync",
+                            preallocated.syncs_per_second() / measured.syncs_per_second(),
+                            preallocated.cpu_us_per_sync() / measured.cpu_us_per_sync().max(f64::MIN_POSITIVE)
+                        );
+                    }
+                }
                 Mode::GroupCommitWithSuperblocks => {}
             }
         }
