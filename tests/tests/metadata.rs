@@ -288,19 +288,7 @@ fn m6_metadata_follower_starts_from_a_snapshot_plus_later_events() {
 #[test]
 fn metadata_seed_sweep() {
     let seeds = 0..50u64;
-    let mut failures = Vec::new();
-    let mut expired_seeds = 0;
-    for seed in seeds.clone() {
-        let config = SimConfig::metadata(seed);
-        match run_catching(config.clone()) {
-            Ok(report) if report.violations.is_empty() => {
-                expired_seeds += u64::from(report.agents.sessions_expired > 0);
-            }
-            Ok(report) => failures.push(format!("seed {seed}: {} ({})", report.violations[0], reproduce(&config))),
-            Err(panic) => failures.push(format!("seed {seed}: panic {panic} ({})", reproduce(&config))),
-        }
-    }
-    assert!(failures.is_empty(), "{} failing seeds:\n{}", failures.len(), failures.join("\n"));
+    let expired_seeds = sweep(seeds.clone(), SimConfig::metadata, |report| report.agents.sessions_expired > 0);
     assert!(expired_seeds * 2 > seeds.end - seeds.start, "sessions expired in only {expired_seeds} of 50 seeds");
 }
 
@@ -381,8 +369,7 @@ fn z5_nodes_past_the_replica_limit_read_the_whole_state() {
 /// next incarnation from a next member now says the seal committed.
 #[test]
 fn z6_regression_seed_602641_an_election_of_the_next_incarnation_says_the_seal_committed() {
-    let report = run_catching(SimConfig::metadata(602_641)).unwrap_or_else(|panic| panic!("{panic}"));
-    assert!(report.violations.is_empty(), "{:?}", report.violations);
+    let report = run_clean(SimConfig::metadata(602_641));
     assert!(report.operations.metadata_switches > 0, "the metadata group switched its voters");
 }
 
@@ -396,8 +383,36 @@ fn z6_regression_seed_602641_an_election_of_the_next_incarnation_says_the_seal_c
 /// superblock of its incarnation keeps no entries past it.
 #[test]
 fn z6_regression_seed_608535_a_learner_switched_from_its_applied_point_leaves_the_old_log_behind() {
-    let report = run_catching(SimConfig::metadata(608_535)).unwrap_or_else(|panic| panic!("{panic}"));
-    assert!(report.violations.is_empty(), "{:?}", report.violations);
+    run_clean(SimConfig::metadata(608_535));
+}
+
+/// Run every seed of `seeds` with `config_of`; fails listing each failing
+/// seed with the command that reproduces it. Returns how many seeds `counts`
+/// held for.
+fn sweep(
+    seeds: std::ops::Range<u64>,
+    config_of: impl Fn(u64) -> SimConfig,
+    counts: impl Fn(&cohort_sim::Report) -> bool,
+) -> u64 {
+    let (mut failures, mut counted) = (Vec::new(), 0);
+    for seed in seeds {
+        let config = config_of(seed);
+        match run_catching(config.clone()) {
+            Ok(report) if report.violations.is_empty() => counted += u64::from(counts(&report)),
+            Ok(report) => failures.push(format!("seed {seed}: {} ({})", report.violations[0], reproduce(&config))),
+            Err(panic) => failures.push(format!("seed {seed}: panic {panic} ({})", reproduce(&config))),
+        }
+    }
+    assert!(failures.is_empty(), "{} failing seeds:\n{}", failures.len(), failures.join("\n"));
+    counted
+}
+
+/// Run `config` to the end, which must come without a violation.
+fn run_clean(config: SimConfig) -> cohort_sim::Report {
+    let seed = config.seed;
+    let report = run_catching(config).unwrap_or_else(|panic| panic!("seed {seed}: {panic}"));
+    assert!(report.violations.is_empty(), "seed {seed}: {:?}", report.violations);
+    report
 }
 
 /// The Z6 shape of `cohort-sim` (five nodes, three metadata voters).
@@ -415,8 +430,7 @@ fn z6_shape(seed: u64) -> SimConfig {
 /// incarnation now hosts the group while a switch is pending.
 #[test]
 fn z6_regression_seed_601068_a_member_late_for_the_creation_hosts_the_group_during_a_switch() {
-    let report = run_catching(z6_shape(601_068)).unwrap_or_else(|panic| panic!("{panic}"));
-    assert!(report.violations.is_empty(), "{:?}", report.violations);
+    run_clean(z6_shape(601_068));
 }
 
 /// Z6 shape, seed 602502: a learner restarted with entries of view 11 in its
@@ -426,8 +440,7 @@ fn z6_regression_seed_601068_a_member_late_for_the_creation_hosts_the_group_duri
 /// waited for every next member.
 #[test]
 fn z6_regression_seed_602502_a_log_view_recovered_from_the_log_stays_durable() {
-    let report = run_catching(z6_shape(602_502)).unwrap_or_else(|panic| panic!("{panic}"));
-    assert!(report.violations.is_empty(), "{:?}", report.violations);
+    run_clean(z6_shape(602_502));
 }
 
 /// Z6 shape, seed 606879: the metadata group shrank from nodes 2 and 3 to
@@ -441,8 +454,7 @@ fn z6_regression_seed_602502_a_log_view_recovered_from_the_log_stays_durable() {
 /// says the seal committed.
 #[test]
 fn z6_regression_seed_606879_a_lone_next_voter_still_in_the_old_incarnation_is_told_the_seal_committed() {
-    let report = run_catching(z6_shape(606_879)).unwrap_or_else(|panic| panic!("{panic}"));
-    assert!(report.violations.is_empty(), "{:?}", report.violations);
+    run_clean(z6_shape(606_879));
 }
 
 /// Z6 under every fault: five nodes, the metadata group's voters the first
@@ -454,19 +466,7 @@ fn z6_regression_seed_606879_a_lone_next_voter_still_in_the_old_incarnation_is_t
 #[test]
 fn z6_metadata_voters_change_through_operations_under_every_fault() {
     let seeds = 0..40u64;
-    let mut failures = Vec::new();
-    let mut switched_seeds = 0;
-    for seed in seeds.clone() {
-        let config = z6_shape(seed);
-        match run_catching(config.clone()) {
-            Ok(report) if report.violations.is_empty() => {
-                switched_seeds += u64::from(report.operations.metadata_switches > 0);
-            }
-            Ok(report) => failures.push(format!("seed {seed}: {} ({})", report.violations[0], reproduce(&config))),
-            Err(panic) => failures.push(format!("seed {seed}: panic {panic} ({})", reproduce(&config))),
-        }
-    }
-    assert!(failures.is_empty(), "{} failing seeds:\n{}", failures.len(), failures.join("\n"));
+    let switched_seeds = sweep(seeds.clone(), z6_shape, |report| report.operations.metadata_switches > 0);
     assert!(
         switched_seeds * 4 > seeds.end - seeds.start,
         "the metadata group switched voters in only {switched_seeds} of 40 seeds"

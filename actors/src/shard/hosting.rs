@@ -317,15 +317,21 @@ impl Handler<SwitchIncarnation> for ShardActor {
     type Result = ();
 
     fn handle(&mut self, SwitchIncarnation(group): SwitchIncarnation, _ctx: &mut Self::Context) {
+        let switched = self.core.switch_incarnation(group);
+        self.after_switch(group, switched, "with members");
+    }
+}
+
+impl ShardActor {
+    /// Say how a switch of `group` to its next incarnation went (`how`
+    /// names the members listed), and run the turn it produced.
+    fn after_switch(&mut self, group: GroupId, switched: Result<(), cohort_core::replica::SealError>, how: &str) {
         self.hosted_events += 1;
-        match self.core.switch_incarnation(group) {
+        match switched {
             Ok(()) => {
                 if let Some(replica) = self.core.replica(group) {
-                    eprintln!(
-                        "cohort: {group} switched to incarnation {} with members {:?}",
-                        replica.incarnation().0,
-                        replica.members()
-                    );
+                    let (incarnation, members) = (replica.incarnation().0, replica.members());
+                    eprintln!("cohort: {group} switched to incarnation {incarnation} {how} {members:?}");
                 }
             }
             Err(error) => tracing::warn!(group = group.0, %error, "switch refused"),
@@ -351,20 +357,8 @@ impl Handler<SwitchIncarnationAsLearner> for ShardActor {
     type Result = ();
 
     fn handle(&mut self, switch: SwitchIncarnationAsLearner, _ctx: &mut Self::Context) {
-        self.hosted_events += 1;
         let group = switch.group;
-        match self.core.switch_incarnation_as_learner(group, &switch.seal, switch.learners) {
-            Ok(()) => {
-                if let Some(replica) = self.core.replica(group) {
-                    eprintln!(
-                        "cohort: {group} switched to incarnation {} as a learner (voters {:?})",
-                        replica.incarnation().0,
-                        replica.members()
-                    );
-                }
-            }
-            Err(error) => tracing::warn!(group = group.0, %error, "switch as a learner refused"),
-        }
-        self.run();
+        let switched = self.core.switch_incarnation_as_learner(group, &switch.seal, switch.learners);
+        self.after_switch(group, switched, "as a learner, voters");
     }
 }
