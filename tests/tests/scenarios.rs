@@ -108,6 +108,41 @@ fn v2_view_change_after_primary_crash() {
     assert_clean(&sim);
 }
 
+/// V2: a write taken by a new primary the moment it is elected, while its
+/// StartView still waits for the view's flush, reaches the other backup
+/// with the StartView: its Prepare follows the StartView instead of
+/// arriving first, when the backup, still electing, would drop it and wait
+/// for the primary to send it again (on a node, a send tick later: up to
+/// 500 ms). The disks sync in 4 ticks and the network delivers in 1, as a
+/// real disk is slower than loopback.
+#[test]
+fn v2_the_first_write_of_a_new_primary_reaches_backups_with_its_start_view() {
+    let mut sim = cluster(3, None);
+    for node in &mut sim.nodes {
+        node.flush_latency_ticks = (4, 4);
+    }
+    write(&mut sim, 1, 1);
+    let old = sim.primary_of(G).expect("a primary");
+    // The backups learn that op 1 committed, so the new primary inherits
+    // nothing to commit first (Q3) and prepares the write at once.
+    let backups = [0, 1, 2].into_iter().filter(|n| *n != old).collect::<Vec<_>>();
+    let committed = |sim: &Sim| backups.iter().all(|n| sim.replica(*n, G).is_some_and(|r| r.commit_max() >= Op(1)));
+    assert!(sim.run_until(100, committed), "the backups learn the commit point");
+    sim.crash_node(old, 10_000);
+    assert!(sim.run_until(1000, |sim| sim.primary_of(G).is_some_and(|p| p != old)), "a new primary is elected");
+    let new = sim.primary_of(G).expect("a primary");
+    let view = sim.replica(new, G).expect("up").view();
+    let other = backups.into_iter().find(|n| *n != new).expect("the other backup");
+    let op = sim.submit(G, KvOp::Put { key: 1, value: 2 }, new);
+    let started = |sim: &Sim| {
+        sim.replica(other, G).is_some_and(|r| r.view() == view && r.status() == cohort_core::replica::Status::Normal)
+    };
+    assert!(sim.run_until(100, started), "node {other} starts view {view}");
+    assert_eq!(sim.replica(other, G).expect("up").op(), Op(2), "the write arrived with the StartView");
+    assert!(sim.run_until(200, |sim| done(sim, op)), "the first write of the new view committed");
+    assert_clean(&sim);
+}
+
 /// A timed-out leader must not lose what it acknowledged: a write the old primary acknowledged with a bare
 /// quorum must survive a view change whose new primary never saw it.
 #[test]

@@ -6,7 +6,9 @@
 //!    starts a new flush id, and [`Effects::end_turn`] closes it with a
 //!    [`Effect::Flush`].
 //! 2. A durable send ([`Effects::send_durable`]) is held until every storage
-//!    effect staged before it is durable, then released in order.
+//!    effect staged before it is durable, then released in order; a Prepare
+//!    or Commit entry may wait for one given flush instead
+//!    ([`Effects::send_prepare_after`], [`Effects::queue_commit`]).
 //! 3. Commit entries collect per peer until the end of the tick (R11, R6) and
 //!    CommitReply entries per peer until the end of the next tick (R27).
 
@@ -21,6 +23,7 @@ use crate::effect::{Effect, FlushId};
 enum Held {
     Effect(Effect),
     Commit(NodeId, CommitEntry),
+    Prepare(NodeId, cohort_messages::Prepare),
 }
 
 /// Output buffer. See the module docs.
@@ -112,6 +115,31 @@ impl Effects {
         self.effects.push(Effect::Send { to, message: Message::Prepare(prepare) });
     }
 
+    /// Send a Prepare once flush `after` is durable (0 or a completed flush:
+    /// at once, as [`Effects::send_prepare`]). A new primary's Prepares wait
+    /// this way for the flush its StartView waits for, so they reach each
+    /// backup behind it: one that got them first would still be electing
+    /// and drop them, and the ops would wait for a repair.
+    pub fn send_prepare_after(&mut self, to: NodeId, prepare: cohort_messages::Prepare, after: FlushId) {
+        if after > self.flush_completed {
+            self.hold(after, Held::Prepare(to, prepare));
+        } else {
+            self.send_prepare(to, prepare);
+        }
+    }
+
+    /// Hold `held` until flush `after` (not yet completed) is durable.
+    /// Held sends are released in queue order, and `after` never exceeds
+    /// the open flush, so the queue stays sorted enough: a send is released
+    /// no earlier than its flush, and never before one held earlier.
+    fn hold(&mut self, after: FlushId, held: Held) {
+        debug_assert!(
+            after > self.flush_completed && after <= self.flush_next,
+            "waiting for a flush that does not exist"
+        );
+        self.held.push_back((after.max(self.held.back().map_or(0, |(flush, _)| *flush)), held));
+    }
+
     /// Send a message once everything staged so far is durable.
     pub fn send_durable(&mut self, to: NodeId, message: Message) {
         let effect = Effect::Send { to, message };
@@ -126,13 +154,8 @@ impl Effects {
     /// completed flush means at once. A later entry of the same group replaces
     /// an earlier one in the same batch.
     pub fn queue_commit(&mut self, to: NodeId, entry: CommitEntry, after: FlushId) {
-        let pending = after > self.flush_completed;
-        debug_assert!(!pending || after <= self.flush_next, "waiting for a flush that does not exist");
-        if pending {
-            // Held entries are released in queue order, and `after` never
-            // exceeds the open flush, so the queue stays sorted enough: an
-            // entry is released no earlier than its flush.
-            self.held.push_back((after.max(self.held.back().map_or(0, |(flush, _)| *flush)), Held::Commit(to, entry)));
+        if after > self.flush_completed {
+            self.hold(after, Held::Commit(to, entry));
         } else {
             self.put_commit(to, entry);
         }
@@ -187,6 +210,7 @@ impl Effects {
         match held {
             Held::Effect(Effect::Send { message, .. }) => message.group(),
             Held::Commit(_, entry) => Some(entry.group),
+            Held::Prepare(_, prepare) => Some(prepare.group),
             Held::Effect(_) => None,
         }
     }
@@ -233,6 +257,7 @@ impl Effects {
                 match held {
                     Held::Effect(effect) => self.effects.push(effect),
                     Held::Commit(to, entry) => self.put_commit(to, entry),
+                    Held::Prepare(to, prepare) => self.send_prepare(to, prepare),
                 }
             }
         }

@@ -156,12 +156,14 @@ pub struct Replica {
     pub(crate) superblock_blocked: Option<FlushId>,
     /// The flush that carries the latest staged superblock (R12).
     pub(crate) superblock_flush: FlushId,
-    /// Prepares wait for this flush: the one carrying the superblock of a
-    /// view this replica leads without a view change (view 0 of an
-    /// incarnation it switched to). Until that view is durable, a crash
-    /// would forget it led it, and a restart that switches again would lead
-    /// the same view with another log; so nothing it prepares may leave
-    /// before (V2). 0: no wait.
+    /// Prepares wait for this flush: the one carrying the superblock of the
+    /// view this replica leads. For view 0 of an incarnation it switched
+    /// to (no view change), that is safety: until that view is durable, a
+    /// crash would forget it led it, and a restart that switches again
+    /// would lead the same view with another log (V2). After a view change
+    /// it is order: the StartView waits for that flush too, and a Prepare
+    /// that reached a backup before it would be dropped there (the backup
+    /// is still electing) and its op would wait for a repair. 0: no wait.
     pub(crate) lead_after_flush: FlushId,
     pub(crate) role_reported: Option<(View, Role)>,
     /// The seal this replica applied: its incarnation's state is final.
@@ -566,11 +568,7 @@ impl Replica {
     /// Send a Prepare: at once (unless the link is congested, K4), or once
     /// the view this replica leads is durable (see `lead_after_flush`).
     pub(crate) fn send_prepare(&self, to: NodeId, prepare: cohort_messages::Prepare, fx: &mut Effects) {
-        if self.lead_after_flush > fx.flush_completed() {
-            fx.send_durable(to, cohort_messages::Message::Prepare(prepare));
-        } else {
-            fx.send_prepare(to, prepare);
-        }
+        fx.send_prepare_after(to, prepare, self.lead_after_flush);
     }
 
     /// Stage the superblock if it changed since the last save.

@@ -312,6 +312,8 @@ impl Replica {
         self.reset_learner_tracks(fx.now);
         self.heartbeat.reset(fx.now);
         self.stage_superblock(fx);
+        // The StartView leaves with this flush; the view's Prepares follow it.
+        self.lead_after_flush = self.superblock_flush;
         let message = self.start_view_message();
         for member in self.receivers() {
             self.send_view_change(self.node_of(member), Message::StartView(message.clone()), fx);
