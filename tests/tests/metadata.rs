@@ -423,6 +423,16 @@ fn z6_shape(seed: u64) -> SimConfig {
     config
 }
 
+/// Z6 shape, seed 702168: not a core bug but the M5 checker's. Node 3's
+/// metadata jumped from a revert in flight to past a later operation that
+/// completed and moved the metadata group's voters again, and the checker
+/// read that as a revert that restored nothing. It now judges a revert only
+/// when no other operation started or completed between two looks.
+#[test]
+fn z6_regression_seed_702168_a_look_past_a_later_operation_judges_no_revert() {
+    run_clean(z6_shape(702_168));
+}
+
 /// Z6 shape, seed 601068: node 4 came back too late to host a group created
 /// while it was down, and then a replace of another member sealed the group.
 /// A member waited for no pending switch before it hosted the group, and

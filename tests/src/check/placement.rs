@@ -16,7 +16,9 @@ use cohort_messages::OperationId;
 #[derive(Debug, Default)]
 pub struct Placement {
     seen: HashMap<(usize, OperationId), OperationRecord>,
-    reverted_seen: HashMap<usize, u64>,
+    /// Per node, at its last look: operations reverted, operations
+    /// completed, and the last operation started.
+    totals_seen: HashMap<usize, (u64, u64, OperationId)>,
 }
 
 impl Placement {
@@ -47,8 +49,15 @@ impl Placement {
                 violations.push(format!("node {node}'s metadata: {both} is member and learner of {group}"));
             }
         }
-        let reverted = metadata.operation_totals.reverted;
-        let before = self.reverted_seen.insert(node, reverted).unwrap_or(0);
+        let totals = (metadata.operation_totals.reverted, metadata.operation_totals.completed, metadata.last_operation);
+        let (reverted, completed, last_started) = totals;
+        let (before, completed_before, last_started_before) =
+            self.totals_seen.insert(node, totals).unwrap_or((0, 0, OperationId(0)));
+        // A node's metadata can jump many epochs between two looks (it was
+        // down, or catches up from a snapshot): an operation started and
+        // completed in the jump may have changed the group again, which
+        // the look cannot tell from a bad revert.
+        let jumped_over_others = completed != completed_before || last_started != last_started_before;
         let gone: Vec<OperationId> = self
             .seen
             .keys()
@@ -58,7 +67,7 @@ impl Placement {
         for id in gone {
             let Some(last) = self.seen.remove(&(node, id)) else { continue };
             // Only a revert that finished just now can be judged exactly.
-            if !last.cancelled || reverted <= before {
+            if !last.cancelled || reverted <= before || jumped_over_others {
                 continue;
             }
             for (group, (members, learners)) in &last.placement_before {
@@ -86,6 +95,103 @@ impl Placement {
     /// `node` restarted: it replays its metadata from the start.
     pub fn crashed(&mut self, node: usize) {
         self.seen.retain(|(owner, _), _| *owner != node);
-        self.reverted_seen.remove(&node);
+        self.totals_seen.remove(&node);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use cohort_core::metadata::{GroupRecord, Metadata, OperationRecord};
+    use cohort_messages::metadata::OperationSpec;
+    use cohort_messages::replication::Replication;
+    use cohort_messages::{Epoch, GroupId, Incarnation, NodeId, OperationId, View};
+
+    use super::Placement;
+
+    const G: GroupId = GroupId(4);
+
+    fn nodes(ids: &[u64]) -> Vec<NodeId> {
+        ids.iter().copied().map(NodeId).collect()
+    }
+
+    /// A node's metadata: group G on `members`, and operation 1 replacing
+    /// node 1 by node 4 being reverted.
+    fn with_revert_in_flight() -> Metadata {
+        let mut metadata = Metadata::default();
+        metadata.groups.insert(
+            G,
+            GroupRecord {
+                kind: "kv".into(),
+                incarnation: Incarnation(2),
+                members: nodes(&[2, 3, 4]),
+                learners: nodes(&[1]),
+                replication: Replication::default(),
+                caught_up: BTreeSet::new(),
+                pending: None,
+                live: true,
+                owner: None,
+                owner_view_max: View(0),
+                created: Incarnation(1),
+                transfer: None,
+            },
+        );
+        let operation = OperationRecord {
+            spec: OperationSpec::Replace { group: G, dead: NodeId(1), with: NodeId(4) },
+            plan: Vec::new(),
+            done: 0,
+            last_step_epoch: Epoch(0),
+            cancelled: true,
+            voters_before: BTreeMap::from([(G, 3)]),
+            dead: Some(NodeId(1)),
+            placement_before: BTreeMap::from([(G, (nodes(&[1, 2, 3]), Vec::new()))]),
+        };
+        metadata.operations.insert(OperationId(1), operation);
+        metadata.last_operation = OperationId(1);
+        metadata
+    }
+
+    /// The revert of operation 1 finished: it is gone and counted.
+    fn reverted(mut metadata: Metadata, members: &[u64], learners: &[u64]) -> Metadata {
+        metadata.operations.clear();
+        metadata.operation_totals.reverted += 1;
+        if let Some(group) = metadata.groups.get_mut(&G) {
+            group.members = nodes(members);
+            group.learners = nodes(learners);
+        }
+        metadata
+    }
+
+    #[test]
+    fn m5_a_revert_that_restored_the_placement_passes() {
+        let mut placement = Placement::default();
+        let metadata = with_revert_in_flight();
+        assert!(placement.check(0, &metadata).is_empty());
+        assert_eq!(placement.check(0, &reverted(metadata, &[1, 2, 3], &[])), Vec::<String>::new());
+    }
+
+    #[test]
+    fn m5_a_revert_that_left_other_members_is_a_violation() {
+        let mut placement = Placement::default();
+        let metadata = with_revert_in_flight();
+        assert!(placement.check(0, &metadata).is_empty());
+        let violations = placement.check(0, &reverted(metadata, &[2, 3, 4], &[1]));
+        assert_eq!(violations.len(), 1, "{violations:?}");
+        assert!(violations[0].starts_with("M5 broken"), "{violations:?}");
+    }
+
+    /// Seed 702168 of the Z6 shape: a node's metadata jumped from the
+    /// revert in flight to after a later operation that completed and moved
+    /// the group again; that look cannot judge the revert.
+    #[test]
+    fn m5_a_look_past_a_later_operation_does_not_judge_the_revert() {
+        let mut placement = Placement::default();
+        let metadata = with_revert_in_flight();
+        assert!(placement.check(0, &metadata).is_empty());
+        let mut later = reverted(metadata, &[2, 3, 4], &[1]);
+        later.last_operation = OperationId(2);
+        later.operation_totals.completed += 1;
+        assert_eq!(placement.check(0, &later), Vec::<String>::new());
     }
 }
