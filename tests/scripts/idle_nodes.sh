@@ -14,33 +14,9 @@ SETTLE=${3:-90}
 MEASURE=${4:-60}
 COHORT=$(cd "$(dirname "$0")/../.." && pwd)/target/release/cohort
 [ -x "$COHORT" ] || { echo "build it first: cargo build --release --bin cohort" >&2; exit 2; }
-DIR=$(mktemp -d /tmp/cohort-idle.XXXXXX)
-cd "$DIR"
-"$COHORT" certs init --dir certs --nodes 3 > /dev/null
-CLUSTER=$(cat certs/cluster-id)
-pids=()
-trap 'kill "${pids[@]}" 2>/dev/null; rm -rf "$DIR"' EXIT
-for i in 1 2 3; do
-  {
-    echo "[node]"
-    echo "cluster_id = \"$CLUSTER\""
-    echo "id = $i"
-    echo "listen = \"127.0.0.1:1710$i\""
-    echo "admin = 1730$i"
-    echo "data_dir = \"$DIR/data-$i\""
-    echo "shards = 2"
-    for j in 1 2 3; do
-      [ "$j" = "$i" ] && continue
-      printf '[[node.peers]]\nid = %s\naddress = "127.0.0.1:1710%s"\n' "$j" "$j"
-    done
-    printf '[tls]\nca = "certs/ca.pem"\ncert = "certs/node-%s.pem"\nkey = "certs/node-%s.key"\n' "$i" "$i"
-    echo "[cluster]"
-    [ "$QUIESCE" = on ] && echo 'commit_quiesce_timeout = "30s"'
-    printf '[groups]\npartitions = %s\n' "$PARTITIONS"
-  } > "node-$i.toml"
-  "$COHORT" node --config "node-$i.toml" > "node-$i.log" 2>&1 &
-  pids+=($!)
-done
+# shellcheck source=nodes_lib.sh
+source "$(dirname "$0")/nodes_lib.sh"
+start_nodes
 echo "3 nodes x $PARTITIONS groups, quiescence $QUIESCE: settling for $SETTLE s, then measuring $MEASURE s" >&2
 sleep "$SETTLE"
 sample() { # node index -> "bytes_to_peers cpu_ticks"
