@@ -108,6 +108,12 @@ fn verify_wait_max(partitions: usize) -> Duration {
     Duration::from_secs(60) + Duration::from_millis(2 * partitions as u64)
 }
 
+/// The failover bound of a group whose backups wait `timeout` (R22): the
+/// timeout plus two broadcast intervals for the election.
+fn failover_bound(timeout: Duration) -> Duration {
+    timeout + 2 * crate::config::ClusterConfig::default().commit_broadcast_interval
+}
+
 /// How long after the idle failover bound the restart waits at most for
 /// probes still running (see `Demo::failover_measured`).
 const RESTART_MARGIN: Duration = Duration::from_secs(1);
@@ -313,8 +319,7 @@ impl Demo {
     /// would land inside the elections the demo is timing (at 100,000
     /// groups, the idle groups' ones).
     fn failover_measured(&self, groups: usize) -> bool {
-        let timing = crate::config::ClusterConfig::default();
-        let idle_bound = timing.commit_idle_heartbeat_timeout + 2 * timing.commit_broadcast_interval;
+        let idle_bound = failover_bound(crate::config::ClusterConfig::default().commit_idle_heartbeat_timeout);
         let passed = self.killed_at.get().is_some_and(|killed| killed.elapsed() >= idle_bound + RESTART_MARGIN);
         passed || self.failover.borrow().len() >= groups
     }
@@ -542,7 +547,7 @@ impl Demo {
                 .unwrap_or(0)
         };
         let timing = crate::config::ClusterConfig::default();
-        let bound = |timeout: Duration| (timeout + 2 * timing.commit_broadcast_interval).as_millis() as u64;
+        let bound = |timeout: Duration| failover_bound(timeout).as_millis() as u64;
         // Every node hosts every partition, plus its metadata replica.
         let replicas = (self.options.partitions + 1) * self.options.nodes;
         DemoSummary {
