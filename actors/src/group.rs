@@ -17,6 +17,17 @@
 //! the turn produced for them ([`GroupTurn`]), and nothing at all when
 //! nobody listens: a host that never subscribes and has no custom actor
 //! pays no message per commit.
+//!
+//! Why a group actor can retire (Z1): the shard starts one when first
+//! needed, by a caller's request, a subscriber or an actor lookup. A group
+//! written once would otherwise keep its actor (its task, mailbox and maps,
+//! about a third of what an idle group replica may cost) for good. So the
+//! shard asks an actor it sent nothing for a while ([`MayRetire`]); one
+//! that holds no open caller, no live subscriber and no custom actor
+//! answers [`GroupIdle`] with the count of the shard's messages it handled,
+//! and the shard retires it ([`Retire`]) only if that count is everything
+//! it sent: a `Wait` sent after the question keeps the actor. A retired
+//! group's next caller starts a fresh actor from the replica's state.
 
 use std::any::Any;
 use std::collections::HashMap;
@@ -205,6 +216,31 @@ pub struct GetCustomActor;
 #[rtype(result = "()")]
 pub struct NeedsResync(pub GroupId);
 
+/// The shard sent the actor nothing for a while: it answers [`GroupIdle`]
+/// if it can retire (see the module docs).
+#[derive(Message, Clone, Copy, Debug)]
+#[rtype(result = "()")]
+pub struct MayRetire;
+
+/// A group actor holds no open caller, no live subscriber and no custom
+/// actor, and had handled `handled` of the shard's messages when it said so.
+#[derive(Message, Clone)]
+#[rtype(result = "()")]
+pub struct GroupIdle {
+    /// The group.
+    pub group: GroupId,
+    /// [`GroupTurn`], [`Wait`] and [`Subscribe`] messages handled so far.
+    pub handled: u64,
+    /// The actor that said so (a group may have had several).
+    pub actor: Addr<GroupActor>,
+}
+
+/// The shard took the actor's [`GroupIdle`]: it sends it nothing more, and
+/// the actor stops.
+#[derive(Message, Clone, Copy, Debug)]
+#[rtype(result = "()")]
+pub struct Retire;
+
 /// Callers waiting at once, beyond which closed waiters (callers that gave
 /// up) are swept out.
 const WAITERS_SWEEP_MIN: usize = 64;
@@ -219,9 +255,22 @@ pub struct GroupActor {
     waiters_swept: usize,
     subscribers: Vec<mpsc::Sender<GroupEvent>>,
     custom: Option<CustomActorLink>,
-    /// Where to ask for a resync of the custom actor.
-    shard: Recipient<NeedsResync>,
+    /// The shard: where to ask for a resync of the custom actor, and to say
+    /// that this actor is idle.
+    shard: ShardRecipients,
+    /// The shard's messages handled so far ([`GroupTurn`], [`Wait`],
+    /// [`Subscribe`]): the shard retires the actor only if it sent no more.
+    handled: u64,
     drops: Arc<Drops>,
+}
+
+/// Where a group actor reaches its shard.
+#[derive(Clone)]
+pub struct ShardRecipients {
+    /// For [`NeedsResync`].
+    pub resync: Recipient<NeedsResync>,
+    /// For [`GroupIdle`].
+    pub idle: Recipient<GroupIdle>,
 }
 
 impl GroupActor {
@@ -232,7 +281,7 @@ impl GroupActor {
         role: GroupRole,
         commit: Op,
         custom: Option<CustomActorLink>,
-        shard: Recipient<NeedsResync>,
+        shard: ShardRecipients,
         drops: Arc<Drops>,
     ) -> GroupActor {
         GroupActor {
@@ -244,8 +293,19 @@ impl GroupActor {
             subscribers: Vec::new(),
             custom,
             shard,
+            handled: 0,
             drops,
         }
+    }
+
+    /// Nothing here needs the actor: no caller still waits, no subscriber
+    /// still listens, and there is no custom actor to feed. Forgets the
+    /// callers and subscribers that went away.
+    fn idle(&mut self) -> bool {
+        self.waiters.retain(|_, waiter| !waiter.is_closed());
+        self.waiters_swept = self.waiters.len();
+        self.subscribers.retain(|subscriber| !subscriber.is_closed());
+        self.waiters.is_empty() && self.subscribers.is_empty() && self.custom.is_none()
     }
 
     fn publish(&mut self, event: GroupEvent) {
@@ -313,11 +373,12 @@ impl Handler<GroupTurn> for GroupActor {
     type Result = ();
 
     fn handle(&mut self, GroupTurn(notes): GroupTurn, _ctx: &mut Self::Context) {
+        self.handled += 1;
         for note in notes {
             self.note(note);
         }
         if self.custom.as_ref().is_some_and(CustomActorLink::needs_resync) {
-            let _ = self.shard.try_send(NeedsResync(self.group));
+            let _ = self.shard.resync.try_send(NeedsResync(self.group));
         }
     }
 }
@@ -326,6 +387,7 @@ impl Handler<Wait> for GroupActor {
     type Result = ();
 
     fn handle(&mut self, wait: Wait, _ctx: &mut Self::Context) {
+        self.handled += 1;
         if self.waiters.len() >= WAITERS_SWEEP_MIN.max(2 * self.waiters_swept) {
             self.waiters.retain(|_, waiter| !waiter.is_closed());
             self.waiters_swept = self.waiters.len();
@@ -338,6 +400,7 @@ impl Handler<Subscribe> for GroupActor {
     type Result = ();
 
     fn handle(&mut self, subscribe: Subscribe, _ctx: &mut Self::Context) {
+        self.handled += 1;
         self.role = subscribe.role;
         self.commit = self.commit.max(subscribe.commit);
         let _ = subscribe.events.try_send(GroupEvent::Role { group: self.group, role: self.role });
@@ -350,5 +413,135 @@ impl Handler<GetCustomActor> for GroupActor {
 
     fn handle(&mut self, _: GetCustomActor, _ctx: &mut Self::Context) -> Self::Result {
         self.custom.as_ref().map(CustomActorLink::addr)
+    }
+}
+
+impl Handler<MayRetire> for GroupActor {
+    type Result = ();
+
+    fn handle(&mut self, _: MayRetire, ctx: &mut Self::Context) {
+        if self.idle() {
+            // A shard whose mailbox is full asks again at its next sweep.
+            let _ =
+                self.shard.idle.try_send(GroupIdle { group: self.group, handled: self.handled, actor: ctx.address() });
+        }
+    }
+}
+
+impl Handler<Retire> for GroupActor {
+    type Result = ();
+
+    fn handle(&mut self, _: Retire, ctx: &mut Self::Context) {
+        // The shard checked that this actor handled everything it was sent;
+        // a caller that came since went to a new actor.
+        debug_assert!(self.waiters.is_empty(), "group {:?} retired with a caller", self.group);
+        ctx.stop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use cohort_messages::{NodeId, Redirect, View};
+
+    use super::*;
+    use crate::metrics::NodeMetrics;
+
+    /// Stands in for the shard: keeps what a group actor tells it.
+    #[derive(Default)]
+    struct Shard {
+        idle: Vec<u64>,
+    }
+
+    impl Actor for Shard {
+        type Context = Context<Self>;
+    }
+
+    impl Handler<NeedsResync> for Shard {
+        type Result = ();
+        fn handle(&mut self, _: NeedsResync, _: &mut Context<Self>) {}
+    }
+
+    impl Handler<GroupIdle> for Shard {
+        type Result = ();
+        fn handle(&mut self, idle: GroupIdle, _: &mut Context<Self>) {
+            self.idle.push(idle.handled);
+        }
+    }
+
+    #[derive(Message)]
+    #[rtype(result = "Vec<u64>")]
+    struct Said;
+
+    impl Handler<Said> for Shard {
+        type Result = Vec<u64>;
+        fn handle(&mut self, _: Said, _: &mut Context<Self>) -> Vec<u64> {
+            std::mem::take(&mut self.idle)
+        }
+    }
+
+    fn group_actor(shard: &Addr<Shard>) -> Addr<GroupActor> {
+        let recipients = ShardRecipients { resync: shard.clone().recipient(), idle: shard.clone().recipient() };
+        let drops = Arc::new(Drops::new(Arc::new(NodeMetrics::new())));
+        GroupActor::new(GroupId(7), GroupRole::Primary(View(1)), Op(0), None, recipients, drops).start()
+    }
+
+    async fn said(shard: &Addr<Shard>) -> Vec<u64> {
+        // The group actor and the shard share this thread: a short sleep lets both run.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        shard.send(Said).await.expect("the stand-in shard runs")
+    }
+
+    fn answer(request: u64) -> ClientAnswer {
+        ClientAnswer::Redirect(Redirect {
+            group: GroupId(7),
+            client: ClientId(1),
+            request: RequestNumber(request),
+            view: View(1),
+            primary: Some(NodeId(2)),
+        })
+    }
+
+    #[actix_rt::test]
+    async fn z1_a_group_actor_with_a_waiting_caller_or_a_subscriber_does_not_say_it_is_idle() {
+        let shard = Shard::default().start();
+        let actor = group_actor(&shard);
+        // Nothing handled yet, nobody waits: idle at once.
+        actor.do_send(MayRetire);
+        assert_eq!(said(&shard).await, vec![0]);
+        let (waiter, answered) = oneshot::channel();
+        actor.do_send(Wait { client: ClientId(1), request: RequestNumber(1), answer: waiter });
+        actor.do_send(MayRetire);
+        assert_eq!(said(&shard).await, Vec::<u64>::new(), "a caller still waits");
+        actor.do_send(GroupTurn(vec![GroupNote::Answer {
+            client: ClientId(1),
+            request: RequestNumber(1),
+            answer: answer(1),
+        }]));
+        assert!(matches!(answered.await, Ok(ClientAnswer::Redirect(_))), "the caller hears its answer");
+        let (events, mut heard) = mpsc::channel(8);
+        actor.do_send(Subscribe { events, role: GroupRole::Primary(View(1)), commit: Op(0) });
+        actor.do_send(MayRetire);
+        assert_eq!(said(&shard).await, Vec::<u64>::new(), "a subscriber still listens");
+        assert!(heard.recv().await.is_some(), "the subscriber heard the role");
+        drop(heard);
+        actor.do_send(MayRetire);
+        // Wait, GroupTurn and Subscribe: three of the shard's messages handled.
+        assert_eq!(said(&shard).await, vec![3], "idle once the subscriber went away");
+    }
+
+    #[actix_rt::test]
+    async fn z1_a_caller_that_gave_up_does_not_keep_the_group_actor() {
+        let shard = Shard::default().start();
+        let actor = group_actor(&shard);
+        let (waiter, answered) = oneshot::channel();
+        actor.do_send(Wait { client: ClientId(1), request: RequestNumber(1), answer: waiter });
+        drop(answered);
+        actor.do_send(MayRetire);
+        assert_eq!(said(&shard).await, vec![1]);
+        actor.do_send(Retire);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!actor.connected(), "a retired actor stops");
     }
 }

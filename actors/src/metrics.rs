@@ -592,6 +592,7 @@ pub struct NodeMetrics {
     registry: Registry,
     shard_counters: [Family<ShardLabels, Counter>; SHARD_COUNTER_COUNT],
     groups: Family<GroupLabels, Gauge>,
+    group_actors: Family<ShardLabels, Gauge>,
     frames_rejected: Family<RejectLabels, Counter>,
     frames_dropped: Family<DropLabels, Counter>,
     syncs: Family<SyncLabels, Counter>,
@@ -629,6 +630,12 @@ impl NodeMetrics {
         }
         let groups = Family::<GroupLabels, Gauge>::default();
         registry.register("groups", "R32: groups of the shard in each heartbeat state", groups.clone());
+        let group_actors = Family::<ShardLabels, Gauge>::default();
+        registry.register(
+            "group_actors",
+            "Z1: group actors alive on the shard (started when first needed, retired when idle)",
+            group_actors.clone(),
+        );
         let frames_rejected = Family::<RejectLabels, Counter>::default();
         registry.register(
             "frames_rejected",
@@ -739,6 +746,7 @@ impl NodeMetrics {
             session_events,
             shard_counters,
             groups,
+            group_actors,
             frames_rejected,
             frames_dropped,
             syncs,
@@ -932,6 +940,18 @@ impl NodeMetrics {
     /// `event`s of peer links so far.
     pub fn link_events(&self, event: LinkEvent) -> u64 {
         self.link_events.get_or_create(&LinkEventLabels { event }).get()
+    }
+
+    /// Set how many group actors are alive on `shard` now (Z1).
+    pub fn set_group_actors(&self, shard: usize, actors: usize) {
+        self.group_actors
+            .get_or_create(&ShardLabels { shard })
+            .set(gauge_value(u64::try_from(actors).unwrap_or(u64::MAX)));
+    }
+
+    /// Group actors alive on `shard` at its last count.
+    pub fn group_actors(&self, shard: usize) -> u64 {
+        u64::try_from(self.group_actors.get_or_create(&ShardLabels { shard }).get()).unwrap_or(0)
     }
 
     /// Set how many peer nodes are connected now.

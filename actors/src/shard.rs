@@ -17,6 +17,7 @@
 //! (hosting, unloading and switching groups) and [`queries`] (reports,
 //! subscriptions, lookups).
 
+mod group_links;
 mod hosting;
 mod queries;
 
@@ -43,7 +44,7 @@ pub use queries::{
     ShardReport, StallForTest, SubscribeGroup,
 };
 
-use crate::group::{GroupActor, GroupNote, GroupRole, GroupTurn, NeedsResync, Wait};
+use crate::group::{GroupNote, GroupRole, GroupTurn, NeedsResync, Wait};
 use crate::inbound::{Inbound, InboundBatch};
 use crate::kind::{GroupKind, HostedGroup};
 use crate::outbox::{Outbox, Outgoing};
@@ -160,8 +161,12 @@ pub struct ShardActor {
     /// sealed, learners set) so far; the metadata agent reads it to learn
     /// cheaply that nothing changed ([`GetHostedChanges`]).
     hosted_events: u64,
-    /// The group gauges last counted, and when.
-    gauges: Option<(u64, cohort_core::HeartbeatGauges)>,
+    /// The group gauges last counted (with the group actors alive), and when.
+    gauges: Option<(u64, cohort_core::HeartbeatGauges, usize)>,
+    /// Z1: the tick of the last sweep for idle group actors, and the ticks
+    /// between sweeps (`commit_idle_heartbeat_timeout`).
+    actors_swept_tick: u64,
+    actor_sweep_ticks: u64,
     groups: HashMap<GroupId, GroupLink>,
     traces: Rc<ShardTraces>,
     /// Groups built before the actor started, whose actors start with it.
@@ -190,10 +195,11 @@ const GAUGES_INTERVAL_SECS_MANY: u64 = 5;
 /// One group replica's actor, and whether anyone follows the group.
 struct GroupLink {
     /// Started when first needed (Z1): by a caller's request, a subscriber
-    /// or an actor lookup, or at once for a kind with a custom actor. An
-    /// idle group nobody asked for has none: an actor's task and mailbox
-    /// are about 1 KB, a fifth of what a group replica costs.
-    actor: Option<Addr<GroupActor>>,
+    /// or an actor lookup, or at once for a kind with a custom actor; and
+    /// retired once idle ([`group_links`]). An idle group has none: an
+    /// actor's task and mailbox are about 1 KB, a fifth of what a group
+    /// replica costs.
+    actor: Option<group_links::ActorLink>,
     /// A subscriber or a custom actor follows the group: its role changes
     /// and commit points (and, with a custom actor, applied ops) go to the
     /// group actor. Without one, only answers to waiting callers do.
@@ -222,6 +228,8 @@ impl ShardActor {
             published_tick: 0,
             hosted_events: 0,
             gauges: None,
+            actors_swept_tick: 0,
+            actor_sweep_ticks: setup.config.timing.idle_timeout_effective_ticks(),
             groups: HashMap::new(),
             traces: Rc::new(ShardTraces::new(setup.node)),
             built: Vec::new(),
@@ -303,10 +311,10 @@ impl ShardActor {
     fn resync_custom_actors(&mut self) {
         for group in std::mem::take(&mut self.resync_pending) {
             if let (Some(replica), Some(actor)) =
-                (self.core.replica(group), self.groups.get(&group).and_then(|link| link.actor.as_ref()))
+                (self.core.replica(group), self.groups.get_mut(&group).and_then(|link| link.actor.as_mut()))
             {
                 let (op, state) = (replica.commit_min(), replica.state_machine().snapshot());
-                actor.do_send(GroupTurn(vec![GroupNote::Resync { op, state }]));
+                actor.send(GroupTurn(vec![GroupNote::Resync { op, state }]));
             }
         }
     }
@@ -408,8 +416,8 @@ impl ShardActor {
             // pile up, and an answer or a role change is never dropped. A
             // group without an actor has no caller and no follower: its
             // actor, once started, begins from the replica's state then.
-            if let Some(actor) = self.groups.get(&group).and_then(|link| link.actor.as_ref()) {
-                actor.do_send(GroupTurn(notes));
+            if let Some(actor) = self.groups.get_mut(&group).and_then(|link| link.actor.as_mut()) {
+                actor.send(GroupTurn(notes));
             }
         }
     }
@@ -471,15 +479,20 @@ impl ShardActor {
         // an idle node's CPU), the counters still every second.
         let many = self.core.group_count() > GAUGES_EVERY_SECOND_GROUPS_MAX;
         let interval_ticks = if many { GAUGES_INTERVAL_SECS_MANY * second_ticks } else { second_ticks };
-        let gauges = match self.gauges {
-            Some((tick, gauges)) if now < tick + interval_ticks => gauges,
+        let (gauges, group_actors) = match self.gauges {
+            Some((tick, gauges, group_actors)) if now < tick + interval_ticks => (gauges, group_actors),
             _ => {
-                let gauges = self.core.heartbeat_gauges();
-                self.gauges = Some((now, gauges));
-                gauges
+                let (gauges, group_actors) = (self.core.heartbeat_gauges(), self.group_actor_count());
+                self.gauges = Some((now, gauges, group_actors));
+                (gauges, group_actors)
             }
         };
         self.metrics.update_shard(self.index, self.core.metrics(), &gauges);
+        self.metrics.set_group_actors(self.index, group_actors);
+        if now >= self.actors_swept_tick + self.actor_sweep_ticks {
+            self.actors_swept_tick = now;
+            self.sweep_group_actors();
+        }
         self.metrics.update_core_refusals(self.index, self.core.refused());
         if self.index == 0 {
             let peers = self.links.values().filter(|link| link.connected.load(Ordering::Relaxed)).count();
@@ -570,7 +583,7 @@ impl Handler<Submit> for ShardActor {
         match self.group_actor(group, ctx) {
             // The group actor holds the caller; it hears the answer after
             // this registration, on the same mailbox.
-            Some(actor) => actor.do_send(Wait { client, request, answer: submit.answer }),
+            Some(actor) => actor.send(Wait { client, request, answer: submit.answer }),
             None => {
                 self.unhosted.insert((group, client, request), submit.answer);
             }

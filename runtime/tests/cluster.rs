@@ -388,6 +388,86 @@ fn r20_r24_an_idle_primary_whose_thread_stalls_past_its_send_ticks_keeps_its_win
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Group actors alive on a node (its two shards), as last counted.
+fn group_actors(handle: &NodeHandle) -> u64 {
+    (0..2).map(|shard| handle.metrics().group_actors(shard)).sum()
+}
+
+/// Wait up to `timeout` for `done`, checking every 100 ms.
+async fn eventually(timeout: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + timeout;
+    while std::time::Instant::now() < deadline {
+        if done() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    done()
+}
+
+/// Z1: a group written once does not keep its group actor. One nobody
+/// calls or follows retires within two sweeps (a sweep every
+/// `commit_idle_heartbeat_timeout`, 2 s here); a subscribed group keeps its
+/// actor, and callers of retired groups are answered through new ones.
+#[test]
+fn z1_idle_group_actors_retire_and_later_callers_are_answered() {
+    use cohort_runtime::group::GroupEvent;
+    let dir = temp_dir("cluster-z1-retire");
+    let system = actix_rt::System::new();
+    system.block_on(async {
+        let addresses = free_addresses(3);
+        let nodes: Vec<Node> = (0..3).map(|i| start_node(i, &addresses, &dir, 6)).collect();
+        let handles: Vec<NodeHandle> = nodes.iter().map(Node::handle).collect();
+        for g in 0..6 {
+            assert_eq!(write(&handles, GroupId(g), b"one").await.expect("first write"), Op(1), "{g}");
+        }
+        let all = |handles: &[NodeHandle]| handles.iter().map(group_actors).collect::<Vec<_>>();
+        assert!(
+            eventually(Duration::from_secs(3), || all(&handles).iter().sum::<u64>() >= 6).await,
+            "every group answered its caller through an actor: {:?}",
+            all(&handles)
+        );
+        // Node 2 is a backup of group 0 and follows it.
+        let mut events = handles[1].subscribe(GroupId(0)).await.expect("group 0 is hosted on node 2");
+        assert!(
+            eventually(Duration::from_secs(10), || all(&handles) == [0, 1, 0]).await,
+            "only the followed group keeps its actor: {:?}",
+            all(&handles)
+        );
+        // Callers come back to retired groups, some while a sweep may be
+        // asking their actors; every one is answered.
+        for round in 0..3u64 {
+            for g in 0..6 {
+                let op = write(&handles, GroupId(g), b"again").await.expect("a write to a retired group's actor");
+                assert_eq!(op, Op(2 + round), "{g}");
+            }
+            tokio::time::sleep(Duration::from_millis(700 * round)).await;
+        }
+        let committed = tokio::time::timeout(Duration::from_secs(2), async {
+            loop {
+                match events.recv().await {
+                    Some(GroupEvent::Committed { op, .. }) if op == Op(4) => return op,
+                    Some(_) => {}
+                    None => panic!("the subscription ended"),
+                }
+            }
+        })
+        .await
+        .expect("the follower of group 0 heard every commit");
+        assert_eq!(committed, Op(4));
+        drop(events);
+        assert!(
+            eventually(Duration::from_secs(10), || all(&handles) == [0, 0, 0]).await,
+            "a group whose subscriber went away retires its actor too: {:?}",
+            all(&handles)
+        );
+        for node in nodes {
+            node.stop();
+        }
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn group_actors_report_typed_roles_and_commits_to_subscribers() {
     use cohort_runtime::group::{GroupEvent, GroupRole};

@@ -18,7 +18,6 @@ use cohort_messages::{GroupId, NodeId};
 
 use super::{GroupLink, ShardActor};
 use crate::custom::GroupReplica;
-use crate::group::{GroupActor, GroupRole};
 use crate::kind::{GroupKind, HostedGroup};
 use crate::observed::ObservedStateMachine;
 use crate::placement_recorder::{RecordPlacement, RemovePlacement, SetRecordedLearners};
@@ -80,31 +79,6 @@ impl ShardActor {
         if let Some(custom) = custom {
             self.start_group_actor(group, Some(custom), ctx);
         }
-    }
-
-    /// The actor of hosted `group`, started now if it has none yet; it
-    /// first hears the replica's current role and commit point.
-    pub(super) fn group_actor(&mut self, group: GroupId, ctx: &mut Context<Self>) -> Option<Addr<GroupActor>> {
-        let link = self.groups.get(&group)?;
-        match &link.actor {
-            Some(actor) => Some(actor.clone()),
-            None => self.start_group_actor(group, None, ctx),
-        }
-    }
-
-    fn start_group_actor(
-        &mut self,
-        group: GroupId,
-        custom: Option<crate::custom::CustomActorLink>,
-        ctx: &mut Context<Self>,
-    ) -> Option<Addr<GroupActor>> {
-        let replica = self.core.replica(group)?;
-        let (role, commit) = (GroupRole::from_core(replica.role(), replica.view()), replica.commit_min());
-        let shard = ctx.address().recipient();
-        let actor = GroupActor::new(group, role, commit, custom, shard, std::sync::Arc::clone(&self.drops)).start();
-        let link = self.groups.get_mut(&group)?;
-        link.actor = Some(actor.clone());
-        Some(actor)
     }
 
     /// Stop hosting `group` here: its replica, its actor (dropping the link

@@ -119,15 +119,18 @@ impl Handler<SubscribeGroup> for ShardActor {
     type Result = bool;
 
     fn handle(&mut self, subscribe: SubscribeGroup, ctx: &mut Self::Context) -> bool {
-        let Some(actor) = self.group_actor(subscribe.group, ctx) else { return false };
+        if self.group_actor(subscribe.group, ctx).is_none() {
+            return false;
+        }
         let (Some(replica), Some(link)) = (self.core.replica(subscribe.group), self.groups.get_mut(&subscribe.group))
         else {
             return false;
         };
+        let Some(actor) = link.actor.as_mut() else { return false };
         // From now on the group's role changes and commit points go to its actor.
         link.followed = true;
         let role = GroupRole::from_core(replica.role(), replica.view());
-        actor.try_send(Subscribe { events: subscribe.events, role, commit: replica.commit_min() }).is_ok()
+        actor.try_send(Subscribe { events: subscribe.events, role, commit: replica.commit_min() })
     }
 }
 
@@ -140,7 +143,7 @@ impl Handler<GetGroupActor> for ShardActor {
     type Result = Option<Addr<GroupActor>>;
 
     fn handle(&mut self, GetGroupActor(group): GetGroupActor, ctx: &mut Self::Context) -> Self::Result {
-        self.group_actor(group, ctx)
+        self.group_actor(group, ctx).map(|actor| actor.addr().clone())
     }
 }
 
