@@ -163,10 +163,9 @@ pub struct ShardActor {
     hosted_events: u64,
     /// The group gauges last counted (with the group actors alive), and when.
     gauges: Option<(u64, cohort_core::HeartbeatGauges, usize)>,
-    /// Z1: the tick of the last sweep for idle group actors, and the ticks
-    /// between sweeps (`commit_idle_heartbeat_timeout`).
-    actors_swept_tick: u64,
-    actor_sweep_ticks: u64,
+    /// Z1: the sweep for idle group actors, a slice of the groups a second
+    /// ([`group_links`]).
+    actor_sweep: group_links::Sweep,
     groups: HashMap<GroupId, GroupLink>,
     traces: Rc<ShardTraces>,
     /// Groups built before the actor started, whose actors start with it.
@@ -228,8 +227,7 @@ impl ShardActor {
             published_tick: 0,
             hosted_events: 0,
             gauges: None,
-            actors_swept_tick: 0,
-            actor_sweep_ticks: setup.config.timing.idle_timeout_effective_ticks(),
+            actor_sweep: group_links::Sweep::new(setup.config.timing.idle_timeout_effective_ticks(), setup.tick),
             groups: HashMap::new(),
             traces: Rc::new(ShardTraces::new(setup.node)),
             built: Vec::new(),
@@ -489,10 +487,7 @@ impl ShardActor {
         };
         self.metrics.update_shard(self.index, self.core.metrics(), &gauges);
         self.metrics.set_group_actors(self.index, group_actors);
-        if now >= self.actors_swept_tick + self.actor_sweep_ticks {
-            self.actors_swept_tick = now;
-            self.sweep_group_actors();
-        }
+        self.sweep_group_actors();
         self.metrics.update_core_refusals(self.index, self.core.refused());
         if self.index == 0 {
             let peers = self.links.values().filter(|link| link.connected.load(Ordering::Relaxed)).count();

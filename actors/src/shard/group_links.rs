@@ -31,6 +31,28 @@ pub(super) struct ActorLink {
     swept: u64,
 }
 
+/// Which slice of the groups the next once-a-second sweep looks at.
+pub(super) struct Sweep {
+    /// Slices: seconds in a `commit_idle_heartbeat_timeout`, at least 1.
+    slices: u64,
+    /// The slice of the last sweep.
+    slice: u64,
+}
+
+impl Sweep {
+    /// Sweeps that visit every group once per `period_ticks` ticks of `tick`.
+    pub(super) fn new(period_ticks: u64, tick: std::time::Duration) -> Sweep {
+        let second_ticks = (1_000_000_000 / tick.as_nanos().max(1)).max(1) as u64;
+        Sweep { slices: (period_ticks / second_ticks).max(1), slice: 0 }
+    }
+
+    /// The slice count and the slice to sweep now.
+    fn next_slice(&mut self) -> (u64, u64) {
+        self.slice = (self.slice + 1) % self.slices;
+        (self.slices, self.slice)
+    }
+}
+
 impl ActorLink {
     /// The actor's address (the caller must send through [`ActorLink::send`]
     /// or [`ActorLink::try_send`] for what the actor counts).
@@ -92,14 +114,22 @@ impl ShardActor {
         self.groups.values().filter(|link| link.actor.is_some()).count()
     }
 
-    /// Ask every actor the shard sent nothing since the last sweep whether
-    /// it can retire. Runs every `commit_idle_heartbeat_timeout`, so an
-    /// actor retires one to two of those after its group's last call.
+    /// Once a second: ask each actor of this second's slice of the groups
+    /// that the shard sent nothing since its slice's last turn whether it
+    /// can retire. Every group's turn comes once per
+    /// `commit_idle_heartbeat_timeout`, so an actor retires one to two of
+    /// those after its group's last call, and the questions (and answers)
+    /// are spread over the seconds instead of landing in one turn: at
+    /// 100,000 groups that burst would delay the shard's ticks.
     pub(super) fn sweep_group_actors(&mut self) {
-        for link in self.groups.values_mut() {
+        let (slices, slice) = self.actor_sweep.next_slice();
+        for (group, link) in &mut self.groups {
+            if group.0 % slices != slice {
+                continue;
+            }
             if let Some(actor) = link.actor.as_mut() {
                 // An actor sent nothing since has an empty mailbox; were it
-                // full, the next sweep asks again.
+                // full, its slice's next turn asks again.
                 if actor.sent == actor.swept {
                     let _ = actor.addr.try_send(MayRetire);
                 }
