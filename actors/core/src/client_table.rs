@@ -7,8 +7,6 @@
 //! may only start at request number 1, so that a retry from an evicted client
 //! is refused instead of applied twice.
 
-use std::collections::HashMap;
-
 use bytes::Bytes;
 use cohort_messages::{ClientId, Op, RequestNumber};
 
@@ -39,7 +37,13 @@ pub enum Admission {
 /// Per-group table.
 #[derive(Clone, Debug, Default)]
 pub struct ClientTable {
-    clients: HashMap<ClientId, ClientEntry>,
+    /// Sorted by client id, with no id twice. A sorted `Vec` and not a map
+    /// (Z1): most groups hear from few clients, and a map's smallest table
+    /// holds room for four entries and its control bytes (about 280 bytes a
+    /// replica for one client), where this grows one entry at a time.
+    /// Lookups are a binary search; a new client shifts the entries after
+    /// it, as eviction already walks them all.
+    clients: Vec<(ClientId, ClientEntry)>,
     clients_max: usize,
 }
 
@@ -47,12 +51,16 @@ impl ClientTable {
     /// An empty table of at most `clients_max` clients.
     pub fn new(clients_max: usize) -> ClientTable {
         assert!(clients_max > 0);
-        ClientTable { clients: HashMap::new(), clients_max }
+        ClientTable { clients: Vec::new(), clients_max }
+    }
+
+    fn find(&self, client: ClientId) -> Result<usize, usize> {
+        self.clients.binary_search_by_key(&client, |(id, _)| *id)
     }
 
     /// Decide about a request.
     pub fn admit(&self, client: ClientId, request: RequestNumber) -> Admission {
-        match self.clients.get(&client) {
+        match self.get(client) {
             None if request.0 <= 1 => Admission::New,
             None => Admission::UnknownClient,
             Some(entry) if request == entry.request => Admission::Duplicate(entry.clone()),
@@ -68,31 +76,56 @@ impl ClientTable {
 
     /// Record an applied request.
     pub fn record(&mut self, client: ClientId, request: RequestNumber, op: Op, result: Bytes) {
-        if !self.clients.contains_key(&client) && self.clients.len() >= self.clients_max {
+        let entry = ClientEntry { request, op, result };
+        let mut at = match self.find(client) {
+            Ok(at) => {
+                self.clients[at].1 = entry;
+                return;
+            }
+            Err(at) => at,
+        };
+        if self.clients.len() >= self.clients_max {
             // Evict the client whose latest op is oldest; deterministic because
             // ops are unique per group.
-            if let Some(oldest) = self.clients.iter().min_by_key(|(_, entry)| entry.op).map(|(id, _)| *id) {
-                self.clients.remove(&oldest);
+            let oldest = self.clients.iter().enumerate().min_by_key(|(_, (_, entry))| entry.op).map(|(index, _)| index);
+            if let Some(oldest) = oldest {
+                self.clients.remove(oldest);
+                if oldest < at {
+                    at -= 1;
+                }
             }
         }
-        self.clients.insert(client, ClientEntry { request, op, result });
+        if self.clients.len() == self.clients.capacity() {
+            // Double, from one entry: a `Vec` would start at four.
+            self.clients.reserve_exact(self.clients.len().max(1));
+        }
+        self.clients.insert(at, (client, entry));
+        debug_assert!(self.clients.windows(2).all(|pair| pair[0].0 < pair[1].0), "sorted by client, each once");
     }
 
     /// The latest entry of a client.
     pub fn get(&self, client: ClientId) -> Option<&ClientEntry> {
-        self.clients.get(&client)
+        self.find(client).ok().map(|at| &self.clients[at].1)
     }
 
-    /// Encode for a snapshot, in a stable order.
+    /// Encode for a snapshot, in a stable order (by client id).
     pub fn encode(&self) -> Vec<(ClientId, ClientEntry)> {
-        let mut all: Vec<_> = self.clients.iter().map(|(id, entry)| (*id, entry.clone())).collect();
-        all.sort_by_key(|(id, _)| *id);
-        all
+        self.clients.clone()
     }
 
-    /// Rebuild from a snapshot.
-    pub fn restore(&mut self, all: Vec<(ClientId, ClientEntry)>) {
-        self.clients = all.into_iter().collect();
+    /// Rebuild from a snapshot. A client listed twice keeps its later
+    /// entry, as it would after two records.
+    pub fn restore(&mut self, mut all: Vec<(ClientId, ClientEntry)>) {
+        all.sort_by_key(|(id, _)| *id);
+        all.dedup_by(|later, kept| {
+            let same = later.0 == kept.0;
+            if same {
+                std::mem::swap(later, kept);
+            }
+            same
+        });
+        all.shrink_to_fit();
+        self.clients = all;
     }
 
     /// Number of clients.
@@ -127,5 +160,28 @@ mod tests {
         table.record(ClientId(1), RequestNumber(5), Op(1), Bytes::new());
         table.record(ClientId(2), RequestNumber(1), Op(2), Bytes::new());
         assert_eq!(table.admit(ClientId(1), RequestNumber(5)), Admission::UnknownClient);
+    }
+
+    #[test]
+    fn eviction_keeps_the_table_sorted_and_the_newest_clients() {
+        let mut table = ClientTable::new(3);
+        for (client, op) in [(5, 1), (1, 2), (9, 3), (3, 4), (7, 5)] {
+            table.record(ClientId(client), RequestNumber(1), Op(op), Bytes::new());
+        }
+        let clients: Vec<_> = table.encode().into_iter().map(|(id, entry)| (id.0, entry.op.0)).collect();
+        assert_eq!(clients, vec![(3, 4), (7, 5), (9, 3)], "the two oldest were evicted, the rest sorted by id");
+        table.record(ClientId(9), RequestNumber(2), Op(6), Bytes::new());
+        assert_eq!(table.get(ClientId(9)).map(|entry| entry.request), Some(RequestNumber(2)));
+        assert_eq!(table.len(), 3);
+    }
+
+    #[test]
+    fn a_snapshot_listing_a_client_twice_restores_its_later_entry() {
+        let entry = |op| ClientEntry { request: RequestNumber(op), op: Op(op), result: Bytes::new() };
+        let mut table = ClientTable::new(8);
+        table.restore(vec![(ClientId(4), entry(1)), (ClientId(2), entry(2)), (ClientId(4), entry(3))]);
+        assert_eq!(table.len(), 2);
+        assert_eq!(table.get(ClientId(4)).map(|entry| entry.op), Some(Op(3)));
+        assert_eq!(table.admit(ClientId(2), RequestNumber(2)), Admission::Duplicate(entry(2)));
     }
 }

@@ -81,6 +81,11 @@ impl Log {
             self.base = self.base.next();
         }
         self.base_view = view;
+        if self.entries.is_empty() {
+            // Z1: a group that snapshotted everything (an idle one) keeps
+            // no room for entries; a busy one keeps its pipeline's.
+            self.entries = VecDeque::new();
+        }
     }
 
     /// Replace everything with an empty log after a snapshot at `base`.

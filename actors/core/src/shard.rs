@@ -42,7 +42,7 @@ use crate::storage::RecoveredGroup;
 /// The groups of one shard. See the module docs for the driving contract.
 pub struct Shard {
     node: NodeId,
-    config: CoreConfig,
+    config: std::sync::Arc<CoreConfig>,
     pub(crate) groups: crate::group_map::GroupMap<Box<Replica>>,
     pub(crate) fx: Effects,
     wakeups: BTreeSet<(u64, GroupId)>,
@@ -89,7 +89,7 @@ impl Shard {
     pub fn new(node: NodeId, config: CoreConfig) -> Shard {
         Shard {
             node,
-            config,
+            config: std::sync::Arc::new(config),
             groups: Default::default(),
             fx: Effects::new(),
             wakeups: BTreeSet::new(),
@@ -147,7 +147,7 @@ impl Shard {
     pub fn create_group(&mut self, spec: GroupSpec, state: Box<dyn StateMachine>) -> Result<(), ShardError> {
         self.check_spec(&spec)?;
         let group = spec.group;
-        let replica = Replica::create(spec, self.config.clone(), state, &mut self.fx);
+        let replica = Replica::create(spec, std::sync::Arc::clone(&self.config), state, &mut self.fx);
         self.insert(group, replica);
         Ok(())
     }
@@ -166,7 +166,7 @@ impl Shard {
         })?;
         self.check_spec(&spec)?;
         let group = spec.group;
-        let replica = Replica::recover(spec, self.config.clone(), state, recovered, &mut self.fx)
+        let replica = Replica::recover(spec, std::sync::Arc::clone(&self.config), state, recovered, &mut self.fx)
             .map_err(ShardError::Recovery)?;
         self.insert(group, replica);
         Ok(())

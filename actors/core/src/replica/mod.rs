@@ -35,6 +35,7 @@ mod view_change;
 mod wait;
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 use cohort_messages::{GroupId, Incarnation, MemberIndex, NodeId, Op, Request, StartView, Timestamp, View};
 
@@ -97,7 +98,8 @@ pub struct GroupSpec {
 /// One group member. See the module docs.
 pub struct Replica {
     pub(crate) spec: GroupSpec,
-    pub(crate) config: CoreConfig,
+    /// Shared by every replica of the shard (Z1: a copy was 120 bytes a replica).
+    pub(crate) config: Arc<CoreConfig>,
     pub(crate) status: Status,
     pub(crate) view: View,
     pub(crate) log_view: View,
@@ -133,7 +135,7 @@ pub struct Replica {
     pub(crate) follows_idle: bool,
     pub(crate) repair_deadline: u64,
     pub(crate) repair_target: Op,
-    pub(crate) state_transfer: Option<repair::StateTransfer>,
+    pub(crate) state_transfer: Option<Box<repair::StateTransfer>>,
     // View change.
     pub(crate) view_change_deadline: u64,
     pub(crate) view_change_resend_tick: u64,
@@ -167,7 +169,7 @@ pub struct Replica {
     pub(crate) lead_after_flush: FlushId,
     pub(crate) role_reported: Option<(View, Role)>,
     /// The seal this replica applied: its incarnation's state is final.
-    pub(crate) sealed: Option<Sealed>,
+    pub(crate) sealed: Option<Box<Sealed>>,
     /// Z6: a Commit of the next incarnation reached this replica: the group
     /// switched without it (a learner that missed the seal).
     pub(crate) outpaced: bool,
@@ -213,7 +215,7 @@ impl std::fmt::Debug for Replica {
 }
 
 impl Replica {
-    fn blank(spec: GroupSpec, config: CoreConfig, state: Box<dyn StateMachine>, now: u64) -> Replica {
+    fn blank(spec: GroupSpec, config: Arc<CoreConfig>, state: Box<dyn StateMachine>, now: u64) -> Replica {
         if let Err(error) = spec.validate() {
             panic!("a replica needs a valid spec (validated by the shard): {error}");
         }
@@ -278,7 +280,7 @@ impl Replica {
 
     /// A brand-new member of a brand-new group: view 0, empty log. Member 0
     /// is the primary of view 0. Stages the first superblock.
-    pub fn create(spec: GroupSpec, config: CoreConfig, state: Box<dyn StateMachine>, fx: &mut Effects) -> Replica {
+    pub fn create(spec: GroupSpec, config: Arc<CoreConfig>, state: Box<dyn StateMachine>, fx: &mut Effects) -> Replica {
         let mut replica = Replica::blank(spec, config, state, fx.now);
         replica.start_view_zero(fx);
         replica
@@ -303,7 +305,7 @@ impl Replica {
     /// change, because it no longer knows what lease it granted (V7, R24).
     pub fn recover(
         spec: GroupSpec,
-        config: CoreConfig,
+        config: Arc<CoreConfig>,
         state: Box<dyn StateMachine>,
         recovered: crate::storage::RecoveredGroup,
         fx: &mut Effects,
@@ -653,6 +655,11 @@ impl Replica {
                 self.durable_op = op.min(self.log.op());
                 advanced = true;
             }
+        }
+        if self.pending_durable.is_empty() && self.log.op() == self.log.base() {
+            // Z1: nothing in flight and everything snapshotted (a group that
+            // turned idle): give the queue's room back.
+            self.pending_durable = VecDeque::new();
         }
         debug_assert!(self.pending_durable.len() <= pending_before, "a flush only completes what was staged");
         debug_assert!(self.pending_durable.front().is_none_or(|(flush, _)| *flush > id), "flushes complete in order");

@@ -90,13 +90,13 @@ impl Replica {
 
     /// Start fetching the snapshot of `source`.
     pub(crate) fn request_state_transfer(&mut self, source: MemberIndex, fx: &mut Effects) {
-        self.state_transfer = Some(StateTransfer {
+        self.state_transfer = Some(Box::new(StateTransfer {
             source,
             snapshot_op: Op(0),
             snapshot_view: View(0),
             total_size_bytes: 0,
             data: Vec::new(),
-        });
+        }));
         self.retry_state_transfer(fx);
     }
 
@@ -170,12 +170,12 @@ impl Replica {
             total_size_bytes: chunk.total_size_bytes,
             data: Vec::new(),
         };
-        let transfer = self.state_transfer.get_or_insert(fresh.clone());
+        let transfer = self.state_transfer.get_or_insert_with(|| Box::new(fresh.clone()));
         if transfer.snapshot_op != chunk.snapshot_op || transfer.source != chunk.replica {
             if chunk.offset_bytes != 0 {
                 return;
             }
-            *transfer = fresh;
+            **transfer = fresh;
         }
         if chunk.offset_bytes != transfer.data.len() as u64 || chunk.total_size_bytes != transfer.total_size_bytes {
             return;

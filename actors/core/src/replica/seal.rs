@@ -94,7 +94,7 @@ pub enum SealError {
 impl Replica {
     /// The seal this replica applied, if any: its state is final.
     pub fn sealed(&self) -> Option<&Sealed> {
-        self.sealed.as_ref()
+        self.sealed.as_deref()
     }
 
     /// The applied seal, once this member holds it durably: the log through
@@ -104,7 +104,7 @@ impl Replica {
     /// its seal in a crash could not catch up once the others switched).
     pub fn seal_durable(&self) -> Option<&Sealed> {
         self.sealed
-            .as_ref()
+            .as_deref()
             .filter(|sealed| self.durable_op >= sealed.op && self.superblock_durable_commit >= sealed.op)
     }
 
@@ -254,7 +254,7 @@ impl Replica {
         // are validated); every member holds the same bytes, so every member
         // skips it the same way.
         if let Ok(seal) = Seal::decode(operation) {
-            self.sealed = Some(Sealed { op, seal });
+            self.sealed = Some(Box::new(Sealed { op, seal }));
             self.refuse_queued(fx);
         }
     }
