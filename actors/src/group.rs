@@ -302,10 +302,15 @@ impl GroupActor {
     /// still listens, and there is no custom actor to feed. Forgets the
     /// callers and subscribers that went away.
     fn idle(&mut self) -> bool {
-        self.waiters.retain(|_, waiter| !waiter.is_closed());
-        self.waiters_swept = self.waiters.len();
+        self.sweep_waiters();
         self.subscribers.retain(|subscriber| !subscriber.is_closed());
         self.waiters.is_empty() && self.subscribers.is_empty() && self.custom.is_none()
+    }
+
+    /// Forget the callers that gave up.
+    fn sweep_waiters(&mut self) {
+        self.waiters.retain(|_, waiter| !waiter.is_closed());
+        self.waiters_swept = self.waiters.len();
     }
 
     fn publish(&mut self, event: GroupEvent) {
@@ -389,8 +394,7 @@ impl Handler<Wait> for GroupActor {
     fn handle(&mut self, wait: Wait, _ctx: &mut Self::Context) {
         self.handled += 1;
         if self.waiters.len() >= WAITERS_SWEEP_MIN.max(2 * self.waiters_swept) {
-            self.waiters.retain(|_, waiter| !waiter.is_closed());
-            self.waiters_swept = self.waiters.len();
+            self.sweep_waiters();
         }
         self.waiters.insert((wait.client, wait.request), wait.answer);
     }

@@ -191,6 +191,11 @@ const GAUGES_EVERY_SECOND_GROUPS_MAX: usize = 10_000;
 /// How often, in seconds, a shard with many groups counts its group gauges.
 const GAUGES_INTERVAL_SECS_MANY: u64 = 5;
 
+/// Ticks of length `tick` in a second, at least 1.
+fn second_ticks(tick: Duration) -> u64 {
+    (1_000_000_000 / tick.as_nanos().max(1)).max(1) as u64
+}
+
 /// One group replica's actor, and whether anyone follows the group.
 struct GroupLink {
     /// Started when first needed (Z1): by a caller's request, a subscriber
@@ -523,7 +528,7 @@ impl Actor for ShardActor {
             let now = actor.catch_up();
             actor.run();
             actor.resync_custom_actors();
-            let second_ticks = (1_000_000_000 / actor.tick.as_nanos().max(1)).max(1) as u64;
+            let second_ticks = second_ticks(actor.tick);
             if now >= actor.published_tick + second_ticks {
                 actor.every_second(now, second_ticks);
             }

@@ -42,8 +42,7 @@ pub(super) struct Sweep {
 impl Sweep {
     /// Sweeps that visit every group once per `period_ticks` ticks of `tick`.
     pub(super) fn new(period_ticks: u64, tick: std::time::Duration) -> Sweep {
-        let second_ticks = (1_000_000_000 / tick.as_nanos().max(1)).max(1) as u64;
-        Sweep { slices: (period_ticks / second_ticks).max(1), slice: 0 }
+        Sweep { slices: (period_ticks / super::second_ticks(tick)).max(1), slice: 0 }
     }
 
     /// The slice count and the slice to sweep now.
@@ -148,11 +147,7 @@ impl Handler<GroupIdle> for ShardActor {
         // sent to it: one sent more since (a caller came) stays, and so
         // does a later actor of the group (hosted anew, or with a custom
         // actor), whatever its count.
-        let current = link.actor.as_ref().is_some_and(|actor| actor.addr == idle.actor && actor.sent == idle.handled);
-        if !current {
-            return;
-        }
-        if let Some(actor) = link.actor.take() {
+        if let Some(actor) = link.actor.take_if(|actor| actor.addr == idle.actor && actor.sent == idle.handled) {
             // No subscriber and no custom actor: nobody follows the group
             // until one subscribes again.
             link.followed = false;
