@@ -63,7 +63,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
-use cohort_core::metadata::{AgentConfig, AgentOutput, HostedReplica, Metadata, MetadataAgent, PlacedReplica};
+use cohort_core::metadata::{
+    AgentConfig, AgentOutput, Destination, HostedReplica, Metadata, MetadataAgent, MetadataRoute, PlacedReplica,
+};
 use cohort_core::routing::shard_of;
 use cohort_messages::metadata::{MetadataCommand, MetadataResult};
 use cohort_messages::{
@@ -223,8 +225,8 @@ pub struct MetadataAgentActor {
     /// shows as a gap in either).
     last_tick: Instant,
     last_timer: Instant,
-    /// Where the next request goes (a metadata member).
-    target: Option<NodeId>,
+    /// Where the next request goes (a metadata voter).
+    route: MetadataRoute,
     /// The request the agent last submitted, to re-send on a redirect.
     submitted: Option<Request>,
     metadata_primary: bool,
@@ -259,13 +261,14 @@ impl MetadataAgentActor {
         let agent = MetadataAgent::new(setup.config.clone());
         let reader = crate::client_id::fresh_client_id();
         let now = Instant::now();
+        let route = MetadataRoute::new(setup.config.node);
         MetadataAgentActor {
             setup,
             agent,
             started: now,
             last_tick: now,
             last_timer: now,
-            target: None,
+            route,
             submitted: None,
             metadata_primary: false,
             polling: false,
@@ -458,7 +461,7 @@ impl MetadataAgentActor {
     /// What follows every tick of the agent, with a scan or without.
     fn after_tick(&mut self, now: u64, ctx: &mut Context<Self>) {
         if let Some(request) = self.operator.on_tick(Instant::now()) {
-            self.route(request, ctx);
+            self.send_operator(request, ctx);
         }
         if !self.follows() && now >= self.fetched_tick + FETCH_INTERVAL_TICKS {
             self.fetched_tick = now;
@@ -492,9 +495,8 @@ impl MetadataAgentActor {
                         .submitted
                         .as_ref()
                         .is_some_and(|last| last.client == request.client && last.request == request.request);
-                    if resend && !self.metadata_primary {
-                        self.target = Some(self.next_member());
-                    }
+                    let voters = self.voters();
+                    self.route.on_send(resend, &voters, self.metadata_primary);
                     self.submit(request, ctx)
                 }
                 AgentOutput::Keepalive(keepalive) => {
@@ -576,34 +578,32 @@ impl MetadataAgentActor {
         self.route(request, ctx);
     }
 
-    /// Send `request` to the local metadata replica or to the member the
-    /// agent targets.
-    fn route(&mut self, request: Request, ctx: &mut Context<Self>) {
-        let local = self.member() && (self.metadata_primary || self.target.is_none_or(|t| t == self.node()));
-        let operator = self.operator.owns(request.client);
-        if local {
-            if operator {
-                self.operator.sent(self.node(), true, Instant::now());
-            }
-            self.submit_locally(request, ctx);
-        } else {
-            let target = self.target.filter(|t| *t != self.node()).unwrap_or_else(|| self.next_member());
-            self.target = Some(target);
-            if operator {
-                self.operator.sent(target, false, Instant::now());
-            }
-            self.send(target, Message::Request(request));
-        }
+    /// Send an operator's request, new or again: it may follow redirects
+    /// afresh, and keeps the route's target (the agent's own resends move it).
+    fn send_operator(&mut self, request: Request, ctx: &mut Context<Self>) {
+        let voters = self.voters();
+        self.route.on_send(false, &voters, self.metadata_primary);
+        self.route(request, ctx);
     }
 
-    /// The member after the current target, skipping this node.
-    fn next_member(&self) -> NodeId {
-        let members = self.voters();
-        let others: Vec<NodeId> = members.iter().copied().filter(|m| *m != self.node()).collect();
-        let Some(first) = others.first().copied() else { return self.node() };
-        match self.target.and_then(|t| others.iter().position(|m| *m == t)) {
-            Some(index) => others[(index + 1) % others.len()],
-            None => first,
+    /// Send `request` to the local metadata replica or to the node the
+    /// route targets.
+    fn route(&mut self, request: Request, ctx: &mut Context<Self>) {
+        let operator = self.operator.owns(request.client);
+        let voters = self.voters();
+        match self.route.destination(&voters, self.metadata_primary) {
+            Destination::Local => {
+                if operator {
+                    self.operator.sent(self.node(), true, Instant::now());
+                }
+                self.submit_locally(request, ctx);
+            }
+            Destination::Node(target) => {
+                if operator {
+                    self.operator.sent(target, false, Instant::now());
+                }
+                self.send(target, Message::Request(request));
+            }
         }
     }
 
@@ -666,8 +666,8 @@ impl MetadataAgentActor {
     }
 
     fn on_redirect(&mut self, from: NodeId, redirect: Redirect, ctx: &mut Context<Self>) {
-        let next = redirect.primary.filter(|p| *p != from && self.voters().contains(p));
-        self.target = Some(next.unwrap_or_else(|| self.next_member()));
+        let voters = self.voters();
+        let next = self.route.redirected(&voters, from, redirect.primary);
         if self.operator.owns(redirect.client) {
             if let Some(request) = self.operator.on_redirect(from, &redirect).filter(|_| next.is_some()) {
                 self.route(request, ctx);
@@ -696,9 +696,11 @@ impl MetadataAgentActor {
             operation: bytes::Bytes::new(),
         };
         self.next_read += 1;
-        let target = self.target.unwrap_or_else(|| self.next_member());
-        self.target = Some(target);
-        self.send(target, Message::Request(request));
+        let voters = self.voters();
+        // Not a voter, so never its own replica.
+        if let Destination::Node(target) = self.route.destination(&voters, false) {
+            self.send(target, Message::Request(request));
+        }
     }
 
     /// One frame to `peer` over its peer link (dropped if it is down: the
@@ -730,7 +732,7 @@ impl Handler<OperatorSubmit> for MetadataAgentActor {
             return;
         }
         if let Some(request) = self.operator.start(&submit.command, submit.deadline, submit.answer, Instant::now()) {
-            self.route(request, ctx);
+            self.send_operator(request, ctx);
         }
     }
 }

@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::rc::Rc;
 
-use cohort_core::metadata::MetadataAgent;
+use cohort_core::metadata::{MetadataAgent, MetadataRoute};
 use cohort_core::routing::shard_of;
 use cohort_core::storage::memory::MemoryStorage;
 use cohort_core::storage::{Recovered, Storage, StorageError};
@@ -84,8 +84,9 @@ pub struct SimNode {
     pub metadata: MetadataMirror,
     /// The metadata agent of the running process (metadata scenario).
     pub agent: Option<MetadataAgent>,
-    /// The node the agent's requests go to: its guess of the metadata primary.
-    pub agent_target: usize,
+    /// Where the agent's requests go: the runtime's routing among the
+    /// metadata group's voters.
+    pub agent_route: MetadataRoute,
     /// The agent's last request, resent on a redirect.
     pub agent_last: Option<Request>,
     /// Groups the agent unloaded (S4): not hosted again after a restart.
@@ -170,7 +171,7 @@ impl SimNode {
             restarts: 0,
             metadata: MetadataMirror::default(),
             agent: None,
-            agent_target: index,
+            agent_route: MetadataRoute::new(node_id(index)),
             agent_last: None,
             unloaded: BTreeSet::new(),
             extra_specs: BTreeMap::new(),
@@ -350,7 +351,7 @@ impl SimNode {
             }
         }
         self.shards = shards;
-        self.agent_target = self.index;
+        self.agent_route = MetadataRoute::new(node_id(self.index));
         self.restarts += 1;
         Ok(())
     }

@@ -6,9 +6,11 @@
 //! - Every tick a running node's agent gets the applied metadata of the
 //!   node's own metadata replica, whether that replica is primary, and the
 //!   kv groups the node hosts.
-//! - `Submit` becomes a `Request` from the node to the node it believes is
-//!   the metadata primary (first itself); a `Redirect` moves that belief and
-//!   resends, a resend by the agent (no answer in time) tries the next node.
+//! - `Submit` becomes a `Request` to the voter the node's
+//!   [`MetadataRoute`] names, the runtime's routing: a voter first asks
+//!   itself; a `Redirect` naming a node resends there at once (a bounded
+//!   number of times), and a resend by the agent (no answer in time) tries
+//!   the next voter.
 //!   Answers to the agent's client id are addressed to its node, and reach
 //!   the agent there (the shard ignores replies and session messages).
 //! - `Keepalive` goes to every node, where the agent's driver judges it;
@@ -16,7 +18,7 @@
 //! - `Unload` removes the group from the shard; `Stop` takes the node down
 //!   until an operator restarts it, with a fresh agent and client id.
 
-use cohort_core::metadata::{AgentCounters, AgentOutput, HostedReplica};
+use cohort_core::metadata::{AgentCounters, AgentOutput, Destination, HostedReplica, MetadataRoute};
 use cohort_core::replica::Placement;
 use cohort_messages::{ClientId, GroupId, Message, Redirect, TraceContext};
 
@@ -33,7 +35,7 @@ impl Sim {
         }
         let node = &mut self.nodes[index];
         node.agent = Some(metadata::agent(self.config.seed, index, node.restarts, self.policy, &self.specs));
-        node.agent_target = index;
+        node.agent_route = MetadataRoute::new(node_id(index));
         node.agent_last = None;
     }
 
@@ -95,9 +97,8 @@ impl Sim {
         message: Message,
     ) -> Option<Message> {
         let now = self.now;
-        let started_with = self.metadata_spec.as_ref().map(|spec| spec.members.clone()).unwrap_or_default();
+        let members = self.metadata_voters(index);
         let node = &mut self.nodes[index];
-        let members = node.metadata.borrow().metadata_voters().unwrap_or(started_with);
         let metadata_primary = node.replica(GroupId::METADATA).is_some_and(|replica| replica.is_confirmed_primary(now));
         let Some(agent) = node.agent.as_mut() else { return Some(message) };
         let outputs = match message {
@@ -110,7 +111,7 @@ impl Sim {
                 outputs
             }
             Message::Redirect(redirect) => {
-                self.agent_redirected(index, &redirect);
+                self.agent_redirected(index, from, &redirect);
                 return None;
             }
             Message::SessionKeepalive(keepalive) => {
@@ -124,24 +125,30 @@ impl Sim {
         None
     }
 
-    /// A member that is not the metadata primary redirected the agent's
-    /// request: resend it to the primary it names, or to the next node.
-    fn agent_redirected(&mut self, index: usize, redirect: &Redirect) {
+    /// A node that is not the metadata primary redirected the agent's
+    /// request: resend it now where the route says, as the runtime's agent
+    /// does.
+    fn agent_redirected(&mut self, index: usize, from: cohort_messages::NodeId, redirect: &Redirect) {
         let nodes = self.nodes.len();
+        let voters = self.metadata_voters(index);
         let node = &mut self.nodes[index];
         let Some(last) = node.agent_last.clone() else { return };
         if last.client != redirect.client || last.request != redirect.request {
             return; // About an older request.
         }
-        let target = match redirect.primary {
-            Some(primary) if primary.0 >= 1 && node_index(primary) < nodes => node_index(primary),
-            _ => (node.agent_target + 1) % nodes,
+        let target = match node.agent_route.redirected(&voters, from, redirect.primary) {
+            Some(Destination::Local) => index,
+            Some(Destination::Node(node)) if node.0 >= 1 && node_index(node) < nodes => node_index(node),
+            _ => return,
         };
-        if target == node.agent_target {
-            return; // Nothing new: the agent's own retry moves on.
-        }
-        node.agent_target = target;
         self.send_from_node(index, target, Message::Request(last));
+    }
+
+    /// The metadata group's voters as node `index`'s applied metadata lists
+    /// them (with a switch's next voters), or those it started with.
+    fn metadata_voters(&self, index: usize) -> Vec<cohort_messages::NodeId> {
+        let started_with = self.metadata_spec.as_ref().map(|spec| spec.members.clone()).unwrap_or_default();
+        self.nodes[index].metadata.borrow().metadata_voters().unwrap_or(started_with)
     }
 
     fn run_agent_outputs(&mut self, index: usize, outputs: Vec<AgentOutput>) {
@@ -149,14 +156,19 @@ impl Sim {
         for output in outputs {
             match output {
                 AgentOutput::Submit(request) => {
+                    let voters = self.metadata_voters(index);
+                    let now = self.now;
                     let node = &mut self.nodes[index];
+                    let metadata_primary =
+                        node.replica(GroupId::METADATA).is_some_and(|replica| replica.is_confirmed_primary(now));
                     let resend = node.agent_last.as_ref().is_some_and(|last| last.request == request.request);
-                    if resend {
-                        // No answer in time: the guess may be down or cut off.
-                        node.agent_target = (node.agent_target + 1) % nodes;
-                    }
+                    node.agent_route.on_send(resend, &voters, metadata_primary);
                     node.agent_last = Some(request.clone());
-                    let target = node.agent_target;
+                    let target = match node.agent_route.destination(&voters, metadata_primary) {
+                        Destination::Local => index,
+                        Destination::Node(voter) if voter.0 >= 1 && node_index(voter) < nodes => node_index(voter),
+                        Destination::Node(_) => continue,
+                    };
                     self.send_from_node(index, target, Message::Request(request));
                 }
                 AgentOutput::Keepalive(keepalive) => {

@@ -26,6 +26,7 @@ mod balance;
 mod driver;
 mod freeze;
 mod operations;
+mod route;
 mod session_client;
 mod sessions;
 
@@ -44,6 +45,7 @@ pub use balance::{next_transfer, primaries_per_node};
 pub use driver::{KeepaliveOutcome, MetadataDriver};
 pub use freeze::Frozen;
 pub use operations::{OperationRecord, OperationTotals, PendingSwitch, Step};
+pub use route::{Destination, MetadataRoute, REDIRECTS_FOLLOWED_MAX};
 pub use session_client::{ExpiredPolicy, SessionAction, SessionClient, SessionState};
 pub use sessions::SessionTracker;
 
