@@ -247,10 +247,11 @@ pub struct MetadataAgentActor {
     fingerprint_spacing: Duration,
     changes: Option<HostedChanges>,
     /// Nodes that host no metadata replica: the read client, its next
-    /// number and the last fetch.
+    /// number, the last fetch and whether it is still unanswered.
     reader: ClientId,
     next_read: u64,
     fetched_tick: u64,
+    read_unanswered: bool,
     /// Operator commands from the admin port.
     operator: OperatorClient,
 }
@@ -283,6 +284,7 @@ impl MetadataAgentActor {
             reader,
             next_read: 1,
             fetched_tick: 0,
+            read_unanswered: false,
             operator: OperatorClient::new(),
         }
     }
@@ -630,6 +632,7 @@ impl MetadataAgentActor {
             return;
         }
         if reply.client == self.reader {
+            self.read_unanswered = false;
             if let Outcome::Ok(state) = &reply.outcome
                 && let Err(error) = self.setup.metadata.replace_encoded(state)
             {
@@ -697,7 +700,11 @@ impl MetadataAgentActor {
         };
         self.next_read += 1;
         let voters = self.voters();
-        // Not a voter, so never its own replica.
+        // A new read may follow redirects afresh, and moves on to the next
+        // voter if the last one had no answer; not a voter, so never its
+        // own replica.
+        self.route.on_send(self.read_unanswered, &voters, false);
+        self.read_unanswered = true;
         if let Destination::Node(target) = self.route.destination(&voters, false) {
             self.send(target, Message::Request(request));
         }
