@@ -23,12 +23,16 @@
 //!   While things change, a due scan runs at once, as before. Every tick
 //!   between due scans is such a tick too, so keepalives leave on time. An
 //!   idle node thus costs little however many groups it hosts (Z3).
-//! - **Submit**: the agent's requests go to the metadata group's primary: the
-//!   local shard if this node hosts it and leads it, else a member over the
-//!   peer link as a `Request` frame (the member's shard answers with a
-//!   `Reply` or `Redirect` frame). A redirect moves the target and sends the
-//!   same request again at once; the agent itself re-sends an unanswered one
-//!   with the same request number, so it applies at most once.
+//! - **Submit**: the agent's requests go where its
+//!   [`MetadataRoute`] says: the local shard if this node votes in the
+//!   metadata group and leads it, else another node over the peer link as
+//!   a `Request` frame (that node's shard answers with a `Reply` or
+//!   `Redirect` frame). A redirect about the request in flight that names
+//!   a node sends it there again at once (at most `REDIRECTS_FOLLOWED_MAX`
+//!   times per send); one that names nobody, or a resend, moves on to the
+//!   next voter. The agent itself re-sends an unanswered request with the
+//!   same request number, so it applies at most once. Operator commands
+//!   and reads of the whole state each follow a route of their own.
 //! - **Keepalive**: a `SessionKeepalive` frame to every metadata member over
 //!   the real peer links (the local member's agent gets it directly); the
 //!   receiving agent calls `on_keepalive`, whose driver acts only on the
@@ -225,8 +229,12 @@ pub struct MetadataAgentActor {
     /// shows as a gap in either).
     last_tick: Instant,
     last_timer: Instant,
-    /// Where the next request goes (a metadata voter).
+    /// Where the agent's next request goes (a metadata voter). Operator
+    /// commands and reads of the whole state each have their own route, so
+    /// one stream's sends never reset another's redirect budget.
     route: MetadataRoute,
+    operator_route: MetadataRoute,
+    read_route: MetadataRoute,
     /// The request the agent last submitted, to re-send on a redirect.
     submitted: Option<Request>,
     metadata_primary: bool,
@@ -247,11 +255,11 @@ pub struct MetadataAgentActor {
     fingerprint_spacing: Duration,
     changes: Option<HostedChanges>,
     /// Nodes that host no metadata replica: the read client, its next
-    /// number, the last fetch and whether it is still unanswered.
+    /// number, the last fetch and the read still unanswered.
     reader: ClientId,
     next_read: u64,
     fetched_tick: u64,
-    read_unanswered: bool,
+    read_in_flight: Option<Request>,
     /// Operator commands from the admin port.
     operator: OperatorClient,
 }
@@ -263,6 +271,7 @@ impl MetadataAgentActor {
         let reader = crate::client_id::fresh_client_id();
         let now = Instant::now();
         let route = MetadataRoute::new(setup.config.node);
+        let (operator_route, read_route) = (route.clone(), route.clone());
         MetadataAgentActor {
             setup,
             agent,
@@ -270,6 +279,8 @@ impl MetadataAgentActor {
             last_tick: now,
             last_timer: now,
             route,
+            operator_route,
+            read_route,
             submitted: None,
             metadata_primary: false,
             polling: false,
@@ -284,7 +295,7 @@ impl MetadataAgentActor {
             reader,
             next_read: 1,
             fetched_tick: 0,
-            read_unanswered: false,
+            read_in_flight: None,
             operator: OperatorClient::new(),
         }
     }
@@ -463,7 +474,7 @@ impl MetadataAgentActor {
     /// What follows every tick of the agent, with a scan or without.
     fn after_tick(&mut self, now: u64, ctx: &mut Context<Self>) {
         if let Some(request) = self.operator.on_tick(Instant::now()) {
-            self.send_operator(request, ctx);
+            self.send_operator(request, true, ctx);
         }
         if !self.follows() && now >= self.fetched_tick + FETCH_INTERVAL_TICKS {
             self.fetched_tick = now;
@@ -577,23 +588,24 @@ impl MetadataAgentActor {
     /// Send `request` to the metadata primary as the agent knows it.
     fn submit(&mut self, request: Request, ctx: &mut Context<Self>) {
         self.submitted = Some(request.clone());
-        self.route(request, ctx);
-    }
-
-    /// Send an operator's request, new or again: it may follow redirects
-    /// afresh, and keeps the route's target (the agent's own resends move it).
-    fn send_operator(&mut self, request: Request, ctx: &mut Context<Self>) {
         let voters = self.voters();
-        self.route.on_send(false, &voters, self.metadata_primary);
-        self.route(request, ctx);
+        let destination = self.route.destination(&voters, self.metadata_primary);
+        self.send_to(destination, request, ctx);
     }
 
-    /// Send `request` to the local metadata replica or to the node the
-    /// route targets.
-    fn route(&mut self, request: Request, ctx: &mut Context<Self>) {
+    /// Send an operator's request: new, or `resend` when it had no answer
+    /// in time, which moves its route on to the next voter.
+    fn send_operator(&mut self, request: Request, resend: bool, ctx: &mut Context<Self>) {
+        let voters = self.voters();
+        self.operator_route.on_send(resend, &voters, self.metadata_primary);
+        let destination = self.operator_route.destination(&voters, self.metadata_primary);
+        self.send_to(destination, request, ctx);
+    }
+
+    /// Send `request` to the local metadata replica or to another node.
+    fn send_to(&mut self, destination: Destination, request: Request, ctx: &mut Context<Self>) {
         let operator = self.operator.owns(request.client);
-        let voters = self.voters();
-        match self.route.destination(&voters, self.metadata_primary) {
+        match destination {
             Destination::Local => {
                 if operator {
                     self.operator.sent(self.node(), true, Instant::now());
@@ -632,7 +644,9 @@ impl MetadataAgentActor {
             return;
         }
         if reply.client == self.reader {
-            self.read_unanswered = false;
+            if self.read_in_flight.as_ref().is_some_and(|read| read.request == reply.request) {
+                self.read_in_flight = None;
+            }
             if let Outcome::Ok(state) = &reply.outcome
                 && let Err(error) = self.setup.metadata.replace_encoded(state)
             {
@@ -668,23 +682,28 @@ impl MetadataAgentActor {
         }
     }
 
+    /// A redirect moves the route of the request it is about, if that
+    /// request is still in flight, and resends it at once where the route
+    /// says; one about an older request changes nothing.
     fn on_redirect(&mut self, from: NodeId, redirect: Redirect, ctx: &mut Context<Self>) {
         let voters = self.voters();
-        let next = self.route.redirected(&voters, from, redirect.primary);
+        let about = |request: &Request| request.client == redirect.client && request.request == redirect.request;
         if self.operator.owns(redirect.client) {
-            if let Some(request) = self.operator.on_redirect(from, &redirect).filter(|_| next.is_some()) {
-                self.route(request, ctx);
+            let Some(request) = self.operator.on_redirect(from, &redirect) else { return };
+            if let Some(destination) = self.operator_route.redirected(&voters, from, redirect.primary) {
+                self.send_to(destination, request, ctx);
             }
-            return;
-        }
-        // Send the same request there now if it is still the one in flight.
-        if next.is_some()
-            && let Some(request) = self.submitted.clone()
-            && request.client == redirect.client
-            && request.request == redirect.request
-            && redirect.client != self.reader
-        {
-            self.submit(request, ctx);
+        } else if redirect.client == self.reader {
+            let Some(read) = self.read_in_flight.clone().filter(about) else { return };
+            // Not a voter, so never its own replica.
+            if let Some(Destination::Node(target)) = self.read_route.redirected(&voters, from, redirect.primary) {
+                self.send(target, Message::Request(read));
+            }
+        } else {
+            let Some(request) = self.submitted.clone().filter(about) else { return };
+            if let Some(destination) = self.route.redirected(&voters, from, redirect.primary) {
+                self.send_to(destination, request, ctx);
+            }
         }
     }
 
@@ -700,12 +719,11 @@ impl MetadataAgentActor {
         };
         self.next_read += 1;
         let voters = self.voters();
-        // A new read may follow redirects afresh, and moves on to the next
-        // voter if the last one had no answer; not a voter, so never its
-        // own replica.
-        self.route.on_send(self.read_unanswered, &voters, false);
-        self.read_unanswered = true;
-        if let Destination::Node(target) = self.route.destination(&voters, false) {
+        // The read before had no answer: its target may be down, so this
+        // one goes to the next voter. Not a voter, so never its own replica.
+        self.read_route.on_send(self.read_in_flight.is_some(), &voters, false);
+        self.read_in_flight = Some(request.clone());
+        if let Destination::Node(target) = self.read_route.destination(&voters, false) {
             self.send(target, Message::Request(request));
         }
     }
@@ -739,7 +757,7 @@ impl Handler<OperatorSubmit> for MetadataAgentActor {
             return;
         }
         if let Some(request) = self.operator.start(&submit.command, submit.deadline, submit.answer, Instant::now()) {
-            self.send_operator(request, ctx);
+            self.send_operator(request, false, ctx);
         }
     }
 }

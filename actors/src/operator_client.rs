@@ -188,15 +188,15 @@ impl OperatorClient {
         }
     }
 
-    /// A redirect for this client: the request to send again at once (to
-    /// the named primary), if it is the one in flight.
+    /// A redirect for this client: the request in flight, if the redirect
+    /// is about it (the agent's route says whether it goes again at once).
     pub fn on_redirect(&mut self, from: NodeId, redirect: &Redirect) -> Option<Request> {
         let in_flight = self.in_flight.as_mut().filter(|f| client::redirects(&f.request, redirect))?;
         in_flight.last = match redirect.primary {
             Some(primary) => format!("{from} redirected to {primary}"),
             None => format!("{from} knows no primary (view change?)"),
         };
-        redirect.primary.map(|_| in_flight.request.clone())
+        Some(in_flight.request.clone())
     }
 }
 

@@ -161,7 +161,10 @@ impl Sim {
                     let node = &mut self.nodes[index];
                     let metadata_primary =
                         node.replica(GroupId::METADATA).is_some_and(|replica| replica.is_confirmed_primary(now));
-                    let resend = node.agent_last.as_ref().is_some_and(|last| last.request == request.request);
+                    let resend = node
+                        .agent_last
+                        .as_ref()
+                        .is_some_and(|last| last.client == request.client && last.request == request.request);
                     node.agent_route.on_send(resend, &voters, metadata_primary);
                     node.agent_last = Some(request.clone());
                     let target = match node.agent_route.destination(&voters, metadata_primary) {

@@ -13,11 +13,17 @@
 //!   primary it needs), but only [`REDIRECTS_FOLLOWED_MAX`] times per
 //!   request the agent sends: stale nodes that name each other cannot keep
 //!   a request bouncing between them;
-//! - a redirect that names nobody, or a request with no answer in time,
-//!   moves on to the next voter of the node's list, once per send (a
-//!   redirect then a resend of the same request must not skip a voter: with
-//!   two other voters that would ask the same one for ever), so each voter
-//!   is tried in turn.
+//! - a redirect that names nobody, a named redirect past that budget, or a
+//!   request with no answer in time, moves on to the next voter of the
+//!   node's list, once per send (a redirect then a resend of the same
+//!   request must not skip a voter: with two other voters that would ask
+//!   the same one for ever). "Next" counts from the last voter the route
+//!   asked, not from a named node outside the list, so each voter is tried
+//!   in turn however many stale names come between.
+//!
+//! One route serves one stream of requests (the agent's own, an operator's,
+//! a node's reads of the whole state): a send resets the redirect budget
+//! and the resend rule of its own stream only.
 //!
 //! The runtime's agent actor and the simulator's shell both route through
 //! this type, so the simulator checks the routing the nodes run.
@@ -45,6 +51,9 @@ pub struct MetadataRoute {
     /// The node believed to be the metadata primary; `None` until a
     /// redirect or a retry named one.
     target: Option<NodeId>,
+    /// The last voter the route asked: where the turn to the next voter
+    /// counts from (`target` may be a named node outside the voters).
+    cursor: Option<NodeId>,
     /// Redirects followed since the agent last sent.
     followed: u32,
     /// True once a redirect moved the target since the agent last sent.
@@ -54,7 +63,7 @@ pub struct MetadataRoute {
 impl MetadataRoute {
     /// The route of node `me`, which first asks its own replica if it votes.
     pub fn new(me: NodeId) -> MetadataRoute {
-        MetadataRoute { me, target: None, followed: 0, moved: false }
+        MetadataRoute { me, target: None, cursor: None, followed: 0, moved: false }
     }
 
     /// The node requests go to, if one was chosen.
@@ -68,7 +77,7 @@ impl MetadataRoute {
     /// last send (a primary keeps asking itself).
     pub fn on_send(&mut self, resend: bool, voters: &[NodeId], metadata_primary: bool) {
         if resend && !metadata_primary && !self.moved {
-            self.target = Some(self.next_voter(voters));
+            self.aim(self.next_voter(voters), voters);
         }
         self.followed = 0;
         self.moved = false;
@@ -83,7 +92,7 @@ impl MetadataRoute {
             return Destination::Local;
         }
         let target = self.target.filter(|target| *target != self.me).unwrap_or_else(|| self.next_voter(voters));
-        self.target = Some(target);
+        self.aim(target, voters);
         if target == self.me { Destination::Local } else { Destination::Node(target) }
     }
 
@@ -95,20 +104,28 @@ impl MetadataRoute {
         let named = primary.filter(|primary| *primary != from && self.followed < REDIRECTS_FOLLOWED_MAX);
         self.moved = true;
         let Some(named) = named else {
-            self.target = Some(self.next_voter(voters));
+            self.aim(self.next_voter(voters), voters);
             return None;
         };
         self.followed += 1;
-        self.target = Some(named);
+        self.aim(named, voters);
         Some(if named == self.me { Destination::Local } else { Destination::Node(named) })
     }
 
-    /// The voter after the current target, skipping this node (this node if
+    /// Send to `target` from now on; a voter also becomes the cursor.
+    fn aim(&mut self, target: NodeId, voters: &[NodeId]) {
+        self.target = Some(target);
+        if voters.contains(&target) {
+            self.cursor = Some(target);
+        }
+    }
+
+    /// The voter after the last one asked, skipping this node (this node if
     /// it is the only voter, or there is none).
     fn next_voter(&self, voters: &[NodeId]) -> NodeId {
         let others: Vec<NodeId> = voters.iter().copied().filter(|voter| *voter != self.me).collect();
         let Some(first) = others.first().copied() else { return self.me };
-        match self.target.and_then(|target| others.iter().position(|voter| *voter == target)) {
+        match self.cursor.and_then(|cursor| others.iter().position(|voter| *voter == cursor)) {
             Some(index) => others[(index + 1) % others.len()],
             None => first,
         }
@@ -204,5 +221,27 @@ mod tests {
         assert_eq!(route.destination(&voters, false), Destination::Node(NodeId(2)));
         route.on_send(true, &voters, false);
         assert_eq!(route.destination(&voters, false), Destination::Node(NodeId(1)), "no answer: on to the next");
+    }
+
+    #[test]
+    fn z6_a_stale_name_outside_the_voters_does_not_send_the_turn_back_to_the_first_voter() {
+        // Node 5 lists voters 1, 2, 4; node 1, left in an old incarnation,
+        // names node 3, which the switch removed. Were the turn counted
+        // from node 3, it would go back to node 1 every time and voters 2
+        // and 4 would never be asked.
+        let voters = nodes(&[1, 2, 4]);
+        let mut route = MetadataRoute::new(NodeId(5));
+        route.on_send(false, &voters, false);
+        assert_eq!(route.destination(&voters, false), Destination::Node(NodeId(1)));
+        assert_eq!(route.redirected(&voters, NodeId(1), Some(NodeId(3))), Some(Destination::Node(NodeId(3))));
+        assert_eq!(route.redirected(&voters, NodeId(3), None), None);
+        assert_eq!(route.destination(&voters, false), Destination::Node(NodeId(2)));
+        // Node 3 down: the resend after a redirect stays, the next one moves on.
+        route.on_send(false, &voters, false);
+        assert_eq!(route.redirected(&voters, NodeId(2), Some(NodeId(3))), Some(Destination::Node(NodeId(3))));
+        route.on_send(true, &voters, false);
+        assert_eq!(route.destination(&voters, false), Destination::Node(NodeId(3)));
+        route.on_send(true, &voters, false);
+        assert_eq!(route.destination(&voters, false), Destination::Node(NodeId(4)));
     }
 }
