@@ -67,6 +67,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
+use cohort_core::client;
 use cohort_core::metadata::{
     AgentConfig, AgentOutput, Destination, HostedReplica, Metadata, MetadataAgent, MetadataRoute, PlacedReplica,
 };
@@ -644,7 +645,7 @@ impl MetadataAgentActor {
             return;
         }
         if reply.client == self.reader {
-            if self.read_in_flight.as_ref().is_some_and(|read| read.request == reply.request) {
+            if self.read_in_flight.as_ref().is_some_and(|read| client::answers(read, &reply)) {
                 self.read_in_flight = None;
             }
             if let Outcome::Ok(state) = &reply.outcome
@@ -687,20 +688,23 @@ impl MetadataAgentActor {
     /// says; one about an older request changes nothing.
     fn on_redirect(&mut self, from: NodeId, redirect: Redirect, ctx: &mut Context<Self>) {
         let voters = self.voters();
-        let about = |request: &Request| request.client == redirect.client && request.request == redirect.request;
         if self.operator.owns(redirect.client) {
             let Some(request) = self.operator.on_redirect(from, &redirect) else { return };
             if let Some(destination) = self.operator_route.redirected(&voters, from, redirect.primary) {
                 self.send_to(destination, request, ctx);
             }
         } else if redirect.client == self.reader {
-            let Some(read) = self.read_in_flight.clone().filter(about) else { return };
+            let Some(read) = self.read_in_flight.clone().filter(|read| client::redirects(read, &redirect)) else {
+                return;
+            };
             // Not a voter, so never its own replica.
             if let Some(Destination::Node(target)) = self.read_route.redirected(&voters, from, redirect.primary) {
                 self.send(target, Message::Request(read));
             }
         } else {
-            let Some(request) = self.submitted.clone().filter(about) else { return };
+            let Some(request) = self.submitted.clone().filter(|request| client::redirects(request, &redirect)) else {
+                return;
+            };
             if let Some(destination) = self.route.redirected(&voters, from, redirect.primary) {
                 self.send_to(destination, request, ctx);
             }
