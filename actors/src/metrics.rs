@@ -73,7 +73,7 @@ pub const APPLY_LATENCY_BUCKETS_SECONDS: [f64; 19] = [
 pub const DEFAULT_GROUP_KIND: &str = "default";
 
 /// How many counters a [`ShardMetrics`] holds; one exported family each.
-const SHARD_COUNTER_COUNT: usize = 20;
+const SHARD_COUNTER_COUNT: usize = 21;
 
 /// Name (without prefix and without the `_total` the encoder appends) and help
 /// of each exported shard counter, in the order of [`shard_counter_values`].
@@ -104,6 +104,10 @@ const SHARD_COUNTER_SPECS: [(&str, &str); SHARD_COUNTER_COUNT] = [
     ("quiesced", "Z3: group members quiesced (a primary's group for one peer, once the peer accepted)"),
     ("quiet_woken", "Z3: quiesced group members woken, on either end"),
     ("quiet_mismatches", "Z3: shard-pair digests that did not match (every group quiesced between the pair woke)"),
+    (
+        "start_views_withheld",
+        "Z4: StartViews not sent in answer to a member's election message, one having gone to it within a repair timeout",
+    ),
 ];
 
 /// The counters of `metrics` in the order of [`SHARD_COUNTER_SPECS`].
@@ -132,6 +136,7 @@ fn shard_counter_values(metrics: &ShardMetrics) -> [u64; SHARD_COUNTER_COUNT] {
         quiesced,
         quiet_woken,
         quiet_mismatches,
+        start_views_withheld,
     } = *metrics;
     [
         commit_batches_sent,
@@ -154,6 +159,7 @@ fn shard_counter_values(metrics: &ShardMetrics) -> [u64; SHARD_COUNTER_COUNT] {
         quiesced,
         quiet_woken,
         quiet_mismatches,
+        start_views_withheld,
     ]
 }
 
@@ -1046,6 +1052,7 @@ mod tests {
             &mut metrics.quiesced,
             &mut metrics.quiet_woken,
             &mut metrics.quiet_mismatches,
+            &mut metrics.start_views_withheld,
         ];
         for (index, field) in fields.into_iter().enumerate() {
             *field = base + index as u64;

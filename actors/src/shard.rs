@@ -65,6 +65,10 @@ pub const REMOTE_WAITERS_MAX: usize = 4096;
 /// (see [`ShardActor::catch_up`]); beyond that the oldest are skipped.
 pub const TICKS_LATE_MAX: u64 = 100;
 
+/// How long a turn may stay open, at most, while inputs keep arriving: once
+/// this old, the next input ends it (see [`ShardActor::end_turn_soon`]).
+pub const TURN_OPEN_MAX: Duration = Duration::from_millis(10);
+
 /// A request and the client and group it is from: how answers find their caller.
 type RequestKey = (GroupId, ClientId, RequestNumber);
 
@@ -177,6 +181,8 @@ pub struct ShardActor {
     draining_build: bool,
     /// An end of turn is queued behind the mailbox.
     turn_pending: bool,
+    /// When the open turn began (`None`: no turn open).
+    turn_opened: Option<Instant>,
     /// The node's group kinds, for groups hosted while running (P4 learners).
     kinds: Arc<Kinds>,
     /// Where the groups hosted while running are recorded, so that the next
@@ -239,6 +245,7 @@ impl ShardActor {
             resync_pending: Vec::new(),
             draining_build: false,
             turn_pending: false,
+            turn_opened: None,
             kinds: setup.kinds,
             placements: setup.placements,
         };
@@ -263,16 +270,28 @@ impl ShardActor {
     /// under load, one drain (one storage job, one message per peer) covers
     /// many inputs. actix handles the whole mailbox before it runs what
     /// `notify` queued.
+    ///
+    /// Under a burst (thousands of groups failing over at once) the mailbox
+    /// can hold a second's worth of inputs, and what the first of them
+    /// released (a StartView, a Prepare, a PrepareOk) would wait for all of
+    /// them: every hop of a view change and of the write after it waited so.
+    /// A turn open for [`TURN_OPEN_MAX`] ends at the next input instead.
     fn end_turn_soon(&mut self, ctx: &mut Context<Self>) {
-        if !self.turn_pending {
-            self.turn_pending = true;
-            ctx.notify(EndTurn);
+        match self.turn_opened {
+            None => {
+                self.turn_opened = Some(Instant::now());
+                self.turn_pending = true;
+                ctx.notify(EndTurn);
+            }
+            Some(opened) if opened.elapsed() >= TURN_OPEN_MAX => self.run(),
+            Some(_) => {}
         }
     }
 
     /// Drain the core and execute its effects (the end of every turn).
     fn run(&mut self) {
         self.turn_pending = false;
+        self.turn_opened = None;
         self.note_congestion();
         loop {
             let effects = self.core.drain_effects();
@@ -337,17 +356,29 @@ impl ShardActor {
                 | Effect::SaveSnapshot { .. }
                 | Effect::Flush { .. } => storage.push(effect),
                 Effect::Send { to, message } => {
+                    if self.link_down(to) {
+                        self.drops.add(Mailbox::PeerLink, DropReason::PeerDisconnected, 1);
+                        continue;
+                    }
                     let trace = self.traces.on_send(to, &message);
                     outgoing.entry(to).or_default().push((message, trace));
                 }
                 Effect::SendCommitBatch { to, entries } => {
                     let connected = self.links.get(&to).is_some_and(|link| link.connected.load(Ordering::Relaxed));
                     self.core.on_commit_batch_sent(to, &entries, connected);
+                    if self.link_down(to) {
+                        self.drops.add(Mailbox::PeerLink, DropReason::PeerDisconnected, 1);
+                        continue;
+                    }
                     self.traces.on_send_batch(to, false, entries.len());
                     let batch = Message::Commit(CommitBatch::encode(&entries));
                     outgoing.entry(to).or_default().push((batch, TraceContext::NONE));
                 }
                 Effect::SendCommitReplyBatch { to, entries } => {
+                    if self.link_down(to) {
+                        self.drops.add(Mailbox::PeerLink, DropReason::PeerDisconnected, 1);
+                        continue;
+                    }
                     self.traces.on_send_batch(to, true, entries.len());
                     let batch = Message::CommitReply(CommitReplyBatch::encode(&entries));
                     outgoing.entry(to).or_default().push((batch, TraceContext::NONE));
@@ -423,6 +454,15 @@ impl ShardActor {
                 actor.send(GroupTurn(notes));
             }
         }
+    }
+
+    /// Whether the link to `peer` is known and not connected: what goes
+    /// there now would only be dropped by the link, so it is dropped here,
+    /// before the outbox spends time encoding it (after a node dies, its
+    /// peers' primaries re-send it StartViews and Commit batches every
+    /// broadcast interval until it is back).
+    fn link_down(&self, peer: NodeId) -> bool {
+        self.links.get(&peer).is_some_and(|link| !link.connected.load(Ordering::Relaxed))
     }
 
     /// K4: tell the core which peers' links became congested or drained

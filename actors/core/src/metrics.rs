@@ -51,6 +51,10 @@ pub struct ShardMetrics {
     /// Z3: heartbeats or replies whose digests did not match: every group
     /// quiesced between the pair woke.
     pub quiet_mismatches: u64,
+    /// Z4: StartViews a primary did not send in answer to a member's
+    /// election message, one having gone to that member within a repair
+    /// timeout.
+    pub start_views_withheld: u64,
 }
 
 impl ShardMetrics {
@@ -77,6 +81,7 @@ impl ShardMetrics {
             quiesced,
             quiet_woken,
             quiet_mismatches,
+            start_views_withheld,
         } = other;
         self.commit_batches_sent += commit_batches_sent;
         self.commit_entries_sent += commit_entries_sent;
@@ -98,6 +103,7 @@ impl ShardMetrics {
         self.quiesced += quiesced;
         self.quiet_woken += quiet_woken;
         self.quiet_mismatches += quiet_mismatches;
+        self.start_views_withheld += start_views_withheld;
     }
 }
 

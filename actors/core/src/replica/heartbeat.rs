@@ -14,7 +14,7 @@
 //! and queues a CommitReply that echoes the Commit's timestamp (R27), from
 //! which the primary dates its quorum window (R24).
 
-use cohort_messages::{CommitEntry, CommitReplyEntry, HeartbeatState as WireState, Message, Op, View};
+use cohort_messages::{CommitEntry, CommitReplyEntry, HeartbeatState as WireState, Op, View};
 
 use super::normal::TIMESTAMP_PER_TICK;
 use super::{Replica, Status};
@@ -172,13 +172,12 @@ impl Replica {
         if fx.now < self.heartbeat.view_start_tick + 2 * self.config.timing.commit_broadcast_interval_ticks {
             return;
         }
-        let unconfirmed: Vec<_> = self.receivers().filter(|m| !self.confirmed_of(*m)).collect();
-        if unconfirmed.is_empty() {
-            return;
-        }
-        let message = self.start_view_message();
+        // Z4: not to one that got it within a repair timeout (an answer to
+        // its election messages, see `answer_with_start_view`).
+        let unconfirmed: Vec<_> =
+            self.receivers().filter(|m| !self.confirmed_of(*m) && self.start_view_due(*m, fx.now)).collect();
         for member in unconfirmed {
-            self.send_view_change(self.node_of(member), Message::StartView(message.clone()), fx);
+            self.send_start_view(member, fx);
         }
     }
 

@@ -120,6 +120,9 @@ pub struct Replica {
     /// Per member: the send tick of the newest Commit it answered in this
     /// view (`None`: no answer in this view yet).
     pub(crate) contact_tick: Vec<Option<u64>>,
+    /// Per member: the tick this primary last sent it the view's StartView
+    /// (empty until it leads; see `send_start_view`).
+    pub(crate) start_view_sent_tick: Vec<u64>,
     pub(crate) start_view_op: Op,
     /// Async groups: writes acknowledged up to here.
     pub(crate) async_acked_op: Op,
@@ -237,6 +240,7 @@ impl Replica {
             acked: vec![Op(0); members],
             confirmed: vec![false; members],
             contact_tick: vec![None; members],
+            start_view_sent_tick: Vec::new(),
             start_view_op: Op(0),
             async_acked_op: Op(0),
             request_queue: VecDeque::new(),

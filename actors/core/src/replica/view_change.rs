@@ -175,8 +175,7 @@ impl Replica {
         if svc.view < self.view && self.is_primary() && self.spec.is_voter(svc.replica) {
             // A member still electing an earlier view (it fell back after a
             // restart, say) while this one runs: show it the current view.
-            let message = self.start_view_message();
-            return self.send_view_change(self.node_of(svc.replica), Message::StartView(message), fx);
+            return self.answer_with_start_view(svc.replica, fx);
         }
         if self.view_jump_refused(svc.view, fx.now) {
             return fx.refused.count(Refusal::ViewJump);
@@ -188,8 +187,7 @@ impl Replica {
             self.svc_from.insert(svc.replica);
         } else if svc.view == self.view && self.is_primary() {
             // A member still electing our view missed the StartView.
-            let message = self.start_view_message();
-            self.send_view_change(self.node_of(svc.replica), Message::StartView(message), fx);
+            self.answer_with_start_view(svc.replica, fx);
         }
     }
 
@@ -217,13 +215,48 @@ impl Replica {
             return;
         }
         if self.is_primary() {
-            let message = self.start_view_message();
-            self.send_view_change(self.node_of(dvc.replica), Message::StartView(message), fx);
-            return;
+            return self.answer_with_start_view(dvc.replica, fx);
         }
         if self.status == Status::ViewChange {
             self.record_dvc(dvc, fx);
         }
+    }
+
+    /// Z4: answer a member's election message about a view this primary
+    /// leads with the StartView, at most once per repair timeout.
+    ///
+    /// A member re-sends its StartViewChange and DoViewChange together every
+    /// repair timeout until it hears the StartView; each used to draw a
+    /// StartView of its own, and so did one that crossed the StartView on
+    /// its way. When thousands of groups fail over at once the StartView
+    /// takes longer than that timeout to arrive and be handled, so those
+    /// answers doubled or tripled the very work that delayed it (measured at
+    /// 100,000 groups: docs/benchmarks.md). One within the timeout is
+    /// presumed still on its way; a lost one is answered at the member's
+    /// next re-send, or sent again by `resend_start_view`. Withholding a
+    /// message is what a loss would do: no rule of seed 000 depends on it.
+    pub(crate) fn answer_with_start_view(&mut self, member: MemberIndex, fx: &mut Effects) {
+        if !self.start_view_due(member, fx.now) {
+            fx.metrics.start_views_withheld += 1;
+            return;
+        }
+        self.send_start_view(member, fx);
+    }
+
+    /// Whether `member` last got this view's StartView at least a repair
+    /// timeout ago (or never).
+    pub(crate) fn start_view_due(&self, member: MemberIndex, now: u64) -> bool {
+        let window = self.config.timing.repair_timeout_ticks;
+        self.start_view_sent_tick.get(member.0 as usize).is_none_or(|sent| now >= sent.saturating_add(window))
+    }
+
+    /// Send `member` the view's StartView now, and note when.
+    pub(crate) fn send_start_view(&mut self, member: MemberIndex, fx: &mut Effects) {
+        if let Some(sent) = self.start_view_sent_tick.get_mut(member.0 as usize) {
+            *sent = fx.now;
+        }
+        let message = self.start_view_message();
+        self.send_view_change(self.node_of(member), Message::StartView(message), fx);
     }
 
     fn record_dvc(&mut self, dvc: DoViewChange, fx: &mut Effects) {
@@ -314,6 +347,7 @@ impl Replica {
         self.stage_superblock(fx);
         // The StartView leaves with this flush; the view's Prepares follow it.
         self.lead_after_flush = self.superblock_flush;
+        self.start_view_sent_tick = vec![fx.now; members];
         let message = self.start_view_message();
         for member in self.receivers() {
             self.send_view_change(self.node_of(member), Message::StartView(message.clone()), fx);
