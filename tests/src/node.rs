@@ -98,8 +98,9 @@ pub struct SimNode {
     /// T5: what the shards of earlier processes refused (a crash loses the
     /// shards, not the count).
     pub refusals_retired: cohort_core::Refusals,
-    /// Z3: the quiescence counters of earlier processes' shards.
-    pub quiet_retired: QuietCounts,
+    /// The counters of earlier processes' shards (a crash loses the shards,
+    /// not the counts).
+    pub metrics_retired: cohort_core::ShardMetrics,
 }
 
 /// Z3: quiescence counters of a node, over all its starts.
@@ -176,7 +177,7 @@ impl SimNode {
             unloaded: BTreeSet::new(),
             extra_specs: BTreeMap::new(),
             refusals_retired: cohort_core::Refusals::default(),
-            quiet_retired: QuietCounts::default(),
+            metrics_retired: cohort_core::ShardMetrics::default(),
         };
         let opened = node.open_storages().unwrap_or_else(|failure| {
             panic!("node {index} cannot open fresh storage: shard {}: {}", failure.shard, failure.error)
@@ -199,12 +200,19 @@ impl SimNode {
         node
     }
 
-    /// Z3: this node's quiescence counters, over all its starts.
-    pub fn quiet_counts(&self) -> QuietCounts {
-        let mut total = self.quiet_retired;
+    /// This node's shard counters, over all its starts.
+    pub fn shard_metrics(&self) -> cohort_core::ShardMetrics {
+        let mut total = self.metrics_retired.clone();
         for shard in &self.shards {
             total.add(shard.core.metrics());
         }
+        total
+    }
+
+    /// Z3: this node's quiescence counters, over all its starts.
+    pub fn quiet_counts(&self) -> QuietCounts {
+        let mut total = QuietCounts::default();
+        total.add(&self.shard_metrics());
         total
     }
 
@@ -364,7 +372,7 @@ impl SimNode {
         let shards = std::mem::take(&mut self.shards);
         for shard in &shards {
             self.refusals_retired.add(shard.core.refused());
-            self.quiet_retired.add(shard.core.metrics());
+            self.metrics_retired.add(shard.core.metrics());
         }
         for (index, mut shard) in shards.into_iter().enumerate() {
             if shard.worker.in_flight().is_some() {

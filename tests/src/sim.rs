@@ -236,6 +236,9 @@ pub struct Report {
     pub random_transfers: TransferCounts,
     /// Z3: quiescence counters, summed over every node and every start.
     pub quiet: crate::node::QuietCounts,
+    /// Z4: StartViews primaries withheld, having sent the member one within
+    /// a repair timeout, summed over every node and every start.
+    pub start_views_withheld: u64,
 }
 
 /// A simulation in progress.
@@ -470,6 +473,7 @@ impl Sim {
                 total.sum(node.quiet_counts());
                 total
             }),
+            start_views_withheld: self.nodes.iter().map(|node| node.shard_metrics().start_views_withheld).sum(),
             history: self.history,
         }
     }

@@ -51,6 +51,7 @@ fn main() -> ExitCode {
     let mut footprint = cohort_core::Footprint::default();
     let mut transfers = cohort_sim::sim::TransferCounts::default();
     let (mut quiet, mut seeds_quiesced) = (cohort_sim::node::QuietCounts::default(), 0u64);
+    let mut start_views_withheld = 0u64;
     for (done, seed) in (args.seed_start..args.seed_start + args.seeds).enumerate() {
         let config = args.config(seed);
         let outcome = cli::run_catching(config.clone());
@@ -105,6 +106,7 @@ fn main() -> ExitCode {
                 transfers.refused_behind += report.random_transfers.refused_behind;
                 transfers.refused_other += report.random_transfers.refused_other;
                 quiet.sum(report.quiet);
+                start_views_withheld += report.start_views_withheld;
                 seeds_quiesced += u64::from(report.quiet.quiesced > 0);
                 footprint.log_entries_max = footprint.log_entries_max.max(report.footprint_max.log_entries_max);
                 footprint.held_sends = footprint.held_sends.max(report.footprint_max.held_sends);
@@ -159,7 +161,11 @@ fn main() -> ExitCode {
             operations.metadata_switches
         ));
     }
-    last.push_str(&format!(" refusals={} refusals_forged={}", refusals.total(), refusals.forged()));
+    last.push_str(&format!(
+        " refusals={} refusals_forged={} start_views_withheld={start_views_withheld}",
+        refusals.total(),
+        refusals.forged()
+    ));
     if args.transfers {
         last.push_str(&format!(
             " random_transfers_started={} random_transfers_refused_behind={} random_transfers_refused_other={}",
