@@ -9,8 +9,7 @@ mod common;
 use common::Counter;
 
 use bytes::Bytes;
-use cohort_core::quorum::Quorums;
-use cohort_core::{CoreConfig, Effect, GroupSpec, Shard, WriteMode};
+use cohort_core::{CoreConfig, Effect, Shard};
 use cohort_messages::{
     ClientId, GroupId, Incarnation, LogEntry, MemberIndex, Message, NodeId, Op, Prepare, RequestNumber, StartView, View,
 };
@@ -30,16 +29,7 @@ struct Backup {
 
 impl Backup {
     fn new() -> Backup {
-        let spec = GroupSpec {
-            group: G,
-            incarnation: Incarnation(1),
-            members: MEMBERS.to_vec(),
-            learners: Vec::new(),
-            me: MemberIndex(1),
-            quorums: Quorums::new(3, None).expect("a majority"),
-            write_mode: WriteMode::Sync,
-            report_applied: false,
-        };
+        let spec = common::plain_spec(G, &MEMBERS, 1);
         let mut shard = Shard::new(ME, CoreConfig::default());
         shard.on_tick(1);
         shard.create_group(spec, Box::new(Counter(0))).expect("created");

@@ -12,8 +12,7 @@
 mod common;
 use common::Counter;
 
-use cohort_core::quorum::Quorums;
-use cohort_core::{CoreConfig, Effect, GroupSpec, Shard, WriteMode};
+use cohort_core::{CoreConfig, Effect, Shard};
 use cohort_messages::{DoViewChange, GroupId, Incarnation, MemberIndex, Message, NodeId, Op, StartViewChange, View};
 
 const G: GroupId = GroupId(11);
@@ -34,16 +33,7 @@ impl Primary {
     /// and member 2's election messages for view 1 make it that view's
     /// primary. Every flush completes at once.
     fn elected() -> Primary {
-        let spec = GroupSpec {
-            group: G,
-            incarnation: Incarnation(1),
-            members: MEMBERS.to_vec(),
-            learners: Vec::new(),
-            me: MemberIndex(1),
-            quorums: Quorums::new(3, None).expect("a majority"),
-            write_mode: WriteMode::Sync,
-            report_applied: false,
-        };
+        let spec = common::plain_spec(G, &MEMBERS, 1);
         let mut shard = Shard::new(ME, CoreConfig::default());
         shard.on_tick(1);
         shard.create_group(spec, Box::new(Counter(0))).expect("created");

@@ -1,9 +1,27 @@
 //! What the core's tests share: a state machine small enough to check by
-//! hand (it counts the ops it applied, and every answer is that count).
+//! hand (it counts the ops it applied, and every answer is that count), and
+//! the spec of a plain group.
 
 use bytes::Bytes;
-use cohort_core::StateMachine;
-use cohort_messages::Op;
+use cohort_core::quorum::Quorums;
+use cohort_core::{GroupSpec, StateMachine, WriteMode};
+use cohort_messages::{GroupId, Incarnation, MemberIndex, NodeId, Op};
+
+/// Incarnation 1 of `group` on `members` (majority quorums, synchronous
+/// writes, no learners), as hosted by member `me`.
+#[allow(dead_code)] // Each test file compiles this module; not all use it.
+pub fn plain_spec(group: GroupId, members: &[NodeId], me: u8) -> GroupSpec {
+    GroupSpec {
+        group,
+        incarnation: Incarnation(1),
+        members: members.to_vec(),
+        learners: Vec::new(),
+        me: MemberIndex(me),
+        quorums: Quorums::new(members.len(), None).expect("a majority"),
+        write_mode: WriteMode::Sync,
+        report_applied: false,
+    }
+}
 
 /// Counts applied ops; reads, snapshots and results are the count (u64 LE).
 pub struct Counter(pub u64);
