@@ -179,9 +179,8 @@ pub struct ShardActor {
     /// True while draining what the core emitted while building the groups:
     /// the actors were told the resulting role already.
     draining_build: bool,
-    /// An end of turn is queued behind the mailbox.
-    turn_pending: bool,
-    /// When the open turn began (`None`: no turn open).
+    /// When the open turn began; while one is open, an `EndTurn` is queued
+    /// behind the mailbox (`None`: no turn open).
     turn_opened: Option<Instant>,
     /// The node's group kinds, for groups hosted while running (P4 learners).
     kinds: Arc<Kinds>,
@@ -244,7 +243,6 @@ impl ShardActor {
             built: Vec::new(),
             resync_pending: Vec::new(),
             draining_build: false,
-            turn_pending: false,
             turn_opened: None,
             kinds: setup.kinds,
             placements: setup.placements,
@@ -280,7 +278,6 @@ impl ShardActor {
         match self.turn_opened {
             None => {
                 self.turn_opened = Some(Instant::now());
-                self.turn_pending = true;
                 ctx.notify(EndTurn);
             }
             Some(opened) if opened.elapsed() >= TURN_OPEN_MAX => self.run(),
@@ -290,7 +287,6 @@ impl ShardActor {
 
     /// Drain the core and execute its effects (the end of every turn).
     fn run(&mut self) {
-        self.turn_pending = false;
         self.turn_opened = None;
         self.note_congestion();
         loop {
@@ -356,8 +352,7 @@ impl ShardActor {
                 | Effect::SaveSnapshot { .. }
                 | Effect::Flush { .. } => storage.push(effect),
                 Effect::Send { to, message } => {
-                    if self.link_down(to) {
-                        self.drops.add(Mailbox::PeerLink, DropReason::PeerDisconnected, 1);
+                    if self.dropped_for_link_down(to) {
                         continue;
                     }
                     let trace = self.traces.on_send(to, &message);
@@ -366,8 +361,7 @@ impl ShardActor {
                 Effect::SendCommitBatch { to, entries } => {
                     let connected = self.links.get(&to).is_some_and(|link| link.connected.load(Ordering::Relaxed));
                     self.core.on_commit_batch_sent(to, &entries, connected);
-                    if self.link_down(to) {
-                        self.drops.add(Mailbox::PeerLink, DropReason::PeerDisconnected, 1);
+                    if self.dropped_for_link_down(to) {
                         continue;
                     }
                     self.traces.on_send_batch(to, false, entries.len());
@@ -375,8 +369,7 @@ impl ShardActor {
                     outgoing.entry(to).or_default().push((batch, TraceContext::NONE));
                 }
                 Effect::SendCommitReplyBatch { to, entries } => {
-                    if self.link_down(to) {
-                        self.drops.add(Mailbox::PeerLink, DropReason::PeerDisconnected, 1);
+                    if self.dropped_for_link_down(to) {
                         continue;
                     }
                     self.traces.on_send_batch(to, true, entries.len());
@@ -456,13 +449,17 @@ impl ShardActor {
         }
     }
 
-    /// Whether the link to `peer` is known and not connected: what goes
-    /// there now would only be dropped by the link, so it is dropped here,
-    /// before the outbox spends time encoding it (after a node dies, its
-    /// peers' primaries re-send it StartViews and Commit batches every
-    /// broadcast interval until it is back).
-    fn link_down(&self, peer: NodeId) -> bool {
-        self.links.get(&peer).is_some_and(|link| !link.connected.load(Ordering::Relaxed))
+    /// If the link to `peer` is known and not connected, count one message
+    /// for it as dropped and say so: the link would only drop it, so it is
+    /// dropped here, before the outbox spends time encoding it (after a node
+    /// dies, its peers' primaries re-send it StartViews and Commit batches
+    /// every broadcast interval until it is back).
+    fn dropped_for_link_down(&self, peer: NodeId) -> bool {
+        let down = self.links.get(&peer).is_some_and(|link| !link.connected.load(Ordering::Relaxed));
+        if down {
+            self.drops.add(Mailbox::PeerLink, DropReason::PeerDisconnected, 1);
+        }
+        down
     }
 
     /// K4: tell the core which peers' links became congested or drained
@@ -656,7 +653,7 @@ impl Handler<EndTurn> for ShardActor {
     type Result = ();
 
     fn handle(&mut self, _: EndTurn, _ctx: &mut Self::Context) {
-        if self.turn_pending {
+        if self.turn_opened.is_some() {
             self.run();
         }
     }

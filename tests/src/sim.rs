@@ -450,6 +450,12 @@ impl Sim {
     }
 
     fn report(self) -> Report {
+        let metrics = self.nodes.iter().fold(cohort_core::ShardMetrics::default(), |mut total, node| {
+            total.add(&node.shard_metrics());
+            total
+        });
+        let mut quiet = crate::node::QuietCounts::default();
+        quiet.add(&metrics);
         Report {
             seed: self.config.seed,
             violations: self.checkers.violations.clone(),
@@ -469,11 +475,8 @@ impl Sim {
             forged_frames: self.forger.as_ref().map_or(0, |forger| forger.sent),
             footprint_max: self.footprints.observed,
             random_transfers: self.transfers.counts,
-            quiet: self.nodes.iter().fold(crate::node::QuietCounts::default(), |mut total, node| {
-                total.sum(node.quiet_counts());
-                total
-            }),
-            start_views_withheld: self.nodes.iter().map(|node| node.shard_metrics().start_views_withheld).sum(),
+            quiet,
+            start_views_withheld: metrics.start_views_withheld,
             history: self.history,
         }
     }
