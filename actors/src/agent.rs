@@ -80,7 +80,7 @@ use tokio::sync::{oneshot, watch};
 
 use crate::directory::Directory;
 use crate::inbound::AgentInbound;
-use crate::metrics::NodeMetrics;
+use crate::metrics::{NodeMetrics, ScanKind};
 use crate::operator_client::{OperatorAnswer, OperatorClient};
 use crate::peer_link::SendFrames;
 use crate::shard::{
@@ -353,6 +353,7 @@ impl MetadataAgentActor {
         // role and hosting changes, the metadata replica's primary flag); the
         // fingerprint only when that moved or its own spacing, which grows
         // while it keeps matching, is up.
+        self.setup.metrics.inc_agent_scans(ScanKind::Changes);
         let shards = self.shards();
         let fingerprint_due = self.fingerprinted_at.is_none_or(|at| at.elapsed() >= self.fingerprint_spacing);
         let asked = async move {
@@ -396,6 +397,7 @@ impl MetadataAgentActor {
     /// next fingerprint out further), else scan. `changes` is what the
     /// shards' cheap answer said just before.
     fn fingerprint(&mut self, changes: Option<HostedChanges>, ctx: &mut Context<Self>) {
+        self.setup.metrics.inc_agent_scans(ScanKind::Fingerprint);
         let shards = self.shards();
         let asked = async move {
             let mut sum = 0u64;
@@ -434,6 +436,7 @@ impl MetadataAgentActor {
 
     /// Ask every shard for its hosted groups, then tick the agent.
     fn scan(&mut self, ctx: &mut Context<Self>) {
+        self.setup.metrics.inc_agent_scans(ScanKind::Full);
         self.full_scan_at = Some(Instant::now());
         self.fingerprint_spacing = Duration::ZERO;
         let shards = self.shards();

@@ -504,6 +504,37 @@ fn reject_totals(counters: &RejectCounters) -> RejectTotals {
     levels.into_iter().flat_map(|(level, map)| map.iter().map(move |(&kind, &count)| ((level, kind), count))).collect()
 }
 
+/// Z3: what the metadata agent read of the shards on a due scan: the
+/// `kind` label of `cohort_agent_scans_total`.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum ScanKind {
+    /// Each shard's count of role and hosting changes only (O(shards)).
+    Changes,
+    /// The shards' sum of hashes of their records (O(groups), no allocation).
+    Fingerprint,
+    /// Every hosted record, and the agent's passes over them (O(groups)).
+    Full,
+}
+
+impl ScanKind {
+    /// Every kind; each is exported from the start, at zero.
+    pub const ALL: [ScanKind; 3] = [ScanKind::Changes, ScanKind::Fingerprint, ScanKind::Full];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ScanKind::Changes => "changes",
+            ScanKind::Fingerprint => "fingerprint",
+            ScanKind::Full => "full",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ScanLabels {
+    kind: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct SessionLabels {
     event: &'static str,
@@ -615,6 +646,7 @@ pub struct NodeMetrics {
     ops_applied: Family<KindLabels, Counter>,
     apply_latency: Family<KindLabels, Histogram, fn() -> Histogram>,
     session_events: Family<SessionLabels, Counter>,
+    agent_scans: Family<ScanLabels, Counter>,
     applied: Mutex<Applied>,
 }
 
@@ -747,9 +779,19 @@ impl NodeMetrics {
         for event in SESSION_EVENTS {
             let _series = session_events.get_or_create(&SessionLabels { event });
         }
+        let agent_scans = Family::<ScanLabels, Counter>::default();
+        registry.register(
+            "agent_scans",
+            "Z3: what the metadata agent read of the shards on each due scan, by kind: changes (counts only), fingerprint (a hash pass over every group), full (every record and the agent's passes)",
+            agent_scans.clone(),
+        );
+        for kind in ScanKind::ALL {
+            let _series = agent_scans.get_or_create(&ScanLabels { kind: kind.as_str() });
+        }
         NodeMetrics {
             registry,
             session_events,
+            agent_scans,
             shard_counters,
             groups,
             group_actors,
@@ -896,6 +938,16 @@ impl NodeMetrics {
     /// Z3: `bytes` of frames written to peer node `peer`.
     pub fn add_peer_bytes_sent(&self, peer: cohort_messages::NodeId, bytes: usize) {
         self.peer_bytes_sent.get_or_create(&PeerLabels { peer: peer.0 }).inc_by(bytes as u64);
+    }
+
+    /// Count one read of the shards by the metadata agent (Z3).
+    pub fn inc_agent_scans(&self, kind: ScanKind) {
+        self.agent_scans.get_or_create(&ScanLabels { kind: kind.as_str() }).inc();
+    }
+
+    /// The agent's reads of the shards of `kind` so far.
+    pub fn agent_scans(&self, kind: ScanKind) -> u64 {
+        self.agent_scans.get_or_create(&ScanLabels { kind: kind.as_str() }).get()
     }
 
     /// Count one write call on a socket of `port`.

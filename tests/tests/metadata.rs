@@ -492,6 +492,17 @@ fn z6_regression_seeds_813136_812899_813809_agent_requests_reach_the_metadata_pr
     }
 }
 
+/// Z2/Z6 regression (seed 830141 of the Z6 shape): once creations went on
+/// between scans, a node whose copy of the metadata was left behind by a
+/// switch of the metadata group asked for the same batch of creations after
+/// every applied answer, so no scan ever found it idle to read the group's
+/// record, and it stayed in the old incarnation. A batch now goes on only
+/// once the node's copy moved past the epoch the last one left at.
+#[test]
+fn z6_regression_seed_830141_creations_between_scans_wait_for_the_copy_to_move() {
+    run_clean(z6_shape(830_141));
+}
+
 /// Z6 under every fault: five nodes, the metadata group's voters the first
 /// three and the other two its learners; the operator moves, replaces,
 /// grows and shrinks those voters (and the kv groups' members) while nodes

@@ -408,6 +408,83 @@ fn z2_the_agent_creates_its_configured_groups_in_batches() {
     assert_eq!(metadata.groups.len(), 600);
 }
 
+/// Z2: at 100,000 groups a node scans its groups seconds apart, so creations
+/// and ownership reports that waited for a scan each moved at one batch per
+/// scan (about 1.5 commands a second across three nodes: ten minutes before
+/// the metadata went idle). After one scan they go on at the commit rate.
+#[test]
+fn z2_creations_and_ownership_reports_go_on_between_scans_after_one_scan() {
+    let mut log = Log::with_nodes(3);
+    let mut config = agent(2).config().clone();
+    let member_orders = [[1, 2, 3], [2, 3, 1], [3, 1, 2]];
+    config.bootstrap_groups = (0..900)
+        .map(|group| BootstrapGroup {
+            group: GroupId(group),
+            kind: "kv".into(),
+            members: member_orders[group as usize % 3].iter().copied().map(NodeId).collect(),
+            replication: Default::default(),
+        })
+        .collect();
+    let mut agent = MetadataAgent::new(config);
+    // The agent registers and opens its own session first (the log's is another's).
+    let mut now = 0;
+    let first = loop {
+        now += 1;
+        assert!(now < 50, "the agent creates within 50 ticks");
+        let Some(request) = submitted(agent.on_tick(now, &log.metadata, false, &[])) else { continue };
+        let command = MetadataCommand::decode(&request.operation).expect("a command");
+        let result = log.apply(command.clone());
+        agent.on_reply(now, &reply(&request, &result));
+        if let MetadataCommand::CreateGroups { groups } = command {
+            break groups;
+        }
+    };
+    // Groups whose first member is this node go first, so three nodes
+    // configured alike create different batches at once.
+    assert!(first.iter().all(|creation| creation.members[0] == NodeId(2)), "node 2's own groups first");
+    let mut creations = 1;
+    while let Some(request) = submitted(agent.between_scans(now, &log.metadata, false)) {
+        let command = MetadataCommand::decode(&request.operation).expect("a command");
+        assert!(matches!(command, MetadataCommand::CreateGroups { .. }), "{command:?}");
+        let result = log.apply(command);
+        agent.on_reply(now, &reply(&request, &result));
+        creations += 1;
+    }
+    assert_eq!(log.metadata.groups.len(), 900, "every group created after one scan");
+    assert_eq!(creations, 900_usize.div_ceil(METADATA_BATCH_ENTRIES_MAX));
+
+    // Node 2 leads 600 of them: the first scan reports a batch, the rest go
+    // on between scans; one led elsewhere in a later view meanwhile is
+    // refused as stale (S4), the rest recorded.
+    let led: Vec<HostedReplica> = (0..900).filter(|group| group % 3 != 0).map(|group| hosted(group, true, 1)).collect();
+    now += 1;
+    let request = loop {
+        if let Some(request) = submitted(agent.on_tick(now, &log.metadata, false, &led)) {
+            break request;
+        }
+        now += 1;
+    };
+    let command = MetadataCommand::decode(&request.operation).expect("a command");
+    assert!(
+        matches!(&command, MetadataCommand::ReportOwnerships { reports, .. } if reports.len() == METADATA_BATCH_ENTRIES_MAX)
+    );
+    let result = log.apply(command);
+    agent.on_reply(now, &reply(&request, &result));
+    assert!(matches!(log.report(899, 1, 3), MetadataResult::Done { .. }), "node 1 leads 899 in a later view");
+    let mut reported = METADATA_BATCH_ENTRIES_MAX;
+    while let Some(request) = submitted(agent.between_scans(now, &log.metadata, false)) {
+        let command = MetadataCommand::decode(&request.operation).expect("a command");
+        let MetadataCommand::ReportOwnerships { reports, .. } = &command else { panic!("{command:?}") };
+        reported += reports.len();
+        let result = log.apply(command);
+        agent.on_reply(now, &reply(&request, &result));
+    }
+    assert_eq!(reported, 600, "every led group reported after one scan");
+    let owned =
+        (0..900).filter(|group| log.metadata.groups[&GroupId(*group)].owner.is_some_and(|o| o.node == NodeId(2)));
+    assert_eq!(owned.count(), 599);
+}
+
 /// The request an agent's outputs submit, if any.
 fn submitted(outputs: Vec<AgentOutput>) -> Option<cohort_messages::Request> {
     outputs.into_iter().find_map(|output| match output {

@@ -36,7 +36,7 @@ use cohort_messages::pair_heartbeat::mix64;
 use cohort_messages::replication::Replication;
 use cohort_messages::seal::Seal;
 use cohort_messages::{
-    ClientId, GroupId, Incarnation, NodeId, Reply, Request, SessionExpired, SessionId, SessionKeepalive, View,
+    ClientId, Epoch, GroupId, Incarnation, NodeId, Reply, Request, SessionExpired, SessionId, SessionKeepalive, View,
 };
 
 use super::{ExpiredPolicy, KeepaliveOutcome, Metadata, MetadataDriver, Ownership, SessionAction, SessionClient};
@@ -404,15 +404,35 @@ pub struct MetadataAgent {
     /// The tick the balancer last asked for a transfer in, and how many it
     /// asked for in it.
     balanced: (u64, u32),
-    /// True while the last command chosen from a scan was the balancer's:
-    /// nothing more urgent was waiting, so [`MetadataAgent::between_scans`]
-    /// may go on with the balancer.
-    balancing: bool,
+    /// What [`MetadataAgent::between_scans`] may go on with: the burst the
+    /// last scan chose, if nothing more urgent was waiting.
+    between: Between,
     /// Z6: the metadata group's record as its primary last answered a read
     /// of it (see `record_read_wanted`).
     metadata_record_read: Option<super::GroupRecord>,
     stopped: bool,
     counters: AgentCounters,
+}
+
+/// Z2: what goes on between two scans, after each applied command, at the
+/// metadata group's commit rate rather than one command per scan (a scan
+/// of 100,000 hosted groups is spaced up to seconds apart). Each is the
+/// command the last scan chose as the most urgent; the next scan chooses
+/// afresh, so what became more urgent meanwhile waits at most until then.
+#[derive(Debug)]
+enum Between {
+    /// Nothing: the last scan chose something that needs a scan again.
+    Nothing,
+    /// The next batch of configured groups the metadata lacks (C3); it needs
+    /// the metadata only, and goes on only once this node's copy of it
+    /// moved past `sent_epoch`, the epoch it had when the last batch left
+    /// (a copy left behind would ask for the same batch again and again).
+    Creations { sent_epoch: Epoch },
+    /// The next batches of ownership reports (S4) the last scan found, at
+    /// tick `scanned_tick`: `backlog` holds what its first batch left out.
+    Reports { scanned_tick: u64, backlog: VecDeque<OwnedGroup> },
+    /// The balancer's next transfer (C5), on the metadata primary.
+    Balancing,
 }
 
 impl MetadataAgent {
@@ -437,7 +457,7 @@ impl MetadataAgent {
             replicas_asked: BTreeMap::new(),
             transfers_asked: BTreeMap::new(),
             balanced: (0, 0),
-            balancing: false,
+            between: Between::Nothing,
             metadata_record_read: None,
             stopped: false,
             counters: AgentCounters::default(),
@@ -493,15 +513,22 @@ impl MetadataAgent {
             // learns where it went first: until then its copy says nothing.
             None if read_wanted => self.read_metadata_record(now, &mut out),
             None => {
+                // The scan chooses afresh what goes on between scans
+                // (`report_command` leaves its backlog there).
+                self.between = Between::Nothing;
                 let next = self.next_command(now, metadata, metadata_primary, hosted);
-                // The balancer may go on between scans if it is what this
-                // scan asked for, or if only this tick's budget held it back.
-                self.balancing = metadata_primary
-                    && match &next {
-                        Some(MetadataCommand::TransferPrimary { .. }) => true,
-                        None => !self.balance_budget_left(now),
-                        Some(_) => false,
-                    };
+                match &next {
+                    Some(MetadataCommand::CreateGroups { .. }) => {
+                        self.between = Between::Creations { sent_epoch: metadata.epoch }
+                    }
+                    // The balancer may go on between scans if it is what this
+                    // scan asked for, or if only this tick's budget held it back.
+                    Some(MetadataCommand::TransferPrimary { .. }) if metadata_primary => {
+                        self.between = Between::Balancing
+                    }
+                    None if metadata_primary && !self.balance_budget_left(now) => self.between = Between::Balancing,
+                    _ => {}
+                }
                 if let Some(command) = next {
                     self.submit(command, now, &mut out);
                 }
@@ -554,7 +581,7 @@ impl MetadataAgent {
         let asked_recently = |asked: &BTreeMap<GroupId, u64>| asked.values().any(|tick| *tick >= recent);
         self.in_flight.is_some()
             || self.wants_scan()
-            || self.balancing
+            || matches!(self.between, Between::Balancing)
             || !self.misplaced_since.is_empty()
             || !self.transfers_asked.is_empty()
             || asked_recently(&self.seals_proposed)
@@ -599,23 +626,56 @@ impl MetadataAgent {
     }
 
     /// Between two scans (Z2: a scan of 100,000 hosted groups is too dear
-    /// to run after every applied command): the balancer's next transfer,
-    /// if nothing is in flight and the last scan found nothing more urgent
-    /// than the balancer. The shell calls it after an applied reply when it
-    /// will not scan yet, so the balancer keeps its rate
-    /// (`balance_transfers_per_tick`) with few scans.
+    /// to run after every applied command): the next command of the burst
+    /// the last scan chose ([`Between`]), if nothing is in flight and
+    /// nothing more urgent is known to wait. The shell calls it after an
+    /// applied reply when it will not scan yet, so creations and ownership
+    /// reports move at the metadata group's commit rate, and the balancer
+    /// keeps its rate (`balance_transfers_per_tick`), with few scans.
     pub fn between_scans(&mut self, now: u64, metadata: &Metadata, metadata_primary: bool) -> Vec<AgentOutput> {
         let mut out = Vec::new();
-        if self.stopped || self.in_flight.is_some() || !self.balancing || !metadata_primary {
+        if self.stopped || self.in_flight.is_some() || self.wants_scan() {
             return out;
         }
-        if !self.balance_budget_left(now) {
-            // Spent for this tick; the next tick may go on.
-            return out;
-        }
-        match self.balance(now, metadata) {
-            Some(transfer) => self.submit(transfer, now, &mut out),
-            None => self.balancing = false,
+        let next = match &mut self.between {
+            Between::Nothing => None,
+            Between::Creations { sent_epoch } if metadata.frozen.is_none() && metadata.epoch > *sent_epoch => {
+                *sent_epoch = metadata.epoch;
+                self.bootstrap_command(metadata)
+            }
+            Between::Creations { .. } => None,
+            Between::Reports { scanned_tick, backlog } => {
+                // Two retry periods outlive the spacing of scans while
+                // reports go on; past that the views scanned are too old.
+                let fresh = now <= scanned_tick.saturating_add(2 * self.config.request_retry_ticks);
+                let node = self.config.node;
+                let held = |session: &SessionId| {
+                    fresh && metadata.nodes.get(&node).is_some_and(|record| record.session == Some(*session))
+                };
+                match self.current.filter(held) {
+                    Some(session) => {
+                        let (config, refused) = (&self.config, &self.refused_reports);
+                        let reports: Vec<OwnedGroup> = std::iter::from_fn(|| backlog.pop_front())
+                            .filter(|report| to_report(config, metadata, refused, session, report))
+                            .take(METADATA_BATCH_ENTRIES_MAX)
+                            .collect();
+                        (!reports.is_empty()).then_some(MetadataCommand::ReportOwnerships { node, session, reports })
+                    }
+                    None => None,
+                }
+            }
+            Between::Balancing => {
+                if !metadata_primary || !self.balance_budget_left(now) {
+                    // Not now (spent for this tick, or not the metadata
+                    // primary this moment); a later call may go on.
+                    return out;
+                }
+                self.balance(now, metadata)
+            }
+        };
+        match next {
+            Some(command) => self.submit(command, now, &mut out),
+            None => self.between = Between::Nothing,
         }
         out
     }
@@ -689,7 +749,7 @@ impl MetadataAgent {
             return Some(caught_up);
         }
         if let Some(session) = self.current.filter(|session| record.session == Some(*session)) {
-            if let Some(report) = self.report_command(metadata, session, hosted) {
+            if let Some(report) = self.report_command(now, metadata, session, hosted) {
                 return Some(report);
             }
             if record.acked < metadata.config_epoch && self.conforms(metadata, hosted) {
@@ -756,16 +816,23 @@ impl MetadataAgent {
     /// The bootstrap groups whose members all registered and that the
     /// metadata does not know yet, up to a batch of them in one command (Z2:
     /// a node configured with 100,000 groups creates them in a few hundred
-    /// epochs, not 100,000).
+    /// epochs, not 100,000). The groups whose first member is this node go
+    /// first: nodes configured alike then create different batches at once
+    /// rather than each the same one, and any node still creates the groups
+    /// of a first member that is down.
     fn bootstrap_command(&self, metadata: &Metadata) -> Option<MetadataCommand> {
-        let groups: Vec<GroupCreation> = self
-            .config
-            .bootstrap_groups
+        let node = self.config.node;
+        let missing = |bootstrap: &&BootstrapGroup| {
+            !metadata.groups.contains_key(&bootstrap.group)
+                && bootstrap.members.iter().all(|m| metadata.nodes.contains_key(m))
+        };
+        let first_here = |bootstrap: &&BootstrapGroup| bootstrap.members.first() == Some(&node);
+        let bootstrap = &self.config.bootstrap_groups;
+        let groups: Vec<GroupCreation> = bootstrap
             .iter()
-            .filter(|bootstrap| {
-                !metadata.groups.contains_key(&bootstrap.group)
-                    && bootstrap.members.iter().all(|m| metadata.nodes.contains_key(m))
-            })
+            .filter(first_here)
+            .filter(missing)
+            .chain(bootstrap.iter().filter(|b| !first_here(b)).filter(missing))
             .take(METADATA_BATCH_ENTRIES_MAX)
             .map(|BootstrapGroup { group, kind, members, replication }| GroupCreation {
                 group: *group,
@@ -779,30 +846,30 @@ impl MetadataAgent {
 
     /// S4: the groups this node leads whose ownership record is not this
     /// node in this view under this session, up to a batch of them in one
-    /// command (Z2: after a start or a failover a node reports thousands).
+    /// command (Z2: after a start or a failover a node reports thousands);
+    /// the rest wait in [`Between::Reports`] for the batches after it.
     fn report_command(
-        &self,
+        &mut self,
+        now: u64,
         metadata: &Metadata,
         session: SessionId,
         hosted: &[HostedReplica],
     ) -> Option<MetadataCommand> {
-        let node = self.config.node;
-        let reports: Vec<OwnedGroup> = hosted
+        let (node, config, refused) = (self.config.node, &self.config, &self.refused_reports);
+        let mut backlog: VecDeque<OwnedGroup> = hosted
             .iter()
-            .filter(|hosted| hosted.primary && hosted.group != self.config.metadata_group)
-            .filter(|hosted| {
-                let Some(record) = metadata.groups.get(&hosted.group).filter(|record| record.live) else {
-                    return false;
-                };
-                let placed_here = record.incarnation == hosted.incarnation && record.members.contains(&node);
-                let current = record.owner == Some(Ownership { node, view: hosted.view, session });
-                let refused = self.refused_reports.get(&hosted.group) == Some(&(hosted.view, session));
-                placed_here && !current && !refused
-            })
-            .take(METADATA_BATCH_ENTRIES_MAX)
+            .filter(|hosted| hosted.primary)
             .map(|hosted| OwnedGroup { group: hosted.group, incarnation: hosted.incarnation, view: hosted.view })
+            .filter(|report| to_report(config, metadata, refused, session, report))
             .collect();
-        (!reports.is_empty()).then_some(MetadataCommand::ReportOwnerships { node, session, reports })
+        if backlog.is_empty() {
+            return None;
+        }
+        let reports: Vec<OwnedGroup> = backlog.drain(..backlog.len().min(METADATA_BATCH_ENTRIES_MAX)).collect();
+        if !backlog.is_empty() {
+            self.between = Between::Reports { scanned_tick: now, backlog };
+        }
+        Some(MetadataCommand::ReportOwnerships { node, session, reports })
     }
 
     /// S4: unload hosted groups the metadata has placed elsewhere or deleted,
@@ -1245,6 +1312,30 @@ impl MetadataAgent {
 /// per-tick work over every group in the metadata stays linear.
 /// Whether `group` may be asked for again at `now`, given when it last was
 /// (`asked`): once, then only after `retry_ticks`. Records `now` if so.
+/// S4: whether `report`, of a group this node leads, is still to be
+/// reported under `session`: the metadata places the group here in that
+/// incarnation, does not record this node as its owner in that view under
+/// that session yet, and did not refuse that report before.
+fn to_report(
+    config: &AgentConfig,
+    metadata: &Metadata,
+    refused: &BTreeMap<GroupId, (View, SessionId)>,
+    session: SessionId,
+    report: &OwnedGroup,
+) -> bool {
+    let node = config.node;
+    if report.group == config.metadata_group {
+        return false;
+    }
+    let Some(record) = metadata.groups.get(&report.group).filter(|record| record.live) else {
+        return false;
+    };
+    let placed_here = record.incarnation == report.incarnation && record.members.contains(&node);
+    let current = record.owner == Some(Ownership { node, view: report.view, session });
+    let refused = refused.get(&report.group) == Some(&(report.view, session));
+    placed_here && !current && !refused
+}
+
 fn asked_again(asked: &mut BTreeMap<GroupId, u64>, group: GroupId, now: u64, retry_ticks: u64) -> bool {
     let due = asked.get(&group).is_none_or(|last| now >= last.saturating_add(retry_ticks));
     if due {
