@@ -945,11 +945,6 @@ impl NodeMetrics {
         self.agent_scans.get_or_create(&ScanLabels { kind: kind.as_str() }).inc();
     }
 
-    /// The agent's reads of the shards of `kind` so far.
-    pub fn agent_scans(&self, kind: ScanKind) -> u64 {
-        self.agent_scans.get_or_create(&ScanLabels { kind: kind.as_str() }).get()
-    }
-
     /// Count one write call on a socket of `port`.
     pub fn inc_socket_writes(&self, port: Port) {
         self.socket_writes.get_or_create(&PortLabels { port }).inc();

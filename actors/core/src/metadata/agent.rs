@@ -652,17 +652,14 @@ impl MetadataAgent {
                 let held = |session: &SessionId| {
                     fresh && metadata.nodes.get(&node).is_some_and(|record| record.session == Some(*session))
                 };
-                match self.current.filter(held) {
-                    Some(session) => {
-                        let (config, refused) = (&self.config, &self.refused_reports);
-                        let reports: Vec<OwnedGroup> = std::iter::from_fn(|| backlog.pop_front())
-                            .filter(|report| to_report(config, metadata, refused, session, report))
-                            .take(METADATA_BATCH_ENTRIES_MAX)
-                            .collect();
-                        (!reports.is_empty()).then_some(MetadataCommand::ReportOwnerships { node, session, reports })
-                    }
-                    None => None,
-                }
+                let (config, refused) = (&self.config, &self.refused_reports);
+                self.current.filter(held).and_then(|session| {
+                    let reports: Vec<OwnedGroup> = std::iter::from_fn(|| backlog.pop_front())
+                        .filter(|report| to_report(config, metadata, refused, session, report))
+                        .take(METADATA_BATCH_ENTRIES_MAX)
+                        .collect();
+                    (!reports.is_empty()).then_some(MetadataCommand::ReportOwnerships { node, session, reports })
+                })
             }
             Between::Balancing => {
                 if !metadata_primary || !self.balance_budget_left(now) {
@@ -1308,10 +1305,6 @@ impl MetadataAgent {
     }
 }
 
-/// The hosted groups by id (a node hosts at most one replica of a group), so
-/// per-tick work over every group in the metadata stays linear.
-/// Whether `group` may be asked for again at `now`, given when it last was
-/// (`asked`): once, then only after `retry_ticks`. Records `now` if so.
 /// S4: whether `report`, of a group this node leads, is still to be
 /// reported under `session`: the metadata places the group here in that
 /// incarnation, does not record this node as its owner in that view under
@@ -1336,6 +1329,8 @@ fn to_report(
     placed_here && !current && !refused
 }
 
+/// Whether `group` may be asked for again at `now`, given when it last was
+/// (`asked`): once, then only after `retry_ticks`. Records `now` if so.
 fn asked_again(asked: &mut BTreeMap<GroupId, u64>, group: GroupId, now: u64, retry_ticks: u64) -> bool {
     let due = asked.get(&group).is_none_or(|last| now >= last.saturating_add(retry_ticks));
     if due {
@@ -1344,6 +1339,8 @@ fn asked_again(asked: &mut BTreeMap<GroupId, u64>, group: GroupId, now: u64, ret
     due
 }
 
+/// The hosted groups by id (a node hosts at most one replica of a group), so
+/// per-tick work over every group in the metadata stays linear.
 fn by_group(hosted: &[HostedReplica]) -> std::collections::HashMap<GroupId, &HostedReplica> {
     hosted.iter().map(|hosted| (hosted.group, hosted)).collect()
 }
