@@ -12,7 +12,9 @@ PARTITIONS=${1:?usage: idle_nodes.sh PARTITIONS on|off SETTLE_SECS MEASURE_SECS}
 QUIESCE=${2:?on or off}
 SETTLE=${3:-90}
 MEASURE=${4:-60}
-COHORT=$(cd "$(dirname "$0")/../.." && pwd)/target/release/cohort
+# COHORT=path/to/cohort measures another binary (e.g. a copy of the one
+# before a change, to compare in the same session).
+COHORT=${COHORT:-$(cd "$(dirname "$0")/../.." && pwd)/target/release/cohort}
 [ -x "$COHORT" ] || { echo "build it first: cargo build --release --bin cohort" >&2; exit 2; }
 # shellcheck source=nodes_lib.sh
 source "$(dirname "$0")/nodes_lib.sh"

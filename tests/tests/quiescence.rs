@@ -72,6 +72,32 @@ fn z3_a_read_wakes_a_quiesced_group_and_is_served_from_the_pair_heartbeat_window
 }
 
 #[test]
+fn z3_quiesced_groups_stay_confirmed_and_led_from_their_pair_heartbeats_alone() {
+    let mut sim = quiet_cluster(15);
+    assert!(sim.run_until(1000, |sim| quiesced(sim) == 2 * GROUPS));
+    let views = |sim: &Sim| -> Vec<Option<u32>> {
+        (0..GROUPS).map(|group| sim.replica(0, GroupId(group as u64)).map(|replica| replica.view().0)).collect()
+    };
+    let before = views(&sim);
+    // Four quorum windows (50 ticks) and backup lease periods past the last
+    // per-group Commit and CommitReply: the pair heartbeats alone renew the
+    // primaries' contact (R24) and the backups' timeout and lease (R8).
+    for _ in 0..200 {
+        sim.step(false);
+    }
+    assert_eq!(views(&sim), before, "no quiesced group changed view");
+    assert_eq!(quiesced(&sim), 2 * GROUPS, "nor woke");
+    for group in (0..GROUPS).map(|group| GroupId(group as u64)) {
+        let primary = sim.primary_of(group).expect("a primary");
+        let shard = sim.nodes[primary].shard_for(group).expect("hosted");
+        // What the metadata agent reads between inputs: the group's contact
+        // as its pairs hold it, though no input renewed the replica itself.
+        assert!(shard.is_confirmed_primary(group, sim.now), "{group}: the quorum window holds from the pair replies");
+        assert!(shard.hosted_replica(group, sim.now).is_some_and(|hosted| hosted.primary), "{group}: reported as led");
+    }
+}
+
+#[test]
 fn z3_a_quiesced_group_whose_primary_died_fails_over_within_the_idle_bound() {
     let mut sim = quiet_cluster(13);
     assert!(sim.run_until(1000, |sim| quiesced(sim) == 2 * GROUPS));

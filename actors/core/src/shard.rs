@@ -35,6 +35,7 @@ use cohort_messages::{CommitEntry, CommitReplyEntry, GroupId, Message, NodeId, O
 use crate::config::CoreConfig;
 use crate::effect::{Effect, FlushId, WaitId};
 use crate::effects::Effects;
+use crate::metadata::HostedReplica;
 use crate::replica::{GroupSpec, Replica, SealError, TransferError};
 use crate::state_machine::StateMachine;
 use crate::storage::RecoveredGroup;
@@ -180,6 +181,7 @@ impl Shard {
     /// Seal `group`'s log for a member change (only its primary can).
     pub fn propose_seal(&mut self, group: GroupId, seal: cohort_messages::seal::Seal) -> Result<(), SealError> {
         let replica = self.groups.get_mut(&group).ok_or(SealError::NotSealed(group))?;
+        replica.settle_quiet(&self.fx.quiet);
         replica.wake_lead(&mut self.fx);
         let result = replica.propose_seal(seal, &mut self.fx);
         replica.check_quiet(&mut self.fx);
@@ -192,6 +194,7 @@ impl Shard {
     /// committed op; see [`Replica::transfer_primary`]).
     pub fn transfer_primary(&mut self, group: GroupId, to: NodeId) -> Result<(), TransferError> {
         let replica = self.groups.get_mut(&group).ok_or(TransferError::UnknownGroup(group))?;
+        replica.settle_quiet(&self.fx.quiet);
         replica.wake_lead(&mut self.fx);
         let result = replica.transfer_primary(to, &mut self.fx);
         replica.check_quiet(&mut self.fx);
@@ -209,6 +212,7 @@ impl Shard {
     /// The replica of `group` goes on in the incarnation `spec` names.
     fn replace_with_next(&mut self, group: GroupId, spec: GroupSpec) -> Result<(), SealError> {
         let mut replica = self.groups.remove(&group).ok_or(SealError::NotSealed(group))?;
+        replica.settle_quiet(&self.fx.quiet);
         replica.leave_quiet(&mut self.fx);
         let next = replica.into_next_incarnation(spec, &mut self.fx);
         self.filed.remove(&group);
@@ -239,6 +243,7 @@ impl Shard {
     /// list is not persisted: pass it again in the spec on recovery.
     pub fn set_learners(&mut self, group: GroupId, learners: Vec<NodeId>) -> Result<(), ShardError> {
         let Some(replica) = self.groups.get_mut(&group) else { return Err(ShardError::UnknownGroup(group)) };
+        replica.settle_quiet(&self.fx.quiet);
         replica.wake_lead(&mut self.fx);
         let result = replica.set_learners(learners, &mut self.fx);
         replica.check_quiet(&mut self.fx);
@@ -251,6 +256,7 @@ impl Shard {
         self.filed.remove(&group);
         match self.groups.remove(&group) {
             Some(mut replica) => {
+                replica.settle_quiet(&self.fx.quiet);
                 replica.leave_quiet(&mut self.fx);
                 true
             }
@@ -266,6 +272,32 @@ impl Shard {
     /// All hosted groups' replicas.
     pub fn replicas(&self) -> impl Iterator<Item = &Replica> {
         self.groups.values().map(Box::as_ref)
+    }
+
+    /// True if this shard hosts `group`'s primary, confirmed by a quorum
+    /// within its window at `now` (see `Replica::is_confirmed_primary`).
+    pub fn is_confirmed_primary(&self, group: GroupId, now: u64) -> bool {
+        self.groups.get(&group).is_some_and(|replica| replica.is_confirmed_primary(&self.fx.quiet, now))
+    }
+
+    /// What the hosted replica of `group` says of itself at `now`, for the
+    /// metadata agent's scans.
+    pub fn hosted_replica(&self, group: GroupId, now: u64) -> Option<HostedReplica> {
+        self.groups.get(&group).map(|replica| HostedReplica::of(replica, &self.fx.quiet, now))
+    }
+
+    /// What every hosted replica says of itself at `now`.
+    pub fn hosted_replicas(&self, now: u64) -> impl Iterator<Item = HostedReplica> + '_ {
+        self.groups.values().map(move |replica| HostedReplica::of(replica, &self.fx.quiet, now))
+    }
+
+    /// Z3: the sum of `HostedReplica::fingerprint` over the hosted
+    /// replicas at `now`: O(groups) hashing and no allocation.
+    pub fn hosted_fingerprint(&self, now: u64) -> u64 {
+        let pairs = &self.fx.quiet;
+        self.groups
+            .values()
+            .fold(0u64, |sum, replica| sum.wrapping_add(HostedReplica::fingerprint(replica, pairs, now)))
     }
 
     /// How many groups this shard hosts.
@@ -292,6 +324,7 @@ impl Shard {
     /// if its state did not move (Z3: a CommitReply, a flush, a tick).
     fn with_group(&mut self, group: GroupId, handle: impl FnOnce(&mut Replica, &mut Effects)) {
         let Some(replica) = self.groups.get_mut(&group) else { return };
+        replica.settle_quiet(&self.fx.quiet);
         handle(replica, &mut self.fx);
         replica.check_quiet(&mut self.fx);
         self.refile(group);
@@ -320,6 +353,7 @@ impl Shard {
                 self.filed.remove(&group);
             }
             let Some(replica) = self.groups.get_mut(&group) else { continue };
+            replica.settle_quiet(&self.fx.quiet);
             if replica.next_wakeup() <= now {
                 replica.on_tick(&mut self.fx);
                 replica.check_quiet(&mut self.fx);
@@ -604,8 +638,25 @@ impl Shard {
     pub fn invariants(&self) {
         for replica in self.groups.values() {
             replica.invariants();
+            replica.quiet_invariants(&self.fx.quiet);
         }
         self.fx.quiet.invariants();
+        // Z3: each pair holds exactly the replicas quiesced with it, so that
+        // settling a replica from its pairs renews exactly those.
+        for (peer, group) in self.fx.quiet.quiet_groups(true) {
+            let replica = self.groups.get(&group).unwrap_or_else(|| panic!("Z3: {group} quiet for {peer} is hosted"));
+            let member = replica.spec.index_of(peer);
+            assert!(member.is_some_and(|member| replica.quiet_member(member)), "Z3: {group} is quiet for {peer}");
+        }
+        for (primary, group) in self.fx.quiet.quiet_groups(false) {
+            let replica =
+                self.groups.get(&group).unwrap_or_else(|| panic!("Z3: {group} quiet under {primary} is hosted"));
+            assert_eq!(
+                replica.follow_quiet.map(|follow| follow.primary),
+                Some(primary),
+                "Z3: {group} follows {primary} quiet"
+            );
+        }
     }
 }
 

@@ -131,7 +131,6 @@ fn p4_spec_validation_says_why() {
 
 #[test]
 fn z3_a_hosted_record_digests_to_its_replicas_fingerprint() {
-    use cohort_core::metadata::HostedReplica;
     let mut h = Harness::new(VOTERS[0], spec(0, vec![LEARNER_A, LEARNER_B]));
     h.ticks(1);
     h.write(1);
@@ -139,8 +138,8 @@ fn z3_a_hosted_record_digests_to_its_replicas_fingerprint() {
     h.ack(VOTERS[1], 1, 1);
     let replica = h.replica();
     assert!(replica.learner_caught_up(LEARNER_A) && !replica.learner_caught_up(LEARNER_B));
-    let record = HostedReplica::of(replica, h.now);
-    assert_eq!(record.digest(), HostedReplica::fingerprint(replica, h.now), "the agent's two views of a scan agree");
+    let record = h.shard.hosted_replica(G, h.now).expect("hosted");
+    assert_eq!(record.digest(), h.shard.hosted_fingerprint(h.now), "the agent's two views of a scan agree");
     let mut moved = record.clone();
     moved.view = cohort_messages::View(1);
     assert_ne!(moved.digest(), record.digest(), "and a change shows");
@@ -159,7 +158,7 @@ fn p4_learner_acks_are_never_counted() {
     h.ack(LEARNER_B, 4, 1);
     assert_eq!(h.replica().commit_max(), Op(0), "learner acks are not a quorum");
     assert_eq!(h.replica().learner_progress(), vec![(LEARNER_A, Op(1)), (LEARNER_B, Op(1))]);
-    assert!(!h.replica().is_confirmed_primary(h.now), "learners do not open the quorum window");
+    assert!(!h.shard.is_confirmed_primary(G, h.now), "learners do not open the quorum window");
     h.ack(VOTERS[1], 1, 1);
     assert_eq!(h.replica().commit_max(), Op(1), "one voter's ack commits");
     assert!(h.replica().learner_caught_up(LEARNER_A));

@@ -57,11 +57,11 @@ impl Handler<GetHostedReplicas> for ShardActor {
 
     fn handle(&mut self, _: GetHostedReplicas, _ctx: &mut Self::Context) -> Self::Result {
         let now = self.core.now();
-        MessageResult(self.core.replicas().map(|replica| HostedReplica::of(replica, now)).collect())
+        MessageResult(self.core.hosted_replicas(now).collect())
     }
 }
 
-/// Z3: the sum of [`HostedReplica::fingerprint`] over the groups this shard
+/// Z3: the sum of `HostedReplica::fingerprint` over the groups this shard
 /// hosts: the agent scans only when a sum (or the metadata) changed.
 #[derive(Message)]
 #[rtype(result = "u64")]
@@ -72,7 +72,7 @@ impl Handler<GetHostedFingerprint> for ShardActor {
 
     fn handle(&mut self, _: GetHostedFingerprint, _ctx: &mut Self::Context) -> u64 {
         let now = self.core.now();
-        self.core.replicas().fold(0u64, |sum, replica| sum.wrapping_add(HostedReplica::fingerprint(replica, now)))
+        self.core.hosted_fingerprint(now)
     }
 }
 
@@ -99,7 +99,11 @@ impl Handler<GetHostedChanges> for ShardActor {
         let now = self.core.now();
         HostedChanges {
             events: self.hosted_events,
-            metadata_primary: self.core.replica(GroupId::METADATA).map(|replica| replica.is_confirmed_primary(now)),
+            metadata_primary: self
+                .core
+                .replica(GroupId::METADATA)
+                .is_some()
+                .then(|| self.core.is_confirmed_primary(GroupId::METADATA, now)),
         }
     }
 }

@@ -67,20 +67,16 @@ impl Sim {
         if !node.is_up() {
             return;
         }
-        let metadata_primary = node.replica(GroupId::METADATA).is_some_and(|replica| replica.is_confirmed_primary(now));
+        let metadata_primary =
+            node.shard_for(GroupId::METADATA).is_some_and(|shard| shard.is_confirmed_primary(GroupId::METADATA, now));
         // The configured groups and those hosted at run time (C3, P4).
         let configured = self.specs.iter().map(|spec| spec.group).filter(|group| !node.extra_specs.contains_key(group));
         // The metadata group too, as a node's shards list it (Z6: its voters
         // change through operations like any group's).
         let metadata_group = self.metadata_spec.as_ref().map(|spec| spec.group);
         let groups: Vec<GroupId> = configured.chain(node.extra_specs.keys().copied()).chain(metadata_group).collect();
-        let hosted: Vec<HostedReplica> = groups
-            .into_iter()
-            .filter_map(|group| {
-                let replica = node.replica(group)?;
-                Some(HostedReplica::of(replica, now))
-            })
-            .collect();
+        let hosted: Vec<HostedReplica> =
+            groups.into_iter().filter_map(|group| node.shard_for(group)?.hosted_replica(group, now)).collect();
         let Some(agent) = node.agent.as_mut() else { return };
         let metadata = node.metadata.borrow();
         let outputs = agent.on_tick(now, &metadata, metadata_primary, &hosted);
@@ -99,7 +95,8 @@ impl Sim {
         let now = self.now;
         let members = self.metadata_voters(index);
         let node = &mut self.nodes[index];
-        let metadata_primary = node.replica(GroupId::METADATA).is_some_and(|replica| replica.is_confirmed_primary(now));
+        let metadata_primary =
+            node.shard_for(GroupId::METADATA).is_some_and(|shard| shard.is_confirmed_primary(GroupId::METADATA, now));
         let Some(agent) = node.agent.as_mut() else { return Some(message) };
         let outputs = match message {
             // As the runtime's agent does between two scans (Z2): the
@@ -159,8 +156,9 @@ impl Sim {
                     let voters = self.metadata_voters(index);
                     let now = self.now;
                     let node = &mut self.nodes[index];
-                    let metadata_primary =
-                        node.replica(GroupId::METADATA).is_some_and(|replica| replica.is_confirmed_primary(now));
+                    let metadata_primary = node
+                        .shard_for(GroupId::METADATA)
+                        .is_some_and(|shard| shard.is_confirmed_primary(GroupId::METADATA, now));
                     let resend = node
                         .agent_last
                         .as_ref()

@@ -109,7 +109,7 @@ impl AgentConfig {
 }
 
 /// A group this node hosts, as its replica sees itself now
-/// ([`HostedReplica::of`] fills it from the replica).
+/// ([`crate::Shard::hosted_replica`] fills it from the replica).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HostedReplica {
     /// The group.
@@ -118,7 +118,7 @@ pub struct HostedReplica {
     pub incarnation: Incarnation,
     /// True if this node's replica is its primary in normal status and a
     /// quorum confirmed it within its window
-    /// ([`crate::Replica::is_confirmed_primary`]): a primary that was
+    /// ([`crate::Shard::is_confirmed_primary`]): a primary that was
     /// paused neither reports ownership nor judges keepalives.
     pub primary: bool,
     /// The replica's view.
@@ -144,9 +144,9 @@ impl HostedReplica {
     /// `now`, without building it; equal to [`HostedReplica::digest`] of
     /// that record. A shell sums it over its groups to learn, for O(groups)
     /// hashing and no allocation, whether any changed since a scan.
-    pub fn fingerprint(replica: &crate::Replica, now: u64) -> u64 {
+    pub(crate) fn fingerprint(replica: &crate::Replica, pairs: &crate::quiesce::Pairs, now: u64) -> u64 {
         let flags = digest_flags(
-            replica.is_confirmed_primary(now),
+            replica.is_confirmed_primary(pairs, now),
             replica.sealed().is_some(),
             replica.seal_durable().is_some(),
         ) | u64::from(replica.outpaced()) << 3;
@@ -157,7 +157,7 @@ impl HostedReplica {
         hash
     }
 
-    /// Z3: the hash [`HostedReplica::fingerprint`] gives of the replica this
+    /// Z3: the hash `HostedReplica::fingerprint` gives of the replica this
     /// record was made from, at the tick it was made.
     pub fn digest(&self) -> u64 {
         let flags =
@@ -170,11 +170,11 @@ impl HostedReplica {
     }
 
     /// What `replica` says of itself at tick `now`.
-    pub fn of(replica: &crate::Replica, now: u64) -> HostedReplica {
+    pub(crate) fn of(replica: &crate::Replica, pairs: &crate::quiesce::Pairs, now: u64) -> HostedReplica {
         HostedReplica {
             group: replica.group(),
             incarnation: replica.incarnation(),
-            primary: replica.is_confirmed_primary(now),
+            primary: replica.is_confirmed_primary(pairs, now),
             view: replica.view(),
             sealed: replica.sealed().map(|sealed| sealed.seal.clone()),
             seal_durable: replica.seal_durable().is_some(),

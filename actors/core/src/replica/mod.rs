@@ -194,8 +194,8 @@ pub struct Replica {
     pub(crate) quiet_members: u64,
     pub(crate) quiet_proposed: u64,
     pub(crate) quiet_at: (View, Op),
-    /// Z3, backup: the primary's node and the view it follows quiesced.
-    pub(crate) follow_quiet: Option<(NodeId, View)>,
+    /// Z3, backup: whom it follows quiesced, in which view.
+    pub(crate) follow_quiet: Option<quiet::QuietFollow>,
 }
 
 impl std::fmt::Debug for Replica {
@@ -423,7 +423,8 @@ impl Replica {
     /// (R22), or the group is quiesced (Z3). A primary's failover bound is
     /// set by what its backups wait, not by what it believes.
     pub fn waits_idle_timeout(&self) -> bool {
-        self.status == Status::Normal && !self.is_primary() && !self.is_learner() && self.follows_idle
+        let quiet = self.follow_quiet.is_some();
+        self.status == Status::Normal && !self.is_primary() && !self.is_learner() && (self.follows_idle || quiet)
     }
 
     /// The group.
@@ -471,9 +472,13 @@ impl Replica {
     /// it within the last `commit_heartbeat_timeout_ticks` (R24), so no newer
     /// view can have started: what a host should use before acting as the
     /// group's leader outside the protocol (ownership reports, the metadata
-    /// primary's session judgements).
-    pub fn is_confirmed_primary(&self, now: u64) -> bool {
-        self.is_primary() && self.quorum_window_holds(now)
+    /// primary's session judgements). `pairs` are its shard's (Z3: a
+    /// quiesced primary's contact is its pairs'); hosts ask
+    /// [`crate::Shard::is_confirmed_primary`].
+    pub(crate) fn is_confirmed_primary(&self, pairs: &crate::quiesce::Pairs, now: u64) -> bool {
+        let window = self.quorum_window_ticks();
+        self.is_primary()
+            && self.quorum_contact_with(Some(pairs)).is_some_and(|contact| now < contact.saturating_add(window))
     }
 
     /// The group's incarnation.
@@ -848,6 +853,13 @@ impl Replica {
     /// a primary of a stale view (elected late from old DoViewChanges) never
     /// hears from members that moved on, so it never serves a read (V7).
     pub(crate) fn quorum_contact_tick(&self) -> Option<u64> {
+        self.quorum_contact_with(None)
+    }
+
+    /// [`Replica::quorum_contact_tick`], for a query between inputs with
+    /// the contact of each member the group is quiesced for read from
+    /// `pairs` as the next settle would (Z3, [`Replica::settle_quiet`]).
+    fn quorum_contact_with(&self, pairs: Option<&crate::quiesce::Pairs>) -> Option<u64> {
         let members = self.spec.members.len();
         // Backups that must have answered, besides this primary.
         let needed = self.spec.quorums.replication.max(2.min(members)) - 1;
@@ -857,8 +869,9 @@ impl Replica {
         let mut answered = [0u64; cohort_messages::GROUP_MEMBERS_MAX];
         let mut count = 0;
         for (member, tick) in self.contact_tick.iter().enumerate() {
+            let settled = pairs.and_then(|pairs| self.settled_contact(pairs, MemberIndex(member as u8)));
             if member != self.spec.me.0 as usize
-                && let Some(tick) = tick
+                && let Some(tick) = tick.max(&settled)
             {
                 answered[count] = *tick;
                 count += 1;

@@ -9,12 +9,24 @@ use cohort_messages::{GroupId, MemberIndex, NodeId, QuietGroup};
 
 use super::{Replica, Status};
 use crate::effects::Effects;
+use crate::quiesce::Pairs;
 use crate::replica::GroupActivity;
 
 /// `member`'s bit in the quiet sets. Only voters quiesce (a group with
 /// learners never does), so a learner's index past 63 has none.
 fn bit(member: MemberIndex) -> u64 {
     crate::quorum::member_bit(member)
+}
+
+/// A backup's quiet state: it follows `primary` quiesced in `view`, and its
+/// timeout and lease were last renewed from the pair heartbeat taken at
+/// `renewed_tick` (so that a settle applies each heartbeat once, as if
+/// renewed when it came; see [`Replica::settle_quiet`]).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) struct QuietFollow {
+    pub(crate) primary: NodeId,
+    pub(crate) view: cohort_messages::View,
+    renewed_tick: u64,
 }
 
 impl Replica {
@@ -112,7 +124,7 @@ impl Replica {
             return false;
         }
         self.quiet_members |= bit(member);
-        self.pair_contact(from, tick);
+        self.renew_contact(member, tick);
         true
     }
 
@@ -123,27 +135,76 @@ impl Replica {
         }
     }
 
-    /// R24 for a quiesced group: a matching reply from `from` to the
-    /// heartbeat of `tick` stands in for that member's CommitReply.
-    pub(crate) fn pair_contact(&mut self, from: NodeId, tick: u64) {
-        let Some(member) = self.spec.index_of(from) else { return };
-        if !self.quiet_member(member) {
-            return;
-        }
+    /// R24 for a quiesced group: a matching reply from the member's node to
+    /// the pair heartbeat of `tick` stands in for that member's CommitReply.
+    fn renew_contact(&mut self, member: MemberIndex, tick: u64) {
         let slot = &mut self.contact_tick[member.0 as usize];
         *slot = Some(slot.map_or(tick, |before| before.max(tick)));
     }
 
-    /// R8 and the lease for a quiesced backup: a matching heartbeat stands in
-    /// for an idle Commit of its primary.
-    pub(crate) fn pair_lease(&mut self, now: u64) {
-        if self.follow_quiet.is_none() {
-            return;
-        }
+    /// R8 and the lease for a quiesced backup: a matching pair heartbeat
+    /// taken at `now` stands in for an idle Commit of its primary.
+    fn renew_lease(&mut self, now: u64) {
         let timing = &self.config.timing;
         self.heartbeat_deadline = self.heartbeat_deadline.max(now + timing.idle_timeout_effective_ticks());
         self.follows_idle = true;
         self.lease_expiry = self.lease_expiry.max(now + timing.commit_heartbeat_timeout_ticks);
+    }
+
+    /// Bring a quiesced replica's contact ticks (primary) or its timeout
+    /// and lease (backup) up to its pairs' newest match. A pair heartbeat
+    /// renews every group quiesced between the two shards, so the pair
+    /// keeps that tick once instead of writing it into each replica (which
+    /// cost O(groups) per idle interval); the shard settles a replica
+    /// before it handles any input of it or wakes it, while its state is
+    /// still the one it quiesced in. Renewals only ever move forward, so
+    /// settling late gives what renewing each replica at once would have.
+    pub(crate) fn settle_quiet(&mut self, pairs: &Pairs) {
+        if let Some(follow) = self.follow_quiet
+            && let Some(tick) = pairs.follow_match_tick(follow.primary)
+            && tick > follow.renewed_tick
+        {
+            // A Commit handled since the last settle may have set the
+            // timeout anew: older heartbeats were applied before it.
+            self.follow_quiet = Some(QuietFollow { renewed_tick: tick, ..follow });
+            self.renew_lease(tick);
+        }
+        if self.quiet_members == 0 {
+            return;
+        }
+        for index in 0..self.spec.total() as u8 {
+            if let Some(tick) = self.settled_contact(pairs, MemberIndex(index)) {
+                self.renew_contact(MemberIndex(index), tick);
+            }
+        }
+    }
+
+    /// The contact with `member` its pair vouches for, if the group is
+    /// quiesced for it.
+    pub(crate) fn settled_contact(&self, pairs: &Pairs, member: MemberIndex) -> Option<u64> {
+        if !self.quiet_member(member) {
+            return None;
+        }
+        self.spec.node_at(member).and_then(|node| pairs.lead_contact_tick(node))
+    }
+
+    /// Assertions: the replica is quiesced only where its pairs hold it (the
+    /// shard checks the converse).
+    pub(crate) fn quiet_invariants(&self, pairs: &Pairs) {
+        let group = self.spec.group;
+        if let Some(QuietFollow { primary, .. }) = self.follow_quiet {
+            assert!(pairs.follows(primary, group), "Z3: {group} follows {primary} quiet in their pair");
+        }
+        for index in 0..self.spec.total() as u8 {
+            let member = MemberIndex(index);
+            if self.quiet_member(member) {
+                let node = self.spec.node_at(member);
+                assert!(
+                    node.is_some_and(|node| pairs.leads(node, group)),
+                    "Z3: {group} is quiet in its pair with {member:?}"
+                );
+            }
+        }
     }
 
     /// A backup takes a proposal from its primary's node `from` only if it
@@ -165,8 +226,8 @@ impl Replica {
         if self.commit_min != quiet.commit {
             return false;
         }
-        self.follow_quiet = Some((from, quiet.view));
-        self.pair_lease(fx.now);
+        self.follow_quiet = Some(QuietFollow { primary: from, view: quiet.view, renewed_tick: fx.now });
+        self.renew_lease(fx.now);
         true
     }
 
@@ -193,7 +254,7 @@ impl Replica {
     /// The backup leaves its quiet state: its own timeout runs again, from
     /// the last matching heartbeat.
     pub(crate) fn unfollow(&mut self, fx: &mut Effects) {
-        if let Some((primary, _)) = self.follow_quiet.take() {
+        if let Some(QuietFollow { primary, .. }) = self.follow_quiet.take() {
             fx.metrics.quiet_woken += 1;
             fx.quiet.follow_drop(primary, self.spec.group);
         }
@@ -212,7 +273,7 @@ impl Replica {
         if self.quiet_members | self.quiet_proposed != 0 && !self.lead_quiet_holds() {
             self.wake_lead(fx);
         }
-        if let Some((primary, view)) = self.follow_quiet
+        if let Some(QuietFollow { primary, view, .. }) = self.follow_quiet
             && !self.follow_holds(primary, view)
         {
             self.unfollow(fx);
