@@ -174,15 +174,15 @@ impl Pairs {
         self.follow.get(&primary).is_some_and(|pair| pair.quiet.contains_key(&group))
     }
 
-    /// The groups quiesced in this shard's pairs, each with its peer: those
-    /// it leads quiesced for the peer (`lead`), or follows under it.
-    pub(crate) fn quiet_groups(&self, lead: bool) -> Vec<(NodeId, GroupId)> {
-        let sets: Vec<(NodeId, &BTreeMap<GroupId, QuietGroup>)> = if lead {
-            self.lead.iter().map(|(peer, pair)| (*peer, &pair.quiet)).collect()
-        } else {
-            self.follow.iter().map(|(peer, pair)| (*peer, &pair.quiet)).collect()
-        };
-        sets.into_iter().flat_map(|(peer, set)| set.keys().map(move |group| (peer, *group))).collect()
+    /// The groups this shard leads quiesced, each with the peer it is
+    /// quiesced for.
+    pub(crate) fn lead_groups(&self) -> impl Iterator<Item = (NodeId, GroupId)> + '_ {
+        self.lead.iter().flat_map(|(peer, pair)| pair.quiet.keys().map(move |group| (*peer, *group)))
+    }
+
+    /// The groups quiesced here, each with the primary it follows.
+    pub(crate) fn follow_groups(&self) -> impl Iterator<Item = (NodeId, GroupId)> + '_ {
+        self.follow.iter().flat_map(|(peer, pair)| pair.quiet.keys().map(move |group| (*peer, *group)))
     }
 
     /// Assertions: each digest sums its set.

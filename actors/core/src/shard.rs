@@ -180,26 +180,16 @@ impl Shard {
 
     /// Seal `group`'s log for a member change (only its primary can).
     pub fn propose_seal(&mut self, group: GroupId, seal: cohort_messages::seal::Seal) -> Result<(), SealError> {
-        let replica = self.groups.get_mut(&group).ok_or(SealError::NotSealed(group))?;
-        replica.settle_quiet(&self.fx.quiet);
-        replica.wake_lead(&mut self.fx);
-        let result = replica.propose_seal(seal, &mut self.fx);
-        replica.check_quiet(&mut self.fx);
-        self.refile(group);
-        result
+        self.with_group_waking(group, |replica, fx| replica.propose_seal(seal, fx))
+            .unwrap_or(Err(SealError::NotSealed(group)))
     }
 
     /// C4: hand `group`'s primary role to voter `to` by a directed view
     /// change (only its primary can, once `to` has acknowledged every
     /// committed op; see [`Replica::transfer_primary`]).
     pub fn transfer_primary(&mut self, group: GroupId, to: NodeId) -> Result<(), TransferError> {
-        let replica = self.groups.get_mut(&group).ok_or(TransferError::UnknownGroup(group))?;
-        replica.settle_quiet(&self.fx.quiet);
-        replica.wake_lead(&mut self.fx);
-        let result = replica.transfer_primary(to, &mut self.fx);
-        replica.check_quiet(&mut self.fx);
-        self.refile(group);
-        result
+        self.with_group_waking(group, |replica, fx| replica.transfer_primary(to, fx))
+            .unwrap_or(Err(TransferError::UnknownGroup(group)))
     }
 
     /// Switch a sealed group to the incarnation its seal names. Call only
@@ -242,13 +232,8 @@ impl Shard {
     /// (a removed learner is unloaded with [`Shard::remove_group`]). The
     /// list is not persisted: pass it again in the spec on recovery.
     pub fn set_learners(&mut self, group: GroupId, learners: Vec<NodeId>) -> Result<(), ShardError> {
-        let Some(replica) = self.groups.get_mut(&group) else { return Err(ShardError::UnknownGroup(group)) };
-        replica.settle_quiet(&self.fx.quiet);
-        replica.wake_lead(&mut self.fx);
-        let result = replica.set_learners(learners, &mut self.fx);
-        replica.check_quiet(&mut self.fx);
-        self.refile(group);
-        result.map_err(ShardError::from)
+        let result = self.with_group_waking(group, |replica, fx| replica.set_learners(learners, fx));
+        result.ok_or(ShardError::UnknownGroup(group))?.map_err(ShardError::from)
     }
 
     /// Stop hosting a group (its storage is the caller's to remove).
@@ -321,23 +306,30 @@ impl Shard {
     }
 
     /// Handle an input of `group` that leaves a quiesced primary quiesced
-    /// if its state did not move (Z3: a CommitReply, a flush, a tick).
-    fn with_group(&mut self, group: GroupId, handle: impl FnOnce(&mut Replica, &mut Effects)) {
-        let Some(replica) = self.groups.get_mut(&group) else { return };
+    /// if its state did not move (Z3: a CommitReply, a flush, a tick); its
+    /// answer, or None if the group is not hosted.
+    fn with_group<R>(&mut self, group: GroupId, handle: impl FnOnce(&mut Replica, &mut Effects) -> R) -> Option<R> {
+        let replica = self.groups.get_mut(&group)?;
         replica.settle_quiet(&self.fx.quiet);
-        handle(replica, &mut self.fx);
+        let answer = handle(replica, &mut self.fx);
         replica.check_quiet(&mut self.fx);
         self.refile(group);
+        Some(answer)
     }
 
     /// Handle an input of `group` that wakes a quiesced primary first (Z3:
     /// a request or a quorum wait; a peer message wakes it once the door
-    /// let it in, see [`Shard::on_message`]).
-    fn with_group_waking(&mut self, group: GroupId, handle: impl FnOnce(&mut Replica, &mut Effects)) {
+    /// let it in, see [`Shard::on_message`]; a seal, a transfer, a learner
+    /// change).
+    fn with_group_waking<R>(
+        &mut self,
+        group: GroupId,
+        handle: impl FnOnce(&mut Replica, &mut Effects) -> R,
+    ) -> Option<R> {
         self.with_group(group, |replica, fx| {
             replica.wake_lead(fx);
-            handle(replica, fx);
-        });
+            handle(replica, fx)
+        })
     }
 
     /// A tick: run the groups that are due, then close the tick's batches.
@@ -618,9 +610,7 @@ impl Shard {
     /// Q2: cancel a wait; its `QuorumWaitDone` carries the cancellation.
     pub fn cancel_wait(&mut self, wait: WaitId) -> bool {
         let Some(group) = self.wait_groups.remove(&wait) else { return false };
-        let mut cancelled = false;
-        self.with_group(group, |replica, fx| cancelled = replica.cancel_wait(wait, fx));
-        cancelled
+        self.with_group(group, |replica, fx| replica.cancel_wait(wait, fx)).unwrap_or(false)
     }
 
     /// End of a turn: everything to do, in order.
@@ -643,12 +633,12 @@ impl Shard {
         self.fx.quiet.invariants();
         // Z3: each pair holds exactly the replicas quiesced with it, so that
         // settling a replica from its pairs renews exactly those.
-        for (peer, group) in self.fx.quiet.quiet_groups(true) {
+        for (peer, group) in self.fx.quiet.lead_groups() {
             let replica = self.groups.get(&group).unwrap_or_else(|| panic!("Z3: {group} quiet for {peer} is hosted"));
             let member = replica.spec.index_of(peer);
             assert!(member.is_some_and(|member| replica.quiet_member(member)), "Z3: {group} is quiet for {peer}");
         }
-        for (primary, group) in self.fx.quiet.quiet_groups(false) {
+        for (primary, group) in self.fx.quiet.follow_groups() {
             let replica =
                 self.groups.get(&group).unwrap_or_else(|| panic!("Z3: {group} quiet under {primary} is hosted"));
             assert_eq!(

@@ -476,9 +476,7 @@ impl Replica {
     /// quiesced primary's contact is its pairs'); hosts ask
     /// [`crate::Shard::is_confirmed_primary`].
     pub(crate) fn is_confirmed_primary(&self, pairs: &crate::quiesce::Pairs, now: u64) -> bool {
-        let window = self.quorum_window_ticks();
-        self.is_primary()
-            && self.quorum_contact_with(Some(pairs)).is_some_and(|contact| now < contact.saturating_add(window))
+        self.is_primary() && self.quorum_window_holds(Some(pairs), now)
     }
 
     /// The group's incarnation.
@@ -869,11 +867,12 @@ impl Replica {
         let mut answered = [0u64; cohort_messages::GROUP_MEMBERS_MAX];
         let mut count = 0;
         for (member, tick) in self.contact_tick.iter().enumerate() {
+            if member == self.spec.me.0 as usize {
+                continue;
+            }
             let settled = pairs.and_then(|pairs| self.settled_contact(pairs, MemberIndex(member as u8)));
-            if member != self.spec.me.0 as usize
-                && let Some(tick) = tick.max(&settled)
-            {
-                answered[count] = *tick;
+            if let Some(tick) = (*tick).max(settled) {
+                answered[count] = tick;
                 count += 1;
             }
         }

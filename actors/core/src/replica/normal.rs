@@ -108,9 +108,11 @@ impl Replica {
 
     /// True if a replication quorum confirmed this primary within the last
     /// `commit_heartbeat_timeout_ticks` (R24): no newer view can exist yet.
-    pub(crate) fn quorum_window_holds(&self, now: u64) -> bool {
+    /// `pairs`: for a query between inputs, the shard's (Z3: a quiesced
+    /// primary's contact is its pairs' until it is settled again).
+    pub(crate) fn quorum_window_holds(&self, pairs: Option<&crate::quiesce::Pairs>, now: u64) -> bool {
         let window = self.quorum_window_ticks();
-        self.quorum_contact_tick().is_some_and(|contact| now < contact.saturating_add(window))
+        self.quorum_contact_with(pairs).is_some_and(|contact| now < contact.saturating_add(window))
     }
 
     /// R24: how long a quorum's confirmation lets this primary serve reads
@@ -158,7 +160,7 @@ impl Replica {
             // knows every committed op: a stale one (paused, or elected in a
             // view the others already left) may simply not have applied the
             // client's earlier writes, so it must not refuse the client.
-            Admission::UnknownClient if !self.quorum_window_holds(fx.now) => {
+            Admission::UnknownClient if !self.quorum_window_holds(None, fx.now) => {
                 let detail = format!(
                     "{}: primary of {} is not confirmed by a quorum within its window; {} may be known to a newer view",
                     self.spec.group, self.view, request.client
