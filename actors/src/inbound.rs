@@ -7,34 +7,11 @@ use std::future::Future;
 use std::pin::Pin;
 
 use actix::prelude::*;
-use cohort_messages::{CommitEntry, CommitReplyEntry, Message, NodeId, TraceContext};
+use cohort_messages::{Message, NodeId};
 
-/// Input from a peer, routed to the shard that owns the groups (R16).
-pub enum Inbound {
-    /// A single-group message.
-    Message {
-        /// The sending node.
-        from: NodeId,
-        /// The message.
-        message: Message,
-        /// The frame header's trace context ([`TraceContext::NONE`] if untraced).
-        trace: TraceContext,
-    },
-    /// This shard's entries of one Commit frame.
-    Commits {
-        /// The sending node.
-        from: NodeId,
-        /// Validated entries (bad ones were rejected alone by the router).
-        entries: Vec<CommitEntry>,
-    },
-    /// This shard's entries of one CommitReply frame.
-    Replies {
-        /// The sending node.
-        from: NodeId,
-        /// Validated entries.
-        entries: Vec<CommitReplyEntry>,
-    },
-}
+/// Input from a peer, routed to the shard that owns the groups (R16), by
+/// the driver's rule ([`cohort_core::driver::route_peer_frame`]).
+pub use cohort_core::driver::PeerInput as Inbound;
 
 /// What one read of a peer's connection brought for one shard, in the
 /// order the frames came: one message per read and shard, however many

@@ -16,23 +16,22 @@
 //! peer's traffic, and every frame's sender must be the authenticated peer.
 //! Frames are split by [`FrameDecoder`]: a bad body checksum drops that
 //! frame only (R15), a bad header closes the connection (the stream lost its
-//! framing). Single-group messages go to the shard that owns the group;
-//! Commit and CommitReply batches are split by shard, each bad entry rejected
-//! alone (R17, R29), and each shard gets one message per frame (R16).
-//! Session frames carry no group: `SessionKeepalive` and `SessionExpired`, and
-//! the metadata group's `Reply`/`Redirect` to a request a peer's agent
-//! forwarded, go to the node's metadata agent (S1).
+//! framing). Where each frame goes (which shard, as what input, or the
+//! node's metadata agent) is the driver's rule,
+//! [`cohort_core::driver::route_peer_frame`], which the simulator routes by
+//! too; what one read held for a shard reaches it as one message.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::BytesMut;
-use cohort_core::routing::{route, shard_of};
+use cohort_core::driver::route_peer_frame;
 use cohort_messages::{ClusterId, Frame, FrameDecoder, LinkMode, Message, NodeId, PREAMBLE_SIZE_BYTES, Preamble};
 use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::inbound::{AgentInbound, ConnectionReader, Inbound, InboundBatch, InboundRoutes};
+
 use crate::metrics::Port;
 use crate::tls::{NodeTls, Stream};
 
@@ -402,71 +401,17 @@ impl Router {
             self.refuse(Some(from), "sender_mismatch", &format!("a frame claims sender {}", frame.header.sender));
             return false;
         }
-        let shards = self.routes.shard_count();
-        match message {
-            Message::Commit(batch) => {
-                let routed = route(&batch, shards);
-                self.count_entry_rejects(&routed.rejected, rejects, connection);
-                for (index, entries) in routed.per_shard.into_iter().enumerate() {
-                    if !entries.is_empty() {
-                        pending.push(index, Inbound::Commits { from, entries });
-                    }
-                }
-            }
-            Message::CommitReply(batch) => {
-                let routed = route(&batch, shards);
-                self.count_entry_rejects(&routed.rejected, rejects, connection);
-                for (index, entries) in routed.per_shard.into_iter().enumerate() {
-                    if !entries.is_empty() {
-                        pending.push(index, Inbound::Replies { from, entries });
-                    }
-                }
-            }
-            Message::ViewChangeBatch(batch) => {
-                // Z4: each entry goes to its group's shard as if it had come alone.
-                let mut rejected = Vec::new();
-                for entry in batch.entries() {
-                    match entry {
-                        Ok(message) => {
-                            if let Some(group) = message.group() {
-                                let trace = frame.header.trace;
-                                pending.push(shard_of(group, shards), Inbound::Message { from, message, trace });
-                            }
-                        }
-                        Err(error) => rejected.push(error),
-                    }
-                }
-                self.count_entry_rejects(&rejected, rejects, connection);
-            }
-            // Z3: a shard-pair message goes to the shard it names (the same
-            // index on every node, K2).
-            Message::PairHeartbeat(heartbeat) if usize::from(heartbeat.shard) < shards => {
-                let shard = usize::from(heartbeat.shard);
-                let (message, trace) = (Message::PairHeartbeat(heartbeat), frame.header.trace);
-                pending.push(shard, Inbound::Message { from, message, trace });
-            }
-            Message::PairHeartbeatReply(reply) if usize::from(reply.shard) < shards => {
-                let shard = usize::from(reply.shard);
-                let (message, trace) = (Message::PairHeartbeatReply(reply), frame.header.trace);
-                pending.push(shard, Inbound::Message { from, message, trace });
-            }
-            Message::PairHeartbeat(_) | Message::PairHeartbeatReply(_) => {
-                self.stats.frames_rejected.fetch_add(1, Ordering::Relaxed);
-                self.metrics.inc_refused(Port::Peer, "shard_out_of_range");
-            }
-            message @ (Message::SessionKeepalive(_) | Message::SessionExpired(_)) => self.to_agent(from, message),
-            Message::Reply(reply) if reply.group == cohort_messages::GroupId::METADATA => {
-                self.to_agent(from, Message::Reply(reply))
-            }
-            Message::Redirect(redirect) if redirect.group == cohort_messages::GroupId::METADATA => {
-                self.to_agent(from, Message::Redirect(redirect))
-            }
-            message => {
-                if let Some(group) = message.group() {
-                    let trace = frame.header.trace;
-                    pending.push(shard_of(group, shards), Inbound::Message { from, message, trace });
-                }
-            }
+        let routed = route_peer_frame(from, message, frame.header.trace, self.routes.shard_count());
+        self.count_entry_rejects(&routed.rejected, rejects, connection);
+        if let Some(refusal) = routed.refused {
+            self.stats.frames_rejected.fetch_add(1, Ordering::Relaxed);
+            self.metrics.inc_refused(Port::Peer, refusal.label());
+        }
+        if let Some(message) = routed.agent {
+            self.to_agent(from, message);
+        }
+        for (shard, input) in routed.inputs {
+            pending.push(shard, input);
         }
         true
     }

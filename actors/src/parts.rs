@@ -76,6 +76,8 @@ pub struct Parts {
     pub placements: Addr<PlacementRecorder>,
     /// One lock per shard directory, held by its storage thread.
     pub storage_locks: Vec<Arc<Mutex<()>>>,
+    /// Test hook: shards record their drivers' inputs and turns.
+    pub record_drivers: bool,
 }
 
 impl Parts {
@@ -174,6 +176,7 @@ impl Parts {
                 fatal: Arc::clone(&self.fatal),
                 drops: Arc::clone(&self.drops),
                 metrics: Arc::clone(&self.metrics),
+                record: self.record_drivers,
             };
             let (built_tx, built_rx) = std::sync::mpsc::channel();
             let addr = ShardActor::start_in_arbiter(&arbiter, move |ctx| {

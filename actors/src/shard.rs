@@ -1,13 +1,15 @@
-//! The shard actor: the actix shell of the sans-IO [`Shard`].
+//! The shard actor: the actix shell of the sans-IO [`ShardDriver`].
 //!
-//! It follows the driving contract written on [`Shard`]: ticks from a
-//! monotonic clock (so a stalled thread catches up to the present before it
-//! judges a lease), inputs from peers and clients, and at the end of every
-//! handler one drain of the core's effects: storage effects go to the
-//! storage worker as one job, messages go to each peer's outbox as one
-//! message, and what the turn produced for a group's listeners goes to its
-//! group actor as one message ([`crate::group::GroupTurn`]), only if
-//! someone listens.
+//! Every decision about running the shard is the driver's (the one the
+//! simulator runs too): which ticks run after a stall, when a turn of
+//! inputs ends, which messages are dropped for a link that is down, which
+//! answers go back to a peer. This actor only does the I/O around it, as
+//! the driving contract on [`ShardDriver`] says: ticks from a monotonic
+//! clock, inputs from peers and clients, and at the end of every turn it
+//! carries out the driver's [`Turn`]: the storage job goes to the storage
+//! worker, each peer's batch to that peer's outbox, and what the turn
+//! produced for a group's listeners to its group actor as one message
+//! ([`crate::group::GroupTurn`]), only if someone listens.
 //!
 //! Alongside, it reports each submit, inbound message and effect to its
 //! [`ShardTraces`], which makes the spans of the message flows and gives the
@@ -20,32 +22,34 @@
 mod group_links;
 mod hosting;
 mod queries;
+mod waits;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
-use cohort_core::storage::Recovered;
-use cohort_core::{CoreConfig, Effect, Shard};
-use cohort_messages::{
-    ClientId, CommitBatch, CommitReplyBatch, GroupId, Message, NodeId, Redirect, Reply, Request, RequestNumber,
-    TraceContext,
+use cohort_core::driver::{
+    DriverConfig, LinkStatus, Links, Note, PeerInput, RequestKey, ShardDriver, StorageJob, Turn, TurnDue,
 };
+use cohort_core::storage::Recovered;
+use cohort_core::{CoreConfig, Shard};
+use cohort_messages::{GroupId, Message, NodeId, Request, TraceContext};
 use tokio::sync::oneshot;
 
 pub use hosting::{
     HostPlaced, ProposeSeal, SetLearners, SwitchIncarnation, SwitchIncarnationAsLearner, TransferPrimary, UnloadGroup,
 };
 pub use queries::{
-    GetGroupActor, GetHostedChanges, GetHostedFingerprint, GetHostedReplicas, GetReport, HostedChanges, ReplaceOutbox,
-    ShardReport, StallForTest, SubscribeGroup,
+    DriverRecording, GetGroupActor, GetHostedChanges, GetHostedFingerprint, GetHostedReplicas, GetReport,
+    HostedChanges, ReplaceOutbox, ShardReport, StallForTest, SubscribeGroup, TakeDriverRecording,
 };
+pub use waits::{CancelQuorumWait, StartQuorumWait};
 
 use crate::group::{GroupNote, GroupRole, GroupTurn, NeedsResync, Wait};
-use crate::inbound::{Inbound, InboundBatch};
+use crate::inbound::InboundBatch;
 use crate::kind::{GroupKind, HostedGroup};
 use crate::outbox::{Outbox, Outgoing};
 use crate::peer_link::LinkState;
@@ -58,28 +62,7 @@ use crate::{
     metrics::{DropReason, Mailbox, NodeMetrics},
 };
 
-/// Requests from peer nodes awaiting an answer, at most (see `ShardActor::remote_waiting`).
-pub const REMOTE_WAITERS_MAX: usize = 4096;
-
-/// Ticks a shard runs late, at most, when its thread was busy past them
-/// (see [`ShardActor::catch_up`]); beyond that the oldest are skipped.
-pub const TICKS_LATE_MAX: u64 = 100;
-
-/// How long a turn may stay open, at most, while inputs keep arriving: once
-/// this old, the next input ends it (see [`ShardActor::end_turn_soon`]).
-pub const TURN_OPEN_MAX: Duration = Duration::from_millis(10);
-
-/// A request and the client and group it is from: how answers find their caller.
-type RequestKey = (GroupId, ClientId, RequestNumber);
-
-/// The answer to a client request.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ClientAnswer {
-    /// Applied (or read), or refused with a reason.
-    Reply(Reply),
-    /// Not the primary: go there (V5).
-    Redirect(Redirect),
-}
+pub use cohort_core::driver::ClientAnswer;
 
 /// A client request from this process (the host's submit path).
 #[derive(Message)]
@@ -127,6 +110,9 @@ pub struct ShardSetup {
     pub outboxes: HashMap<NodeId, Addr<Outbox>>,
     /// This shard's link state towards each peer: connected (R25), congested (K4).
     pub links: HashMap<NodeId, Arc<LinkState>>,
+    /// Record the driver's inputs and turns from the start (test hook:
+    /// `ShardActor::take_recording`).
+    pub record: bool,
     /// The storage worker.
     pub storage: StorageWorker,
     /// Set when the storage failed fatally; the node stops.
@@ -141,29 +127,27 @@ pub struct ShardSetup {
 pub struct ShardActor {
     index: usize,
     node: NodeId,
-    core: Shard,
+    driver: ShardDriver,
     started: Instant,
     tick: Duration,
     storage: StorageWorker,
     outboxes: HashMap<NodeId, Addr<Outbox>>,
-    links: HashMap<NodeId, Arc<LinkState>>,
-    /// The peers the core was last told are congested (K4).
-    congested: BTreeSet<NodeId>,
+    links: ShardLinks,
     /// Local callers of requests to groups this shard does not host: the
     /// core refuses those in the same turn, so they never wait long.
     unhosted: HashMap<RequestKey, oneshot::Sender<ClientAnswer>>,
-    /// Requests that came from peer nodes (a node's metadata agent submits
-    /// to the metadata primary over the peer link): the answer goes back to
-    /// the sender as a Reply or Redirect frame. Bounded by
-    /// [`REMOTE_WAITERS_MAX`]; entries older than a few seconds are forgotten.
-    remote_waiting: HashMap<RequestKey, (NodeId, u64)>,
+    /// The driver's counters as last published to the node's metrics.
+    published_counters: cohort_core::driver::DriverCounters,
+    /// Q1: the callers of this shard's open quorum waits.
+    quorum_waits: HashMap<cohort_core::WaitId, oneshot::Sender<Result<(), cohort_core::QuorumWaitError>>>,
     fatal: Arc<std::sync::Mutex<Option<String>>>,
     drops: Arc<Drops>,
     metrics: Arc<NodeMetrics>,
     published_tick: u64,
-    /// Z3: role changes and hosting changes (placed, unloaded, switched,
-    /// sealed, learners set) so far; the metadata agent reads it to learn
-    /// cheaply that nothing changed ([`GetHostedChanges`]).
+    /// Z3: hosting changes (placed, unloaded, switched, sealed, learners
+    /// set) so far; with the driver's count of role changes, the metadata
+    /// agent reads it to learn cheaply that nothing changed
+    /// ([`GetHostedChanges`]).
     hosted_events: u64,
     /// The group gauges last counted (with the group actors alive), and when.
     gauges: Option<(u64, cohort_core::HeartbeatGauges, usize)>,
@@ -179,9 +163,6 @@ pub struct ShardActor {
     /// True while draining what the core emitted while building the groups:
     /// the actors were told the resulting role already.
     draining_build: bool,
-    /// When the open turn began; while one is open, an `EndTurn` is queued
-    /// behind the mailbox (`None`: no turn open).
-    turn_opened: Option<Instant>,
     /// The node's group kinds, for groups hosted while running (P4 learners).
     kinds: Arc<Kinds>,
     /// Where the groups hosted while running are recorded, so that the next
@@ -199,6 +180,18 @@ const GAUGES_INTERVAL_SECS_MANY: u64 = 5;
 /// Ticks of length `tick` in a second, at least 1.
 fn second_ticks(tick: Duration) -> u64 {
     (1_000_000_000 / tick.as_nanos().max(1)).max(1) as u64
+}
+
+/// This shard's links as the driver reads them at the end of a turn.
+struct ShardLinks(HashMap<NodeId, Arc<LinkState>>);
+
+impl Links for ShardLinks {
+    fn status(&self, peer: NodeId) -> Option<LinkStatus> {
+        self.0.get(&peer).map(|link| LinkStatus {
+            connected: link.connected.load(Ordering::Relaxed),
+            congested: link.congested.load(Ordering::Relaxed),
+        })
+    }
 }
 
 /// One group replica's actor, and whether anyone follows the group.
@@ -219,18 +212,25 @@ impl ShardActor {
     /// Build the core and its groups from `setup`. Runs on the shard's
     /// thread. With an error, the actor must be stopped at once.
     pub fn new(setup: ShardSetup) -> (ShardActor, Option<String>) {
+        let peers: Vec<NodeId> = setup.links.keys().copied().collect();
+        let tick_micros = (setup.tick.as_micros() as u64).max(1);
+        let mut driver =
+            ShardDriver::new(Shard::new(setup.node, setup.config.clone()), DriverConfig::for_tick(tick_micros), peers);
+        if setup.record {
+            driver.start_recording();
+        }
         let mut actor = ShardActor {
             index: setup.index,
             node: setup.node,
-            core: Shard::new(setup.node, setup.config.clone()),
+            driver,
             started: Instant::now(),
             tick: setup.tick,
             storage: setup.storage,
             outboxes: setup.outboxes,
-            links: setup.links,
-            congested: BTreeSet::new(),
+            links: ShardLinks(setup.links),
             unhosted: HashMap::new(),
-            remote_waiting: HashMap::new(),
+            published_counters: Default::default(),
+            quorum_waits: HashMap::new(),
             fatal: setup.fatal,
             drops: setup.drops,
             metrics: setup.metrics,
@@ -243,14 +243,13 @@ impl ShardActor {
             built: Vec::new(),
             resync_pending: Vec::new(),
             draining_build: false,
-            turn_opened: None,
             kinds: setup.kinds,
             placements: setup.placements,
         };
         // Z3: this process's epoch on the shard pairs: peers drop what they
         // believed of an earlier process of this node.
         let epoch = crate::client_id::fresh_client_id().0 as u64;
-        actor.core.set_pair_identity(setup.index as u16, epoch);
+        actor.driver.set_pair_identity(setup.index as u16, epoch);
         let failure = actor.build(setup.groups, setup.recovered).err();
         (actor, failure)
     }
@@ -264,63 +263,38 @@ impl ShardActor {
         (self.started.elapsed().as_nanos() / self.tick.as_nanos().max(1)) as u64
     }
 
-    /// End the turn once every message already in the mailbox is handled:
-    /// under load, one drain (one storage job, one message per peer) covers
-    /// many inputs. actix handles the whole mailbox before it runs what
-    /// `notify` queued.
-    ///
-    /// Under a burst (thousands of groups failing over at once) the mailbox
-    /// can hold a second's worth of inputs, and what the first of them
-    /// released (a StartView, a Prepare, a PrepareOk) would wait for all of
-    /// them: every hop of a view change and of the write after it waited so.
-    /// A turn open for [`TURN_OPEN_MAX`] ends at the next input instead.
-    fn end_turn_soon(&mut self, ctx: &mut Context<Self>) {
-        match self.turn_opened {
-            None => {
-                self.turn_opened = Some(Instant::now());
-                ctx.notify(EndTurn);
-            }
-            Some(opened) if opened.elapsed() >= TURN_OPEN_MAX => self.run(),
-            Some(_) => {}
+    /// Now on the shard's monotonic clock, for the driver's turn length.
+    fn now_micros(&self) -> u64 {
+        self.started.elapsed().as_micros() as u64
+    }
+
+    /// Carry out what a handled message means for the turn: end it once every
+    /// message already in the mailbox is handled (actix handles the whole
+    /// mailbox before what `notify` queued), so that under load one turn
+    /// (one storage job, one message per peer) covers many inputs; or at
+    /// once, when the driver says it has been open too long (under a burst
+    /// of thousands of failovers, what the first input released would
+    /// otherwise wait for the whole mailbox behind it).
+    fn input_done(&mut self, ctx: &mut Context<Self>) {
+        let at = self.now_micros();
+        match self.driver.input_done(at) {
+            TurnDue::Opened => ctx.notify(EndTurn),
+            TurnDue::Open => {}
+            TurnDue::Now => self.run(),
         }
     }
 
-    /// Drain the core and execute its effects (the end of every turn).
+    /// End the turn and carry out what the driver asks (the end of every turn).
     fn run(&mut self) {
-        self.turn_opened = None;
-        self.note_congestion();
-        loop {
-            let effects = self.core.drain_effects();
-            if effects.is_empty() {
-                break;
-            }
-            self.execute(effects);
-        }
-        // Debug builds check every replica's invariants after each turn,
-        // as the simulator does after every step.
-        #[cfg(debug_assertions)]
-        self.core.invariants();
+        let turn = self.driver.end_turn(&self.links);
+        self.execute(turn);
     }
 
-    /// Run every tick up to the clock's, in order, and return the clock's.
-    ///
-    /// The core acts on exact ticks: a primary heartbeats on the send ticks,
-    /// an idle group only on those that line up with its interval (R20). A
-    /// thread busy past a tick used to jump over it, and an idle group whose
-    /// send tick was jumped over sent nothing for another interval: two such
-    /// jumps in a row left its primary without replies for its whole quorum
-    /// window (R24), so it stepped down with a healthy backup. Ticks run late
-    /// instead, as the simulator runs them, at most [`TICKS_LATE_MAX`] of
-    /// them (after a longer stall, the oldest are skipped: the timeouts they
-    /// held are due at the first tick that runs anyway).
+    /// Run every tick up to the clock's, as the driver says, and return the clock's.
     fn catch_up(&mut self) -> u64 {
-        let now = self.now_tick().max(self.core.now());
-        let first = (self.core.now() + 1).max(now.saturating_sub(TICKS_LATE_MAX)).min(now);
-        for tick in first..=now {
-            self.core.on_tick(tick);
-        }
-        self.metrics.add_ticks_late(now - first);
-        now
+        let late = self.driver.on_clock(self.now_tick());
+        self.metrics.add_ticks_late(late);
+        self.driver.shard().now()
     }
 
     /// Resend the state to custom actors whose mailbox overflowed, through
@@ -329,7 +303,7 @@ impl ShardActor {
     fn resync_custom_actors(&mut self) {
         for group in std::mem::take(&mut self.resync_pending) {
             if let (Some(replica), Some(actor)) =
-                (self.core.replica(group), self.groups.get_mut(&group).and_then(|link| link.actor.as_mut()))
+                (self.driver.shard().replica(group), self.groups.get_mut(&group).and_then(|link| link.actor.as_mut()))
             {
                 let (op, state) = (replica.commit_min(), replica.state_machine().snapshot());
                 actor.send(GroupTurn(vec![GroupNote::Resync { op, state }]));
@@ -337,97 +311,32 @@ impl ShardActor {
         }
     }
 
-    fn execute(&mut self, effects: Vec<Effect>) {
-        let mut storage = Vec::new();
-        let mut outgoing: BTreeMap<NodeId, Vec<(Message, TraceContext)>> = BTreeMap::new();
-        let mut notes: BTreeMap<GroupId, Vec<GroupNote>> = BTreeMap::new();
-        for effect in effects {
-            match effect {
-                Effect::Append { group, ref entry } => {
-                    self.traces.on_append(group, entry);
-                    storage.push(effect);
+    /// Carry out one turn: the storage job, one message per peer's outbox,
+    /// one `GroupTurn` per group actor that listens.
+    fn execute(&mut self, turn: Turn) {
+        if !turn.storage.is_empty() {
+            for effect in &turn.storage {
+                if let cohort_core::Effect::Append { group, entry } = effect {
+                    self.traces.on_append(*group, entry);
                 }
-                Effect::Truncate { .. }
-                | Effect::StageSuperblock { .. }
-                | Effect::SaveSnapshot { .. }
-                | Effect::Flush { .. } => storage.push(effect),
-                Effect::Send { to, message } => {
-                    if self.dropped_for_link_down(to) {
-                        continue;
-                    }
-                    let trace = self.traces.on_send(to, &message);
-                    outgoing.entry(to).or_default().push((message, trace));
-                }
-                Effect::SendCommitBatch { to, entries } => {
-                    let connected = self.links.get(&to).is_some_and(|link| link.connected.load(Ordering::Relaxed));
-                    self.core.on_commit_batch_sent(to, &entries, connected);
-                    if self.dropped_for_link_down(to) {
-                        continue;
-                    }
-                    self.traces.on_send_batch(to, false, entries.len());
-                    let batch = Message::Commit(CommitBatch::encode(&entries));
-                    outgoing.entry(to).or_default().push((batch, TraceContext::NONE));
-                }
-                Effect::SendCommitReplyBatch { to, entries } => {
-                    if self.dropped_for_link_down(to) {
-                        continue;
-                    }
-                    self.traces.on_send_batch(to, true, entries.len());
-                    let batch = Message::CommitReply(CommitReplyBatch::encode(&entries));
-                    outgoing.entry(to).or_default().push((batch, TraceContext::NONE));
-                }
-                Effect::Reply(reply) => {
-                    let outcome = match reply.outcome {
-                        cohort_messages::Outcome::Ok(_) => "ok",
-                        cohort_messages::Outcome::Error { .. } => "error",
-                    };
-                    self.traces.on_answer(reply.group, reply.client, reply.request, reply.op, outcome);
-                    let key = (reply.group, reply.client, reply.request);
-                    match self.remote_waiting.remove(&key) {
-                        Some((to, _)) => {
-                            outgoing.entry(to).or_default().push((Message::Reply(reply), TraceContext::NONE))
-                        }
-                        None => self.answer(key, ClientAnswer::Reply(reply), &mut notes),
-                    }
-                }
-                Effect::Redirect(redirect) => {
-                    let op = cohort_messages::Op(0);
-                    self.traces.on_answer(redirect.group, redirect.client, redirect.request, op, "redirect");
-                    let key = (redirect.group, redirect.client, redirect.request);
-                    match self.remote_waiting.remove(&key) {
-                        Some((to, _)) => {
-                            outgoing.entry(to).or_default().push((Message::Redirect(redirect), TraceContext::NONE))
-                        }
-                        None => self.answer(key, ClientAnswer::Redirect(redirect), &mut notes),
-                    }
-                }
-                Effect::RoleChanged { group, view, role, .. } => {
-                    self.hosted_events += 1;
-                    self.traces.on_role_changed(group, view, role);
-                    // The group actors were told the role the build ended in.
-                    if !self.draining_build && self.followed(group) {
-                        notes.entry(group).or_default().push(GroupNote::Role(GroupRole::from_core(role, view)));
-                    }
-                }
-                Effect::Committed { group, op } => {
-                    self.traces.on_committed(group, op);
-                    if self.followed(group) {
-                        notes.entry(group).or_default().push(GroupNote::Committed(op));
-                    }
-                }
-                Effect::Applied { group, ops, through } => {
-                    notes.entry(group).or_default().push(GroupNote::Applied { ops, through });
-                }
-                Effect::Restored { group, op, state } => {
-                    notes.entry(group).or_default().push(GroupNote::Restored { op, state });
-                }
-                Effect::QuorumWaitDone { .. } => {}
+            }
+            if !self.storage.run(StorageJob::Run(turn.storage)) {
+                self.fail("the storage worker stopped".into());
             }
         }
-        if !storage.is_empty() && !self.storage.run(storage) {
-            self.fail("the storage worker stopped".into());
+        if turn.dropped_link_down > 0 {
+            self.drops.add(Mailbox::PeerLink, DropReason::PeerDisconnected, turn.dropped_link_down);
         }
-        for (to, messages) in outgoing {
+        for batch in turn.peers {
+            let to = batch.to;
+            let messages: Vec<(Message, TraceContext)> = batch
+                .messages
+                .into_iter()
+                .map(|message| {
+                    let trace = self.trace_send(to, &message);
+                    (message, trace)
+                })
+                .collect();
             let count = messages.len() as u64;
             match self.outboxes.get(&to).map(|outbox| outbox.try_send(Outgoing { messages })) {
                 Some(Ok(())) => {}
@@ -436,6 +345,10 @@ impl ShardActor {
                     self.drops.add(Mailbox::Outbox, DropReason::MailboxClosed, count)
                 }
             }
+        }
+        let mut notes: BTreeMap<GroupId, Vec<GroupNote>> = BTreeMap::new();
+        for note in turn.notes {
+            self.deliver_note(note, &mut notes);
         }
         for (group, notes) in notes {
             // At most one message per group and turn, to an actor on this
@@ -447,35 +360,89 @@ impl ShardActor {
                 actor.send(GroupTurn(notes));
             }
         }
+        self.publish_driver_counters();
     }
 
-    /// If the link to `peer` is known and not connected, count one message
-    /// for it as dropped and say so: the link would only drop it, so it is
-    /// dropped here, before the outbox spends time encoding it (after a node
-    /// dies, its peers' primaries re-send it StartViews and Commit batches
-    /// every broadcast interval until it is back).
-    fn dropped_for_link_down(&self, peer: NodeId) -> bool {
-        let down = self.links.get(&peer).is_some_and(|link| !link.connected.load(Ordering::Relaxed));
-        if down {
-            self.drops.add(Mailbox::PeerLink, DropReason::PeerDisconnected, 1);
-        }
-        down
-    }
-
-    /// K4: tell the core which peers' links became congested or drained
-    /// since the last turn (a drained one gets what it was not sent at once).
-    fn note_congestion(&mut self) {
-        for (peer, link) in &self.links {
-            let congested = link.congested.load(Ordering::Relaxed);
-            if congested != self.congested.contains(peer) {
-                if congested {
-                    self.congested.insert(*peer);
-                } else {
-                    self.congested.remove(peer);
-                }
-                self.core.set_peer_congested(*peer, congested);
+    /// The trace context a message to `to` carries (the send's span).
+    fn trace_send(&self, to: NodeId, message: &Message) -> TraceContext {
+        match message {
+            Message::Commit(batch) => {
+                self.traces.on_send_batch(to, false, batch.len());
+                TraceContext::NONE
             }
+            Message::CommitReply(batch) => {
+                self.traces.on_send_batch(to, true, batch.len());
+                TraceContext::NONE
+            }
+            // An answer to a request a peer sent (a node's agent).
+            Message::Reply(reply) => {
+                let outcome = match reply.outcome {
+                    cohort_messages::Outcome::Ok(_) => "ok",
+                    cohort_messages::Outcome::Error { .. } => "error",
+                };
+                self.traces.on_answer(reply.group, reply.client, reply.request, reply.op, outcome);
+                TraceContext::NONE
+            }
+            Message::Redirect(redirect) => {
+                let op = cohort_messages::Op(0);
+                self.traces.on_answer(redirect.group, redirect.client, redirect.request, op, "redirect");
+                TraceContext::NONE
+            }
+            message => self.traces.on_send(to, message),
         }
+    }
+
+    /// Hand one note of the turn to whoever listens in this process.
+    fn deliver_note(&mut self, note: Note, notes: &mut BTreeMap<GroupId, Vec<GroupNote>>) {
+        match note {
+            Note::Answer(answer) => {
+                let key = answer.key();
+                match &answer {
+                    ClientAnswer::Reply(reply) => {
+                        let outcome = match reply.outcome {
+                            cohort_messages::Outcome::Ok(_) => "ok",
+                            cohort_messages::Outcome::Error { .. } => "error",
+                        };
+                        self.traces.on_answer(reply.group, reply.client, reply.request, reply.op, outcome);
+                    }
+                    ClientAnswer::Redirect(redirect) => {
+                        let op = cohort_messages::Op(0);
+                        self.traces.on_answer(redirect.group, redirect.client, redirect.request, op, "redirect");
+                    }
+                }
+                self.answer(key, answer, notes);
+            }
+            Note::Role { group, view, role, .. } => {
+                self.traces.on_role_changed(group, view, role);
+                // The group actors were told the role the build ended in.
+                if !self.draining_build && self.followed(group) {
+                    notes.entry(group).or_default().push(GroupNote::Role(GroupRole::from_core(role, view)));
+                }
+            }
+            Note::Committed { group, op } => {
+                self.traces.on_committed(group, op);
+                if self.followed(group) {
+                    notes.entry(group).or_default().push(GroupNote::Committed(op));
+                }
+            }
+            Note::Applied { group, ops, through } => {
+                notes.entry(group).or_default().push(GroupNote::Applied { ops, through });
+            }
+            Note::Restored { group, op, state } => {
+                notes.entry(group).or_default().push(GroupNote::Restored { op, state });
+            }
+            Note::WaitDone { wait, result } => self.wait_done(wait, result),
+        }
+    }
+
+    /// Publish what the driver counted since the last turn.
+    fn publish_driver_counters(&mut self) {
+        let now = self.driver.counters();
+        let dropped = now.remote_requests_dropped - self.published_counters.remote_requests_dropped;
+        if dropped > 0 {
+            self.drops.add(Mailbox::Shard, DropReason::MailboxFull, dropped);
+        }
+        self.published_counters = now;
     }
 
     /// True if someone follows `group`'s role changes and commit points.
@@ -502,7 +469,13 @@ impl ShardActor {
 
     /// The core, for tests and metrics.
     pub fn core(&self) -> &Shard {
-        &self.core
+        self.driver.shard()
+    }
+
+    /// Test hook: what the driver recorded since the shard started (with
+    /// [`ShardSetup::record`]) or since the last take.
+    pub fn take_recording(&mut self) -> Vec<cohort_core::driver::Recorded> {
+        self.driver.take_recording()
     }
 
     /// This shard's index.
@@ -517,27 +490,26 @@ impl ShardActor {
         // The group gauges take a pass over every group: with many groups
         // they are counted again only every GAUGES_INTERVAL_SECS_MANY (Z3:
         // an idle node's CPU), the counters still every second.
-        let many = self.core.group_count() > GAUGES_EVERY_SECOND_GROUPS_MAX;
+        let many = self.driver.shard().group_count() > GAUGES_EVERY_SECOND_GROUPS_MAX;
         let interval_ticks = if many { GAUGES_INTERVAL_SECS_MANY * second_ticks } else { second_ticks };
         let (gauges, group_actors) = match self.gauges {
             Some((tick, gauges, group_actors)) if now < tick + interval_ticks => (gauges, group_actors),
             _ => {
-                let (gauges, group_actors) = (self.core.heartbeat_gauges(), self.group_actor_count());
+                let (gauges, group_actors) = (self.driver.shard().heartbeat_gauges(), self.group_actor_count());
                 self.gauges = Some((now, gauges, group_actors));
                 (gauges, group_actors)
             }
         };
-        self.metrics.update_shard(self.index, self.core.metrics(), &gauges);
+        self.metrics.update_shard(self.index, self.driver.shard().metrics(), &gauges);
         self.metrics.set_group_actors(self.index, group_actors);
         self.sweep_group_actors();
-        self.metrics.update_core_refusals(self.index, self.core.refused());
+        self.metrics.update_core_refusals(self.index, self.driver.shard().refused());
         if self.index == 0 {
-            let peers = self.links.values().filter(|link| link.connected.load(Ordering::Relaxed)).count();
+            let peers = self.links.0.values().filter(|link| link.connected.load(Ordering::Relaxed)).count();
             self.metrics.set_peers_connected(peers);
         }
         self.unhosted.retain(|_, caller| !caller.is_closed());
         let stale = now.saturating_sub(10 * second_ticks);
-        self.remote_waiting.retain(|_, (_, since)| *since >= stale);
         self.traces.forget_submits_before(stale);
     }
 }
@@ -559,7 +531,7 @@ impl Actor for ShardActor {
         self.draining_build = true;
         self.run();
         self.draining_build = false;
-        self.core.on_tick(self.now_tick());
+        self.catch_up();
         self.run();
         ctx.run_interval(self.tick, |actor, _ctx| {
             let now = actor.catch_up();
@@ -577,37 +549,23 @@ impl Handler<InboundBatch> for ShardActor {
     type Result = ();
 
     fn handle(&mut self, InboundBatch(items): InboundBatch, ctx: &mut Self::Context) {
-        for inbound in items {
-            self.on_inbound(inbound);
+        for input in items {
+            self.on_peer(input);
         }
-        self.end_turn_soon(ctx);
+        self.input_done(ctx);
     }
 }
 
 impl ShardActor {
-    /// One peer input, to the core, under its span.
-    fn on_inbound(&mut self, inbound: Inbound) {
-        let span = match &inbound {
-            Inbound::Message { from, message, trace } => self.traces.on_message(*from, message, *trace),
-            Inbound::Commits { from, entries } => self.traces.on_batch(*from, false, entries.len()),
-            Inbound::Replies { from, entries } => self.traces.on_batch(*from, true, entries.len()),
+    /// One peer input, to the driver, under its span.
+    fn on_peer(&mut self, input: PeerInput) {
+        let span = match &input {
+            PeerInput::Message { from, message, trace } => self.traces.on_message(*from, message, *trace),
+            PeerInput::Commits { from, entries } => self.traces.on_batch(*from, false, entries.len()),
+            PeerInput::Replies { from, entries } => self.traces.on_batch(*from, true, entries.len()),
         };
         let _entered = span.enter();
-        match inbound {
-            Inbound::Message { from, message, .. } => {
-                if let Message::Request(request) = &message {
-                    if self.remote_waiting.len() >= REMOTE_WAITERS_MAX {
-                        self.drops.add(Mailbox::Shard, DropReason::MailboxFull, 1);
-                        return;
-                    }
-                    let key = (request.group, request.client, request.request);
-                    self.remote_waiting.insert(key, (from, self.core.now()));
-                }
-                self.core.on_message(from, message)
-            }
-            Inbound::Commits { from, entries } => self.core.on_commit_entries(from, &entries),
-            Inbound::Replies { from, entries } => self.core.on_commit_reply_entries(from, &entries),
-        }
+        self.driver.on_peer(input);
     }
 }
 
@@ -616,7 +574,7 @@ impl Handler<Submit> for ShardActor {
 
     fn handle(&mut self, submit: Submit, ctx: &mut Self::Context) {
         let Request { group, client, request, .. } = submit.request;
-        self.traces.on_submit(client, request, group, &submit.span, self.core.now());
+        self.traces.on_submit(client, request, group, &submit.span, self.driver.shard().now());
         match self.group_actor(group, ctx) {
             // The group actor holds the caller; it hears the answer after
             // this registration, on the same mailbox.
@@ -625,8 +583,8 @@ impl Handler<Submit> for ShardActor {
                 self.unhosted.insert((group, client, request), submit.answer);
             }
         }
-        self.core.on_request(submit.request);
-        self.end_turn_soon(ctx);
+        self.driver.on_submit(submit.request);
+        self.input_done(ctx);
     }
 }
 
@@ -635,8 +593,8 @@ impl Handler<StorageDone> for ShardActor {
 
     fn handle(&mut self, done: StorageDone, ctx: &mut Self::Context) {
         match done.0 {
-            StorageEvent::Flushed(id) => self.core.on_flushed(id),
-            StorageEvent::SuperblockFailed(group) => self.core.on_superblock_failed(group),
+            StorageEvent::Flushed(id) => self.driver.on_flushed(id),
+            StorageEvent::SuperblockFailed(group) => self.driver.on_superblock_failed(group),
             StorageEvent::Fatal(error) => {
                 // A dead disk stops the shard loudly; nothing more is acknowledged.
                 eprintln!("cohort: shard {} storage failed, stopping: {error}", self.index);
@@ -645,7 +603,7 @@ impl Handler<StorageDone> for ShardActor {
                 return;
             }
         }
-        self.end_turn_soon(ctx);
+        self.input_done(ctx);
     }
 }
 
@@ -653,7 +611,7 @@ impl Handler<EndTurn> for ShardActor {
     type Result = ();
 
     fn handle(&mut self, _: EndTurn, _ctx: &mut Self::Context) {
-        if self.turn_opened.is_some() {
+        if self.driver.turn_open() {
             self.run();
         }
     }

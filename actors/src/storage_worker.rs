@@ -1,20 +1,21 @@
 //! The shard's storage, on a thread of its own.
 //!
 //! The shard actor never waits for a disk: it hands each turn's storage
-//! effects to this worker in one job, and goes on. The worker executes them
-//! in order against [`FileStorage`] (group commit: one `fdatasync` per
-//! `Flush`), and reports each completed flush, each failed superblock stage
-//! (R12) and any fatal error back through a callback. A failed fsync is fatal
-//! and never retried as if the data were safe: the worker stops and reports
-//! it, and the node shuts down.
+//! effects to this worker in one job, and goes on. How the worker takes its
+//! jobs (all queued at once, one sync for them, deferred snapshots between)
+//! is the driver's schedule, [`cohort_core::driver::storage_jobs`], which
+//! the simulator's worker follows too; this file is the thread around it
+//! against [`FileStorage`]. It reports each completed flush, each failed
+//! superblock stage (R12) and any fatal error back through a callback. A
+//! failed fsync is fatal and never retried as if the data were safe: the
+//! worker stops and reports it, and the node shuts down.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
 
-use cohort_core::Effect;
-use cohort_core::storage::deferred::{DEFERRED_SNAPSHOTS_PER_STEP, FLUSHES_PER_FORCED_SNAPSHOT_STEP};
-use cohort_core::storage::{self, Executed, Recovered, Storage, StorageError};
+use cohort_core::driver::{SnapshotSteps, StorageJob, run_jobs};
+use cohort_core::storage::{Recovered, Storage, StorageError};
 use cohort_messages::GroupId;
 
 use cohort_wal::{FileStorage, FileStorageConfig, FileStorageStats};
@@ -33,9 +34,7 @@ pub enum StorageEvent {
 }
 
 enum Job {
-    Run(Vec<Effect>),
-    /// Remove everything of a group (S4 unload), after the jobs before it.
-    RemoveGroup(GroupId),
+    Storage(StorageJob),
     Stop,
 }
 
@@ -134,12 +133,12 @@ impl StorageWorker {
     /// Queue the removal of a group's data, after every job queued before.
     /// False if the worker stopped.
     pub fn remove_group(&self, group: GroupId) -> bool {
-        self.jobs.send(Job::RemoveGroup(group)).is_ok()
+        self.run(StorageJob::RemoveGroup(group))
     }
 
-    /// Queue one turn's storage effects, in order. False if the worker stopped.
-    pub fn run(&self, effects: Vec<Effect>) -> bool {
-        self.jobs.send(Job::Run(effects)).is_ok()
+    /// Queue a job (one turn's storage effects, in order). False if the worker stopped.
+    pub fn run(&self, job: StorageJob) -> bool {
+        self.jobs.send(Job::Storage(job)).is_ok()
     }
 }
 
@@ -152,25 +151,18 @@ impl Drop for StorageWorker {
     }
 }
 
-/// Serve jobs until told to stop. Every job queued by the time the worker
-/// looks is executed before one sync: the log records of many shard turns
-/// share one `fdatasync` (group commit across turns), and only the last
-/// flush id is reported, which the core takes as completing every earlier
-/// one.
-///
-/// Deferred snapshots (`cohort_core::storage::deferred`) are written once
-/// they are due (the log has a segment they could let go), when no job
-/// waits, [`DEFERRED_SNAPSHOTS_PER_STEP`] at a time, so their files never
-/// hold a flush; under a load that never leaves the worker idle, a
-/// step follows every [`FLUSHES_PER_FORCED_SNAPSHOT_STEP`] flushes, so the log
-/// can still let go of old segments.
+/// Serve jobs until told to stop, on the driver's schedule
+/// ([`cohort_core::driver::storage_jobs`]): every job queued by the time
+/// the worker looks runs before one sync, and deferred snapshots are
+/// written while no job waits.
 fn serve(
     storage: &mut FileStorage,
     jobs: &mpsc::Receiver<Job>,
     report: &impl Fn(StorageEvent),
     publish: &mut impl FnMut(&FileStorage),
 ) {
-    let mut flushes_since_step = 0u32;
+    let mut steps = SnapshotSteps::default();
+    let fatal = |error: StorageError| report(StorageEvent::Fatal(error));
     loop {
         let first = if storage.deferred_snapshots_due() == 0 {
             match jobs.recv() {
@@ -181,63 +173,40 @@ fn serve(
             match jobs.try_recv() {
                 Ok(job) => job,
                 Err(mpsc::TryRecvError::Empty) => {
-                    if let Err(error) = storage.write_deferred_snapshots(DEFERRED_SNAPSHOTS_PER_STEP) {
-                        report(StorageEvent::Fatal(error));
-                        return;
+                    if let Err(error) = steps.when_idle(storage) {
+                        return fatal(error);
                     }
-                    flushes_since_step = 0;
                     publish(storage);
                     continue;
                 }
                 Err(mpsc::TryRecvError::Disconnected) => return,
             }
         };
-        let mut batch = vec![first];
-        while let Ok(more) = jobs.try_recv() {
-            batch.push(more);
-        }
+        let mut batch = Vec::new();
         let mut stop = false;
-        let mut flush = None;
-        for job in batch {
-            let effects = match job {
-                Job::Run(effects) => effects,
-                Job::RemoveGroup(group) => {
-                    if let Err(error) = storage.remove_group(group) {
-                        report(StorageEvent::Fatal(error));
-                        return;
-                    }
-                    continue;
-                }
+        for job in std::iter::once(first).chain(std::iter::from_fn(|| jobs.try_recv().ok())) {
+            match job {
+                Job::Storage(job) => batch.push(job),
                 Job::Stop => {
                     stop = true;
                     break;
                 }
-            };
-            for effect in effects {
-                match storage::execute(storage, effect) {
-                    Ok(Executed::Done | Executed::NotStorage(_)) => {}
-                    Ok(Executed::Flush(id)) => flush = Some(id),
-                    Ok(Executed::SuperblockFailed(group)) => report(StorageEvent::SuperblockFailed(group)),
-                    Err(error) => {
-                        report(StorageEvent::Fatal(error));
-                        return;
-                    }
-                }
             }
         }
-        if let Some(id) = flush {
+        let ran = match run_jobs(storage, batch) {
+            Ok(ran) => ran,
+            Err(error) => return fatal(error),
+        };
+        for group in ran.failed_superblocks {
+            report(StorageEvent::SuperblockFailed(group));
+        }
+        if let Some(id) = ran.flush {
             if let Err(error) = storage.flush() {
-                report(StorageEvent::Fatal(error));
-                return;
+                return fatal(error);
             }
             report(StorageEvent::Flushed(id));
-            flushes_since_step += 1;
-            if flushes_since_step >= FLUSHES_PER_FORCED_SNAPSHOT_STEP && storage.deferred_snapshots_due() > 0 {
-                flushes_since_step = 0;
-                if let Err(error) = storage.write_deferred_snapshots(DEFERRED_SNAPSHOTS_PER_STEP) {
-                    report(StorageEvent::Fatal(error));
-                    return;
-                }
+            if let Err(error) = steps.after_flush(storage) {
+                return fatal(error);
             }
         }
         publish(storage);

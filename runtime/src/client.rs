@@ -381,6 +381,34 @@ impl Client {
         result
     }
 
+    /// Q1/Q2: wait until `quorum` members of `group` durably hold `op`, on
+    /// whichever of this client's nodes leads the group (the one it last
+    /// wrote through first), for at most `timeout`. A group led by a node
+    /// this client has no handle for answers
+    /// [`crate::node::WaitQuorumError::NotPrimary`] from the last node asked.
+    pub async fn wait_quorum(
+        &self,
+        group: GroupId,
+        op: cohort_messages::Op,
+        quorum: usize,
+        timeout: Duration,
+    ) -> Result<(), crate::node::WaitQuorumError> {
+        let nodes = &self.inner.nodes;
+        let first = match self.primary_hint(group) {
+            Some(Hint::Local(index)) if index < nodes.len() => index,
+            _ => 0,
+        };
+        let mut last = crate::node::WaitQuorumError::Stopped { group };
+        for offset in 0..nodes.len() {
+            let node = &nodes[(first + offset) % nodes.len()];
+            match node.wait_quorum(group, op, quorum, timeout).await {
+                Err(error @ crate::node::WaitQuorumError::NotPrimary { .. }) => last = error,
+                other => return other,
+            }
+        }
+        Err(last)
+    }
+
     /// The nodes this client knows.
     pub fn nodes(&self) -> &[NodeHandle] {
         &self.inner.nodes

@@ -58,9 +58,18 @@ pub struct LocalClusterBuilder {
     admin_ports: bool,
     admin_token: Option<crate::admin::AdminToken>,
     client_ports: bool,
+    record_drivers: bool,
 }
 
 impl LocalClusterBuilder {
+    /// Test hook: every node's shards record their drivers' inputs and
+    /// turns ([`NodeBuilder::record_drivers`]).
+    #[doc(hidden)]
+    pub fn record_drivers(mut self) -> Self {
+        self.record_drivers = true;
+        self
+    }
+
     /// Give every node a client port on a free loopback port (mTLS with the
     /// cluster's throwaway certificates, [`LocalCluster::certs`]); read it
     /// with [`Node::client_address`]. A restarted node gets a new port.
@@ -233,6 +242,7 @@ impl LocalCluster {
             session: crate::config::SessionConfig::default(),
             admin_ports: false,
             client_ports: false,
+            record_drivers: false,
             admin_token: None,
         }
     }
@@ -394,6 +404,9 @@ impl LocalCluster {
             .kinds(template.kinds.clone());
         if template.client_ports {
             builder = builder.client_port(std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
+        }
+        if template.record_drivers {
+            builder = builder.record_drivers();
         }
         if template.admin_ports {
             builder = builder.admin(std::net::SocketAddr::from(([127, 0, 0, 1], 0)));

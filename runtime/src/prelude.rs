@@ -20,6 +20,6 @@ pub use crate::group::{GroupEvent, GroupRole, RoleChanged};
 pub use crate::local::{LocalCluster, LocalClusterBuilder};
 pub use crate::node::{
     Committed, DetachedNode, GroupKind, GroupKindError, GroupPlacement, Node, NodeBuilder, NodeError, NodeHandle,
-    Register, Security, SubmitError,
+    QuorumWait, Register, Security, SubmitError, WaitQuorumError,
 };
 pub use crate::tls::TlsFiles;

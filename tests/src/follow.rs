@@ -10,8 +10,8 @@
 //! the first five vote, the next ones are learners (up to `REPLICAS_MAX`
 //! replicas in all), and any node past those reads the whole state every
 //! [`POLLED_READ_INTERVAL_TICKS`], as a real node past them does. Each node is a
-//! production [`Shard`] over [`MemoryStorage`], driven by the simulator's
-//! storage worker; every frame is encoded with the real codec, delivered a
+//! production [`Shard`] run by the node's own driver ([`ShardDriver`]) over
+//! [`MemoryStorage`], with the simulator's storage worker; every frame is encoded with the real codec, delivered a
 //! tick later, and counted in bytes by the node that receives it.
 //!
 //! A run first fills the metadata the way a cluster does: every node
@@ -28,21 +28,22 @@ use std::collections::{BTreeMap, VecDeque};
 use std::rc::Rc;
 
 use bytes::Bytes;
+use cohort_core::driver::{DriverConfig, LinksUp, ShardDriver, StorageJob, route_peer_frame};
 use cohort_core::metadata::{MetadataStateMachine, metadata_learners, metadata_members};
 use cohort_core::replica::Placement;
 use cohort_core::storage::Storage;
 use cohort_core::storage::memory::MemoryStorage;
-use cohort_core::{CoreConfig, Effect, GroupSpec, Shard, StateMachine};
+use cohort_core::{CoreConfig, GroupSpec, Shard, StateMachine};
 use cohort_messages::metadata::{GroupCreation, METADATA_BATCH_ENTRIES_MAX, MetadataCommand, OwnedGroup, encode_value};
 use cohort_messages::replication::Replication;
 use cohort_messages::{
-    ClientId, CommitBatch, CommitReplyBatch, Frame, GroupId, Incarnation, Message, NodeId, Op, Outcome, Request,
-    RequestKind, RequestNumber, TraceContext, View,
+    ClientId, Frame, GroupId, Incarnation, Message, NodeId, Op, Outcome, Request, RequestKind, RequestNumber,
+    TraceContext, View,
 };
 
-use crate::node::{CLUSTER, node_id, node_index};
+use crate::node::{CLUSTER, TICK_MICROS, node_id, node_index};
 use crate::rng::Rng;
-use crate::worker::{Job, StorageWorker};
+use crate::worker::StorageWorker;
 
 /// The polled read Z5 replaced: the whole state, every this many ticks.
 pub const POLLED_READ_INTERVAL_TICKS: u64 = 5;
@@ -237,7 +238,7 @@ impl StateMachine for Followed {
 
 /// A node's metadata replica: its shard, storage and applied state.
 struct Follower {
-    shard: Shard,
+    driver: ShardDriver,
     storage: MemoryStorage,
     worker: StorageWorker,
     state: Rc<RefCell<MetadataStateMachine>>,
@@ -293,7 +294,9 @@ impl Cluster {
                     shard.set_pair_identity(0, 0);
                     let state = Rc::new(RefCell::new(MetadataStateMachine::default()));
                     shard.create_group(spec, Box::new(Followed(Rc::clone(&state)))).expect("a fresh group");
-                    Follower { shard, storage, worker: StorageWorker::default(), state }
+                    let peers = (0..count).map(node_id);
+                    let driver = ShardDriver::new(shard, DriverConfig::for_tick(TICK_MICROS), peers);
+                    Follower { driver, storage, worker: StorageWorker::default(), state }
                 });
                 let client = |number: usize| ClientId((1 << 100) | ((index as u128) << 16) | number as u128);
                 let clients = (0..CLIENTS_PER_NODE).map(|number| (client(number), 1, false)).collect();
@@ -364,7 +367,7 @@ impl Cluster {
         }
         for index in 0..self.nodes.len() {
             if let Some(replica) = &mut self.nodes[index].replica {
-                replica.shard.on_tick(now);
+                replica.driver.on_clock(now);
                 self.drain(index);
             }
         }
@@ -377,7 +380,7 @@ impl Cluster {
             while let Some(replica) = &mut self.nodes[index].replica {
                 match replica.worker.complete(&mut replica.storage, now) {
                     Ok(Some(id)) => {
-                        replica.shard.on_flushed(id);
+                        replica.driver.on_flushed(id);
                         replica.worker.pump(&mut replica.storage, now, || 1).expect("memory storage never fails");
                         self.drain(index);
                     }
@@ -409,54 +412,35 @@ impl Cluster {
             return;
         }
         let Some(replica) = &mut self.nodes[to].replica else { return };
-        match message {
-            Message::Commit(batch) => replica.shard.on_commit_batch(sender, &batch),
-            Message::CommitReply(batch) => replica.shard.on_commit_reply_batch(sender, &batch),
-            message => replica.shard.on_message(sender, message),
+        for (_, input) in route_peer_frame(sender, message, TraceContext::NONE, 1).inputs {
+            replica.driver.on_peer(input);
         }
         self.drain(to);
     }
 
-    /// Execute what node `index`'s shard asked for until it asks nothing.
+    /// End node `index`'s turn and carry out what its driver asks, until
+    /// it asks nothing (every link up: this measurement has no faults).
     fn drain(&mut self, index: usize) {
         let now = self.now;
         loop {
             let Some(replica) = &mut self.nodes[index].replica else { return };
-            let effects = replica.shard.drain_effects();
-            if effects.is_empty() {
+            let turn = replica.driver.end_turn(&LinksUp);
+            if turn.is_empty() {
                 return;
             }
-            let (storage, rest): (Vec<Effect>, Vec<Effect>) =
-                effects.into_iter().partition(|effect| effect.kind().is_storage());
-            if !storage.is_empty() {
-                replica.worker.queue(Job::Run(storage));
+            if !turn.storage.is_empty() {
+                replica.worker.queue(StorageJob::Run(turn.storage));
                 replica.worker.pump(&mut replica.storage, now, || 1).expect("memory storage never fails");
             }
-            for effect in rest {
-                let (to, message) = match effect {
-                    Effect::Send { to, message } => (node_index(to), message),
-                    Effect::SendCommitBatch { to, entries } => {
-                        (node_index(to), Message::Commit(CommitBatch::encode(&entries)))
-                    }
-                    Effect::SendCommitReplyBatch { to, entries } => {
-                        (node_index(to), Message::CommitReply(CommitReplyBatch::encode(&entries)))
-                    }
-                    // The answer goes back over the link the request came on.
-                    Effect::Reply(reply) => match self.owner_of(reply.client) {
-                        Some(to) => (to, Message::Reply(reply)),
-                        None => continue,
-                    },
-                    _ => continue,
-                };
-                self.send(index, to, message);
+            // Every request came from a node, so every answer is in a peer's batch.
+            debug_assert!(turn.notes.iter().all(|note| !matches!(note, cohort_core::driver::Note::Answer(_))));
+            for batch in turn.peers {
+                let messages = batch.messages.into_iter().map(|message| (message, TraceContext::NONE)).collect();
+                for (message, _) in cohort_messages::batch_view_changes(messages) {
+                    self.send(index, node_index(batch.to), message);
+                }
             }
         }
-    }
-
-    fn owner_of(&self, client: ClientId) -> Option<usize> {
-        self.nodes
-            .iter()
-            .position(|node| node.reader.0 == client || node.clients.iter().any(|(id, _, _)| *id == client))
     }
 
     /// Step until every replica's state is the primary's and nothing is asked.

@@ -1,8 +1,8 @@
-//! A simulated node: several production [`Shard`]s, each with its own
-//! storage and storage worker, driven exactly as the driving contract on
-//! `Shard` says; groups go to shards by `cohort_core::routing::shard_of`,
-//! as on a real node. In the metadata scenario the node's
-//! [`MetadataAgent`] runs next to them.
+//! A simulated node: several production [`Shard`]s, each run by the node's
+//! own [`ShardDriver`] (the one a real node's shard actor runs) with its own
+//! storage and storage worker; groups go to shards by
+//! `cohort_core::routing::shard_of`, as on a real node. In the metadata
+//! scenario the node's [`MetadataAgent`] runs next to them.
 //!
 //! The node's disk outlives its processes: one [`SimDisk`] per node holds a
 //! directory per shard, and every start (the first one too) opens each
@@ -13,6 +13,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::rc::Rc;
 
+use cohort_core::driver::{DriverConfig, ShardDriver, StorageJob};
 use cohort_core::metadata::{MetadataAgent, MetadataRoute};
 use cohort_core::routing::shard_of;
 use cohort_core::storage::memory::MemoryStorage;
@@ -26,18 +27,55 @@ use crate::kv::{ApplySink, Kv};
 use crate::metadata::{MetadataMirror, MirroredMetadata};
 use crate::rng::Rng;
 use crate::storage::{Backend, SimStorage, StorageKind, file_config};
-use crate::worker::{Job, StorageWorker};
+use crate::worker::StorageWorker;
 
 /// The simulated cluster id.
 pub const CLUSTER: ClusterId = ClusterId(0xC0_4087);
 
+/// The length of a simulated tick, in microseconds (the default tick of a
+/// real node), for the driver's turn length.
+pub const TICK_MICROS: u64 = 100_000;
+
 /// One shard of a running node.
 pub struct SimShard {
-    /// The core.
-    pub core: Shard,
+    /// The shard, run by the node's driver.
+    pub driver: ShardDriver,
     /// Its storage.
     pub storage: SimStorage,
     worker: StorageWorker,
+}
+
+impl SimShard {
+    /// A shard of node `index` among `nodes`, with no groups yet.
+    fn new(index: usize, nodes: usize, shard: usize, config: &CoreConfig, epoch: u64, storage: SimStorage) -> Self {
+        let mut driver = driver_of(index, nodes, config);
+        driver.set_pair_identity(shard as u16, epoch);
+        SimShard { driver, storage, worker: StorageWorker::default() }
+    }
+
+    /// The shard's core.
+    pub fn core(&self) -> &Shard {
+        self.driver.shard()
+    }
+}
+
+/// The driver of a shard of node `index` among `nodes`, with no groups yet,
+/// built as the simulator builds every shard.
+fn driver_of(index: usize, nodes: usize, config: &CoreConfig) -> ShardDriver {
+    let peers = (0..nodes).filter(|peer| *peer != index).map(node_id);
+    shard_driver(node_id(index), peers, config, DriverConfig::for_tick(TICK_MICROS))
+}
+
+/// A shard driver of `node` with these peers and limits, with no groups
+/// yet: how the simulator builds every shard (and the recorded-trace test
+/// a real node's, to replay it).
+pub fn shard_driver(
+    node: NodeId,
+    peers: impl IntoIterator<Item = NodeId>,
+    config: &CoreConfig,
+    limits: DriverConfig,
+) -> ShardDriver {
+    ShardDriver::new(Shard::new(node, config.clone()), limits, peers)
 }
 
 /// How a node is built.
@@ -71,6 +109,14 @@ pub struct SimNode {
     memory: Vec<Option<MemoryStorage>>,
     /// Each flush takes between these many ticks (inclusive).
     pub flush_latency_ticks: (u64, u64),
+    /// Nodes in the run (voters and learners): this node's peers are the others.
+    pub nodes: usize,
+    /// What handling one input costs this node's shard thread, in
+    /// microseconds: the clock the driver's turn length is judged by moves
+    /// this much per input within a tick.
+    pub input_cost_micros: u64,
+    /// Inputs handled so far in the current tick, and that tick.
+    inputs_in_tick: (u64, u64),
     rng: Rng,
     /// Paused until this tick (exclusive).
     pub paused_until: u64,
@@ -152,7 +198,14 @@ pub fn shard_dir(shard: usize) -> PathBuf {
 impl SimNode {
     /// A node hosting `specs` on fresh storage, started (its storage
     /// recovered empty) at tick 0. `rng` drives its disk's choices.
-    pub fn new(index: usize, setup: NodeSetup, config: &CoreConfig, specs: &[GroupSpec], mut rng: Rng) -> SimNode {
+    pub fn new(
+        index: usize,
+        nodes: usize,
+        setup: NodeSetup,
+        config: &CoreConfig,
+        specs: &[GroupSpec],
+        mut rng: Rng,
+    ) -> SimNode {
         assert!(setup.shards > 0, "a node has at least one shard");
         let memory = match setup.storage {
             StorageKind::Memory => (0..setup.shards).map(|_| Some(MemoryStorage::new())).collect(),
@@ -165,6 +218,9 @@ impl SimNode {
             disk: SimDisk::new(rng.next_u64()),
             memory,
             flush_latency_ticks: (1, 1),
+            nodes,
+            input_cost_micros: 100,
+            inputs_in_tick: (0, 0),
             rng,
             paused_until: 0,
             down_until: 0,
@@ -185,16 +241,12 @@ impl SimNode {
         let mut shards: Vec<SimShard> = opened
             .into_iter()
             .enumerate()
-            .map(|(shard, (storage, _))| {
-                let mut core = Shard::new(node_id(index), config.clone());
-                core.set_pair_identity(shard as u16, 0);
-                SimShard { core, storage, worker: StorageWorker::default() }
-            })
+            .map(|(shard, (storage, _))| SimShard::new(index, nodes, shard, config, 0, storage))
             .collect();
         for spec in specs {
             let state = node.state_machine(spec.group);
             let shard = &mut shards[shard_of(spec.group, setup.shards)];
-            shard.core.create_group(spec.clone(), state).expect("fresh group");
+            shard.driver.create_group(spec.clone(), state).expect("fresh group");
         }
         node.shards = shards;
         node
@@ -204,7 +256,7 @@ impl SimNode {
     pub fn shard_metrics(&self) -> cohort_core::ShardMetrics {
         let mut total = self.metrics_retired.clone();
         for shard in &self.shards {
-            total.add(shard.core.metrics());
+            total.add(shard.core().metrics());
         }
         total
     }
@@ -220,7 +272,7 @@ impl SimNode {
     pub fn refusals(&self) -> cohort_core::Refusals {
         let mut total = self.refusals_retired.clone();
         for shard in &self.shards {
-            total.add(shard.core.refused());
+            total.add(shard.core().refused());
         }
         total
     }
@@ -247,13 +299,14 @@ impl SimNode {
 
     /// The shard core that hosts `group`, if the node is up.
     pub fn shard_for(&self, group: GroupId) -> Option<&Shard> {
-        self.shards.get(self.shard_index(group)).map(|shard| &shard.core)
+        self.shards.get(self.shard_index(group)).map(SimShard::core)
     }
 
-    /// The shard core that hosts `group`, if the node is up.
-    pub fn shard_for_mut(&mut self, group: GroupId) -> Option<&mut Shard> {
+    /// The driver of the shard that hosts `group`, if the node is up: what
+    /// changes the shard goes through it, as on a node.
+    pub fn shard_for_mut(&mut self, group: GroupId) -> Option<&mut ShardDriver> {
         let index = self.shard_index(group);
-        self.shards.get_mut(index).map(|shard| &mut shard.core)
+        self.shards.get_mut(index).map(|shard| &mut shard.driver)
     }
 
     /// The node's replica of `group`, if the node is up and hosts it.
@@ -263,7 +316,7 @@ impl SimNode {
 
     /// Every replica of the running process.
     pub fn replicas(&self) -> impl Iterator<Item = &Replica> {
-        self.shards.iter().flat_map(|shard| shard.core.replicas())
+        self.shards.iter().flat_map(|shard| shard.core().replicas())
     }
 
     fn sink(&mut self, group: GroupId) -> ApplySink {
@@ -334,11 +387,11 @@ impl SimNode {
         let mut shards = Vec::with_capacity(opened.len());
         let mut recovered_groups = Vec::with_capacity(opened.len());
         for (shard, (storage, recovered)) in opened.into_iter().enumerate() {
-            let mut core = Shard::new(node_id(self.index), config.clone());
             // Z3: each process of a node has its own epoch.
-            core.set_pair_identity(shard as u16, self.restarts + 1);
-            core.on_tick(now);
-            shards.push(SimShard { core, storage, worker: StorageWorker::default() });
+            let mut running = SimShard::new(self.index, self.nodes, shard, config, self.restarts + 1, storage);
+            // A new process starts at the present, as a node's clock starts at its start.
+            running.driver.start_at(now);
+            shards.push(running);
             recovered_groups.push(recovered);
         }
         for spec in all {
@@ -349,7 +402,7 @@ impl SimNode {
             let index = self.shard_index(group_id);
             let state = self.state_machine(group_id);
             let group = recovered_groups[index].groups.remove(&group_id).unwrap_or_default();
-            match shards[index].core.recover_group(spec, state, group) {
+            match shards[index].driver.recover_group(spec, state, group) {
                 Ok(()) => {}
                 // Switched away before the restart (a member change): drop it.
                 Err(cohort_core::ShardError::NotInIncarnation(_)) => {
@@ -371,8 +424,8 @@ impl SimNode {
     pub fn crash(&mut self, until: u64, power_loss: bool) {
         let shards = std::mem::take(&mut self.shards);
         for shard in &shards {
-            self.refusals_retired.add(shard.core.refused());
-            self.metrics_retired.add(shard.core.metrics());
+            self.refusals_retired.add(shard.core().refused());
+            self.metrics_retired.add(shard.core().metrics());
         }
         for (index, mut shard) in shards.into_iter().enumerate() {
             if shard.worker.in_flight().is_some() {
@@ -407,7 +460,7 @@ impl SimNode {
             return Ok(());
         }
         let Some(running) = self.shards.get_mut(shard) else { return Ok(()) };
-        running.worker.queue(Job::Run(effects));
+        running.worker.queue(StorageJob::Run(effects));
         self.pump(shard, now)
     }
 
@@ -418,7 +471,7 @@ impl SimNode {
         let Some(running) = self.shards.get_mut(shard) else { return Ok(()) };
         let failed = running.worker.pump(&mut running.storage, now, || rng.range(low, high.max(low)))?;
         for group in failed {
-            running.core.on_superblock_failed(group);
+            running.driver.on_superblock_failed(group);
         }
         Ok(())
     }
@@ -435,12 +488,42 @@ impl SimNode {
     pub fn remove_group(&mut self, group: GroupId, now: u64) -> Result<bool, StorageError> {
         let index = self.shard_index(group);
         let Some(shard) = self.shards.get_mut(index) else { return Ok(false) };
-        if !shard.core.remove_group(group) {
+        if !shard.driver.remove_group(group) {
             return Ok(false);
         }
-        shard.worker.queue(Job::RemoveGroup(group));
+        shard.worker.queue(StorageJob::RemoveGroup(group));
         self.pump(index, now)?;
         Ok(true)
+    }
+
+    /// Q1: start a quorum wait on the shard of `group`, through its driver
+    /// as a node's shard actor does (`None`: too many open, or the node is down).
+    pub fn wait_quorum(
+        &mut self,
+        group: GroupId,
+        op: cohort_messages::Op,
+        quorum: usize,
+        timeout_ticks: u64,
+    ) -> Option<cohort_core::WaitId> {
+        let index = self.shard_index(group);
+        self.shards.get_mut(index)?.driver.wait_quorum(group, op, quorum, timeout_ticks)
+    }
+
+    /// Q2: cancel a quorum wait on the shard of `group`.
+    pub fn cancel_wait(&mut self, group: GroupId, wait: cohort_core::WaitId) -> bool {
+        let index = self.shard_index(group);
+        self.shards.get_mut(index).is_some_and(|shard| shard.driver.cancel_wait(wait))
+    }
+
+    /// The time on this node's clock for the next input it handles at tick
+    /// `now`: the tick's start plus what the inputs before it in the tick
+    /// cost ([`SimNode::input_cost_micros`]).
+    pub fn input_clock_micros(&mut self, now: u64) -> u64 {
+        if self.inputs_in_tick.1 != now {
+            self.inputs_in_tick = (0, now);
+        }
+        self.inputs_in_tick.0 += 1;
+        now * TICK_MICROS + self.inputs_in_tick.0 * self.input_cost_micros
     }
 
     /// The next write to this node's storage fails (a failed device). On a

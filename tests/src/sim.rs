@@ -26,11 +26,11 @@ pub use transfers::TransferCounts;
 
 use std::collections::BTreeMap;
 
+use cohort_core::driver::{ClientAnswer, LinkStatus, Links, Note, Turn};
 use cohort_core::metadata::{AgentCounters, ExpiredPolicy};
-use cohort_core::{CoreConfig, Effect, GroupSpec, Quorums, Role, TimingConfig};
+use cohort_core::{CoreConfig, GroupSpec, Quorums, Role, TimingConfig};
 use cohort_messages::{
-    CommitBatch, CommitReplyBatch, Frame, GroupId, Incarnation, MemberIndex, Message, Op, Outcome, Reply, ReplyError,
-    TraceContext,
+    Frame, GroupId, Incarnation, MemberIndex, Message, NodeId, Op, Outcome, Reply, ReplyError, TraceContext,
 };
 
 use crate::check::Checkers;
@@ -40,6 +40,15 @@ use crate::network::{Endpoint, Network, NetworkFaults, Packet};
 use crate::node::{CLUSTER, NodeSetup, SimNode, node_id, node_index};
 use crate::rng::Rng;
 use crate::storage::StorageKind;
+
+/// A shard's links as the simulator sees them at the end of a turn (see `Sim::links_of`).
+struct SimLinks(Vec<(NodeId, LinkStatus)>);
+
+impl Links for SimLinks {
+    fn status(&self, peer: NodeId) -> Option<LinkStatus> {
+        self.0.iter().find(|(node, _)| *node == peer).map(|(_, status)| *status)
+    }
+}
 
 /// What a run exercises besides the kv groups.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -352,10 +361,17 @@ impl Sim {
             crate::metadata::metadata_spec(config.nodes, voters, &specs[0])
         });
         let setup = NodeSetup { shards: config.shards, storage: config.storage };
-        let nodes = (0..config.nodes + config.learners)
+        let node_count = config.nodes + config.learners;
+        let nodes = (0..node_count)
             .map(|index| {
                 let specs = node_specs(&specs, metadata_spec.as_ref(), index);
-                SimNode::new(index, setup, &config.core, &specs, rng.fork())
+                let mut node = SimNode::new(index, node_count, setup, &config.core, &specs, rng.fork());
+                // Slower and faster shard threads, from the seed alone (the
+                // run's draws stay as they were): 50 to 400 µs per input, so
+                // a burst of 25 to 200 inputs keeps a turn open past the
+                // driver's limit and ends it early.
+                node.input_cost_micros = 50 + (config.seed.wrapping_add(index as u64 * 7) % 8) * 50;
+                node
             })
             .collect();
         let clients = (0..config.clients).map(|index| SimClient::new(index, config.seed)).collect();
@@ -561,8 +577,10 @@ impl Sim {
         }
         for index in 0..self.nodes.len() {
             if self.nodes[index].is_running(now) {
+                // The node's tick timer: every tick since the last one this
+                // process ran (after a pause, up to the driver's limit late).
                 for shard in &mut self.nodes[index].shards {
-                    shard.core.on_tick(now);
+                    shard.driver.on_clock(now);
                 }
                 self.drain(index);
                 self.tick_agent(index);
@@ -570,6 +588,10 @@ impl Sim {
         }
         while let Some(packet) = self.network.pop_due(now) {
             self.deliver(packet);
+        }
+        // Every node has handled what reached it this tick: its open turns end.
+        for index in 0..self.nodes.len() {
+            self.drain(index);
         }
         for index in 0..self.nodes.len() {
             self.complete_flushes(index);
@@ -585,7 +607,7 @@ impl Sim {
         self.run_forger();
         for node in &self.nodes {
             for shard in &node.shards {
-                shard.core.invariants();
+                shard.core().invariants();
             }
         }
         self.check_footprints();
@@ -640,7 +662,7 @@ impl Sim {
                 match self.nodes[index].complete_flush(shard, now) {
                     Ok(Some(id)) => {
                         if let Some(running) = self.nodes[index].shards.get_mut(shard) {
-                            running.core.on_flushed(id);
+                            running.driver.on_flushed(id);
                         }
                         if let Err(error) = self.nodes[index].pump(shard, now) {
                             self.kill(index, &format!("storage failed: {error}"));
@@ -658,33 +680,51 @@ impl Sim {
         }
     }
 
-    /// Drain every shard of node `index` and execute what they asked for:
-    /// storage effects to the shard's worker, the rest here, until no shard
-    /// has anything left.
+    /// End the turn of every shard of node `index` and carry out what the
+    /// driver asks, until no shard has anything left (a storage job can
+    /// report failed superblock stages at once, which asks for more).
     fn drain(&mut self, index: usize) {
-        let now = self.now;
+        for shard in 0..self.nodes[index].shard_count() {
+            self.end_turn(index, shard);
+        }
+    }
+
+    /// End the turn of shard `shard` of node `index` and carry it out, until
+    /// the driver asks nothing more.
+    fn end_turn(&mut self, index: usize, shard: usize) {
         loop {
-            let mut drained = false;
-            for shard in 0..self.nodes[index].shard_count() {
-                let Some(running) = self.nodes[index].shards.get_mut(shard) else { return };
-                let effects = running.core.drain_effects();
-                if effects.is_empty() {
-                    continue;
-                }
-                drained = true;
-                let (storage, rest): (Vec<Effect>, Vec<Effect>) =
-                    effects.into_iter().partition(|effect| effect.kind().is_storage());
-                if let Err(error) = self.nodes[index].submit(shard, storage, now) {
-                    self.kill(index, &format!("storage failed: {error}"));
-                    return;
-                }
-                self.execute(index, rest);
-                self.collect_applies(index);
+            let links = self.links_of(index, shard);
+            let Some(running) = self.nodes[index].shards.get_mut(shard) else { return };
+            let turn = running.driver.end_turn(&links);
+            if turn.is_empty() {
+                return;
             }
-            if !drained {
+            if !self.execute(index, shard, turn) {
                 return;
             }
         }
+    }
+
+    /// What shard `shard` of node `index` knows of its links now: a link is
+    /// up while its peer's process runs (a paused one keeps its
+    /// connections) and no cut drops frames either way; a congestion fault
+    /// congests it until it drains.
+    fn links_of(&self, index: usize, shard: usize) -> SimLinks {
+        let now = self.now;
+        let statuses = (0..self.nodes.len())
+            .filter(|peer| *peer != index)
+            .map(|peer| {
+                let connected = self.nodes[peer].is_up()
+                    && !self.network.blocked.contains(&(index, peer))
+                    && !self.network.blocked.contains(&(peer, index));
+                let congested = self
+                    .congested
+                    .iter()
+                    .any(|&(node, on, to, drains)| (node, on, to) == (index, shard, peer) && drains > now);
+                (node_id(peer), LinkStatus { connected, congested })
+            })
+            .collect();
+        SimLinks(statuses)
     }
 
     fn disk_stats(&self) -> crate::disk::DiskStats {
@@ -733,61 +773,56 @@ impl Sim {
         }
     }
 
-    fn execute(&mut self, index: usize, commands: Vec<Effect>) {
+    /// Carry out one turn of shard `shard` of node `index`, as a node's
+    /// shard actor does: the storage job to the shard's worker, each peer's
+    /// batch to the network (each run of view-change messages in one frame,
+    /// Z4, as a node's outbox packs it), each answer to its client, and the
+    /// rest to the checkers. False if the node died of its storage.
+    fn execute(&mut self, index: usize, shard: usize, turn: Turn) -> bool {
         let sender = node_id(index);
-        // Z4: what goes to each peer node is sent after the turn, each run of
-        // view-change messages in one frame, as a node's outbox does.
-        let mut to_nodes: BTreeMap<usize, Vec<(Message, TraceContext)>> = BTreeMap::new();
-        for command in commands {
-            let (to, message) = match command {
-                Effect::Send { to, message } => (Endpoint::Node(node_index(to)), message),
-                Effect::SendCommitBatch { to, entries } => {
-                    (Endpoint::Node(node_index(to)), Message::Commit(CommitBatch::encode(&entries)))
+        let now = self.now;
+        if !turn.storage.is_empty()
+            && let Err(error) = self.nodes[index].submit(shard, turn.storage, now)
+        {
+            self.kill(index, &format!("storage failed: {error}"));
+            return false;
+        }
+        for batch in turn.peers {
+            let to = Endpoint::Node(node_index(batch.to));
+            let messages = batch.messages.into_iter().map(|message| (message, TraceContext::NONE)).collect();
+            for (message, _) in cohort_messages::batch_view_changes(messages) {
+                self.send_frame(index, sender, to, &message);
+            }
+        }
+        for note in turn.notes {
+            match note {
+                Note::Answer(answer) => {
+                    let (_, client, _) = answer.key();
+                    let Some(endpoint) = self.endpoint_of(client) else { continue };
+                    let message = match answer {
+                        ClientAnswer::Reply(reply) => Message::Reply(reply),
+                        ClientAnswer::Redirect(redirect) => Message::Redirect(redirect),
+                    };
+                    self.send_frame(index, sender, endpoint, &message);
                 }
-                Effect::SendCommitReplyBatch { to, entries } => {
-                    (Endpoint::Node(node_index(to)), Message::CommitReply(CommitReplyBatch::encode(&entries)))
-                }
-                Effect::Reply(reply) => match self.endpoint_of(reply.client) {
-                    Some(endpoint) => (endpoint, Message::Reply(reply)),
-                    None => continue,
-                },
-                Effect::Redirect(redirect) => match self.endpoint_of(redirect.client) {
-                    Some(endpoint) => (endpoint, Message::Redirect(redirect)),
-                    None => continue,
-                },
-                Effect::QuorumWaitDone { wait, result } => {
-                    self.wait_results.push((index, wait, result));
-                    continue;
-                }
-                Effect::RoleChanged { group, incarnation, view, role } => {
+                Note::WaitDone { wait, result } => self.wait_results.push((index, wait, result)),
+                Note::Role { group, incarnation, view, role } => {
                     let learner = self.is_learner_node(group, index);
                     self.checkers.role(self.now, group, index, role, learner);
                     if role == Role::Primary {
                         self.checkers.primary(self.now, group, incarnation, view, index);
                     }
-                    continue;
                 }
-                Effect::Applied { group, ops, through } => {
+                Note::Applied { group, ops, through } => {
                     let ops: Vec<(Op, u64)> = ops.iter().map(|a| (a.op, digest(&a.operation))).collect();
                     self.checkers.applied_reported(self.now, index, group, &ops, through);
-                    continue;
                 }
-                Effect::Restored { group, op, .. } => {
-                    self.checkers.restored(self.now, index, group, op);
-                    continue;
-                }
-                _ => continue,
-            };
-            match to {
-                Endpoint::Node(to_index) => to_nodes.entry(to_index).or_default().push((message, TraceContext::NONE)),
-                to => self.send_frame(index, sender, to, &message),
+                Note::Restored { group, op, .. } => self.checkers.restored(self.now, index, group, op),
+                Note::Committed { .. } => {}
             }
         }
-        for (to_index, messages) in to_nodes {
-            for (message, _) in cohort_messages::batch_view_changes(messages) {
-                self.send_frame(index, sender, Endpoint::Node(to_index), &message);
-            }
-        }
+        self.collect_applies(index);
+        true
     }
 
     /// Encode `message` as node `index`'s frame and put it on the network.
@@ -857,13 +892,8 @@ impl Sim {
                     return;
                 }
                 self.forger_observe(index, &packet.bytes);
-                let message = match self.deliver_to_agent(index, sender, message) {
-                    Some(message) => message,
-                    None => return,
-                };
                 let from_peer = matches!(packet.from, Endpoint::Node(_));
                 self.route_inbound(index, sender, message, from_peer);
-                self.drain(index);
             }
         }
     }

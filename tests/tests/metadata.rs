@@ -465,10 +465,16 @@ fn z6_regression_seed_602502_a_log_view_recovered_from_the_log_stays_durable() {
 /// answers a frame of the old one from a voter of the new with a frame of
 /// its own, and any frame of the next incarnation from a node of the group
 /// says the seal committed.
+///
+/// Since the simulator runs the node's own driver (tick catch-up, turns,
+/// link rules), this seed takes another path and no longer switches the
+/// metadata group's voters; it stays as a clean run of the Z6 shape. The
+/// fix itself is pinned by a directed scenario:
+/// `z6_a_lone_next_voter_electing_in_the_old_incarnation_learns_the_seal_committed`
+/// (tests/tests/reconfigure.rs).
 #[test]
 fn z6_regression_seed_606879_a_lone_next_voter_still_in_the_old_incarnation_is_told_the_seal_committed() {
-    let report = run_clean(z6_shape(606_879));
-    assert!(report.operations.metadata_switches > 0, "the metadata group switched its voters");
+    run_clean(z6_shape(606_879));
 }
 
 /// Z6 shape, seeds 813136, 812899 and 813809: the agents' requests never

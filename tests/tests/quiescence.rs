@@ -23,7 +23,7 @@ fn quiet_cluster(seed: u64) -> Sim {
 
 /// Group members quiesced on a primary's end, over the cluster.
 fn quiesced(sim: &Sim) -> usize {
-    sim.nodes.iter().flat_map(|node| &node.shards).map(|shard| shard.core.quiet_pairs().counts().0).sum()
+    sim.nodes.iter().flat_map(|node| &node.shards).map(|shard| shard.core().quiet_pairs().counts().0).sum()
 }
 
 fn frames(sim: &Sim, command: Command) -> u64 {

@@ -174,7 +174,7 @@ fn q1_wait_quorum_counts_members_that_already_hold_the_op() {
     write(&mut sim, 1, 1);
     sim.run_until(20, |_| false);
     let primary = sim.primary_of(G).expect("a primary");
-    let wait = sim.nodes[primary].shard_for_mut(G).expect("up").wait_quorum(G, Op(1), 3, 100);
+    let wait = sim.nodes[primary].wait_quorum(G, Op(1), 3, 100).expect("up");
     sim.step(false);
     assert!(sim.wait_results.iter().any(|(node, id, result)| *node == primary && *id == wait && result.is_ok()));
 }
@@ -187,7 +187,7 @@ fn q2_wait_quorum_timeout_reports_acks() {
     sim.crash_node(down, 100_000);
     let op = write(&mut sim, 1, 1);
     let committed = sim.history[op].committed_op.expect("committed");
-    let wait = sim.nodes[primary].shard_for_mut(G).expect("up").wait_quorum(G, committed, 3, 25);
+    let wait = sim.nodes[primary].wait_quorum(G, committed, 3, 25).expect("up");
     sim.run_until(40, |_| false);
     let result = sim.wait_results.iter().find(|(_, id, _)| *id == wait).map(|(_, _, r)| r.clone());
     match result {
@@ -208,9 +208,8 @@ fn q2_wait_quorum_cancel_reports_acks() {
     sim.crash_node((primary + 1) % 3, 100_000);
     let op = write(&mut sim, 1, 1);
     let committed = sim.history[op].committed_op.expect("committed");
-    let shard = sim.nodes[primary].shard_for_mut(G).expect("up");
-    let wait = shard.wait_quorum(G, committed, 3, 1000);
-    assert!(shard.cancel_wait(wait));
+    let wait = sim.nodes[primary].wait_quorum(G, committed, 3, 1000).expect("up");
+    assert!(sim.nodes[primary].cancel_wait(G, wait));
     sim.step(false);
     let result = sim.wait_results.iter().find(|(_, id, _)| *id == wait).map(|(_, _, r)| r.clone());
     assert!(matches!(result, Some(Err(QuorumWaitError::Cancelled { quorum: 3, acks: 2, .. }))), "{result:?}");
@@ -470,8 +469,8 @@ fn k4_prepares_to_a_congested_backup_are_held_back_and_sent_once_it_drains() {
     let mut sim = cluster(3, None);
     let primary = sim.primary_of(G).expect("a primary");
     let lagging = (primary + 1) % 3;
-    let peer = cohort_sim::node::node_id(lagging);
-    sim.nodes[primary].shard_for_mut(G).expect("primary runs").set_peer_congested(peer, true);
+    sim.congest_links(primary, lagging, u64::MAX);
+    sim.step(false);
     for value in 0..5 {
         write(&mut sim, 1, value);
     }
@@ -480,7 +479,8 @@ fn k4_prepares_to_a_congested_backup_are_held_back_and_sent_once_it_drains() {
     assert!(held_back >= 5, "each Prepare to the congested backup is held back and counted ({held_back})");
     assert!(sim.replica(lagging, G).expect("backup replica").op() < head, "the congested backup lags");
 
-    sim.nodes[primary].shard_for_mut(G).expect("primary runs").set_peer_congested(peer, false);
+    let now = sim.now;
+    sim.congest_links(primary, lagging, now + 1);
     let caught_up = sim.run_until(3, |sim| sim.replica(lagging, G).is_some_and(|replica| replica.op() == head));
     assert!(caught_up, "once the link drains, the backup gets what it lacks at once, not at the next heartbeat");
     assert_clean(&sim);

@@ -3,13 +3,17 @@
 //! Nothing in this module tree may import actix, tokio, `std::net`, `std::fs`
 //! or read a clock; `actors/core/tests/sans_io.rs` fails if one appears. Time comes
 //! in as tick numbers, messages come in as values, and everything the core
-//! wants done goes out as a [`Effect`]. The driving contract is on [`Shard`].
+//! wants done goes out as a [`Effect`]. The protocol's driving contract is on
+//! [`Shard`]; how a node runs a shard (ticks, turns, links, answers to
+//! peers, storage jobs) is [`driver`], which the node's actors and the
+//! simulator share.
 
 #![warn(unreachable_pub)]
 
 pub mod client;
 pub mod client_table;
 pub mod config;
+pub mod driver;
 pub mod effect;
 pub mod effects;
 pub mod footprint;

@@ -106,7 +106,7 @@ impl Shard {
     }
 
     /// The core configuration.
-    pub(crate) fn config(&self) -> &CoreConfig {
+    pub fn config(&self) -> &CoreConfig {
         &self.config
     }
 

@@ -99,7 +99,7 @@ impl ShardActor {
         custom: Option<CustomActorLink>,
         ctx: &mut Context<Self>,
     ) -> Option<()> {
-        let replica = self.core.replica(group)?;
+        let replica = self.driver.shard().replica(group)?;
         let (role, commit) = (GroupRole::from_core(replica.role(), replica.view()), replica.commit_min());
         let link = self.groups.get_mut(&group)?;
         let shard = ShardRecipients { resync: ctx.address().recipient(), idle: ctx.address().recipient() };

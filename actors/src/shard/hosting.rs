@@ -60,8 +60,8 @@ impl ShardActor {
         let state = (kind_spec.state_machines)(group);
         let state = Box::new(ObservedStateMachine::new(state, group, label, Rc::clone(&self.traces)));
         match recovered {
-            Some(data) => self.core.recover_group(spec, state, data),
-            None => self.core.create_group(spec, state),
+            Some(data) => self.driver.recover_group(spec, state, data),
+            None => self.driver.create_group(spec, state),
         }
     }
 
@@ -69,7 +69,7 @@ impl ShardActor {
     /// and then its group actor at once; otherwise the group actor starts
     /// when first needed ([`ShardActor::group_actor`], Z1).
     pub(super) fn start_group_actors(&mut self, group: GroupId, kind: &GroupKind, ctx: &mut Context<Self>) {
-        if self.core.replica(group).is_none() {
+        if self.driver.shard().replica(group).is_none() {
             return;
         }
         let replica = GroupReplica { node: self.node, group, kind: kind.clone() };
@@ -86,12 +86,11 @@ impl ShardActor {
     /// its data. `Ok(false)` if it was not hosted; `Err` if the storage
     /// worker stopped (the shard has failed).
     fn forget_group(&mut self, group: GroupId) -> Result<bool, ()> {
-        if !self.core.remove_group(group) {
+        if !self.driver.remove_group(group) {
             return Ok(false);
         }
         self.groups.remove(&group);
         self.unhosted.retain(|key, _| key.0 != group);
-        self.remote_waiting.retain(|key, _| key.0 != group);
         self.resync_pending.retain(|pending| *pending != group);
         if !self.storage.remove_group(group) {
             self.fail("the storage worker stopped".into());
@@ -136,7 +135,7 @@ impl Handler<ProposeSeal> for ShardActor {
 
     fn handle(&mut self, ProposeSeal { group, seal }: ProposeSeal, _ctx: &mut Self::Context) {
         self.hosted_events += 1;
-        if let Err(error) = self.core.propose_seal(group, seal) {
+        if let Err(error) = self.driver.propose_seal(group, seal) {
             tracing::debug!(group = group.0, %error, "seal not proposed");
         }
         self.run();
@@ -175,7 +174,7 @@ impl ShardActor {
             eprintln!("cohort: {group}: not hosted: its kind {kind} is not registered on this node");
             return None;
         }
-        let hosted = self.core.replica(group);
+        let hosted = self.driver.shard().replica(group);
         if hosted.is_some_and(|replica| voter || replica.incarnation() >= placement.incarnation) {
             return None;
         }
@@ -243,7 +242,7 @@ impl Handler<TransferPrimary> for ShardActor {
     type Result = ();
 
     fn handle(&mut self, TransferPrimary { group, to }: TransferPrimary, _ctx: &mut Self::Context) {
-        match self.core.transfer_primary(group, to) {
+        match self.driver.transfer_primary(group, to) {
             Ok(()) => tracing::info!(group = group.0, to = to.0, "primary transfer started"),
             Err(error) => tracing::debug!(group = group.0, %error, "primary transfer not started yet"),
         }
@@ -266,11 +265,11 @@ impl Handler<SetLearners> for ShardActor {
 
     fn handle(&mut self, SetLearners { group, learners }: SetLearners, _ctx: &mut Self::Context) {
         self.hosted_events += 1;
-        match self.core.set_learners(group, learners.clone()) {
+        match self.driver.set_learners(group, learners.clone()) {
             // A recorded learner's index follows the list: keep the record's
             // in step (a record of an older incarnation keeps its own).
             Ok(()) => {
-                if let Some(replica) = self.core.replica(group) {
+                if let Some(replica) = self.driver.shard().replica(group) {
                     let incarnation = replica.incarnation();
                     self.placements.do_send(SetRecordedLearners { group, incarnation, learners });
                 }
@@ -291,7 +290,7 @@ impl Handler<SwitchIncarnation> for ShardActor {
     type Result = ();
 
     fn handle(&mut self, SwitchIncarnation(group): SwitchIncarnation, _ctx: &mut Self::Context) {
-        let switched = self.core.switch_incarnation(group);
+        let switched = self.driver.switch_incarnation(group);
         self.after_switch(group, switched, "with members");
     }
 }
@@ -303,7 +302,7 @@ impl ShardActor {
         self.hosted_events += 1;
         match switched {
             Ok(()) => {
-                if let Some(replica) = self.core.replica(group) {
+                if let Some(replica) = self.driver.shard().replica(group) {
                     let (incarnation, members) = (replica.incarnation().0, replica.members());
                     eprintln!("cohort: {group} switched to incarnation {incarnation} {how} {members:?}");
                 }
@@ -332,7 +331,7 @@ impl Handler<SwitchIncarnationAsLearner> for ShardActor {
 
     fn handle(&mut self, switch: SwitchIncarnationAsLearner, _ctx: &mut Self::Context) {
         let group = switch.group;
-        let switched = self.core.switch_incarnation_as_learner(group, &switch.seal, switch.learners);
+        let switched = self.driver.switch_incarnation_as_learner(group, &switch.seal, switch.learners);
         self.after_switch(group, switched, "as a learner, voters");
     }
 }

@@ -35,11 +35,16 @@ impl Handler<GetReport> for ShardActor {
 
     fn handle(&mut self, _: GetReport, _ctx: &mut Self::Context) -> ShardReport {
         let hosted_where = |keep: fn(&cohort_core::replica::Replica) -> bool| -> Vec<GroupId> {
-            self.core.replicas().filter(|r| r.group() != GroupId::METADATA && keep(r)).map(|r| r.group()).collect()
+            self.driver
+                .shard()
+                .replicas()
+                .filter(|r| r.group() != GroupId::METADATA && keep(r))
+                .map(|r| r.group())
+                .collect()
         };
         ShardReport {
-            metrics: self.core.metrics().clone(),
-            gauges: self.core.heartbeat_gauges(),
+            metrics: self.driver.shard().metrics().clone(),
+            gauges: self.driver.shard().heartbeat_gauges(),
             primaries: hosted_where(|r| r.is_primary()),
             idle_backups: hosted_where(|r| r.waits_idle_timeout()),
         }
@@ -56,8 +61,8 @@ impl Handler<GetHostedReplicas> for ShardActor {
     type Result = MessageResult<GetHostedReplicas>;
 
     fn handle(&mut self, _: GetHostedReplicas, _ctx: &mut Self::Context) -> Self::Result {
-        let now = self.core.now();
-        MessageResult(self.core.hosted_replicas(now).collect())
+        let now = self.driver.shard().now();
+        MessageResult(self.driver.shard().hosted_replicas(now).collect())
     }
 }
 
@@ -71,8 +76,8 @@ impl Handler<GetHostedFingerprint> for ShardActor {
     type Result = u64;
 
     fn handle(&mut self, _: GetHostedFingerprint, _ctx: &mut Self::Context) -> u64 {
-        let now = self.core.now();
-        self.core.hosted_fingerprint(now)
+        let now = self.driver.shard().now();
+        self.driver.shard().hosted_fingerprint(now)
     }
 }
 
@@ -92,18 +97,54 @@ pub struct HostedChanges {
     pub metadata_primary: Option<bool>,
 }
 
+/// Test hook: what the shard's driver recorded since its start (or the
+/// last take), with what it was built from, to replay it elsewhere.
+#[derive(Message)]
+#[rtype(result = "DriverRecording")]
+pub struct TakeDriverRecording;
+
+/// A shard driver's recording and what it was built from.
+#[derive(Clone, Debug, Default)]
+pub struct DriverRecording {
+    /// The node.
+    pub node: cohort_messages::NodeId,
+    /// The core's configuration.
+    pub core: cohort_core::CoreConfig,
+    /// The driver's limits.
+    pub driver: Option<cohort_core::driver::DriverConfig>,
+    /// The driver's peers.
+    pub peers: Vec<cohort_messages::NodeId>,
+    /// Inputs and turns, in order.
+    pub recorded: Vec<cohort_core::driver::Recorded>,
+}
+
+impl Handler<TakeDriverRecording> for ShardActor {
+    type Result = MessageResult<TakeDriverRecording>;
+
+    fn handle(&mut self, _: TakeDriverRecording, _ctx: &mut Self::Context) -> Self::Result {
+        MessageResult(DriverRecording {
+            node: self.node,
+            core: self.driver.shard().config().clone(),
+            driver: Some(self.driver.config().clone()),
+            peers: self.driver.peers().to_vec(),
+            recorded: self.driver.take_recording(),
+        })
+    }
+}
+
 impl Handler<GetHostedChanges> for ShardActor {
     type Result = HostedChanges;
 
     fn handle(&mut self, _: GetHostedChanges, _ctx: &mut Self::Context) -> HostedChanges {
-        let now = self.core.now();
+        let now = self.driver.shard().now();
         HostedChanges {
-            events: self.hosted_events,
+            events: self.hosted_events + self.driver.counters().role_changes,
             metadata_primary: self
-                .core
+                .driver
+                .shard()
                 .replica(GroupId::METADATA)
                 .is_some()
-                .then(|| self.core.is_confirmed_primary(GroupId::METADATA, now)),
+                .then(|| self.driver.shard().is_confirmed_primary(GroupId::METADATA, now)),
         }
     }
 }
@@ -126,7 +167,8 @@ impl Handler<SubscribeGroup> for ShardActor {
         if self.group_actor(subscribe.group, ctx).is_none() {
             return false;
         }
-        let (Some(replica), Some(link)) = (self.core.replica(subscribe.group), self.groups.get_mut(&subscribe.group))
+        let (Some(replica), Some(link)) =
+            (self.driver.shard().replica(subscribe.group), self.groups.get_mut(&subscribe.group))
         else {
             return false;
         };

@@ -92,6 +92,8 @@ impl Node {
 #[derive(Clone)]
 pub struct NodeHandle {
     pub(super) node: NodeId,
+    /// The node's tick, to turn timeouts into the core's ticks.
+    pub(super) tick: Duration,
     pub(super) shards: Arc<Directory>,
     pub(super) supervisor: Addr<cohort_actors::supervisor::Supervisor>,
     pub(super) restarts: Arc<AtomicU64>,
@@ -187,6 +189,13 @@ impl NodeHandle {
                 cohort_messages::Outcome::Error { code, detail } => Err(SubmitError::Refused { group, code, detail }),
             },
         }
+    }
+
+    /// Test hook (with [`super::NodeBuilder::record_drivers`]): what shard
+    /// `shard`'s driver recorded since the shard started, or the last take.
+    #[doc(hidden)]
+    pub async fn take_driver_recording(&self, shard: usize) -> Option<cohort_actors::shard::DriverRecording> {
+        self.shards.shard(shard)?.send(cohort_actors::shard::TakeDriverRecording).await.ok()
     }
 
     /// Whether this node's link to `peer` is connected now.

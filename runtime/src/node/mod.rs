@@ -58,6 +58,7 @@ mod changes;
 mod detached;
 mod handle;
 mod placement;
+mod quorum_wait;
 mod register;
 mod start;
 
@@ -69,6 +70,7 @@ pub use cohort_actors::supervisor::{CHECK_INTERVAL, InjectFault};
 pub use detached::DetachedNode;
 pub use handle::{Node, NodeHandle};
 pub use placement::GroupPlacement;
+pub use quorum_wait::{QuorumWait, WaitQuorumError};
 pub use register::Register;
 
 /// Why a node could not start or a request failed.
@@ -249,6 +251,7 @@ pub struct NodeBuilder {
     link_timing: cohort_actors::peer_link::LinkTiming,
     security: Security,
     client_limits: crate::client_port::ClientPortLimits,
+    record_drivers: bool,
 }
 
 /// How a node secures its peer links and client port (T1, T2).
@@ -289,7 +292,18 @@ impl NodeBuilder {
             link_timing: cohort_actors::peer_link::LinkTiming::default(),
             security: Security::Unset,
             client_limits: crate::client_port::ClientPortLimits::default(),
+            record_drivers: false,
         }
+    }
+
+    /// Test hook: every shard records its driver's inputs and turns from its
+    /// start ([`NodeHandle::take_driver_recording`]), for the test that
+    /// replays a real node's shard through the simulator's driver. The
+    /// recording grows without bound: tests only.
+    #[doc(hidden)]
+    pub fn record_drivers(mut self) -> Self {
+        self.record_drivers = true;
+        self
     }
 
     /// The client port's bounds (`[client]`; T5).

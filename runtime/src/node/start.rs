@@ -256,6 +256,7 @@ impl Validated {
             groups,
             recorded: Arc::clone(&self.recorded),
             placements,
+            record_drivers: builder.record_drivers,
         });
         // Each shard's links, outboxes and actor on the shard's own arbiter.
         let mut links: Links = parts.peers.keys().map(|peer| (*peer, Vec::new())).collect();
@@ -413,6 +414,7 @@ impl Validated {
         });
         let handle = NodeHandle {
             node: builder.node,
+            tick: started.parts.tick,
             shards: started.directory,
             links: Arc::new(started.parts.links.clone()),
             drops,

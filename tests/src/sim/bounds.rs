@@ -9,7 +9,7 @@ impl Sim {
     pub(super) fn check_footprints(&mut self) {
         for node in &self.nodes {
             for (shard, running) in node.shards.iter().enumerate() {
-                let footprint = running.core.footprint();
+                let footprint = running.core().footprint();
                 if let Some(violation) = self.footprints.check(self.now, node.index, shard, &footprint) {
                     self.checkers.violations.push(violation);
                 }

@@ -22,7 +22,6 @@ use cohort_messages::GroupId;
 use super::Sim;
 use crate::disk::DiskFaults;
 use crate::network::NetworkFaults;
-use crate::node::node_id;
 use crate::rng::Rng;
 
 /// How much more often crashes, outages and partitions strike in a storm.
@@ -273,6 +272,8 @@ impl Sim {
         self.collect_applies(index);
         self.retire_agent(index);
         self.checkers.crashed(index);
+        // Its links' congestion is gone with its process (a new one starts drained).
+        self.congested.retain(|entry| entry.0 != index);
         self.nodes[index].crash(until, power_loss);
         self.crashes += 1;
     }
@@ -313,8 +314,8 @@ impl Sim {
             let peer = (index + 1 + self.rng.below(nodes - 1) as usize) % nodes as usize;
             let shard = self.rng.below(self.nodes[index].shard_count() as u64) as usize;
             let until = self.now + self.rng.range(5, 150);
-            if let Some(running) = self.nodes[index].shards.get_mut(shard) {
-                running.core.set_peer_congested(node_id(peer), true);
+            // The shard's driver reads it from the link at its next turn's end.
+            if self.nodes[index].is_up() {
                 self.congested.push((index, shard, peer, until));
             }
         }
@@ -469,18 +470,27 @@ impl Sim {
         }
     }
 
-    /// K4: links whose congestion is over drain; the primaries on that shard
-    /// send what they held back. A congestion of a node that restarted since
-    /// is gone with its shard (setting it drained again does nothing).
+    /// K4, for hand-written scenarios: node `index`'s links to `peer` (on
+    /// every shard) are congested until tick `until`; each shard's driver
+    /// reads it at its next turn's end.
+    pub fn congest_links(&mut self, index: usize, peer: usize, until: u64) {
+        for shard in 0..self.nodes[index].shard_count() {
+            self.congested.retain(|entry| (entry.0, entry.1, entry.2) != (index, shard, peer));
+            self.congested.push((index, shard, peer, until));
+        }
+    }
+
+    /// K4: links whose congestion is over drain; at its turn's end the
+    /// shard's driver tells the core, and the primaries on that shard send
+    /// what they held back.
     pub(super) fn drain_congested_links(&mut self) {
         let now = self.now;
         let (due, pending): (Vec<_>, Vec<_>) = self.congested.drain(..).partition(|entry| entry.3 <= now);
         self.congested = pending;
-        for (index, shard, peer, _) in due {
-            if let Some(running) = self.nodes[index].shards.get_mut(shard) {
-                running.core.set_peer_congested(node_id(peer), false);
+        for (index, ..) in due {
+            if self.nodes[index].is_up() {
+                self.drain(index);
             }
-            self.drain(index);
         }
     }
 }

@@ -1,82 +1,55 @@
 //! What a node does with a frame that reaches it, the way a real node's
-//! listener (`actors/src/listener.rs`) and client port do: a Commit or
-//! CommitReply batch is split by owning shard with the production router
-//! (`cohort_core::routing::route`, R16), bad entries rejected alone (R17),
-//! and each shard gets its entries as one call per frame; a ViewChangeBatch
-//! (Z4) hands each of its messages on as if it had come alone; a shard-pair
-//! heartbeat or reply (Z3) goes to the shard index it names; any other
-//! group message goes to the shard `routing::shard_of` names. A request from a
-//! client is submitted (`Shard::on_request`, the client port's path), one
-//! from a peer (an agent's metadata request) is an ordinary peer message.
+//! connection reader and client port do. A frame from a peer is routed by
+//! the driver's own rule (`cohort_core::driver::route_peer_frame`, the
+//! listener's): batches split by owning shard with bad entries rejected
+//! alone (R16, R17), view-change batches unpacked (Z4), shard-pair
+//! messages to the shard they name (Z3), session frames and the metadata
+//! group's answers to the node's agent. A request from a client is
+//! submitted, as the client port submits it. Each message a node handles
+//! is one input to the shards it reached; a shard whose turn has been open
+//! past the driver's limit ends it at once, the others at the end of the
+//! tick, once the node has handled everything that reached it.
 
-use cohort_core::routing::route;
-use cohort_messages::{Message, NodeId};
+use cohort_core::driver::{TurnDue, route_peer_frame};
+use cohort_messages::{Message, NodeId, TraceContext};
 
 use super::Sim;
 
 impl Sim {
-    /// Hand `message` from `from` to the shards of node `index`. The caller
-    /// drains the node afterwards.
+    /// Hand `message` from `from` to node `index`.
     pub(super) fn route_inbound(&mut self, index: usize, from: NodeId, message: Message, from_peer: bool) {
-        let node = &mut self.nodes[index];
-        let shards = node.shard_count();
-        match message {
-            Message::Commit(batch) => {
-                let routed = route(&batch, shards);
-                self.entries_rejected += routed.rejected.len() as u64;
-                for (shard, entries) in routed.per_shard.into_iter().enumerate() {
-                    if let Some(running) = node.shards.get_mut(shard).filter(|_| !entries.is_empty()) {
-                        running.core.on_commit_entries(from, &entries);
-                    }
+        let shards = self.nodes[index].shard_count();
+        let mut reached = Vec::new();
+        if from_peer {
+            let routed = route_peer_frame(from, message, TraceContext::NONE, shards);
+            self.entries_rejected += routed.rejected.len() as u64;
+            self.frames_rejected += u64::from(routed.refused.is_some());
+            if let Some(message) = routed.agent {
+                // The agent takes it (or, with no agent running, nobody does).
+                let _ = self.deliver_to_agent(index, from, message);
+            }
+            for (shard, input) in routed.inputs {
+                let Some(running) = self.nodes[index].shards.get_mut(shard) else { continue };
+                running.driver.on_peer(input);
+                if !reached.contains(&shard) {
+                    reached.push(shard);
                 }
             }
-            Message::CommitReply(batch) => {
-                let routed = route(&batch, shards);
-                self.entries_rejected += routed.rejected.len() as u64;
-                for (shard, entries) in routed.per_shard.into_iter().enumerate() {
-                    if let Some(running) = node.shards.get_mut(shard).filter(|_| !entries.is_empty()) {
-                        running.core.on_commit_reply_entries(from, &entries);
-                    }
-                }
-            }
-            Message::ViewChangeBatch(batch) => {
-                // Z4: each entry as if it had come alone; bad ones rejected alone.
-                for entry in batch.entries() {
-                    match entry {
-                        Ok(message) => {
-                            if let Some(group) = message.group()
-                                && let Some(shard) = node.shard_for_mut(group)
-                            {
-                                shard.on_message(from, message);
-                            }
-                        }
-                        Err(_) => self.entries_rejected += 1,
-                    }
-                }
-            }
-            // Z3: a shard-pair message goes to the shard it names, as the
-            // listener routes it.
-            Message::PairHeartbeat(heartbeat) => {
-                if let Some(running) = node.shards.get_mut(usize::from(heartbeat.shard)) {
-                    running.core.on_message(from, Message::PairHeartbeat(heartbeat));
-                }
-            }
-            Message::PairHeartbeatReply(reply) => {
-                if let Some(running) = node.shards.get_mut(usize::from(reply.shard)) {
-                    running.core.on_message(from, Message::PairHeartbeatReply(reply));
-                }
-            }
-            Message::Request(request) if !from_peer => {
-                if let Some(shard) = node.shard_for_mut(request.group) {
-                    shard.on_request(request);
-                }
-            }
-            other => {
-                if let Some(group) = other.group()
-                    && let Some(shard) = node.shard_for_mut(group)
-                {
-                    shard.on_message(from, other);
-                }
+        } else {
+            // The client port: a request is submitted; anything else from a
+            // client is not for a node.
+            let Message::Request(request) = message else { return };
+            let shard = self.nodes[index].shard_index(request.group);
+            let Some(running) = self.nodes[index].shards.get_mut(shard) else { return };
+            running.driver.on_submit(request);
+            reached.push(shard);
+        }
+        let now = self.now;
+        for shard in reached {
+            let at = self.nodes[index].input_clock_micros(now);
+            let Some(running) = self.nodes[index].shards.get_mut(shard) else { continue };
+            if running.driver.input_done(at) == TurnDue::Now {
+                self.end_turn(index, shard);
             }
         }
     }
