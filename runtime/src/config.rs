@@ -639,13 +639,10 @@ pub enum WriteModeName {
 impl NodeSection {
     /// The cluster id, parsed (checked by [`NodeSection::validate`]).
     pub fn cluster(&self) -> Result<cohort_messages::ClusterId, ConfigError> {
-        cohort_actors::certs::parse_cluster_hex(&self.cluster_id).ok_or_else(|| {
+        cohort_client::parse_cluster_id(&self.cluster_id).map_err(|error| {
             rule(
                 "node.cluster_id",
-                format!(
-                    "{:?} is not a cluster id: 1 to 32 hex digits, e.g. the random one `cohort certs init` writes",
-                    self.cluster_id
-                ),
+                format!("{:?} is not a cluster id ({error}); `cohort certs init` writes a random one", self.cluster_id),
             )
         })
     }

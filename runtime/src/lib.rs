@@ -50,9 +50,10 @@ pub mod group {
 /// and [`crate::node::NodeBuilder::tls`] takes.
 pub mod tls {
     pub use cohort_actors::certs::{
-        Authority, CA_CERT_FILE, CA_KEY_FILE, CLUSTER_ID_FILE, CertsError, LocalCerts, client_files, cluster_hex,
-        local_cluster, node_files, parse_cluster_hex,
+        Authority, CA_CERT_FILE, CA_KEY_FILE, CLUSTER_ID_FILE, CertsError, LocalCerts, client_files, local_cluster,
+        node_files,
     };
+    pub use cohort_client::{ClusterIdError, format_cluster_id, parse_cluster_id, read_cluster_id};
     pub use cohort_actors::tls::{Credentials, TlsError, TlsFiles, client_config, client_name, node_name};
 }
 

@@ -167,12 +167,12 @@ impl Bench {
         bench.wait_ready().await?;
         let rss_after_start_bytes = process::resident_bytes();
         let bar = bench.progress_bar();
-        let writers: Vec<_> = (0..bench.options.writers)
-            .map(|writer| {
-                let bench = Rc::clone(&bench);
-                actix_rt::spawn(async move { bench.write_loop(writer).await })
-            })
-            .collect();
+        let mut writers = Vec::with_capacity(bench.options.writers);
+        for writer in 0..bench.options.writers {
+            let client = cohort_client::fresh_client_id().map_err(|error| error.to_string())?;
+            let bench = Rc::clone(&bench);
+            writers.push(actix_rt::spawn(async move { bench.write_loop(writer, client).await }));
+        }
         let warmup = Duration::from_secs(bench.options.warmup_secs);
         bench.tick_bar(&bar, "warming up", warmup).await;
         let before = bench.counters();
@@ -211,7 +211,8 @@ impl Bench {
     async fn wait_ready(&self) -> Result<(), String> {
         let deadline = Instant::now() + Duration::from_secs(30);
         for group in 0..self.options.groups {
-            let mut writes = Sequence::new(cohort_actors::client_id::fresh_client_id(), GroupId(group as u64));
+            let client = cohort_client::fresh_client_id().map_err(|error| error.to_string())?;
+            let mut writes = Sequence::new(client, GroupId(group as u64));
             let request = writes.write(Bytes::new());
             while !self.attempt(&request).await {
                 if Instant::now() > deadline {
@@ -271,9 +272,9 @@ impl Bench {
     }
 
     /// One writer: its own client id, one write at a time to its group.
-    async fn write_loop(&self, writer: usize) {
+    async fn write_loop(&self, writer: usize, client: cohort_messages::ClientId) {
         let group = GroupId((writer % self.options.groups) as u64);
-        let mut writes = Sequence::new(cohort_actors::client_id::fresh_client_id(), group);
+        let mut writes = Sequence::new(client, group);
         let operation = Bytes::from(vec![0x5A; self.options.op_size_bytes]);
         while !self.stopping.get() {
             let request = writes.write(operation.clone());

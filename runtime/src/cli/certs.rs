@@ -12,7 +12,8 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use cohort_actors::certs::{Authority, CA_KEY_FILE, CertsError, cluster_hex};
+use cohort_actors::certs::{Authority, CA_KEY_FILE, CertsError};
+use cohort_client::format_cluster_id;
 use cohort_messages::NodeId;
 
 /// What `cohort certs` was asked to do.
@@ -51,7 +52,7 @@ pub fn certs_command(action: &CertsAction) -> Result<String, CertsError> {
             let _ = writeln!(
                 out,
                 "cluster id {} (in {})",
-                cluster_hex(authority.cluster()),
+                format_cluster_id(authority.cluster()),
                 dir.join("cluster-id").display()
             );
             let _ = writeln!(
@@ -88,7 +89,7 @@ fn write_node(authority: &Authority, dir: &Path, id: u64, out: &mut String) -> R
     let files = authority.write_node(dir, NodeId(id))?;
     let _ = writeln!(out, "node {id}: certificate {}, key {}; its config:", files.cert.display(), files.key.display());
     let _ = writeln!(out, "    [node]");
-    let _ = writeln!(out, "    cluster_id = \"{}\"", cluster_hex(authority.cluster()));
+    let _ = writeln!(out, "    cluster_id = \"{}\"", format_cluster_id(authority.cluster()));
     let _ = writeln!(out, "    id = {id}");
     let _ = writeln!(out, "    [tls]");
     let _ = writeln!(out, "    ca = \"{}\"", files.ca.display());

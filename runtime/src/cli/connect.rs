@@ -113,9 +113,7 @@ impl ConnectArgs {
         let path = dir.join(CLUSTER_ID_FILE);
         let text = std::fs::read_to_string(&path)
             .map_err(|error| ConnectError::ClusterId { reason: format!("{}: {error}", path.display()) })?;
-        parse_cluster_id(&text).ok_or_else(|| ConnectError::ClusterId {
-            reason: format!("{} holds no cluster id (1 to 32 hex digits)", path.display()),
-        })
+        parse_cluster_id(&text).map_err(|error| ConnectError::ClusterId { reason: format!("{}: {error}", path.display()) })
     }
 
     /// How long one call keeps trying.
@@ -149,7 +147,7 @@ impl ConnectArgs {
 
 /// `--cluster-id` as hex (as in `cluster-id` files and `[node] cluster_id`).
 fn cluster_id_arg(text: &str) -> Result<ClusterId, String> {
-    parse_cluster_id(text).ok_or_else(|| "expected 1 to 32 hex digits, e.g. 10ca1c1a57e2".to_string())
+    parse_cluster_id(text).map_err(|error| error.to_string())
 }
 
 #[cfg(test)]

@@ -151,7 +151,7 @@ impl NodeHandle {
         timeout: Duration,
     ) -> Result<Committed, SubmitError> {
         // T2: unguessable, so no client elsewhere can answer for this one.
-        let client = cohort_actors::client_id::fresh_client_id();
+        let client = cohort_client::fresh_client_id().map_err(|source| SubmitError::NoRandomness { group, source })?;
         let request = Request { client, request: RequestNumber(1), group, kind, operation };
         self.submit_as(request, timeout).await
     }

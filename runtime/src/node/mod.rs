@@ -98,6 +98,10 @@ pub enum NodeError {
     /// wrong; the message names the file and what is wrong.
     #[error(transparent)]
     Placements(#[from] PlacementFileError),
+    /// The operating system's random source failed: the node cannot draw
+    /// the unguessable client ids its agent and its handles use (T2).
+    #[error("{0}")]
+    NoRandomness(#[from] cohort_client::NoRandomness),
 }
 
 impl From<cohort_actors::parts::PartError> for NodeError {
@@ -159,6 +163,15 @@ pub enum SubmitError {
     Stopped {
         /// The group.
         group: GroupId,
+    },
+    /// The operating system's random source failed, so no unguessable
+    /// client id could be drawn (T2); nothing was sent.
+    #[error("{group}: {source}")]
+    NoRandomness {
+        /// The group.
+        group: GroupId,
+        /// The failure.
+        source: cohort_client::NoRandomness,
     },
 }
 

@@ -312,7 +312,8 @@ impl Validated {
         let config = AgentConfig {
             node: builder.node,
             address: listen.to_string(),
-            client: cohort_actors::client_id::fresh_client_id(),
+            // The first id the node draws: a failed random source stops the start here.
+            client: cohort_client::fresh_client_id()?,
             metadata_group: GroupId::METADATA,
             policy: self.session.policy,
             keepalive_interval_ticks: self.session.keepalive_interval_ticks,
