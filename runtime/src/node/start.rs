@@ -50,6 +50,9 @@ struct Validated {
     hosted: Vec<HostedGroup>,
     recorded: Arc<PlacementFile>,
     tls: Option<cohort_actors::tls::NodeTls>,
+    /// The agent's client id: the first id the node draws, so that a failed
+    /// random source stops the start before anything runs (T2).
+    agent_client: cohort_messages::ClientId,
 }
 
 /// The node's ports, bound.
@@ -150,6 +153,7 @@ impl NodeBuilder {
         let recorded = Arc::new(PlacementFile::open(&data_dir)?);
         recorded.hosted(self.node, &kinds, self.shards, None)?;
         let tls = self.node_tls()?;
+        let agent_client = cohort_client::fresh_client_id()?;
         Ok(Validated {
             builder: self,
             listen,
@@ -164,6 +168,7 @@ impl NodeBuilder {
             hosted,
             recorded,
             tls,
+            agent_client,
         })
     }
 
@@ -312,8 +317,7 @@ impl Validated {
         let config = AgentConfig {
             node: builder.node,
             address: listen.to_string(),
-            // The first id the node draws: a failed random source stops the start here.
-            client: cohort_client::fresh_client_id()?,
+            client: self.agent_client,
             metadata_group: GroupId::METADATA,
             policy: self.session.policy,
             keepalive_interval_ticks: self.session.keepalive_interval_ticks,
