@@ -53,8 +53,8 @@ pub mod tls {
         Authority, CA_CERT_FILE, CA_KEY_FILE, CLUSTER_ID_FILE, CertsError, LocalCerts, client_files, local_cluster,
         node_files,
     };
-    pub use cohort_client::{ClusterIdError, format_cluster_id, parse_cluster_id, read_cluster_id};
     pub use cohort_actors::tls::{Credentials, TlsError, TlsFiles, client_config, client_name, node_name};
+    pub use cohort_client::{ClusterIdError, format_cluster_id, parse_cluster_id, read_cluster_id};
 }
 
 /// The network client of the nodes' client ports (C1): the `cohort-client`

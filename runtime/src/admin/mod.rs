@@ -40,6 +40,7 @@
 //!   [`BODY_MAX_BYTES`] (`413`). So one listener's connections hold at most
 //!   `connections_max` × 128 KiB of heads (64 MiB with the defaults).
 
+pub mod answers;
 pub mod auth;
 pub mod changes;
 pub mod config;
@@ -57,9 +58,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::dev::Server;
+use answers::AdminReply;
+pub use answers::NodeStatus;
 use cohort_actors::metrics::NodeMetrics;
-use serde_json::Value;
-
 pub use status::Audience;
 pub use token::AdminToken;
 
@@ -70,9 +71,9 @@ pub const BODY_MAX_BYTES: usize = 128 * 1024;
 #[derive(Clone, Debug, PartialEq)]
 pub struct AdminAnswer {
     /// 200, 400, 404, 405, 409 or 503.
-    pub status: u16,
+    pub(crate) status: u16,
     /// The JSON document.
-    pub body: Value,
+    pub(crate) body: AdminReply,
 }
 
 /// The future of an answer under `/admin/`.
@@ -81,7 +82,7 @@ pub type AdminFuture<'a> = Pin<Box<dyn Future<Output = AdminAnswer> + Send + 'a>
 /// What a node serves on its admin port beyond `/metrics` and `/health`.
 pub trait NodeRoutes: Send + Sync + 'static {
     /// The document of `GET /status`, as `audience` may see it.
-    fn status(&self, audience: Audience) -> Value;
+    fn status(&self, audience: Audience) -> NodeStatus;
 
     /// Answer `method path` with `body`, for a path under `/admin/`. The
     /// port has already authenticated a POST and checked its content type.
@@ -179,6 +180,7 @@ mod tests {
     use std::net::SocketAddr;
 
     use cohort_core::{HeartbeatGauges, ShardMetrics};
+    use serde_json::Value;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpStream;
     use tokio::time::timeout;

@@ -10,7 +10,8 @@ use actix_web::HttpResponse;
 use actix_web::http::StatusCode;
 use actix_web::http::header;
 use cohort_actors::metrics::{NodeMetrics, Port};
-use serde_json::json;
+
+use super::answers::{AdminReply, Advice};
 
 /// Why the admin port refused a request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -109,8 +110,23 @@ impl AdminRefusal {
         }
     }
 
-    /// Count the refusal and answer it with a JSON error
-    /// (`{"result": reason, "error": what to do}`).
+    /// The JSON answer: `{"result": reason, "error": what to do}`.
+    pub(crate) fn reply(self) -> AdminReply {
+        let advice = Advice::new(self.advice());
+        match self {
+            AdminRefusal::Unauthenticated => AdminReply::Unauthenticated(advice),
+            AdminRefusal::TokenMismatch => AdminReply::TokenMismatch(advice),
+            AdminRefusal::TokenUnset => AdminReply::TokenUnset(advice),
+            AdminRefusal::ContentType => AdminReply::ContentType(advice),
+            AdminRefusal::BodyTooLarge => AdminReply::BodyTooLarge(advice),
+            AdminRefusal::BodyTimeout => AdminReply::BodyTimeout(advice),
+            AdminRefusal::BadRequest => AdminReply::BadRequest { field: None, error: advice.error },
+            AdminRefusal::NotFound => AdminReply::NotFound(advice),
+            AdminRefusal::MethodNotAllowed => AdminReply::MethodNotAllowed(advice),
+        }
+    }
+
+    /// Count the refusal and answer it with its JSON error ([`AdminRefusal::reply`]).
     pub fn respond(self, metrics: &NodeMetrics) -> HttpResponse {
         metrics.inc_refused(Port::Admin, self.as_str());
         let mut response = HttpResponse::build(self.status());
@@ -123,7 +139,7 @@ impl AdminRefusal {
             }
             _ => {}
         }
-        response.json(json!({ "result": self.as_str(), "error": self.advice() }))
+        response.json(self.reply())
     }
 }
 
@@ -147,6 +163,15 @@ mod tests {
             assert!(refusal.status().is_client_error(), "{refusal:?}");
         }
         assert_eq!(AdminRefusal::of_status(409), None, "a metadata refusal is an answer, not a port refusal");
+    }
+
+    #[test]
+    fn t4_every_refusal_answers_its_reason_as_result() {
+        for refusal in AdminRefusal::ALL {
+            let json = serde_json::to_value(refusal.reply()).unwrap_or_default();
+            assert_eq!(json["result"], refusal.as_str(), "{json}");
+            assert!(json["error"].as_str().is_some_and(|error| !error.is_empty()), "{json}");
+        }
     }
 
     #[test]

@@ -113,7 +113,8 @@ impl ConnectArgs {
         let path = dir.join(CLUSTER_ID_FILE);
         let text = std::fs::read_to_string(&path)
             .map_err(|error| ConnectError::ClusterId { reason: format!("{}: {error}", path.display()) })?;
-        parse_cluster_id(&text).map_err(|error| ConnectError::ClusterId { reason: format!("{}: {error}", path.display()) })
+        parse_cluster_id(&text)
+            .map_err(|error| ConnectError::ClusterId { reason: format!("{}: {error}", path.display()) })
     }
 
     /// How long one call keeps trying.

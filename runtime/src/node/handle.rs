@@ -116,10 +116,11 @@ impl NodeHandle {
         self.board.metadata().snapshot()
     }
 
-    /// What `/status` serves: the session, the agent's counters, nodes and
-    /// groups as the metadata has them (see `docs/embedding.md`).
-    pub fn status(&self) -> serde_json::Value {
-        crate::admin::status::status_json(&self.board)
+    /// What `/status` serves, in full: the session, the agent's counters,
+    /// nodes and groups as the metadata has them (see `docs/embedding.md`).
+    /// Its `Display` is the JSON document.
+    pub fn status(&self) -> crate::admin::NodeStatus {
+        crate::admin::status::node_status(&self.board, crate::admin::Audience::Operator)
     }
 
     /// Why the node stopped after its session expired (S3), if it did.
