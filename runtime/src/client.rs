@@ -51,13 +51,14 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use cohort_core::client::{self, Sequence};
-use cohort_messages::{GroupId, NodeId, ReplyError, Request, RequestKind, RequestNumber};
+use cohort_messages::{GroupId, NodeId, ReplyError, RequestKind, RequestNumber};
 
 use cohort_client::fresh_client_id;
 
 use crate::node::{Committed, NodeHandle, SubmitError};
 
 pub use cohort_client::ClusterClient;
+pub use cohort_messages::Request;
 
 /// How long a call keeps trying, by default.
 pub const CLIENT_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);

@@ -81,10 +81,10 @@ impl Default for ClientPortLimits {
 /// (`insecure`): all clients are one, and nothing tells them apart. The
 /// embedded [`crate::client::Client`] binds its ids with it too when it
 /// reaches an insecure cluster's other nodes over their client ports.
-pub const INSECURE_IDENTITY: [u8; 32] = [0; 32];
+pub(crate) const INSECURE_IDENTITY: [u8; 32] = [0; 32];
 
 /// What serving the port needs.
-pub struct ClientPort {
+pub(crate) struct ClientPort {
     /// Our cluster.
     pub cluster: ClusterId,
     /// This node.
@@ -108,7 +108,7 @@ impl ClientPort {
 }
 
 /// Accept client connections forever.
-pub async fn serve(listener: TcpListener, port: Arc<ClientPort>) {
+pub(crate) async fn serve(listener: TcpListener, port: Arc<ClientPort>) {
     let connections = Arc::new(Semaphore::new(port.limits.connections_max.max(1)));
     loop {
         match listener.accept().await {

@@ -20,7 +20,7 @@ use cohort_messages::{Epoch, GroupId, Incarnation, NodeId, OperationId, View};
 use serde::{Deserialize, Serialize};
 
 /// What a redacted value reads as.
-pub const REDACTED: &str = "redacted";
+pub(crate) const REDACTED: &str = "redacted";
 
 /// A session id or an incarnation: what a forged frame would need, so the
 /// port shows it only to a caller with the node's token (T4). In JSON, a

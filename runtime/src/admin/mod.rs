@@ -1,6 +1,11 @@
 //! The admin port: HTTP for scrapers, probes and operators, served with
 //! actix-web on its own actix-rt worker thread.
 //!
+//! What a host uses of it: [`AdminToken`], [`AdminLimits`] and
+//! [`AdminOptions`] (what `NodeBuilder::admin_token` and friends take), and
+//! [`NodeStatus`], the `/status` document (`NodeHandle::status`). The
+//! server itself is private to the crate.
+//!
 //! | endpoint | who may call it |
 //! | --- | --- |
 //! | `GET /metrics`, `GET /health` | anyone (also on the metrics listener) |
@@ -40,15 +45,15 @@
 //!   [`BODY_MAX_BYTES`] (`413`). So one listener's connections hold at most
 //!   `connections_max` × 128 KiB of heads (64 MiB with the defaults).
 
-pub mod answers;
-pub mod auth;
-pub mod changes;
-pub mod config;
-pub mod operator;
-pub mod refusal;
-pub mod routes;
-pub mod status;
-pub mod token;
+pub(crate) mod answers;
+mod auth;
+pub(crate) mod changes;
+pub(crate) mod config;
+pub(crate) mod operator;
+mod refusal;
+mod routes;
+pub(crate) mod status;
+mod token;
 
 use std::future::Future;
 use std::io;
@@ -59,17 +64,20 @@ use std::time::Duration;
 
 use actix_web::dev::Server;
 use answers::AdminReply;
-pub use answers::NodeStatus;
+pub use answers::{
+    ClusterStatus, FrozenStatus, GroupEntry, NodeEntry, NodeStatus, OperationStatus, OperationTotals, OwnerStatus,
+    Secret, SessionCounters, SpecBody, StepStatus,
+};
 use cohort_actors::metrics::NodeMetrics;
-pub use status::Audience;
-pub use token::AdminToken;
+pub(crate) use status::Audience;
+pub use token::{ADMIN_TOKEN_MAX_BYTES, ADMIN_TOKEN_MIN_BYTES, AdminToken, TokenError};
 
 /// The largest request body (a POST under `/admin/`) the port reads.
-pub const BODY_MAX_BYTES: usize = 128 * 1024;
+pub(crate) const BODY_MAX_BYTES: usize = 128 * 1024;
 
 /// An answer of the admin port: an HTTP status code and a JSON body.
 #[derive(Clone, Debug, PartialEq)]
-pub struct AdminAnswer {
+pub(crate) struct AdminAnswer {
     /// 200, 400, 404, 405, 409 or 503.
     pub(crate) status: u16,
     /// The JSON document.
@@ -77,10 +85,10 @@ pub struct AdminAnswer {
 }
 
 /// The future of an answer under `/admin/`.
-pub type AdminFuture<'a> = Pin<Box<dyn Future<Output = AdminAnswer> + Send + 'a>>;
+pub(crate) type AdminFuture<'a> = Pin<Box<dyn Future<Output = AdminAnswer> + Send + 'a>>;
 
 /// What a node serves on its admin port beyond `/metrics` and `/health`.
-pub trait NodeRoutes: Send + Sync + 'static {
+pub(crate) trait NodeRoutes: Send + Sync + 'static {
     /// The document of `GET /status`, as `audience` may see it.
     fn status(&self, audience: Audience) -> NodeStatus;
 
@@ -129,7 +137,7 @@ const SHUTDOWN_TIMEOUT_SECS: u64 = 1;
 /// Serve `/metrics` and `/health` only on `listener`. The returned server
 /// runs once spawned or awaited on an actix System (its worker is a thread
 /// of its own) and stops when dropped.
-pub fn serve_metrics(
+pub(crate) fn serve_metrics(
     listener: std::net::TcpListener,
     metrics: Arc<NodeMetrics>,
     limits: AdminLimits,
@@ -144,7 +152,7 @@ pub fn serve_metrics(
 /// Serve a node's admin port on `listener`: `/metrics`, `/health`, and what
 /// `routes` serves (`/status`, the operator commands under `/admin/`), with
 /// `options`' token and limits. Runs and stops like [`serve_metrics`].
-pub fn serve_node(
+pub(crate) fn serve_node(
     listener: std::net::TcpListener,
     metrics: Arc<NodeMetrics>,
     routes: Arc<dyn NodeRoutes>,

@@ -40,15 +40,15 @@ use super::status::{self, operation_status};
 use super::{AdminAnswer, AdminFuture, BODY_MAX_BYTES, NodeRoutes};
 
 /// How long the node tries to get an operator command committed.
-pub const OPERATOR_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const OPERATOR_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long, after the commit, the node waits for its own copy of the
 /// metadata to apply it (to answer with the stored plan).
-pub const PLAN_WAIT_MAX: Duration = Duration::from_secs(3);
+pub(crate) const PLAN_WAIT_MAX: Duration = Duration::from_secs(3);
 
 /// How long `transfer-primary` waits for the new primary's ownership report
 /// before it answers that the transfer was asked for (it goes on after).
-pub const TRANSFER_WAIT_MAX: Duration = Duration::from_secs(5);
+pub(crate) const TRANSFER_WAIT_MAX: Duration = Duration::from_secs(5);
 
 // A join naming OPERATION_GROUPS_MAX groups of 20-digit ids fits in a body.
 const _: () = assert!(OPERATION_GROUPS_MAX * 21 + 256 <= BODY_MAX_BYTES);
@@ -75,7 +75,7 @@ fn unavailable(error: String, detail: Option<FailureDetail>) -> AdminAnswer {
 
 /// A field of the request that is missing or wrong.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct BadInput {
+pub(crate) struct BadInput {
     /// The field.
     pub field: String,
     /// What is wrong.
@@ -88,7 +88,7 @@ fn bad<T>(field: &str, error: impl Into<String>) -> Result<T, BadInput> {
 
 /// The body of `POST /admin/operations`, e.g. `{"op":"move","group":3,"from":1,"to":4}`:
 /// the spec, checked field by field and by [`OperationSpec::validate`].
-pub fn parse_start(body: &[u8]) -> Result<OperationSpec, BadInput> {
+pub(crate) fn parse_start(body: &[u8]) -> Result<OperationSpec, BadInput> {
     let Ok(value) = serde_json::from_slice::<Value>(body) else {
         return bad("body", "not a JSON document; send e.g. {\"op\":\"move\",\"group\":3,\"from\":1,\"to\":4}");
     };
@@ -172,7 +172,7 @@ fn groups(object: &Map<String, Value>) -> Result<Vec<GroupId>, BadInput> {
 }
 
 /// The operation id in `/admin/operations/{id}/cancel` (`7` or `operation:7`).
-pub fn parse_cancel(id: &str) -> Result<OperationId, BadInput> {
+pub(crate) fn parse_cancel(id: &str) -> Result<OperationId, BadInput> {
     let digits = id.strip_prefix("operation:").unwrap_or(id);
     match digits.parse::<u64>() {
         Ok(0) => bad("operation", "operation 0 is reserved; ids start at 1"),
@@ -183,7 +183,7 @@ pub fn parse_cancel(id: &str) -> Result<OperationId, BadInput> {
 
 /// What the admin port needs to run operator commands on a node.
 #[derive(Clone)]
-pub struct OperatorPort {
+pub(crate) struct OperatorPort {
     board: Arc<StatusBoard>,
     agent: Recipient<OperatorSubmit>,
     timeout: Duration,
@@ -191,12 +191,12 @@ pub struct OperatorPort {
 
 impl OperatorPort {
     /// Commands go through `agent`; plans are read from `board`'s metadata.
-    pub fn new(board: Arc<StatusBoard>, agent: Recipient<OperatorSubmit>) -> OperatorPort {
+    pub(crate) fn new(board: Arc<StatusBoard>, agent: Recipient<OperatorSubmit>) -> OperatorPort {
         OperatorPort { board, agent, timeout: OPERATOR_TIMEOUT }
     }
 
     /// Answer `method path` with `body` (a path under `/admin/`).
-    pub async fn handle(&self, method: &str, path: &str, body: &[u8]) -> AdminAnswer {
+    pub(crate) async fn handle(&self, method: &str, path: &str, body: &[u8]) -> AdminAnswer {
         if let Some(parsed) = super::changes::parse(path, body, self.board.node()) {
             if method != "POST" {
                 return method_not_allowed();
@@ -236,7 +236,7 @@ impl OperatorPort {
     /// Submit `command` to the metadata group through this node's agent,
     /// exactly once, and return what it committed (the embedding API's
     /// path to the same commands, see `NodeHandle::create_group`).
-    pub async fn submit(&self, command: MetadataCommand) -> Result<MetadataResult, OperatorFailure> {
+    pub(crate) async fn submit(&self, command: MetadataCommand) -> Result<MetadataResult, OperatorFailure> {
         let deadline = Instant::now() + self.timeout;
         let (answer, answered) = oneshot::channel();
         self.agent.try_send(OperatorSubmit { command, deadline, answer }).map_err(|_| OperatorFailure::Busy)?;

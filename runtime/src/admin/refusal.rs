@@ -15,7 +15,7 @@ use super::answers::{AdminReply, Advice};
 
 /// Why the admin port refused a request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum AdminRefusal {
+pub(super) enum AdminRefusal {
     /// A mutating call without `Authorization: Bearer <token>` (`401`).
     Unauthenticated,
     /// A bearer token that is not the node's (`401`).
@@ -39,7 +39,7 @@ pub enum AdminRefusal {
 
 impl AdminRefusal {
     /// Every reason; each is exported from the start, at zero.
-    pub const ALL: [AdminRefusal; 9] = [
+    pub(super) const ALL: [AdminRefusal; 9] = [
         AdminRefusal::Unauthenticated,
         AdminRefusal::TokenMismatch,
         AdminRefusal::TokenUnset,
@@ -52,7 +52,7 @@ impl AdminRefusal {
     ];
 
     /// The `reason` label value, also the `result` field of the answer.
-    pub fn as_str(self) -> &'static str {
+    pub(super) fn as_str(self) -> &'static str {
         match self {
             AdminRefusal::Unauthenticated => "unauthenticated",
             AdminRefusal::TokenMismatch => "token_mismatch",
@@ -67,7 +67,7 @@ impl AdminRefusal {
     }
 
     /// The HTTP status it is answered with.
-    pub fn status(self) -> StatusCode {
+    pub(super) fn status(self) -> StatusCode {
         match self {
             AdminRefusal::Unauthenticated | AdminRefusal::TokenMismatch => StatusCode::UNAUTHORIZED,
             AdminRefusal::TokenUnset => StatusCode::FORBIDDEN,
@@ -82,7 +82,7 @@ impl AdminRefusal {
 
     /// The refusal an operator answer with `status` stands for, if any
     /// (the operator endpoints check paths, methods and fields themselves).
-    pub fn of_status(status: u16) -> Option<AdminRefusal> {
+    pub(super) fn of_status(status: u16) -> Option<AdminRefusal> {
         match status {
             400 => Some(AdminRefusal::BadRequest),
             404 => Some(AdminRefusal::NotFound),
@@ -127,7 +127,7 @@ impl AdminRefusal {
     }
 
     /// Count the refusal and answer it with its JSON error ([`AdminRefusal::reply`]).
-    pub fn respond(self, metrics: &NodeMetrics) -> HttpResponse {
+    pub(super) fn respond(self, metrics: &NodeMetrics) -> HttpResponse {
         metrics.inc_refused(Port::Admin, self.as_str());
         let mut response = HttpResponse::build(self.status());
         match self {
@@ -145,7 +145,7 @@ impl AdminRefusal {
 
 /// Create every reason's series, at zero, so that each is exported before
 /// its first refusal.
-pub fn export_at_zero(metrics: &NodeMetrics) {
+pub(super) fn export_at_zero(metrics: &NodeMetrics) {
     for refusal in AdminRefusal::ALL {
         let _count = metrics.refused(Port::Admin, refusal.as_str());
     }

@@ -24,7 +24,7 @@ use super::token::AdminToken;
 use super::{AdminAnswer, BODY_MAX_BYTES, NodeRoutes};
 
 /// What every handler of one listener shares.
-pub struct AdminState {
+pub(super) struct AdminState {
     /// The registry `/metrics` encodes.
     pub metrics: Arc<NodeMetrics>,
     /// The node's routes; `None` on the metrics listener.
@@ -36,7 +36,7 @@ pub struct AdminState {
 }
 
 /// The app of one listener.
-pub fn app(
+pub(super) fn app(
     state: web::Data<AdminState>,
 ) -> App<
     impl ServiceFactory<

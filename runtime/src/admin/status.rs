@@ -28,7 +28,7 @@ use super::answers::{
 
 /// Who a status document is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Audience {
+pub(crate) enum Audience {
     /// The host's own code, or a caller with the node's admin token: everything.
     Operator,
     /// Anyone else: session ids and incarnations are redacted.

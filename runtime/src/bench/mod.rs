@@ -15,9 +15,9 @@
 //! `docs/benchmarks.md`. `cohort bench --cluster` drives a running cluster
 //! over the network instead ([`network`]).
 
-pub mod floor;
-pub mod network;
-pub mod process;
+pub(crate) mod floor;
+pub(crate) mod network;
+pub(crate) mod process;
 mod report;
 
 use std::cell::{Cell, RefCell};
@@ -32,20 +32,20 @@ use cohort_core::client::Sequence;
 use cohort_messages::{ClusterId, GroupId, Incarnation, NodeId, ReplyError};
 use indicatif::{ProgressBar, ProgressStyle};
 
-pub use report::BenchReport;
+pub(crate) use report::BenchReport;
 
 use self::process::ProcessUsage;
 use crate::node::{GroupKind, GroupPlacement, Node, NodeBuilder, NodeHandle, Register, SubmitError};
 
 /// The bench's cluster id.
-pub const BENCH_CLUSTER: ClusterId = ClusterId(0xC0_4087_BE4C);
+pub(crate) const BENCH_CLUSTER: ClusterId = ClusterId(0xC0_4087_BE4C);
 
 /// How long one attempt of a write waits for its answer.
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// What to run.
 #[derive(Clone, Debug)]
-pub struct BenchOptions {
+pub(crate) struct BenchOptions {
     /// Nodes (at least 1; 3 by default).
     pub nodes: usize,
     /// Groups, every node a member of each, primaries spread over the nodes.
@@ -104,7 +104,7 @@ impl BenchOptions {
 }
 
 /// Run the bench in a new actix System.
-pub fn run(options: BenchOptions) -> Result<BenchReport, String> {
+pub(crate) fn run(options: BenchOptions) -> Result<BenchReport, String> {
     options.check()?;
     // A subdirectory of its own, removed afterwards: the data directory
     // given by the caller stays theirs.

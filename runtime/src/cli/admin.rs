@@ -27,7 +27,7 @@ use crate::admin::operator::{OPERATOR_TIMEOUT, PLAN_WAIT_MAX, TRANSFER_WAIT_MAX,
 
 /// One operator command.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum AdminAction {
+pub(crate) enum AdminAction {
     /// Move `group`'s replica from node `from` to node `to`.
     Move {
         /// The group.
@@ -101,7 +101,7 @@ pub enum AdminAction {
 
 /// Why `cohort admin` failed: the process exit code and the line to print.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct AdminError {
+pub(crate) struct AdminError {
     /// 1: refused or unreachable; 2: usage.
     pub code: u8,
     /// What happened.
@@ -153,7 +153,12 @@ impl AdminAction {
 /// Run `action` against the node whose admin port is `admin`, presenting
 /// `token`; the line (or the JSON answer with `json`) to print, or the
 /// error with its exit code (with `json`, its message is a JSON document too).
-pub fn admin_command(admin: &str, token: Option<&str>, action: &AdminAction, json: bool) -> Result<String, AdminError> {
+pub(crate) fn admin_command(
+    admin: &str,
+    token: Option<&str>,
+    action: &AdminAction,
+    json: bool,
+) -> Result<String, AdminError> {
     exchange(admin, token, action, json).map_err(|mut error| {
         if json && serde_json::from_str::<Value>(&error.message).is_err() {
             let result = if error.code == 2 { "usage" } else { "unreachable" };

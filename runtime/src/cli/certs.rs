@@ -18,7 +18,7 @@ use cohort_messages::NodeId;
 
 /// What `cohort certs` was asked to do.
 #[derive(Clone, Debug)]
-pub enum CertsAction {
+pub(crate) enum CertsAction {
     /// A new CA and cluster id in `dir`, and certificates for nodes 1..=nodes.
     Init {
         /// The directory (created if missing; refused if it holds a CA).
@@ -44,7 +44,7 @@ pub enum CertsAction {
 
 /// Run `action`; the answer is what was written, to print once every file
 /// is; the error names the file.
-pub fn certs_command(action: &CertsAction) -> Result<String, CertsError> {
+pub(crate) fn certs_command(action: &CertsAction) -> Result<String, CertsError> {
     let mut out = String::new();
     match action {
         CertsAction::Init { dir, nodes } => {

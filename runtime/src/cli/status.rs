@@ -13,7 +13,7 @@ use crate::admin::answers::{AdminReply, NodeStatus, OperationStatus};
 /// node's admin port and render it as text (or return the JSON as served).
 /// The error says which address could not be reached or what came back
 /// instead.
-pub fn status_command(admin: &str, token: Option<&str>, json: bool) -> Result<String, String> {
+pub(crate) fn status_command(admin: &str, token: Option<&str>, json: bool) -> Result<String, String> {
     let answer = exchange(admin, Call::Get, "/status", token, std::time::Duration::from_secs(3))
         .map_err(|error| error.to_string())?;
     if answer.code != 200 {

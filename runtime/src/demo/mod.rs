@@ -24,17 +24,17 @@ use cohort_core::WriteMode;
 use cohort_messages::{ClientId, ClusterId, GroupId, Incarnation, NodeId, Request, RequestKind, RequestNumber};
 use indicatif::{ProgressBar, ProgressStyle};
 
-pub use ledger::Ledger;
-pub use summary::{DemoSummary, percentile};
+pub(crate) use ledger::Ledger;
+pub(crate) use summary::{DemoSummary, percentile};
 
 use crate::node::{GroupKind, GroupPlacement, Node, NodeBuilder, NodeHandle, SubmitError};
 
 /// The demo's cluster id.
-pub const DEMO_CLUSTER: ClusterId = ClusterId(0xC0_4087_DE40);
+pub(crate) const DEMO_CLUSTER: ClusterId = ClusterId(0xC0_4087_DE40);
 
 /// What to run.
 #[derive(Clone, Debug)]
-pub struct DemoOptions {
+pub(crate) struct DemoOptions {
     /// Nodes (at least 3).
     pub nodes: usize,
     /// Partition groups.
@@ -70,7 +70,7 @@ impl Default for DemoOptions {
 }
 
 /// Run the demo in a new actix System.
-pub fn run(options: DemoOptions) -> Result<DemoSummary, String> {
+pub(crate) fn run(options: DemoOptions) -> Result<DemoSummary, String> {
     if options.nodes < 3 {
         return Err(format!("--nodes {}: the demo needs at least 3 nodes to survive a crash", options.nodes));
     }

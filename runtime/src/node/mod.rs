@@ -48,7 +48,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use cohort_actors::registry::KindRegistrations;
-use cohort_core::{CoreConfig, StateMachine, WriteMode};
+use cohort_core::{StateMachine, WriteMode};
 use cohort_messages::{ClusterId, GroupId, Incarnation, NodeId};
 use cohort_wal::FileStorageConfig;
 
@@ -63,13 +63,21 @@ mod start;
 
 pub use changes::MetadataChangeError;
 pub use cohort_actors::kind::{GroupKind, GroupKindError};
+pub use cohort_actors::peer_link::LinkTiming;
 pub use cohort_actors::placements::{PLACEMENTS_FILE, PlacementFileError};
-pub use cohort_actors::registry::StateMachineFactory;
-pub use cohort_actors::supervisor::{CHECK_INTERVAL, InjectFault};
+pub use cohort_actors::storage_worker::StartError;
+/// Test support: make an actor of a node panic or stall
+/// ([`NodeHandle::inject_fault`]). Not part of the API.
+#[doc(hidden)]
+pub use cohort_actors::supervisor::InjectFault;
+pub use cohort_core::CoreConfig;
+pub use cohort_core::metadata::Metadata;
 pub use detached::DetachedNode;
 pub use handle::{Node, NodeHandle};
 pub use placement::GroupPlacement;
 pub use register::Register;
+
+pub use crate::client_port::ClientPortLimits;
 
 /// Why a node could not start or a request failed.
 #[derive(Debug, thiserror::Error)]

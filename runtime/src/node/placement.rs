@@ -86,7 +86,7 @@ impl GroupPlacement {
 impl GroupPlacement {
     /// The core's view of this placement (no learners: a configured group
     /// starts with voters only).
-    pub fn to_core(&self) -> Placement {
+    pub(crate) fn to_core(&self) -> Placement {
         Placement {
             group: self.group,
             incarnation: self.incarnation,
@@ -98,7 +98,7 @@ impl GroupPlacement {
     }
 
     /// Its replication settings, as the metadata records them.
-    pub fn replication(&self) -> Replication {
+    pub(crate) fn replication(&self) -> Replication {
         Replication { quorum: self.replication_quorum.map(|quorum| quorum as u8), write_mode: self.write_mode }
     }
 }
