@@ -89,7 +89,7 @@ fn ca_params(cluster: ClusterId) -> CertificateParams {
 }
 
 /// A random cluster id (128 bits from the system's random source).
-pub fn random_cluster_id() -> Result<ClusterId, CertsError> {
+pub(crate) fn random_cluster_id() -> Result<ClusterId, CertsError> {
     let mut bytes = [0u8; 16];
     ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes)
         .map_err(|_| CertsError::Content { path: PathBuf::from("/dev/urandom"), reason: "no randomness".into() })?;

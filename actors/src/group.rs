@@ -62,7 +62,7 @@ impl GroupRole {
     /// The view the role holds in.
     ///
     /// ```
-    /// use cohort_actors::group::GroupRole;
+    /// use cohort_actors::GroupRole;
     /// use cohort_messages::View;
     /// assert_eq!(GroupRole::Backup(View(3)).view(), View(3));
     /// assert!(GroupRole::Primary(View(4)).is_primary());
@@ -120,7 +120,7 @@ pub const SUBSCRIBER_EVENTS_MAX: usize = 1024;
 /// group actor (see [`crate::custom`]).
 ///
 /// ```
-/// use cohort_actors::group::{GroupRole, RoleChanged};
+/// use cohort_actors::{GroupRole, RoleChanged};
 /// use cohort_messages::{GroupId, View};
 /// let changed = RoleChanged { group: GroupId(7), role: GroupRole::Primary(View(2)) };
 /// assert!(changed.role.is_primary());

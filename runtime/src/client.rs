@@ -41,7 +41,7 @@
 //! and keeps sending a group's requests there while its primary is on a
 //! node it has no handle for. Exactly-once holds across both paths: the
 //! nodes bind a network client's ids to its certificate
-//! ([`cohort_actors::client_id::bound_client_id`]), so this client submits
+//! ([`cohort_actors::bound_client_id`]), so this client submits
 //! to its own nodes under the bound id, and a retry that changes path is the
 //! same request to the group.
 
@@ -224,7 +224,7 @@ struct Network {
 impl Network {
     fn new(client: ClusterClient) -> Network {
         let identity = match client.certificate() {
-            Some(certificate) => cohort_actors::tls::identity_of(certificate),
+            Some(certificate) => cohort_actors::identity_of(certificate),
             None => crate::client_port::INSECURE_IDENTITY,
         };
         Network { client, identity }
@@ -420,10 +420,9 @@ impl Client {
         // With a network path, submit under the id the nodes bind the
         // network client's id to, so both paths are one client to the group.
         let local = match &self.inner.network {
-            Some(network) => Request {
-                client: cohort_actors::client_id::bound_client_id(&network.identity, request.client),
-                ..request.clone()
-            },
+            Some(network) => {
+                Request { client: cohort_actors::bound_client_id(&network.identity, request.client), ..request.clone() }
+            }
             None => request.clone(),
         };
         let mut target = match hint {

@@ -104,7 +104,7 @@ impl TlsSection {
     pub(crate) fn security(&self) -> crate::node::Security {
         match (&self.ca, &self.cert, &self.key) {
             _ if self.insecure => crate::node::Security::Insecure,
-            (Some(ca), Some(cert), Some(key)) => crate::node::Security::Tls(cohort_actors::tls::TlsFiles {
+            (Some(ca), Some(cert), Some(key)) => crate::node::Security::Tls(cohort_actors::TlsFiles {
                 ca: ca.clone(),
                 cert: cert.clone(),
                 key: key.clone(),
@@ -156,7 +156,7 @@ pub struct LinksSection {
 
 impl Default for LinksSection {
     fn default() -> Self {
-        let timing = cohort_actors::peer_link::LinkTiming::default();
+        let timing = cohort_actors::LinkTiming::default();
         LinksSection {
             stall_timeout: timing.stall_timeout,
             connect_timeout: timing.connect_timeout,
@@ -168,8 +168,8 @@ impl Default for LinksSection {
 
 impl LinksSection {
     /// The links' timing.
-    pub(crate) fn timing(&self) -> cohort_actors::peer_link::LinkTiming {
-        cohort_actors::peer_link::LinkTiming {
+    pub(crate) fn timing(&self) -> cohort_actors::LinkTiming {
+        cohort_actors::LinkTiming {
             stall_timeout: self.stall_timeout,
             connect_timeout: self.connect_timeout,
             redial_backoff_max: self.redial_backoff_max,
@@ -203,12 +203,12 @@ impl LinksSection {
                 ),
             ));
         }
-        if self.redial_backoff_max < cohort_actors::peer_link::REDIAL_BACKOFF_MIN {
+        if self.redial_backoff_max < cohort_actors::REDIAL_BACKOFF_MIN {
             return Err(rule(
                 "links.redial_backoff_max",
                 format!(
                     "must be at least {} ({} given)",
-                    ms(cohort_actors::peer_link::REDIAL_BACKOFF_MIN),
+                    ms(cohort_actors::REDIAL_BACKOFF_MIN),
                     ms(self.redial_backoff_max)
                 ),
             ));
@@ -1098,7 +1098,7 @@ mod tests {
     #[test]
     fn f1_link_keys_have_defaults_and_rules() {
         let links = Config::from_toml("").expect("valid").links;
-        assert_eq!(links.timing(), cohort_actors::peer_link::LinkTiming::default());
+        assert_eq!(links.timing(), cohort_actors::LinkTiming::default());
         for (text, key) in [
             ("[links]\nstall_timeout = \"100ms\"", "links.stall_timeout"),
             ("[links]\nstall_timeout = \"6s\"", "links.stall_timeout"),

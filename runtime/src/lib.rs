@@ -48,26 +48,25 @@ pub fn cli_main() -> std::process::ExitCode {
 }
 
 /// Custom group actors: a host's own actor per group replica (see
-/// [`cohort_actors::custom`] for what cohort guarantees to it).
+/// [`CustomGroupActor`](custom::CustomGroupActor) and `docs/embedding.md`
+/// for what cohort guarantees to it).
 pub mod custom {
-    pub use cohort_actors::custom::{
-        Applied, AppliedOp, CustomGroupActor, GROUP_ACTOR_MAILBOX_MAX, GroupReplica, Restored,
-    };
+    pub use cohort_actors::{Applied, AppliedOp, CustomGroupActor, GROUP_ACTOR_MAILBOX_MAX, GroupReplica, Restored};
 }
 
 /// A replica's role and the events a subscriber hears.
 pub mod group {
-    pub use cohort_actors::group::{GroupEvent, GroupRole, RoleChanged, SUBSCRIBER_EVENTS_MAX};
+    pub use cohort_actors::{GroupEvent, GroupRole, RoleChanged, SUBSCRIBER_EVENTS_MAX};
 }
 
 /// TLS and the cluster's certificates (T1, T2): what `cohort certs` makes
 /// and [`crate::node::NodeBuilder::tls`] takes.
 pub mod tls {
-    pub use cohort_actors::certs::{
+    pub use cohort_actors::{
         Authority, CA_CERT_FILE, CA_KEY_FILE, CLUSTER_ID_FILE, CertsError, LocalCerts, client_files, local_cluster,
         node_files,
     };
-    pub use cohort_actors::tls::{Credentials, TlsError, TlsFiles, client_config, client_name, node_name};
+    pub use cohort_actors::{Credentials, TlsError, TlsFiles, client_config, client_name, node_name};
     pub use cohort_client::{ClusterIdError, format_cluster_id, parse_cluster_id, read_cluster_id};
 }
 
@@ -81,7 +80,7 @@ pub mod network {
 
 /// The node's metrics, as `/metrics` serves them.
 pub mod metrics {
-    pub use cohort_actors::listener::InboundStats;
-    pub use cohort_actors::metrics::{DropReason, LinkEvent, Mailbox, NodeMetrics, Port, SyncKind};
-    pub use cohort_actors::shard::ShardReport;
+    pub use cohort_actors::InboundStats;
+    pub use cohort_actors::ShardReport;
+    pub use cohort_actors::{DropReason, LinkEvent, Mailbox, NodeMetrics, Port, SyncKind};
 }

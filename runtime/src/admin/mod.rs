@@ -68,7 +68,7 @@ pub use answers::{
     ClusterStatus, FrozenStatus, GroupEntry, NodeEntry, NodeStatus, OperationStatus, OperationTotals, OwnerStatus,
     Secret, SessionCounters, SpecBody, StepStatus,
 };
-use cohort_actors::metrics::NodeMetrics;
+use cohort_actors::NodeMetrics;
 pub(crate) use status::Audience;
 pub use token::{ADMIN_TOKEN_MAX_BYTES, ADMIN_TOKEN_MIN_BYTES, AdminToken, TokenError};
 
@@ -240,7 +240,7 @@ mod tests {
             .expect("answer");
         let (head, body) = split(&answer);
         assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
-        assert_eq!(header(head, "content-type"), Some(cohort_actors::metrics::OPENMETRICS_CONTENT_TYPE), "{head}");
+        assert_eq!(header(head, "content-type"), Some(cohort_actors::OPENMETRICS_CONTENT_TYPE), "{head}");
         assert_eq!(header(head, "content-length"), Some(body.len().to_string().as_str()), "{head}");
         assert_eq!(header(head, "connection"), Some("close"), "one request per connection: {head}");
         assert!(body.lines().any(|line| line == "cohort_peers_connected 2"), "{body}");
@@ -277,7 +277,7 @@ mod tests {
         let answer = exchange(address, post).await.expect("answer");
         assert!(answer.starts_with("HTTP/1.1 404 "), "{answer}");
 
-        let port = cohort_actors::metrics::Port::Admin;
+        let port = cohort_actors::Port::Admin;
         assert_eq!(metrics.refused(port, "not_found"), 3);
         assert_eq!(metrics.refused(port, "method_not_allowed"), 1);
     }

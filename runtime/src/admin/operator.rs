@@ -8,7 +8,7 @@
 //! translates: it checks the JSON body field by field (a `400` names the
 //! field), builds the [`MetadataCommand`] and runs its `validate()`, submits
 //! it through its agent to the metadata group (exactly once, see
-//! `cohort_actors::operator_client`), and answers with what the metadata committed:
+//! `actors/src/operator_client.rs`), and answers with what the metadata committed:
 //!
 //! | outcome | status | body |
 //! | --- | --- | --- |
@@ -31,9 +31,9 @@ use cohort_messages::{Epoch, GroupId, NodeId, OperationId};
 use serde_json::{Map, Value};
 use tokio::sync::oneshot;
 
-use cohort_actors::agent::OperatorSubmit;
-use cohort_actors::operator_client::OperatorFailure;
-use cohort_actors::status::StatusBoard;
+use cohort_actors::OperatorFailure;
+use cohort_actors::OperatorSubmit;
+use cohort_actors::StatusBoard;
 
 use super::answers::{AdminReply, Advice, FailureDetail, NodeStatus, OperationAnswer, SpecBody, TransferAnswer};
 use super::status::{self, operation_status};

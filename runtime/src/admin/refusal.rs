@@ -9,7 +9,7 @@
 use actix_web::HttpResponse;
 use actix_web::http::StatusCode;
 use actix_web::http::header;
-use cohort_actors::metrics::{NodeMetrics, Port};
+use cohort_actors::{NodeMetrics, Port};
 
 use super::answers::{AdminReply, Advice};
 

@@ -16,7 +16,7 @@
 //!
 //! The document is a [`NodeStatus`]: the type `cohort status` reads back.
 
-use cohort_actors::status::StatusBoard;
+use cohort_actors::StatusBoard;
 use cohort_core::metadata::{Metadata, OperationRecord, Step};
 use cohort_messages::metadata::OperationSpec;
 use cohort_messages::{GroupId, Incarnation, NodeId, OperationId, SessionId};

@@ -27,7 +27,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use cohort_actors::metrics::{DropReason, Mailbox, Port, SyncKind};
+use cohort_actors::{DropReason, Mailbox, Port, SyncKind};
 use cohort_core::client::Sequence;
 use cohort_messages::{ClusterId, GroupId, Incarnation, NodeId, ReplyError};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -148,7 +148,7 @@ impl Bench {
     async fn run(options: BenchOptions, dir: PathBuf, floor: floor::Floor) -> Result<BenchReport, String> {
         let addresses = free_addresses(options.nodes)?;
         // The nodes talk mTLS, as a production cluster does (T1).
-        let certs = cohort_actors::certs::local_cluster(&dir.join("certs"), (1..=options.nodes as u64).map(NodeId))
+        let certs = cohort_actors::local_cluster(&dir.join("certs"), (1..=options.nodes as u64).map(NodeId))
             .map_err(|error| format!("throwaway certificates: {error}"))?;
         let mut nodes = Vec::new();
         for index in 0..options.nodes {
@@ -327,7 +327,7 @@ fn start_node(
     index: usize,
     addresses: &[SocketAddr],
     dir: &std::path::Path,
-    certs: &cohort_actors::certs::LocalCerts,
+    certs: &cohort_actors::LocalCerts,
 ) -> Result<Node, String> {
     let node = NodeId(index as u64 + 1);
     let files = certs.node(node).ok_or_else(|| format!("no certificate for node {}", node.0))?;

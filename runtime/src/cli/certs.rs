@@ -12,7 +12,7 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use cohort_actors::certs::{Authority, CA_KEY_FILE, CertsError};
+use cohort_actors::{Authority, CA_KEY_FILE, CertsError};
 use cohort_client::format_cluster_id;
 use cohort_messages::NodeId;
 

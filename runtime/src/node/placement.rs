@@ -13,8 +13,8 @@ use cohort_messages::replication::Replication;
 use cohort_messages::{GroupId, Incarnation, NodeId};
 
 use super::NodeError;
-use cohort_actors::kind::{GroupKind, HostedGroup};
-use cohort_actors::registry::{self, Kinds};
+use cohort_actors::{GroupKind, HostedGroup};
+use cohort_actors::{Kinds, unknown_kind};
 
 /// Where a group lives.
 ///
@@ -113,7 +113,7 @@ pub(crate) fn to_hosted(
         .iter()
         .map(|placement| {
             if !kinds.contains_key(&placement.kind) {
-                return Err(registry::unknown(kinds, placement.group, &placement.kind).into());
+                return Err(unknown_kind(kinds, placement.group, &placement.kind).into());
             }
             if !placement.members.contains(&node) {
                 let group = placement.group;
