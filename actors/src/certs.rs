@@ -142,7 +142,7 @@ impl Authority {
     }
 
     /// A certificate for node `node`: names `node-<id>.cohort` and
-    /// [`NODES_NAME`], for both ends of a TLS connection.
+    /// `nodes.cohort` (`NODES_NAME`), for both ends of a TLS connection.
     pub fn issue_node(&self, node: NodeId) -> Result<Issued, CertsError> {
         self.issue(
             vec![node_name(node), NODES_NAME.to_string()],

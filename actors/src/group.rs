@@ -117,7 +117,7 @@ pub const SUBSCRIBER_EVENTS_MAX: usize = 1024;
 
 /// The replica's role changed: became primary or backup of a view, or
 /// stepped down into a view change. The group actor tells it to a custom
-/// group actor (see [`crate::custom`]).
+/// group actor (see [`crate::CustomGroupActor`]).
 ///
 /// ```
 /// use cohort_actors::{GroupRole, RoleChanged};

@@ -96,8 +96,8 @@ const _: () = assert!(LINK_DRAINED_BYTES < LINK_CONGESTED_BYTES && LINK_CONGESTE
 pub struct LinkState {
     /// The outbound connection is up and greeted.
     pub connected: AtomicBool,
-    /// The unsent bytes passed [`LINK_CONGESTED_BYTES`] and have not yet
-    /// gone below [`LINK_DRAINED_BYTES`].
+    /// The unsent bytes passed `LINK_CONGESTED_BYTES` and have not yet
+    /// gone below `LINK_DRAINED_BYTES`.
     pub congested: AtomicBool,
 }
 /// The first wait between two dials; it doubles up to

@@ -139,8 +139,9 @@ impl Drop for TracingGuard {
 }
 
 /// A layer that exports spans at `config.otlp_level` and above, for a host
-/// that composes its own subscriber; `None` if export is off (see
-/// [`export_endpoint`]). `instance` becomes the `service.instance.id`
+/// that composes its own subscriber; `None` if export is off (no
+/// `telemetry.otlp_endpoint` and neither [`ENDPOINT_ENV`] nor
+/// [`TRACES_ENDPOINT_ENV`] set). `instance` becomes the `service.instance.id`
 /// resource attribute (`cohort node` passes its node id).
 pub fn otlp_layer<S>(
     config: &TelemetryConfig,

@@ -9,14 +9,15 @@
 //! | endpoint | who may call it |
 //! | --- | --- |
 //! | `GET /metrics`, `GET /health` | anyone (also on the metrics listener) |
-//! | `GET /status` | anyone; session ids and incarnations only with the token ([`status`]) |
-//! | `POST /admin/operations`, `POST /admin/operations/{id}/cancel` | the token's holder, JSON bodies only ([`operator`]) |
+//! | `GET /status` | anyone; session ids and incarnations only with the token (`status.rs`) |
+//! | `POST /admin/operations`, `POST /admin/operations/{id}/cancel` | the token's holder, JSON bodies only (`operator.rs`) |
 //!
-//! [`auth`] says who a caller is, [`refusal`] answers and counts every
-//! refusal (`cohort_refusals_total{port="admin",reason}`), [`routes`] is the
-//! actix-web app, [`config`] the `[admin]` table and [`token`] the secret.
-//! What a node serves beyond `/metrics` and `/health` comes in as
-//! [`NodeRoutes`], so the server knows nothing of the node.
+//! `auth.rs` says who a caller is, `refusal.rs` answers and counts every
+//! refusal (`cohort_refusals_total{port="admin",reason}`), `routes.rs` is
+//! the actix-web app, `config.rs` the `[admin]` table, `token.rs` the secret
+//! and `answers.rs` every JSON document the port serves. What a node serves
+//! beyond `/metrics` and `/health` comes in as a `NodeRoutes` trait object,
+//! so the server knows nothing of the node.
 //!
 //! Why actix-web: the node already runs on actix-rt, and a maintained HTTP/1
 //! implementation with per-connection timers and a connection cap replaces
@@ -42,7 +43,7 @@
 //!   in the kernel's backlog and are taken as slots free;
 //! - a request head is at most 128 KiB and 96 headers (actix-web's own
 //!   bounds; the connection is closed beyond them), a body at most
-//!   [`BODY_MAX_BYTES`] (`413`). So one listener's connections hold at most
+//!   `BODY_MAX_BYTES` (128 KiB, `413`). So one listener's connections hold at most
 //!   `connections_max` × 128 KiB of heads (64 MiB with the defaults).
 
 pub(crate) mod answers;
