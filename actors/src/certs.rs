@@ -14,6 +14,7 @@
 
 use std::path::{Path, PathBuf};
 
+use cohort_client::{format_cluster_id, parse_cluster_id};
 use cohort_messages::{ClusterId, NodeId};
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
@@ -59,8 +60,7 @@ pub enum CertsError {
 pub const CA_CERT_FILE: &str = "ca.pem";
 /// The CA's private key.
 pub const CA_KEY_FILE: &str = "ca.key";
-/// The cluster id, 32 hex digits.
-pub const CLUSTER_ID_FILE: &str = "cluster-id";
+pub use cohort_client::CLUSTER_ID_FILE;
 
 /// A cluster's CA, able to issue certificates.
 pub struct Authority {
@@ -81,29 +81,15 @@ fn ca_params(cluster: ClusterId) -> CertificateParams {
     let mut params = CertificateParams::default();
     let mut name = DistinguishedName::new();
     name.push(DnType::OrganizationName, "cohort");
-    name.push(DnType::CommonName, format!("cohort cluster {}", cluster_hex(cluster)));
+    name.push(DnType::CommonName, format!("cohort cluster {}", format_cluster_id(cluster)));
     params.distinguished_name = name;
     params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
     params
 }
 
-/// The cluster id as written in `cluster-id` and in configs: 32 hex digits.
-pub fn cluster_hex(cluster: ClusterId) -> String {
-    format!("{:032x}", cluster.0)
-}
-
-/// Parse 32 (or fewer) hex digits, optionally prefixed `0x`.
-pub fn parse_cluster_hex(text: &str) -> Option<ClusterId> {
-    let digits = text.trim().trim_start_matches("0x");
-    if digits.is_empty() || digits.len() > 32 {
-        return None;
-    }
-    u128::from_str_radix(digits, 16).ok().map(ClusterId)
-}
-
 /// A random cluster id (128 bits from the system's random source).
-pub fn random_cluster_id() -> Result<ClusterId, CertsError> {
+pub(crate) fn random_cluster_id() -> Result<ClusterId, CertsError> {
     let mut bytes = [0u8; 16];
     ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes)
         .map_err(|_| CertsError::Content { path: PathBuf::from("/dev/urandom"), reason: "no randomness".into() })?;
@@ -156,7 +142,7 @@ impl Authority {
     }
 
     /// A certificate for node `node`: names `node-<id>.cohort` and
-    /// [`NODES_NAME`], for both ends of a TLS connection.
+    /// `nodes.cohort` (`NODES_NAME`), for both ends of a TLS connection.
     pub fn issue_node(&self, node: NodeId) -> Result<Issued, CertsError> {
         self.issue(
             vec![node_name(node), NODES_NAME.to_string()],
@@ -180,7 +166,7 @@ impl Authority {
         }
         std::fs::create_dir_all(dir).map_err(|source| CertsError::Io { path: dir.to_path_buf(), source })?;
         let authority = Authority::create(random_cluster_id()?)?;
-        write_file(&dir.join(CLUSTER_ID_FILE), &format!("{}\n", cluster_hex(authority.cluster)), false)?;
+        write_file(&dir.join(CLUSTER_ID_FILE), &format!("{}\n", format_cluster_id(authority.cluster)), false)?;
         write_file(&dir.join(CA_CERT_FILE), &authority.certificate_pem()?, false)?;
         write_file(&dir.join(CA_KEY_FILE), &authority.key.serialize_pem(), true)?;
         Ok(authority)
@@ -190,8 +176,8 @@ impl Authority {
     pub fn load(dir: &Path) -> Result<Authority, CertsError> {
         let id_path = dir.join(CLUSTER_ID_FILE);
         let id_text = read_file(&id_path)?;
-        let cluster = parse_cluster_hex(&id_text)
-            .ok_or_else(|| CertsError::Content { path: id_path.clone(), reason: "not a hex cluster id".into() })?;
+        let cluster = parse_cluster_id(&id_text)
+            .map_err(|error| CertsError::Content { path: id_path.clone(), reason: error.to_string() })?;
         let key_path = dir.join(CA_KEY_FILE);
         let key = KeyPair::from_pem(&read_file(&key_path)?)
             .map_err(|error| CertsError::Content { path: key_path, reason: error.to_string() })?;

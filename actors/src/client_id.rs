@@ -1,29 +1,26 @@
 //! Client ids for exactly-once: 128 bits that no other client of any
 //! process is likely to have, or can guess (T2). The core takes ids as
-//! values (it draws no randomness); the actors and the runtime make them
-//! here, and bind a network client's ids to its authenticated identity
-//! ([`bound_client_id`]), so one client cannot answer for, or hijack, the
-//! request numbers of another.
-
-use std::hash::{BuildHasher, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
+//! values (it draws no randomness); every id is drawn by the one generator,
+//! [`cohort_client::fresh_client_id`]. The node binds a network client's
+//! ids to its authenticated identity here ([`bound_client_id`]), so one
+//! client cannot answer for, or hijack, the request numbers of another.
 
 use cohort_messages::ClientId;
 
-/// A client id nobody can guess: 128 bits from the operating system's
-/// random source.
+/// A client id for one of the node's own clients (its agent's reads, its
+/// operator client, a shard's pair epoch), from the one generator of
+/// client ids ([`cohort_client::fresh_client_id`]).
 ///
-/// ```
-/// use cohort_actors::client_id::fresh_client_id;
-/// assert_ne!(fresh_client_id(), fresh_client_id());
-/// ```
-pub fn fresh_client_id() -> ClientId {
-    let mut bytes = [0u8; 16];
-    match ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes) {
-        Ok(()) => ClientId(u128::from_le_bytes(bytes) | 1),
-        // The system's source never fails on Linux; if it did, the ids stay
-        // unique (keys, time, counter), if no longer unguessable.
-        Err(_) => fallback_client_id(),
+/// A node that cannot draw an unguessable id cannot keep other clients
+/// away from its requests (T2), and these callers have no one to hand an
+/// error to: this panics, naming the cause, instead of making up an id
+/// that could be guessed. The node checks the random source once at start
+/// (`NodeBuilder::start` fails with `NodeError::NoRandomness`), so only a
+/// source that fails later (a dead environment) gets here.
+pub(crate) fn fresh_client_id() -> ClientId {
+    match cohort_client::fresh_client_id() {
+        Ok(id) => id,
+        Err(error) => panic!("{error}: the node cannot go on without unguessable client ids (T2)"),
     }
 }
 
@@ -42,21 +39,6 @@ pub fn bound_client_id(identity: &[u8; 32], client: ClientId) -> ClientId {
     let mut bytes = [0u8; 16];
     bytes.copy_from_slice(&digest.as_ref()[..16]);
     ClientId(u128::from_le_bytes(bytes) | 1)
-}
-
-fn fallback_client_id() -> ClientId {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let count = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-    let half = |salt: u64| {
-        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-        hasher.write_u64(salt);
-        hasher.write_u64(count);
-        hasher.write_u128(nanos);
-        hasher.write_u32(std::process::id());
-        hasher.finish()
-    };
-    ClientId((u128::from(half(1)) << 64) | u128::from(half(2)) | 1)
 }
 
 #[cfg(test)]

@@ -96,7 +96,7 @@ pub const GROUP_ACTOR_MAILBOX_MAX: usize = 256;
 /// Ops of one group applied on this node, in op order (see the module docs).
 ///
 /// ```
-/// # use cohort_actors::custom::Applied;
+/// # use cohort_actors::Applied;
 /// fn bytes_applied(applied: &Applied) -> usize {
 ///     applied.ops.iter().map(|op| op.operation.len()).sum()
 /// }
@@ -117,7 +117,7 @@ pub struct Applied {
 /// actor derived from earlier ops (see the module docs).
 ///
 /// ```
-/// # use cohort_actors::custom::Restored;
+/// # use cohort_actors::Restored;
 /// fn describe(restored: &Restored) -> String {
 ///     let why = if restored.resync { "mailbox overflowed" } else { "recovery or state transfer" };
 ///     format!("{} restored at {} ({why})", restored.group, restored.op)
@@ -143,8 +143,8 @@ pub struct Restored {
 ///
 /// ```
 /// use actix::prelude::*;
-/// use cohort_actors::custom::{Applied, CustomGroupActor, Restored};
-/// use cohort_actors::group::RoleChanged;
+/// use cohort_actors::{Applied, CustomGroupActor, Restored};
+/// use cohort_actors::RoleChanged;
 /// use cohort_messages::Op;
 ///
 /// /// Counts the ops applied on this node.
@@ -190,8 +190,8 @@ impl<A> CustomGroupActor for A where
 /// Which group replica a custom actor is made for.
 ///
 /// ```
-/// use cohort_actors::custom::GroupReplica;
-/// use cohort_actors::kind::GroupKind;
+/// use cohort_actors::GroupReplica;
+/// use cohort_actors::GroupKind;
 /// use cohort_messages::{GroupId, NodeId};
 /// let replica = GroupReplica { node: NodeId(2), group: GroupId(9), kind: GroupKind::new("kv") };
 /// assert_eq!(format!("{} {}", replica.node, replica.group), "node:2 group:9");
@@ -207,7 +207,7 @@ pub struct GroupReplica {
 }
 
 /// Starts a kind's custom actor for a group, on the calling (shard) thread.
-pub type CustomActorFactory = Arc<dyn Fn(&GroupReplica) -> CustomActorLink + Send + Sync>;
+pub(crate) type CustomActorFactory = Arc<dyn Fn(&GroupReplica) -> CustomActorLink + Send + Sync>;
 
 /// A factory that starts `A` with the bounded mailbox cohort relies on.
 pub fn factory<A, F>(make: F) -> CustomActorFactory

@@ -62,7 +62,7 @@ impl GroupRole {
     /// The view the role holds in.
     ///
     /// ```
-    /// use cohort_actors::group::GroupRole;
+    /// use cohort_actors::GroupRole;
     /// use cohort_messages::View;
     /// assert_eq!(GroupRole::Backup(View(3)).view(), View(3));
     /// assert!(GroupRole::Primary(View(4)).is_primary());
@@ -117,10 +117,10 @@ pub const SUBSCRIBER_EVENTS_MAX: usize = 1024;
 
 /// The replica's role changed: became primary or backup of a view, or
 /// stepped down into a view change. The group actor tells it to a custom
-/// group actor (see [`crate::custom`]).
+/// group actor (see [`crate::CustomGroupActor`]).
 ///
 /// ```
-/// use cohort_actors::group::{GroupRole, RoleChanged};
+/// use cohort_actors::{GroupRole, RoleChanged};
 /// use cohort_messages::{GroupId, View};
 /// let changed = RoleChanged { group: GroupId(7), role: GroupRole::Primary(View(2)) };
 /// assert!(changed.role.is_primary());

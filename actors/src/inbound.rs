@@ -11,7 +11,7 @@ use cohort_messages::{Message, NodeId};
 
 /// Input from a peer, routed to the shard that owns the groups (R16), by
 /// the driver's rule ([`cohort_core::driver::route_peer_frame`]).
-pub use cohort_core::driver::PeerInput as Inbound;
+pub(crate) use cohort_core::driver::PeerInput as Inbound;
 
 /// What one read of a peer's connection brought for one shard, in the
 /// order the frames came: one message per read and shard, however many
@@ -37,11 +37,11 @@ pub struct AgentInbound {
 /// the socket is driven by that thread's runtime), and run in the link's
 /// context, so the link owns both directions of its peer's traffic and a
 /// restarted link starts from a fresh connection.
-pub type ConnectionReader = Box<dyn FnOnce() -> Option<Pin<Box<dyn Future<Output = ()>>>> + Send>;
+pub(crate) type ConnectionReader = Box<dyn FnOnce() -> Option<Pin<Box<dyn Future<Output = ()>>>> + Send>;
 
 /// Work the listener hands to a shard's thread: the TLS handshake and the
 /// Handshake/LinkShard checks of one new connection.
-pub type ShardTask = Pin<Box<dyn Future<Output = ()> + Send>>;
+pub(crate) type ShardTask = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// Where the listener sends what it reads. Lookups happen on every use: the
 /// supervisor replaces dead shards and links while connections are open.

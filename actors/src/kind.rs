@@ -18,7 +18,7 @@ use cohort_messages::GroupId;
 /// The name of a group kind. Cheap to clone.
 ///
 /// ```
-/// use cohort_actors::kind::GroupKind;
+/// use cohort_actors::GroupKind;
 /// let kv = GroupKind::new("kv");
 /// assert_eq!(kv.as_str(), "kv");
 /// assert_eq!(GroupKind::default().as_str(), GroupKind::DEFAULT_NAME);
@@ -28,7 +28,8 @@ use cohort_messages::GroupId;
 pub struct GroupKind(Arc<str>);
 
 impl GroupKind {
-    /// The kind [`super::NodeBuilder::state_machine`] registers and placements default to.
+    /// The kind `NodeBuilder::state_machine` (cohort-runtime) registers and
+    /// placements default to.
     pub const DEFAULT_NAME: &'static str = "default";
 
     /// The kind called `name`.
@@ -75,7 +76,7 @@ impl fmt::Debug for GroupKind {
 /// Why a node's group kinds do not fit together. Each message says what to fix.
 ///
 /// ```
-/// use cohort_actors::kind::{GroupKind, GroupKindError};
+/// use cohort_actors::{GroupKind, GroupKindError};
 /// let error = GroupKindError::Duplicate { kind: GroupKind::new("kv") };
 /// assert!(error.to_string().contains("register each kind once"));
 /// ```

@@ -69,7 +69,7 @@ pub struct Router {
     /// TLS (T1); `None` only for an `insecure` cluster.
     pub tls: Option<NodeTls>,
     /// Connections accepted and not yet adopted by a link or refused (T5:
-    /// at most [`GREETINGS_MAX`]).
+    /// at most 256, `GREETINGS_MAX`).
     pub greeting: Arc<std::sync::atomic::AtomicUsize>,
     /// The node's metadata agent: session frames (which carry no group) and
     /// the metadata group's answers to the agent's forwarded requests.
@@ -79,7 +79,7 @@ pub struct Router {
 /// The most peer connections that may be between accept and adoption at
 /// once (T5): a flood of connections that never greet costs at most this
 /// many small buffers, each for at most the stall timeout.
-pub const GREETINGS_MAX: usize = 256;
+pub(crate) const GREETINGS_MAX: usize = 256;
 
 /// One connection counted in [`Router::greeting`] until it is dropped.
 struct Greeting(Arc<std::sync::atomic::AtomicUsize>);
@@ -238,7 +238,7 @@ async fn accept_on_shard(stream: std::net::TcpStream, router: Router, shard: usi
 }
 
 /// What a connection has read so far; moves with it to the peer link.
-pub struct Connection {
+pub(crate) struct Connection {
     connection: usize,
     rejects: cohort_messages::RejectCounters,
     decoder: FrameDecoder,
@@ -281,7 +281,7 @@ impl Connection {
 /// context, so a restarted link starts from a fresh connection. Every
 /// complete frame of one read is routed before the next read, and each
 /// shard gets what the read held for it in one message.
-pub async fn read_frames(mut stream: Stream, mut inbound: Connection, peer: NodeId, router: Router) {
+pub(crate) async fn read_frames(mut stream: Stream, mut inbound: Connection, peer: NodeId, router: Router) {
     let mut known = Some(peer);
     let mut pending = Pending::default();
     loop {

@@ -51,26 +51,22 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 
 /// Prefix of every family this node exports.
-pub const METRIC_PREFIX: &str = "cohort";
+pub(crate) const METRIC_PREFIX: &str = "cohort";
 
 /// Upper bounds (seconds) of the commit latency histogram's buckets, in a
 /// 1-2-5 series from 100 µs (a loopback round trip plus one group-committed
 /// `fdatasync`) to 10 s (several view changes in a row). The overflow bucket
 /// `+Inf` is implicit.
-pub const COMMIT_LATENCY_BUCKETS_SECONDS: [f64; 16] =
+pub(crate) const COMMIT_LATENCY_BUCKETS_SECONDS: [f64; 16] =
     [0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0];
 
 /// Upper bounds (seconds) of the apply latency histogram's buckets: one
 /// state machine `apply` call, in a 1-2-5 series from 1 µs (a register
 /// write) to 1 s (a state machine that does I/O, which it should not).
-pub const APPLY_LATENCY_BUCKETS_SECONDS: [f64; 19] = [
+pub(crate) const APPLY_LATENCY_BUCKETS_SECONDS: [f64; 19] = [
     0.000001, 0.000002, 0.000005, 0.00001, 0.00002, 0.00005, 0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02,
     0.05, 0.1, 0.2, 0.5, 1.0,
 ];
-
-/// The `kind` label of groups whose kind was not named: until the host
-/// registers group kinds (the embedding API), every group is of this kind.
-pub const DEFAULT_GROUP_KIND: &str = "default";
 
 /// How many counters a [`ShardMetrics`] holds; one exported family each.
 const SHARD_COUNTER_COUNT: usize = 21;
@@ -165,7 +161,7 @@ fn shard_counter_values(metrics: &ShardMetrics) -> [u64; SHARD_COUNTER_COUNT] {
 
 /// A group's heartbeat state, as the `state` label of `cohort_groups` (R32).
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
-pub enum GroupState {
+pub(crate) enum GroupState {
     /// Primary of a group with writes in flight.
     Busy,
     /// Primary of a group with nothing in flight.
@@ -178,10 +174,11 @@ pub enum GroupState {
 
 impl GroupState {
     /// Every state, so a shard's gauges are all written on each update.
-    pub const ALL: [GroupState; 4] = [GroupState::Busy, GroupState::Idle, GroupState::Backup, GroupState::ViewChange];
+    pub(crate) const ALL: [GroupState; 4] =
+        [GroupState::Busy, GroupState::Idle, GroupState::Backup, GroupState::ViewChange];
 
     /// The label value.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             GroupState::Busy => "busy",
             GroupState::Idle => "idle",
@@ -394,7 +391,7 @@ impl EncodeLabelValue for DropReason {
 /// `cohort_frames_rejected_total`, one per map of [`RejectCounters`]. It keeps
 /// a frame kind and a body kind apart even if they ever share a name.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
-pub enum RejectLevel {
+pub(crate) enum RejectLevel {
     /// The whole frame was dropped (header, checksum, size, revision).
     Frame,
     /// The frame was sound but its body was dropped.
@@ -405,7 +402,7 @@ pub enum RejectLevel {
 
 impl RejectLevel {
     /// The label value.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             RejectLevel::Frame => "frame",
             RejectLevel::Body => "body",
@@ -621,7 +618,7 @@ fn gauge_value(count: u64) -> i64 {
 ///   [`RejectCounters`], and [`NodeMetrics::set_peers_connected`] (or the
 ///   supervisor, which sees all links);
 /// - any sender whose `try_send` failed or whose link was down:
-///   [`NodeMetrics::inc_dropped`];
+///   [`NodeMetrics::add_dropped`];
 /// - the client path, when a submitted op's reply arrives:
 ///   [`NodeMetrics::observe_commit_latency`].
 #[derive(Debug)]
@@ -1032,7 +1029,7 @@ impl NodeMetrics {
 
     /// The series of group kind `kind` (created at zero on first use). The
     /// set of kinds is the host's registered kinds, so the label stays
-    /// bounded; pass [`DEFAULT_GROUP_KIND`] for groups of no named kind.
+    /// bounded; groups of no named kind are of the kind `default`.
     pub fn group_kind(&self, kind: &str) -> GroupKindMetrics {
         let labels = KindLabels { kind: kind.to_owned() };
         GroupKindMetrics {
@@ -1320,7 +1317,7 @@ mod tests {
     #[test]
     fn apply_latency_and_applied_ops_are_exported_per_group_kind() {
         let metrics = NodeMetrics::new();
-        let default = metrics.group_kind(DEFAULT_GROUP_KIND);
+        let default = metrics.group_kind("default");
         let ledger = metrics.group_kind("ledger");
         default.observe_apply(Duration::from_micros(3));
         default.observe_apply(Duration::from_millis(3));

@@ -19,7 +19,7 @@ use crate::metrics::GroupKindMetrics;
 use crate::traces::ShardTraces;
 
 /// `inner`, timed and traced.
-pub struct ObservedStateMachine {
+pub(crate) struct ObservedStateMachine {
     inner: Box<dyn StateMachine>,
     group: GroupId,
     metrics: GroupKindMetrics,
@@ -29,7 +29,7 @@ pub struct ObservedStateMachine {
 impl ObservedStateMachine {
     /// Wrap `group`'s state machine; applies count in `metrics` and open
     /// spans through `traces`.
-    pub fn new(
+    pub(crate) fn new(
         inner: Box<dyn StateMachine>,
         group: GroupId,
         metrics: GroupKindMetrics,

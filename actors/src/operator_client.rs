@@ -32,7 +32,7 @@ use cohort_messages::{ClientId, GroupId, NodeId, Redirect, Reply, ReplyError, Re
 use tokio::sync::oneshot;
 
 /// An unanswered operator command is sent again after this long.
-pub const OPERATOR_RETRY_INTERVAL: Duration = Duration::from_millis(500);
+pub(crate) const OPERATOR_RETRY_INTERVAL: Duration = Duration::from_millis(500);
 
 /// Why an operator command got no result from the metadata group.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -68,7 +68,7 @@ pub enum OperatorFailure {
 }
 
 /// Where an operator command's answer goes.
-pub type OperatorAnswer = oneshot::Sender<Result<MetadataResult, OperatorFailure>>;
+pub(crate) type OperatorAnswer = oneshot::Sender<Result<MetadataResult, OperatorFailure>>;
 
 /// The command in flight.
 struct InFlight {
@@ -83,7 +83,7 @@ struct InFlight {
 }
 
 /// See the module docs.
-pub struct OperatorClient {
+pub(crate) struct OperatorClient {
     requests: Sequence,
     in_flight: Option<InFlight>,
 }
@@ -96,19 +96,19 @@ impl Default for OperatorClient {
 
 impl OperatorClient {
     /// A client with a fresh id and nothing in flight.
-    pub fn new() -> OperatorClient {
+    pub(crate) fn new() -> OperatorClient {
         let requests = Sequence::new(crate::client_id::fresh_client_id(), GroupId::METADATA);
         OperatorClient { requests, in_flight: None }
     }
 
     /// Whether `client` is this client's id (its answers come here).
-    pub fn owns(&self, client: ClientId) -> bool {
+    pub(crate) fn owns(&self, client: ClientId) -> bool {
         client == self.requests.client()
     }
 
     /// Number `command` and take it in flight; the request to send, or the
     /// answer back with [`OperatorFailure::Busy`].
-    pub fn start(
+    pub(crate) fn start(
         &mut self,
         command: &MetadataCommand,
         deadline: Instant,
@@ -134,7 +134,7 @@ impl OperatorClient {
     }
 
     /// The request in flight was sent (again) to `target`.
-    pub fn sent(&mut self, target: NodeId, local: bool, now: Instant) {
+    pub(crate) fn sent(&mut self, target: NodeId, local: bool, now: Instant) {
         if let Some(in_flight) = &mut self.in_flight {
             in_flight.sent = now;
             in_flight.attempts += 1;
@@ -144,7 +144,7 @@ impl OperatorClient {
 
     /// Every tick: the request to send again, if one is due; a command past
     /// its deadline is answered [`OperatorFailure::Unreachable`].
-    pub fn on_tick(&mut self, now: Instant) -> Option<Request> {
+    pub(crate) fn on_tick(&mut self, now: Instant) -> Option<Request> {
         let in_flight = self.in_flight.as_ref()?;
         if now >= in_flight.deadline {
             let in_flight = self.in_flight.take()?;
@@ -165,7 +165,7 @@ impl OperatorClient {
 
     /// An answer for this client: complete the command if it is the one in
     /// flight and the answer is definite.
-    pub fn on_reply(&mut self, reply: &Reply) {
+    pub(crate) fn on_reply(&mut self, reply: &Reply) {
         let Some(in_flight) = self.in_flight.as_mut().filter(|f| client::answers(&f.request, reply)) else { return };
         let result = match client::verdict(reply) {
             Verdict::Done { result, .. } => match MetadataResult::decode(result) {
@@ -190,7 +190,7 @@ impl OperatorClient {
 
     /// A redirect for this client: the request in flight, if the redirect
     /// is about it (the agent's route says whether it goes again at once).
-    pub fn on_redirect(&mut self, from: NodeId, redirect: &Redirect) -> Option<Request> {
+    pub(crate) fn on_redirect(&mut self, from: NodeId, redirect: &Redirect) -> Option<Request> {
         let in_flight = self.in_flight.as_mut().filter(|f| client::redirects(&f.request, redirect))?;
         in_flight.last = match redirect.primary {
             Some(primary) => format!("{from} redirected to {primary}"),

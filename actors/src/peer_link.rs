@@ -80,12 +80,12 @@ impl SendFrames {
 }
 
 /// Bytes a link holds unsent, at most, before it drops what comes (K4).
-pub const LINK_QUEUE_MAX_BYTES: usize = 64 * 1024 * 1024;
+pub(crate) const LINK_QUEUE_MAX_BYTES: usize = 64 * 1024 * 1024;
 /// Unsent bytes past which a link is congested: its shard holds Prepares
 /// back (K4: slow what goes to that peer rather than drop it).
-pub const LINK_CONGESTED_BYTES: usize = 8 * 1024 * 1024;
+pub(crate) const LINK_CONGESTED_BYTES: usize = 8 * 1024 * 1024;
 /// Unsent bytes below which a congested link has drained.
-pub const LINK_DRAINED_BYTES: usize = 1024 * 1024;
+pub(crate) const LINK_DRAINED_BYTES: usize = 1024 * 1024;
 
 const _: () = assert!(LINK_DRAINED_BYTES < LINK_CONGESTED_BYTES && LINK_CONGESTED_BYTES < LINK_QUEUE_MAX_BYTES);
 
@@ -96,8 +96,8 @@ const _: () = assert!(LINK_DRAINED_BYTES < LINK_CONGESTED_BYTES && LINK_CONGESTE
 pub struct LinkState {
     /// The outbound connection is up and greeted.
     pub connected: AtomicBool,
-    /// The unsent bytes passed [`LINK_CONGESTED_BYTES`] and have not yet
-    /// gone below [`LINK_DRAINED_BYTES`].
+    /// The unsent bytes passed `LINK_CONGESTED_BYTES` and have not yet
+    /// gone below `LINK_DRAINED_BYTES`.
     pub congested: AtomicBool,
 }
 /// The first wait between two dials; it doubles up to

@@ -272,7 +272,7 @@ impl PlacementFile {
 
 /// `configured` with the recorded placements merged in: a recorded group
 /// replaces a configured one (it is what the metadata placed here since).
-pub fn merge(configured: &[HostedGroup], recorded: Vec<HostedGroup>) -> Vec<HostedGroup> {
+pub(crate) fn merge(configured: &[HostedGroup], recorded: Vec<HostedGroup>) -> Vec<HostedGroup> {
     let mut merged: Vec<HostedGroup> = configured
         .iter()
         .filter(|hosted| !recorded.iter().any(|record| record.spec.group == hosted.spec.group))

@@ -12,7 +12,7 @@ use crate::custom::CustomActorFactory;
 use crate::kind::{GroupKind, GroupKindError};
 
 /// Makes the state machine of a group; called on the shard's thread.
-pub type StateMachineFactory = Arc<dyn Fn(GroupId) -> Box<dyn StateMachine> + Send + Sync>;
+pub(crate) type StateMachineFactory = Arc<dyn Fn(GroupId) -> Box<dyn StateMachine> + Send + Sync>;
 
 /// What a kind is made of.
 pub struct KindSpec {

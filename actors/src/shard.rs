@@ -39,12 +39,12 @@ use cohort_core::{CoreConfig, Shard};
 use cohort_messages::{GroupId, Message, NodeId, Request, TraceContext};
 use tokio::sync::oneshot;
 
-pub use hosting::{
+pub(crate) use hosting::{
     HostPlaced, ProposeSeal, SetLearners, SwitchIncarnation, SwitchIncarnationAsLearner, TransferPrimary, UnloadGroup,
 };
-pub use queries::{
-    DriverRecording, GetGroupActor, GetHostedChanges, GetHostedFingerprint, GetHostedReplicas, GetReport,
-    HostedChanges, ReplaceOutbox, ShardReport, StallForTest, SubscribeGroup, TakeDriverRecording,
+pub use queries::{DriverRecording, GetGroupActor, GetReport, ShardReport, SubscribeGroup, TakeDriverRecording};
+pub(crate) use queries::{
+    GetHostedChanges, GetHostedFingerprint, GetHostedReplicas, HostedChanges, ReplaceOutbox, StallForTest,
 };
 pub use waits::{CancelQuorumWait, StartQuorumWait};
 

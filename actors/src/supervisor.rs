@@ -22,7 +22,7 @@ use crate::parts::Parts;
 use crate::shard::{ReplaceOutbox, StallForTest};
 
 /// How often the supervisor looks at its children.
-pub const CHECK_INTERVAL: Duration = Duration::from_millis(100);
+pub(crate) const CHECK_INTERVAL: Duration = Duration::from_millis(100);
 
 /// A fault to inject, for tests of supervision and of slow threads (not part
 /// of the stable API).

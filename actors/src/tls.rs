@@ -34,7 +34,7 @@ use tokio_rustls::{TlsAcceptor, TlsConnector};
 
 /// The name every node's certificate carries, which a client of the client
 /// port checks (it does not know the node ids behind the addresses it has).
-pub const NODES_NAME: &str = "nodes.cohort";
+pub(crate) const NODES_NAME: &str = "nodes.cohort";
 
 /// The name node `node`'s certificate carries.
 pub fn node_name(node: NodeId) -> String {
@@ -210,7 +210,7 @@ pub fn client_config(credentials: &Credentials) -> Result<rustls::ClientConfig, 
 }
 
 /// The server name a link dials `node` by.
-pub fn server_name_of(node: NodeId) -> ServerName<'static> {
+pub(crate) fn server_name_of(node: NodeId) -> ServerName<'static> {
     ServerName::try_from(node_name(node)).unwrap_or_else(|_| ServerName::try_from(NODES_NAME).expect("a DNS name"))
 }
 

@@ -19,7 +19,7 @@ use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 /// The W3C context of `span`, for a frame header; [`TraceContext::NONE`] if
 /// the span is disabled or not exported by OpenTelemetry.
-pub fn context_of(span: &Span) -> TraceContext {
+pub(crate) fn context_of(span: &Span) -> TraceContext {
     if span.is_disabled() {
         return TraceContext::NONE;
     }
@@ -39,7 +39,7 @@ pub fn context_of(span: &Span) -> TraceContext {
 /// The OpenTelemetry span context a header's [`TraceContext`] names, or
 /// `None` for [`TraceContext::NONE`] or a context with a zero span id.
 /// `remote` says whether the span lives in another process.
-pub fn span_context_of(trace: TraceContext, remote: bool) -> Option<SpanContext> {
+pub(crate) fn span_context_of(trace: TraceContext, remote: bool) -> Option<SpanContext> {
     if !trace.is_some() {
         return None;
     }
@@ -56,14 +56,14 @@ pub fn span_context_of(trace: TraceContext, remote: bool) -> Option<SpanContext>
 /// Make `span` a child of the remote span `trace` names (from a frame
 /// header). Must be called before `span` is entered or its context is read;
 /// does nothing for [`TraceContext::NONE`] or a disabled span.
-pub fn set_remote_parent(span: &Span, trace: TraceContext) {
+pub(crate) fn set_remote_parent(span: &Span, trace: TraceContext) {
     set_parent(span, trace, true);
 }
 
 /// Make `span` a child of a span of this process that `trace` names, which
 /// may have closed already (a shard remembers the contexts of the ops in
 /// flight, not their spans). Same rules as [`set_remote_parent`].
-pub fn set_local_parent(span: &Span, trace: TraceContext) {
+pub(crate) fn set_local_parent(span: &Span, trace: TraceContext) {
     set_parent(span, trace, false);
 }
 
@@ -79,7 +79,7 @@ fn set_parent(span: &Span, trace: TraceContext, remote: bool) {
 }
 
 /// Link `span` to the span `trace` names (a cause that is not its parent).
-pub fn add_link(span: &Span, trace: TraceContext) {
+pub(crate) fn add_link(span: &Span, trace: TraceContext) {
     if span.is_disabled() {
         return;
     }

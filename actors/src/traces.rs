@@ -49,16 +49,16 @@ use crate::trace_context::{add_link, context_of, set_local_parent, set_remote_pa
 /// with the lowest `(group, op)` is forgotten (its later spans are not
 /// made), so a group that stopped committing cannot keep new writes from
 /// being traced.
-pub const TRACED_OPS_MAX: usize = 4096;
+pub(crate) const TRACED_OPS_MAX: usize = 4096;
 
 /// Submits waiting for their op number. Past it a submit is not traced;
 /// entries whose caller gave up are dropped about once a second.
-pub const TRACED_SUBMITS_MAX: usize = 4096;
+pub(crate) const TRACED_SUBMITS_MAX: usize = 4096;
 
 /// Links from one `send_prepare_ok` to the other writes its PrepareOk
 /// acknowledges (newest first); a backup catching up acknowledges many ops
 /// at once, and a span with thousands of links helps nobody.
-pub const ACK_LINKS_MAX: usize = 16;
+pub(crate) const ACK_LINKS_MAX: usize = 16;
 
 /// What the shard remembers of one traced op.
 struct OpTrace {
@@ -90,20 +90,20 @@ struct Entries {
 
 /// One shard's spans and in-flight trace contexts. Shared (`Rc`) by the
 /// shard actor and its groups' state machine wrappers, on one thread.
-pub struct ShardTraces {
+pub(crate) struct ShardTraces {
     node: NodeId,
     entries: RefCell<Entries>,
 }
 
 impl ShardTraces {
     /// The traces of a shard of `node`.
-    pub fn new(node: NodeId) -> ShardTraces {
+    pub(crate) fn new(node: NodeId) -> ShardTraces {
         ShardTraces { node, entries: RefCell::new(Entries::default()) }
     }
 
     /// The shard took a submit whose caller's span is `parent` at tick
     /// `now`: open `write`.
-    pub fn on_submit(&self, client: ClientId, request: RequestNumber, group: GroupId, parent: &Span, now: u64) {
+    pub(crate) fn on_submit(&self, client: ClientId, request: RequestNumber, group: GroupId, parent: &Span, now: u64) {
         let span = info_span!(
             parent: parent,
             "write",
@@ -124,7 +124,7 @@ impl ShardTraces {
 
     /// Forget submits that came in before tick `tick` and got no answer
     /// (their caller gave up long ago).
-    pub fn forget_submits_before(&self, tick: u64) {
+    pub(crate) fn forget_submits_before(&self, tick: u64) {
         let mut entries = self.entries.borrow_mut();
         if !entries.submitted.is_empty() {
             entries.submitted.retain(|_, (_, since)| *since >= tick);
@@ -134,7 +134,7 @@ impl ShardTraces {
     /// The handling span of an inbound single-group message, to be entered
     /// while the core handles it. A Prepare's span is filed as its op's
     /// span on this backup.
-    pub fn on_message(&self, from: NodeId, message: &Message, trace: TraceContext) -> Span {
+    pub(crate) fn on_message(&self, from: NodeId, message: &Message, trace: TraceContext) -> Span {
         let (node, peer) = (self.node.0, from.0);
         let span = match message {
             Message::Prepare(prepare) => {
@@ -198,7 +198,7 @@ impl ShardTraces {
 
     /// The handling span of a heartbeat batch (Commit or CommitReply
     /// entries of this shard), at debug level.
-    pub fn on_batch(&self, from: NodeId, replies: bool, entries: usize) -> Span {
+    pub(crate) fn on_batch(&self, from: NodeId, replies: bool, entries: usize) -> Span {
         let (node, peer) = (self.node.0, from.0);
         if replies {
             debug_span!(parent: None, "commit_reply_batch", cohort.node = node, cohort.peer = peer, cohort.entries = entries)
@@ -208,7 +208,7 @@ impl ShardTraces {
     }
 
     /// A heartbeat batch leaves for `to` (debug level, no trace context).
-    pub fn on_send_batch(&self, to: NodeId, replies: bool, entries: usize) {
+    pub(crate) fn on_send_batch(&self, to: NodeId, replies: bool, entries: usize) {
         let (node, peer) = (self.node.0, to.0);
         let _span = if replies {
             debug_span!(
@@ -233,7 +233,7 @@ impl ShardTraces {
 
     /// The core appended `entry`: on the primary, the op's number is now
     /// known, so its `write` span is filed under `(group, op)`.
-    pub fn on_append(&self, group: GroupId, entry: &LogEntry) {
+    pub(crate) fn on_append(&self, group: GroupId, entry: &LogEntry) {
         let mut entries = self.entries.borrow_mut();
         if entries.submitted.is_empty() {
             return;
@@ -247,7 +247,7 @@ impl ShardTraces {
     /// The context to put in the header of `message` to `to`: a Prepare or
     /// PrepareOk of a traced op gets a `send_*` span, whose context it is.
     /// A PrepareOk also closes the `prepare` spans of the ops it covers.
-    pub fn on_send(&self, to: NodeId, message: &Message) -> TraceContext {
+    pub(crate) fn on_send(&self, to: NodeId, message: &Message) -> TraceContext {
         let mut entries = self.entries.borrow_mut();
         if entries.ops.is_empty() {
             return TraceContext::NONE;
@@ -308,7 +308,14 @@ impl ShardTraces {
 
     /// The core answered a client (`op` 0 for reads, errors and redirects):
     /// a `reply` span, and the primary's `write` closes.
-    pub fn on_answer(&self, group: GroupId, client: ClientId, request: RequestNumber, op: Op, outcome: &'static str) {
+    pub(crate) fn on_answer(
+        &self,
+        group: GroupId,
+        client: ClientId,
+        request: RequestNumber,
+        op: Op,
+        outcome: &'static str,
+    ) {
         let mut entries = self.entries.borrow_mut();
         if entries.submitted.is_empty() && entries.ops.is_empty() {
             return;
@@ -340,7 +347,7 @@ impl ShardTraces {
     /// The state machine applies `op` of `group`: `commit` opens (until
     /// [`ShardTraces::on_committed`]) and the returned `apply` span is to be
     /// entered around the state machine's call. Disabled for untraced ops.
-    pub fn on_apply(&self, group: GroupId, op: Op) -> Span {
+    pub(crate) fn on_apply(&self, group: GroupId, op: Op) -> Span {
         let mut entries = self.entries.borrow_mut();
         if entries.ops.is_empty() {
             return Span::none();
@@ -356,7 +363,7 @@ impl ShardTraces {
 
     /// Ops up to `op` of `group` are committed here: their `commit` spans
     /// close, and entries whose own span closed too leave.
-    pub fn on_committed(&self, group: GroupId, op: Op) {
+    pub(crate) fn on_committed(&self, group: GroupId, op: Op) {
         let mut entries = self.entries.borrow_mut();
         if entries.ops.is_empty() {
             return;
@@ -376,7 +383,7 @@ impl ShardTraces {
 
     /// `group`'s replica changed role (a view change): an instant
     /// `role_changed` span, and the group's in-flight entries leave.
-    pub fn on_role_changed(&self, group: GroupId, view: View, role: Role) {
+    pub(crate) fn on_role_changed(&self, group: GroupId, view: View, role: Role) {
         let _span = info_span!(
             parent: None,
             "role_changed",
@@ -413,7 +420,8 @@ impl ShardTraces {
     }
 
     /// Ops whose context this shard remembers (for tests and bounds checks).
-    pub fn ops_in_flight(&self) -> usize {
+    #[cfg(test)]
+    fn ops_in_flight(&self) -> usize {
         self.entries.borrow().ops.len()
     }
 }
@@ -427,7 +435,7 @@ fn role_name(role: Role) -> &'static str {
     }
 }
 
-/// The span of one submit on the node that takes it ([`crate::node::NodeHandle::submit_as`]):
+/// The span of one submit on the node that takes it (`NodeHandle::submit_as` in cohort-runtime):
 /// the root of a write's trace, or a child of the caller's current span, so
 /// a host that traces its own request continues that trace.
 pub fn submit_span(node: NodeId, request: &Request) -> Span {

@@ -9,9 +9,8 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use bytes::Bytes;
-use cohort_actors::drops::Drops;
-use cohort_actors::metrics::{LinkEvent, NodeMetrics};
-use cohort_actors::peer_link::{LinkIdentity, LinkState, LinkTiming, PeerLink, SendFrames};
+use cohort_actors::test_support::{LinkIdentity, PeerLink, SendFrames};
+use cohort_actors::{Drops, LinkEvent, LinkState, LinkTiming, NodeMetrics};
 use cohort_messages::{ClusterId, NodeId};
 use tokio::net::TcpListener;
 

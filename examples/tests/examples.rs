@@ -20,6 +20,21 @@ fn embed_sums_every_write() {
     assert!(out.contains("Primary(View(0))"), "node 1 leads group 0: {out}");
 }
 
+/// The docs and the README say how long the shortest host is; count it
+/// as they do (no blank lines, no comments).
+#[test]
+fn embed_is_as_long_as_the_docs_say() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let read = |path: &str| std::fs::read_to_string(root.join(path)).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let code = read("examples/src/bin/embed.rs");
+    let lines = code.lines().map(str::trim).filter(|line| !line.is_empty() && !line.starts_with("//")).count();
+    let claim = format!("{lines} lines (not counting blank");
+    for doc in ["docs/embedding.md", "README.md"] {
+        let text = read(doc).replace('\n', " ");
+        assert!(text.contains(&claim), "{doc} should say embed.rs is {claim}");
+    }
+}
+
 #[test]
 fn log_consumers_read_every_message_in_order() {
     for args in [&["--messages", "40"][..], &["--messages", "20", "--async"][..]] {

@@ -41,7 +41,7 @@
 //! and keeps sending a group's requests there while its primary is on a
 //! node it has no handle for. Exactly-once holds across both paths: the
 //! nodes bind a network client's ids to its certificate
-//! ([`cohort_actors::client_id::bound_client_id`]), so this client submits
+//! ([`cohort_actors::bound_client_id`]), so this client submits
 //! to its own nodes under the bound id, and a retry that changes path is the
 //! same request to the group.
 
@@ -51,13 +51,14 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use cohort_core::client::{self, Sequence};
-use cohort_messages::{GroupId, NodeId, ReplyError, Request, RequestKind, RequestNumber};
+use cohort_messages::{GroupId, NodeId, ReplyError, RequestKind, RequestNumber};
 
-pub use cohort_actors::client_id::fresh_client_id;
+use cohort_client::fresh_client_id;
 
 use crate::node::{Committed, NodeHandle, SubmitError};
 
 pub use cohort_client::ClusterClient;
+pub use cohort_messages::Request;
 
 /// How long a call keeps trying, by default.
 pub const CLIENT_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
@@ -155,6 +156,10 @@ pub enum ClientError {
     /// reported as [`ClientError::Timeout`] and [`ClientError::Refused`].
     #[error("over the client ports: {0}")]
     Network(cohort_client::ClientError),
+    /// The operating system's random source failed, so no unguessable
+    /// client id could be drawn (T2); nothing was sent.
+    #[error("{0}")]
+    NoRandomness(#[from] cohort_client::NoRandomness),
 }
 
 /// One client's writes to one group.
@@ -167,8 +172,8 @@ struct Session {
 }
 
 impl Session {
-    fn fresh(group: GroupId) -> Session {
-        Session { writes: Sequence::new(fresh_client_id(), group), in_doubt: false }
+    fn fresh(group: GroupId) -> Result<Session, ClientError> {
+        Ok(Session { writes: Sequence::new(fresh_client_id()?, group), in_doubt: false })
     }
 }
 
@@ -219,7 +224,7 @@ struct Network {
 impl Network {
     fn new(client: ClusterClient) -> Network {
         let identity = match client.certificate() {
-            Some(certificate) => cohort_actors::tls::identity_of(certificate),
+            Some(certificate) => cohort_actors::identity_of(certificate),
             None => crate::client_port::INSECURE_IDENTITY,
         };
         Network { client, identity }
@@ -325,12 +330,12 @@ impl Client {
     pub async fn write(&self, group: GroupId, operation: impl Into<Bytes>) -> Result<Committed, ClientError> {
         let operation = operation.into();
         check_size(&operation)?;
-        let session = self.session(group);
+        let session = self.session(group)?;
         let mut session = session.lock().await;
         if session.in_doubt {
             // The last write perhaps applied, perhaps not (or its id is no
             // longer usable): start a new client (see the module docs).
-            session.writes.restart(fresh_client_id());
+            session.writes.restart(fresh_client_id()?);
         }
         let request = session.writes.write(operation);
         // Cleared only on success, so a caller that stops waiting leaves it set.
@@ -373,7 +378,7 @@ impl Client {
         let operation = query.into();
         check_size(&operation)?;
         // Reads are not numbered; a fresh id keeps each apart from writes.
-        let request = client::read(fresh_client_id(), RequestNumber(1), group, operation);
+        let request = client::read(fresh_client_id()?, RequestNumber(1), group, operation);
         let mut result = self.run(request).await;
         if let Err(ClientError::Timeout { request, .. }) = &mut result {
             *request = None;
@@ -414,10 +419,14 @@ impl Client {
         &self.inner.nodes
     }
 
-    fn session(&self, group: GroupId) -> Arc<tokio::sync::Mutex<Session>> {
+    fn session(&self, group: GroupId) -> Result<Arc<tokio::sync::Mutex<Session>>, ClientError> {
         let mut sessions = self.inner.sessions.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let session = sessions.entry(group).or_insert_with(|| Arc::new(tokio::sync::Mutex::new(Session::fresh(group))));
-        Arc::clone(session)
+        if let Some(session) = sessions.get(&group) {
+            return Ok(Arc::clone(session));
+        }
+        let session = Arc::new(tokio::sync::Mutex::new(Session::fresh(group)?));
+        sessions.insert(group, Arc::clone(&session));
+        Ok(session)
     }
 
     /// Submit `request` until a definite answer or the timeout, following
@@ -439,10 +448,9 @@ impl Client {
         // With a network path, submit under the id the nodes bind the
         // network client's id to, so both paths are one client to the group.
         let local = match &self.inner.network {
-            Some(network) => Request {
-                client: cohort_actors::client_id::bound_client_id(&network.identity, request.client),
-                ..request.clone()
-            },
+            Some(network) => {
+                Request { client: cohort_actors::bound_client_id(&network.identity, request.client), ..request.clone() }
+            }
             None => request.clone(),
         };
         let mut target = match hint {
@@ -565,6 +573,7 @@ impl Client {
                 code: ReplyError::Forbidden,
                 detail: format!("{group} is reserved for the cluster's metadata group"),
             })),
+            Err(SubmitError::NoRandomness { source, .. }) => Next::Done(Err(ClientError::NoRandomness(source))),
             Err(SubmitError::Refused { code, .. }) if client::retryable(code) => Next::Later,
             Err(SubmitError::Refused { code, detail, .. }) => {
                 Next::Done(Err(ClientError::Refused { group, code, detail }))
@@ -626,12 +635,6 @@ fn check_size(operation: &Bytes) -> Result<(), ClientError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn fresh_ids_differ() {
-        let ids: std::collections::HashSet<cohort_messages::ClientId> = (0..1000).map(|_| fresh_client_id()).collect();
-        assert_eq!(ids.len(), 1000);
-    }
 
     #[test]
     fn errors_say_what_to_do() {

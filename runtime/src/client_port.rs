@@ -19,7 +19,7 @@
 //!   `Forbidden` (operators use the admin port, nodes their peer links);
 //! - answer for another client: exactly-once is per (client id, request
 //!   number), and the id the cluster uses is the client's chosen id bound to
-//!   its certificate ([`cohort_actors::client_id::bound_client_id`]); its own
+//!   its certificate ([`cohort_actors::bound_client_id`]); its own
 //!   retries, through any node, keep working, another client's do not meet
 //!   them.
 //!
@@ -33,10 +33,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use cohort_actors::directory::Directory;
-use cohort_actors::metrics::{NodeMetrics, Port};
-use cohort_actors::shard::{ClientAnswer, Submit};
-use cohort_actors::tls::{NodeTls, Stream};
+use cohort_actors::Directory;
+use cohort_actors::{ClientAnswer, Submit};
+use cohort_actors::{NodeMetrics, Port};
+use cohort_actors::{NodeTls, Stream};
 use cohort_core::routing::shard_of;
 use cohort_messages::{
     ClusterId, Command, Frame, FrameDecoder, GroupId, Handshake, Message, NodeId, Outcome, Reply, ReplyError, Request,
@@ -81,10 +81,10 @@ impl Default for ClientPortLimits {
 /// (`insecure`): all clients are one, and nothing tells them apart. The
 /// embedded [`crate::client::Client`] binds its ids with it too when it
 /// reaches an insecure cluster's other nodes over their client ports.
-pub const INSECURE_IDENTITY: [u8; 32] = [0; 32];
+pub(crate) const INSECURE_IDENTITY: [u8; 32] = [0; 32];
 
 /// What serving the port needs.
-pub struct ClientPort {
+pub(crate) struct ClientPort {
     /// Our cluster.
     pub cluster: ClusterId,
     /// This node.
@@ -98,7 +98,7 @@ pub struct ClientPort {
     /// The bounds.
     pub limits: ClientPortLimits,
     /// This node's copy of the metadata (route queries).
-    pub metadata: cohort_actors::shared_metadata::SharedMetadata,
+    pub metadata: cohort_actors::SharedMetadata,
 }
 
 impl ClientPort {
@@ -108,7 +108,7 @@ impl ClientPort {
 }
 
 /// Accept client connections forever.
-pub async fn serve(listener: TcpListener, port: Arc<ClientPort>) {
+pub(crate) async fn serve(listener: TcpListener, port: Arc<ClientPort>) {
     let connections = Arc::new(Semaphore::new(port.limits.connections_max.max(1)));
     loop {
         match listener.accept().await {
@@ -136,7 +136,7 @@ async fn serve_connection(tcp: TcpStream, port: Arc<ClientPort>, _permit: OwnedS
                 let certificate = stream.get_ref().1.peer_certificates().and_then(|chain| chain.first()).cloned();
                 // The verifier requires a certificate; without one there is no identity.
                 let Some(certificate) = certificate else { return port.refuse("no_certificate") };
-                (Box::new(stream), cohort_actors::tls::identity_of(&certificate))
+                (Box::new(stream), cohort_actors::identity_of(&certificate))
             }
             Ok(Err(_)) => return port.refuse("tls_handshake"),
             Err(_) => return port.refuse("handshake_timeout"),
@@ -308,13 +308,13 @@ async fn answer(
 ) {
     let chosen = request.client;
     let shown = request.clone();
-    request.client = cohort_actors::client_id::bound_client_id(&identity, chosen);
+    request.client = cohort_actors::bound_client_id(&identity, chosen);
     let shards = &port.shards;
     let message = match shards.shard(shard_of(request.group, shards.shard_count())) {
         None => Message::Reply(refused(&shown, ReplyError::Busy, "the node is stopping".into())),
         Some(shard) => {
             let (answer, answered) = oneshot::channel();
-            let span = cohort_actors::traces::client_request_span(port.node, &request, trace);
+            let span = cohort_actors::client_request_span(port.node, &request, trace);
             if shard.try_send(Submit { request, answer, span: span.clone() }).is_err() {
                 Message::Reply(refused(&shown, ReplyError::Busy, "the shard's mailbox is full; retry".into()))
             } else {

@@ -63,7 +63,7 @@ impl Default for BalanceSection {
 impl BalanceSection {
     /// The balancer's budget per tick of `tick`: `None` when off, else at
     /// least 1 (a rate below one per tick rounds up to one per tick).
-    pub fn transfers_per_tick(&self, tick: Duration) -> Option<u32> {
+    pub(crate) fn transfers_per_tick(&self, tick: Duration) -> Option<u32> {
         if !self.enabled {
             return None;
         }
@@ -101,10 +101,10 @@ pub struct TlsSection {
 
 impl TlsSection {
     /// The choice this table makes (checked by [`Config::from_toml`]).
-    pub fn security(&self) -> crate::node::Security {
+    pub(crate) fn security(&self) -> crate::node::Security {
         match (&self.ca, &self.cert, &self.key) {
             _ if self.insecure => crate::node::Security::Insecure,
-            (Some(ca), Some(cert), Some(key)) => crate::node::Security::Tls(cohort_actors::tls::TlsFiles {
+            (Some(ca), Some(cert), Some(key)) => crate::node::Security::Tls(cohort_actors::TlsFiles {
                 ca: ca.clone(),
                 cert: cert.clone(),
                 key: key.clone(),
@@ -156,7 +156,7 @@ pub struct LinksSection {
 
 impl Default for LinksSection {
     fn default() -> Self {
-        let timing = cohort_actors::peer_link::LinkTiming::default();
+        let timing = cohort_actors::LinkTiming::default();
         LinksSection {
             stall_timeout: timing.stall_timeout,
             connect_timeout: timing.connect_timeout,
@@ -168,8 +168,8 @@ impl Default for LinksSection {
 
 impl LinksSection {
     /// The links' timing.
-    pub fn timing(&self) -> cohort_actors::peer_link::LinkTiming {
-        cohort_actors::peer_link::LinkTiming {
+    pub(crate) fn timing(&self) -> cohort_actors::LinkTiming {
+        cohort_actors::LinkTiming {
             stall_timeout: self.stall_timeout,
             connect_timeout: self.connect_timeout,
             redial_backoff_max: self.redial_backoff_max,
@@ -203,12 +203,12 @@ impl LinksSection {
                 ),
             ));
         }
-        if self.redial_backoff_max < cohort_actors::peer_link::REDIAL_BACKOFF_MIN {
+        if self.redial_backoff_max < cohort_actors::REDIAL_BACKOFF_MIN {
             return Err(rule(
                 "links.redial_backoff_max",
                 format!(
                     "must be at least {} ({} given)",
-                    ms(cohort_actors::peer_link::REDIAL_BACKOFF_MIN),
+                    ms(cohort_actors::REDIAL_BACKOFF_MIN),
                     ms(self.redial_backoff_max)
                 ),
             ));
@@ -262,7 +262,7 @@ impl Default for ClientSection {
 
 impl ClientSection {
     /// The port's limits.
-    pub fn limits(&self) -> crate::client_port::ClientPortLimits {
+    pub(crate) fn limits(&self) -> crate::client_port::ClientPortLimits {
         crate::client_port::ClientPortLimits {
             connections_max: self.connections_max,
             handshake_timeout: self.handshake_timeout,
@@ -328,7 +328,7 @@ impl Default for LimitsSection {
 
 impl LimitsSection {
     /// The core's configuration with these limits.
-    pub fn apply(&self, core: cohort_core::CoreConfig) -> cohort_core::CoreConfig {
+    pub(crate) fn apply(&self, core: cohort_core::CoreConfig) -> cohort_core::CoreConfig {
         cohort_core::CoreConfig {
             pipeline_max_ops: self.pipeline_max_ops,
             request_queue_max: self.request_queue_max,
@@ -403,21 +403,22 @@ pub enum ExpiredPolicyName {
 
 /// The `[session]` durations in ticks, checked.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct SessionTicks {
+pub(crate) struct SessionTicks {
     /// `session_timeout_ms` in ticks.
-    pub timeout_ticks: u64,
+    pub(crate) timeout_ticks: u64,
     /// `session_keepalive_interval_ms` in ticks.
-    pub keepalive_interval_ticks: u64,
+    pub(crate) keepalive_interval_ticks: u64,
     /// The policy with its attempts.
-    pub policy: cohort_core::metadata::ExpiredPolicy,
+    pub(crate) policy: cohort_core::metadata::ExpiredPolicy,
     /// `session_reconnect_backoff_ms` in ticks.
-    pub reconnect_backoff_ticks: u64,
+    pub(crate) reconnect_backoff_ticks: u64,
 }
 
 impl SessionConfig {
     /// F2: how long the metadata group may stay unreachable, once the node
     /// learned its session expired, before `reconnect` stops the node
-    /// (`None` under `shutdown`). Errors as [`SessionConfig::ticks`].
+    /// (`None` under `shutdown`). Errors name the `[session]` key that breaks
+    /// a rule.
     pub fn reconnect_span(&self, tick: Duration) -> Result<Option<Duration>, ConfigError> {
         let ticks = self.ticks(tick)?;
         let client = cohort_core::metadata::SessionClient::new(
@@ -430,7 +431,7 @@ impl SessionConfig {
     }
 
     /// Check the rules and convert to ticks of `tick`; errors name the key.
-    pub fn ticks(&self, tick: Duration) -> Result<SessionTicks, ConfigError> {
+    pub(crate) fn ticks(&self, tick: Duration) -> Result<SessionTicks, ConfigError> {
         let tick_ms = tick.as_millis().max(1);
         let ticks = |key: &'static str, value_ms: u64| -> Result<u64, ConfigError> {
             if value_ms == 0
@@ -517,7 +518,7 @@ pub enum TraceLevel {
 
 impl TraceLevel {
     /// The `tracing` level.
-    pub fn level(self) -> tracing::Level {
+    pub(crate) fn level(self) -> tracing::Level {
         match self {
             TraceLevel::Error => tracing::Level::ERROR,
             TraceLevel::Warn => tracing::Level::WARN,
@@ -639,13 +640,10 @@ pub enum WriteModeName {
 impl NodeSection {
     /// The cluster id, parsed (checked by [`NodeSection::validate`]).
     pub fn cluster(&self) -> Result<cohort_messages::ClusterId, ConfigError> {
-        cohort_actors::certs::parse_cluster_hex(&self.cluster_id).ok_or_else(|| {
+        cohort_client::parse_cluster_id(&self.cluster_id).map_err(|error| {
             rule(
                 "node.cluster_id",
-                format!(
-                    "{:?} is not a cluster id: 1 to 32 hex digits, e.g. the random one `cohort certs init` writes",
-                    self.cluster_id
-                ),
+                format!("{:?} is not a cluster id ({error}); `cohort certs init` writes a random one", self.cluster_id),
             )
         })
     }
@@ -797,7 +795,7 @@ impl ClusterConfig {
     }
 
     /// The timing in ticks for the core; fails on any broken rule.
-    pub fn timing(&self) -> Result<TimingConfig, ConfigError> {
+    pub(crate) fn timing(&self) -> Result<TimingConfig, ConfigError> {
         if self.tick.is_zero() {
             return Err(rule("cluster.tick", "must be longer than 0ms".into()));
         }
@@ -1100,7 +1098,7 @@ mod tests {
     #[test]
     fn f1_link_keys_have_defaults_and_rules() {
         let links = Config::from_toml("").expect("valid").links;
-        assert_eq!(links.timing(), cohort_actors::peer_link::LinkTiming::default());
+        assert_eq!(links.timing(), cohort_actors::LinkTiming::default());
         for (text, key) in [
             ("[links]\nstall_timeout = \"100ms\"", "links.stall_timeout"),
             ("[links]\nstall_timeout = \"6s\"", "links.stall_timeout"),

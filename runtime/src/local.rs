@@ -24,8 +24,8 @@ use cohort_messages::{ClusterId, GroupId, NodeId};
 use crate::client::Client;
 use crate::config::ClusterConfig;
 use crate::node::{GroupKind, GroupPlacement, Node, NodeBuilder, NodeError, NodeHandle};
-use cohort_actors::custom::CustomGroupActor;
-use cohort_actors::registry::KindRegistrations;
+use cohort_actors::CustomGroupActor;
+use cohort_actors::KindRegistrations;
 
 /// The cluster id of local clusters.
 pub const LOCAL_CLUSTER_ID: ClusterId = ClusterId(0x10CA_1C1A_57E2);
@@ -113,9 +113,9 @@ impl LocalClusterBuilder {
     pub fn group_actor<A, F>(mut self, kind: impl Into<GroupKind>, make: F) -> Self
     where
         A: CustomGroupActor,
-        F: Fn(&cohort_actors::custom::GroupReplica) -> A + Send + Sync + 'static,
+        F: Fn(&cohort_actors::GroupReplica) -> A + Send + Sync + 'static,
     {
-        self.kinds.actors.push((kind.into(), cohort_actors::custom::factory(make)));
+        self.kinds.actors.push((kind.into(), cohort_actors::custom_actor_factory(make)));
         self
     }
 
@@ -189,7 +189,7 @@ impl LocalClusterBuilder {
             .collect::<Result<Vec<_>, _>>()
             .map_err(|error| NodeError::Config(format!("loopback address: {error}")))?;
         let node_ids = (1..=self.nodes as u64).map(NodeId);
-        let certs = cohort_actors::certs::local_cluster(&dir.join("certs"), node_ids)
+        let certs = cohort_actors::local_cluster(&dir.join("certs"), node_ids)
             .map_err(|error| NodeError::Config(format!("throwaway certificates: {error}")))?;
         let mut cluster = LocalCluster { template: self, addresses, dir, remove_dir, certs, nodes: Vec::new() };
         for (index, listener) in listeners.into_iter().enumerate() {
@@ -225,7 +225,7 @@ pub struct LocalCluster {
     addresses: Vec<std::net::SocketAddr>,
     dir: PathBuf,
     remove_dir: bool,
-    certs: cohort_actors::certs::LocalCerts,
+    certs: cohort_actors::LocalCerts,
     nodes: Vec<Option<Node>>,
 }
 
@@ -264,8 +264,8 @@ impl LocalCluster {
 
     /// Link timing that fits [`LocalCluster::fast_timing`] (F1): a stall is
     /// noticed in 1 s and a healed link redialed within about 0.5 s.
-    pub fn fast_links() -> cohort_actors::peer_link::LinkTiming {
-        cohort_actors::peer_link::LinkTiming {
+    pub fn fast_links() -> cohort_actors::LinkTiming {
+        cohort_actors::LinkTiming {
             stall_timeout: Duration::from_secs(1),
             connect_timeout: Duration::from_millis(500),
             redial_backoff_max: Duration::from_millis(500),
@@ -300,7 +300,7 @@ impl LocalCluster {
 
     /// The cluster's throwaway certificates: each node's, and a client's
     /// (`local`) for the client port.
-    pub fn certs(&self) -> &cohort_actors::certs::LocalCerts {
+    pub fn certs(&self) -> &cohort_actors::LocalCerts {
         &self.certs
     }
 

@@ -47,7 +47,7 @@ pub const TRACES_ENDPOINT_ENV: &str = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT";
 /// Targets whose spans are never exported: the exporter's HTTP stack and the
 /// SDK itself (a prefix matches every crate that starts with it, so
 /// `opentelemetry` covers `opentelemetry_sdk` and `opentelemetry_otlp`).
-pub const EXPORTER_TARGETS: [&str; 5] = ["h2", "hyper", "reqwest", "opentelemetry", "tower"];
+pub(crate) const EXPORTER_TARGETS: [&str; 5] = ["h2", "hyper", "reqwest", "opentelemetry", "tower"];
 
 /// Why trace export could not start or stop.
 #[derive(Debug, thiserror::Error)]
@@ -72,7 +72,8 @@ pub enum TracingError {
     Flush(String),
 }
 
-/// Where spans go, as decided by [`export_endpoint`].
+/// Where spans go: `telemetry.otlp_endpoint`, else the standard
+/// environment variables ([`TracingGuard::endpoint`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ExportEndpoint {
     /// `telemetry.otlp_endpoint`, used verbatim.
@@ -92,7 +93,7 @@ impl std::fmt::Display for ExportEndpoint {
 
 /// Where `config` sends spans: the file's endpoint first, then the standard
 /// environment variables; `None` means export is off.
-pub fn export_endpoint(config: &TelemetryConfig) -> Option<ExportEndpoint> {
+pub(crate) fn export_endpoint(config: &TelemetryConfig) -> Option<ExportEndpoint> {
     if let Some(url) = &config.otlp_endpoint {
         return Some(ExportEndpoint::Config(url.clone()));
     }
@@ -138,8 +139,9 @@ impl Drop for TracingGuard {
 }
 
 /// A layer that exports spans at `config.otlp_level` and above, for a host
-/// that composes its own subscriber; `None` if export is off (see
-/// [`export_endpoint`]). `instance` becomes the `service.instance.id`
+/// that composes its own subscriber; `None` if export is off (no
+/// `telemetry.otlp_endpoint` and neither [`ENDPOINT_ENV`] nor
+/// [`TRACES_ENDPOINT_ENV`] set). `instance` becomes the `service.instance.id`
 /// resource attribute (`cohort node` passes its node id).
 pub fn otlp_layer<S>(
     config: &TelemetryConfig,

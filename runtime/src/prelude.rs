@@ -11,7 +11,7 @@
 pub use bytes::Bytes;
 pub use cohort_core::{StateMachine, WriteMode};
 pub use cohort_messages::{
-    ClientId, ClusterId, GroupId, Incarnation, NodeId, Op, ReplyError, RequestKind, RequestNumber, View,
+    ClientId, ClusterId, GroupId, Incarnation, NodeId, Op, ReplyError, RequestKind, RequestNumber, SessionId, View,
 };
 
 pub use crate::client::{Client, ClientError, ClusterClient};

@@ -231,6 +231,64 @@ async fn m5_cancel_over_admin() {
     assert!(text.contains("operations: 0 in flight, 0 completed, 1 reverted"), "{text}");
 }
 
+/// P4, as an operator sees it: `cohort status` against a real node shows a
+/// group's learner in its own column, and the metadata group's voters and
+/// learners in its first line. A move to a stopped node holds group 3 at
+/// "add learner node:4" (the learner never catches up), so the learner
+/// stays in the table while we look.
+#[actix_rt::test]
+async fn p4_cohort_status_shows_a_group_s_learner() {
+    let mut cluster = start_cluster();
+    wait_ready(&cluster).await;
+    cluster.stop_node(NodeId(4));
+    let (code, started) = call(
+        admin(&cluster, 1),
+        "POST",
+        "/admin/operations".into(),
+        r#"{"op":"move","group":3,"from":1,"to":4}"#.into(),
+    )
+    .await;
+    assert_eq!(code, 200, "{started}");
+    let port = admin(&cluster, 2);
+    let cohort_status = move || {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_cohort"))
+            .args(["status", "--admin", &port.to_string()])
+            .env("COHORT_ADMIN_TOKEN", TOKEN)
+            .output()
+            .expect("run");
+        assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let (header, row) = loop {
+        let text = tokio::task::spawn_blocking(cohort_status).await.expect("cohort status");
+        // The groups table: its header, then one row per group.
+        let mut groups = text.split_once("\ngroups\n").map(|(_, groups)| groups).unwrap_or_default().lines();
+        let header = groups.next().map(str::to_string);
+        let row = groups.find(|line| line.starts_with("3 ")).map(str::to_string);
+        if let (Some(header), Some(row)) = (header, row)
+            && row.contains("[4]")
+        {
+            assert!(text.starts_with("node 2 "), "{text}");
+            assert!(text.contains("metadata members [1,2,3,4]  learners []"), "{text}");
+            break (header, row);
+        }
+        assert!(Instant::now() < deadline, "group 3's learner node:4 within 10 s:\n{text}");
+        actix_rt::time::sleep(Duration::from_millis(100)).await;
+    };
+    let columns: Vec<&str> = header.split_whitespace().collect();
+    assert_eq!(columns[..5], ["id", "members", "learners", "incarnation", "live"], "{header}");
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(cells[..3], ["3", "[1,2]", "[4]"], "{header}\n{row}");
+    // The table is the typed document the host reads.
+    let status = cluster.handle(NodeId(2)).expect("node 2 runs").status();
+    let group = status.metadata.groups.iter().find(|group| group.id == GroupId(3)).expect("group 3");
+    assert_eq!(
+        (group.members.as_slice(), group.learners.as_slice()),
+        ([NodeId(1), NodeId(2)].as_slice(), [NodeId(4)].as_slice())
+    );
+}
+
 #[actix_rt::test]
 async fn operator_bad_input_gets_400_naming_the_field() {
     let cluster = LocalCluster::builder(1)

@@ -4,11 +4,8 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use bytes::Bytes;
-use cohort_core::WriteMode;
-use cohort_messages::{ClusterId, GroupId, Incarnation, NodeId, Op, RequestKind};
 use cohort_runtime::config::ClusterConfig;
-use cohort_runtime::node::{GroupPlacement, Node, NodeBuilder, NodeHandle, Register, SubmitError};
+use cohort_runtime::prelude::*;
 
 const CLUSTER: ClusterId = ClusterId(0xC0_4087_7E57);
 
@@ -41,12 +38,12 @@ fn start_node_with_admin(index: usize, addresses: &[SocketAddr], dir: &std::path
 }
 
 /// The nodes' certificates, made once per test directory (T1: the nodes talk mTLS).
-fn tls_of(dir: &std::path::Path, node: NodeId) -> cohort_actors::tls::TlsFiles {
+fn tls_of(dir: &std::path::Path, node: NodeId) -> cohort_runtime::tls::TlsFiles {
     let certs = dir.join("certs");
-    if !certs.join(cohort_actors::certs::CA_CERT_FILE).exists() {
-        cohort_actors::certs::local_cluster(&certs, (1..=3).map(NodeId)).expect("throwaway certificates");
+    if !certs.join(cohort_runtime::tls::CA_CERT_FILE).exists() {
+        cohort_runtime::tls::local_cluster(&certs, (1..=3).map(NodeId)).expect("throwaway certificates");
     }
-    cohort_actors::certs::node_files(&certs, node)
+    cohort_runtime::tls::node_files(&certs, node)
 }
 
 fn build_node(index: usize, addresses: &[SocketAddr], dir: &std::path::Path, groups: u64) -> NodeBuilder {
@@ -486,8 +483,8 @@ fn group_actors_report_typed_roles_and_commits_to_subscribers() {
             Some(GroupEvent::Role { role, .. }) => role,
             other => panic!("the current role comes first, got {other:?}"),
         };
-        assert_eq!(first(events[0].recv().await), GroupRole::Primary(cohort_messages::View(0)));
-        assert_eq!(first(events[1].recv().await), GroupRole::Backup(cohort_messages::View(0)));
+        assert_eq!(first(events[0].recv().await), GroupRole::Primary(View(0)));
+        assert_eq!(first(events[1].recv().await), GroupRole::Backup(View(0)));
         write(&handles, GroupId(0), b"x").await.expect("write");
         let committed = tokio::time::timeout(Duration::from_secs(2), async {
             loop {
@@ -512,7 +509,7 @@ fn group_actors_report_typed_roles_and_commits_to_subscribers() {
         })
         .await
         .expect("node 2 hears that it became primary");
-        assert!(became_primary > cohort_messages::View(0));
+        assert!(became_primary > View(0));
         for node in nodes.into_iter().flatten() {
             node.stop();
         }

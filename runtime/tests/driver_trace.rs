@@ -14,7 +14,7 @@
 
 use std::time::Duration;
 
-use cohort_actors::shard::DriverRecording;
+use cohort_actors::DriverRecording;
 use cohort_core::driver::{Recorded, replay};
 use cohort_core::metadata::MetadataStateMachine;
 use cohort_core::{GroupSpec, StateMachine};

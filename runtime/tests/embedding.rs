@@ -157,7 +157,7 @@ fn two_kinds_one_client_failover_and_exactly_once() {
         let second = client.write(GroupId(1), "+").await.expect("counter write");
         let second = client.write(GroupId(1), "+").await.expect("counter write").op.max(second.op);
         // A retry of an applied write is answered from the client table.
-        let request = cohort_messages::Request {
+        let request = cohort_runtime::client::Request {
             client: ClientId(77),
             request: RequestNumber(1),
             group: GroupId(1),
@@ -249,7 +249,7 @@ fn custom_actors_follow_applied_ops_roles_and_restarts() {
 fn a_detached_node_serves_a_plain_tokio_host() {
     let dir = std::env::temp_dir().join(format!("cohort-detached-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let certs = cohort_actors::certs::local_cluster(&dir.join("certs"), [NodeId(1)]).expect("certificates");
+    let certs = cohort_runtime::tls::local_cluster(&dir.join("certs"), [NodeId(1)]).expect("certificates");
     let node = NodeBuilder::new(ClusterId(1), NodeId(1))
         .tls(certs.node(NodeId(1)).expect("node 1's files").clone())
         .listen("127.0.0.1:0".parse().expect("address"))

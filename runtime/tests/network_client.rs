@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
+use cohort_runtime::client::Request;
 use cohort_runtime::network::{ClientError as NetworkError, ClusterClient, TlsFiles, fresh_client_id};
 use cohort_runtime::prelude::*;
 
@@ -34,8 +35,8 @@ fn network(cluster: &LocalCluster, addresses: &[std::net::SocketAddr]) -> Cluste
         .expect("a network client")
 }
 
-fn write_request(group: GroupId, value: &'static str) -> cohort_messages::Request {
-    cohort_messages::Request {
+fn write_request(group: GroupId, value: &'static str) -> Request {
+    Request {
         client: fresh_client_id().expect("randomness"),
         request: RequestNumber(1),
         group,

@@ -6,13 +6,19 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-use cohort_actors::metrics::Port;
-use cohort_messages::{ClusterId, Handshake, LinkMode, LinkShard, Message, Preamble, TraceContext, WIRE_REVISION};
+// The wire, spoken by hand: what an outsider would send.
+use cohort_messages::{Handshake, LinkMode, LinkShard, Message, Preamble, TraceContext, WIRE_REVISION};
+use cohort_runtime::client::Request;
+use cohort_runtime::metrics::Port;
 use cohort_runtime::prelude::*;
 use cohort_runtime::tls::{Credentials, TlsFiles};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
+
+/// A connection, plain or TLS.
+trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 
 fn cluster() -> LocalCluster {
     LocalCluster::builder(2)
@@ -41,7 +47,7 @@ async fn dial(
     if tcp.write_all(&Preamble::new(0, mode).encode()).await.is_err() {
         return false;
     }
-    let mut stream: Box<dyn cohort_actors::tls::Io> = match credentials {
+    let mut stream: Box<dyn Io> = match credentials {
         None => Box::new(tcp),
         Some(credentials) => {
             let config = cohort_runtime::tls::client_config(credentials).expect("client config");
@@ -198,7 +204,7 @@ impl PortClient {
         }
     }
 
-    async fn call(&mut self, request: &cohort_messages::Request) -> Option<Message> {
+    async fn call(&mut self, request: &Request) -> Option<Message> {
         let cluster = cohort_runtime::local::LOCAL_CLUSTER_ID;
         let frame = Message::Request(request.clone()).encode(cluster, NodeId(0), TraceContext::NONE).to_bytes();
         self.stream.write_all(&frame).await.ok()?;
@@ -215,8 +221,8 @@ fn client_cluster() -> LocalCluster {
         .expect("cluster starts")
 }
 
-fn write(client: u128, value: &'static str) -> cohort_messages::Request {
-    cohort_messages::Request {
+fn write(client: u128, value: &'static str) -> Request {
+    Request {
         client: ClientId(client),
         request: RequestNumber(1),
         group: GroupId(1),
@@ -269,7 +275,7 @@ async fn t3_requests_to_the_metadata_group_are_refused_on_the_client_port_and_th
     let node = cluster.node(NodeId(1)).expect("node 1");
     let address = node.client_address().expect("a client port");
     let mut client = PortClient::connect(address, &credentials(&cluster.certs().client)).await.expect("client");
-    let to_metadata = cohort_messages::Request { group: GroupId::METADATA, ..write(9, "DeleteGroup") };
+    let to_metadata = Request { group: GroupId::METADATA, ..write(9, "DeleteGroup") };
     match client.call(&to_metadata).await {
         Some(Message::Reply(reply)) => assert!(
             matches!(reply.outcome, cohort_messages::Outcome::Error { code: ReplyError::Forbidden, .. }),
@@ -335,10 +341,9 @@ async fn t5_two_thousand_connections_that_send_a_header_and_stall_cost_little_me
     let cluster_id = cohort_runtime::local::LOCAL_CLUSTER_ID;
     let header = {
         let request = write(1, "x");
-        let frame =
-            Message::Request(cohort_messages::Request { operation: Bytes::from(vec![0u8; 1 << 20]), ..request })
-                .encode(cluster_id, NodeId(0), TraceContext::NONE)
-                .to_bytes();
+        let frame = Message::Request(Request { operation: Bytes::from(vec![0u8; 1 << 20]), ..request })
+            .encode(cluster_id, NodeId(0), TraceContext::NONE)
+            .to_bytes();
         frame.slice(..cohort_messages::HEADER_SIZE_BYTES)
     };
     let targets = [node.listen_address(), node.client_address().expect("a client port")];

@@ -70,8 +70,8 @@ async fn s1_nodes_hold_sessions() {
         assert_eq!(Some(&owner.node), primaries.get(&GroupId(g)), "group {g}: the owner is its primary");
     }
     let status = handles[0].status();
-    assert_eq!(status["operations"].as_array().map(Vec::len), Some(0));
-    assert!(status["sessions"]["opened"].as_u64() >= Some(1), "{status}");
+    assert!(status.operations.is_empty(), "{status}");
+    assert!(status.sessions.opened >= 1, "{status}");
 }
 
 #[actix_rt::test]
@@ -122,8 +122,8 @@ async fn z5_nodes_past_the_metadata_voters_follow_its_log_as_learners() {
     let voter = handles[0].clone();
     for handle in &handles {
         let status = handle.status();
-        assert_eq!(status["metadata_members"], serde_json::json!([1, 2, 3, 4, 5]), "{status}");
-        assert_eq!(status["metadata_learners"], serde_json::json!([6, 7]), "{status}");
+        assert_eq!(status.metadata_members, (1..=5).map(NodeId).collect::<Vec<_>>(), "{status}");
+        assert_eq!(status.metadata_learners, [NodeId(6), NodeId(7)], "{status}");
         assert!(handle.subscribe(GroupId::METADATA).await.is_some(), "{} hosts a metadata replica", handle.node());
     }
     // Every session open and both groups owned, on the learners as on a voter.

@@ -12,11 +12,8 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::Bytes;
-use cohort_messages::{ClusterId, GroupId, NodeId, Op, RequestKind};
 use cohort_runtime::config::{ClusterConfig, TelemetryConfig};
-use cohort_runtime::group::GroupEvent;
-use cohort_runtime::node::{GroupPlacement, Node, NodeBuilder, NodeHandle, Register};
+use cohort_runtime::prelude::*;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use prost::Message as _;
@@ -166,11 +163,11 @@ fn start_node(index: usize, addresses: &[SocketAddr], dir: &std::path::Path) -> 
         commit_quiesce_timeout: None,
     };
     let certs = dir.join("certs");
-    if !certs.join(cohort_actors::certs::CA_CERT_FILE).exists() {
-        cohort_actors::certs::local_cluster(&certs, (1..=3).map(NodeId)).expect("throwaway certificates");
+    if !certs.join(cohort_runtime::tls::CA_CERT_FILE).exists() {
+        cohort_runtime::tls::local_cluster(&certs, (1..=3).map(NodeId)).expect("throwaway certificates");
     }
     let mut builder = NodeBuilder::new(CLUSTER, node)
-        .tls(cohort_actors::certs::node_files(&certs, node))
+        .tls(cohort_runtime::tls::node_files(&certs, node))
         .cluster_config(timing)
         .listen(addresses[index])
         .data_dir(dir.join(format!("node-{}", node.0)))

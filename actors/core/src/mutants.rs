@@ -9,7 +9,7 @@
 //!
 //! The switch is [`CoreConfig::mutant`](crate::CoreConfig), a field that
 //! exists only in test builds (the `mutants` feature, or this crate's own
-//! unit tests). In every other build [`CoreConfig::mutated`] is a constant
+//! unit tests). In every other build [`CoreConfig::mutated`](crate::CoreConfig::mutated) is a constant
 //! `false` and each mutated branch is removed by the compiler: production
 //! pays nothing, not even the field.
 

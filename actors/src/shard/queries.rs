@@ -149,7 +149,7 @@ impl Handler<GetHostedChanges> for ShardActor {
     }
 }
 
-/// Subscribe to a group's role changes and commits (see [`crate::group`]);
+/// Subscribe to a group's role changes and commits (see the group actor);
 /// false if the group is not hosted here.
 #[derive(Message)]
 #[rtype(result = "bool")]

@@ -48,7 +48,7 @@ pub enum OpenMode {
 ///
 /// Errors are `std::io::Error`s with the OS error a real disk would give
 /// (`ENOSPC` for a full disk, `EIO` for a failed device, `ENOENT` for a
-/// missing file): [`Disk`] maps them to [`StorageError`] in one place.
+/// missing file): `Disk` maps them to [`StorageError`] in one place.
 pub trait FileSystem {
     /// An open file.
     type File: std::fmt::Debug;

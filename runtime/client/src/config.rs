@@ -5,17 +5,12 @@
 //! Why the cluster id is needed: every frame header carries it and a node
 //! closes a connection whose Handshake names another cluster (R18), without
 //! a word. `cohort certs init` writes it beside the CA (`cluster-id`);
-//! [`read_cluster_id`] reads that file.
+//! [`crate::read_cluster_id`] reads that file.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use cohort_messages::ClusterId;
-
 use crate::error::ClientError;
-
-/// The file `cohort certs init` writes the cluster id to, beside `ca.pem`.
-pub const CLUSTER_ID_FILE: &str = "cluster-id";
 
 /// Where a client's TLS files are: the cluster CA's certificate and a
 /// client certificate it signed, with its key (all PEM).
@@ -137,31 +132,6 @@ impl ClientLimits {
     }
 }
 
-/// A cluster id as `cohort certs init` writes it: 1 to 32 hex digits.
-///
-/// ```
-/// use cohort_messages::ClusterId;
-/// assert_eq!(cohort_client::parse_cluster_id("00ff\n"), Some(ClusterId(255)));
-/// assert_eq!(cohort_client::parse_cluster_id("not hex"), None);
-/// ```
-pub fn parse_cluster_id(text: &str) -> Option<ClusterId> {
-    let text = text.trim();
-    let text = text.strip_prefix("0x").unwrap_or(text);
-    if text.is_empty() || text.len() > 32 {
-        return None;
-    }
-    u128::from_str_radix(text, 16).ok().map(ClusterId)
-}
-
-/// Read the cluster id from a `cluster-id` file ([`CLUSTER_ID_FILE`]).
-pub fn read_cluster_id(path: impl AsRef<Path>) -> Result<ClusterId, ClientError> {
-    let path = path.as_ref();
-    let text = std::fs::read_to_string(path)
-        .map_err(|error| ClientError::config(path.display().to_string(), error.to_string()))?;
-    parse_cluster_id(&text)
-        .ok_or_else(|| ClientError::config(path.display().to_string(), "holds no cluster id (1 to 32 hex digits)"))
-}
-
 /// Check one `HOST:PORT` address: a host and a port number.
 pub(crate) fn check_address(address: &str) -> Result<(), ClientError> {
     let port = address.rsplit_once(':').map(|(host, port)| (host.trim_matches(['[', ']']), port));
@@ -190,17 +160,5 @@ mod tests {
         assert!(ClientLimits::default().validate().is_ok());
         let zero = ClientLimits { attempt_timeout: Duration::ZERO, ..ClientLimits::default() };
         assert!(matches!(zero.validate(), Err(ClientError::Config { what, .. }) if what == "limits.attempt_timeout"));
-    }
-
-    #[test]
-    fn c1_a_cluster_id_file_is_read_as_cohort_certs_writes_it() {
-        let dir = std::env::temp_dir().join(format!("cohort-client-id-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        let path = dir.join(CLUSTER_ID_FILE);
-        std::fs::write(&path, format!("{:032x}\n", 0x10CA_1C1Au128)).expect("write");
-        assert_eq!(read_cluster_id(&path), Ok(ClusterId(0x10CA_1C1A)));
-        std::fs::write(&path, "zz\n").expect("write");
-        assert!(read_cluster_id(&path).is_err());
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

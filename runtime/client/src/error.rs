@@ -138,6 +138,12 @@ pub enum ClientError {
     NoRandomness,
 }
 
+impl From<crate::id::NoRandomness> for ClientError {
+    fn from(_: crate::id::NoRandomness) -> ClientError {
+        ClientError::NoRandomness
+    }
+}
+
 impl ClientError {
     /// Whether a write that failed with this error may still commit (then
     /// [`ClientError::request`] resubmits it exactly once).

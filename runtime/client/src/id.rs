@@ -11,13 +11,23 @@
 //! system's random source (through rustls' *ring* provider, which the TLS
 //! side already links). The second is the caller's: a retry must go out
 //! under the same certificate, or it is another client's request.
+//!
+//! This is the one generator of client ids in cohort: the node's own
+//! clients (its agent, operator client and embedded `Client`) draw theirs
+//! here too. When the random source fails there is no fallback: an id
+//! that can be guessed would let another client reach this one's request
+//! numbers, so the caller gets [`NoRandomness`] and sends nothing.
 
 use std::sync::OnceLock;
 
 use cohort_messages::ClientId;
 use rustls::crypto::SecureRandom;
 
-use crate::error::ClientError;
+/// The operating system's random source failed, so no unguessable client
+/// id can be drawn (T2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("the system's random source failed: no unguessable client id can be drawn")]
+pub struct NoRandomness;
 
 fn random() -> &'static dyn SecureRandom {
     static RANDOM: OnceLock<&'static dyn SecureRandom> = OnceLock::new();
@@ -31,9 +41,9 @@ fn random() -> &'static dyn SecureRandom {
 /// let b = cohort_client::fresh_client_id().unwrap();
 /// assert_ne!(a, b);
 /// ```
-pub fn fresh_client_id() -> Result<ClientId, ClientError> {
+pub fn fresh_client_id() -> Result<ClientId, NoRandomness> {
     let mut bytes = [0u8; 16];
-    random().fill(&mut bytes).map_err(|_| ClientError::NoRandomness)?;
+    random().fill(&mut bytes).map_err(|_| NoRandomness)?;
     let id = ClientId(u128::from_le_bytes(bytes) | 1);
     debug_assert_ne!(id, ClientId::SEAL, "client 0 is reserved");
     Ok(id)

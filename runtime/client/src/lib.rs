@@ -43,6 +43,7 @@
 
 mod call;
 mod client;
+mod cluster_id;
 mod config;
 mod connection;
 mod error;
@@ -53,8 +54,11 @@ mod tls;
 
 pub use call::Committed;
 pub use client::{ClusterClient, ClusterClientBuilder};
-pub use config::{CLUSTER_ID_FILE, ClientLimits, Security, TlsFiles, parse_cluster_id, read_cluster_id};
+pub use cluster_id::{
+    CLUSTER_ID_DIGITS_MAX, CLUSTER_ID_FILE, ClusterIdError, format_cluster_id, parse_cluster_id, read_cluster_id,
+};
+pub use config::{ClientLimits, Security, TlsFiles};
 pub use error::ClientError;
-pub use id::fresh_client_id;
+pub use id::{NoRandomness, fresh_client_id};
 pub use routes::Route;
 pub use tls::NODES_SERVER_NAME;

@@ -21,7 +21,7 @@ use super::token::AdminToken;
 
 /// Who a request comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Caller {
+pub(super) enum Caller {
     /// The request presented this node's token.
     Operator,
     /// The request presented no token.
@@ -30,7 +30,10 @@ pub enum Caller {
 
 /// Who sent a request with this `Authorization` header (`None`: absent),
 /// to a node whose token is `configured`.
-pub fn caller(configured: Option<&AdminToken>, authorization: Option<&HeaderValue>) -> Result<Caller, AdminRefusal> {
+pub(super) fn caller(
+    configured: Option<&AdminToken>,
+    authorization: Option<&HeaderValue>,
+) -> Result<Caller, AdminRefusal> {
     let Some(authorization) = authorization else { return Ok(Caller::Anonymous) };
     let Some(configured) = configured else { return Err(AdminRefusal::TokenUnset) };
     let presented = bearer(authorization.as_bytes()).ok_or(AdminRefusal::Unauthenticated)?;
@@ -38,7 +41,7 @@ pub fn caller(configured: Option<&AdminToken>, authorization: Option<&HeaderValu
 }
 
 /// The refusal for an anonymous caller of a mutating endpoint.
-pub fn anonymous_refusal(configured: Option<&AdminToken>) -> AdminRefusal {
+pub(super) fn anonymous_refusal(configured: Option<&AdminToken>) -> AdminRefusal {
     match configured {
         Some(_) => AdminRefusal::Unauthenticated,
         None => AdminRefusal::TokenUnset,
@@ -59,7 +62,7 @@ fn bearer(value: &[u8]) -> Option<&[u8]> {
 
 /// True if a `Content-Type` header says JSON (`application/json`, with or
 /// without parameters such as `charset=utf-8`).
-pub fn is_json(content_type: Option<&HeaderValue>) -> bool {
+pub(super) fn is_json(content_type: Option<&HeaderValue>) -> bool {
     let Some(value) = content_type.and_then(|value| value.to_str().ok()) else { return false };
     let essence = value.split(';').next().unwrap_or_default().trim();
     essence.eq_ignore_ascii_case("application/json")

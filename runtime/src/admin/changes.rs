@@ -27,7 +27,7 @@ fn bad<T>(field: &str, error: impl Into<String>) -> Result<T, BadInput> {
 
 /// The command a path under `/admin/` names, if it is one of this module's;
 /// `node` is the node the admin port belongs to (freezes name it).
-pub fn parse(path: &str, body: &[u8], node: NodeId) -> Option<Result<MetadataCommand, BadInput>> {
+pub(crate) fn parse(path: &str, body: &[u8], node: NodeId) -> Option<Result<MetadataCommand, BadInput>> {
     let command = match path {
         "/admin/groups" => parse_create(body),
         "/admin/freeze" => Ok(MetadataCommand::Freeze { by: node }),

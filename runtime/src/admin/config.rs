@@ -22,7 +22,7 @@ use super::{AdminLimits, AdminOptions};
 use crate::config::ConfigError;
 
 /// The most connections one admin listener may be configured to hold.
-pub const CONNECTIONS_MAX_LIMIT: usize = 65_536;
+pub(crate) const CONNECTIONS_MAX_LIMIT: usize = 65_536;
 
 /// The `[admin]` table (see the module docs and `config/default.toml`).
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
@@ -136,7 +136,7 @@ fn read_token_file(path: &Path) -> Result<AdminToken, ConfigError> {
 
 /// An admin address as the configuration writes it: `"HOST:PORT"`, or a
 /// port alone (`7301`, `"7301"`, `":7301"`) for `127.0.0.1:PORT`.
-pub fn parse_listen_address(text: &str) -> Result<SocketAddr, String> {
+pub(crate) fn parse_listen_address(text: &str) -> Result<SocketAddr, String> {
     let text = text.trim();
     let port = text.strip_prefix(':').unwrap_or(text);
     if let Ok(port) = port.parse::<u16>() {
@@ -146,7 +146,9 @@ pub fn parse_listen_address(text: &str) -> Result<SocketAddr, String> {
 }
 
 /// Deserialize an optional admin address (see [`parse_listen_address`]).
-pub fn optional_listen_address<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<SocketAddr>, D::Error> {
+pub(crate) fn optional_listen_address<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<SocketAddr>, D::Error> {
     #[derive(Deserialize)]
     #[serde(untagged)]
     enum Raw {

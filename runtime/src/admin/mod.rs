@@ -1,17 +1,23 @@
 //! The admin port: HTTP for scrapers, probes and operators, served with
 //! actix-web on its own actix-rt worker thread.
 //!
+//! What a host uses of it: [`AdminToken`], [`AdminLimits`] and
+//! [`AdminOptions`] (what `NodeBuilder::admin_token` and friends take), and
+//! [`NodeStatus`], the `/status` document (`NodeHandle::status`). The
+//! server itself is private to the crate.
+//!
 //! | endpoint | who may call it |
 //! | --- | --- |
 //! | `GET /metrics`, `GET /health` | anyone (also on the metrics listener) |
-//! | `GET /status` | anyone; session ids and incarnations only with the token ([`status`]) |
-//! | `POST /admin/operations`, `POST /admin/operations/{id}/cancel` | the token's holder, JSON bodies only ([`operator`]) |
+//! | `GET /status` | anyone; session ids and incarnations only with the token (`status.rs`) |
+//! | `POST /admin/operations`, `POST /admin/operations/{id}/cancel` | the token's holder, JSON bodies only (`operator.rs`) |
 //!
-//! [`auth`] says who a caller is, [`refusal`] answers and counts every
-//! refusal (`cohort_refusals_total{port="admin",reason}`), [`routes`] is the
-//! actix-web app, [`config`] the `[admin]` table and [`token`] the secret.
-//! What a node serves beyond `/metrics` and `/health` comes in as
-//! [`NodeRoutes`], so the server knows nothing of the node.
+//! `auth.rs` says who a caller is, `refusal.rs` answers and counts every
+//! refusal (`cohort_refusals_total{port="admin",reason}`), `routes.rs` is
+//! the actix-web app, `config.rs` the `[admin]` table, `token.rs` the secret
+//! and `answers.rs` every JSON document the port serves. What a node serves
+//! beyond `/metrics` and `/health` comes in as a `NodeRoutes` trait object,
+//! so the server knows nothing of the node.
 //!
 //! Why actix-web: the node already runs on actix-rt, and a maintained HTTP/1
 //! implementation with per-connection timers and a connection cap replaces
@@ -37,17 +43,18 @@
 //!   in the kernel's backlog and are taken as slots free;
 //! - a request head is at most 128 KiB and 96 headers (actix-web's own
 //!   bounds; the connection is closed beyond them), a body at most
-//!   [`BODY_MAX_BYTES`] (`413`). So one listener's connections hold at most
+//!   `BODY_MAX_BYTES` (128 KiB, `413`). So one listener's connections hold at most
 //!   `connections_max` × 128 KiB of heads (64 MiB with the defaults).
 
-pub mod auth;
-pub mod changes;
-pub mod config;
-pub mod operator;
-pub mod refusal;
-pub mod routes;
-pub mod status;
-pub mod token;
+pub(crate) mod answers;
+mod auth;
+pub(crate) mod changes;
+pub(crate) mod config;
+pub(crate) mod operator;
+mod refusal;
+mod routes;
+pub(crate) mod status;
+mod token;
 
 use std::future::Future;
 use std::io;
@@ -57,31 +64,34 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::dev::Server;
-use cohort_actors::metrics::NodeMetrics;
-use serde_json::Value;
-
-pub use status::Audience;
-pub use token::AdminToken;
+use answers::AdminReply;
+pub use answers::{
+    ClusterStatus, FrozenStatus, GroupEntry, NodeEntry, NodeStatus, OperationStatus, OperationTotals, OwnerStatus,
+    Secret, SessionCounters, SpecBody, StepStatus,
+};
+use cohort_actors::NodeMetrics;
+pub(crate) use status::Audience;
+pub use token::{ADMIN_TOKEN_MAX_BYTES, ADMIN_TOKEN_MIN_BYTES, AdminToken, TokenError};
 
 /// The largest request body (a POST under `/admin/`) the port reads.
-pub const BODY_MAX_BYTES: usize = 128 * 1024;
+pub(crate) const BODY_MAX_BYTES: usize = 128 * 1024;
 
 /// An answer of the admin port: an HTTP status code and a JSON body.
 #[derive(Clone, Debug, PartialEq)]
-pub struct AdminAnswer {
+pub(crate) struct AdminAnswer {
     /// 200, 400, 404, 405, 409 or 503.
-    pub status: u16,
+    pub(crate) status: u16,
     /// The JSON document.
-    pub body: Value,
+    pub(crate) body: AdminReply,
 }
 
 /// The future of an answer under `/admin/`.
-pub type AdminFuture<'a> = Pin<Box<dyn Future<Output = AdminAnswer> + Send + 'a>>;
+pub(crate) type AdminFuture<'a> = Pin<Box<dyn Future<Output = AdminAnswer> + Send + 'a>>;
 
 /// What a node serves on its admin port beyond `/metrics` and `/health`.
-pub trait NodeRoutes: Send + Sync + 'static {
+pub(crate) trait NodeRoutes: Send + Sync + 'static {
     /// The document of `GET /status`, as `audience` may see it.
-    fn status(&self, audience: Audience) -> Value;
+    fn status(&self, audience: Audience) -> NodeStatus;
 
     /// Answer `method path` with `body`, for a path under `/admin/`. The
     /// port has already authenticated a POST and checked its content type.
@@ -128,7 +138,7 @@ const SHUTDOWN_TIMEOUT_SECS: u64 = 1;
 /// Serve `/metrics` and `/health` only on `listener`. The returned server
 /// runs once spawned or awaited on an actix System (its worker is a thread
 /// of its own) and stops when dropped.
-pub fn serve_metrics(
+pub(crate) fn serve_metrics(
     listener: std::net::TcpListener,
     metrics: Arc<NodeMetrics>,
     limits: AdminLimits,
@@ -143,7 +153,7 @@ pub fn serve_metrics(
 /// Serve a node's admin port on `listener`: `/metrics`, `/health`, and what
 /// `routes` serves (`/status`, the operator commands under `/admin/`), with
 /// `options`' token and limits. Runs and stops like [`serve_metrics`].
-pub fn serve_node(
+pub(crate) fn serve_node(
     listener: std::net::TcpListener,
     metrics: Arc<NodeMetrics>,
     routes: Arc<dyn NodeRoutes>,
@@ -179,6 +189,7 @@ mod tests {
     use std::net::SocketAddr;
 
     use cohort_core::{HeartbeatGauges, ShardMetrics};
+    use serde_json::Value;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpStream;
     use tokio::time::timeout;
@@ -230,7 +241,7 @@ mod tests {
             .expect("answer");
         let (head, body) = split(&answer);
         assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
-        assert_eq!(header(head, "content-type"), Some(cohort_actors::metrics::OPENMETRICS_CONTENT_TYPE), "{head}");
+        assert_eq!(header(head, "content-type"), Some(cohort_actors::OPENMETRICS_CONTENT_TYPE), "{head}");
         assert_eq!(header(head, "content-length"), Some(body.len().to_string().as_str()), "{head}");
         assert_eq!(header(head, "connection"), Some("close"), "one request per connection: {head}");
         assert!(body.lines().any(|line| line == "cohort_peers_connected 2"), "{body}");
@@ -267,7 +278,7 @@ mod tests {
         let answer = exchange(address, post).await.expect("answer");
         assert!(answer.starts_with("HTTP/1.1 404 "), "{answer}");
 
-        let port = cohort_actors::metrics::Port::Admin;
+        let port = cohort_actors::Port::Admin;
         assert_eq!(metrics.refused(port, "not_found"), 3);
         assert_eq!(metrics.refused(port, "method_not_allowed"), 1);
     }

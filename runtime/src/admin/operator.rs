@@ -8,7 +8,7 @@
 //! translates: it checks the JSON body field by field (a `400` names the
 //! field), builds the [`MetadataCommand`] and runs its `validate()`, submits
 //! it through its agent to the metadata group (exactly once, see
-//! `cohort_actors::operator_client`), and answers with what the metadata committed:
+//! `actors/src/operator_client.rs`), and answers with what the metadata committed:
 //!
 //! | outcome | status | body |
 //! | --- | --- | --- |
@@ -28,39 +28,54 @@ use std::time::{Duration, Instant};
 use actix::Recipient;
 use cohort_messages::metadata::{MetadataCommand, MetadataResult, OPERATION_GROUPS_MAX, OperationSpec};
 use cohort_messages::{Epoch, GroupId, NodeId, OperationId};
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 use tokio::sync::oneshot;
 
-use cohort_actors::agent::OperatorSubmit;
-use cohort_actors::operator_client::OperatorFailure;
-use cohort_actors::status::StatusBoard;
+use cohort_actors::OperatorFailure;
+use cohort_actors::OperatorSubmit;
+use cohort_actors::StatusBoard;
 
-use super::status::{self, operation_json, spec_json};
+use super::answers::{AdminReply, Advice, FailureDetail, NodeStatus, OperationAnswer, SpecBody, TransferAnswer};
+use super::status::{self, operation_status};
 use super::{AdminAnswer, AdminFuture, BODY_MAX_BYTES, NodeRoutes};
 
 /// How long the node tries to get an operator command committed.
-pub const OPERATOR_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const OPERATOR_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long, after the commit, the node waits for its own copy of the
 /// metadata to apply it (to answer with the stored plan).
-pub const PLAN_WAIT_MAX: Duration = Duration::from_secs(3);
+pub(crate) const PLAN_WAIT_MAX: Duration = Duration::from_secs(3);
 
 /// How long `transfer-primary` waits for the new primary's ownership report
 /// before it answers that the transfer was asked for (it goes on after).
-pub const TRANSFER_WAIT_MAX: Duration = Duration::from_secs(5);
+pub(crate) const TRANSFER_WAIT_MAX: Duration = Duration::from_secs(5);
 
 // A join naming OPERATION_GROUPS_MAX groups of 20-digit ids fits in a body.
 const _: () = assert!(OPERATION_GROUPS_MAX * 21 + 256 <= BODY_MAX_BYTES);
 
 /// The answer to a field of the request that is missing or wrong.
 fn bad_request(field: &str, error: impl Into<String>) -> AdminAnswer {
-    let error = error.into();
-    AdminAnswer { status: 400, body: json!({ "result": "bad_request", "field": field, "error": error }) }
+    AdminAnswer { status: 400, body: AdminReply::BadRequest { field: Some(field.into()), error: error.into() } }
+}
+
+/// The answer to a method other than POST.
+fn method_not_allowed() -> AdminAnswer {
+    AdminAnswer { status: 405, body: AdminReply::MethodNotAllowed(Advice::new("use POST")) }
+}
+
+/// The answer when the metadata refused the command.
+fn refused(reason: String) -> AdminAnswer {
+    AdminAnswer { status: 409, body: AdminReply::Refused { reason } }
+}
+
+/// The answer when no result came.
+fn unavailable(error: String, detail: Option<FailureDetail>) -> AdminAnswer {
+    AdminAnswer { status: 503, body: AdminReply::Unavailable { error, detail } }
 }
 
 /// A field of the request that is missing or wrong.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct BadInput {
+pub(crate) struct BadInput {
     /// The field.
     pub field: String,
     /// What is wrong.
@@ -73,7 +88,7 @@ fn bad<T>(field: &str, error: impl Into<String>) -> Result<T, BadInput> {
 
 /// The body of `POST /admin/operations`, e.g. `{"op":"move","group":3,"from":1,"to":4}`:
 /// the spec, checked field by field and by [`OperationSpec::validate`].
-pub fn parse_start(body: &[u8]) -> Result<OperationSpec, BadInput> {
+pub(crate) fn parse_start(body: &[u8]) -> Result<OperationSpec, BadInput> {
     let Ok(value) = serde_json::from_slice::<Value>(body) else {
         return bad("body", "not a JSON document; send e.g. {\"op\":\"move\",\"group\":3,\"from\":1,\"to\":4}");
     };
@@ -157,7 +172,7 @@ fn groups(object: &Map<String, Value>) -> Result<Vec<GroupId>, BadInput> {
 }
 
 /// The operation id in `/admin/operations/{id}/cancel` (`7` or `operation:7`).
-pub fn parse_cancel(id: &str) -> Result<OperationId, BadInput> {
+pub(crate) fn parse_cancel(id: &str) -> Result<OperationId, BadInput> {
     let digits = id.strip_prefix("operation:").unwrap_or(id);
     match digits.parse::<u64>() {
         Ok(0) => bad("operation", "operation 0 is reserved; ids start at 1"),
@@ -168,7 +183,7 @@ pub fn parse_cancel(id: &str) -> Result<OperationId, BadInput> {
 
 /// What the admin port needs to run operator commands on a node.
 #[derive(Clone)]
-pub struct OperatorPort {
+pub(crate) struct OperatorPort {
     board: Arc<StatusBoard>,
     agent: Recipient<OperatorSubmit>,
     timeout: Duration,
@@ -176,18 +191,15 @@ pub struct OperatorPort {
 
 impl OperatorPort {
     /// Commands go through `agent`; plans are read from `board`'s metadata.
-    pub fn new(board: Arc<StatusBoard>, agent: Recipient<OperatorSubmit>) -> OperatorPort {
+    pub(crate) fn new(board: Arc<StatusBoard>, agent: Recipient<OperatorSubmit>) -> OperatorPort {
         OperatorPort { board, agent, timeout: OPERATOR_TIMEOUT }
     }
 
     /// Answer `method path` with `body` (a path under `/admin/`).
-    pub async fn handle(&self, method: &str, path: &str, body: &[u8]) -> AdminAnswer {
+    pub(crate) async fn handle(&self, method: &str, path: &str, body: &[u8]) -> AdminAnswer {
         if let Some(parsed) = super::changes::parse(path, body, self.board.node()) {
             if method != "POST" {
-                return AdminAnswer {
-                    status: 405,
-                    body: json!({ "result": "method_not_allowed", "error": "use POST" }),
-                };
+                return method_not_allowed();
             }
             return match parsed {
                 Ok(command) => self.change(command).await,
@@ -199,10 +211,10 @@ impl OperatorPort {
         if !known {
             let error = "no such path; POST /admin/operations, /admin/operations/{id}/cancel, /admin/groups, \
                          /admin/groups/{id}/delete, /admin/groups/{id}/transfer-primary, /admin/freeze or /admin/unfreeze";
-            return AdminAnswer { status: 404, body: json!({ "result": "not_found", "error": error }) };
+            return AdminAnswer { status: 404, body: AdminReply::NotFound(Advice::new(error)) };
         }
         if method != "POST" {
-            return AdminAnswer { status: 405, body: json!({ "result": "method_not_allowed", "error": "use POST" }) };
+            return method_not_allowed();
         }
         let command = match cancel {
             Some(id) => parse_cancel(id).map(|operation| MetadataCommand::CancelOperation { operation }),
@@ -217,17 +229,14 @@ impl OperatorPort {
         }
         match self.submit(command.clone()).await {
             Ok(result) => self.committed(&command, result).await,
-            Err(failure) => AdminAnswer {
-                status: 503,
-                body: json!({ "result": "unavailable", "error": failure.to_string(), "detail": failure_json(&failure) }),
-            },
+            Err(failure) => unavailable(failure.to_string(), Some(failure_detail(&failure))),
         }
     }
 
     /// Submit `command` to the metadata group through this node's agent,
     /// exactly once, and return what it committed (the embedding API's
     /// path to the same commands, see `NodeHandle::create_group`).
-    pub async fn submit(&self, command: MetadataCommand) -> Result<MetadataResult, OperatorFailure> {
+    pub(crate) async fn submit(&self, command: MetadataCommand) -> Result<MetadataResult, OperatorFailure> {
         let deadline = Instant::now() + self.timeout;
         let (answer, answered) = oneshot::channel();
         self.agent.try_send(OperatorSubmit { command, deadline, answer }).map_err(|_| OperatorFailure::Busy)?;
@@ -248,40 +257,25 @@ impl OperatorPort {
     /// The answer for a committed command.
     async fn committed(&self, command: &MetadataCommand, result: MetadataResult) -> AdminAnswer {
         let (operation, epoch, started) = match (command, result) {
-            (_, MetadataResult::Refused { reason }) => {
-                return AdminAnswer { status: 409, body: json!({ "result": "refused", "reason": reason }) };
-            }
+            (_, MetadataResult::Refused { reason }) => return refused(reason),
             (_, MetadataResult::OperationStarted { operation, epoch }) => (operation, epoch, true),
             (MetadataCommand::CancelOperation { operation }, MetadataResult::Done { epoch }) => {
                 (*operation, epoch, false)
             }
-            (_, other) => {
-                let error = format!("unexpected metadata result {other:?}");
-                return AdminAnswer { status: 503, body: json!({ "result": "unavailable", "error": error }) };
-            }
+            (_, other) => return unavailable(format!("unexpected metadata result {other:?}"), None),
         };
-        let applied = self.wait_applied(epoch).await;
+        let applied_here = self.wait_applied(epoch).await;
         let record = self.board.metadata().with(|metadata| {
             let record = metadata.operations.get(&operation)?;
-            Some(operation_json(metadata, operation, record))
+            Some(operation_status(metadata, operation, record))
         });
         let spec = match command {
-            MetadataCommand::StartOperation { spec } => Some(spec_json(spec)),
-            _ => record.as_ref().map(|record| record["spec"].clone()),
+            MetadataCommand::StartOperation { spec } => Some(SpecBody::from(spec)),
+            _ => record.as_ref().map(|record| record.spec.clone()),
         };
-        AdminAnswer {
-            status: 200,
-            body: json!({
-                "result": if started { "started" } else { "cancelled" },
-                "operation": operation.0,
-                "epoch": epoch.0,
-                "spec": spec,
-                // `null` once the operation finished (completed or reverted),
-                // or if this node's copy did not apply the epoch in time.
-                "record": record,
-                "applied_here": applied,
-            }),
-        }
+        let answer = OperationAnswer { operation, epoch, spec, record, applied_here };
+        let body = if started { AdminReply::Started(answer) } else { AdminReply::Cancelled(answer) };
+        AdminAnswer { status: 200, body }
     }
 
     /// Submit a change of [`super::changes`] and answer with what the
@@ -289,45 +283,34 @@ impl OperatorPort {
     async fn change(&self, command: MetadataCommand) -> AdminAnswer {
         let result = match self.submit(command.clone()).await {
             Ok(result) => result,
-            Err(failure) => {
-                return AdminAnswer {
-                    status: 503,
-                    body: json!({ "result": "unavailable", "error": failure.to_string(), "detail": failure_json(&failure) }),
-                };
-            }
+            Err(failure) => return unavailable(failure.to_string(), Some(failure_detail(&failure))),
         };
         let epoch = match result {
-            MetadataResult::Refused { reason } => {
-                return AdminAnswer { status: 409, body: json!({ "result": "refused", "reason": reason }) };
-            }
+            MetadataResult::Refused { reason } => return refused(reason),
             MetadataResult::Done { epoch } | MetadataResult::GroupCreated { epoch, .. } => epoch,
-            other => {
-                let error = format!("unexpected metadata result {other:?}");
-                return AdminAnswer { status: 503, body: json!({ "result": "unavailable", "error": error }) };
-            }
+            other => return unavailable(format!("unexpected metadata result {other:?}"), None),
         };
-        let applied = self.wait_applied(epoch).await;
-        let body = match (&command, result) {
+        let applied_here = self.wait_applied(epoch).await;
+        let body = match (command, result) {
             (
                 MetadataCommand::CreateGroup { group, kind, members, .. },
                 MetadataResult::GroupCreated { incarnation, .. },
-            ) => {
-                let members: Vec<u64> = members.iter().map(|member| member.0).collect();
-                json!({ "result": "created", "group": group.0, "kind": kind, "members": members, "incarnation": incarnation.0 })
-            }
-            (MetadataCommand::DeleteGroup { group }, _) => json!({ "result": "deleted", "group": group.0 }),
+            ) => AdminReply::Created { group, kind, members, incarnation, epoch, applied_here },
+            (MetadataCommand::DeleteGroup { group }, _) => AdminReply::Deleted { group, epoch, applied_here },
             (MetadataCommand::TransferPrimary { group, to }, _) => {
-                let done = self.wait_led_by(*group, *to).await;
-                let result = if done { "transferred" } else { "asked" };
-                json!({ "result": result, "group": group.0, "to": to.0 })
+                let answer = TransferAnswer { group, to, epoch, applied_here };
+                if self.wait_led_by(group, to).await {
+                    AdminReply::Transferred(answer)
+                } else {
+                    AdminReply::Asked(answer)
+                }
             }
-            (MetadataCommand::Freeze { .. }, _) => json!({ "result": "frozen", "since_epoch": epoch.0 }),
-            (MetadataCommand::Unfreeze { .. }, _) => json!({ "result": "unfrozen" }),
-            (other, _) => json!({ "result": "done", "command": format!("{other:?}") }),
+            (MetadataCommand::Freeze { .. }, _) => AdminReply::Frozen { since_epoch: epoch, epoch, applied_here },
+            (MetadataCommand::Unfreeze { .. }, _) => AdminReply::Unfrozen { epoch, applied_here },
+            (other, result) => {
+                return unavailable(format!("unexpected metadata result {result:?} to {other:?}"), None);
+            }
         };
-        let mut body = body;
-        body["epoch"] = json!(epoch.0);
-        body["applied_here"] = json!(applied);
         AdminAnswer { status: 200, body }
     }
 
@@ -365,8 +348,8 @@ impl OperatorPort {
 }
 
 impl NodeRoutes for OperatorPort {
-    fn status(&self, audience: super::Audience) -> Value {
-        status::status_json_for(&self.board, audience)
+    fn status(&self, audience: super::Audience) -> NodeStatus {
+        status::node_status(&self.board, audience)
     }
 
     fn admin<'a>(&'a self, method: &'a str, path: &'a str, body: &'a [u8]) -> AdminFuture<'a> {
@@ -374,14 +357,19 @@ impl NodeRoutes for OperatorPort {
     }
 }
 
-fn failure_json(failure: &OperatorFailure) -> Value {
+fn failure_detail(failure: &OperatorFailure) -> FailureDetail {
     match failure {
-        OperatorFailure::Unreachable { waited, attempts, tried, last } => json!({
-            "reason": "unreachable", "waited_ms": waited.as_millis() as u64, "attempts": attempts, "tried": tried, "last": last,
-        }),
-        OperatorFailure::Busy => json!({ "reason": "busy" }),
-        OperatorFailure::Rejected { code, detail } => json!({ "reason": format!("{code:?}"), "detail": detail }),
-        OperatorFailure::Stopped => json!({ "reason": "stopped" }),
+        OperatorFailure::Unreachable { waited, attempts, tried, last } => FailureDetail::Unreachable {
+            waited_ms: u64::try_from(waited.as_millis()).unwrap_or(u64::MAX),
+            attempts: *attempts,
+            tried: tried.clone(),
+            last: last.clone(),
+        },
+        OperatorFailure::Busy => FailureDetail::Busy,
+        OperatorFailure::Rejected { code, detail } => {
+            FailureDetail::Rejected { code: format!("{code:?}"), detail: detail.clone() }
+        }
+        OperatorFailure::Stopped => FailureDetail::Stopped,
     }
 }
 
@@ -408,7 +396,8 @@ mod tests {
         ];
         for (body, spec) in cases {
             assert_eq!(parse_start(body.as_bytes()), Ok(spec.clone()), "{body}");
-            assert_eq!(spec_json(&spec), serde_json::from_str::<Value>(body).unwrap_or_default());
+            let typed = serde_json::to_value(SpecBody::from(&spec)).unwrap_or_default();
+            assert_eq!(typed, serde_json::from_str::<Value>(body).unwrap_or_default());
         }
     }
 

@@ -9,12 +9,13 @@
 use actix_web::HttpResponse;
 use actix_web::http::StatusCode;
 use actix_web::http::header;
-use cohort_actors::metrics::{NodeMetrics, Port};
-use serde_json::json;
+use cohort_actors::{NodeMetrics, Port};
+
+use super::answers::{AdminReply, Advice};
 
 /// Why the admin port refused a request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum AdminRefusal {
+pub(super) enum AdminRefusal {
     /// A mutating call without `Authorization: Bearer <token>` (`401`).
     Unauthenticated,
     /// A bearer token that is not the node's (`401`).
@@ -38,7 +39,7 @@ pub enum AdminRefusal {
 
 impl AdminRefusal {
     /// Every reason; each is exported from the start, at zero.
-    pub const ALL: [AdminRefusal; 9] = [
+    pub(super) const ALL: [AdminRefusal; 9] = [
         AdminRefusal::Unauthenticated,
         AdminRefusal::TokenMismatch,
         AdminRefusal::TokenUnset,
@@ -51,7 +52,7 @@ impl AdminRefusal {
     ];
 
     /// The `reason` label value, also the `result` field of the answer.
-    pub fn as_str(self) -> &'static str {
+    pub(super) fn as_str(self) -> &'static str {
         match self {
             AdminRefusal::Unauthenticated => "unauthenticated",
             AdminRefusal::TokenMismatch => "token_mismatch",
@@ -66,7 +67,7 @@ impl AdminRefusal {
     }
 
     /// The HTTP status it is answered with.
-    pub fn status(self) -> StatusCode {
+    pub(super) fn status(self) -> StatusCode {
         match self {
             AdminRefusal::Unauthenticated | AdminRefusal::TokenMismatch => StatusCode::UNAUTHORIZED,
             AdminRefusal::TokenUnset => StatusCode::FORBIDDEN,
@@ -81,7 +82,7 @@ impl AdminRefusal {
 
     /// The refusal an operator answer with `status` stands for, if any
     /// (the operator endpoints check paths, methods and fields themselves).
-    pub fn of_status(status: u16) -> Option<AdminRefusal> {
+    pub(super) fn of_status(status: u16) -> Option<AdminRefusal> {
         match status {
             400 => Some(AdminRefusal::BadRequest),
             404 => Some(AdminRefusal::NotFound),
@@ -109,9 +110,24 @@ impl AdminRefusal {
         }
     }
 
-    /// Count the refusal and answer it with a JSON error
-    /// (`{"result": reason, "error": what to do}`).
-    pub fn respond(self, metrics: &NodeMetrics) -> HttpResponse {
+    /// The JSON answer: `{"result": reason, "error": what to do}`.
+    pub(crate) fn reply(self) -> AdminReply {
+        let advice = Advice::new(self.advice());
+        match self {
+            AdminRefusal::Unauthenticated => AdminReply::Unauthenticated(advice),
+            AdminRefusal::TokenMismatch => AdminReply::TokenMismatch(advice),
+            AdminRefusal::TokenUnset => AdminReply::TokenUnset(advice),
+            AdminRefusal::ContentType => AdminReply::ContentType(advice),
+            AdminRefusal::BodyTooLarge => AdminReply::BodyTooLarge(advice),
+            AdminRefusal::BodyTimeout => AdminReply::BodyTimeout(advice),
+            AdminRefusal::BadRequest => AdminReply::BadRequest { field: None, error: advice.error },
+            AdminRefusal::NotFound => AdminReply::NotFound(advice),
+            AdminRefusal::MethodNotAllowed => AdminReply::MethodNotAllowed(advice),
+        }
+    }
+
+    /// Count the refusal and answer it with its JSON error ([`AdminRefusal::reply`]).
+    pub(super) fn respond(self, metrics: &NodeMetrics) -> HttpResponse {
         metrics.inc_refused(Port::Admin, self.as_str());
         let mut response = HttpResponse::build(self.status());
         match self {
@@ -123,13 +139,13 @@ impl AdminRefusal {
             }
             _ => {}
         }
-        response.json(json!({ "result": self.as_str(), "error": self.advice() }))
+        response.json(self.reply())
     }
 }
 
 /// Create every reason's series, at zero, so that each is exported before
 /// its first refusal.
-pub fn export_at_zero(metrics: &NodeMetrics) {
+pub(super) fn export_at_zero(metrics: &NodeMetrics) {
     for refusal in AdminRefusal::ALL {
         let _count = metrics.refused(Port::Admin, refusal.as_str());
     }
@@ -147,6 +163,15 @@ mod tests {
             assert!(refusal.status().is_client_error(), "{refusal:?}");
         }
         assert_eq!(AdminRefusal::of_status(409), None, "a metadata refusal is an answer, not a port refusal");
+    }
+
+    #[test]
+    fn t4_every_refusal_answers_its_reason_as_result() {
+        for refusal in AdminRefusal::ALL {
+            let json = serde_json::to_value(refusal.reply()).unwrap_or_default();
+            assert_eq!(json["result"], refusal.as_str(), "{json}");
+            assert!(json["error"].as_str().is_some_and(|error| !error.is_empty()), "{json}");
+        }
     }
 
     #[test]

@@ -15,7 +15,7 @@ use actix_web::dev::{ServiceFactory, ServiceRequest, ServiceResponse};
 use actix_web::http::header::{self, ContentType};
 use actix_web::http::{Method, StatusCode};
 use actix_web::{App, HttpRequest, HttpResponse, web};
-use cohort_actors::metrics::{NodeMetrics, OPENMETRICS_CONTENT_TYPE};
+use cohort_actors::{NodeMetrics, OPENMETRICS_CONTENT_TYPE};
 
 use super::auth::{self, Caller};
 use super::refusal::AdminRefusal;
@@ -24,7 +24,7 @@ use super::token::AdminToken;
 use super::{AdminAnswer, BODY_MAX_BYTES, NodeRoutes};
 
 /// What every handler of one listener shares.
-pub struct AdminState {
+pub(super) struct AdminState {
     /// The registry `/metrics` encodes.
     pub metrics: Arc<NodeMetrics>,
     /// The node's routes; `None` on the metrics listener.
@@ -36,7 +36,7 @@ pub struct AdminState {
 }
 
 /// The app of one listener.
-pub fn app(
+pub(super) fn app(
     state: web::Data<AdminState>,
 ) -> App<
     impl ServiceFactory<
@@ -98,7 +98,7 @@ async fn fallback(request: HttpRequest, payload: web::Payload, state: web::Data<
     };
     let answer = node.admin(request.method().as_str(), request.path(), &body).await;
     if let Some(refusal) = AdminRefusal::of_status(answer.status) {
-        state.metrics.inc_refused(cohort_actors::metrics::Port::Admin, refusal.as_str());
+        state.metrics.inc_refused(cohort_actors::Port::Admin, refusal.as_str());
     }
     respond(answer)
 }

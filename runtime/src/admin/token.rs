@@ -83,7 +83,7 @@ impl AdminToken {
     /// every byte of the configured token is compared, whatever matched
     /// before, and a presented value of another length is compared against
     /// the configured bytes all the same.
-    pub fn matches(&self, presented: &[u8]) -> bool {
+    pub(crate) fn matches(&self, presented: &[u8]) -> bool {
         let expected = self.0.as_bytes();
         let same_length: Choice = (presented.len() as u64).ct_eq(&(expected.len() as u64));
         let mut same_bytes = Choice::from(1);

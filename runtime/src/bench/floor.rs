@@ -20,7 +20,7 @@ const MESSAGE_BYTES: usize = 64;
 
 /// The floor, in microseconds.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-pub struct Floor {
+pub(crate) struct Floor {
     /// Median `fdatasync` of a 4 KiB append.
     pub fdatasync_us: u64,
     /// Median loopback TCP round trip.
@@ -29,13 +29,13 @@ pub struct Floor {
 
 impl Floor {
     /// The floor: one sync plus one round trip.
-    pub fn total_us(&self) -> u64 {
+    pub(crate) fn total_us(&self) -> u64 {
         self.fdatasync_us + self.round_trip_us
     }
 }
 
 /// Measure both in `dir`; errors name what failed.
-pub fn measure(dir: &Path) -> Result<Floor, String> {
+pub(crate) fn measure(dir: &Path) -> Result<Floor, String> {
     Ok(Floor { fdatasync_us: fdatasync_us(dir)?, round_trip_us: round_trip_us()? })
 }
 

@@ -15,9 +15,9 @@
 //! `docs/benchmarks.md`. `cohort bench --cluster` drives a running cluster
 //! over the network instead ([`network`]).
 
-pub mod floor;
-pub mod network;
-pub mod process;
+pub(crate) mod floor;
+pub(crate) mod network;
+pub(crate) mod process;
 mod report;
 
 use std::cell::{Cell, RefCell};
@@ -27,25 +27,25 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use cohort_actors::metrics::{DropReason, Mailbox, Port, SyncKind};
+use cohort_actors::{DropReason, Mailbox, Port, SyncKind};
 use cohort_core::client::Sequence;
 use cohort_messages::{ClusterId, GroupId, Incarnation, NodeId, ReplyError};
 use indicatif::{ProgressBar, ProgressStyle};
 
-pub use report::BenchReport;
+pub(crate) use report::BenchReport;
 
 use self::process::ProcessUsage;
 use crate::node::{GroupKind, GroupPlacement, Node, NodeBuilder, NodeHandle, Register, SubmitError};
 
 /// The bench's cluster id.
-pub const BENCH_CLUSTER: ClusterId = ClusterId(0xC0_4087_BE4C);
+pub(crate) const BENCH_CLUSTER: ClusterId = ClusterId(0xC0_4087_BE4C);
 
 /// How long one attempt of a write waits for its answer.
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// What to run.
 #[derive(Clone, Debug)]
-pub struct BenchOptions {
+pub(crate) struct BenchOptions {
     /// Nodes (at least 1; 3 by default).
     pub nodes: usize,
     /// Groups, every node a member of each, primaries spread over the nodes.
@@ -104,7 +104,7 @@ impl BenchOptions {
 }
 
 /// Run the bench in a new actix System.
-pub fn run(options: BenchOptions) -> Result<BenchReport, String> {
+pub(crate) fn run(options: BenchOptions) -> Result<BenchReport, String> {
     options.check()?;
     // A subdirectory of its own, removed afterwards: the data directory
     // given by the caller stays theirs.
@@ -148,7 +148,7 @@ impl Bench {
     async fn run(options: BenchOptions, dir: PathBuf, floor: floor::Floor) -> Result<BenchReport, String> {
         let addresses = free_addresses(options.nodes)?;
         // The nodes talk mTLS, as a production cluster does (T1).
-        let certs = cohort_actors::certs::local_cluster(&dir.join("certs"), (1..=options.nodes as u64).map(NodeId))
+        let certs = cohort_actors::local_cluster(&dir.join("certs"), (1..=options.nodes as u64).map(NodeId))
             .map_err(|error| format!("throwaway certificates: {error}"))?;
         let mut nodes = Vec::new();
         for index in 0..options.nodes {
@@ -167,12 +167,12 @@ impl Bench {
         bench.wait_ready().await?;
         let rss_after_start_bytes = process::resident_bytes();
         let bar = bench.progress_bar();
-        let writers: Vec<_> = (0..bench.options.writers)
-            .map(|writer| {
-                let bench = Rc::clone(&bench);
-                actix_rt::spawn(async move { bench.write_loop(writer).await })
-            })
-            .collect();
+        let mut writers = Vec::with_capacity(bench.options.writers);
+        for writer in 0..bench.options.writers {
+            let client = cohort_client::fresh_client_id().map_err(|error| error.to_string())?;
+            let bench = Rc::clone(&bench);
+            writers.push(actix_rt::spawn(async move { bench.write_loop(writer, client).await }));
+        }
         let warmup = Duration::from_secs(bench.options.warmup_secs);
         bench.tick_bar(&bar, "warming up", warmup).await;
         let before = bench.counters();
@@ -211,7 +211,8 @@ impl Bench {
     async fn wait_ready(&self) -> Result<(), String> {
         let deadline = Instant::now() + Duration::from_secs(30);
         for group in 0..self.options.groups {
-            let mut writes = Sequence::new(cohort_actors::client_id::fresh_client_id(), GroupId(group as u64));
+            let client = cohort_client::fresh_client_id().map_err(|error| error.to_string())?;
+            let mut writes = Sequence::new(client, GroupId(group as u64));
             let request = writes.write(Bytes::new());
             while !self.attempt(&request).await {
                 if Instant::now() > deadline {
@@ -271,9 +272,9 @@ impl Bench {
     }
 
     /// One writer: its own client id, one write at a time to its group.
-    async fn write_loop(&self, writer: usize) {
+    async fn write_loop(&self, writer: usize, client: cohort_messages::ClientId) {
         let group = GroupId((writer % self.options.groups) as u64);
-        let mut writes = Sequence::new(cohort_actors::client_id::fresh_client_id(), group);
+        let mut writes = Sequence::new(client, group);
         let operation = Bytes::from(vec![0x5A; self.options.op_size_bytes]);
         while !self.stopping.get() {
             let request = writes.write(operation.clone());
@@ -326,7 +327,7 @@ fn start_node(
     index: usize,
     addresses: &[SocketAddr],
     dir: &std::path::Path,
-    certs: &cohort_actors::certs::LocalCerts,
+    certs: &cohort_actors::LocalCerts,
 ) -> Result<Node, String> {
     let node = NodeId(index as u64 + 1);
     let files = certs.node(node).ok_or_else(|| format!("no certificate for node {}", node.0))?;

@@ -6,7 +6,7 @@ use std::path::Path;
 
 /// The process's CPU time and context switches so far.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-pub struct ProcessUsage {
+pub(crate) struct ProcessUsage {
     /// User plus system CPU time of every thread, in microseconds.
     pub cpu_us: u64,
     /// Voluntary plus involuntary context switches of every thread.
@@ -16,7 +16,7 @@ pub struct ProcessUsage {
 /// The process's resident set size in bytes (`/proc/self/statm`; 0 where
 /// it cannot be read). The page size of every Linux target cohort builds for
 /// is 4 KiB.
-pub fn resident_bytes() -> u64 {
+pub(crate) fn resident_bytes() -> u64 {
     let Ok(statm) = std::fs::read_to_string("/proc/self/statm") else { return 0 };
     let pages = statm.split_whitespace().nth(1).and_then(|field| field.parse::<u64>().ok()).unwrap_or(0);
     pages * 4096
@@ -28,7 +28,7 @@ const CLOCK_TICKS_PER_SEC: u64 = 100;
 
 impl ProcessUsage {
     /// Read it now; `None` if `/proc` is not there (not Linux).
-    pub fn now() -> Option<ProcessUsage> {
+    pub(crate) fn now() -> Option<ProcessUsage> {
         let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
         // The command name is in parentheses and may hold spaces: fields
         // are counted from the last ')'. utime and stime are fields 14, 15.
@@ -41,7 +41,7 @@ impl ProcessUsage {
     }
 
     /// What was spent since `earlier`.
-    pub fn since(self, earlier: ProcessUsage) -> ProcessUsage {
+    pub(crate) fn since(self, earlier: ProcessUsage) -> ProcessUsage {
         ProcessUsage {
             cpu_us: self.cpu_us.saturating_sub(earlier.cpu_us),
             context_switches: self.context_switches.saturating_sub(earlier.context_switches),

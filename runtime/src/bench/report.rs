@@ -10,7 +10,7 @@ use super::{BenchOptions, Counters};
 
 /// The bench's figures over its measured window.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct BenchReport {
+pub(crate) struct BenchReport {
     /// Nodes.
     pub nodes: usize,
     /// Groups.
@@ -113,7 +113,7 @@ impl BenchReport {
     }
 
     /// One JSON object with every figure.
-    pub fn json(&self) -> String {
+    pub(crate) fn json(&self) -> String {
         let dropped: serde_json::Map<String, serde_json::Value> =
             self.dropped_by_reason.iter().map(|(reason, count)| (reason.clone(), json!(count))).collect();
         json!({
@@ -148,7 +148,7 @@ impl BenchReport {
     }
 
     /// The table.
-    pub fn table(&self) -> String {
+    pub(crate) fn table(&self) -> String {
         let rows: Vec<(&str, String)> = vec![
             (
                 "cluster",

@@ -17,14 +17,17 @@
 
 use std::time::Duration;
 
+use cohort_messages::metadata::OperationSpec;
+use cohort_messages::{GroupId, NodeId};
 use serde_json::{Value, json};
 
 use super::http::Call;
+use crate::admin::answers::{AdminReply, OperationAnswer, SpecBody};
 use crate::admin::operator::{OPERATOR_TIMEOUT, PLAN_WAIT_MAX, TRANSFER_WAIT_MAX, parse_cancel, parse_start};
 
 /// One operator command.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum AdminAction {
+pub(crate) enum AdminAction {
     /// Move `group`'s replica from node `from` to node `to`.
     Move {
         /// The group.
@@ -98,7 +101,7 @@ pub enum AdminAction {
 
 /// Why `cohort admin` failed: the process exit code and the line to print.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct AdminError {
+pub(crate) struct AdminError {
     /// 1: refused or unreachable; 2: usage.
     pub code: u8,
     /// What happened.
@@ -117,13 +120,17 @@ impl AdminAction {
     /// The request: path and body.
     fn request(&self) -> (String, Option<String>) {
         let body = match self {
-            AdminAction::Move { group, from, to } => json!({ "op": "move", "group": group, "from": from, "to": to }),
-            AdminAction::Replace { group, dead, with } => {
-                json!({ "op": "replace", "group": group, "dead": dead, "with": with })
+            AdminAction::Move { group, from, to } => {
+                SpecBody::Move { group: GroupId(*group), from: NodeId(*from), to: NodeId(*to) }
             }
-            AdminAction::Join { node, groups } => json!({ "op": "join", "node": node, "groups": groups }),
-            AdminAction::Decommission { node } => json!({ "op": "decommission", "node": node }),
-            AdminAction::Shrink { group, node } => json!({ "op": "shrink", "group": group, "node": node }),
+            AdminAction::Replace { group, dead, with } => {
+                SpecBody::Replace { group: GroupId(*group), dead: NodeId(*dead), with: NodeId(*with) }
+            }
+            AdminAction::Join { node, groups } => {
+                SpecBody::Join { node: NodeId(*node), groups: groups.iter().copied().map(GroupId).collect() }
+            }
+            AdminAction::Decommission { node } => SpecBody::Decommission { node: NodeId(*node) },
+            AdminAction::Shrink { group, node } => SpecBody::Shrink { group: GroupId(*group), node: NodeId(*node) },
             AdminAction::Cancel { operation } => return (format!("/admin/operations/{operation}/cancel"), None),
             AdminAction::CreateGroup { group, kind, members, replication_quorum } => {
                 let mut body = json!({ "group": group, "kind": kind, "members": members });
@@ -139,14 +146,19 @@ impl AdminAction {
             AdminAction::Freeze => return ("/admin/freeze".into(), None),
             AdminAction::Unfreeze => return ("/admin/unfreeze".into(), None),
         };
-        ("/admin/operations".into(), Some(body.to_string()))
+        ("/admin/operations".into(), serde_json::to_string(&body).ok())
     }
 }
 
 /// Run `action` against the node whose admin port is `admin`, presenting
 /// `token`; the line (or the JSON answer with `json`) to print, or the
 /// error with its exit code (with `json`, its message is a JSON document too).
-pub fn admin_command(admin: &str, token: Option<&str>, action: &AdminAction, json: bool) -> Result<String, AdminError> {
+pub(crate) fn admin_command(
+    admin: &str,
+    token: Option<&str>,
+    action: &AdminAction,
+    json: bool,
+) -> Result<String, AdminError> {
     exchange(admin, token, action, json).map_err(|mut error| {
         if json && serde_json::from_str::<Value>(&error.message).is_err() {
             let result = if error.code == 2 { "usage" } else { "unreachable" };
@@ -181,13 +193,13 @@ fn exchange(admin: &str, token: Option<&str>, action: &AdminAction, json: bool) 
     let body = body.unwrap_or_else(|| "{}".into());
     let answer = super::http::exchange(admin, Call::Post(&body), &path, Some(token), timeout)
         .map_err(|error| failed(error.to_string()))?;
-    let Ok(document) = serde_json::from_str::<Value>(&answer.body) else {
+    let Ok(reply) = serde_json::from_str::<AdminReply>(&answer.body) else {
         let line = answer.line;
         return Err(failed(format!(
             "{admin} answered {line:?} to POST {path} (an older cohort, or not a cohort node?)"
         )));
     };
-    let text = if json { document.to_string() } else { render(&document) };
+    let text = if json { answer.body.trim_end().to_string() } else { render(&reply) };
     match answer.code {
         200 => Ok(text),
         400 | 401 | 404 | 405 | 415 => Err(usage(text)),
@@ -195,92 +207,86 @@ fn exchange(admin: &str, token: Option<&str>, action: &AdminAction, json: bool) 
     }
 }
 
-/// One line for an answer of `/admin/operations`.
-fn render(answer: &Value) -> String {
-    let field = |name: &str| answer[name].as_str().unwrap_or("?").to_string();
-    match answer["result"].as_str() {
-        Some("started") | Some("cancelled") => {
-            let started = answer["result"] == "started";
-            let id = &answer["operation"];
-            let record = &answer["record"];
-            let text = record["text"].as_str().map(str::to_string).unwrap_or_else(|| spec_text(&answer["spec"]));
-            if record.is_null() {
-                let state = if answer["applied_here"] == false {
-                    "committed; this node has not applied it yet, see `cohort status`"
-                } else if started {
-                    "already completed"
-                } else {
-                    "fully reverted"
-                };
-                let verb = if started { "started" } else { "cancelled" };
-                return format!("{verb} operation:{id}: {text} ({state})");
-            }
-            let steps: Vec<Value> = record["plan"].as_array().cloned().unwrap_or_default();
-            let groups: std::collections::BTreeSet<String> = steps.iter().map(|s| s["group"].to_string()).collect();
-            let words: Vec<String> = steps
-                .iter()
-                .map(|step| {
-                    let group = if groups.len() > 1 { format!("group:{} ", step["group"]) } else { String::new() };
-                    format!("{group}{}", step["step"].as_str().unwrap_or("?"))
-                })
-                .collect();
-            let count = |n: usize| if n == 1 { "1 step".to_string() } else { format!("{n} steps") };
-            if started {
-                format!("started operation:{id}: {text} ({}: {})", count(words.len()), words.join(", "))
-            } else {
-                let left = record["remaining"].as_u64().unwrap_or(0) as usize;
-                format!("cancelling operation:{id}: {text} (reverting {}: {})", count(left), words.join(", "))
-            }
-        }
-        Some("created") => {
-            let members: Vec<String> = answer["members"]
-                .as_array()
-                .map(|list| list.iter().map(|member| format!("node:{member}")).collect())
-                .unwrap_or_default();
+/// One line for an answer of `/admin/`.
+fn render(reply: &AdminReply) -> String {
+    match reply {
+        AdminReply::Started(answer) => operation_line(answer, true),
+        AdminReply::Cancelled(answer) => operation_line(answer, false),
+        AdminReply::Created { group, kind, members, incarnation, epoch, .. } => {
+            let members: Vec<String> = members.iter().map(ToString::to_string).collect();
             format!(
-                "created group:{} (kind {}, incarnation {}, members {}) at epoch {}",
-                answer["group"],
-                field("kind"),
-                answer["incarnation"],
+                "created {group} (kind {kind}, incarnation {}, members {}) at epoch {}",
+                incarnation.0,
                 members.join(", "),
-                answer["epoch"]
+                epoch.0
             )
         }
-        Some("deleted") => format!(
-            "deleted group:{} at epoch {}; its members remove their replicas and data",
-            answer["group"], answer["epoch"]
-        ),
-        Some("transferred") => format!("node:{} leads group:{} now", answer["to"], answer["group"]),
-        Some("asked") => format!(
-            "asked node:{} to take over group:{} at epoch {}; not done within {} s (the primary waits until it is caught up), see `cohort status`",
-            answer["to"],
-            answer["group"],
-            answer["epoch"],
+        AdminReply::Deleted { group, epoch, .. } => {
+            format!("deleted {group} at epoch {}; its members remove their replicas and data", epoch.0)
+        }
+        AdminReply::Transferred(answer) => format!("{} leads {} now", answer.to, answer.group),
+        AdminReply::Asked(answer) => format!(
+            "asked {} to take over {} at epoch {}; not done within {} s (the primary waits until it is caught up), see `cohort status`",
+            answer.to,
+            answer.group,
+            answer.epoch.0,
             TRANSFER_WAIT_MAX.as_secs()
         ),
-        Some("frozen") => format!(
+        AdminReply::Frozen { since_epoch, .. } => format!(
             "the cluster metadata is frozen since epoch {}: operator changes are refused until `cohort admin unfreeze`",
-            answer["since_epoch"]
+            since_epoch.0
         ),
-        Some("unfrozen") => format!("the cluster metadata is no longer frozen (epoch {})", answer["epoch"]),
-        Some("refused") => format!("refused: {}", field("reason")),
-        Some("bad_request") => format!("bad request: {}: {}", field("field"), field("error")),
-        Some("unavailable") => format!("no result: {}", field("error")),
-        Some(reason @ ("unauthenticated" | "token_mismatch" | "token_unset" | "content_type")) => {
-            format!("refused by the admin port ({reason}): {}", field("error"))
+        AdminReply::Unfrozen { epoch, .. } => format!("the cluster metadata is no longer frozen (epoch {})", epoch.0),
+        AdminReply::Refused { reason } => format!("refused: {reason}"),
+        AdminReply::BadRequest { field, error } => {
+            format!("bad request: {}: {error}", field.as_deref().unwrap_or("body"))
         }
-        _ => format!("unexpected answer: {answer}"),
+        AdminReply::Unavailable { error, .. } => format!("no result: {error}"),
+        refusal => match refusal.refusal() {
+            Some((reason, error)) => format!("refused by the admin port ({reason}): {error}"),
+            None => format!("unexpected answer: {refusal:?}"),
+        },
+    }
+}
+
+/// One line for a started or cancelled operation.
+fn operation_line(answer: &OperationAnswer, started: bool) -> String {
+    let id = answer.operation;
+    let text = match (&answer.record, &answer.spec) {
+        (Some(record), _) => record.text.clone(),
+        (None, Some(spec)) => crate::admin::status::spec_text(&OperationSpec::from(spec.clone())),
+        (None, None) => "?".into(),
+    };
+    let Some(record) = &answer.record else {
+        let state = if !answer.applied_here {
+            "committed; this node has not applied it yet, see `cohort status`"
+        } else if started {
+            "already completed"
+        } else {
+            "fully reverted"
+        };
+        let verb = if started { "started" } else { "cancelled" };
+        return format!("{verb} {id}: {text} ({state})");
+    };
+    let groups: std::collections::BTreeSet<GroupId> = record.plan.iter().map(|step| step.group).collect();
+    let words: Vec<String> = record
+        .plan
+        .iter()
+        .map(|step| {
+            let group = if groups.len() > 1 { format!("{} ", step.group) } else { String::new() };
+            format!("{group}{}", step.step)
+        })
+        .collect();
+    let count = |n: usize| if n == 1 { "1 step".to_string() } else { format!("{n} steps") };
+    if started {
+        format!("started {id}: {text} ({}: {})", count(words.len()), words.join(", "))
+    } else {
+        format!("cancelling {id}: {text} (reverting {}: {})", count(record.remaining), words.join(", "))
     }
 }
 
 /// Freezes name the node that asked; any node id does for checking a path here.
-const NODE_ANY: cohort_messages::NodeId = cohort_messages::NodeId(1);
-
-/// A spec of the request body in words (when the node could not show its record).
-fn spec_text(spec: &Value) -> String {
-    let body = spec.to_string();
-    parse_start(body.as_bytes()).map_or(body, |spec| crate::admin::status::spec_text(&spec))
-}
+const NODE_ANY: NodeId = NodeId(1);
 
 #[cfg(test)]
 mod tests {
@@ -292,7 +298,9 @@ mod tests {
             "result": "started", "operation": 7, "epoch": 40,
             "spec": { "op": "move", "group": 3, "from": 1, "to": 4 },
             "record": {
-                "text": "move group:3 node:1 → node:4", "remaining": 2,
+                "id": 7, "spec": { "op": "move", "group": 3, "from": 1, "to": 4 }, "cancelled": false,
+                "text": "move group:3 node:1 → node:4", "done": 1, "remaining": 2, "last_step_epoch": 40,
+                "waiting_for": null,
                 "plan": [
                     { "group": 3, "step": "add learner node:4", "done": true },
                     { "group": 3, "step": "promote node:4", "done": false },
@@ -301,12 +309,19 @@ mod tests {
             },
             "applied_here": true,
         });
+        let reply =
+            |json: Value| serde_json::from_value::<AdminReply>(json.clone()).unwrap_or_else(|e| panic!("{e}: {json}"));
         assert_eq!(
-            render(&answer),
+            render(&reply(answer)),
             "started operation:7: move group:3 node:1 → node:4 (3 steps: add learner node:4, promote node:4, remove node:1)"
         );
         let refused = json!({ "result": "refused", "reason": "group:3 is already in operation:1 (Move { .. })" });
-        assert_eq!(render(&refused), "refused: group:3 is already in operation:1 (Move { .. })");
+        assert_eq!(render(&reply(refused)), "refused: group:3 is already in operation:1 (Move { .. })");
+        let port = json!({ "result": "token_mismatch", "error": "the bearer token is not this node's [admin] token" });
+        assert_eq!(
+            render(&reply(port)),
+            "refused by the admin port (token_mismatch): the bearer token is not this node's [admin] token"
+        );
     }
 
     #[test]

@@ -12,7 +12,7 @@ use crate::bench::{self, BenchOptions};
 
 /// `cohort bench`'s flags.
 #[derive(Clone, Debug, PartialEq, Eq, clap::Args)]
-pub struct BenchArgs {
+pub(crate) struct BenchArgs {
     /// Nodes in the cluster started in this process.
     #[arg(long, default_value_t = 3, conflicts_with = "cluster")]
     pub nodes: usize,
@@ -59,7 +59,7 @@ pub struct BenchArgs {
 
 /// Why `cohort bench` failed; [`BenchError::exit_code`] says how it exits.
 #[derive(Debug, thiserror::Error)]
-pub enum BenchError {
+pub(crate) enum BenchError {
     /// A connection flag or file is unusable (exit 2).
     #[error(transparent)]
     Connect(#[from] ConnectError),
@@ -73,7 +73,7 @@ pub enum BenchError {
 
 impl BenchError {
     /// The process's exit code.
-    pub fn exit_code(&self) -> u8 {
+    pub(crate) fn exit_code(&self) -> u8 {
         match self {
             BenchError::Connect(_) | BenchError::Local(_) => 2,
             BenchError::Network(_) => 1,
@@ -83,7 +83,7 @@ impl BenchError {
 
 /// Run the bench `args` ask for; the report to print (one JSON line with
 /// `--json`, else a table). Progress goes to stderr.
-pub fn bench_command(args: &BenchArgs) -> Result<String, BenchError> {
+pub(crate) fn bench_command(args: &BenchArgs) -> Result<String, BenchError> {
     match &args.cluster {
         None => {
             let options = local_options(args);

@@ -12,12 +12,13 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use cohort_actors::certs::{Authority, CA_KEY_FILE, CertsError, cluster_hex};
+use cohort_actors::{Authority, CA_KEY_FILE, CertsError};
+use cohort_client::format_cluster_id;
 use cohort_messages::NodeId;
 
 /// What `cohort certs` was asked to do.
 #[derive(Clone, Debug)]
-pub enum CertsAction {
+pub(crate) enum CertsAction {
     /// A new CA and cluster id in `dir`, and certificates for nodes 1..=nodes.
     Init {
         /// The directory (created if missing; refused if it holds a CA).
@@ -43,7 +44,7 @@ pub enum CertsAction {
 
 /// Run `action`; the answer is what was written, to print once every file
 /// is; the error names the file.
-pub fn certs_command(action: &CertsAction) -> Result<String, CertsError> {
+pub(crate) fn certs_command(action: &CertsAction) -> Result<String, CertsError> {
     let mut out = String::new();
     match action {
         CertsAction::Init { dir, nodes } => {
@@ -51,7 +52,7 @@ pub fn certs_command(action: &CertsAction) -> Result<String, CertsError> {
             let _ = writeln!(
                 out,
                 "cluster id {} (in {})",
-                cluster_hex(authority.cluster()),
+                format_cluster_id(authority.cluster()),
                 dir.join("cluster-id").display()
             );
             let _ = writeln!(
@@ -88,7 +89,7 @@ fn write_node(authority: &Authority, dir: &Path, id: u64, out: &mut String) -> R
     let files = authority.write_node(dir, NodeId(id))?;
     let _ = writeln!(out, "node {id}: certificate {}, key {}; its config:", files.cert.display(), files.key.display());
     let _ = writeln!(out, "    [node]");
-    let _ = writeln!(out, "    cluster_id = \"{}\"", cluster_hex(authority.cluster()));
+    let _ = writeln!(out, "    cluster_id = \"{}\"", format_cluster_id(authority.cluster()));
     let _ = writeln!(out, "    id = {id}");
     let _ = writeln!(out, "    [tls]");
     let _ = writeln!(out, "    ca = \"{}\"", files.ca.display());

@@ -17,11 +17,11 @@ use cohort_client::{CLUSTER_ID_FILE, ClientError, ClusterClient, TlsFiles, parse
 use cohort_messages::ClusterId;
 
 /// The longest `--timeout-secs` (an hour): a typo must not make a command hang for days.
-pub const CALL_TIMEOUT_MAX_SECS: u64 = 3600;
+pub(super) const CALL_TIMEOUT_MAX_SECS: u64 = 3600;
 
 /// How to reach and prove ourselves to the cluster's client ports.
 #[derive(Clone, Debug, PartialEq, Eq, clap::Args)]
-pub struct ConnectArgs {
+pub(crate) struct ConnectArgs {
     /// The certificates directory (`cohort certs init --dir DIR`): its
     /// `ca.pem`, `cluster-id` and the client certificate of `--client`.
     #[arg(long, value_name = "DIR", default_value = "certs")]
@@ -70,7 +70,7 @@ impl Default for ConnectArgs {
 
 /// Why no client could be built; the message names the flag or the file.
 #[derive(Debug, thiserror::Error)]
-pub enum ConnectError {
+pub(crate) enum ConnectError {
     /// No cluster id: no `--cluster-id`, and its file is missing or wrong.
     #[error(
         "no cluster id: {reason}; give --cluster-id HEX (the nodes' [node] cluster_id) or --certs DIR where `cohort certs init` wrote `{CLUSTER_ID_FILE}`"
@@ -92,7 +92,7 @@ pub enum ConnectError {
 
 impl ConnectArgs {
     /// TLS files, or `None` for `--insecure`.
-    pub fn tls_files(&self) -> Option<TlsFiles> {
+    pub(crate) fn tls_files(&self) -> Option<TlsFiles> {
         if self.insecure {
             return None;
         }
@@ -105,7 +105,7 @@ impl ConnectArgs {
     }
 
     /// `--cluster-id`, else the `cluster-id` file beside the CA.
-    pub fn cluster(&self) -> Result<ClusterId, ConnectError> {
+    pub(crate) fn cluster(&self) -> Result<ClusterId, ConnectError> {
         if let Some(cluster) = self.cluster_id {
             return Ok(cluster);
         }
@@ -113,19 +113,18 @@ impl ConnectArgs {
         let path = dir.join(CLUSTER_ID_FILE);
         let text = std::fs::read_to_string(&path)
             .map_err(|error| ConnectError::ClusterId { reason: format!("{}: {error}", path.display()) })?;
-        parse_cluster_id(&text).ok_or_else(|| ConnectError::ClusterId {
-            reason: format!("{} holds no cluster id (1 to 32 hex digits)", path.display()),
-        })
+        parse_cluster_id(&text)
+            .map_err(|error| ConnectError::ClusterId { reason: format!("{}: {error}", path.display()) })
     }
 
     /// How long one call keeps trying.
-    pub fn call_timeout(&self) -> Duration {
+    pub(crate) fn call_timeout(&self) -> Duration {
         Duration::from_secs(self.timeout_secs)
     }
 
     /// A client of the nodes at `addresses`. Nothing is dialed yet; the
     /// files are read now, so a missing one fails here.
-    pub fn client(&self, addresses: &[String]) -> Result<ClusterClient, ConnectError> {
+    pub(crate) fn client(&self, addresses: &[String]) -> Result<ClusterClient, ConnectError> {
         let cluster = self.cluster()?;
         let builder = ClusterClient::builder(cluster, addresses.iter().cloned()).timeout(self.call_timeout());
         let builder = match self.tls_files() {
@@ -149,7 +148,7 @@ impl ConnectArgs {
 
 /// `--cluster-id` as hex (as in `cluster-id` files and `[node] cluster_id`).
 fn cluster_id_arg(text: &str) -> Result<ClusterId, String> {
-    parse_cluster_id(text).ok_or_else(|| "expected 1 to 32 hex digits, e.g. 10ca1c1a57e2".to_string())
+    parse_cluster_id(text).map_err(|error| error.to_string())
 }
 
 #[cfg(test)]

@@ -25,7 +25,7 @@ use super::operation::{Format, ReadValue, json_bytes};
 
 /// The flags `cohort write` and `cohort read` share.
 #[derive(Clone, Debug, PartialEq, Eq, clap::Args)]
-pub struct DataArgs {
+pub(crate) struct DataArgs {
     /// The nodes' client ports (each node's `[node] client`), HOST:PORT,
     /// comma-separated. Any one is enough to start; give every node's, so
     /// the client can reach each group's primary and survive a failover.
@@ -49,7 +49,7 @@ pub struct DataArgs {
 
 /// `cohort write`'s flags.
 #[derive(Clone, Debug, PartialEq, Eq, clap::Args)]
-pub struct WriteArgs {
+pub(crate) struct WriteArgs {
     /// The value to write (its UTF-8 bytes are the operation; with
     /// `--kv-key`, the key's new value).
     #[arg(long)]
@@ -63,7 +63,7 @@ pub struct WriteArgs {
 /// Why `cohort write` or `cohort read` failed; [`DataError::exit_code`]
 /// says how the process exits.
 #[derive(Debug, thiserror::Error)]
-pub enum DataError {
+pub(crate) enum DataError {
     /// A flag, file or cluster id is unusable (exit 2).
     #[error(transparent)]
     Connect(#[from] ConnectError),
@@ -91,7 +91,7 @@ pub enum DataError {
 
 impl DataError {
     /// The process's exit code (see the module docs).
-    pub fn exit_code(&self) -> u8 {
+    pub(crate) fn exit_code(&self) -> u8 {
         match self {
             DataError::Connect(_) | DataError::Usage(_) => 2,
             DataError::Failed { source, .. } if source.may_have_applied() => 3,
@@ -101,7 +101,7 @@ impl DataError {
 }
 
 /// `cohort write`: write `--value` to `--group`; the line (or JSON) to print.
-pub fn write_command(args: &WriteArgs) -> Result<String, DataError> {
+pub(crate) fn write_command(args: &WriteArgs) -> Result<String, DataError> {
     let data = &args.data;
     let format = Format::of(data.kv_key.as_deref()).map_err(DataError::Usage)?;
     let operation = format.write(args.value.as_bytes());
@@ -113,7 +113,7 @@ pub fn write_command(args: &WriteArgs) -> Result<String, DataError> {
 }
 
 /// `cohort read`: read `--group`'s value; the line (or JSON) to print.
-pub fn read_command(args: &DataArgs) -> Result<String, DataError> {
+pub(crate) fn read_command(args: &DataArgs) -> Result<String, DataError> {
     let format = Format::of(args.kv_key.as_deref()).map_err(DataError::Usage)?;
     let client = args.connect.client(&args.cluster)?;
     let group = GroupId(args.group);

@@ -4,20 +4,20 @@
 //! (`cohort write`, `cohort read` and `cohort bench --cluster` use a
 //! running cluster's data through its client ports, C2).
 
-pub mod admin;
-pub mod bench;
-pub mod certs;
-pub mod connect;
-pub mod data;
+mod admin;
+mod bench;
+mod certs;
+pub(crate) mod command;
+mod connect;
+mod data;
 pub(crate) mod http;
-pub mod operation;
-pub mod output;
-pub mod status;
+mod operation;
+mod output;
+mod status;
 
-pub use admin::{AdminAction, AdminError, admin_command};
-pub use bench::{BenchArgs, BenchError, bench_command};
-pub use certs::{CertsAction, certs_command};
-pub use connect::{ConnectArgs, ConnectError};
-pub use data::{DataArgs, DataError, WriteArgs, read_command, write_command};
-pub use output::print_line;
-pub use status::status_command;
+pub(crate) use admin::{AdminAction, admin_command};
+pub(crate) use bench::{BenchArgs, bench_command};
+pub(crate) use certs::{CertsAction, certs_command};
+pub(crate) use data::{DataArgs, WriteArgs, read_command, write_command};
+pub(crate) use output::print_line;
+pub(crate) use status::status_command;

@@ -19,11 +19,11 @@ use bytes::Bytes;
 use serde_json::{Value, json};
 
 /// The longest `--kv-key`: its length travels as a u16.
-pub const KV_KEY_SIZE_MAX_BYTES: usize = u16::MAX as usize;
+pub(super) const KV_KEY_SIZE_MAX_BYTES: usize = u16::MAX as usize;
 
 /// The state machine format a command speaks.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Format {
+pub(super) enum Format {
     /// One value per group ([`crate::node::Register`]).
     Register,
     /// A key of a key-value map (the `kv` example's format).
@@ -35,7 +35,7 @@ pub enum Format {
 
 /// A read's answer, decoded.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ReadValue {
+pub(super) enum ReadValue {
     /// The value.
     Value(Bytes),
     /// The key is absent (kv).
@@ -46,7 +46,7 @@ pub enum ReadValue {
 
 impl Format {
     /// The format of `--kv-key`, if given; the error says why the key is unusable.
-    pub fn of(kv_key: Option<&str>) -> Result<Format, String> {
+    pub(super) fn of(kv_key: Option<&str>) -> Result<Format, String> {
         match kv_key {
             None => Ok(Format::Register),
             Some(key) if key.len() > KV_KEY_SIZE_MAX_BYTES => {
@@ -57,7 +57,7 @@ impl Format {
     }
 
     /// The operation that writes `value`.
-    pub fn write(&self, value: &[u8]) -> Bytes {
+    pub(super) fn write(&self, value: &[u8]) -> Bytes {
         match self {
             Format::Register => Bytes::copy_from_slice(value),
             Format::Kv { key } => {
@@ -69,7 +69,7 @@ impl Format {
     }
 
     /// The query of a read.
-    pub fn query(&self) -> Bytes {
+    pub(super) fn query(&self) -> Bytes {
         match self {
             Format::Register => Bytes::new(),
             Format::Kv { key } => key.clone(),
@@ -77,7 +77,7 @@ impl Format {
     }
 
     /// A read's answer.
-    pub fn read_value(&self, answer: &Bytes) -> ReadValue {
+    pub(super) fn read_value(&self, answer: &Bytes) -> ReadValue {
         match self {
             Format::Register => ReadValue::Value(answer.clone()),
             Format::Kv { .. } => match answer.first() {
@@ -89,7 +89,7 @@ impl Format {
     }
 
     /// What a write's result means, for people.
-    pub fn describe_write(&self, result: &[u8]) -> String {
+    pub(super) fn describe_write(&self, result: &[u8]) -> String {
         match self {
             Format::Register => format!("replaced {}", shown(result)),
             Format::Kv { key } => match result {
@@ -101,7 +101,7 @@ impl Format {
     }
 
     /// A read's value, for people.
-    pub fn describe_read(&self, answer: &Bytes) -> String {
+    pub(super) fn describe_read(&self, answer: &Bytes) -> String {
         let key = match self {
             Format::Register => None,
             Format::Kv { key } => Some(shown(key)),
@@ -119,7 +119,7 @@ impl Format {
 
 /// Bytes as a quoted string if they are UTF-8 (control characters
 /// escaped), else as hex: `"hello"`, `""`, `0x00ff`.
-pub fn shown(bytes: &[u8]) -> String {
+pub(super) fn shown(bytes: &[u8]) -> String {
     match std::str::from_utf8(bytes) {
         Ok(text) => format!("{text:?}"),
         Err(_) => format!("0x{}", hex(bytes)),
@@ -127,13 +127,13 @@ pub fn shown(bytes: &[u8]) -> String {
 }
 
 /// Bytes as lowercase hex.
-pub fn hex(bytes: &[u8]) -> String {
+pub(super) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
 /// Bytes as JSON: `name` holds the text if it is UTF-8 (else null), and
 /// `name_hex` always holds the hex.
-pub fn json_bytes(name: &str, bytes: &[u8]) -> [(String, Value); 2] {
+pub(super) fn json_bytes(name: &str, bytes: &[u8]) -> [(String, Value); 2] {
     let text = std::str::from_utf8(bytes).map_or(Value::Null, |text| json!(text));
     [(name.to_string(), text), (format!("{name}_hex"), json!(hex(bytes)))]
 }

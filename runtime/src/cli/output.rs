@@ -12,12 +12,12 @@ use std::io::Write;
 
 /// Write `text` and a newline to stdout. A reader that closed the pipe is
 /// not an error (the rest is dropped); any other failure is returned.
-pub fn print_line(text: &str) -> std::io::Result<()> {
+pub(crate) fn print_line(text: &str) -> std::io::Result<()> {
     write_line(&mut std::io::stdout().lock(), text)
 }
 
 /// [`print_line`] to any writer.
-pub fn write_line(out: &mut impl Write, text: &str) -> std::io::Result<()> {
+pub(super) fn write_line(out: &mut impl Write, text: &str) -> std::io::Result<()> {
     let written = out.write_all(text.as_bytes()).and_then(|()| out.write_all(b"\n")).and_then(|()| out.flush());
     match written {
         Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),

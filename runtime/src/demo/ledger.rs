@@ -10,7 +10,7 @@ use cohort_messages::Op;
 
 /// The ledger of one group.
 #[derive(Debug, Default)]
-pub struct Ledger {
+pub(crate) struct Ledger {
     ids: Vec<u64>,
 }
 

@@ -24,17 +24,17 @@ use cohort_core::WriteMode;
 use cohort_messages::{ClientId, ClusterId, GroupId, Incarnation, NodeId, Request, RequestKind, RequestNumber};
 use indicatif::{ProgressBar, ProgressStyle};
 
-pub use ledger::Ledger;
-pub use summary::{DemoSummary, percentile};
+pub(crate) use ledger::Ledger;
+pub(crate) use summary::{DemoSummary, percentile};
 
 use crate::node::{GroupKind, GroupPlacement, Node, NodeBuilder, NodeHandle, SubmitError};
 
 /// The demo's cluster id.
-pub const DEMO_CLUSTER: ClusterId = ClusterId(0xC0_4087_DE40);
+pub(crate) const DEMO_CLUSTER: ClusterId = ClusterId(0xC0_4087_DE40);
 
 /// What to run.
 #[derive(Clone, Debug)]
-pub struct DemoOptions {
+pub(crate) struct DemoOptions {
     /// Nodes (at least 3).
     pub nodes: usize,
     /// Partition groups.
@@ -70,7 +70,7 @@ impl Default for DemoOptions {
 }
 
 /// Run the demo in a new actix System.
-pub fn run(options: DemoOptions) -> Result<DemoSummary, String> {
+pub(crate) fn run(options: DemoOptions) -> Result<DemoSummary, String> {
     if options.nodes < 3 {
         return Err(format!("--nodes {}: the demo needs at least 3 nodes to survive a crash", options.nodes));
     }
@@ -153,13 +153,13 @@ struct Demo {
     /// its links to every peer being up, seen at the demo's next 200 ms check.
     restart_to_connected: Cell<Option<Duration>>,
     /// Throwaway certificates: the nodes talk mTLS, as in production (T1).
-    certs: cohort_actors::certs::LocalCerts,
+    certs: cohort_actors::LocalCerts,
 }
 
 impl Demo {
     async fn run(options: DemoOptions, dir: PathBuf) -> Result<DemoSummary, String> {
         let addresses = free_addresses(options.nodes)?;
-        let certs = cohort_actors::certs::local_cluster(&dir.join("certs"), (1..=options.nodes as u64).map(NodeId))
+        let certs = cohort_actors::local_cluster(&dir.join("certs"), (1..=options.nodes as u64).map(NodeId))
             .map_err(|error| format!("throwaway certificates: {error}"))?;
         let demo = Rc::new(Demo {
             certs,
@@ -200,7 +200,7 @@ impl Demo {
             .collect();
         let duration = demo.options.duration;
         let (kill_at, restart_at) = (duration / 3, duration * 2 / 3);
-        let mut killed: Option<(usize, cohort_actors::shard::ShardReport)> = None;
+        let mut killed: Option<(usize, cohort_actors::ShardReport)> = None;
         let mut restarted = false;
         let mut restart_began: Option<Instant> = None;
         let mut phase = "steady".to_string();
@@ -436,8 +436,8 @@ impl Demo {
         }
     }
 
-    async fn kill_busiest(&self, nodes: &mut [Option<Node>]) -> (usize, cohort_actors::shard::ShardReport) {
-        let mut best = (0, cohort_actors::shard::ShardReport::default());
+    async fn kill_busiest(&self, nodes: &mut [Option<Node>]) -> (usize, cohort_actors::ShardReport) {
+        let mut best = (0, cohort_actors::ShardReport::default());
         for (index, node) in nodes.iter().enumerate() {
             if let Some(node) = node {
                 let report = node.handle().report().await;
@@ -514,7 +514,7 @@ impl Demo {
     async fn summarize(
         &self,
         nodes: &[Option<Node>],
-        killed: Option<&(usize, cohort_actors::shard::ShardReport)>,
+        killed: Option<&(usize, cohort_actors::ShardReport)>,
         workload_secs: f64,
         verification: Verification,
     ) -> DemoSummary {
@@ -597,9 +597,9 @@ fn free_addresses(n: usize) -> Result<Vec<SocketAddr>, String> {
 /// The index of the first member whose role events say it leads the group;
 /// `None` once every subscription closed.
 async fn first_primary(
-    events: &mut [(usize, tokio::sync::mpsc::Receiver<cohort_actors::group::GroupEvent>)],
+    events: &mut [(usize, tokio::sync::mpsc::Receiver<cohort_actors::GroupEvent>)],
 ) -> Option<usize> {
-    use cohort_actors::group::{GroupEvent, GroupRole};
+    use cohort_actors::{GroupEvent, GroupRole};
     std::future::poll_fn(|cx| {
         let mut open = false;
         for (index, receiver) in events.iter_mut() {

@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 
 /// What the demo measured.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct DemoSummary {
+pub(crate) struct DemoSummary {
     /// Nodes.
     pub nodes: usize,
     /// Partition groups.
@@ -82,7 +82,7 @@ pub struct DemoSummary {
 
 impl DemoSummary {
     /// The table.
-    pub fn table(&self) -> String {
+    pub(crate) fn table(&self) -> String {
         let rows: Vec<(&str, String)> = vec![
             ("cluster", format!("{} nodes, {} partitions", self.nodes, self.partitions)),
             ("committed ops", self.committed_ops.to_string()),
@@ -141,7 +141,7 @@ impl DemoSummary {
     }
 
     /// One JSON object with the keys the issue names.
-    pub fn json(&self) -> String {
+    pub(crate) fn json(&self) -> String {
         format!(
             concat!(
                 "{{\"committed_ops\":{},\"ops_per_sec\":{:.1},\"latency_p50_us\":{},\"latency_p99_us\":{},",
@@ -210,7 +210,7 @@ impl DemoSummary {
 }
 
 /// The value at `percentile` (0–100) of sorted samples.
-pub fn percentile(sorted: &[u64], percentile: f64) -> u64 {
+pub(crate) fn percentile(sorted: &[u64], percentile: f64) -> u64 {
     if sorted.is_empty() {
         return 0;
     }

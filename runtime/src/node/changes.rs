@@ -6,7 +6,7 @@
 //! create a topic's groups, or an upgraded node freeze the cluster's
 //! metadata before it asks its peers to upgrade, without an HTTP client.
 
-use cohort_actors::operator_client::OperatorFailure;
+use cohort_actors::OperatorFailure;
 use cohort_messages::metadata::{MetadataCommand, MetadataResult};
 use cohort_messages::replication::Replication;
 use cohort_messages::{Epoch, GroupId, Incarnation, NodeId};

@@ -8,15 +8,15 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use bytes::Bytes;
-use cohort_actors::agent::SessionStop;
-use cohort_actors::directory::Directory;
-use cohort_actors::drops::Drops;
-use cohort_actors::listener::InboundStats;
-use cohort_actors::metrics::NodeMetrics;
-use cohort_actors::peer_link::LinkState;
-use cohort_actors::shard::{ClientAnswer, Submit};
-use cohort_actors::status::StatusBoard;
-use cohort_actors::supervisor::InjectFault;
+use cohort_actors::Directory;
+use cohort_actors::Drops;
+use cohort_actors::InboundStats;
+use cohort_actors::InjectFault;
+use cohort_actors::LinkState;
+use cohort_actors::NodeMetrics;
+use cohort_actors::SessionStop;
+use cohort_actors::StatusBoard;
+use cohort_actors::{ClientAnswer, Submit};
 use cohort_core::routing::shard_of;
 use cohort_messages::{GroupId, NodeId, Request, RequestKind, RequestNumber};
 use tokio::sync::oneshot;
@@ -95,7 +95,7 @@ pub struct NodeHandle {
     /// The node's tick, to turn timeouts into the core's ticks.
     pub(super) tick: Duration,
     pub(super) shards: Arc<Directory>,
-    pub(super) supervisor: Addr<cohort_actors::supervisor::Supervisor>,
+    pub(super) supervisor: Addr<cohort_actors::Supervisor>,
     pub(super) restarts: Arc<AtomicU64>,
     pub(super) links: Arc<HashMap<NodeId, Vec<Arc<LinkState>>>>,
     pub(super) drops: Arc<Drops>,
@@ -118,10 +118,11 @@ impl NodeHandle {
         self.board.metadata().snapshot()
     }
 
-    /// What `/status` serves: the session, the agent's counters, nodes and
-    /// groups as the metadata has them (see `docs/embedding.md`).
-    pub fn status(&self) -> serde_json::Value {
-        crate::admin::status::status_json(&self.board)
+    /// What `/status` serves, in full: the session, the agent's counters,
+    /// nodes and groups as the metadata has them (see `docs/embedding.md`).
+    /// Its `Display` is the JSON document.
+    pub fn status(&self) -> crate::admin::NodeStatus {
+        crate::admin::status::node_status(&self.board, crate::admin::Audience::Operator)
     }
 
     /// Why the node stopped after its session expired (S3), if it did.
@@ -153,7 +154,7 @@ impl NodeHandle {
         timeout: Duration,
     ) -> Result<Committed, SubmitError> {
         // T2: unguessable, so no client elsewhere can answer for this one.
-        let client = cohort_actors::client_id::fresh_client_id();
+        let client = cohort_client::fresh_client_id().map_err(|source| SubmitError::NoRandomness { group, source })?;
         let request = Request { client, request: RequestNumber(1), group, kind, operation };
         self.submit_as(request, timeout).await
     }
@@ -169,7 +170,7 @@ impl NodeHandle {
         };
         let (answer, answered) = oneshot::channel();
         let started = Instant::now();
-        let span = cohort_actors::traces::submit_span(self.node, &request);
+        let span = cohort_actors::submit_span(self.node, &request);
         match shard.try_send(Submit { request, answer, span: span.clone() }) {
             Ok(()) => {}
             Err(SendError::Full(_)) => return Err(SubmitError::Busy { group }),
@@ -194,8 +195,8 @@ impl NodeHandle {
     /// Test hook (with [`super::NodeBuilder::record_drivers`]): what shard
     /// `shard`'s driver recorded since the shard started, or the last take.
     #[doc(hidden)]
-    pub async fn take_driver_recording(&self, shard: usize) -> Option<cohort_actors::shard::DriverRecording> {
-        self.shards.shard(shard)?.send(cohort_actors::shard::TakeDriverRecording).await.ok()
+    pub async fn take_driver_recording(&self, shard: usize) -> Option<cohort_actors::DriverRecording> {
+        self.shards.shard(shard)?.send(cohort_actors::TakeDriverRecording).await.ok()
     }
 
     /// Whether this node's link to `peer` is connected now.
@@ -233,11 +234,11 @@ impl NodeHandle {
     }
 
     /// Counters and gauges summed over the node's shards, and the groups it leads.
-    pub async fn report(&self) -> cohort_actors::shard::ShardReport {
-        let mut total = cohort_actors::shard::ShardReport::default();
+    pub async fn report(&self) -> cohort_actors::ShardReport {
+        let mut total = cohort_actors::ShardReport::default();
         for index in 0..self.shards.shard_count() {
             let Some(shard) = self.shards.shard(index) else { continue };
-            if let Ok(report) = shard.send(cohort_actors::shard::GetReport).await {
+            if let Ok(report) = shard.send(cohort_actors::GetReport).await {
                 total.metrics.add(&report.metrics);
                 total.gauges.add(&report.gauges);
                 total.primaries.extend(report.primaries);
@@ -249,22 +250,19 @@ impl NodeHandle {
 
     /// Subscribe to `group`'s role changes and commit points on this node (the
     /// current role comes first). `None` if the group is not hosted here.
-    /// A subscriber that falls more than [`cohort_actors::group::SUBSCRIBER_EVENTS_MAX`]
+    /// A subscriber that falls more than [`cohort_actors::SUBSCRIBER_EVENTS_MAX`]
     /// events behind misses events.
-    pub async fn subscribe(
-        &self,
-        group: GroupId,
-    ) -> Option<tokio::sync::mpsc::Receiver<cohort_actors::group::GroupEvent>> {
+    pub async fn subscribe(&self, group: GroupId) -> Option<tokio::sync::mpsc::Receiver<cohort_actors::GroupEvent>> {
         let shard = self.shards.shard(shard_of(group, self.shards.shard_count()))?;
-        let (events, receiver) = tokio::sync::mpsc::channel(cohort_actors::group::SUBSCRIBER_EVENTS_MAX);
-        match shard.send(cohort_actors::shard::SubscribeGroup { group, events }).await {
+        let (events, receiver) = tokio::sync::mpsc::channel(cohort_actors::SUBSCRIBER_EVENTS_MAX);
+        match shard.send(cohort_actors::SubscribeGroup { group, events }).await {
             Ok(true) => Some(receiver),
             _ => None,
         }
     }
 
     /// The custom actor of `group` on this node, if its kind has one of type
-    /// `A` (see [`NodeBuilder::group_actor`]). After a shard restart this is
+    /// `A` (see [`crate::node::NodeBuilder::group_actor`]). After a shard restart this is
     /// the new instance. `None` if the group is not hosted here, its kind has
     /// no actor or it is not an `A`.
     ///
@@ -280,10 +278,10 @@ impl NodeHandle {
     /// let index: Option<Addr<Index>> = node.group_actor::<Index>(GroupId(3)).await;
     /// # }
     /// ```
-    pub async fn group_actor<A: cohort_actors::custom::CustomGroupActor>(&self, group: GroupId) -> Option<Addr<A>> {
+    pub async fn group_actor<A: cohort_actors::CustomGroupActor>(&self, group: GroupId) -> Option<Addr<A>> {
         let shard = self.shards.shard(shard_of(group, self.shards.shard_count()))?;
-        let actor = shard.send(cohort_actors::shard::GetGroupActor(group)).await.ok()??;
-        let erased = actor.send(cohort_actors::group::GetCustomActor).await.ok()??;
+        let actor = shard.send(cohort_actors::GetGroupActor(group)).await.ok()??;
+        let erased = actor.send(cohort_actors::GetCustomActor).await.ok()??;
         erased.downcast_ref::<Addr<A>>().cloned()
     }
 

@@ -1,7 +1,7 @@
 //! A cohort node, built from code and embedded in a host's actix System.
 //!
 //! [`NodeBuilder`] takes the node's identity, addresses, data directory,
-//! shard count, cluster timing, group kinds ([`kind`]: a state machine and
+//! shard count, cluster timing, group kinds ([`GroupKind`]: a state machine and
 //! perhaps a custom actor each) and group placements; [`NodeBuilder::start`]
 //! recovers every shard's storage, starts one Arbiter per shard (shard actor
 //! and outboxes), the peer links and the listener, and returns a [`Node`].
@@ -47,8 +47,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use cohort_actors::registry::KindRegistrations;
-use cohort_core::{CoreConfig, StateMachine, WriteMode};
+use cohort_actors::KindRegistrations;
+use cohort_core::{StateMachine, WriteMode};
 use cohort_messages::{ClusterId, GroupId, Incarnation, NodeId};
 use cohort_wal::FileStorageConfig;
 
@@ -63,15 +63,23 @@ mod register;
 mod start;
 
 pub use changes::MetadataChangeError;
-pub use cohort_actors::kind::{GroupKind, GroupKindError};
-pub use cohort_actors::placements::{PLACEMENTS_FILE, PlacementFileError};
-pub use cohort_actors::registry::StateMachineFactory;
-pub use cohort_actors::supervisor::{CHECK_INTERVAL, InjectFault};
+/// Test support: make an actor of a node panic or stall
+/// ([`NodeHandle::inject_fault`]). Not part of the API.
+#[doc(hidden)]
+pub use cohort_actors::InjectFault;
+pub use cohort_actors::LinkTiming;
+pub use cohort_actors::StartError;
+pub use cohort_actors::{GroupKind, GroupKindError};
+pub use cohort_actors::{PLACEMENTS_FILE, PlacementFileError};
+pub use cohort_core::CoreConfig;
+pub use cohort_core::metadata::Metadata;
 pub use detached::DetachedNode;
 pub use handle::{Node, NodeHandle};
 pub use placement::GroupPlacement;
 pub use quorum_wait::{QuorumWait, WaitQuorumError};
 pub use register::Register;
+
+pub use crate::client_port::ClientPortLimits;
 
 /// Why a node could not start or a request failed.
 #[derive(Debug, thiserror::Error)]
@@ -89,7 +97,7 @@ pub enum NodeError {
     },
     /// A shard's storage could not be opened or recovered.
     #[error(transparent)]
-    Storage(#[from] cohort_actors::storage_worker::StartError),
+    Storage(#[from] cohort_actors::StartError),
     /// A shard could not rebuild its groups.
     #[error("{0}")]
     Shard(String),
@@ -100,14 +108,18 @@ pub enum NodeError {
     /// wrong; the message names the file and what is wrong.
     #[error(transparent)]
     Placements(#[from] PlacementFileError),
+    /// The operating system's random source failed: the node cannot draw
+    /// the unguessable client ids its agent and its handles use (T2).
+    #[error("{0}")]
+    NoRandomness(#[from] cohort_client::NoRandomness),
 }
 
-impl From<cohort_actors::parts::PartError> for NodeError {
-    fn from(error: cohort_actors::parts::PartError) -> NodeError {
+impl From<cohort_actors::PartError> for NodeError {
+    fn from(error: cohort_actors::PartError) -> NodeError {
         match error {
-            cohort_actors::parts::PartError::Storage(error) => NodeError::Storage(error),
-            cohort_actors::parts::PartError::Shard(reason) => NodeError::Shard(reason),
-            cohort_actors::parts::PartError::Placements(error) => NodeError::Placements(error),
+            cohort_actors::PartError::Storage(error) => NodeError::Storage(error),
+            cohort_actors::PartError::Shard(reason) => NodeError::Shard(reason),
+            cohort_actors::PartError::Placements(error) => NodeError::Placements(error),
         }
     }
 }
@@ -161,6 +173,15 @@ pub enum SubmitError {
     Stopped {
         /// The group.
         group: GroupId,
+    },
+    /// The operating system's random source failed, so no unguessable
+    /// client id could be drawn (T2); nothing was sent.
+    #[error("{group}: {source}")]
+    NoRandomness {
+        /// The group.
+        group: GroupId,
+        /// The failure.
+        source: cohort_client::NoRandomness,
     },
 }
 
@@ -248,7 +269,7 @@ pub struct NodeBuilder {
     client_port: Option<SocketAddr>,
     session: crate::config::SessionConfig,
     balance: crate::config::BalanceSection,
-    link_timing: cohort_actors::peer_link::LinkTiming,
+    link_timing: cohort_actors::LinkTiming,
     security: Security,
     client_limits: crate::client_port::ClientPortLimits,
     record_drivers: bool,
@@ -261,9 +282,9 @@ pub enum Security {
     #[default]
     Unset,
     /// mTLS with these files (from `cohort certs`).
-    Tls(cohort_actors::tls::TlsFiles),
+    Tls(cohort_actors::TlsFiles),
     /// mTLS with certificates already loaded.
-    Credentials(cohort_actors::tls::Credentials),
+    Credentials(cohort_actors::Credentials),
     /// Plaintext, with a warning at start (`[tls] insecure = true`).
     Insecure,
 }
@@ -289,7 +310,7 @@ impl NodeBuilder {
             client_port: None,
             session: crate::config::SessionConfig::default(),
             balance: crate::config::BalanceSection::default(),
-            link_timing: cohort_actors::peer_link::LinkTiming::default(),
+            link_timing: cohort_actors::LinkTiming::default(),
             security: Security::Unset,
             client_limits: crate::client_port::ClientPortLimits::default(),
             record_drivers: false,
@@ -315,13 +336,13 @@ impl NodeBuilder {
     /// Secure peer links and the client port with mTLS (T1, T2): the
     /// cluster CA, this node's certificate and its key, as `cohort certs`
     /// writes them.
-    pub fn tls(mut self, files: cohort_actors::tls::TlsFiles) -> Self {
+    pub fn tls(mut self, files: cohort_actors::TlsFiles) -> Self {
         self.security = Security::Tls(files);
         self
     }
 
     /// Like [`NodeBuilder::tls`], with the certificates already loaded.
-    pub fn tls_credentials(mut self, credentials: cohort_actors::tls::Credentials) -> Self {
+    pub fn tls_credentials(mut self, credentials: cohort_actors::Credentials) -> Self {
         self.security = Security::Credentials(credentials);
         self
     }
@@ -341,7 +362,7 @@ impl NodeBuilder {
     }
 
     /// How peer links notice a dead connection and redial (`[links]`; F1).
-    pub fn link_timing(mut self, timing: cohort_actors::peer_link::LinkTiming) -> Self {
+    pub fn link_timing(mut self, timing: cohort_actors::LinkTiming) -> Self {
         self.link_timing = timing;
         self
     }
@@ -497,8 +518,8 @@ impl NodeBuilder {
     /// Give `kind` a custom group actor: for each group of the kind, `make`
     /// builds one on the group's shard thread (told which node, group and
     /// kind it is for), and cohort feeds it role
-    /// changes and the applied ops (see [`cohort_actors::custom`] for what it
-    /// is guaranteed). Reach it with [`NodeHandle::group_actor`].
+    /// changes and the applied ops (see [`crate::custom::CustomGroupActor`] and
+    /// `docs/embedding.md` for what it is guaranteed). Reach it with [`NodeHandle::group_actor`].
     ///
     /// ```
     /// use actix::prelude::*;
@@ -529,10 +550,10 @@ impl NodeBuilder {
     /// ```
     pub fn group_actor<A, F>(mut self, kind: impl Into<GroupKind>, make: F) -> Self
     where
-        A: cohort_actors::custom::CustomGroupActor,
-        F: Fn(&cohort_actors::custom::GroupReplica) -> A + Send + Sync + 'static,
+        A: cohort_actors::CustomGroupActor,
+        F: Fn(&cohort_actors::GroupReplica) -> A + Send + Sync + 'static,
     {
-        self.kinds.actors.push((kind.into(), cohort_actors::custom::factory(make)));
+        self.kinds.actors.push((kind.into(), cohort_actors::custom_actor_factory(make)));
         self
     }
 

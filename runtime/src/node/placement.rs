@@ -13,8 +13,8 @@ use cohort_messages::replication::Replication;
 use cohort_messages::{GroupId, Incarnation, NodeId};
 
 use super::NodeError;
-use cohort_actors::kind::{GroupKind, HostedGroup};
-use cohort_actors::registry::{self, Kinds};
+use cohort_actors::{GroupKind, HostedGroup};
+use cohort_actors::{Kinds, unknown_kind};
 
 /// Where a group lives.
 ///
@@ -86,7 +86,7 @@ impl GroupPlacement {
 impl GroupPlacement {
     /// The core's view of this placement (no learners: a configured group
     /// starts with voters only).
-    pub fn to_core(&self) -> Placement {
+    pub(crate) fn to_core(&self) -> Placement {
         Placement {
             group: self.group,
             incarnation: self.incarnation,
@@ -98,7 +98,7 @@ impl GroupPlacement {
     }
 
     /// Its replication settings, as the metadata records them.
-    pub fn replication(&self) -> Replication {
+    pub(crate) fn replication(&self) -> Replication {
         Replication { quorum: self.replication_quorum.map(|quorum| quorum as u8), write_mode: self.write_mode }
     }
 }
@@ -113,7 +113,7 @@ pub(crate) fn to_hosted(
         .iter()
         .map(|placement| {
             if !kinds.contains_key(&placement.kind) {
-                return Err(registry::unknown(kinds, placement.group, &placement.kind).into());
+                return Err(unknown_kind(kinds, placement.group, &placement.kind).into());
             }
             if !placement.members.contains(&node) {
                 let group = placement.group;

@@ -14,7 +14,7 @@
 use std::time::Duration;
 
 use actix::prelude::*;
-use cohort_actors::shard::{CancelQuorumWait, ShardActor, StartQuorumWait};
+use cohort_actors::{CancelQuorumWait, StartQuorumWait};
 use cohort_core::routing::shard_of;
 use cohort_core::{QuorumWaitError, WaitId};
 use cohort_messages::{GroupId, NodeId, Op};
@@ -95,7 +95,7 @@ pub struct QuorumWait {
     node: NodeId,
     tick: Duration,
     wait: WaitId,
-    shard: Addr<ShardActor>,
+    shard: Recipient<CancelQuorumWait>,
     answer: oneshot::Receiver<Result<(), QuorumWaitError>>,
 }
 
@@ -169,6 +169,7 @@ impl NodeHandle {
             Err(_) => Err(WaitQuorumError::Stopped { group }),
             Ok(None) => Err(WaitQuorumError::Busy { group }),
             Ok(Some(wait)) => {
+                let shard = shard.recipient();
                 Ok(QuorumWait { group, op, quorum, node: self.node, tick, wait, shard, answer: answered })
             }
         }

@@ -11,20 +11,20 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
 use actix::prelude::*;
-use cohort_actors::agent::{AgentSetup, MetadataAgentActor, SessionStop};
-use cohort_actors::directory::{Directory, Links};
-use cohort_actors::drops::Drops;
-use cohort_actors::kind::HostedGroup;
-use cohort_actors::listener::{self, InboundStats, Router};
-use cohort_actors::metrics::NodeMetrics;
-use cohort_actors::outbox::Outbox;
-use cohort_actors::parts::Parts;
-use cohort_actors::peer_link::LinkState;
-use cohort_actors::placement_recorder::PlacementRecorder;
-use cohort_actors::placements::PlacementFile;
-use cohort_actors::registry::Kinds;
-use cohort_actors::shared_metadata::SharedMetadata;
-use cohort_actors::status::StatusBoard;
+use cohort_actors::Drops;
+use cohort_actors::HostedGroup;
+use cohort_actors::Kinds;
+use cohort_actors::LinkState;
+use cohort_actors::NodeMetrics;
+use cohort_actors::Outbox;
+use cohort_actors::Parts;
+use cohort_actors::PlacementFile;
+use cohort_actors::PlacementRecorder;
+use cohort_actors::SharedMetadata;
+use cohort_actors::StatusBoard;
+use cohort_actors::{AgentSetup, MetadataAgentActor, SessionStop};
+use cohort_actors::{Directory, Links};
+use cohort_actors::{InboundStats, Router, serve_listener};
 
 use cohort_core::CoreConfig;
 use cohort_core::metadata::{AgentConfig, BootstrapGroup};
@@ -49,7 +49,10 @@ struct Validated {
     core: CoreConfig,
     hosted: Vec<HostedGroup>,
     recorded: Arc<PlacementFile>,
-    tls: Option<cohort_actors::tls::NodeTls>,
+    tls: Option<cohort_actors::NodeTls>,
+    /// The agent's client id: the first id the node draws, so that a failed
+    /// random source stops the start before anything runs (T2).
+    agent_client: cohort_messages::ClientId,
 }
 
 /// The node's ports, bound.
@@ -68,7 +71,7 @@ struct Started {
     io: Arbiter,
     arbiters: Vec<Arbiter>,
     directory: Arc<Directory>,
-    supervisor: Addr<cohort_actors::supervisor::Supervisor>,
+    supervisor: Addr<cohort_actors::Supervisor>,
     supervisor_arbiter: Arbiter,
     restarts: Arc<AtomicU64>,
 }
@@ -150,6 +153,7 @@ impl NodeBuilder {
         let recorded = Arc::new(PlacementFile::open(&data_dir)?);
         recorded.hosted(self.node, &kinds, self.shards, None)?;
         let tls = self.node_tls()?;
+        let agent_client = cohort_client::fresh_client_id()?;
         Ok(Validated {
             builder: self,
             listen,
@@ -164,14 +168,15 @@ impl NodeBuilder {
             hosted,
             recorded,
             tls,
+            agent_client,
         })
     }
 
     /// T1, T2: load the certificates, or accept plaintext only when asked
     /// for by name.
-    fn node_tls(&self) -> Result<Option<cohort_actors::tls::NodeTls>, NodeError> {
-        use cohort_actors::tls::{Credentials, NodeTls};
-        let tls_error = |error: cohort_actors::tls::TlsError| NodeError::Config(format!("tls: {error}"));
+    fn node_tls(&self) -> Result<Option<cohort_actors::NodeTls>, NodeError> {
+        use cohort_actors::{Credentials, NodeTls};
+        let tls_error = |error: cohort_actors::TlsError| NodeError::Config(format!("tls: {error}"));
         let credentials = match &self.security {
             super::Security::Unset => {
                 return Err(NodeError::Config(
@@ -189,11 +194,11 @@ impl NodeBuilder {
             super::Security::Tls(files) => Credentials::load(files).map_err(tls_error)?,
             super::Security::Credentials(credentials) => credentials.clone(),
         };
-        if !cohort_actors::tls::certifies_node(credentials.leaf(), self.node) {
+        if !cohort_actors::certifies_node(credentials.leaf(), self.node) {
             return Err(NodeError::Config(format!(
                 "tls: the certificate does not name node {} (it must carry {}; make it with `cohort certs node --id {}`)",
                 self.node.0,
-                cohort_actors::tls::node_name(self.node),
+                cohort_actors::node_name(self.node),
                 self.node.0
             )));
         }
@@ -280,7 +285,7 @@ impl Validated {
         let directory = Arc::new(Directory::new(shards, links.clone(), arbiters.iter().map(Arbiter::handle).collect()));
         let restarts = Arc::new(AtomicU64::new(0));
         let supervisor_arbiter = Arbiter::new();
-        let supervisor = cohort_actors::supervisor::Supervisor::new(
+        let supervisor = cohort_actors::Supervisor::new(
             Arc::clone(&parts),
             Arc::clone(&directory),
             io.handle(),
@@ -289,8 +294,7 @@ impl Validated {
             outboxes_per_shard,
             Arc::clone(&restarts),
         );
-        let supervisor =
-            cohort_actors::supervisor::Supervisor::start_in_arbiter(&supervisor_arbiter.handle(), move |_| supervisor);
+        let supervisor = cohort_actors::Supervisor::start_in_arbiter(&supervisor_arbiter.handle(), move |_| supervisor);
         Ok(Started { parts, io, arbiters, directory, supervisor, supervisor_arbiter, restarts })
     }
 
@@ -313,7 +317,7 @@ impl Validated {
         let config = AgentConfig {
             node: builder.node,
             address: listen.to_string(),
-            client: cohort_actors::client_id::fresh_client_id(),
+            client: self.agent_client,
             metadata_group: GroupId::METADATA,
             policy: self.session.policy,
             keepalive_interval_ticks: self.session.keepalive_interval_ticks,
@@ -355,7 +359,7 @@ impl Validated {
         let router = Router {
             agent: Some(agent.addr.recipient()),
             cluster: builder.cluster,
-            routes: Arc::clone(&started.directory) as Arc<dyn cohort_actors::inbound::InboundRoutes>,
+            routes: Arc::clone(&started.directory) as Arc<dyn cohort_actors::InboundRoutes>,
             stats: Arc::clone(&stats),
             metrics: Arc::clone(&metrics),
             drops: Arc::clone(&drops),
@@ -408,7 +412,7 @@ impl Validated {
         let peers = bound.peers;
         io.spawn(async move {
             match tokio::net::TcpListener::from_std(peers) {
-                Ok(listener) => listener::serve(listener, router).await,
+                Ok(listener) => serve_listener(listener, router).await,
                 Err(error) => eprintln!("cohort: cannot listen: {error}"),
             }
         });

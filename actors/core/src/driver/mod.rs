@@ -424,7 +424,7 @@ impl ShardDriver {
 
     /// End the turn: tell the core which links congested or drained since
     /// the last turn (K4), then take everything the core asks for, as one
-    /// [`Turn`] (see [`turn`]'s docs for what the shell does with it).
+    /// [`Turn`] (its docs say what the shell does with it).
     pub fn end_turn(&mut self, links: &impl Links) -> Turn {
         if self.recording.is_some() {
             let statuses = self.peers.iter().map(|peer| (*peer, links.status(*peer))).collect();

@@ -2,7 +2,7 @@
 //! worker thread and the simulator's worker both follow.
 //!
 //! A worker that looks for work takes every job queued by then and runs
-//! them in order with the core's one executor ([`storage::execute`]); if
+//! them in order with the core's one executor ([`storage::execute()`]); if
 //! any of them asked for a flush, one sync then makes all of them durable
 //! (group commit across turns, K3) and only the last flush id is reported,
 //! which the core takes as completing every earlier one. Superblock stages

@@ -627,7 +627,7 @@ impl MetadataAgent {
 
     /// Between two scans (Z2: a scan of 100,000 hosted groups is too dear
     /// to run after every applied command): the next command of the burst
-    /// the last scan chose ([`Between`]), if nothing is in flight and
+    /// the last scan chose (`Between`), if nothing is in flight and
     /// nothing more urgent is known to wait. The shell calls it after an
     /// applied reply when it will not scan yet, so creations and ownership
     /// reports move at the metadata group's commit rate, and the balancer

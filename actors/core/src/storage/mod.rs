@@ -57,7 +57,7 @@
 //!   storage consistent: what it did not make durable stays staged. Stopping
 //!   the node is always safe; waiting for space and flushing again is too.
 //!
-//! [`execute`] runs the core's storage effects against a [`Storage`]: the
+//! [`execute()`] runs the core's storage effects against a [`Storage`]: the
 //! one executor that the node and the simulator share.
 //!
 //! [`conformance`] holds one set of checks that every implementation must

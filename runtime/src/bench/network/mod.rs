@@ -20,7 +20,7 @@
 //! (what `cohort node` runs) it replaces their values.
 
 mod report;
-pub mod scrape;
+pub(crate) mod scrape;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -32,7 +32,7 @@ use cohort_core::client::Sequence;
 use cohort_messages::GroupId;
 use indicatif::{ProgressBar, ProgressStyle};
 
-pub use report::{NetworkReport, ServerFigures};
+pub(crate) use report::NetworkReport;
 
 use self::report::Measured;
 use self::scrape::{ServerCounters, scrape};
@@ -40,10 +40,10 @@ use crate::bench::process::ProcessUsage;
 
 /// The most writers (each one write in flight; the client carries up to
 /// `requests_in_flight_max` per connection and queues the rest).
-pub const WRITERS_MAX: usize = 100_000;
+pub(crate) const WRITERS_MAX: usize = 100_000;
 
 /// The most groups one run writes to (each commits a write before the run).
-pub const GROUPS_MAX: usize = 100_000;
+pub(crate) const GROUPS_MAX: usize = 100_000;
 
 /// The pause after an attempt that reached no node (the client already
 /// waited for its own timeout).
@@ -51,7 +51,7 @@ const UNREACHABLE_PAUSE: Duration = Duration::from_millis(50);
 
 /// What to run.
 #[derive(Clone, Debug)]
-pub struct NetworkOptions {
+pub(crate) struct NetworkOptions {
     /// Groups `0..groups`.
     pub groups: usize,
     /// Concurrent writers, one write at a time each.
@@ -89,7 +89,7 @@ impl NetworkOptions {
 
 /// Run the bench against the cluster `client` speaks to, on an async
 /// runtime of its own (one thread: the client's cost is what is measured).
-pub fn run(client: ClusterClient, options: NetworkOptions) -> Result<NetworkReport, String> {
+pub(crate) fn run(client: ClusterClient, options: NetworkOptions) -> Result<NetworkReport, String> {
     options.check()?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

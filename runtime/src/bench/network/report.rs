@@ -16,7 +16,7 @@ use crate::bench::report::{load_average, percentile};
 
 /// The nodes' figures over the window, every scraped node together.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct ServerFigures {
+pub(crate) struct ServerFigures {
     /// Nodes scraped before and after the window.
     pub nodes: usize,
     /// Write calls on peer sockets per write.
@@ -34,7 +34,7 @@ pub struct ServerFigures {
 
 /// The figures of one run over the network.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct NetworkReport {
+pub(crate) struct NetworkReport {
     /// The client-port addresses driven.
     pub addresses: Vec<String>,
     /// Groups (0..groups).
@@ -120,7 +120,7 @@ impl NetworkReport {
 
     /// One JSON object with every figure; the server's are `null` if no
     /// node was scraped.
-    pub fn json(&self) -> String {
+    pub(crate) fn json(&self) -> String {
         let server = self.server.as_ref();
         json!({
             "addresses": self.addresses,
@@ -149,7 +149,7 @@ impl NetworkReport {
     }
 
     /// The table.
-    pub fn table(&self) -> String {
+    pub(crate) fn table(&self) -> String {
         let mut rows: Vec<(&str, String)> = vec![
             (
                 "cluster",

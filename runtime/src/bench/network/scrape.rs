@@ -13,11 +13,11 @@ use std::time::Duration;
 use crate::cli::http::{Call, exchange};
 
 /// How long one scrape may take.
-pub const SCRAPE_TIMEOUT: Duration = Duration::from_secs(3);
+pub(crate) const SCRAPE_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// One node's counters at one moment (or a difference of two).
 #[derive(Copy, Clone, Debug, Default, PartialEq)]
-pub struct ServerCounters {
+pub(crate) struct ServerCounters {
     /// `cohort_socket_writes_total{port="peer"}`.
     pub socket_writes: f64,
     /// `cohort_syncs_total`, every kind.
@@ -34,7 +34,7 @@ pub struct ServerCounters {
 
 impl ServerCounters {
     /// The counters in a `/metrics` answer (Prometheus text).
-    pub fn parse(text: &str) -> ServerCounters {
+    pub(crate) fn parse(text: &str) -> ServerCounters {
         let samples: Vec<Sample<'_>> = text.lines().filter_map(Sample::parse).collect();
         let sum = |name: &str, keep: &dyn Fn(&Sample<'_>) -> bool| -> f64 {
             samples.iter().filter(|sample| sample.name == name && keep(sample)).map(|sample| sample.value).sum()
@@ -52,7 +52,7 @@ impl ServerCounters {
 
     /// What grew since `earlier` (a restarted node's counters start over:
     /// its difference is then not negative but from zero).
-    pub fn since(self, earlier: ServerCounters) -> ServerCounters {
+    pub(crate) fn since(self, earlier: ServerCounters) -> ServerCounters {
         let grown = |now: f64, then: f64| if now >= then { now - then } else { now };
         ServerCounters {
             socket_writes: grown(self.socket_writes, earlier.socket_writes),
@@ -65,7 +65,7 @@ impl ServerCounters {
     }
 
     /// The sum of two nodes' counters.
-    pub fn plus(self, other: ServerCounters) -> ServerCounters {
+    pub(crate) fn plus(self, other: ServerCounters) -> ServerCounters {
         ServerCounters {
             socket_writes: self.socket_writes + other.socket_writes,
             syncs: self.syncs + other.syncs,
@@ -107,7 +107,7 @@ impl<'a> Sample<'a> {
 /// Scrape `address` (`HOST:PORT` of an admin port or `[admin]
 /// metrics_listen`, or a port alone for loopback). Blocking: run it off
 /// the async threads.
-pub fn scrape(address: &str) -> Result<ServerCounters, String> {
+pub(crate) fn scrape(address: &str) -> Result<ServerCounters, String> {
     let answer = exchange(address, Call::Get, "/metrics", None, SCRAPE_TIMEOUT).map_err(|error| error.to_string())?;
     if answer.code != 200 {
         return Err(format!("{address} answered {:?} to GET /metrics", answer.line));
