@@ -227,3 +227,60 @@ fn v2_a_switched_primary_prepares_nothing_before_its_switch_is_durable() {
     assert_eq!(read(&mut sim, 1), 5);
     assert_clean(&sim);
 }
+
+/// Z6 (what seed 606879 of the Z6 shape once found): a seal that shrinks
+/// the group to one voter commits once that voter holds it, but the voter
+/// crashes before the Commit reaches it. The other members apply the seal
+/// and go on as learners of the next incarnation, as the metadata group's
+/// nodes past its voters do. The lone voter restarts with the seal
+/// uncommitted at the end of its log and elects in the old incarnation,
+/// which everyone else left; the new one has no primary to send it a
+/// frame. A replica of the new incarnation answers a frame of the old one
+/// from one of its voters with a frame of its own, and that frame says the
+/// seal committed: the voter applies it, its host switches it, and the
+/// group serves writes again.
+#[test]
+fn z6_a_lone_next_voter_electing_in_the_old_incarnation_learns_the_seal_committed() {
+    /// Ticks the lone voter gets to hear the seal committed once its links heal.
+    const TOLD_WITHIN_TICKS: u64 = 200;
+    let mut sim = cluster(3);
+    write(&mut sim, 0, 1, 1);
+    let primary = sim.primary_of(G).expect("a primary");
+    let lone = (primary + 1) % 3;
+    let others: Vec<usize> = (0..3).filter(|node| *node != lone).collect();
+    let seal = seal(&[lone as u64 + 1], 2);
+    assert!(sim.propose_seal(G, Incarnation(1), &seal), "the primary takes the seal");
+    // The seal commits on the primary once the lone next voter holds it.
+    // The Commit that would tell the voter is in flight: crash the voter
+    // before it lands, and cut its links so it comes back alone.
+    assert!(sim.run_until(400, |sim| sim.replica(primary, G).is_some_and(|r| r.sealed().is_some())));
+    let view = sim.replica(lone, G).expect("up").view();
+    sim.crash_node(lone, 5);
+    for &other in &others {
+        sim.block(lone, other);
+        sim.block(other, lone);
+    }
+    assert!(sim.run_until(50, |sim| all_sealed(sim, &others, &seal)), "the other members apply the seal");
+    for &other in &others {
+        sim.switch_incarnation_as_learner(other, G, &seal, &others).expect("switches as a learner");
+    }
+    // The lone voter restarts in the old incarnation with the seal
+    // uncommitted, and elects there in vain.
+    let electing = |sim: &Sim| sim.replica(lone, G).is_some_and(|r| r.view() > view);
+    assert!(sim.run_until(400, electing), "the lone voter elects in the old incarnation");
+    let replica = sim.replica(lone, G).expect("up");
+    assert_eq!(replica.incarnation(), Incarnation(1));
+    assert!(replica.sealed().is_none(), "the lone voter never heard the seal committed");
+    assert!(!replica.is_primary());
+    sim.unblock_all();
+    let told = |sim: &Sim| sim.replica(lone, G).is_some_and(|r| r.sealed().is_some_and(|s| s.seal == seal));
+    assert!(sim.run_until(TOLD_WITHIN_TICKS, told), "a learner of the next incarnation tells it the seal committed");
+    sim.switch_incarnation(lone, G).expect("the lone voter switches");
+    let learners = others.iter().map(|other| NodeId(*other as u64 + 1)).collect();
+    sim.nodes[lone].shard_for_mut(G).expect("up").set_learners(G, learners).expect("a valid list");
+    assert!(sim.run_until(100, |sim| sim.primary_of(G) == Some(lone)), "the lone voter leads incarnation 2");
+    assert_eq!(read(&mut sim, 1), 1, "the state came across");
+    write(&mut sim, 0, 1, 2);
+    assert_eq!(read(&mut sim, 1), 2);
+    assert_clean(&sim);
+}

@@ -78,6 +78,24 @@ impl Sim {
         Ok(())
     }
 
+    /// For hand-written scenarios: switch node `index`'s replica of `group`
+    /// to the incarnation `seal` opens as one of its `learners` (Z6: the
+    /// nodes past the next voters, as the metadata group's agents do; see
+    /// `Shard::switch_incarnation_as_learner`).
+    pub fn switch_incarnation_as_learner(
+        &mut self,
+        index: usize,
+        group: GroupId,
+        seal: &Seal,
+        learners: &[usize],
+    ) -> Result<(), String> {
+        let learners = learners.iter().map(|learner| node_id(*learner)).collect();
+        let shard = self.nodes[index].shard_for_mut(group).ok_or("the node is down")?;
+        shard.switch_incarnation_as_learner(group, seal, learners).map_err(|error| error.to_string())?;
+        self.drain(index);
+        Ok(())
+    }
+
     /// One tick of the operator.
     pub(super) fn drive_reconfigurations(&mut self, faults: bool) {
         if faults && self.rng.chance(START_PER_MILLE) {
