@@ -29,8 +29,6 @@ enum Held {
 /// Output buffer. See the module docs.
 #[derive(Debug, Default)]
 pub struct Effects {
-    /// The current tick.
-    pub now: u64,
     effects: Vec<Effect>,
     staged: bool,
     flush_next: FlushId,

@@ -357,11 +357,12 @@ impl Shard {
         if held == Some(proposal) {
             return true;
         }
+        let now = self.now();
         let Some(replica) = self.groups.get_mut(&proposal.group) else { return false };
         if held.is_some() || replica.incarnation() != proposal.incarnation {
             return false;
         }
-        if !replica.accept_quiet(from, &proposal, &mut self.fx) {
+        if !replica.accept_quiet(from, &proposal, now, &mut self.fx) {
             return false;
         }
         let pair = self.fx.quiet.follow.entry(from).or_default();

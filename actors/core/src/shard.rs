@@ -45,6 +45,8 @@ pub struct Shard {
     node: NodeId,
     config: std::sync::Arc<CoreConfig>,
     pub(crate) groups: crate::group_map::GroupMap<Box<Replica>>,
+    /// The current tick: the last one given to [`Shard::on_tick`].
+    now: u64,
     pub(crate) fx: Effects,
     wakeups: BTreeSet<(u64, GroupId)>,
     filed: crate::group_map::GroupMap<u64>,
@@ -92,6 +94,7 @@ impl Shard {
             node,
             config: std::sync::Arc::new(config),
             groups: Default::default(),
+            now: 0,
             fx: Effects::new(),
             wakeups: BTreeSet::new(),
             filed: Default::default(),
@@ -126,7 +129,7 @@ impl Shard {
 
     /// The current tick.
     pub fn now(&self) -> u64 {
-        self.fx.now
+        self.now
     }
 
     fn check_spec(&self, spec: &GroupSpec) -> Result<(), ShardError> {
@@ -148,7 +151,7 @@ impl Shard {
     pub fn create_group(&mut self, spec: GroupSpec, state: Box<dyn StateMachine>) -> Result<(), ShardError> {
         self.check_spec(&spec)?;
         let group = spec.group;
-        let replica = Replica::create(spec, std::sync::Arc::clone(&self.config), state, &mut self.fx);
+        let replica = Replica::create(spec, std::sync::Arc::clone(&self.config), state, self.now, &mut self.fx);
         self.insert(group, replica);
         Ok(())
     }
@@ -167,8 +170,9 @@ impl Shard {
         })?;
         self.check_spec(&spec)?;
         let group = spec.group;
-        let replica = Replica::recover(spec, std::sync::Arc::clone(&self.config), state, recovered, &mut self.fx)
-            .map_err(ShardError::Recovery)?;
+        let replica =
+            Replica::recover(spec, std::sync::Arc::clone(&self.config), state, recovered, self.now, &mut self.fx)
+                .map_err(ShardError::Recovery)?;
         self.insert(group, replica);
         Ok(())
     }
@@ -180,7 +184,7 @@ impl Shard {
 
     /// Seal `group`'s log for a member change (only its primary can).
     pub fn propose_seal(&mut self, group: GroupId, seal: cohort_messages::seal::Seal) -> Result<(), SealError> {
-        self.with_group_waking(group, |replica, fx| replica.propose_seal(seal, fx))
+        self.with_group_waking(group, |replica, _, fx| replica.propose_seal(seal, fx))
             .unwrap_or(Err(SealError::NotSealed(group)))
     }
 
@@ -188,7 +192,7 @@ impl Shard {
     /// change (only its primary can, once `to` has acknowledged every
     /// committed op; see [`Replica::transfer_primary`]).
     pub fn transfer_primary(&mut self, group: GroupId, to: NodeId) -> Result<(), TransferError> {
-        self.with_group_waking(group, |replica, fx| replica.transfer_primary(to, fx))
+        self.with_group_waking(group, |replica, now, fx| replica.transfer_primary(to, now, fx))
             .unwrap_or(Err(TransferError::UnknownGroup(group)))
     }
 
@@ -204,7 +208,7 @@ impl Shard {
         let mut replica = self.groups.remove(&group).ok_or(SealError::NotSealed(group))?;
         replica.settle_quiet(&self.fx.quiet);
         replica.leave_quiet(&mut self.fx);
-        let next = replica.into_next_incarnation(spec, &mut self.fx);
+        let next = replica.into_next_incarnation(spec, self.now, &mut self.fx);
         self.filed.remove(&group);
         self.insert(group, next);
         Ok(())
@@ -232,7 +236,7 @@ impl Shard {
     /// (a removed learner is unloaded with [`Shard::remove_group`]). The
     /// list is not persisted: pass it again in the spec on recovery.
     pub fn set_learners(&mut self, group: GroupId, learners: Vec<NodeId>) -> Result<(), ShardError> {
-        let result = self.with_group_waking(group, |replica, fx| replica.set_learners(learners, fx));
+        let result = self.with_group_waking(group, |replica, now, fx| replica.set_learners(learners, now, fx));
         result.ok_or(ShardError::UnknownGroup(group))?.map_err(ShardError::from)
     }
 
@@ -293,7 +297,7 @@ impl Shard {
     /// File the group's wakeup if it is earlier than what is filed.
     pub(crate) fn refile(&mut self, group: GroupId) {
         let Some(replica) = self.groups.get(&group) else { return };
-        let wake = replica.next_wakeup().max(self.fx.now + 1);
+        let wake = replica.next_wakeup().max(self.now + 1);
         match self.filed.get(&group) {
             // What is filed is in `wakeups`: only `on_tick` takes entries
             // out, and it forgets the filed tick of what it takes.
@@ -308,10 +312,14 @@ impl Shard {
     /// Handle an input of `group` that leaves a quiesced primary quiesced
     /// if its state did not move (Z3: a CommitReply, a flush, a tick); its
     /// answer, or None if the group is not hosted.
-    fn with_group<R>(&mut self, group: GroupId, handle: impl FnOnce(&mut Replica, &mut Effects) -> R) -> Option<R> {
+    fn with_group<R>(
+        &mut self,
+        group: GroupId,
+        handle: impl FnOnce(&mut Replica, u64, &mut Effects) -> R,
+    ) -> Option<R> {
         let replica = self.groups.get_mut(&group)?;
         replica.settle_quiet(&self.fx.quiet);
-        let answer = handle(replica, &mut self.fx);
+        let answer = handle(replica, self.now, &mut self.fx);
         replica.check_quiet(&mut self.fx);
         self.refile(group);
         Some(answer)
@@ -324,18 +332,18 @@ impl Shard {
     fn with_group_waking<R>(
         &mut self,
         group: GroupId,
-        handle: impl FnOnce(&mut Replica, &mut Effects) -> R,
+        handle: impl FnOnce(&mut Replica, u64, &mut Effects) -> R,
     ) -> Option<R> {
-        self.with_group(group, |replica, fx| {
+        self.with_group(group, |replica, now, fx| {
             replica.wake_lead(fx);
-            handle(replica, fx)
+            handle(replica, now, fx)
         })
     }
 
     /// A tick: run the groups that are due, then close the tick's batches.
     pub fn on_tick(&mut self, now: u64) {
-        assert!(now >= self.fx.now, "ticks went backwards: {now} after {}", self.fx.now);
-        self.fx.now = now;
+        assert!(now >= self.now, "ticks went backwards: {now} after {}", self.now);
+        self.now = now;
         while let Some(&(wake, group)) = self.wakeups.first() {
             if wake > now {
                 break;
@@ -347,7 +355,7 @@ impl Shard {
             let Some(replica) = self.groups.get_mut(&group) else { continue };
             replica.settle_quiet(&self.fx.quiet);
             if replica.next_wakeup() <= now {
-                replica.on_tick(&mut self.fx);
+                replica.on_tick(now, &mut self.fx);
                 replica.check_quiet(&mut self.fx);
             }
             self.refile(group);
@@ -368,7 +376,7 @@ impl Shard {
         if let Err(refusal) = crate::refusal::check_message(&message) {
             return self.fx.refused.count(refusal);
         }
-        self.with_group(group, |replica, fx| {
+        self.with_group(group, |replica, now, fx| {
             if let Err(refusal) = replica.accepts_from(from, &message) {
                 if refusal == crate::refusal::Refusal::OtherIncarnation
                     && let Some(incarnation) = replica.incarnation_of(&message)
@@ -383,14 +391,14 @@ impl Shard {
             replica.wake_lead(fx);
             match message {
                 Message::Prepare(m) => replica.on_prepare(m, fx),
-                Message::PrepareOk(m) => replica.on_prepare_ok(m, fx),
-                Message::StartViewChange(m) => replica.on_start_view_change(m, fx),
-                Message::DoViewChange(m) => replica.on_do_view_change(m, fx),
-                Message::StartView(m) => replica.on_start_view(m, fx),
+                Message::PrepareOk(m) => replica.on_prepare_ok(m, now, fx),
+                Message::StartViewChange(m) => replica.on_start_view_change(m, now, fx),
+                Message::DoViewChange(m) => replica.on_do_view_change(m, now, fx),
+                Message::StartView(m) => replica.on_start_view(m, now, fx),
                 Message::RequestPrepares(m) => replica.on_request_prepares(m, fx),
                 Message::RequestStateTransfer(m) => replica.on_request_state_transfer(m, fx),
-                Message::StateChunk(m) => replica.on_state_chunk(m, fx),
-                Message::Request(m) => replica.on_request(from, m, fx),
+                Message::StateChunk(m) => replica.on_state_chunk(m, now, fx),
+                Message::Request(m) => replica.on_request(from, m, now, fx),
                 _ => {}
             }
         });
@@ -471,7 +479,7 @@ impl Shard {
         // In group order, not the map's: the simulator replays a seed exactly.
         groups.sort_unstable();
         for group in groups {
-            self.with_group(group, |replica, fx| {
+            self.with_group(group, |replica, _, fx| {
                 if let Some(member) = replica.spec.index_of(peer) {
                     replica.send_held_back_prepares(member, fx);
                 }
@@ -516,7 +524,7 @@ impl Shard {
         if let Err(refusal) = crate::refusal::check_commit(&entry) {
             return self.fx.refused.count(refusal);
         }
-        self.with_group(entry.group, |replica, fx| {
+        self.with_group(entry.group, |replica, now, fx| {
             let any_incarnation = replica.config.mutated(crate::mutants::Mutant::OtherIncarnationAccepted);
             if entry.partition_incarnation != replica.spec.incarnation && !any_incarnation {
                 // Z6: the next incarnation running says this one's seal committed.
@@ -532,7 +540,7 @@ impl Shard {
             if replica.spec.node_at(entry.replica) != Some(from) {
                 return fx.refused.count(crate::refusal::Refusal::NotTheMember);
             }
-            replica.on_commit(from, entry, fx);
+            replica.on_commit(from, entry, now, fx);
         });
     }
 
@@ -541,7 +549,7 @@ impl Shard {
         if let Err(refusal) = crate::refusal::check_commit_reply(&entry) {
             return self.fx.refused.count(refusal);
         }
-        self.with_group(entry.group, |replica, fx| {
+        self.with_group(entry.group, |replica, now, fx| {
             let any_incarnation = replica.config.mutated(crate::mutants::Mutant::OtherIncarnationAccepted);
             if entry.partition_incarnation != replica.spec.incarnation && !any_incarnation {
                 return fx.refused.count(crate::refusal::Refusal::OtherIncarnation);
@@ -549,7 +557,7 @@ impl Shard {
             if replica.spec.node_at(entry.replica) != Some(from) {
                 return fx.refused.count(crate::refusal::Refusal::NotTheMember);
             }
-            replica.on_commit_reply(entry, fx);
+            replica.on_commit_reply(entry, now, fx);
         });
     }
 
@@ -565,7 +573,7 @@ impl Shard {
             return self.refuse_request(&request, cohort_messages::ReplyError::UnknownGroup, detail);
         }
         let node = self.node;
-        self.with_group_waking(group, |replica, fx| replica.on_request(node, request, fx));
+        self.with_group_waking(group, |replica, now, fx| replica.on_request(node, request, now, fx));
     }
 
     /// Answer a request no group here takes.
@@ -583,13 +591,13 @@ impl Shard {
     /// A flush completed durably.
     pub fn on_flushed(&mut self, id: FlushId) {
         for (flush, group) in self.fx.flushed(id) {
-            self.with_group(group, |replica, fx| replica.on_flushed(flush, fx));
+            self.with_group(group, |replica, now, fx| replica.on_flushed(flush, now, fx));
         }
     }
 
     /// Staging the superblock of `group` failed (R12).
     pub fn on_superblock_failed(&mut self, group: GroupId) {
-        self.with_group(group, |replica, fx| replica.superblock_failed(fx));
+        self.with_group(group, |replica, _, fx| replica.superblock_failed(fx));
     }
 
     /// Q1: wait until `quorum` members durably hold `op` of `group`.
@@ -603,14 +611,14 @@ impl Shard {
                 result: Err(crate::effect::QuorumWaitError::NotPrimary { group, view: cohort_messages::View(0) }),
             });
         }
-        self.with_group_waking(group, |replica, fx| replica.wait_quorum(id, op, quorum, timeout_ticks, fx));
+        self.with_group_waking(group, |replica, now, fx| replica.wait_quorum(id, op, quorum, timeout_ticks, now, fx));
         id
     }
 
     /// Q2: cancel a wait; its `QuorumWaitDone` carries the cancellation.
     pub fn cancel_wait(&mut self, wait: WaitId) -> bool {
         let Some(group) = self.wait_groups.remove(&wait) else { return false };
-        self.with_group(group, |replica, fx| replica.cancel_wait(wait, fx)).unwrap_or(false)
+        self.with_group(group, |replica, now, fx| replica.cancel_wait(wait, now, fx)).unwrap_or(false)
     }
 
     /// End of a turn: everything to do, in order.

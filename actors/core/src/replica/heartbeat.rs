@@ -75,8 +75,7 @@ impl PrimaryHeartbeat {
 
 impl Replica {
     /// The primary's work on a tick: decide and queue this send tick's heartbeats.
-    pub(crate) fn heartbeat_tick(&mut self, fx: &mut Effects) {
-        let now = fx.now;
+    pub(crate) fn heartbeat_tick(&mut self, now: u64, fx: &mut Effects) {
         let timing = self.config.timing.clone();
         if !now.is_multiple_of(timing.commit_broadcast_interval_ticks) || now <= self.heartbeat.processed_tick {
             return;
@@ -118,10 +117,10 @@ impl Replica {
             fx.queue_commit(self.node_of(member), entry, self.superblock_flush);
         }
         if state == WireState::Idle {
-            self.propose_quiet(fx);
+            self.propose_quiet(now, fx);
         }
         self.unconfirm_silent_learners(now);
-        self.resend_start_view(fx);
+        self.resend_start_view(now, fx);
     }
 
     /// Re-send the uncommitted Prepares each backup has not acknowledged; a
@@ -168,21 +167,21 @@ impl Replica {
     }
 
     /// Members that have not confirmed this view get the StartView again.
-    fn resend_start_view(&mut self, fx: &mut Effects) {
-        if fx.now < self.heartbeat.view_start_tick + 2 * self.config.timing.commit_broadcast_interval_ticks {
+    fn resend_start_view(&mut self, now: u64, fx: &mut Effects) {
+        if now < self.heartbeat.view_start_tick + 2 * self.config.timing.commit_broadcast_interval_ticks {
             return;
         }
         // Z4: not to one that got it within a repair timeout (an answer to
         // its election messages, see `answer_with_start_view`).
         let unconfirmed: Vec<_> =
-            self.receivers().filter(|m| !self.confirmed_of(*m) && self.start_view_due(*m, fx.now)).collect();
+            self.receivers().filter(|m| !self.confirmed_of(*m) && self.start_view_due(*m, now)).collect();
         for member in unconfirmed {
-            self.send_start_view(member, fx);
+            self.send_start_view(member, now, fx);
         }
     }
 
     /// A backup handles one Commit entry (R8, R17, R22).
-    pub(crate) fn on_commit(&mut self, from: cohort_messages::NodeId, entry: CommitEntry, fx: &mut Effects) {
+    pub(crate) fn on_commit(&mut self, from: cohort_messages::NodeId, entry: CommitEntry, now: u64, fx: &mut Effects) {
         if entry.view < self.view
             && self.status == Status::ViewChange
             && !self.is_learner()
@@ -224,10 +223,10 @@ impl Replica {
                 WireState::Idle => timing.idle_timeout_effective_ticks(),
                 WireState::Busy | WireState::Eager => timing.commit_heartbeat_timeout_ticks,
             };
-            self.heartbeat_deadline = fx.now + timeout;
+            self.heartbeat_deadline = now + timeout;
             self.follows_idle = entry.heartbeat_state == WireState::Idle;
-            self.lease_expiry = self.lease_expiry.max(fx.now + timing.commit_heartbeat_timeout_ticks);
-            debug_assert!(self.heartbeat_deadline > fx.now, "R22: a newer Commit pushes the timeout into the future");
+            self.lease_expiry = self.lease_expiry.max(now + timing.commit_heartbeat_timeout_ticks);
+            debug_assert!(self.heartbeat_deadline > now, "R22: a newer Commit pushes the timeout into the future");
         }
         debug_assert!(self.last_commit_seen >= stamp, "the newest Commit seen only grows");
         if self.log_view != self.view {
@@ -250,8 +249,7 @@ impl Replica {
     }
 
     /// The primary handles one CommitReply entry (R24, R29).
-    pub(crate) fn on_commit_reply(&mut self, entry: CommitReplyEntry, fx: &mut Effects) {
-        let now = fx.now;
+    pub(crate) fn on_commit_reply(&mut self, entry: CommitReplyEntry, now: u64, fx: &mut Effects) {
         if self.is_primary() && entry.view > self.view && self.spec.is_voter(entry.replica) {
             if self.view_jump_refused(entry.view, now) {
                 // T5: a voter stranded that far ahead is no honest one's

@@ -291,8 +291,7 @@ impl Replica {
     }
 
     /// The primary counts a learner's PrepareOk: progress only, no quorum.
-    pub(crate) fn on_learner_prepare_ok(&mut self, slot: usize, op: Op, fx: &mut Effects) {
-        let now = fx.now;
+    pub(crate) fn on_learner_prepare_ok(&mut self, slot: usize, op: Op, now: u64, fx: &mut Effects) {
         debug_assert!(self.is_primary());
         let log_op = self.log.op();
         let track = &mut self.learners[slot];
@@ -302,7 +301,7 @@ impl Replica {
             track.acked = op;
             // Z6: a seal waits for its next members, learners among them.
             if self.seal_in_log() {
-                self.advance_commit(fx);
+                self.advance_commit(now, fx);
             }
         }
     }
@@ -331,10 +330,10 @@ impl Replica {
 
     /// R6 for learners: an eager Commit to each learner that holds the
     /// new commit point.
-    pub(crate) fn eager_commits_to_learners(&mut self, commit: Op, fx: &mut Effects) {
+    pub(crate) fn eager_commits_to_learners(&mut self, commit: Op, now: u64, fx: &mut Effects) {
         for slot in 0..self.learners.len() {
             if self.learners[slot].acked >= commit {
-                let entry = self.commit_entry(cohort_messages::HeartbeatState::Eager, fx.now);
+                let entry = self.commit_entry(cohort_messages::HeartbeatState::Eager, now);
                 fx.queue_commit(self.learners[slot].node, entry, self.superblock_flush);
             }
         }
@@ -358,7 +357,7 @@ impl Replica {
     /// added one starts empty; a primary sends each added learner the
     /// StartView at once and includes it in every later send. A learner's
     /// own member index follows its position in the new list.
-    pub(crate) fn set_learners(&mut self, learners: Vec<NodeId>, fx: &mut Effects) -> Result<(), SpecError> {
+    pub(crate) fn set_learners(&mut self, learners: Vec<NodeId>, now: u64, fx: &mut Effects) -> Result<(), SpecError> {
         let mut spec = self.spec.clone();
         spec.learners = learners;
         if self.is_learner() {
@@ -377,7 +376,7 @@ impl Replica {
             .map(|node| {
                 old.iter().find(|track| track.node == *node).cloned().unwrap_or_else(|| {
                     added.push(*node);
-                    LearnerTrack::new(*node, fx.now)
+                    LearnerTrack::new(*node, now)
                 })
             })
             .collect();

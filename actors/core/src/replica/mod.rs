@@ -284,17 +284,23 @@ impl Replica {
 
     /// A brand-new member of a brand-new group: view 0, empty log. Member 0
     /// is the primary of view 0. Stages the first superblock.
-    pub fn create(spec: GroupSpec, config: Arc<CoreConfig>, state: Box<dyn StateMachine>, fx: &mut Effects) -> Replica {
-        let mut replica = Replica::blank(spec, config, state, fx.now);
-        replica.start_view_zero(fx);
+    pub fn create(
+        spec: GroupSpec,
+        config: Arc<CoreConfig>,
+        state: Box<dyn StateMachine>,
+        now: u64,
+        fx: &mut Effects,
+    ) -> Replica {
+        let mut replica = Replica::blank(spec, config, state, now);
+        replica.start_view_zero(now, fx);
         replica
     }
 
     /// Stage the superblock and take the role of view 0: member 0 leads it.
-    pub(crate) fn start_view_zero(&mut self, fx: &mut Effects) {
+    pub(crate) fn start_view_zero(&mut self, now: u64, fx: &mut Effects) {
         self.stage_superblock(fx);
         if self.is_primary() {
-            self.become_primary(fx);
+            self.become_primary(now, fx);
         } else {
             self.report_role(fx);
         }
@@ -312,9 +318,10 @@ impl Replica {
         config: Arc<CoreConfig>,
         state: Box<dyn StateMachine>,
         recovered: crate::storage::RecoveredGroup,
+        now: u64,
         fx: &mut Effects,
     ) -> Result<Replica, String> {
-        let mut replica = Replica::blank(spec, config, state, fx.now);
+        let mut replica = Replica::blank(spec, config, state, now);
         if let Some(snapshot) = &recovered.snapshot {
             replica.install_snapshot_state(snapshot, fx)?;
             replica.snapshot = Some(snapshot.clone());
@@ -380,8 +387,8 @@ impl Replica {
         let was_normal = replica.view == replica.log_view;
         if was_normal && replica.primary_index() == replica.spec.me {
             let next = replica.view.next();
-            replica.lease_expiry = fx.now;
-            replica.start_view_change(next, fx);
+            replica.lease_expiry = now;
+            replica.start_view_change(next, now, fx);
         } else if was_normal || replica.is_learner() {
             // A learner never takes part in a view change: it waits for
             // the primary's StartView, which is re-sent until it confirms.
@@ -389,10 +396,10 @@ impl Replica {
             replica.report_role(fx);
         } else {
             replica.status = Status::ViewChange;
-            replica.view_change_deadline = fx.now + replica.config.timing.view_change_timeout_ticks;
+            replica.view_change_deadline = now + replica.config.timing.view_change_timeout_ticks;
             replica.report_role(fx);
         }
-        replica.lease_expiry = fx.now + replica.config.timing.commit_heartbeat_timeout_ticks;
+        replica.lease_expiry = now + replica.config.timing.commit_heartbeat_timeout_ticks;
         Ok(replica)
     }
 
@@ -635,7 +642,7 @@ impl Replica {
     }
 
     /// A flush completed: what was staged before it is durable.
-    pub(crate) fn on_flushed(&mut self, id: FlushId, fx: &mut Effects) {
+    pub(crate) fn on_flushed(&mut self, id: FlushId, now: u64, fx: &mut Effects) {
         if let Some(until) = self.superblock_blocked {
             if id < until {
                 return; // The superblock this durability rests on is not durable yet.
@@ -672,7 +679,7 @@ impl Replica {
         debug_assert!(self.pending_durable.front().is_none_or(|(flush, _)| *flush > id), "flushes complete in order");
         debug_assert!(self.durable_op <= self.log.op(), "durable only what is in the log");
         if advanced || view_became_durable {
-            self.on_durable(fx);
+            self.on_durable(now, fx);
         }
     }
 
@@ -732,9 +739,8 @@ impl Replica {
         wake
     }
 
-    /// Timed work due at `fx.now`.
-    pub(crate) fn on_tick(&mut self, fx: &mut Effects) {
-        let now = fx.now;
+    /// Timed work due at `now`.
+    pub(crate) fn on_tick(&mut self, now: u64, fx: &mut Effects) {
         if self.superblock_retry {
             self.stage_superblock(fx);
         }
@@ -746,29 +752,29 @@ impl Replica {
                     // This view's election failed with a quorum taking part:
                     // try the next one (or join a later one under way).
                     let next = self.view.next().max(self.svc_view_seen);
-                    self.start_view_change(next, fx);
+                    self.start_view_change(next, now, fx);
                 } else if now >= self.view_change_deadline {
                     // Alone in this election (the others still follow a
                     // primary): stay in this view and keep asking, instead
                     // of dragging the group through views (pre-vote).
                     self.view_change_deadline = now + timing.view_change_timeout_ticks;
                     self.view_change_resend_tick = now + timing.repair_timeout_ticks;
-                    self.send_view_change_messages(fx);
+                    self.send_view_change_messages(now, fx);
                 } else if now >= self.view_change_resend_tick {
                     // Loss must not stall the election: say it again.
                     self.view_change_resend_tick = now + timing.repair_timeout_ticks;
-                    self.send_view_change_messages(fx);
+                    self.send_view_change_messages(now, fx);
                 }
                 if self.state_transfer.is_some() && now >= self.repair_deadline {
-                    self.retry_state_transfer(fx);
+                    self.retry_state_transfer(now, fx);
                 }
             }
             Status::Normal if self.is_primary() => {
-                self.expire_waits(fx);
+                self.expire_waits(now, fx);
                 if now >= self.step_down_tick() {
                     // R24: no quorum heard within the window: step down.
                     let next = self.view.next().max(self.svc_view_seen);
-                    self.start_view_change(next, fx);
+                    self.start_view_change(next, now, fx);
                     return;
                 }
                 // A voter alone in a later view cannot come back: it promised
@@ -783,14 +789,14 @@ impl Replica {
                     && now < last.saturating_add(window)
                 {
                     self.stranded = None;
-                    self.start_view_change(view, fx);
+                    self.start_view_change(view, now, fx);
                     return;
                 }
-                self.heartbeat_tick(fx);
+                self.heartbeat_tick(now, fx);
             }
             Status::Normal if self.is_learner() => {
                 if self.needs_repair() && now >= self.repair_deadline {
-                    self.request_repair(fx);
+                    self.request_repair(now, fx);
                 }
             }
             Status::Normal => {
@@ -798,11 +804,11 @@ impl Replica {
                 let lease_over_with_election = self.svc_view_seen > self.view && lease_over;
                 if now >= self.heartbeat_deadline || lease_over_with_election {
                     let next = self.view.next().max(self.svc_view_seen);
-                    self.start_view_change(next, fx);
+                    self.start_view_change(next, now, fx);
                     return;
                 }
                 if self.needs_repair() && now >= self.repair_deadline {
-                    self.request_repair(fx);
+                    self.request_repair(now, fx);
                 } else if self.log_view < self.view && self.state_transfer.is_none() && now >= self.repair_deadline {
                     // Lagging with nothing to fetch (the state transfer is
                     // done, or the StartView was lost): ask the primary for

@@ -26,7 +26,7 @@ use crate::mutants::Mutant;
 impl Replica {
     /// A client request (V1, V5, V7) that `sender` sent (this node for a
     /// local submit).
-    pub(crate) fn on_request(&mut self, sender: cohort_messages::NodeId, request: Request, fx: &mut Effects) {
+    pub(crate) fn on_request(&mut self, sender: cohort_messages::NodeId, request: Request, now: u64, fx: &mut Effects) {
         if !self.is_primary() {
             let primary = (self.status == super::Status::Normal).then(|| self.node_of(self.primary_index()));
             fx.push(Effect::Redirect(Redirect {
@@ -39,13 +39,13 @@ impl Replica {
             return;
         }
         match request.kind {
-            RequestKind::Read => self.on_read(request, fx),
+            RequestKind::Read => self.on_read(request, now, fx),
             RequestKind::Write => {
                 // T3: the state machine decides who may ask for what.
                 if let Err(detail) = self.state.admit(sender, &self.spec.members, &request.operation) {
                     return self.reply_error(&request, ReplyError::Forbidden, detail, fx);
                 }
-                self.on_write(request, fx)
+                self.on_write(request, now, fx)
             }
         }
     }
@@ -66,7 +66,7 @@ impl Replica {
     /// holds and after it has applied everything it inherited. The reply
     /// carries the applied point, so a host can serve a linearizable read
     /// from its own index once that index has reached it (read index).
-    fn on_read(&mut self, request: Request, fx: &mut Effects) {
+    fn on_read(&mut self, request: Request, now: u64, fx: &mut Effects) {
         if self.is_sealing() {
             return self.refuse_sealed(&request, fx);
         }
@@ -80,7 +80,7 @@ impl Replica {
                 );
                 return self.reply_error(&request, ReplyError::QuorumWindowExpired, detail, fx);
             }
-            Some(contact) if fx.now >= contact.saturating_add(window) => {
+            Some(contact) if now >= contact.saturating_add(window) => {
                 let detail = format!(
                     "{}: primary of {} has not heard a quorum since tick {contact} (window {window} ticks)",
                     self.spec.group, self.view
@@ -123,7 +123,7 @@ impl Replica {
         if self.config.mutated(Mutant::QuorumWindowTooLong) { 2 * window } else { window }
     }
 
-    fn on_write(&mut self, request: Request, fx: &mut Effects) {
+    fn on_write(&mut self, request: Request, now: u64, fx: &mut Effects) {
         if self.is_sealing() {
             return self.refuse_sealed(&request, fx);
         }
@@ -160,7 +160,7 @@ impl Replica {
             // knows every committed op: a stale one (paused, or elected in a
             // view the others already left) may simply not have applied the
             // client's earlier writes, so it must not refuse the client.
-            Admission::UnknownClient if !self.quorum_window_holds(None, fx.now) => {
+            Admission::UnknownClient if !self.quorum_window_holds(None, now) => {
                 let detail = format!(
                     "{}: primary of {} is not confirmed by a quorum within its window; {} may be known to a newer view",
                     self.spec.group, self.view, request.client
@@ -281,10 +281,10 @@ impl Replica {
     }
 
     /// A backup's log became durable further.
-    pub(crate) fn on_durable(&mut self, fx: &mut Effects) {
+    pub(crate) fn on_durable(&mut self, now: u64, fx: &mut Effects) {
         if self.is_primary() {
             self.acknowledge_async(fx);
-            self.advance_commit(fx);
+            self.advance_commit(now, fx);
         } else if self.status == Status::Normal && self.log_view == self.view {
             self.send_prepare_ok(fx);
         }
@@ -332,12 +332,12 @@ impl Replica {
     }
 
     /// The primary counts an acknowledgement.
-    pub(crate) fn on_prepare_ok(&mut self, ok: PrepareOk, fx: &mut Effects) {
+    pub(crate) fn on_prepare_ok(&mut self, ok: PrepareOk, now: u64, fx: &mut Effects) {
         if !self.is_primary() || ok.view != self.view || ok.replica == self.spec.me {
             return;
         }
         if let Some(slot) = self.learner_slot(ok.replica) {
-            return self.on_learner_prepare_ok(slot, ok.op, fx);
+            return self.on_learner_prepare_ok(slot, ok.op, now, fx);
         }
         let member = ok.replica.0 as usize;
         if member >= self.acked.len() {
@@ -348,7 +348,7 @@ impl Replica {
         if ok.op > self.acked[member] && ok.op <= self.log.op() {
             let commit_before = self.commit_max;
             self.acked[member] = ok.op;
-            self.advance_commit(fx);
+            self.advance_commit(now, fx);
             self.check_waits(fx);
             debug_assert!(self.acked[member] == ok.op, "an acknowledgement is kept as counted");
             debug_assert!(self.commit_max >= commit_before, "the commit point never goes back");
@@ -364,7 +364,7 @@ impl Replica {
     }
 
     /// Recompute the commit point from acknowledgements (V1, Q3).
-    pub(crate) fn advance_commit(&mut self, fx: &mut Effects) {
+    pub(crate) fn advance_commit(&mut self, now: u64, fx: &mut Effects) {
         debug_assert!(self.is_primary());
         let short = usize::from(self.config.mutated(Mutant::CommitQuorumShort));
         let quorum = self.spec.quorums.replication.saturating_sub(short).max(1);
@@ -383,11 +383,11 @@ impl Replica {
         // R6: an eager Commit to each backup that holds the new commit point.
         for member in self.others() {
             if self.acked[member.0 as usize] >= commit {
-                let entry = self.commit_entry(HeartbeatState::Eager, fx.now);
+                let entry = self.commit_entry(HeartbeatState::Eager, now);
                 fx.queue_commit(self.node_of(member), entry, self.superblock_flush);
             }
         }
-        self.eager_commits_to_learners(commit, fx);
+        self.eager_commits_to_learners(commit, now, fx);
         self.check_waits(fx);
         self.prepare_queued(fx);
     }

@@ -68,10 +68,9 @@ impl Replica {
     /// On an idle heartbeat: propose quiescence to every voter that has
     /// answered this view's idle Commits, once the group has been idle for
     /// `commit_quiesce_timeout_ticks` with nothing in flight.
-    pub(crate) fn propose_quiet(&mut self, fx: &mut Effects) {
+    pub(crate) fn propose_quiet(&mut self, now: u64, fx: &mut Effects) {
         let Some(quiesce_ticks) = self.config.timing.commit_quiesce_timeout_ticks else { return };
         let timing = &self.config.timing;
-        let now = fx.now;
         let idle_since = self.heartbeat.progress_tick.saturating_add(timing.commit_heartbeat_timeout_ticks);
         let ready = self.spec.group != GroupId::METADATA
             && self.is_primary()
@@ -211,7 +210,7 @@ impl Replica {
     /// follows that primary in that view with exactly that log, all of it
     /// durable and applied. Taking it is a Commit of that view: the timeout
     /// and the lease start again.
-    pub(crate) fn accept_quiet(&mut self, from: NodeId, quiet: &QuietGroup, fx: &mut Effects) -> bool {
+    pub(crate) fn accept_quiet(&mut self, from: NodeId, quiet: &QuietGroup, now: u64, fx: &mut Effects) -> bool {
         if self.config.timing.commit_quiesce_timeout_ticks.is_none()
             || self.follow_quiet.is_some()
             || self.is_primary()
@@ -226,8 +225,8 @@ impl Replica {
         if self.commit_min != quiet.commit {
             return false;
         }
-        self.follow_quiet = Some(QuietFollow { primary: from, view: quiet.view, renewed_tick: fx.now });
-        self.renew_lease(fx.now);
+        self.follow_quiet = Some(QuietFollow { primary: from, view: quiet.view, renewed_tick: now });
+        self.renew_lease(now);
         true
     }
 

@@ -48,10 +48,10 @@ impl Replica {
     }
 
     /// Ask the primary for the next missing range.
-    pub(crate) fn request_repair(&mut self, fx: &mut Effects) {
-        self.repair_deadline = fx.now + self.config.timing.repair_timeout_ticks;
+    pub(crate) fn request_repair(&mut self, now: u64, fx: &mut Effects) {
+        self.repair_deadline = now + self.config.timing.repair_timeout_ticks;
         if self.state_transfer.is_some() {
-            return self.retry_state_transfer(fx);
+            return self.retry_state_transfer(now, fx);
         }
         let op_min = self.log.op().next();
         let op_max = Op(self.repair_target.0.min(op_min.0 + REPAIR_OPS_MAX - 1));
@@ -89,7 +89,7 @@ impl Replica {
     }
 
     /// Start fetching the snapshot of `source`.
-    pub(crate) fn request_state_transfer(&mut self, source: MemberIndex, fx: &mut Effects) {
+    pub(crate) fn request_state_transfer(&mut self, source: MemberIndex, now: u64, fx: &mut Effects) {
         self.state_transfer = Some(Box::new(StateTransfer {
             source,
             snapshot_op: Op(0),
@@ -97,13 +97,13 @@ impl Replica {
             total_size_bytes: 0,
             data: Vec::new(),
         }));
-        self.retry_state_transfer(fx);
+        self.retry_state_transfer(now, fx);
     }
 
     /// Ask for the next chunk (or again for a lost one).
-    pub(crate) fn retry_state_transfer(&mut self, fx: &mut Effects) {
+    pub(crate) fn retry_state_transfer(&mut self, now: u64, fx: &mut Effects) {
         let Some(transfer) = &self.state_transfer else { return };
-        self.repair_deadline = fx.now + self.config.timing.repair_timeout_ticks;
+        self.repair_deadline = now + self.config.timing.repair_timeout_ticks;
         let request = RequestStateTransfer {
             group: self.spec.group,
             incarnation: self.spec.incarnation,
@@ -153,7 +153,7 @@ impl Replica {
     }
 
     /// A chunk arrives (asked for, or as the answer to a repair request).
-    pub(crate) fn on_state_chunk(&mut self, chunk: StateChunk, fx: &mut Effects) {
+    pub(crate) fn on_state_chunk(&mut self, chunk: StateChunk, now: u64, fx: &mut Effects) {
         if chunk.replica == self.spec.me || chunk.snapshot_op <= self.commit_min {
             return;
         }
@@ -182,14 +182,14 @@ impl Replica {
         }
         transfer.data.extend_from_slice(&chunk.chunk);
         if !chunk.is_last() {
-            return self.retry_state_transfer(fx);
+            return self.retry_state_transfer(now, fx);
         }
         let Some(transfer) = self.state_transfer.take() else { return };
         let snapshot =
             Snapshot { op: transfer.snapshot_op, view: transfer.snapshot_view, data: Bytes::from(transfer.data) };
-        if self.install_snapshot(snapshot, fx).is_err() {
+        if self.install_snapshot(snapshot, now, fx).is_err() {
             // A snapshot that does not decode is dropped; repair asks again.
-            self.repair_deadline = fx.now;
+            self.repair_deadline = now;
         }
     }
 
@@ -217,7 +217,7 @@ impl Replica {
     /// Install a fetched snapshot of committed state. Entries after it that
     /// we hold are kept: only the committed prefix is replaced (see
     /// docs/replication.md on why this never loses a committed op).
-    pub(crate) fn install_snapshot(&mut self, snapshot: Snapshot, fx: &mut Effects) -> Result<(), String> {
+    pub(crate) fn install_snapshot(&mut self, snapshot: Snapshot, now: u64, fx: &mut Effects) -> Result<(), String> {
         if snapshot.op <= self.commit_min {
             return Ok(());
         }
@@ -253,7 +253,7 @@ impl Replica {
         self.stage_superblock(fx);
         fx.push(crate::effect::Effect::Committed { group: self.spec.group, op: self.commit_min });
         if self.status == Status::ViewChange {
-            self.try_complete_view_change(fx);
+            self.try_complete_view_change(now, fx);
         } else if self.log_view == self.view {
             self.apply_committed(fx);
         }

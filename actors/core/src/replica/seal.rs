@@ -356,7 +356,7 @@ impl Replica {
     /// The replica of the next incarnation, from this sealed one, with
     /// `spec` from [`Replica::next_spec`] (see the module docs). Waits on
     /// this replica end as not primary.
-    pub(crate) fn into_next_incarnation(mut self, spec: GroupSpec, fx: &mut Effects) -> Replica {
+    pub(crate) fn into_next_incarnation(mut self, spec: GroupSpec, now: u64, fx: &mut Effects) -> Replica {
         let op = self.sealed.as_ref().map_or(self.commit_min, |sealed| sealed.op);
         // Z6: a learner that missed the seal goes on from its applied point;
         // the entries of this incarnation past it must not come back after a
@@ -367,7 +367,7 @@ impl Replica {
         self.fail_waits(fx);
         self.refuse_queued(fx);
         let Replica { state, clients, config, .. } = self;
-        let mut next = Replica::blank(spec, config, state, fx.now);
+        let mut next = Replica::blank(spec, config, state, now);
         next.clients = clients;
         next.log = Log::new(op, View(0));
         next.commit_min = op;
@@ -380,7 +380,7 @@ impl Replica {
         let save = Effect::SaveSnapshot { group: next.spec.group, snapshot: snapshot.clone(), deferrable: false };
         fx.stage(next.spec.group, save);
         next.snapshot = Some(snapshot);
-        next.start_view_zero(fx);
+        next.start_view_zero(now, fx);
         if next.is_primary() {
             next.lead_after_flush = next.superblock_flush;
         }

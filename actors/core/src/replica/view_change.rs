@@ -43,7 +43,7 @@ pub(crate) struct DoViewChangeSummary {
 
 impl Replica {
     /// Enter the view change for `view`.
-    pub(crate) fn start_view_change(&mut self, view: View, fx: &mut Effects) {
+    pub(crate) fn start_view_change(&mut self, view: View, now: u64, fx: &mut Effects) {
         assert!(!self.is_learner(), "{self:?}: a learner never starts a view change (P4)");
         assert!(view > self.view || (view == self.view && self.status == Status::Normal && self.log_view < view));
         let was_primary = self.is_primary();
@@ -53,19 +53,19 @@ impl Replica {
         self.dvcs = vec![None; self.spec.members.len()];
         self.svc_from = crate::quorum::MemberSet::EMPTY;
         self.svc_from.insert(self.spec.me);
-        self.view_change_deadline = fx.now + self.config.timing.view_change_timeout_ticks;
-        self.view_change_resend_tick = fx.now + self.config.timing.repair_timeout_ticks;
+        self.view_change_deadline = now + self.config.timing.view_change_timeout_ticks;
+        self.view_change_resend_tick = now + self.config.timing.repair_timeout_ticks;
         if was_primary || !self.request_queue.is_empty() {
             self.abandon_requests(fx);
         }
         self.fail_waits(fx);
         self.stage_superblock(fx);
-        self.send_view_change_messages(fx);
+        self.send_view_change_messages(now, fx);
         self.report_role(fx);
         for early in std::mem::take(&mut self.early_dvcs) {
             if early.view == self.view {
                 self.svc_from.insert(early.replica);
-                self.record_dvc(early, fx);
+                self.record_dvc(early, now, fx);
             }
         }
     }
@@ -89,7 +89,7 @@ impl Replica {
     }
 
     /// SVC to all, DVC to the new primary (or to ourselves), after the view is durable.
-    pub(crate) fn send_view_change_messages(&mut self, fx: &mut Effects) {
+    pub(crate) fn send_view_change_messages(&mut self, now: u64, fx: &mut Effects) {
         let svc = StartViewChange {
             group: self.spec.group,
             incarnation: self.spec.incarnation,
@@ -102,7 +102,7 @@ impl Replica {
         let dvc = self.do_view_change_message();
         let primary = self.primary_index();
         if primary == self.spec.me {
-            self.record_dvc(dvc, fx);
+            self.record_dvc(dvc, now, fx);
         } else {
             self.send_view_change(self.node_of(primary), Message::DoViewChange(dvc), fx);
         }
@@ -129,12 +129,12 @@ impl Replica {
     /// healthy group through view changes. A backup's lease does not hold it
     /// back when `from` is the primary of its view: that primary gave the
     /// view up (see `transfer` for why this is safe, C4).
-    fn join_view_change(&mut self, view: View, from: MemberIndex, fx: &mut Effects) {
+    fn join_view_change(&mut self, view: View, from: MemberIndex, now: u64, fx: &mut Effects) {
         if view <= self.view || self.is_learner() {
             return;
         }
         self.svc_view_seen = self.svc_view_seen.max(view);
-        let healthy_primary = self.is_primary() && fx.now < self.step_down_tick();
+        let healthy_primary = self.is_primary() && now < self.step_down_tick();
         let holder = if self.config.mutated(Mutant::LeaseReleasedByNextPrimary) {
             self.primary_index_of(view)
         } else {
@@ -143,7 +143,7 @@ impl Replica {
         let released = from == holder && from != self.spec.me;
         let leased_backup = self.status == Status::Normal
             && !self.is_primary()
-            && fx.now < self.lease_expiry
+            && now < self.lease_expiry
             && !released
             && !self.config.mutated(Mutant::LeaseIgnored);
         // A sealing incarnation serves no reads (its primary stopped when the
@@ -153,7 +153,7 @@ impl Replica {
         if (healthy_primary || leased_backup) && !self.is_sealing() {
             return;
         }
-        self.start_view_change(view, fx);
+        self.start_view_change(view, now, fx);
     }
 
     /// A lagging backup asks the primary of its view for the StartView: a
@@ -168,38 +168,38 @@ impl Replica {
         fx.send(self.node_of(self.primary_index()), Message::StartViewChange(svc));
     }
 
-    pub(crate) fn on_start_view_change(&mut self, svc: StartViewChange, fx: &mut Effects) {
+    pub(crate) fn on_start_view_change(&mut self, svc: StartViewChange, now: u64, fx: &mut Effects) {
         if self.is_learner() {
             return; // P4: a learner takes no part in elections.
         }
         if svc.view < self.view && self.is_primary() && self.spec.is_voter(svc.replica) {
             // A member still electing an earlier view (it fell back after a
             // restart, say) while this one runs: show it the current view.
-            return self.answer_with_start_view(svc.replica, fx);
+            return self.answer_with_start_view(svc.replica, now, fx);
         }
-        if self.view_jump_refused(svc.view, fx.now) {
+        if self.view_jump_refused(svc.view, now) {
             return fx.refused.count(Refusal::ViewJump);
         }
         if svc.view > self.view {
-            self.join_view_change(svc.view, svc.replica, fx);
+            self.join_view_change(svc.view, svc.replica, now, fx);
         }
         if svc.view == self.view && self.status == Status::ViewChange {
             self.svc_from.insert(svc.replica);
         } else if svc.view == self.view && self.is_primary() {
             // A member still electing our view missed the StartView.
-            self.answer_with_start_view(svc.replica, fx);
+            self.answer_with_start_view(svc.replica, now, fx);
         }
     }
 
-    pub(crate) fn on_do_view_change(&mut self, dvc: DoViewChange, fx: &mut Effects) {
+    pub(crate) fn on_do_view_change(&mut self, dvc: DoViewChange, now: u64, fx: &mut Effects) {
         if self.is_learner() {
             return; // P4: a learner takes no part in elections.
         }
-        if self.view_jump_refused(dvc.view, fx.now) {
+        if self.view_jump_refused(dvc.view, now) {
             return fx.refused.count(Refusal::ViewJump);
         }
         if dvc.view > self.view {
-            self.join_view_change(dvc.view, dvc.replica, fx);
+            self.join_view_change(dvc.view, dvc.replica, now, fx);
             if dvc.view > self.view && self.primary_index_of(dvc.view) == self.spec.me {
                 // Our lease still runs: keep it for when we join, instead of
                 // making the sender wait for its next re-send.
@@ -215,10 +215,10 @@ impl Replica {
             return;
         }
         if self.is_primary() {
-            return self.answer_with_start_view(dvc.replica, fx);
+            return self.answer_with_start_view(dvc.replica, now, fx);
         }
         if self.status == Status::ViewChange {
-            self.record_dvc(dvc, fx);
+            self.record_dvc(dvc, now, fx);
         }
     }
 
@@ -235,12 +235,12 @@ impl Replica {
     /// presumed still on its way; a lost one is answered at the member's
     /// next re-send, or sent again by `resend_start_view`. Withholding a
     /// message is what a loss would do: no rule of seed 000 depends on it.
-    pub(crate) fn answer_with_start_view(&mut self, member: MemberIndex, fx: &mut Effects) {
-        if !self.start_view_due(member, fx.now) {
+    pub(crate) fn answer_with_start_view(&mut self, member: MemberIndex, now: u64, fx: &mut Effects) {
+        if !self.start_view_due(member, now) {
             fx.metrics.start_views_withheld += 1;
             return;
         }
-        self.send_start_view(member, fx);
+        self.send_start_view(member, now, fx);
     }
 
     /// Whether `member` last got this view's StartView at least a repair
@@ -251,15 +251,15 @@ impl Replica {
     }
 
     /// Send `member` the view's StartView now, and note when.
-    pub(crate) fn send_start_view(&mut self, member: MemberIndex, fx: &mut Effects) {
+    pub(crate) fn send_start_view(&mut self, member: MemberIndex, now: u64, fx: &mut Effects) {
         if let Some(sent) = self.start_view_sent_tick.get_mut(member.0 as usize) {
-            *sent = fx.now;
+            *sent = now;
         }
         let message = self.start_view_message();
         self.send_view_change(self.node_of(member), Message::StartView(message), fx);
     }
 
-    fn record_dvc(&mut self, dvc: DoViewChange, fx: &mut Effects) {
+    fn record_dvc(&mut self, dvc: DoViewChange, now: u64, fx: &mut Effects) {
         let member = dvc.replica.0 as usize;
         if member >= self.dvcs.len() {
             return;
@@ -271,11 +271,11 @@ impl Replica {
             replica: dvc.replica,
             log: dvc.log,
         });
-        self.try_complete_view_change(fx);
+        self.try_complete_view_change(now, fx);
     }
 
     /// With Qv DoViewChanges (ours included), adopt the best log and start the view.
-    pub(crate) fn try_complete_view_change(&mut self, fx: &mut Effects) {
+    pub(crate) fn try_complete_view_change(&mut self, now: u64, fx: &mut Effects) {
         if self.status != Status::ViewChange || self.primary_index() != self.spec.me {
             return;
         }
@@ -303,30 +303,30 @@ impl Replica {
             // applied (committed ops are in it). Drop it; others may do.
             fx.refused.count(Refusal::LogRewritesApplied);
             self.dvcs[best.replica.0 as usize] = None;
-            return self.try_complete_view_change(fx);
+            return self.try_complete_view_change(now, fx);
         }
         if best.replica != self.spec.me && self.joins_going_back(best.log_view, &best.log, best.op) {
             // T5: likewise for a log whose views would go back where it
             // joins ours (a correct log and ours agree up to the join).
             fx.refused.count(Refusal::LogViewsGoBack);
             self.dvcs[best.replica.0 as usize] = None;
-            return self.try_complete_view_change(fx);
+            return self.try_complete_view_change(now, fx);
         }
         if best.replica != self.spec.me && !self.adopt_log(best.log_view, &best.log, best.op, fx) {
             // Our log cannot be joined to the chosen one (we lag behind its
             // snapshot). Abstain; the timeout moves the group to the next view,
             // and we fetch the state meanwhile (its member serves us while it
             // is in this election, T5).
-            self.request_state_transfer(best.replica, fx);
+            self.request_state_transfer(best.replica, now, fx);
             return;
         }
         self.log_view = self.view;
         self.commit_max = self.commit_max.max(commit_known).min(self.log.op()).max(self.commit_min);
-        self.become_primary(fx);
+        self.become_primary(now, fx);
     }
 
     /// Take the role of primary of the current view: the log is the view's.
-    pub(crate) fn become_primary(&mut self, fx: &mut Effects) {
+    pub(crate) fn become_primary(&mut self, now: u64, fx: &mut Effects) {
         debug_assert_eq!(self.primary_index(), self.spec.me, "only the view's primary index leads it");
         debug_assert!(!self.is_learner(), "P4: a learner never leads");
         fx.metrics.primaries_started += 1;
@@ -342,19 +342,19 @@ impl Replica {
         // No member has confirmed the new view yet: no reads until a quorum
         // answers, and the step-down clock starts with the view (R24, V7).
         self.contact_tick = vec![None; members];
-        self.reset_learner_tracks(fx.now);
-        self.heartbeat.reset(fx.now);
+        self.reset_learner_tracks(now);
+        self.heartbeat.reset(now);
         self.stage_superblock(fx);
         // The StartView leaves with this flush; the view's Prepares follow it.
         self.lead_after_flush = self.superblock_flush;
-        self.start_view_sent_tick = vec![fx.now; members];
+        self.start_view_sent_tick = vec![now; members];
         let message = self.start_view_message();
         for member in self.receivers() {
             self.send_view_change(self.node_of(member), Message::StartView(message.clone()), fx);
         }
         self.report_role(fx);
         self.apply_committed(fx);
-        self.advance_commit(fx);
+        self.advance_commit(now, fx);
         debug_assert!(self.is_primary() && self.log_view == self.view, "the new primary's log is its view's");
         debug_assert!(self.start_view_op <= self.log.op(), "Q3: it inherited only what its log holds");
     }
@@ -419,16 +419,16 @@ impl Replica {
     }
 
     /// A backup receives the new view's log.
-    pub(crate) fn on_start_view(&mut self, sv: StartView, fx: &mut Effects) {
+    pub(crate) fn on_start_view(&mut self, sv: StartView, now: u64, fx: &mut Effects) {
         if sv.view < self.view || sv.replica != self.primary_index_of(sv.view) || sv.replica == self.spec.me {
             return;
         }
         if sv.view == self.view && self.status == Status::Normal && self.log_view == self.view {
             // Already in this view: confirm to the primary.
-            self.on_durable(fx);
+            self.on_durable(now, fx);
             return;
         }
-        if self.view_jump_refused(sv.view, fx.now) {
+        if self.view_jump_refused(sv.view, now) {
             // T5: a replica that follows a live primary does not leave it for
             // a far view on one message; once its lease ends, it does.
             return fx.refused.count(Refusal::ViewJump);
@@ -443,7 +443,7 @@ impl Replica {
         let view_changed = sv.view > self.view;
         self.view = sv.view;
         self.status = Status::Normal;
-        self.heartbeat_deadline = fx.now + self.config.timing.commit_heartbeat_timeout_ticks;
+        self.heartbeat_deadline = now + self.config.timing.commit_heartbeat_timeout_ticks;
         self.follows_idle = false;
         self.svc_view_seen = self.svc_view_seen.max(sv.view);
         self.fail_waits(fx);
@@ -465,7 +465,7 @@ impl Replica {
             self.stage_superblock(fx);
             let from_primary = self.state_transfer.as_ref().is_some_and(|transfer| transfer.source == sv.replica);
             if view_changed || !from_primary {
-                self.request_state_transfer(sv.replica, fx);
+                self.request_state_transfer(sv.replica, now, fx);
             }
         }
         debug_assert!(

@@ -26,7 +26,15 @@ pub(crate) struct QuorumWait {
 
 impl Replica {
     /// Start a wait; it may end at once.
-    pub(crate) fn wait_quorum(&mut self, id: WaitId, op: Op, quorum: usize, timeout_ticks: u64, fx: &mut Effects) {
+    pub(crate) fn wait_quorum(
+        &mut self,
+        id: WaitId,
+        op: Op,
+        quorum: usize,
+        timeout_ticks: u64,
+        now: u64,
+        fx: &mut Effects,
+    ) {
         let done = |result| Effect::QuorumWaitDone { wait: id, result };
         if !self.is_primary() {
             return fx.push(done(Err(QuorumWaitError::NotPrimary { group: self.spec.group, view: self.view })));
@@ -38,8 +46,8 @@ impl Replica {
             id,
             op,
             quorum,
-            started_tick: fx.now,
-            deadline_tick: fx.now.saturating_add(timeout_ticks),
+            started_tick: now,
+            deadline_tick: now.saturating_add(timeout_ticks),
         });
         self.check_waits(fx);
     }
@@ -61,9 +69,8 @@ impl Replica {
     }
 
     /// End the waits whose deadline passed (Q2).
-    pub(crate) fn expire_waits(&mut self, fx: &mut Effects) {
+    pub(crate) fn expire_waits(&mut self, now: u64, fx: &mut Effects) {
         let held = self.held_ops();
-        let now = fx.now;
         self.waits.retain(|wait| {
             if now < wait.deadline_tick {
                 return true;
@@ -79,13 +86,13 @@ impl Replica {
     }
 
     /// Cancel one wait (Q2). False if it is not pending here.
-    pub(crate) fn cancel_wait(&mut self, id: WaitId, fx: &mut Effects) -> bool {
+    pub(crate) fn cancel_wait(&mut self, id: WaitId, now: u64, fx: &mut Effects) -> bool {
         let Some(index) = self.waits.iter().position(|wait| wait.id == id) else { return false };
         let wait = self.waits.remove(index);
         let error = QuorumWaitError::Cancelled {
             quorum: wait.quorum,
             acks: holders(&self.held_ops(), wait.op),
-            waited_ticks: fx.now - wait.started_tick,
+            waited_ticks: now - wait.started_tick,
         };
         fx.push(Effect::QuorumWaitDone { wait: id, result: Err(error) });
         true
