@@ -13,14 +13,6 @@
 
 use crate::shard::Shard;
 
-/// The output buffer's share of a [`Footprint`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Queued {
-    pub held_sends: usize,
-    pub queued_commits: usize,
-    pub queued_replies: usize,
-}
-
 /// One shard's input-driven memory, between two turns.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Footprint {

@@ -16,10 +16,12 @@
 
 use cohort_messages::{CommitEntry, CommitReplyEntry, HeartbeatState as WireState, Op, View};
 
+use super::Context;
 use super::normal::TIMESTAMP_PER_TICK;
 use super::{Replica, Status};
 use crate::config::CoreConfig;
 use crate::effects::Effects;
+use crate::quiesce::Pairs;
 
 /// A primary group's activity (R20).
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -74,8 +76,9 @@ impl PrimaryHeartbeat {
 }
 
 impl Replica {
-    /// The primary's work on a tick: decide and queue this send tick's heartbeats.
-    pub(crate) fn heartbeat_tick(&mut self, now: u64, fx: &mut Effects) {
+    /// The primary's work on a tick: decide and queue this send tick's
+    /// heartbeats, and propose quiescence into `pairs` (Z3) on an idle one.
+    pub(crate) fn heartbeat_tick(&mut self, now: u64, cx: &mut Context<'_>, pairs: &mut Pairs) {
         let timing = self.config.timing.clone();
         if !now.is_multiple_of(timing.commit_broadcast_interval_ticks) || now <= self.heartbeat.processed_tick {
             return;
@@ -85,7 +88,7 @@ impl Replica {
         if self.heartbeat.last == Some(current) {
             // No commit since the last send tick: Prepares or PrepareOks may
             // have been lost.
-            self.resend_uncommitted_prepares(fx);
+            self.resend_uncommitted_prepares(cx);
         }
         let state = if self.heartbeat.last != Some(current) {
             self.heartbeat.last = Some(current);
@@ -96,7 +99,7 @@ impl Replica {
             if now - self.heartbeat.progress_tick >= timing.commit_heartbeat_timeout_ticks {
                 // R20: turn idle and say so on this same send tick.
                 self.heartbeat.activity = GroupActivity::Idle;
-                self.snapshot_on_idle(fx);
+                self.snapshot_on_idle(cx.out);
                 Some(WireState::Idle)
             } else {
                 Some(WireState::Busy)
@@ -108,66 +111,66 @@ impl Replica {
         };
         let Some(state) = state else { return };
         // R12: the superblock is saved before the group's Commit joins a batch.
-        self.stage_superblock(fx);
+        self.stage_superblock(cx.out);
         for member in self.receivers() {
             if self.quiet_member(member) {
                 continue; // Z3: its pair's heartbeat stands in for this Commit.
             }
             let entry = self.commit_entry(state, now);
-            fx.queue_commit(self.node_of(member), entry, self.superblock_flush);
+            cx.out.queue_commit(self.node_of(member), entry, self.superblock_flush);
         }
         if state == WireState::Idle {
-            self.propose_quiet(now, fx);
+            self.propose_quiet(now, cx.out.flush_completed(), pairs);
         }
         self.unconfirm_silent_learners(now);
-        self.resend_start_view(now, fx);
+        self.resend_start_view(now, cx.out);
     }
 
     /// Re-send the uncommitted Prepares each backup has not acknowledged; a
     /// backup re-acknowledges a Prepare it already holds durably.
-    fn resend_uncommitted_prepares(&mut self, fx: &mut Effects) {
+    fn resend_uncommitted_prepares(&mut self, cx: &mut Context<'_>) {
         let receivers: Vec<_> = self.receivers().collect();
         for member in receivers {
-            self.resend_prepares_to_member(member, fx);
+            self.resend_prepares_to_member(member, cx);
         }
     }
 
     /// A primary sends `member` every uncommitted op it has not acknowledged.
-    fn resend_prepares_to_member(&mut self, member: cohort_messages::MemberIndex, fx: &mut Effects) {
+    fn resend_prepares_to_member(&mut self, member: cohort_messages::MemberIndex, cx: &mut Context<'_>) {
         if !self.is_primary() || self.log.op() <= self.commit_max {
             return;
         }
         let from = self.acked_of(member).max(self.commit_max).next();
-        self.send_prepares_from(member, from, fx);
+        self.send_prepares_from(member, from, cx);
     }
 
     /// K4: the link to `member` drained. A primary sends it the ops it held
     /// back, committed or not, from the first it has not acknowledged: at most
     /// a pipeline's worth; a backup further behind repairs the rest itself.
-    pub(crate) fn send_held_back_prepares(&mut self, member: cohort_messages::MemberIndex, fx: &mut Effects) {
+    pub(crate) fn send_held_back_prepares(&mut self, member: cohort_messages::MemberIndex, cx: &mut Context<'_>) {
         if !self.is_primary() {
             return;
         }
         let from = self.acked_of(member).next();
-        self.send_prepares_from(member, from, fx);
+        self.send_prepares_from(member, from, cx);
     }
 
     fn send_prepares_from(
         &mut self,
         member: cohort_messages::MemberIndex,
         from: cohort_messages::Op,
-        fx: &mut Effects,
+        cx: &mut Context<'_>,
     ) {
         let limit = usize::try_from(self.config.pipeline_max_ops).unwrap_or(usize::MAX);
         let entries: Vec<_> = self.log.entries_from(from).take(limit).cloned().collect();
         for entry in entries {
             let prepare = self.prepare_message(entry);
-            self.send_prepare(self.node_of(member), prepare, fx);
+            self.send_prepare(self.node_of(member), prepare, cx);
         }
     }
 
     /// Members that have not confirmed this view get the StartView again.
-    fn resend_start_view(&mut self, now: u64, fx: &mut Effects) {
+    fn resend_start_view(&mut self, now: u64, out: &mut Effects) {
         if now < self.heartbeat.view_start_tick + 2 * self.config.timing.commit_broadcast_interval_ticks {
             return;
         }
@@ -176,12 +179,18 @@ impl Replica {
         let unconfirmed: Vec<_> =
             self.receivers().filter(|m| !self.confirmed_of(*m) && self.start_view_due(*m, now)).collect();
         for member in unconfirmed {
-            self.send_start_view(member, now, fx);
+            self.send_start_view(member, now, out);
         }
     }
 
     /// A backup handles one Commit entry (R8, R17, R22).
-    pub(crate) fn on_commit(&mut self, from: cohort_messages::NodeId, entry: CommitEntry, now: u64, fx: &mut Effects) {
+    pub(crate) fn on_commit(
+        &mut self,
+        from: cohort_messages::NodeId,
+        entry: CommitEntry,
+        now: u64,
+        cx: &mut Context<'_>,
+    ) {
         if entry.view < self.view
             && self.status == Status::ViewChange
             && !self.is_learner()
@@ -192,7 +201,7 @@ impl Replica {
             // Stranded alone in a later view while the group goes on: answer
             // from our view, so its primary knows we hear it and can move the
             // group up to us (see `on_tick`).
-            return fx.queue_reply(
+            return cx.queue_reply(
                 from,
                 CommitReplyEntry {
                     group: self.spec.group,
@@ -232,11 +241,11 @@ impl Replica {
         if self.log_view != self.view {
             return; // Lagging: no reply until our log is the view's.
         }
-        self.learn_commit(entry.commit, fx);
+        self.learn_commit(entry.commit, cx.out);
         if entry.heartbeat_state == WireState::Idle {
-            self.snapshot_on_idle(fx);
+            self.snapshot_on_idle(cx.out);
         }
-        fx.queue_reply(
+        cx.queue_reply(
             from,
             CommitReplyEntry {
                 group: self.spec.group,
@@ -249,12 +258,12 @@ impl Replica {
     }
 
     /// The primary handles one CommitReply entry (R24, R29).
-    pub(crate) fn on_commit_reply(&mut self, entry: CommitReplyEntry, now: u64, fx: &mut Effects) {
+    pub(crate) fn on_commit_reply(&mut self, entry: CommitReplyEntry, now: u64, cx: &mut Context<'_>) {
         if self.is_primary() && entry.view > self.view && self.spec.is_voter(entry.replica) {
             if self.view_jump_refused(entry.view, now) {
                 // T5: a voter stranded that far ahead is no honest one's
                 // (see `view_jump_max_views`); the group stays where it is.
-                return fx.refused.count(crate::refusal::Refusal::ViewJump);
+                return cx.refuse(crate::refusal::Refusal::ViewJump);
             }
             self.stranded = match self.stranded {
                 Some((view, since, _)) if view == entry.view => Some((view, since, now)),
@@ -272,7 +281,7 @@ impl Replica {
             // reply to the process before a restart, whose ticks may be
             // ahead of this one's: counted, it would date the quorum window
             // (R24) in the future and let this primary serve reads (V7).
-            return fx.refused.count(crate::refusal::Refusal::ReplyTimestampUnsent);
+            return cx.refuse(crate::refusal::Refusal::ReplyTimestampUnsent);
         }
         if let Some(slot) = self.learner_slot(entry.replica) {
             let sent_tick = entry.timestamp_monotonic.0 / TIMESTAMP_PER_TICK;

@@ -36,6 +36,7 @@
 
 use cohort_messages::{GroupId, Incarnation, MemberIndex, Message, NodeId, Op, REPLICAS_MAX};
 
+use super::Context;
 use super::{GroupSpec, Replica, Status, WriteMode};
 use crate::effects::Effects;
 use crate::quorum::Quorums;
@@ -291,7 +292,7 @@ impl Replica {
     }
 
     /// The primary counts a learner's PrepareOk: progress only, no quorum.
-    pub(crate) fn on_learner_prepare_ok(&mut self, slot: usize, op: Op, now: u64, fx: &mut Effects) {
+    pub(crate) fn on_learner_prepare_ok(&mut self, slot: usize, op: Op, now: u64, cx: &mut Context<'_>) {
         debug_assert!(self.is_primary());
         let log_op = self.log.op();
         let track = &mut self.learners[slot];
@@ -301,7 +302,7 @@ impl Replica {
             track.acked = op;
             // Z6: a seal waits for its next members, learners among them.
             if self.seal_in_log() {
-                self.advance_commit(now, fx);
+                self.advance_commit(now, cx);
             }
         }
     }
@@ -330,11 +331,11 @@ impl Replica {
 
     /// R6 for learners: an eager Commit to each learner that holds the
     /// new commit point.
-    pub(crate) fn eager_commits_to_learners(&mut self, commit: Op, now: u64, fx: &mut Effects) {
+    pub(crate) fn eager_commits_to_learners(&mut self, commit: Op, now: u64, out: &mut Effects) {
         for slot in 0..self.learners.len() {
             if self.learners[slot].acked >= commit {
                 let entry = self.commit_entry(cohort_messages::HeartbeatState::Eager, now);
-                fx.queue_commit(self.learners[slot].node, entry, self.superblock_flush);
+                out.queue_commit(self.learners[slot].node, entry, self.superblock_flush);
             }
         }
     }
@@ -344,12 +345,12 @@ impl Replica {
     /// group's primary would not learn a learner's progress until the next
     /// write. (Voters confirm by CommitReply; their progress counts only
     /// through later PrepareOks, which keeps their behaviour as it was.)
-    pub(crate) fn confirm_view_as_learner(&mut self, fx: &mut Effects) {
+    pub(crate) fn confirm_view_as_learner(&mut self, out: &mut Effects) {
         debug_assert!(self.is_learner());
         if self.durable_op == Op(0) || self.status != Status::Normal || self.log_view != self.view {
             return;
         }
-        fx.send_durable(self.node_of(self.primary_index()), Message::PrepareOk(self.prepare_ok()));
+        out.send_durable(self.node_of(self.primary_index()), Message::PrepareOk(self.prepare_ok()));
     }
 
     /// Replace the group's learners (P4), on any replica. Tracking of a
@@ -357,7 +358,7 @@ impl Replica {
     /// added one starts empty; a primary sends each added learner the
     /// StartView at once and includes it in every later send. A learner's
     /// own member index follows its position in the new list.
-    pub(crate) fn set_learners(&mut self, learners: Vec<NodeId>, now: u64, fx: &mut Effects) -> Result<(), SpecError> {
+    pub(crate) fn set_learners(&mut self, learners: Vec<NodeId>, now: u64, out: &mut Effects) -> Result<(), SpecError> {
         let mut spec = self.spec.clone();
         spec.learners = learners;
         if self.is_learner() {
@@ -388,7 +389,7 @@ impl Replica {
         if self.is_primary() && !added.is_empty() {
             let message = self.start_view_message();
             for node in added {
-                self.send_view_change(node, Message::StartView(message.clone()), fx);
+                self.send_view_change(node, Message::StartView(message.clone()), out);
             }
         }
         Ok(())

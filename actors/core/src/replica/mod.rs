@@ -9,6 +9,11 @@
 //! Every handler leaves the replica in a state that passes
 //! [`Replica::invariants`].
 //!
+//! A handler gets the tick by value, and borrows of what it touches outside
+//! the replica: the shard's output buffer alone, or a `Context` (the buffer,
+//! the counters, the congested peers), and the quiescence pairs only where
+//! it quiesces or wakes (see `context`).
+//!
 //! # Status
 //! - `Normal` with `log_view == view`: primary or backup of `view`.
 //! - `Normal` with `log_view < view`: a backup that knows the primary of
@@ -22,6 +27,7 @@
 //! follow (`members.len() + i`). A learner receives the log and applies
 //! committed ops but never votes: see `learner`.
 
+mod context;
 mod heartbeat;
 mod jump;
 mod learner;
@@ -44,10 +50,12 @@ use crate::config::CoreConfig;
 use crate::effect::{FlushId, Role};
 use crate::effects::Effects;
 use crate::log::Log;
+use crate::quiesce::Pairs;
 use crate::quorum::Quorums;
 use crate::state_machine::StateMachine;
 use crate::storage::{Snapshot, Superblock};
 
+pub(crate) use context::Context;
 pub use heartbeat::GroupActivity;
 pub(crate) use learner::LearnerTrack;
 pub use learner::{Placement, SpecError};
@@ -284,25 +292,25 @@ impl Replica {
 
     /// A brand-new member of a brand-new group: view 0, empty log. Member 0
     /// is the primary of view 0. Stages the first superblock.
-    pub fn create(
+    pub(crate) fn create(
         spec: GroupSpec,
         config: Arc<CoreConfig>,
         state: Box<dyn StateMachine>,
         now: u64,
-        fx: &mut Effects,
+        cx: &mut Context<'_>,
     ) -> Replica {
         let mut replica = Replica::blank(spec, config, state, now);
-        replica.start_view_zero(now, fx);
+        replica.start_view_zero(now, cx);
         replica
     }
 
     /// Stage the superblock and take the role of view 0: member 0 leads it.
-    pub(crate) fn start_view_zero(&mut self, now: u64, fx: &mut Effects) {
-        self.stage_superblock(fx);
+    pub(crate) fn start_view_zero(&mut self, now: u64, cx: &mut Context<'_>) {
+        self.stage_superblock(cx.out);
         if self.is_primary() {
-            self.become_primary(now, fx);
+            self.become_primary(now, cx);
         } else {
-            self.report_role(fx);
+            self.report_role(cx.out);
         }
     }
 
@@ -313,17 +321,17 @@ impl Replica {
     /// durable itself, so it starts a view change to the next view. Every
     /// restarted member waits a full heartbeat timeout before it joins a view
     /// change, because it no longer knows what lease it granted (V7, R24).
-    pub fn recover(
+    pub(crate) fn recover(
         spec: GroupSpec,
         config: Arc<CoreConfig>,
         state: Box<dyn StateMachine>,
         recovered: crate::storage::RecoveredGroup,
         now: u64,
-        fx: &mut Effects,
+        cx: &mut Context<'_>,
     ) -> Result<Replica, String> {
         let mut replica = Replica::blank(spec, config, state, now);
         if let Some(snapshot) = &recovered.snapshot {
-            replica.install_snapshot_state(snapshot, fx)?;
+            replica.install_snapshot_state(snapshot, cx.out)?;
             replica.snapshot = Some(snapshot.clone());
         }
         let base = replica.log.base();
@@ -383,21 +391,21 @@ impl Replica {
         }
         // Everything recovered is durable, the log view read from it too.
         replica.superblock_durable_log_view = Some(replica.log_view);
-        replica.apply_committed(fx);
+        replica.apply_committed(cx.out);
         let was_normal = replica.view == replica.log_view;
         if was_normal && replica.primary_index() == replica.spec.me {
             let next = replica.view.next();
             replica.lease_expiry = now;
-            replica.start_view_change(next, now, fx);
+            replica.start_view_change(next, now, cx);
         } else if was_normal || replica.is_learner() {
             // A learner never takes part in a view change: it waits for
             // the primary's StartView, which is re-sent until it confirms.
             replica.status = Status::Normal;
-            replica.report_role(fx);
+            replica.report_role(cx.out);
         } else {
             replica.status = Status::ViewChange;
             replica.view_change_deadline = now + replica.config.timing.view_change_timeout_ticks;
-            replica.report_role(fx);
+            replica.report_role(cx.out);
         }
         replica.lease_expiry = now + replica.config.timing.commit_heartbeat_timeout_ticks;
         Ok(replica)
@@ -583,12 +591,12 @@ impl Replica {
 
     /// Send a Prepare: at once (unless the link is congested, K4), or once
     /// the view this replica leads is durable (see `lead_after_flush`).
-    pub(crate) fn send_prepare(&self, to: NodeId, prepare: cohort_messages::Prepare, fx: &mut Effects) {
-        fx.send_prepare_after(to, prepare, self.lead_after_flush);
+    pub(crate) fn send_prepare(&self, to: NodeId, prepare: cohort_messages::Prepare, cx: &mut Context<'_>) {
+        cx.send_prepare_after(to, prepare, self.lead_after_flush);
     }
 
     /// Stage the superblock if it changed since the last save.
-    pub(crate) fn stage_superblock(&mut self, fx: &mut Effects) {
+    pub(crate) fn stage_superblock(&mut self, out: &mut Effects) {
         let superblock = self.superblock();
         if self.superblock_saved.as_ref() == Some(&superblock) && !self.superblock_retry {
             return;
@@ -596,12 +604,12 @@ impl Replica {
         self.superblock_retry = false;
         self.superblock_saved = Some(superblock.clone());
         let flush =
-            fx.stage(self.spec.group, crate::effect::Effect::StageSuperblock { group: self.spec.group, superblock });
+            out.stage(self.spec.group, crate::effect::Effect::StageSuperblock { group: self.spec.group, superblock });
         self.superblock_flush = flush;
         self.pending_durable.push_back((flush, self.log.op()));
         if self.superblock_blocked.is_some() {
             self.superblock_blocked = Some(flush);
-            fx.unpark_group(self.spec.group, flush);
+            out.unpark_group(self.spec.group, flush);
         }
     }
 
@@ -611,38 +619,38 @@ impl Replica {
     /// (view-change messages too, whose promise rests on the durable view),
     /// and `on_flushed` does not advance its durable point. The other groups
     /// go on.
-    pub(crate) fn superblock_failed(&mut self, fx: &mut Effects) {
+    pub(crate) fn superblock_failed(&mut self, out: &mut Effects) {
         self.superblock_retry = true;
         self.superblock_blocked = Some(FlushId::MAX);
-        fx.park_group(self.spec.group);
+        out.park_group(self.spec.group);
     }
 
     /// Stage an append and remember when it becomes durable.
-    pub(crate) fn stage_append(&mut self, entry: cohort_messages::LogEntry, fx: &mut Effects) {
+    pub(crate) fn stage_append(&mut self, entry: cohort_messages::LogEntry, out: &mut Effects) {
         let op = entry.op;
         debug_assert!(op > self.log.base(), "appends go above the snapshot");
         debug_assert!(op <= self.log.op().next(), "appends never leave a gap");
         debug_assert!(entry.view <= self.view, "an entry of a view this replica has not reached");
         self.log.push(entry.clone());
         debug_assert_eq!(self.log.op(), op, "the appended entry is the log's last");
-        let flush = fx.stage(self.spec.group, crate::effect::Effect::Append { group: self.spec.group, entry });
+        let flush = out.stage(self.spec.group, crate::effect::Effect::Append { group: self.spec.group, entry });
         self.pending_durable.push_back((flush, op));
     }
 
     /// Stage a truncation; durability claims shrink at once.
-    pub(crate) fn stage_truncate(&mut self, after: Op, fx: &mut Effects) {
+    pub(crate) fn stage_truncate(&mut self, after: Op, out: &mut Effects) {
         debug_assert!(after >= self.commit_min, "committed and applied ops are never truncated");
         self.log.truncate_after(after);
         self.durable_op = self.durable_op.min(after);
         for pending in self.pending_durable.iter_mut() {
             pending.1 = pending.1.min(after);
         }
-        let flush = fx.stage(self.spec.group, crate::effect::Effect::Truncate { group: self.spec.group, after });
+        let flush = out.stage(self.spec.group, crate::effect::Effect::Truncate { group: self.spec.group, after });
         self.pending_durable.push_back((flush, after));
     }
 
     /// A flush completed: what was staged before it is durable.
-    pub(crate) fn on_flushed(&mut self, id: FlushId, now: u64, fx: &mut Effects) {
+    pub(crate) fn on_flushed(&mut self, id: FlushId, now: u64, cx: &mut Context<'_>) {
         if let Some(until) = self.superblock_blocked {
             if id < until {
                 return; // The superblock this durability rests on is not durable yet.
@@ -679,15 +687,15 @@ impl Replica {
         debug_assert!(self.pending_durable.front().is_none_or(|(flush, _)| *flush > id), "flushes complete in order");
         debug_assert!(self.durable_op <= self.log.op(), "durable only what is in the log");
         if advanced || view_became_durable {
-            self.on_durable(now, fx);
+            self.on_durable(now, cx);
         }
     }
 
-    pub(crate) fn report_role(&mut self, fx: &mut Effects) {
+    pub(crate) fn report_role(&mut self, out: &mut Effects) {
         let now = (self.view, self.role());
         if self.role_reported != Some(now) {
             self.role_reported = Some(now);
-            fx.push(crate::effect::Effect::RoleChanged {
+            out.push(crate::effect::Effect::RoleChanged {
                 group: self.spec.group,
                 incarnation: self.spec.incarnation,
                 view: self.view,
@@ -739,10 +747,11 @@ impl Replica {
         wake
     }
 
-    /// Timed work due at `now`.
-    pub(crate) fn on_tick(&mut self, now: u64, fx: &mut Effects) {
+    /// Timed work due at `now`; a primary's idle heartbeat may propose
+    /// quiescence into `pairs` (Z3).
+    pub(crate) fn on_tick(&mut self, now: u64, cx: &mut Context<'_>, pairs: &mut Pairs) {
         if self.superblock_retry {
-            self.stage_superblock(fx);
+            self.stage_superblock(cx.out);
         }
         let timing = self.config.timing.clone();
         match self.status {
@@ -752,29 +761,29 @@ impl Replica {
                     // This view's election failed with a quorum taking part:
                     // try the next one (or join a later one under way).
                     let next = self.view.next().max(self.svc_view_seen);
-                    self.start_view_change(next, now, fx);
+                    self.start_view_change(next, now, cx);
                 } else if now >= self.view_change_deadline {
                     // Alone in this election (the others still follow a
                     // primary): stay in this view and keep asking, instead
                     // of dragging the group through views (pre-vote).
                     self.view_change_deadline = now + timing.view_change_timeout_ticks;
                     self.view_change_resend_tick = now + timing.repair_timeout_ticks;
-                    self.send_view_change_messages(now, fx);
+                    self.send_view_change_messages(now, cx);
                 } else if now >= self.view_change_resend_tick {
                     // Loss must not stall the election: say it again.
                     self.view_change_resend_tick = now + timing.repair_timeout_ticks;
-                    self.send_view_change_messages(now, fx);
+                    self.send_view_change_messages(now, cx);
                 }
                 if self.state_transfer.is_some() && now >= self.repair_deadline {
-                    self.retry_state_transfer(now, fx);
+                    self.retry_state_transfer(now, cx.out);
                 }
             }
             Status::Normal if self.is_primary() => {
-                self.expire_waits(now, fx);
+                self.expire_waits(now, cx.out);
                 if now >= self.step_down_tick() {
                     // R24: no quorum heard within the window: step down.
                     let next = self.view.next().max(self.svc_view_seen);
-                    self.start_view_change(next, now, fx);
+                    self.start_view_change(next, now, cx);
                     return;
                 }
                 // A voter alone in a later view cannot come back: it promised
@@ -789,14 +798,14 @@ impl Replica {
                     && now < last.saturating_add(window)
                 {
                     self.stranded = None;
-                    self.start_view_change(view, now, fx);
+                    self.start_view_change(view, now, cx);
                     return;
                 }
-                self.heartbeat_tick(now, fx);
+                self.heartbeat_tick(now, cx, pairs);
             }
             Status::Normal if self.is_learner() => {
                 if self.needs_repair() && now >= self.repair_deadline {
-                    self.request_repair(now, fx);
+                    self.request_repair(now, cx.out);
                 }
             }
             Status::Normal => {
@@ -804,18 +813,18 @@ impl Replica {
                 let lease_over_with_election = self.svc_view_seen > self.view && lease_over;
                 if now >= self.heartbeat_deadline || lease_over_with_election {
                     let next = self.view.next().max(self.svc_view_seen);
-                    self.start_view_change(next, now, fx);
+                    self.start_view_change(next, now, cx);
                     return;
                 }
                 if self.needs_repair() && now >= self.repair_deadline {
-                    self.request_repair(now, fx);
+                    self.request_repair(now, cx.out);
                 } else if self.log_view < self.view && self.state_transfer.is_none() && now >= self.repair_deadline {
                     // Lagging with nothing to fetch (the state transfer is
                     // done, or the StartView was lost): ask the primary for
                     // its StartView again. It may count us as confirmed from
                     // before a crash, and then would not re-send it unasked.
                     self.repair_deadline = now + timing.repair_timeout_ticks;
-                    self.request_start_view(fx);
+                    self.request_start_view(cx.out);
                 }
             }
         }

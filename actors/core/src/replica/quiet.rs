@@ -8,7 +8,9 @@
 use cohort_messages::{GroupId, MemberIndex, NodeId, QuietGroup};
 
 use super::{Replica, Status};
+use crate::effect::FlushId;
 use crate::effects::Effects;
+use crate::metrics::ShardMetrics;
 use crate::quiesce::Pairs;
 use crate::replica::GroupActivity;
 
@@ -67,8 +69,9 @@ impl Replica {
 
     /// On an idle heartbeat: propose quiescence to every voter that has
     /// answered this view's idle Commits, once the group has been idle for
-    /// `commit_quiesce_timeout_ticks` with nothing in flight.
-    pub(crate) fn propose_quiet(&mut self, now: u64, fx: &mut Effects) {
+    /// `commit_quiesce_timeout_ticks` with nothing in flight (every flush up
+    /// to `flush_completed` is durable). The proposals go into `pairs`.
+    pub(crate) fn propose_quiet(&mut self, now: u64, flush_completed: FlushId, pairs: &mut Pairs) {
         let Some(quiesce_ticks) = self.config.timing.commit_quiesce_timeout_ticks else { return };
         let timing = &self.config.timing;
         let idle_since = self.heartbeat.progress_tick.saturating_add(timing.commit_heartbeat_timeout_ticks);
@@ -85,8 +88,8 @@ impl Replica {
             && self.sealed.is_none()
             && self.superblock_blocked.is_none()
             && !self.superblock_retry
-            && self.superblock_flush <= fx.flush_completed()
-            && self.lead_after_flush <= fx.flush_completed();
+            && self.superblock_flush <= flush_completed
+            && self.lead_after_flush <= flush_completed;
         if !ready {
             return;
         }
@@ -108,7 +111,7 @@ impl Replica {
         let quiet = self.quiet_group();
         for member in candidates {
             self.quiet_proposed |= bit(member);
-            fx.quiet.propose(self.node_of(member), quiet, now);
+            pairs.propose(self.node_of(member), quiet, now);
         }
     }
 
@@ -210,7 +213,7 @@ impl Replica {
     /// follows that primary in that view with exactly that log, all of it
     /// durable and applied. Taking it is a Commit of that view: the timeout
     /// and the lease start again.
-    pub(crate) fn accept_quiet(&mut self, from: NodeId, quiet: &QuietGroup, now: u64, fx: &mut Effects) -> bool {
+    pub(crate) fn accept_quiet(&mut self, from: NodeId, quiet: &QuietGroup, now: u64, out: &mut Effects) -> bool {
         if self.config.timing.commit_quiesce_timeout_ticks.is_none()
             || self.follow_quiet.is_some()
             || self.is_primary()
@@ -221,7 +224,7 @@ impl Replica {
         {
             return false;
         }
-        self.learn_commit(quiet.commit, fx);
+        self.learn_commit(quiet.commit, out);
         if self.commit_min != quiet.commit {
             return false;
         }
@@ -232,18 +235,18 @@ impl Replica {
 
     /// The primary wakes: every peer forgets the group, and its Commits go
     /// out again from the next send tick.
-    pub(crate) fn wake_lead(&mut self, fx: &mut Effects) {
+    pub(crate) fn wake_lead(&mut self, pairs: &mut Pairs, metrics: &mut ShardMetrics) {
         let members = self.quiet_members | self.quiet_proposed;
         if members == 0 {
             return;
         }
-        fx.metrics.quiet_woken += u64::from(self.quiet_members.count_ones());
+        metrics.quiet_woken += u64::from(self.quiet_members.count_ones());
         for index in 0..self.spec.total() as u8 {
             let member = MemberIndex(index);
             if members & bit(member) != 0
                 && let Some(node) = self.spec.node_at(member)
             {
-                fx.quiet.lead_leave(node, self.spec.group);
+                pairs.lead_leave(node, self.spec.group);
             }
         }
         self.quiet_members = 0;
@@ -252,30 +255,30 @@ impl Replica {
 
     /// The backup leaves its quiet state: its own timeout runs again, from
     /// the last matching heartbeat.
-    pub(crate) fn unfollow(&mut self, fx: &mut Effects) {
+    pub(crate) fn unfollow(&mut self, pairs: &mut Pairs, metrics: &mut ShardMetrics) {
         if let Some(QuietFollow { primary, .. }) = self.follow_quiet.take() {
-            fx.metrics.quiet_woken += 1;
-            fx.quiet.follow_drop(primary, self.spec.group);
+            metrics.quiet_woken += 1;
+            pairs.follow_drop(primary, self.spec.group);
         }
     }
 
     /// The replica leaves the shard (removed, or replaced by its next
     /// incarnation): its pairs forget it on both ends.
-    pub(crate) fn leave_quiet(&mut self, fx: &mut Effects) {
-        self.wake_lead(fx);
-        self.unfollow(fx);
+    pub(crate) fn leave_quiet(&mut self, pairs: &mut Pairs, metrics: &mut ShardMetrics) {
+        self.wake_lead(pairs, metrics);
+        self.unfollow(pairs, metrics);
     }
 
     /// After any input: a primary or backup whose state moved away from the
     /// one it quiesced in leaves the quiet state.
-    pub(crate) fn check_quiet(&mut self, fx: &mut Effects) {
+    pub(crate) fn check_quiet(&mut self, pairs: &mut Pairs, metrics: &mut ShardMetrics) {
         if self.quiet_members | self.quiet_proposed != 0 && !self.lead_quiet_holds() {
-            self.wake_lead(fx);
+            self.wake_lead(pairs, metrics);
         }
         if let Some(QuietFollow { primary, view, .. }) = self.follow_quiet
             && !self.follow_holds(primary, view)
         {
-            self.unfollow(fx);
+            self.unfollow(pairs, metrics);
         }
     }
 }

@@ -24,6 +24,7 @@ use cohort_messages::{
     StateChunk, View,
 };
 
+use super::Context;
 use super::{Replica, Status};
 use crate::effects::Effects;
 use crate::refusal::Refusal;
@@ -48,10 +49,10 @@ impl Replica {
     }
 
     /// Ask the primary for the next missing range.
-    pub(crate) fn request_repair(&mut self, now: u64, fx: &mut Effects) {
+    pub(crate) fn request_repair(&mut self, now: u64, out: &mut Effects) {
         self.repair_deadline = now + self.config.timing.repair_timeout_ticks;
         if self.state_transfer.is_some() {
-            return self.retry_state_transfer(now, fx);
+            return self.retry_state_transfer(now, out);
         }
         let op_min = self.log.op().next();
         let op_max = Op(self.repair_target.0.min(op_min.0 + REPAIR_OPS_MAX - 1));
@@ -63,18 +64,18 @@ impl Replica {
             op_min,
             op_max,
         };
-        fx.send(self.node_of(self.primary_index()), Message::RequestPrepares(request));
+        out.send(self.node_of(self.primary_index()), Message::RequestPrepares(request));
     }
 
     /// The primary answers a repair request.
-    pub(crate) fn on_request_prepares(&mut self, request: RequestPrepares, fx: &mut Effects) {
+    pub(crate) fn on_request_prepares(&mut self, request: RequestPrepares, cx: &mut Context<'_>) {
         if !self.is_primary() || request.view != self.view || request.replica == self.spec.me {
             return;
         }
         let to = self.node_of(request.replica);
         if request.op_min <= self.log.base() {
             if let Some(snapshot) = self.snapshot.clone() {
-                self.send_chunk(&snapshot, 0, request.replica, fx);
+                self.send_chunk(&snapshot, 0, request.replica, cx.out);
             }
             return;
         }
@@ -82,14 +83,14 @@ impl Replica {
         let mut op = request.op_min;
         while op <= last {
             if let Some(entry) = self.log.get(op).cloned() {
-                self.send_prepare(to, self.prepare_message(entry), fx);
+                self.send_prepare(to, self.prepare_message(entry), cx);
             }
             op = op.next();
         }
     }
 
     /// Start fetching the snapshot of `source`.
-    pub(crate) fn request_state_transfer(&mut self, source: MemberIndex, now: u64, fx: &mut Effects) {
+    pub(crate) fn request_state_transfer(&mut self, source: MemberIndex, now: u64, out: &mut Effects) {
         self.state_transfer = Some(Box::new(StateTransfer {
             source,
             snapshot_op: Op(0),
@@ -97,11 +98,11 @@ impl Replica {
             total_size_bytes: 0,
             data: Vec::new(),
         }));
-        self.retry_state_transfer(now, fx);
+        self.retry_state_transfer(now, out);
     }
 
     /// Ask for the next chunk (or again for a lost one).
-    pub(crate) fn retry_state_transfer(&mut self, now: u64, fx: &mut Effects) {
+    pub(crate) fn retry_state_transfer(&mut self, now: u64, out: &mut Effects) {
         let Some(transfer) = &self.state_transfer else { return };
         self.repair_deadline = now + self.config.timing.repair_timeout_ticks;
         let request = RequestStateTransfer {
@@ -112,12 +113,12 @@ impl Replica {
             snapshot_op: transfer.snapshot_op,
             offset_bytes: transfer.data.len() as u64,
         };
-        fx.send(self.node_of(transfer.source), Message::RequestStateTransfer(request));
+        out.send(self.node_of(transfer.source), Message::RequestStateTransfer(request));
     }
 
     /// The primary serves its snapshot, and so does a member in a view
     /// change to the member that is to lead it (T5: no other member does).
-    pub(crate) fn on_request_state_transfer(&mut self, request: RequestStateTransfer, fx: &mut Effects) {
+    pub(crate) fn on_request_state_transfer(&mut self, request: RequestStateTransfer, cx: &mut Context<'_>) {
         if request.replica == self.spec.me {
             return;
         }
@@ -127,14 +128,14 @@ impl Replica {
             // A correct member asks the primary of its view, which may have
             // stepped down since (it asks the next one after its StartView),
             // or the view's chosen log, from an election since left.
-            return fx.refused.count(Refusal::StateTransferNotPrimary);
+            return cx.refuse(Refusal::StateTransferNotPrimary);
         }
         let Some(snapshot) = self.snapshot.clone() else { return };
         let offset = if request.snapshot_op == snapshot.op { request.offset_bytes } else { 0 };
-        self.send_chunk(&snapshot, offset, request.replica, fx);
+        self.send_chunk(&snapshot, offset, request.replica, cx.out);
     }
 
-    fn send_chunk(&self, snapshot: &Snapshot, offset_bytes: u64, to: MemberIndex, fx: &mut Effects) {
+    fn send_chunk(&self, snapshot: &Snapshot, offset_bytes: u64, to: MemberIndex, out: &mut Effects) {
         let total = snapshot.data.len() as u64;
         let start = offset_bytes.min(total) as usize;
         let end = (start + STATE_CHUNK_SIZE_MAX_BYTES).min(snapshot.data.len());
@@ -149,11 +150,11 @@ impl Replica {
             total_size_bytes: total,
             chunk: snapshot.data.slice(start..end),
         };
-        fx.send(self.node_of(to), Message::StateChunk(chunk));
+        out.send(self.node_of(to), Message::StateChunk(chunk));
     }
 
     /// A chunk arrives (asked for, or as the answer to a repair request).
-    pub(crate) fn on_state_chunk(&mut self, chunk: StateChunk, now: u64, fx: &mut Effects) {
+    pub(crate) fn on_state_chunk(&mut self, chunk: StateChunk, now: u64, cx: &mut Context<'_>) {
         if chunk.replica == self.spec.me || chunk.snapshot_op <= self.commit_min {
             return;
         }
@@ -161,7 +162,7 @@ impl Replica {
             return;
         }
         if let Err(refusal) = self.check_chunk(&chunk) {
-            return fx.refused.count(refusal);
+            return cx.refuse(refusal);
         }
         let fresh = StateTransfer {
             source: chunk.replica,
@@ -182,12 +183,12 @@ impl Replica {
         }
         transfer.data.extend_from_slice(&chunk.chunk);
         if !chunk.is_last() {
-            return self.retry_state_transfer(now, fx);
+            return self.retry_state_transfer(now, cx.out);
         }
         let Some(transfer) = self.state_transfer.take() else { return };
         let snapshot =
             Snapshot { op: transfer.snapshot_op, view: transfer.snapshot_view, data: Bytes::from(transfer.data) };
-        if self.install_snapshot(snapshot, now, fx).is_err() {
+        if self.install_snapshot(snapshot, now, cx).is_err() {
             // A snapshot that does not decode is dropped; repair asks again.
             self.repair_deadline = now;
         }
@@ -217,12 +218,17 @@ impl Replica {
     /// Install a fetched snapshot of committed state. Entries after it that
     /// we hold are kept: only the committed prefix is replaced (see
     /// docs/replication.md on why this never loses a committed op).
-    pub(crate) fn install_snapshot(&mut self, snapshot: Snapshot, now: u64, fx: &mut Effects) -> Result<(), String> {
+    pub(crate) fn install_snapshot(
+        &mut self,
+        snapshot: Snapshot,
+        now: u64,
+        cx: &mut Context<'_>,
+    ) -> Result<(), String> {
         if snapshot.op <= self.commit_min {
             return Ok(());
         }
         let kept: Vec<_> = self.log.entries_from(snapshot.op.next()).cloned().collect();
-        self.install_snapshot_state(&snapshot, fx)?;
+        self.install_snapshot_state(&snapshot, cx.out)?;
         // Keep what follows the snapshot only while views do not go
         // backwards: an entry of a view older than the snapshot's entry
         // cannot be committed (committed logs are prefixes, views in a log
@@ -236,7 +242,7 @@ impl Replica {
             }
         }
         self.durable_op = self.durable_op.min(self.log.op());
-        let flush = fx.stage(
+        let flush = cx.out.stage(
             self.spec.group,
             crate::effect::Effect::SaveSnapshot {
                 group: self.spec.group,
@@ -247,15 +253,15 @@ impl Replica {
         self.pending_durable.push_back((flush, self.log.op()));
         if dropped {
             let op = self.log.op();
-            self.stage_truncate(op, fx);
+            self.stage_truncate(op, cx.out);
         }
         self.snapshot = Some(snapshot);
-        self.stage_superblock(fx);
-        fx.push(crate::effect::Effect::Committed { group: self.spec.group, op: self.commit_min });
+        self.stage_superblock(cx.out);
+        cx.out.push(crate::effect::Effect::Committed { group: self.spec.group, op: self.commit_min });
         if self.status == Status::ViewChange {
-            self.try_complete_view_change(now, fx);
+            self.try_complete_view_change(now, cx);
         } else if self.log_view == self.view {
-            self.apply_committed(fx);
+            self.apply_committed(cx.out);
         }
         Ok(())
     }

@@ -42,6 +42,7 @@ use cohort_messages::{
     RequestPrepares, View,
 };
 
+use super::Context;
 use super::{GroupSpec, Replica, snapshot};
 use crate::effect::Effect;
 use crate::effects::Effects;
@@ -125,7 +126,7 @@ impl Replica {
 
     /// Prepare a seal: the primary queues it ahead of every request (Q3 still
     /// holds: it enters the log only after the inherited ops committed).
-    pub fn propose_seal(&mut self, seal: Seal, fx: &mut Effects) -> Result<(), SealError> {
+    pub(crate) fn propose_seal(&mut self, seal: Seal, cx: &mut Context<'_>) -> Result<(), SealError> {
         let group = self.spec.group;
         if !self.is_primary() {
             return Err(SealError::NotPrimary(group));
@@ -155,7 +156,7 @@ impl Replica {
             operation: seal.encode(),
         };
         self.request_queue.push_front(request);
-        self.prepare_queued(fx);
+        self.prepare_queued(cx);
         Ok(())
     }
 
@@ -196,9 +197,9 @@ impl Replica {
     /// seal but who never heard that it committed: the members it calls on
     /// left that incarnation, and this one has no primary without it. It
     /// gets a frame of this incarnation, which tells it.
-    pub(crate) fn on_other_incarnation(&mut self, from: NodeId, incarnation: Incarnation, fx: &mut Effects) -> bool {
+    pub(crate) fn on_other_incarnation(&mut self, from: NodeId, incarnation: Incarnation, out: &mut Effects) -> bool {
         if incarnation.0 == self.spec.incarnation.0 + 1 {
-            return self.on_next_incarnation_commit(from, incarnation, fx);
+            return self.on_next_incarnation_commit(from, incarnation, out);
         }
         if incarnation.0 + 1 == self.spec.incarnation.0
             && let Some(index) = self.spec.members.iter().position(|member| *member == from)
@@ -212,7 +213,7 @@ impl Replica {
                 op_min: self.commit_min.next(),
                 op_max: self.commit_min.next(),
             };
-            fx.send(from, Message::RequestPrepares(nudge));
+            out.send(from, Message::RequestPrepares(nudge));
         }
         false
     }
@@ -230,7 +231,7 @@ impl Replica {
         &mut self,
         from: NodeId,
         incarnation: Incarnation,
-        fx: &mut Effects,
+        out: &mut Effects,
     ) -> bool {
         let Some((op, seal)) = self.uncommitted_seal() else { return false };
         let of_the_group =
@@ -243,38 +244,38 @@ impl Replica {
             return false;
         }
         self.commit_max = op;
-        self.apply_committed(fx);
+        self.apply_committed(out);
         debug_assert!(self.sealed.is_some(), "the seal at the end of the log applied");
         true
     }
 
     /// Apply the seal at `op` (called from apply in place of the state machine).
-    pub(crate) fn apply_seal(&mut self, op: Op, operation: &[u8], fx: &mut Effects) {
+    pub(crate) fn apply_seal(&mut self, op: Op, operation: &[u8], out: &mut Effects) {
         // A seal that does not decode cannot come from a valid Prepare (they
         // are validated); every member holds the same bytes, so every member
         // skips it the same way.
         if let Ok(seal) = Seal::decode(operation) {
             self.sealed = Some(Box::new(Sealed { op, seal }));
-            self.refuse_queued(fx);
+            self.refuse_queued(out);
         }
     }
 
     /// Answer every queued request: nothing more enters this incarnation's log.
-    pub(crate) fn refuse_queued(&mut self, fx: &mut Effects) {
+    pub(crate) fn refuse_queued(&mut self, out: &mut Effects) {
         while let Some(request) = self.request_queue.pop_front() {
             if request.client != ClientId::SEAL {
-                self.refuse_sealed(&request, fx);
+                self.refuse_sealed(&request, out);
             }
         }
     }
 
     /// A request reached a sealed incarnation: retry, the next one serves it.
-    pub(crate) fn refuse_sealed(&self, request: &Request, fx: &mut Effects) {
+    pub(crate) fn refuse_sealed(&self, request: &Request, out: &mut Effects) {
         let detail = format!(
             "{}: incarnation {} is sealed for a member change; retry shortly",
             self.spec.group, self.spec.incarnation.0
         );
-        self.reply_error(request, ReplyError::ViewChange, detail, fx);
+        self.reply_error(request, ReplyError::ViewChange, detail, out);
     }
 
     /// True if requests must be refused because the incarnation is sealed.
@@ -356,16 +357,16 @@ impl Replica {
     /// The replica of the next incarnation, from this sealed one, with
     /// `spec` from [`Replica::next_spec`] (see the module docs). Waits on
     /// this replica end as not primary.
-    pub(crate) fn into_next_incarnation(mut self, spec: GroupSpec, now: u64, fx: &mut Effects) -> Replica {
+    pub(crate) fn into_next_incarnation(mut self, spec: GroupSpec, now: u64, cx: &mut Context<'_>) -> Replica {
         let op = self.sealed.as_ref().map_or(self.commit_min, |sealed| sealed.op);
         // Z6: a learner that missed the seal goes on from its applied point;
         // the entries of this incarnation past it must not come back after a
         // restart as the next incarnation's log (see `Replica::recover`).
         if self.log.op() > op {
-            fx.stage(self.spec.group, Effect::Truncate { group: self.spec.group, after: op });
+            cx.out.stage(self.spec.group, Effect::Truncate { group: self.spec.group, after: op });
         }
-        self.fail_waits(fx);
-        self.refuse_queued(fx);
+        self.fail_waits(cx.out);
+        self.refuse_queued(cx.out);
         let Replica { state, clients, config, .. } = self;
         let mut next = Replica::blank(spec, config, state, now);
         next.clients = clients;
@@ -378,9 +379,9 @@ impl Replica {
         let data = snapshot::encode(&next.state.snapshot(), &next.clients.encode(), &next.membership());
         let snapshot = Snapshot { op, view: View(0), data };
         let save = Effect::SaveSnapshot { group: next.spec.group, snapshot: snapshot.clone(), deferrable: false };
-        fx.stage(next.spec.group, save);
+        cx.out.stage(next.spec.group, save);
         next.snapshot = Some(snapshot);
-        next.start_view_zero(now, fx);
+        next.start_view_zero(now, cx);
         if next.is_primary() {
             next.lead_after_flush = next.superblock_flush;
         }

@@ -25,6 +25,7 @@ use cohort_messages::{
     DoViewChange, LogEntry, MemberIndex, Message, NodeId, Op, ReplyError, StartView, StartViewChange, View,
 };
 
+use super::Context;
 use super::{Replica, Status};
 use crate::effects::Effects;
 use crate::mutants::Mutant;
@@ -43,11 +44,11 @@ pub(crate) struct DoViewChangeSummary {
 
 impl Replica {
     /// Enter the view change for `view`.
-    pub(crate) fn start_view_change(&mut self, view: View, now: u64, fx: &mut Effects) {
+    pub(crate) fn start_view_change(&mut self, view: View, now: u64, cx: &mut Context<'_>) {
         assert!(!self.is_learner(), "{self:?}: a learner never starts a view change (P4)");
         assert!(view > self.view || (view == self.view && self.status == Status::Normal && self.log_view < view));
         let was_primary = self.is_primary();
-        fx.metrics.view_changes_started += 1;
+        cx.metrics.view_changes_started += 1;
         self.status = Status::ViewChange;
         self.view = view;
         self.dvcs = vec![None; self.spec.members.len()];
@@ -56,40 +57,40 @@ impl Replica {
         self.view_change_deadline = now + self.config.timing.view_change_timeout_ticks;
         self.view_change_resend_tick = now + self.config.timing.repair_timeout_ticks;
         if was_primary || !self.request_queue.is_empty() {
-            self.abandon_requests(fx);
+            self.abandon_requests(cx.out);
         }
-        self.fail_waits(fx);
-        self.stage_superblock(fx);
-        self.send_view_change_messages(now, fx);
-        self.report_role(fx);
+        self.fail_waits(cx.out);
+        self.stage_superblock(cx.out);
+        self.send_view_change_messages(now, cx);
+        self.report_role(cx.out);
         for early in std::mem::take(&mut self.early_dvcs) {
             if early.view == self.view {
                 self.svc_from.insert(early.replica);
-                self.record_dvc(early, now, fx);
+                self.record_dvc(early, now, cx);
             }
         }
     }
 
     /// Queued requests cannot be served in a view change: tell the clients.
-    fn abandon_requests(&mut self, fx: &mut Effects) {
+    fn abandon_requests(&mut self, out: &mut Effects) {
         for request in std::mem::take(&mut self.request_queue) {
             let detail = format!("{}: view change to {} started; retry", self.spec.group, self.view);
-            self.reply_error(&request, ReplyError::ViewChange, detail, fx);
+            self.reply_error(&request, ReplyError::ViewChange, detail, out);
         }
     }
 
     /// A StartViewChange, DoViewChange or StartView: it leaves once
     /// everything staged before it, the view's superblock included, is durable.
-    pub(crate) fn send_view_change(&self, to: NodeId, message: Message, fx: &mut Effects) {
+    pub(crate) fn send_view_change(&self, to: NodeId, message: Message, out: &mut Effects) {
         if self.config.mutated(Mutant::ViewChangeBeforeDurable) {
-            fx.send(to, message);
+            out.send(to, message);
         } else {
-            fx.send_durable(to, message);
+            out.send_durable(to, message);
         }
     }
 
     /// SVC to all, DVC to the new primary (or to ourselves), after the view is durable.
-    pub(crate) fn send_view_change_messages(&mut self, now: u64, fx: &mut Effects) {
+    pub(crate) fn send_view_change_messages(&mut self, now: u64, cx: &mut Context<'_>) {
         let svc = StartViewChange {
             group: self.spec.group,
             incarnation: self.spec.incarnation,
@@ -97,14 +98,14 @@ impl Replica {
             replica: self.spec.me,
         };
         for member in self.others() {
-            self.send_view_change(self.node_of(member), Message::StartViewChange(svc), fx);
+            self.send_view_change(self.node_of(member), Message::StartViewChange(svc), cx.out);
         }
         let dvc = self.do_view_change_message();
         let primary = self.primary_index();
         if primary == self.spec.me {
-            self.record_dvc(dvc, now, fx);
+            self.record_dvc(dvc, now, cx);
         } else {
-            self.send_view_change(self.node_of(primary), Message::DoViewChange(dvc), fx);
+            self.send_view_change(self.node_of(primary), Message::DoViewChange(dvc), cx.out);
         }
     }
 
@@ -129,7 +130,7 @@ impl Replica {
     /// healthy group through view changes. A backup's lease does not hold it
     /// back when `from` is the primary of its view: that primary gave the
     /// view up (see `transfer` for why this is safe, C4).
-    fn join_view_change(&mut self, view: View, from: MemberIndex, now: u64, fx: &mut Effects) {
+    fn join_view_change(&mut self, view: View, from: MemberIndex, now: u64, cx: &mut Context<'_>) {
         if view <= self.view || self.is_learner() {
             return;
         }
@@ -153,53 +154,53 @@ impl Replica {
         if (healthy_primary || leased_backup) && !self.is_sealing() {
             return;
         }
-        self.start_view_change(view, now, fx);
+        self.start_view_change(view, now, cx);
     }
 
     /// A lagging backup asks the primary of its view for the StartView: a
     /// StartViewChange for the primary's own view is answered with it.
-    pub(crate) fn request_start_view(&mut self, fx: &mut Effects) {
+    pub(crate) fn request_start_view(&mut self, out: &mut Effects) {
         let svc = StartViewChange {
             group: self.spec.group,
             incarnation: self.spec.incarnation,
             view: self.view,
             replica: self.spec.me,
         };
-        fx.send(self.node_of(self.primary_index()), Message::StartViewChange(svc));
+        out.send(self.node_of(self.primary_index()), Message::StartViewChange(svc));
     }
 
-    pub(crate) fn on_start_view_change(&mut self, svc: StartViewChange, now: u64, fx: &mut Effects) {
+    pub(crate) fn on_start_view_change(&mut self, svc: StartViewChange, now: u64, cx: &mut Context<'_>) {
         if self.is_learner() {
             return; // P4: a learner takes no part in elections.
         }
         if svc.view < self.view && self.is_primary() && self.spec.is_voter(svc.replica) {
             // A member still electing an earlier view (it fell back after a
             // restart, say) while this one runs: show it the current view.
-            return self.answer_with_start_view(svc.replica, now, fx);
+            return self.answer_with_start_view(svc.replica, now, cx);
         }
         if self.view_jump_refused(svc.view, now) {
-            return fx.refused.count(Refusal::ViewJump);
+            return cx.refuse(Refusal::ViewJump);
         }
         if svc.view > self.view {
-            self.join_view_change(svc.view, svc.replica, now, fx);
+            self.join_view_change(svc.view, svc.replica, now, cx);
         }
         if svc.view == self.view && self.status == Status::ViewChange {
             self.svc_from.insert(svc.replica);
         } else if svc.view == self.view && self.is_primary() {
             // A member still electing our view missed the StartView.
-            self.answer_with_start_view(svc.replica, now, fx);
+            self.answer_with_start_view(svc.replica, now, cx);
         }
     }
 
-    pub(crate) fn on_do_view_change(&mut self, dvc: DoViewChange, now: u64, fx: &mut Effects) {
+    pub(crate) fn on_do_view_change(&mut self, dvc: DoViewChange, now: u64, cx: &mut Context<'_>) {
         if self.is_learner() {
             return; // P4: a learner takes no part in elections.
         }
         if self.view_jump_refused(dvc.view, now) {
-            return fx.refused.count(Refusal::ViewJump);
+            return cx.refuse(Refusal::ViewJump);
         }
         if dvc.view > self.view {
-            self.join_view_change(dvc.view, dvc.replica, now, fx);
+            self.join_view_change(dvc.view, dvc.replica, now, cx);
             if dvc.view > self.view && self.primary_index_of(dvc.view) == self.spec.me {
                 // Our lease still runs: keep it for when we join, instead of
                 // making the sender wait for its next re-send.
@@ -215,10 +216,10 @@ impl Replica {
             return;
         }
         if self.is_primary() {
-            return self.answer_with_start_view(dvc.replica, now, fx);
+            return self.answer_with_start_view(dvc.replica, now, cx);
         }
         if self.status == Status::ViewChange {
-            self.record_dvc(dvc, now, fx);
+            self.record_dvc(dvc, now, cx);
         }
     }
 
@@ -235,12 +236,12 @@ impl Replica {
     /// presumed still on its way; a lost one is answered at the member's
     /// next re-send, or sent again by `resend_start_view`. Withholding a
     /// message is what a loss would do: no rule of seed 000 depends on it.
-    pub(crate) fn answer_with_start_view(&mut self, member: MemberIndex, now: u64, fx: &mut Effects) {
+    pub(crate) fn answer_with_start_view(&mut self, member: MemberIndex, now: u64, cx: &mut Context<'_>) {
         if !self.start_view_due(member, now) {
-            fx.metrics.start_views_withheld += 1;
+            cx.metrics.start_views_withheld += 1;
             return;
         }
-        self.send_start_view(member, now, fx);
+        self.send_start_view(member, now, cx.out);
     }
 
     /// Whether `member` last got this view's StartView at least a repair
@@ -251,15 +252,15 @@ impl Replica {
     }
 
     /// Send `member` the view's StartView now, and note when.
-    pub(crate) fn send_start_view(&mut self, member: MemberIndex, now: u64, fx: &mut Effects) {
+    pub(crate) fn send_start_view(&mut self, member: MemberIndex, now: u64, out: &mut Effects) {
         if let Some(sent) = self.start_view_sent_tick.get_mut(member.0 as usize) {
             *sent = now;
         }
         let message = self.start_view_message();
-        self.send_view_change(self.node_of(member), Message::StartView(message), fx);
+        self.send_view_change(self.node_of(member), Message::StartView(message), out);
     }
 
-    fn record_dvc(&mut self, dvc: DoViewChange, now: u64, fx: &mut Effects) {
+    fn record_dvc(&mut self, dvc: DoViewChange, now: u64, cx: &mut Context<'_>) {
         let member = dvc.replica.0 as usize;
         if member >= self.dvcs.len() {
             return;
@@ -271,11 +272,11 @@ impl Replica {
             replica: dvc.replica,
             log: dvc.log,
         });
-        self.try_complete_view_change(now, fx);
+        self.try_complete_view_change(now, cx);
     }
 
     /// With Qv DoViewChanges (ours included), adopt the best log and start the view.
-    pub(crate) fn try_complete_view_change(&mut self, now: u64, fx: &mut Effects) {
+    pub(crate) fn try_complete_view_change(&mut self, now: u64, cx: &mut Context<'_>) {
         if self.status != Status::ViewChange || self.primary_index() != self.spec.me {
             return;
         }
@@ -301,35 +302,35 @@ impl Replica {
         if best.replica != self.spec.me && self.rewrites_applied(&best.log) {
             // T5: no correct member's log wins and differs from what we
             // applied (committed ops are in it). Drop it; others may do.
-            fx.refused.count(Refusal::LogRewritesApplied);
+            cx.refuse(Refusal::LogRewritesApplied);
             self.dvcs[best.replica.0 as usize] = None;
-            return self.try_complete_view_change(now, fx);
+            return self.try_complete_view_change(now, cx);
         }
         if best.replica != self.spec.me && self.joins_going_back(best.log_view, &best.log, best.op) {
             // T5: likewise for a log whose views would go back where it
             // joins ours (a correct log and ours agree up to the join).
-            fx.refused.count(Refusal::LogViewsGoBack);
+            cx.refuse(Refusal::LogViewsGoBack);
             self.dvcs[best.replica.0 as usize] = None;
-            return self.try_complete_view_change(now, fx);
+            return self.try_complete_view_change(now, cx);
         }
-        if best.replica != self.spec.me && !self.adopt_log(best.log_view, &best.log, best.op, fx) {
+        if best.replica != self.spec.me && !self.adopt_log(best.log_view, &best.log, best.op, cx.out) {
             // Our log cannot be joined to the chosen one (we lag behind its
             // snapshot). Abstain; the timeout moves the group to the next view,
             // and we fetch the state meanwhile (its member serves us while it
             // is in this election, T5).
-            self.request_state_transfer(best.replica, now, fx);
+            self.request_state_transfer(best.replica, now, cx.out);
             return;
         }
         self.log_view = self.view;
         self.commit_max = self.commit_max.max(commit_known).min(self.log.op()).max(self.commit_min);
-        self.become_primary(now, fx);
+        self.become_primary(now, cx);
     }
 
     /// Take the role of primary of the current view: the log is the view's.
-    pub(crate) fn become_primary(&mut self, now: u64, fx: &mut Effects) {
+    pub(crate) fn become_primary(&mut self, now: u64, cx: &mut Context<'_>) {
         debug_assert_eq!(self.primary_index(), self.spec.me, "only the view's primary index leads it");
         debug_assert!(!self.is_learner(), "P4: a learner never leads");
-        fx.metrics.primaries_started += 1;
+        cx.metrics.primaries_started += 1;
         self.stranded = None;
         self.status = Status::Normal;
         self.log_view = self.view;
@@ -344,17 +345,17 @@ impl Replica {
         self.contact_tick = vec![None; members];
         self.reset_learner_tracks(now);
         self.heartbeat.reset(now);
-        self.stage_superblock(fx);
+        self.stage_superblock(cx.out);
         // The StartView leaves with this flush; the view's Prepares follow it.
         self.lead_after_flush = self.superblock_flush;
         self.start_view_sent_tick = vec![now; members];
         let message = self.start_view_message();
         for member in self.receivers() {
-            self.send_view_change(self.node_of(member), Message::StartView(message.clone()), fx);
+            self.send_view_change(self.node_of(member), Message::StartView(message.clone()), cx.out);
         }
-        self.report_role(fx);
-        self.apply_committed(fx);
-        self.advance_commit(now, fx);
+        self.report_role(cx.out);
+        self.apply_committed(cx.out);
+        self.advance_commit(now, cx);
         debug_assert!(self.is_primary() && self.log_view == self.view, "the new primary's log is its view's");
         debug_assert!(self.start_view_op <= self.log.op(), "Q3: it inherited only what its log holds");
     }
@@ -405,40 +406,40 @@ impl Replica {
     /// Replace our log with `log` (a view's log ending at `op`) from the first
     /// op where they differ. False if our trusted prefix does not reach the
     /// start of `log`.
-    pub(crate) fn adopt_log(&mut self, source_log_view: View, log: &[LogEntry], op: Op, fx: &mut Effects) -> bool {
+    pub(crate) fn adopt_log(&mut self, source_log_view: View, log: &[LogEntry], op: Op, out: &mut Effects) -> bool {
         let Some(diverge) = self.adoption_start(source_log_view, log, op) else { return false };
         assert!(diverge > self.commit_min, "{self:?}: adoption would rewrite applied op {diverge}");
         if self.log.op() >= diverge {
-            self.stage_truncate(Op(diverge.0 - 1), fx);
+            self.stage_truncate(Op(diverge.0 - 1), out);
         }
         for entry in log.iter().filter(|entry| entry.op >= diverge) {
-            self.stage_append(entry.clone(), fx);
+            self.stage_append(entry.clone(), out);
         }
         debug_assert_eq!(self.log.op(), op);
         true
     }
 
     /// A backup receives the new view's log.
-    pub(crate) fn on_start_view(&mut self, sv: StartView, now: u64, fx: &mut Effects) {
+    pub(crate) fn on_start_view(&mut self, sv: StartView, now: u64, cx: &mut Context<'_>) {
         if sv.view < self.view || sv.replica != self.primary_index_of(sv.view) || sv.replica == self.spec.me {
             return;
         }
         if sv.view == self.view && self.status == Status::Normal && self.log_view == self.view {
             // Already in this view: confirm to the primary.
-            self.on_durable(now, fx);
+            self.on_durable(now, cx);
             return;
         }
         if self.view_jump_refused(sv.view, now) {
             // T5: a replica that follows a live primary does not leave it for
             // a far view on one message; once its lease ends, it does.
-            return fx.refused.count(Refusal::ViewJump);
+            return cx.refuse(Refusal::ViewJump);
         }
         if self.rewrites_applied(&sv.log) {
             // T5: a correct primary's log holds every op we applied.
-            return fx.refused.count(Refusal::LogRewritesApplied);
+            return cx.refuse(Refusal::LogRewritesApplied);
         }
         if self.joins_going_back(sv.view, &sv.log, sv.op) {
-            return fx.refused.count(Refusal::LogViewsGoBack);
+            return cx.refuse(Refusal::LogViewsGoBack);
         }
         let view_changed = sv.view > self.view;
         self.view = sv.view;
@@ -446,26 +447,26 @@ impl Replica {
         self.heartbeat_deadline = now + self.config.timing.commit_heartbeat_timeout_ticks;
         self.follows_idle = false;
         self.svc_view_seen = self.svc_view_seen.max(sv.view);
-        self.fail_waits(fx);
-        if self.adopt_log(sv.view, &sv.log, sv.op, fx) {
+        self.fail_waits(cx.out);
+        if self.adopt_log(sv.view, &sv.log, sv.op, cx.out) {
             self.log_view = self.view;
             self.commit_max = self.commit_max.max(sv.commit);
             self.state_transfer = None;
-            self.stage_superblock(fx);
-            self.apply_committed(fx);
+            self.stage_superblock(cx.out);
+            self.apply_committed(cx.out);
             self.repair_target = self.repair_target.max(self.commit_max);
             if self.is_learner() {
-                self.confirm_view_as_learner(fx);
+                self.confirm_view_as_learner(cx.out);
             }
         } else {
             // Lagging: fetch the primary's snapshot; the primary re-sends
             // StartView until we confirm. A transfer from another member (the
             // log chosen in an election we were to lead) is dropped for it:
             // that member serves only the election's primary (T5).
-            self.stage_superblock(fx);
+            self.stage_superblock(cx.out);
             let from_primary = self.state_transfer.as_ref().is_some_and(|transfer| transfer.source == sv.replica);
             if view_changed || !from_primary {
-                self.request_state_transfer(sv.replica, now, fx);
+                self.request_state_transfer(sv.replica, now, cx.out);
             }
         }
         debug_assert!(
@@ -473,6 +474,6 @@ impl Replica {
             "a StartView puts the replica in its view"
         );
         debug_assert!(!self.is_primary(), "a StartView makes a backup or a learner");
-        self.report_role(fx);
+        self.report_role(cx.out);
     }
 }

@@ -33,14 +33,14 @@ impl Replica {
         quorum: usize,
         timeout_ticks: u64,
         now: u64,
-        fx: &mut Effects,
+        out: &mut Effects,
     ) {
         let done = |result| Effect::QuorumWaitDone { wait: id, result };
         if !self.is_primary() {
-            return fx.push(done(Err(QuorumWaitError::NotPrimary { group: self.spec.group, view: self.view })));
+            return out.push(done(Err(QuorumWaitError::NotPrimary { group: self.spec.group, view: self.view })));
         }
         if quorum == 0 || quorum > self.spec.members.len() {
-            return fx.push(done(Err(QuorumWaitError::Impossible { quorum, members: self.spec.members.len() })));
+            return out.push(done(Err(QuorumWaitError::Impossible { quorum, members: self.spec.members.len() })));
         }
         self.waits.push(QuorumWait {
             id,
@@ -49,18 +49,18 @@ impl Replica {
             started_tick: now,
             deadline_tick: now.saturating_add(timeout_ticks),
         });
-        self.check_waits(fx);
+        self.check_waits(out);
     }
 
     /// End the waits whose quorum is reached.
-    pub(crate) fn check_waits(&mut self, fx: &mut Effects) {
+    pub(crate) fn check_waits(&mut self, out: &mut Effects) {
         if self.waits.is_empty() {
             return;
         }
         let held = self.held_ops();
         self.waits.retain(|wait| {
             if holders(&held, wait.op) >= wait.quorum {
-                fx.push(Effect::QuorumWaitDone { wait: wait.id, result: Ok(()) });
+                out.push(Effect::QuorumWaitDone { wait: wait.id, result: Ok(()) });
                 false
             } else {
                 true
@@ -69,7 +69,7 @@ impl Replica {
     }
 
     /// End the waits whose deadline passed (Q2).
-    pub(crate) fn expire_waits(&mut self, now: u64, fx: &mut Effects) {
+    pub(crate) fn expire_waits(&mut self, now: u64, out: &mut Effects) {
         let held = self.held_ops();
         self.waits.retain(|wait| {
             if now < wait.deadline_tick {
@@ -80,13 +80,13 @@ impl Replica {
                 acks: holders(&held, wait.op),
                 waited_ticks: now - wait.started_tick,
             };
-            fx.push(Effect::QuorumWaitDone { wait: wait.id, result: Err(error) });
+            out.push(Effect::QuorumWaitDone { wait: wait.id, result: Err(error) });
             false
         });
     }
 
     /// Cancel one wait (Q2). False if it is not pending here.
-    pub(crate) fn cancel_wait(&mut self, id: WaitId, now: u64, fx: &mut Effects) -> bool {
+    pub(crate) fn cancel_wait(&mut self, id: WaitId, now: u64, out: &mut Effects) -> bool {
         let Some(index) = self.waits.iter().position(|wait| wait.id == id) else { return false };
         let wait = self.waits.remove(index);
         let error = QuorumWaitError::Cancelled {
@@ -94,14 +94,14 @@ impl Replica {
             acks: holders(&self.held_ops(), wait.op),
             waited_ticks: now - wait.started_tick,
         };
-        fx.push(Effect::QuorumWaitDone { wait: id, result: Err(error) });
+        out.push(Effect::QuorumWaitDone { wait: id, result: Err(error) });
         true
     }
 
     /// The primary role ended: every wait fails.
-    pub(crate) fn fail_waits(&mut self, fx: &mut Effects) {
+    pub(crate) fn fail_waits(&mut self, out: &mut Effects) {
         for wait in std::mem::take(&mut self.waits) {
-            fx.push(Effect::QuorumWaitDone {
+            out.push(Effect::QuorumWaitDone {
                 wait: wait.id,
                 result: Err(QuorumWaitError::NotPrimary { group: self.spec.group, view: self.view }),
             });
