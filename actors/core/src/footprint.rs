@@ -52,7 +52,8 @@ impl Shard {
             footprint.log_entries_max = footprint.log_entries_max.max(entries);
             footprint.log_bytes += replica.log.size_bytes();
             footprint.request_queue_max = footprint.request_queue_max.max(replica.request_queue.len());
-            let dvcs = replica.dvcs.iter().flatten().count() + replica.early_dvcs.len();
+            let election = replica.election().map_or(0, |election| election.dvcs.iter().flatten().count());
+            let dvcs = election + replica.early_dvcs.len();
             footprint.do_view_changes_max = footprint.do_view_changes_max.max(dvcs);
             if let Some(transfer) = &replica.state_transfer {
                 footprint.state_transfer_bytes += transfer.data.len() as u64;

@@ -18,7 +18,7 @@ use cohort_messages::{CommitEntry, CommitReplyEntry, HeartbeatState as WireState
 
 use super::Context;
 use super::normal::TIMESTAMP_PER_TICK;
-use super::{Replica, Status};
+use super::{Replica, RoleState};
 use crate::config::CoreConfig;
 use crate::effects::Effects;
 use crate::quiesce::Pairs;
@@ -80,26 +80,29 @@ impl Replica {
     /// heartbeats, and propose quiescence into `pairs` (Z3) on an idle one.
     pub(crate) fn heartbeat_tick(&mut self, now: u64, cx: &mut Context<'_>, pairs: &mut Pairs) {
         let timing = self.config.timing.clone();
-        if !now.is_multiple_of(timing.commit_broadcast_interval_ticks) || now <= self.heartbeat.processed_tick {
+        let current = (self.view, self.commit_max);
+        let heartbeat = &mut self.lead_mut().heartbeat;
+        if !now.is_multiple_of(timing.commit_broadcast_interval_ticks) || now <= heartbeat.processed_tick {
             return;
         }
-        self.heartbeat.processed_tick = now;
-        let current = (self.view, self.commit_max);
-        if self.heartbeat.last == Some(current) {
+        heartbeat.processed_tick = now;
+        if heartbeat.last == Some(current) {
             // No commit since the last send tick: Prepares or PrepareOks may
             // have been lost.
             self.resend_uncommitted_prepares(cx);
         }
-        let state = if self.heartbeat.last != Some(current) {
-            self.heartbeat.last = Some(current);
-            self.heartbeat.progress_tick = now;
-            self.heartbeat.activity = GroupActivity::Busy;
+        let heartbeat = &mut self.lead_mut().heartbeat;
+        let mut turned_idle = false;
+        let state = if heartbeat.last != Some(current) {
+            heartbeat.last = Some(current);
+            heartbeat.progress_tick = now;
+            heartbeat.activity = GroupActivity::Busy;
             Some(WireState::Busy)
-        } else if self.heartbeat.activity == GroupActivity::Busy {
-            if now - self.heartbeat.progress_tick >= timing.commit_heartbeat_timeout_ticks {
+        } else if heartbeat.activity == GroupActivity::Busy {
+            if now - heartbeat.progress_tick >= timing.commit_heartbeat_timeout_ticks {
                 // R20: turn idle and say so on this same send tick.
-                self.heartbeat.activity = GroupActivity::Idle;
-                self.snapshot_on_idle(cx.out);
+                heartbeat.activity = GroupActivity::Idle;
+                turned_idle = true;
                 Some(WireState::Idle)
             } else {
                 Some(WireState::Busy)
@@ -109,6 +112,10 @@ impl Replica {
         } else {
             None
         };
+        debug_assert!(!turned_idle || state == Some(WireState::Idle), "R20: a group turns idle on an idle heartbeat");
+        if turned_idle {
+            self.snapshot_on_idle(cx.out);
+        }
         let Some(state) = state else { return };
         // R12: the superblock is saved before the group's Commit joins a batch.
         self.stage_superblock(cx.out);
@@ -171,7 +178,7 @@ impl Replica {
 
     /// Members that have not confirmed this view get the StartView again.
     fn resend_start_view(&mut self, now: u64, out: &mut Effects) {
-        if now < self.heartbeat.view_start_tick + 2 * self.config.timing.commit_broadcast_interval_ticks {
+        if now < self.lead().heartbeat.view_start_tick + 2 * self.config.timing.commit_broadcast_interval_ticks {
             return;
         }
         // Z4: not to one that got it within a repair timeout (an answer to
@@ -191,10 +198,9 @@ impl Replica {
         now: u64,
         cx: &mut Context<'_>,
     ) {
+        let election_short = self.election().is_some_and(|e| e.svc_from.count() < self.spec.quorums.view_change);
         if entry.view < self.view
-            && self.status == Status::ViewChange
-            && !self.is_learner()
-            && self.svc_from.count() < self.spec.quorums.view_change
+            && election_short
             && entry.replica == self.primary_index_of(entry.view)
             && self.spec.node_at(entry.replica) == Some(from)
         {
@@ -216,11 +222,8 @@ impl Replica {
             && entry.view < self.view
             && entry.replica == self.primary_index_of(entry.view);
         let current = entry.view == self.view && entry.replica == self.primary_index();
-        if !(current || stale_accepted)
-            || self.node_of(entry.replica) != from
-            || self.status != Status::Normal
-            || self.is_primary()
-        {
+        let follows = matches!(self.role, RoleState::Backup(_) | RoleState::Learner);
+        if !(current || stale_accepted) || self.node_of(entry.replica) != from || !follows {
             // R8: only the primary of our current view restarts our timeout.
             return;
         }
@@ -232,10 +235,16 @@ impl Replica {
                 WireState::Idle => timing.idle_timeout_effective_ticks(),
                 WireState::Busy | WireState::Eager => timing.commit_heartbeat_timeout_ticks,
             };
-            self.heartbeat_deadline = now + timeout;
-            self.follows_idle = entry.heartbeat_state == WireState::Idle;
             self.lease_expiry = self.lease_expiry.max(now + timing.commit_heartbeat_timeout_ticks);
-            debug_assert!(self.heartbeat_deadline > now, "R22: a newer Commit pushes the timeout into the future");
+            // A learner keeps no timeout: it never starts a view change.
+            if let RoleState::Backup(backup) = &mut self.role {
+                backup.heartbeat_deadline = now + timeout;
+                backup.follows_idle = entry.heartbeat_state == WireState::Idle;
+                debug_assert!(
+                    backup.heartbeat_deadline > now,
+                    "R22: a newer Commit pushes the timeout into the future"
+                );
+            }
         }
         debug_assert!(self.last_commit_seen >= stamp, "the newest Commit seen only grows");
         if self.log_view != self.view {
@@ -265,7 +274,8 @@ impl Replica {
                 // (see `view_jump_max_views`); the group stays where it is.
                 return cx.refuse(crate::refusal::Refusal::ViewJump);
             }
-            self.stranded = match self.stranded {
+            let primary = self.lead_mut();
+            primary.stranded = match primary.stranded {
                 Some((view, since, _)) if view == entry.view => Some((view, since, now)),
                 Some((view, since, last)) if view > entry.view => Some((view, since, last)),
                 _ => Some((entry.view, now, now)),
@@ -288,13 +298,14 @@ impl Replica {
             return self.on_learner_commit_reply(slot, sent_tick);
         }
         let member = entry.replica.0 as usize;
-        if member >= self.contact_tick.len() {
+        let primary = self.lead_mut();
+        if member >= primary.contact_tick.len() {
             return;
         }
-        self.confirmed[member] = true;
+        primary.confirmed[member] = true;
         let sent_tick = entry.timestamp_monotonic.0 / TIMESTAMP_PER_TICK;
-        let before = self.contact_tick[member];
-        self.contact_tick[member] = Some(before.map_or(sent_tick, |tick| tick.max(sent_tick)));
-        debug_assert!(self.contact_tick[member] >= before, "R24: a member's last contact never goes back");
+        let before = primary.contact_tick[member];
+        primary.contact_tick[member] = Some(before.map_or(sent_tick, |tick| tick.max(sent_tick)));
+        debug_assert!(primary.contact_tick[member] >= before, "R24: a member's last contact never goes back");
     }
 }

@@ -13,7 +13,7 @@ use cohort_messages::{
     Request, RequestKind,
 };
 
-use super::{Replica, Status};
+use super::{Replica, RoleState, Status};
 
 /// Timestamps per tick: a group's Commits within one tick are ordered by the
 /// low part (saturating), the tick is the high part.
@@ -35,7 +35,7 @@ impl Replica {
         cx: &mut Context<'_>,
     ) {
         if !self.is_primary() {
-            let primary = (self.status == super::Status::Normal).then(|| self.node_of(self.primary_index()));
+            let primary = (self.status() == Status::Normal).then(|| self.node_of(self.primary_index()));
             cx.out.push(Effect::Redirect(Redirect {
                 group: self.spec.group,
                 client: request.client,
@@ -96,7 +96,7 @@ impl Replica {
             }
             Some(_) => {}
         }
-        if self.commit_min < self.start_view_op && !self.config.mutated(Mutant::InheritedOpsNotFirst) {
+        if self.commit_min < self.lead().start_view_op && !self.config.mutated(Mutant::InheritedOpsNotFirst) {
             let detail = format!("{}: new primary of {} is still committing inherited ops", self.spec.group, self.view);
             return self.reply_error(&request, ReplyError::ViewChange, detail, out);
         }
@@ -156,7 +156,7 @@ impl Replica {
             // may not yet have applied what it inherited: neither is an
             // eviction.
             Admission::UnknownClient if self.log.has_client_after(self.commit_min, request.client) => {}
-            Admission::UnknownClient if self.commit_min < self.start_view_op => {
+            Admission::UnknownClient if self.commit_min < self.lead().start_view_op => {
                 let detail = format!(
                     "{}: new primary of {} is still applying inherited ops; {} is not in its client table yet",
                     self.spec.group, self.view, request.client
@@ -203,9 +203,10 @@ impl Replica {
     /// Move queued requests into the pipeline while it has room. Q3: nothing
     /// new enters before every inherited op is committed.
     pub(crate) fn prepare_queued(&mut self, cx: &mut Context<'_>) {
+        let RoleState::Primary(primary) = &self.role else { return };
         let inherited_pending =
-            self.commit_max < self.start_view_op && !self.config.mutated(Mutant::InheritedOpsNotFirst);
-        if !self.is_primary() || inherited_pending {
+            self.commit_max < primary.start_view_op && !self.config.mutated(Mutant::InheritedOpsNotFirst);
+        if inherited_pending {
             return;
         }
         if self.seal_in_log() {
@@ -250,7 +251,7 @@ impl Replica {
         if stale || prepare.replica != self.primary_index_of(prepare.view) {
             return;
         }
-        if prepare.view > self.view || self.status != Status::Normal || self.log_view != self.view {
+        if prepare.view > self.view || self.status() != Status::Normal || self.log_view != self.view {
             // We missed the StartView; the primary re-sends it to members
             // that have not confirmed the view.
             return;
@@ -292,7 +293,7 @@ impl Replica {
         if self.is_primary() {
             self.acknowledge_async(cx.out);
             self.advance_commit(now, cx);
-        } else if self.status == Status::Normal && self.log_view == self.view {
+        } else if self.status() == Status::Normal && self.log_view == self.view {
             self.send_prepare_ok(cx.out);
         }
     }
@@ -303,9 +304,9 @@ impl Replica {
         if self.spec.write_mode != super::WriteMode::Async {
             return;
         }
-        while self.async_acked_op < self.durable_op {
-            let op = self.async_acked_op.next();
-            self.async_acked_op = op;
+        while self.lead().async_acked_op < self.durable_op {
+            let op = self.lead().async_acked_op.next();
+            self.lead_mut().async_acked_op = op;
             let Some(entry) = self.log.get(op) else { continue };
             out.push(Effect::Reply(Reply {
                 client: entry.client,
@@ -347,24 +348,24 @@ impl Replica {
             return self.on_learner_prepare_ok(slot, ok.op, now, cx);
         }
         let member = ok.replica.0 as usize;
-        if member >= self.acked.len() {
+        let (log_op, commit_before) = (self.log.op(), self.commit_max);
+        let primary = self.lead_mut();
+        if member >= primary.acked.len() {
             return;
         }
-        debug_assert!(self.spec.is_voter(ok.replica), "only voters' acknowledgements reach the quorum count");
-        self.confirmed[member] = true;
-        if ok.op > self.acked[member] && ok.op <= self.log.op() {
-            let commit_before = self.commit_max;
-            self.acked[member] = ok.op;
+        primary.confirmed[member] = true;
+        if ok.op > primary.acked[member] && ok.op <= log_op {
+            primary.acked[member] = ok.op;
             self.advance_commit(now, cx);
             self.check_waits(cx.out);
-            debug_assert!(self.acked[member] == ok.op, "an acknowledgement is kept as counted");
+            debug_assert!(self.lead().acked[member] == ok.op, "an acknowledgement is kept as counted");
             debug_assert!(self.commit_max >= commit_before, "the commit point never goes back");
         }
     }
 
     /// Durable ops per member, the primary's own by `durable_op`.
     pub(crate) fn held_ops(&self) -> Vec<Op> {
-        let mut held = self.acked.clone();
+        let mut held = self.lead().acked.clone();
         held[self.spec.me.0 as usize] = self.durable_op;
         debug_assert_eq!(held.len(), self.spec.members.len(), "only voters are counted");
         held
@@ -389,7 +390,7 @@ impl Replica {
         self.apply_committed(cx.out);
         // R6: an eager Commit to each backup that holds the new commit point.
         for member in self.others() {
-            if self.acked[member.0 as usize] >= commit {
+            if self.lead().acked[member.0 as usize] >= commit {
                 let entry = self.commit_entry(HeartbeatState::Eager, now);
                 cx.out.queue_commit(self.node_of(member), entry, self.superblock_flush);
             }
@@ -441,6 +442,11 @@ impl Replica {
         }
         let applied_before = self.commit_min;
         let primary = self.is_primary();
+        // Q4: what an async primary already answered on its own durable copy.
+        let async_acked_op = match &self.role {
+            RoleState::Primary(primary) => primary.async_acked_op,
+            _ => Op(0),
+        };
         let mut applied = Vec::new();
         while self.commit_min < target {
             let op = self.commit_min.next();
@@ -464,7 +470,7 @@ impl Replica {
                 self.clients.get(client).filter(|e| e.request == request).map(|e| e.result.clone())
             };
             self.commit_min = op;
-            let acknowledged = self.spec.write_mode == super::WriteMode::Async && op <= self.async_acked_op;
+            let acknowledged = self.spec.write_mode == super::WriteMode::Async && op <= async_acked_op;
             if primary
                 && !acknowledged
                 && let Some(result) = result

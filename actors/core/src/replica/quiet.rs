@@ -7,7 +7,7 @@
 
 use cohort_messages::{GroupId, MemberIndex, NodeId, QuietGroup};
 
-use super::{Replica, Status};
+use super::{Replica, RoleState, Status};
 use crate::effect::FlushId;
 use crate::effects::Effects;
 use crate::metrics::ShardMetrics;
@@ -50,7 +50,9 @@ impl Replica {
     /// True if every member that receives the log is quiesced: the group
     /// has no heartbeat of its own to send.
     pub(crate) fn fully_quiet(&self) -> bool {
-        self.quiet_members != 0 && self.learners.is_empty() && self.others().all(|member| self.quiet_member(member))
+        self.quiet_members != 0
+            && self.spec.learners.is_empty()
+            && self.others().all(|member| self.quiet_member(member))
     }
 
     /// The primary's state still is the one it quiesced.
@@ -60,7 +62,7 @@ impl Replica {
 
     /// The backup still follows the view it quiesced in.
     fn follow_holds(&self, primary: NodeId, view: cohort_messages::View) -> bool {
-        self.status == Status::Normal
+        self.status() == Status::Normal
             && !self.is_learner()
             && self.view == view
             && self.log_view == view
@@ -73,23 +75,23 @@ impl Replica {
     /// to `flush_completed` is durable). The proposals go into `pairs`.
     pub(crate) fn propose_quiet(&mut self, now: u64, flush_completed: FlushId, pairs: &mut Pairs) {
         let Some(quiesce_ticks) = self.config.timing.commit_quiesce_timeout_ticks else { return };
+        let RoleState::Primary(primary) = &self.role else { return };
         let timing = &self.config.timing;
-        let idle_since = self.heartbeat.progress_tick.saturating_add(timing.commit_heartbeat_timeout_ticks);
+        let idle_since = primary.heartbeat.progress_tick.saturating_add(timing.commit_heartbeat_timeout_ticks);
         let ready = self.spec.group != GroupId::METADATA
-            && self.is_primary()
-            && self.heartbeat.activity == GroupActivity::Idle
+            && primary.heartbeat.activity == GroupActivity::Idle
             && now >= idle_since.saturating_add(quiesce_ticks)
             && self.log.op() == self.commit_max
             && self.commit_min == self.commit_max
             && self.request_queue.is_empty()
-            && self.waits.is_empty()
-            && self.stranded.is_none()
+            && primary.waits.is_empty()
+            && primary.stranded.is_none()
             && !self.is_sealing()
             && self.sealed.is_none()
             && self.superblock_blocked.is_none()
             && !self.superblock_retry
             && self.superblock_flush <= flush_completed
-            && self.lead_after_flush <= flush_completed;
+            && primary.lead_after_flush <= flush_completed;
         if !ready {
             return;
         }
@@ -97,12 +99,12 @@ impl Replica {
             return; // `check_quiet` wakes it after this input.
         }
         let recent = now.saturating_sub(2 * timing.commit_idle_heartbeat_interval_ticks);
-        let progress = self.heartbeat.progress_tick;
+        let progress = primary.heartbeat.progress_tick;
         let candidates: Vec<MemberIndex> = self
             .others()
             .filter(|member| (self.quiet_members | self.quiet_proposed) & bit(*member) == 0)
-            .filter(|member| self.confirmed[member.0 as usize])
-            .filter(|member| self.contact_tick[member.0 as usize].is_some_and(|tick| tick >= progress.max(recent)))
+            .filter(|member| primary.confirmed[member.0 as usize])
+            .filter(|member| primary.contact_tick[member.0 as usize].is_some_and(|tick| tick >= progress.max(recent)))
             .collect();
         if candidates.is_empty() {
             return;
@@ -140,17 +142,21 @@ impl Replica {
     /// R24 for a quiesced group: a matching reply from the member's node to
     /// the pair heartbeat of `tick` stands in for that member's CommitReply.
     fn renew_contact(&mut self, member: MemberIndex, tick: u64) {
-        let slot = &mut self.contact_tick[member.0 as usize];
+        let slot = &mut self.lead_mut().contact_tick[member.0 as usize];
         *slot = Some(slot.map_or(tick, |before| before.max(tick)));
     }
 
     /// R8 and the lease for a quiesced backup: a matching pair heartbeat
     /// taken at `now` stands in for an idle Commit of its primary.
     fn renew_lease(&mut self, now: u64) {
-        let timing = &self.config.timing;
-        self.heartbeat_deadline = self.heartbeat_deadline.max(now + timing.idle_timeout_effective_ticks());
-        self.follows_idle = true;
-        self.lease_expiry = self.lease_expiry.max(now + timing.commit_heartbeat_timeout_ticks);
+        let (idle_timeout, lease) =
+            (self.config.timing.idle_timeout_effective_ticks(), self.config.timing.commit_heartbeat_timeout_ticks);
+        let RoleState::Backup(backup) = &mut self.role else {
+            panic!("Z3: only a backup follows its primary quiesced")
+        };
+        backup.heartbeat_deadline = backup.heartbeat_deadline.max(now + idle_timeout);
+        backup.follows_idle = true;
+        self.lease_expiry = self.lease_expiry.max(now + lease);
     }
 
     /// Bring a quiesced replica's contact ticks (primary) or its timeout
@@ -194,7 +200,13 @@ impl Replica {
     /// shard checks the converse).
     pub(crate) fn quiet_invariants(&self, pairs: &Pairs) {
         let group = self.spec.group;
-        if let Some(QuietFollow { primary, .. }) = self.follow_quiet {
+        // What `check_quiet` leaves after every input: each end is still
+        // where it quiesced (so a primary still leads, a backup follows).
+        let leads = self.quiet_members | self.quiet_proposed != 0;
+        assert!(!leads || self.lead_quiet_holds(), "Z3: {group} quiet for a view or commit point it left");
+        if let Some(QuietFollow { primary, view, .. }) = self.follow_quiet {
+            assert!(self.follow_holds(primary, view), "Z3: {group} follows {primary} quiet in a view it left");
+            assert!(matches!(self.role, RoleState::Backup(_)), "Z3: {group} follows quiet as a backup");
             assert!(pairs.follows(primary, group), "Z3: {group} follows {primary} quiet in their pair");
         }
         for index in 0..self.spec.total() as u8 {

@@ -25,7 +25,7 @@ use cohort_messages::{
 };
 
 use super::Context;
-use super::{Replica, Status};
+use super::{Replica, RoleState, Status};
 use crate::effects::Effects;
 use crate::refusal::Refusal;
 use crate::storage::Snapshot;
@@ -43,8 +43,7 @@ pub(crate) struct StateTransfer {
 impl Replica {
     /// True if this backup is missing ops it knows exist, or is fetching state.
     pub(crate) fn needs_repair(&self) -> bool {
-        self.status == Status::Normal
-            && !self.is_primary()
+        matches!(self.role, RoleState::Backup(_) | RoleState::Learner)
             && (self.state_transfer.is_some() || (self.log_view == self.view && self.repair_target > self.log.op()))
     }
 
@@ -123,7 +122,7 @@ impl Replica {
             return;
         }
         let to_new_primary =
-            self.status == Status::ViewChange && request.view == self.view && request.replica == self.primary_index();
+            self.status() == Status::ViewChange && request.view == self.view && request.replica == self.primary_index();
         if !self.is_primary() && !to_new_primary {
             // A correct member asks the primary of its view, which may have
             // stepped down since (it asks the next one after its StartView),
@@ -258,7 +257,7 @@ impl Replica {
         self.snapshot = Some(snapshot);
         self.stage_superblock(cx.out);
         cx.out.push(crate::effect::Effect::Committed { group: self.spec.group, op: self.commit_min });
-        if self.status == Status::ViewChange {
+        if self.status() == Status::ViewChange {
             self.try_complete_view_change(now, cx);
         } else if self.log_view == self.view {
             self.apply_committed(cx.out);

@@ -43,7 +43,7 @@ use cohort_messages::{
 };
 
 use super::Context;
-use super::{GroupSpec, Replica, snapshot};
+use super::{GroupSpec, Replica, RoleState, snapshot};
 use crate::effect::Effect;
 use crate::effects::Effects;
 use crate::log::Log;
@@ -177,14 +177,15 @@ impl Replica {
     pub(crate) fn seal_commit_cap(&self) -> Op {
         let Some((op, seal)) = self.uncommitted_seal() else { return self.log.op() };
         let me = self.node_of(self.spec.me);
+        let primary = self.lead();
         let holds = |node: &NodeId| {
             if *node == me {
                 return self.durable_op >= op;
             }
             if let Some(index) = self.spec.members.iter().position(|member| member == node) {
-                return self.acked.get(index).is_some_and(|acked| *acked >= op);
+                return primary.acked.get(index).is_some_and(|acked| *acked >= op);
             }
-            self.learners.iter().any(|track| track.node == *node && track.acked >= op)
+            primary.learners.iter().any(|track| track.node == *node && track.acked >= op)
         };
         if seal.members.iter().all(holds) { op } else { Op(op.0 - 1) }
     }
@@ -365,7 +366,8 @@ impl Replica {
         if self.log.op() > op {
             cx.out.stage(self.spec.group, Effect::Truncate { group: self.spec.group, after: op });
         }
-        self.fail_waits(cx.out);
+        let waits = self.role.take_waits();
+        self.fail_waits(waits, cx.out);
         self.refuse_queued(cx.out);
         let Replica { state, clients, config, .. } = self;
         let mut next = Replica::blank(spec, config, state, now);
@@ -382,8 +384,9 @@ impl Replica {
         cx.out.stage(next.spec.group, save);
         next.snapshot = Some(snapshot);
         next.start_view_zero(now, cx);
-        if next.is_primary() {
-            next.lead_after_flush = next.superblock_flush;
+        let flush = next.superblock_flush;
+        if let RoleState::Primary(primary) = &mut next.role {
+            primary.lead_after_flush = flush;
         }
         next
     }

@@ -141,7 +141,7 @@ impl Replica {
         if member == self.spec.me {
             return Err(TransferError::SameNode { group, node: to });
         }
-        let (acked, commit) = (self.acked[member.0 as usize], self.commit_max);
+        let (acked, commit) = (self.lead().acked[member.0 as usize], self.commit_max);
         if acked < commit {
             return Err(TransferError::Behind { group, to, acked, commit });
         }

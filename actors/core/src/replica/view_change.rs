@@ -26,10 +26,10 @@ use cohort_messages::{
 };
 
 use super::Context;
-use super::{Replica, Status};
+use super::{Backup, Election, Primary, Replica, RoleState, Status};
 use crate::effects::Effects;
 use crate::mutants::Mutant;
-use crate::quorum::{LogSummary, select_log};
+use crate::quorum::{LogSummary, MemberSet, select_log};
 use crate::refusal::Refusal;
 
 /// What the new primary keeps of one DoViewChange.
@@ -46,26 +46,28 @@ impl Replica {
     /// Enter the view change for `view`.
     pub(crate) fn start_view_change(&mut self, view: View, now: u64, cx: &mut Context<'_>) {
         assert!(!self.is_learner(), "{self:?}: a learner never starts a view change (P4)");
-        assert!(view > self.view || (view == self.view && self.status == Status::Normal && self.log_view < view));
-        let was_primary = self.is_primary();
+        assert!(view > self.view || (view == self.view && self.status() == Status::Normal && self.log_view < view));
         cx.metrics.view_changes_started += 1;
-        self.status = Status::ViewChange;
+        let timing = &self.config.timing;
+        let mut svc_from = MemberSet::EMPTY;
+        svc_from.insert(self.spec.me);
+        let deadline = now + timing.view_change_timeout_ticks;
+        let election = Election::new(self.spec.members.len(), deadline, now + timing.repair_timeout_ticks, svc_from);
+        let mut former = std::mem::replace(&mut self.role, RoleState::ViewChange(election));
         self.view = view;
-        self.dvcs = vec![None; self.spec.members.len()];
-        self.svc_from = crate::quorum::MemberSet::EMPTY;
-        self.svc_from.insert(self.spec.me);
-        self.view_change_deadline = now + self.config.timing.view_change_timeout_ticks;
-        self.view_change_resend_tick = now + self.config.timing.repair_timeout_ticks;
-        if was_primary || !self.request_queue.is_empty() {
+        if matches!(former, RoleState::Primary(_)) || !self.request_queue.is_empty() {
             self.abandon_requests(cx.out);
         }
-        self.fail_waits(cx.out);
+        self.fail_waits(former.take_waits(), cx.out);
         self.stage_superblock(cx.out);
         self.send_view_change_messages(now, cx);
         self.report_role(cx.out);
         for early in std::mem::take(&mut self.early_dvcs) {
             if early.view == self.view {
-                self.svc_from.insert(early.replica);
+                // The election may be over already (ours completed it).
+                if let Some(election) = self.election_mut() {
+                    election.svc_from.insert(early.replica);
+                }
                 self.record_dvc(early, now, cx);
             }
         }
@@ -142,7 +144,7 @@ impl Replica {
             self.primary_index()
         };
         let released = from == holder && from != self.spec.me;
-        let leased_backup = self.status == Status::Normal
+        let leased_backup = self.status() == Status::Normal
             && !self.is_primary()
             && now < self.lease_expiry
             && !released
@@ -184,8 +186,10 @@ impl Replica {
         if svc.view > self.view {
             self.join_view_change(svc.view, svc.replica, now, cx);
         }
-        if svc.view == self.view && self.status == Status::ViewChange {
-            self.svc_from.insert(svc.replica);
+        if svc.view == self.view
+            && let Some(election) = self.election_mut()
+        {
+            election.svc_from.insert(svc.replica);
         } else if svc.view == self.view && self.is_primary() {
             // A member still electing our view missed the StartView.
             self.answer_with_start_view(svc.replica, now, cx);
@@ -209,8 +213,10 @@ impl Replica {
                 return;
             }
         }
-        if dvc.view == self.view && self.status == Status::ViewChange {
-            self.svc_from.insert(dvc.replica);
+        if dvc.view == self.view
+            && let Some(election) = self.election_mut()
+        {
+            election.svc_from.insert(dvc.replica);
         }
         if dvc.view != self.view || self.primary_index() != self.spec.me {
             return;
@@ -218,7 +224,7 @@ impl Replica {
         if self.is_primary() {
             return self.answer_with_start_view(dvc.replica, now, cx);
         }
-        if self.status == Status::ViewChange {
+        if self.status() == Status::ViewChange {
             self.record_dvc(dvc, now, cx);
         }
     }
@@ -244,28 +250,32 @@ impl Replica {
         self.send_start_view(member, now, cx.out);
     }
 
-    /// Whether `member` last got this view's StartView at least a repair
-    /// timeout ago (or never).
+    /// The primary: whether `member` last got this view's StartView at
+    /// least a repair timeout ago (or never; a learner is not tracked).
     pub(crate) fn start_view_due(&self, member: MemberIndex, now: u64) -> bool {
         let window = self.config.timing.repair_timeout_ticks;
-        self.start_view_sent_tick.get(member.0 as usize).is_none_or(|sent| now >= sent.saturating_add(window))
+        let sent = self.lead().start_view_sent_tick.get(member.0 as usize);
+        sent.is_none_or(|sent| now >= sent.saturating_add(window))
     }
 
-    /// Send `member` the view's StartView now, and note when.
+    /// The primary sends `member` the view's StartView now, and notes when.
     pub(crate) fn send_start_view(&mut self, member: MemberIndex, now: u64, out: &mut Effects) {
-        if let Some(sent) = self.start_view_sent_tick.get_mut(member.0 as usize) {
+        if let Some(sent) = self.lead_mut().start_view_sent_tick.get_mut(member.0 as usize) {
             *sent = now;
         }
         let message = self.start_view_message();
         self.send_view_change(self.node_of(member), Message::StartView(message), out);
     }
 
+    /// Keep a DoViewChange of this replica's election (none once it is
+    /// over), and complete the election if it can.
     fn record_dvc(&mut self, dvc: DoViewChange, now: u64, cx: &mut Context<'_>) {
         let member = dvc.replica.0 as usize;
-        if member >= self.dvcs.len() {
+        let Some(election) = self.election_mut() else { return };
+        if member >= election.dvcs.len() {
             return;
         }
-        self.dvcs[member] = Some(DoViewChangeSummary {
+        election.dvcs[member] = Some(DoViewChangeSummary {
             log_view: dvc.log_view,
             op: dvc.op,
             commit: dvc.commit,
@@ -275,18 +285,26 @@ impl Replica {
         self.try_complete_view_change(now, cx);
     }
 
+    /// T5: forget the DoViewChange of `member`, whose log must not win.
+    fn drop_dvc(&mut self, member: MemberIndex) {
+        if let Some(election) = self.election_mut() {
+            election.dvcs[member.0 as usize] = None;
+        }
+    }
+
     /// With Qv DoViewChanges (ours included), adopt the best log and start the view.
     pub(crate) fn try_complete_view_change(&mut self, now: u64, cx: &mut Context<'_>) {
-        if self.status != Status::ViewChange || self.primary_index() != self.spec.me {
+        let Some(election) = self.election() else { return };
+        if self.primary_index() != self.spec.me {
             return;
         }
-        let count = self.dvcs.iter().filter(|d| d.is_some()).count();
+        let count = election.dvcs.iter().filter(|d| d.is_some()).count();
         let short = usize::from(self.config.mutated(Mutant::ViewChangeQuorumShort));
         let needed = self.spec.quorums.view_change.saturating_sub(short).max(1);
-        if count < needed || self.dvcs[self.spec.me.0 as usize].is_none() {
+        if count < needed || election.dvcs[self.spec.me.0 as usize].is_none() {
             return;
         }
-        let logs: Vec<LogSummary> = self
+        let logs: Vec<LogSummary> = election
             .dvcs
             .iter()
             .flatten()
@@ -298,19 +316,19 @@ impl Replica {
             let longest = logs.iter().max_by_key(|log| (log.op, log.log_view, log.member == me));
             best = longest.map_or(best, |log| log.member);
         }
-        let best = self.dvcs[best.0 as usize].clone().expect("the chosen log is one we hold");
+        let best = election.dvcs[best.0 as usize].clone().expect("the chosen log is one we hold");
         if best.replica != self.spec.me && self.rewrites_applied(&best.log) {
             // T5: no correct member's log wins and differs from what we
             // applied (committed ops are in it). Drop it; others may do.
             cx.refuse(Refusal::LogRewritesApplied);
-            self.dvcs[best.replica.0 as usize] = None;
+            self.drop_dvc(best.replica);
             return self.try_complete_view_change(now, cx);
         }
         if best.replica != self.spec.me && self.joins_going_back(best.log_view, &best.log, best.op) {
             // T5: likewise for a log whose views would go back where it
             // joins ours (a correct log and ours agree up to the join).
             cx.refuse(Refusal::LogViewsGoBack);
-            self.dvcs[best.replica.0 as usize] = None;
+            self.drop_dvc(best.replica);
             return self.try_complete_view_change(now, cx);
         }
         if best.replica != self.spec.me && !self.adopt_log(best.log_view, &best.log, best.op, cx.out) {
@@ -330,25 +348,21 @@ impl Replica {
     pub(crate) fn become_primary(&mut self, now: u64, cx: &mut Context<'_>) {
         debug_assert_eq!(self.primary_index(), self.spec.me, "only the view's primary index leads it");
         debug_assert!(!self.is_learner(), "P4: a learner never leads");
+        debug_assert!(
+            matches!(self.role, RoleState::ViewChange(_)) || self.view == View(0),
+            "a primary is elected, or leads view 0 from the start"
+        );
         cx.metrics.primaries_started += 1;
-        self.stranded = None;
-        self.status = Status::Normal;
         self.log_view = self.view;
-        self.start_view_op = self.log.op();
-        self.async_acked_op = self.log.op();
-        let members = self.spec.members.len();
-        self.acked = vec![Op(0); members];
-        self.confirmed = vec![false; members];
-        self.confirmed[self.spec.me.0 as usize] = true;
-        // No member has confirmed the new view yet: no reads until a quorum
-        // answers, and the step-down clock starts with the view (R24, V7).
-        self.contact_tick = vec![None; members];
-        self.reset_learner_tracks(now);
-        self.heartbeat.reset(now);
         self.stage_superblock(cx.out);
-        // The StartView leaves with this flush; the view's Prepares follow it.
-        self.lead_after_flush = self.superblock_flush;
-        self.start_view_sent_tick = vec![now; members];
+        // The StartView leaves with this flush; the view's Prepares follow
+        // it. Nothing of an earlier role carries over: no member has
+        // confirmed the new view, so no read until a quorum answers, and
+        // the step-down clock starts with the view (R24, V7).
+        let spec = &self.spec;
+        let primary =
+            Primary::new(spec.members.len(), spec.me, &spec.learners, now, self.log.op(), self.superblock_flush);
+        self.role = RoleState::Primary(Box::new(primary));
         let message = self.start_view_message();
         for member in self.receivers() {
             self.send_view_change(self.node_of(member), Message::StartView(message.clone()), cx.out);
@@ -357,7 +371,7 @@ impl Replica {
         self.apply_committed(cx.out);
         self.advance_commit(now, cx);
         debug_assert!(self.is_primary() && self.log_view == self.view, "the new primary's log is its view's");
-        debug_assert!(self.start_view_op <= self.log.op(), "Q3: it inherited only what its log holds");
+        debug_assert!(self.lead().start_view_op <= self.log.op(), "Q3: it inherited only what its log holds");
     }
 
     /// T5: whether `log` differs from ours at an op we already applied, so
@@ -424,7 +438,7 @@ impl Replica {
         if sv.view < self.view || sv.replica != self.primary_index_of(sv.view) || sv.replica == self.spec.me {
             return;
         }
-        if sv.view == self.view && self.status == Status::Normal && self.log_view == self.view {
+        if sv.view == self.view && self.status() == Status::Normal && self.log_view == self.view {
             // Already in this view: confirm to the primary.
             self.on_durable(now, cx);
             return;
@@ -442,12 +456,17 @@ impl Replica {
             return cx.refuse(Refusal::LogViewsGoBack);
         }
         let view_changed = sv.view > self.view;
+        // It follows the view's primary from now on: as a backup, whose
+        // timeout starts now, or as the learner it is.
+        let follower = if self.is_learner() {
+            RoleState::Learner
+        } else {
+            RoleState::Backup(Backup::new(now, self.config.timing.commit_heartbeat_timeout_ticks))
+        };
+        let mut former = std::mem::replace(&mut self.role, follower);
         self.view = sv.view;
-        self.status = Status::Normal;
-        self.heartbeat_deadline = now + self.config.timing.commit_heartbeat_timeout_ticks;
-        self.follows_idle = false;
         self.svc_view_seen = self.svc_view_seen.max(sv.view);
-        self.fail_waits(cx.out);
+        self.fail_waits(former.take_waits(), cx.out);
         if self.adopt_log(sv.view, &sv.log, sv.op, cx.out) {
             self.log_view = self.view;
             self.commit_max = self.commit_max.max(sv.commit);
@@ -470,7 +489,7 @@ impl Replica {
             }
         }
         debug_assert!(
-            self.view == sv.view && self.status == Status::Normal,
+            self.view == sv.view && self.status() == Status::Normal,
             "a StartView puts the replica in its view"
         );
         debug_assert!(!self.is_primary(), "a StartView makes a backup or a learner");

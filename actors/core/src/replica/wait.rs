@@ -9,7 +9,7 @@
 
 use cohort_messages::Op;
 
-use super::Replica;
+use super::{Replica, RoleState};
 use crate::effect::{Effect, QuorumWaitError, WaitId};
 use crate::effects::Effects;
 use crate::quorum::holders;
@@ -42,7 +42,7 @@ impl Replica {
         if quorum == 0 || quorum > self.spec.members.len() {
             return out.push(done(Err(QuorumWaitError::Impossible { quorum, members: self.spec.members.len() })));
         }
-        self.waits.push(QuorumWait {
+        self.lead_mut().waits.push(QuorumWait {
             id,
             op,
             quorum,
@@ -52,13 +52,13 @@ impl Replica {
         self.check_waits(out);
     }
 
-    /// End the waits whose quorum is reached.
+    /// The primary ends the waits whose quorum is reached.
     pub(crate) fn check_waits(&mut self, out: &mut Effects) {
-        if self.waits.is_empty() {
+        if self.lead().waits.is_empty() {
             return;
         }
         let held = self.held_ops();
-        self.waits.retain(|wait| {
+        self.lead_mut().waits.retain(|wait| {
             if holders(&held, wait.op) >= wait.quorum {
                 out.push(Effect::QuorumWaitDone { wait: wait.id, result: Ok(()) });
                 false
@@ -68,10 +68,10 @@ impl Replica {
         });
     }
 
-    /// End the waits whose deadline passed (Q2).
+    /// The primary ends the waits whose deadline passed (Q2).
     pub(crate) fn expire_waits(&mut self, now: u64, out: &mut Effects) {
         let held = self.held_ops();
-        self.waits.retain(|wait| {
+        self.lead_mut().waits.retain(|wait| {
             if now < wait.deadline_tick {
                 return true;
             }
@@ -85,10 +85,12 @@ impl Replica {
         });
     }
 
-    /// Cancel one wait (Q2). False if it is not pending here.
+    /// Cancel one wait (Q2). False if it is not pending here (only a
+    /// primary has waits).
     pub(crate) fn cancel_wait(&mut self, id: WaitId, now: u64, out: &mut Effects) -> bool {
-        let Some(index) = self.waits.iter().position(|wait| wait.id == id) else { return false };
-        let wait = self.waits.remove(index);
+        let RoleState::Primary(primary) = &mut self.role else { return false };
+        let Some(index) = primary.waits.iter().position(|wait| wait.id == id) else { return false };
+        let wait = primary.waits.remove(index);
         let error = QuorumWaitError::Cancelled {
             quorum: wait.quorum,
             acks: holders(&self.held_ops(), wait.op),
@@ -98,9 +100,10 @@ impl Replica {
         true
     }
 
-    /// The primary role ended: every wait fails.
-    pub(crate) fn fail_waits(&mut self, out: &mut Effects) {
-        for wait in std::mem::take(&mut self.waits) {
+    /// The primary role ended: every wait it held (`waits`) fails, as not
+    /// primary in the view this replica is in now.
+    pub(crate) fn fail_waits(&self, waits: Vec<QuorumWait>, out: &mut Effects) {
+        for wait in waits {
             out.push(Effect::QuorumWaitDone {
                 wait: wait.id,
                 result: Err(QuorumWaitError::NotPrimary { group: self.spec.group, view: self.view }),
