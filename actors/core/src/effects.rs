@@ -251,11 +251,13 @@ impl Effects {
                 self.held.push_back((flush, item));
             }
         }
+        debug_assert!(self.held.iter().all(|(_, item)| Self::group_of(item) != Some(group)), "R12: all parked");
     }
 
     /// The retried superblock of `group` is staged in flush `flush`: what was
     /// parked now waits for that flush.
     pub fn unpark_group(&mut self, group: GroupId, flush: FlushId) {
+        assert!(flush > self.flush_completed && flush <= self.flush_next, "R12: the retry's flush is open");
         let parked = std::mem::take(&mut self.parked);
         for (owner, item) in parked {
             if owner == group {
@@ -265,6 +267,7 @@ impl Effects {
                 self.parked.push((owner, item));
             }
         }
+        debug_assert!(self.parked.iter().all(|(owner, _)| *owner != group), "R12: all wait for the retry");
     }
 
     /// A flush completed: release what waited for it (a Prepare only if
@@ -298,6 +301,7 @@ impl Effects {
             self.touched.pop_front();
             done.push((flush, group));
         }
+        debug_assert!(self.held.front().is_none_or(|(flush, _)| *flush > id), "every send due is released");
         done
     }
 
@@ -322,6 +326,7 @@ impl Effects {
                 self.effects.push(Effect::SendCommitReplyBatch { to, entries });
             }
         }
+        assert!(self.commit_queue.is_empty() && self.commit_slots.is_empty(), "R11: one batch per peer per tick");
     }
 
     /// End of a turn: close the open flush, and hand over the effects.
@@ -332,6 +337,10 @@ impl Effects {
             self.flush_next += 1;
             self.staged = false;
         }
+        assert!(
+            self.flush_completed <= self.flush_emitted && self.flush_emitted < self.flush_next,
+            "flush ids in order"
+        );
         std::mem::take(&mut self.effects)
     }
 }

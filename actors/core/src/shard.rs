@@ -200,8 +200,10 @@ impl Shard {
     }
 
     fn insert(&mut self, group: GroupId, replica: Replica) {
+        assert_eq!(replica.group(), group, "a replica is filed under its own group");
         self.groups.insert(group, Box::new(replica));
         self.refile(group);
+        assert!(self.filed.contains_key(&group), "a hosted group has its next wakeup filed");
     }
 
     /// Seal `group`'s log for a member change (only its primary can).
@@ -271,6 +273,10 @@ impl Shard {
             Some(mut replica) => {
                 replica.settle_quiet(&self.quiet);
                 replica.leave_quiet(&mut self.quiet, &mut self.metrics);
+                debug_assert!(
+                    self.quiet.lead_groups().chain(self.quiet.follow_groups()).all(|(_, quiet)| quiet != group),
+                    "Z3: a removed group leaves its pairs"
+                );
                 true
             }
             None => false,
@@ -368,9 +374,13 @@ impl Shard {
         let (groups, mut cx, pairs) = self.parts();
         let replica = groups.get_mut(&group)?;
         replica.settle_quiet(pairs);
+        let before = replica.progress();
         let answer = handle(replica, now, &mut cx, pairs);
         replica.check_quiet(pairs, cx.metrics);
+        let after = replica.progress();
+        assert!(after.0 >= before.0 && after.1 >= before.1 && after.2 >= before.2, "{replica:?}: an input went back");
         self.refile(group);
+        debug_assert!(self.filed.get(&group).is_some_and(|wake| *wake > now), "the group's next wakeup is filed");
         Some(answer)
     }
 
@@ -405,13 +415,22 @@ impl Shard {
             let Some(replica) = groups.get_mut(&group) else { continue };
             replica.settle_quiet(pairs);
             if replica.next_wakeup() <= now {
+                let before = replica.progress();
                 replica.on_tick(now, &mut cx, pairs);
                 replica.check_quiet(pairs, cx.metrics);
+                let after = replica.progress();
+                assert!(
+                    after.0 >= before.0 && after.1 >= before.1 && after.2 >= before.2,
+                    "{replica:?}: a tick went back"
+                );
             }
             self.refile(group);
         }
+        assert!(self.wakeups.first().is_none_or(|(wake, _)| *wake > now), "every group due at {now} ran");
         self.quiet_tick();
         self.out.end_tick(&mut self.metrics);
+        let queued = self.out.queued();
+        debug_assert!(queued.queued_commits + queued.queued_replies == 0, "R11, R28: the tick's batches are out");
     }
 
     /// A single-group message from a peer node. One with a view or op out
@@ -681,11 +700,18 @@ impl Shard {
                 self.wait_groups.remove(wait);
             }
         }
+        debug_assert!(self.wait_groups.keys().all(|wait| *wait < self.next_wait), "Q1: wait ids are handed out once");
         effects
     }
 
     /// Check every replica's invariants (the simulator calls this after every step).
     pub fn invariants(&self) {
+        // Every hosted group, and only those, has its next wakeup filed.
+        assert_eq!(self.filed.len(), self.groups.len(), "a filed wakeup per hosted group");
+        for (group, wake) in self.filed.iter() {
+            assert!(self.groups.contains_key(group), "{group}: filed, not hosted");
+            assert!(self.wakeups.contains(&(*wake, *group)), "{group}: filed at {wake}, not in the wakeups");
+        }
         for replica in self.groups.values() {
             replica.invariants();
             replica.quiet_invariants(&self.quiet);

@@ -113,6 +113,7 @@ impl Replica {
             None
         };
         debug_assert!(!turned_idle || state == Some(WireState::Idle), "R20: a group turns idle on an idle heartbeat");
+        debug_assert_eq!(heartbeat.last, Some(current), "R3: the schedule saw this send tick's (view, commit)");
         if turned_idle {
             self.snapshot_on_idle(cx.out);
         }
@@ -131,6 +132,8 @@ impl Replica {
         }
         self.unconfirm_silent_learners(now);
         self.resend_start_view(now, cx.out);
+        assert!(self.is_primary(), "{self:?}: a heartbeat keeps the role");
+        assert_eq!(self.lead().heartbeat.processed_tick, now, "R1: each send tick is decided once");
     }
 
     /// Re-send the uncommitted Prepares each backup has not acknowledged; a
@@ -155,6 +158,7 @@ impl Replica {
     /// back, committed or not, from the first it has not acknowledged: at most
     /// a pipeline's worth; a backup further behind repairs the rest itself.
     pub(crate) fn send_held_back_prepares(&mut self, member: cohort_messages::MemberIndex, cx: &mut Context<'_>) {
+        assert!((member.0 as usize) < self.spec.total(), "K4: a member of the group");
         if !self.is_primary() {
             return;
         }
@@ -198,6 +202,16 @@ impl Replica {
         now: u64,
         cx: &mut Context<'_>,
     ) {
+        debug_assert_eq!(self.spec.node_at(entry.replica), Some(from), "the shard checked the sender");
+        let (seen_before, lease_before) = (self.last_commit_seen, self.lease_expiry);
+        self.take_commit(from, entry, now, cx);
+        assert!(self.last_commit_seen >= seen_before, "R8: the newest Commit seen only grows");
+        assert!(self.lease_expiry >= lease_before, "V7: a granted lease is never taken back");
+    }
+
+    /// [`Replica::on_commit`]: restart the timeout, learn the commit point,
+    /// queue the reply.
+    fn take_commit(&mut self, from: cohort_messages::NodeId, entry: CommitEntry, now: u64, cx: &mut Context<'_>) {
         let election_short = self.election().is_some_and(|e| e.svc_from.count() < self.spec.quorums.view_change);
         if entry.view < self.view
             && election_short
@@ -268,6 +282,7 @@ impl Replica {
 
     /// The primary handles one CommitReply entry (R24, R29).
     pub(crate) fn on_commit_reply(&mut self, entry: CommitReplyEntry, now: u64, cx: &mut Context<'_>) {
+        debug_assert!(self.spec.node_at(entry.replica).is_some(), "the shard checked the sender");
         if self.is_primary() && entry.view > self.view && self.spec.is_voter(entry.replica) {
             if self.view_jump_refused(entry.view, now) {
                 // T5: a voter stranded that far ahead is no honest one's

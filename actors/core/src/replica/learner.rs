@@ -277,6 +277,8 @@ impl Replica {
                 self.advance_commit(now, cx);
             }
         }
+        let track = &self.lead().learners[slot];
+        assert!(track.confirmed && track.acked <= self.log.op(), "P4: a learner acknowledged only what the log holds");
     }
 
     /// The primary notes a learner's CommitReply: it is in this view. The
@@ -285,6 +287,7 @@ impl Replica {
         let track = &mut self.lead_mut().learners[slot];
         track.confirmed = true;
         track.heard_tick = track.heard_tick.max(sent_tick);
+        debug_assert!(track.heard_tick >= sent_tick, "a learner's last contact never goes back");
     }
 
     /// On the primary's send ticks: a learner silent for a heartbeat
@@ -298,11 +301,16 @@ impl Replica {
                 track.heard_tick = now;
             }
         }
+        debug_assert!(
+            self.lead().learners.iter().all(|track| !track.confirmed || now.saturating_sub(track.heard_tick) < timeout),
+            "P4: a learner silent for a heartbeat timeout is unconfirmed"
+        );
     }
 
     /// R6 for learners: an eager Commit to each learner that holds the
     /// new commit point.
     pub(crate) fn eager_commits_to_learners(&mut self, commit: Op, now: u64, out: &mut Effects) {
+        debug_assert!(commit <= self.commit_max, "R6: only a commit point reached");
         for slot in 0..self.spec.learners.len() {
             let track = &self.lead().learners[slot];
             if track.acked >= commit {
@@ -332,6 +340,7 @@ impl Replica {
     /// StartView at once and includes it in every later send. A learner's
     /// own member index follows its position in the new list.
     pub(crate) fn set_learners(&mut self, learners: Vec<NodeId>, now: u64, out: &mut Effects) -> Result<(), SpecError> {
+        let role_before = self.role();
         let mut spec = self.spec.clone();
         spec.learners = learners;
         if self.is_learner() {
@@ -378,6 +387,11 @@ impl Replica {
             for node in added {
                 self.send_view_change(node, Message::StartView(message.clone()), out);
             }
+        }
+        assert_eq!(self.role(), role_before, "{self:?}: a change of learners keeps the role");
+        assert_eq!(self.link_connected.len(), self.spec.total(), "R25: link state per member");
+        if let RoleState::Primary(primary) = &self.role {
+            assert!(primary.learners.iter().map(|track| track.node).eq(self.spec.learners.iter().copied()));
         }
         Ok(())
     }

@@ -271,18 +271,21 @@ impl Replica {
     ) -> Replica {
         let mut replica = Replica::blank(spec, config, state, now);
         replica.start_view_zero(now, cx);
+        assert_eq!(replica.view, View(0), "a new group starts in view 0");
+        assert!(replica.superblock_saved.is_some(), "a new member stages its first superblock");
         replica
     }
 
     /// Stage the superblock and take the role of view 0: member 0 leads it.
     pub(crate) fn start_view_zero(&mut self, now: u64, cx: &mut Context<'_>) {
-        debug_assert!(self.view == View(0) && self.log_view == View(0), "a replica starts in view 0");
+        assert!(self.view == View(0) && self.log_view == View(0), "a replica starts in view 0");
         self.stage_superblock(cx.out);
         if self.primary_index() == self.spec.me {
             self.become_primary(now, cx);
         } else {
             self.report_role(cx.out);
         }
+        assert_eq!(self.is_primary(), self.primary_index() == self.spec.me, "member 0 leads view 0, alone");
     }
 
     /// Rebuild a member from what storage recovered (V4).
@@ -390,6 +393,8 @@ impl Replica {
             replica.report_role(cx.out);
         }
         replica.lease_expiry = now + replica.config.timing.commit_heartbeat_timeout_ticks;
+        assert_eq!(replica.durable_op, replica.log.op(), "everything recovered is durable");
+        assert!(replica.view >= replica.log_view, "a recovered member is in its log's view or later");
         Ok(replica)
     }
 
@@ -596,6 +601,7 @@ impl Replica {
         self.superblock_retry = true;
         self.superblock_blocked = Some(FlushId::MAX);
         out.park_group(self.spec.group);
+        assert_eq!(self.next_wakeup(), 0, "R12: the retry is staged on the next tick");
     }
 
     /// Stage an append and remember when it becomes durable.
@@ -620,10 +626,16 @@ impl Replica {
         }
         let flush = out.stage(self.spec.group, crate::effect::Effect::Truncate { group: self.spec.group, after });
         self.pending_durable.push_back((flush, after));
+        debug_assert!(self.log.op() <= after && self.durable_op <= after, "nothing past the truncation is held");
     }
 
     /// A flush completed: what was staged before it is durable.
     pub(crate) fn on_flushed(&mut self, id: FlushId, now: u64, cx: &mut Context<'_>) {
+        assert!(id > 0, "flush ids start at 1");
+        debug_assert!(
+            self.pending_durable.iter().zip(self.pending_durable.iter().skip(1)).all(|(a, b)| a.0 <= b.0),
+            "staged writes wait for their flushes in order"
+        );
         if let Some(until) = self.superblock_blocked {
             if id < until {
                 return; // The superblock this durability rests on is not durable yet.
@@ -664,8 +676,11 @@ impl Replica {
         }
     }
 
+    /// Tell the driver's followers the replica's role in its view, once
+    /// per change.
     pub(crate) fn report_role(&mut self, out: &mut Effects) {
         let now = (self.view, self.role());
+        debug_assert!(self.role_reported.is_none_or(|(view, _)| view <= now.0), "roles are reported in view order");
         if self.role_reported != Some(now) {
             self.role_reported = Some(now);
             out.push(crate::effect::Effect::RoleChanged {
@@ -675,6 +690,7 @@ impl Replica {
                 role: now.1,
             });
         }
+        assert_eq!(self.role_reported, Some(now), "the reported role is the replica's");
     }
 
     /// The earliest tick at which this replica has timed work.
@@ -723,6 +739,15 @@ impl Replica {
     /// Timed work due at `now`; a primary's idle heartbeat may propose
     /// quiescence into `pairs` (Z3).
     pub(crate) fn on_tick(&mut self, now: u64, cx: &mut Context<'_>, pairs: &mut Pairs) {
+        debug_assert!(self.next_wakeup() <= now, "{self:?}: ticked before its timed work is due");
+        let view_before = self.view;
+        self.run_due_work(now, cx, pairs);
+        assert!(self.view >= view_before, "{self:?}: a tick moved the view back");
+        assert!(!self.superblock_retry, "R12: a tick stages the retried superblock");
+    }
+
+    /// The timed work of [`Replica::on_tick`], by role.
+    fn run_due_work(&mut self, now: u64, cx: &mut Context<'_>, pairs: &mut Pairs) {
         if self.superblock_retry {
             self.stage_superblock(cx.out);
         }
@@ -803,6 +828,12 @@ impl Replica {
         }
     }
 
+    /// What only grows across any input: the view, the log view and the
+    /// applied point (the shard asserts it around every handler).
+    pub(crate) fn progress(&self) -> (View, View, Op) {
+        (self.view, self.log_view, self.commit_min)
+    }
+
     /// Assertions that hold between any two inputs. Panics on a broken one.
     pub fn invariants(&self) {
         assert!(self.log_view <= self.view, "{self:?}: log_view after view");
@@ -822,6 +853,17 @@ impl Replica {
         }
         self.role_invariants();
         self.learner_invariants();
+        // T5: what peer input could grow stays bounded (a seal may go ahead
+        // of a full request queue).
+        assert!(
+            self.request_queue.len() <= self.config.request_queue_max + 1,
+            "{self:?}: request queue past its limit"
+        );
+        assert!(self.early_dvcs.len() <= self.spec.members.len(), "{self:?}: early DoViewChanges past one per voter");
+        assert!(
+            self.state_transfer.as_ref().is_none_or(|transfer| transfer.source != self.spec.me),
+            "{self:?}: a state transfer from itself"
+        );
         if let Some(previous) = self.log.view_at(self.log.base()) {
             let mut view = previous;
             for entry in self.log.entries_from(self.log.base().next()) {

@@ -34,6 +34,15 @@ impl Replica {
         now: u64,
         cx: &mut Context<'_>,
     ) {
+        let (role, view) = (self.role(), self.view);
+        self.serve_request(sender, request, now, cx);
+        assert!(self.role() == role && self.view == view, "{self:?}: a request moved the replica's role or view");
+        let queue_max = self.config.request_queue_max + 1; // A seal goes ahead of a full queue.
+        assert!(self.request_queue.len() <= queue_max, "{self:?}: request queue past its limit");
+    }
+
+    /// [`Replica::on_request`]: redirect, read, or queue for the pipeline.
+    fn serve_request(&mut self, sender: cohort_messages::NodeId, request: Request, now: u64, cx: &mut Context<'_>) {
         if !self.is_primary() {
             let primary = (self.status() == Status::Normal).then(|| self.node_of(self.primary_index()));
             cx.out.push(Effect::Redirect(Redirect {
@@ -74,6 +83,7 @@ impl Replica {
     /// carries the applied point, so a host can serve a linearizable read
     /// from its own index once that index has reached it (read index).
     fn on_read(&mut self, request: Request, now: u64, out: &mut Effects) {
+        debug_assert!(self.is_primary(), "only the primary reads");
         if self.is_sealing() {
             return self.refuse_sealed(&request, out);
         }
@@ -131,6 +141,7 @@ impl Replica {
     }
 
     fn on_write(&mut self, request: Request, now: u64, cx: &mut Context<'_>) {
+        debug_assert!(self.is_primary(), "only the primary writes");
         if self.is_sealing() {
             return self.refuse_sealed(&request, cx.out);
         }
@@ -232,6 +243,8 @@ impl Replica {
                 return self.refuse_queued(cx.out);
             }
         }
+        let inherited = self.commit_max.max(self.lead().start_view_op);
+        assert!(self.log.op().0 <= inherited.0 + self.config.pipeline_max_ops, "{self:?}: pipeline over its limit");
     }
 
     pub(crate) fn prepare_message(&self, entry: LogEntry) -> Prepare {
@@ -247,6 +260,7 @@ impl Replica {
 
     /// A backup receives a Prepare. R7: Prepares never restart the heartbeat timeout.
     pub(crate) fn on_prepare(&mut self, prepare: Prepare, cx: &mut Context<'_>) {
+        debug_assert!(self.spec.node_at(prepare.replica).is_some(), "the door checked the sender");
         let stale = prepare.view < self.view && !self.config.mutated(Mutant::StaleViewAccepted);
         if stale || prepare.replica != self.primary_index_of(prepare.view) {
             return;
@@ -290,6 +304,7 @@ impl Replica {
 
     /// A backup's log became durable further.
     pub(crate) fn on_durable(&mut self, now: u64, cx: &mut Context<'_>) {
+        debug_assert!(self.durable_op <= self.log.op(), "durable only what is in the log");
         if self.is_primary() {
             self.acknowledge_async(cx.out);
             self.advance_commit(now, cx);
@@ -317,9 +332,11 @@ impl Replica {
                 outcome: Outcome::Ok(bytes::Bytes::new()),
             }));
         }
+        assert!(self.lead().async_acked_op >= self.durable_op, "Q4: every durable write is acknowledged");
     }
 
     fn send_prepare_ok(&mut self, out: &mut Effects) {
+        debug_assert!(!self.is_primary(), "a primary counts itself by its durable op");
         if self.durable_op == Op(0) || self.superblock_durable_log_view != Some(self.log_view) {
             // Nothing durable yet, or the view is not: `on_flushed` calls
             // again once it is.
@@ -341,6 +358,7 @@ impl Replica {
 
     /// The primary counts an acknowledgement.
     pub(crate) fn on_prepare_ok(&mut self, ok: PrepareOk, now: u64, cx: &mut Context<'_>) {
+        debug_assert!(self.spec.node_at(ok.replica).is_some(), "the door checked the sender");
         if !self.is_primary() || ok.view != self.view || ok.replica == self.spec.me {
             return;
         }
@@ -407,8 +425,10 @@ impl Replica {
     /// primary the tick at which the backup's lease began (R24, V7).
     pub(crate) fn commit_entry(&mut self, state: HeartbeatState, now: u64) -> CommitEntry {
         let floor = now * TIMESTAMP_PER_TICK;
+        let before = self.timestamp;
         let next = (self.timestamp.0 + 1).max(floor).min(floor + TIMESTAMP_PER_TICK - 1).max(self.timestamp.0);
         self.timestamp = cohort_messages::Timestamp(next);
+        assert!(self.timestamp >= before, "R14: Commit timestamps never go back");
         CommitEntry {
             group: self.spec.group,
             partition_incarnation: self.spec.incarnation,
@@ -432,10 +452,12 @@ impl Replica {
         if self.commit_max > self.log.op() {
             self.repair_target = self.repair_target.max(self.commit_max);
         }
+        assert!(self.commit_max >= commit, "a backup knows at least the commit point it learned");
     }
 
     /// Apply every committed op held in the log, in order.
     pub(crate) fn apply_committed(&mut self, out: &mut Effects) {
+        debug_assert!(self.commit_min >= self.log.base(), "the snapshot holds only applied ops");
         let target = self.commit_max.min(self.log.op());
         if target <= self.commit_min {
             return;

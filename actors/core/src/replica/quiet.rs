@@ -115,6 +115,8 @@ impl Replica {
             self.quiet_proposed |= bit(member);
             pairs.propose(self.node_of(member), quiet, now);
         }
+        assert_eq!(self.quiet_members & self.quiet_proposed, 0, "Z3: a member is quiesced or proposed, not both");
+        assert!(self.lead_quiet_holds(), "Z3: proposed at the state it holds");
     }
 
     /// The peer on `from` accepted the proposal `quiet`, answering the
@@ -129,6 +131,7 @@ impl Replica {
         }
         self.quiet_members |= bit(member);
         self.renew_contact(member, tick);
+        assert!(self.quiet_member(member) && self.quiet_proposed & bit(member) == 0, "Z3: proposed, then quiesced");
         true
     }
 
@@ -136,6 +139,7 @@ impl Replica {
     pub(crate) fn quiet_refused(&mut self, from: NodeId) {
         if let Some(member) = self.spec.index_of(from) {
             self.quiet_proposed &= !bit(member);
+            debug_assert_eq!(self.quiet_proposed & bit(member), 0, "Z3: the proposal is withdrawn");
         }
     }
 
@@ -144,6 +148,7 @@ impl Replica {
     fn renew_contact(&mut self, member: MemberIndex, tick: u64) {
         let slot = &mut self.lead_mut().contact_tick[member.0 as usize];
         *slot = Some(slot.map_or(tick, |before| before.max(tick)));
+        debug_assert!(slot.is_some_and(|contact| contact >= tick), "R24: the pair's contact counts");
     }
 
     /// R8 and the lease for a quiesced backup: a matching pair heartbeat
@@ -157,6 +162,7 @@ impl Replica {
         backup.heartbeat_deadline = backup.heartbeat_deadline.max(now + idle_timeout);
         backup.follows_idle = true;
         self.lease_expiry = self.lease_expiry.max(now + lease);
+        debug_assert!(self.lease_expiry > now, "V7: the stand-in Commit grants a lease");
     }
 
     /// Bring a quiesced replica's contact ticks (primary) or its timeout
@@ -168,6 +174,7 @@ impl Replica {
     /// still the one it quiesced in. Renewals only ever move forward, so
     /// settling late gives what renewing each replica at once would have.
     pub(crate) fn settle_quiet(&mut self, pairs: &Pairs) {
+        debug_assert!(self.quiet_members & self.quiet_proposed == 0, "Z3: a member is quiesced or proposed, not both");
         if let Some(follow) = self.follow_quiet
             && let Some(tick) = pairs.follow_match_tick(follow.primary)
             && tick > follow.renewed_tick
@@ -204,6 +211,7 @@ impl Replica {
         // where it quiesced (so a primary still leads, a backup follows).
         let leads = self.quiet_members | self.quiet_proposed != 0;
         assert!(!leads || self.lead_quiet_holds(), "Z3: {group} quiet for a view or commit point it left");
+        assert_eq!(self.quiet_members & self.quiet_proposed, 0, "Z3: {group}: a member is quiesced or proposed");
         if let Some(QuietFollow { primary, view, .. }) = self.follow_quiet {
             assert!(self.follow_holds(primary, view), "Z3: {group} follows {primary} quiet in a view it left");
             assert!(matches!(self.role, RoleState::Backup(_)), "Z3: {group} follows quiet as a backup");
@@ -242,6 +250,7 @@ impl Replica {
         }
         self.follow_quiet = Some(QuietFollow { primary: from, view: quiet.view, renewed_tick: now });
         self.renew_lease(now);
+        assert!(self.follow_holds(from, quiet.view), "Z3: it follows what it accepted");
         true
     }
 
@@ -263,6 +272,7 @@ impl Replica {
         }
         self.quiet_members = 0;
         self.quiet_proposed = 0;
+        debug_assert!(!self.fully_quiet(), "Z3: a woken primary heartbeats again");
     }
 
     /// The backup leaves its quiet state: its own timeout runs again, from
@@ -272,6 +282,7 @@ impl Replica {
             metrics.quiet_woken += 1;
             pairs.follow_drop(primary, self.spec.group);
         }
+        debug_assert!(self.follow_quiet.is_none(), "Z3: its own timeout runs again");
     }
 
     /// The replica leaves the shard (removed, or replaced by its next
@@ -279,6 +290,7 @@ impl Replica {
     pub(crate) fn leave_quiet(&mut self, pairs: &mut Pairs, metrics: &mut ShardMetrics) {
         self.wake_lead(pairs, metrics);
         self.unfollow(pairs, metrics);
+        assert!(self.quiet_members | self.quiet_proposed == 0 && self.follow_quiet.is_none(), "Z3: it left its pairs");
     }
 
     /// After any input: a primary or backup whose state moved away from the
@@ -292,5 +304,6 @@ impl Replica {
         {
             self.unfollow(pairs, metrics);
         }
+        debug_assert!(self.quiet_members | self.quiet_proposed == 0 || self.lead_quiet_holds(), "Z3: checked");
     }
 }

@@ -49,7 +49,9 @@ impl Replica {
 
     /// Ask the primary for the next missing range.
     pub(crate) fn request_repair(&mut self, now: u64, out: &mut Effects) {
+        debug_assert!(self.needs_repair(), "{self:?}: only a follower missing something repairs");
         self.repair_deadline = now + self.config.timing.repair_timeout_ticks;
+        assert!(self.repair_deadline > now, "the next repair request waits a repair timeout");
         if self.state_transfer.is_some() {
             return self.retry_state_transfer(now, out);
         }
@@ -68,6 +70,7 @@ impl Replica {
 
     /// The primary answers a repair request.
     pub(crate) fn on_request_prepares(&mut self, request: RequestPrepares, cx: &mut Context<'_>) {
+        debug_assert!(self.spec.node_at(request.replica).is_some(), "the door checked the sender");
         if !self.is_primary() || request.view != self.view || request.replica == self.spec.me {
             return;
         }
@@ -90,6 +93,8 @@ impl Replica {
 
     /// Start fetching the snapshot of `source`.
     pub(crate) fn request_state_transfer(&mut self, source: MemberIndex, now: u64, out: &mut Effects) {
+        assert_ne!(source, self.spec.me, "{self:?}: a state transfer from itself");
+        debug_assert!(self.spec.is_voter(source), "T5: only a voter serves a snapshot");
         self.state_transfer = Some(Box::new(StateTransfer {
             source,
             snapshot_op: Op(0),
@@ -98,6 +103,7 @@ impl Replica {
             data: Vec::new(),
         }));
         self.retry_state_transfer(now, out);
+        assert!(self.state_transfer.as_ref().is_some_and(|transfer| transfer.source == source));
     }
 
     /// Ask for the next chunk (or again for a lost one).
@@ -113,11 +119,13 @@ impl Replica {
             offset_bytes: transfer.data.len() as u64,
         };
         out.send(self.node_of(transfer.source), Message::RequestStateTransfer(request));
+        assert!(self.repair_deadline > now, "the next chunk request waits a repair timeout");
     }
 
     /// The primary serves its snapshot, and so does a member in a view
     /// change to the member that is to lead it (T5: no other member does).
     pub(crate) fn on_request_state_transfer(&mut self, request: RequestStateTransfer, cx: &mut Context<'_>) {
+        debug_assert!(self.spec.node_at(request.replica).is_some(), "the door checked the sender");
         if request.replica == self.spec.me {
             return;
         }
@@ -154,6 +162,18 @@ impl Replica {
 
     /// A chunk arrives (asked for, or as the answer to a repair request).
     pub(crate) fn on_state_chunk(&mut self, chunk: StateChunk, now: u64, cx: &mut Context<'_>) {
+        debug_assert!(self.spec.node_at(chunk.replica).is_some(), "the door checked the sender");
+        let applied_before = self.commit_min;
+        self.take_chunk(chunk, now, cx);
+        assert!(self.commit_min >= applied_before, "{self:?}: a snapshot never takes back applied ops");
+        // T5: no transfer buffers more than the cap allows.
+        let cap = self.config.state_transfer_size_max_bytes;
+        assert!(self.state_transfer.as_ref().is_none_or(|transfer| transfer.total_size_bytes <= cap));
+    }
+
+    /// [`Replica::on_state_chunk`]: check it, keep it, and install the
+    /// snapshot once whole.
+    fn take_chunk(&mut self, chunk: StateChunk, now: u64, cx: &mut Context<'_>) {
         if chunk.replica == self.spec.me || chunk.snapshot_op <= self.commit_min {
             return;
         }
@@ -226,6 +246,7 @@ impl Replica {
         if snapshot.op <= self.commit_min {
             return Ok(());
         }
+        let snapshot_op = snapshot.op;
         let kept: Vec<_> = self.log.entries_from(snapshot.op.next()).cloned().collect();
         self.install_snapshot_state(&snapshot, cx.out)?;
         // Keep what follows the snapshot only while views do not go
@@ -262,6 +283,8 @@ impl Replica {
         } else if self.log_view == self.view {
             self.apply_committed(cx.out);
         }
+        assert!(self.commit_min >= snapshot_op, "{self:?}: the snapshot's ops are applied");
+        assert_eq!(self.snapshot.as_ref().map(|snapshot| snapshot.op), Some(snapshot_op), "it is the one served next");
         Ok(())
     }
 }

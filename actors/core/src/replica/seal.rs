@@ -157,6 +157,7 @@ impl Replica {
         };
         self.request_queue.push_front(request);
         self.prepare_queued(cx);
+        assert!(self.seal_queued() || self.seal_in_log(), "{self:?}: the seal is on its way into the log");
         Ok(())
     }
 
@@ -199,6 +200,7 @@ impl Replica {
     /// left that incarnation, and this one has no primary without it. It
     /// gets a frame of this incarnation, which tells it.
     pub(crate) fn on_other_incarnation(&mut self, from: NodeId, incarnation: Incarnation, out: &mut Effects) -> bool {
+        assert_ne!(incarnation, self.spec.incarnation, "a frame of this incarnation passes the door");
         if incarnation.0 == self.spec.incarnation.0 + 1 {
             return self.on_next_incarnation_commit(from, incarnation, out);
         }
@@ -234,6 +236,7 @@ impl Replica {
         incarnation: Incarnation,
         out: &mut Effects,
     ) -> bool {
+        assert_eq!(incarnation.0, self.spec.incarnation.0 + 1, "Z6: a frame of the next incarnation");
         let Some((op, seal)) = self.uncommitted_seal() else { return false };
         let of_the_group =
             seal.members.contains(&from) || self.spec.members.contains(&from) || self.spec.learners.contains(&from);
@@ -255,9 +258,11 @@ impl Replica {
         // A seal that does not decode cannot come from a valid Prepare (they
         // are validated); every member holds the same bytes, so every member
         // skips it the same way.
+        debug_assert_eq!(self.commit_min, op, "the seal is applied in op order");
         if let Ok(seal) = Seal::decode(operation) {
             self.sealed = Some(Box::new(Sealed { op, seal }));
             self.refuse_queued(out);
+            assert!(self.is_sealing(), "nothing more enters the incarnation's log");
         }
     }
 
@@ -268,6 +273,7 @@ impl Replica {
                 self.refuse_sealed(&request, out);
             }
         }
+        assert!(self.request_queue.is_empty(), "every queued request is answered");
     }
 
     /// A request reached a sealed incarnation: retry, the next one serves it.
@@ -359,6 +365,8 @@ impl Replica {
     /// `spec` from [`Replica::next_spec`] (see the module docs). Waits on
     /// this replica end as not primary.
     pub(crate) fn into_next_incarnation(mut self, spec: GroupSpec, now: u64, cx: &mut Context<'_>) -> Replica {
+        assert!(self.sealed.is_some() || self.outpaced, "{self:?}: a switch needs the seal, or the switch done");
+        assert!(spec.incarnation > self.spec.incarnation, "{self:?}: a switch goes to a later incarnation");
         let op = self.sealed.as_ref().map_or(self.commit_min, |sealed| sealed.op);
         // Z6: a learner that missed the seal goes on from its applied point;
         // the entries of this incarnation past it must not come back after a
@@ -388,6 +396,7 @@ impl Replica {
         if let RoleState::Primary(primary) = &mut next.role {
             primary.lead_after_flush = flush;
         }
+        assert!(next.view == View(0) && next.commit_min == op && next.log.base() == op, "{next:?}: starts at the seal");
         next
     }
 }

@@ -153,6 +153,7 @@ pub(crate) fn decode(data: &[u8]) -> Result<Decoded, String> {
 impl Replica {
     /// Take a snapshot if the log since the last one is long enough.
     pub(crate) fn maybe_snapshot(&mut self, out: &mut Effects) {
+        debug_assert!(self.commit_min >= self.log.base(), "the snapshot holds only applied ops");
         let since = self.commit_min.0 - self.log.base().0;
         if since == 0
             || (since < self.config.snapshot_interval_ops
@@ -178,6 +179,7 @@ impl Replica {
         if self.sealed.is_some() {
             return; // The seal stays in the log: a restart must apply it again.
         }
+        debug_assert!(self.commit_min > self.log.base(), "a snapshot covers something new");
         let op = self.commit_min;
         let view = self.log.view_at(op).expect("applied ops are in the log");
         let data = encode(&self.state.snapshot(), &self.clients.encode(), &self.membership());
@@ -189,6 +191,7 @@ impl Replica {
         self.pending_durable.push_back((flush, self.log.op()));
         self.log.discard_through(op, view);
         self.snapshot = Some(snapshot);
+        assert_eq!(self.log.base(), op, "V6: the log starts after the snapshot");
     }
 
     /// Replace the state machine, client table and log with a snapshot.
@@ -202,6 +205,7 @@ impl Replica {
         if self.spec.report_applied {
             out.push(Effect::Restored { group: self.spec.group, op: snapshot.op, state });
         }
+        assert!(self.commit_min == snapshot.op && self.log.op() == snapshot.op, "V6: the state is the snapshot's");
         Ok(())
     }
 }

@@ -71,14 +71,19 @@ impl Replica {
                 self.record_dvc(early, now, cx);
             }
         }
+        assert_eq!(self.view, view, "{self:?}: a view change enters its view");
+        assert!(self.early_dvcs.is_empty(), "early DoViewChanges are used or dropped when the replica joins");
+        assert!(self.status() == Status::ViewChange || self.is_primary(), "{self:?}: electing, or elected at once");
     }
 
     /// Queued requests cannot be served in a view change: tell the clients.
     fn abandon_requests(&mut self, out: &mut Effects) {
+        debug_assert!(!self.is_primary(), "requests are abandoned by a replica that stopped leading");
         for request in std::mem::take(&mut self.request_queue) {
             let detail = format!("{}: view change to {} started; retry", self.spec.group, self.view);
             self.reply_error(&request, ReplyError::ViewChange, detail, out);
         }
+        assert!(self.request_queue.is_empty(), "every queued request is answered");
     }
 
     /// A StartViewChange, DoViewChange or StartView: it leaves once
@@ -93,6 +98,7 @@ impl Replica {
 
     /// SVC to all, DVC to the new primary (or to ourselves), after the view is durable.
     pub(crate) fn send_view_change_messages(&mut self, now: u64, cx: &mut Context<'_>) {
+        assert_eq!(self.status(), Status::ViewChange, "{self:?}: election messages come from an election");
         let svc = StartViewChange {
             group: self.spec.group,
             incarnation: self.spec.incarnation,
@@ -137,6 +143,7 @@ impl Replica {
             return;
         }
         self.svc_view_seen = self.svc_view_seen.max(view);
+        debug_assert!(self.svc_view_seen > self.view, "the later election is remembered until joined");
         let healthy_primary = self.is_primary() && now < self.step_down_tick();
         let holder = if self.config.mutated(Mutant::LeaseReleasedByNextPrimary) {
             self.primary_index_of(view)
@@ -162,6 +169,7 @@ impl Replica {
     /// A lagging backup asks the primary of its view for the StartView: a
     /// StartViewChange for the primary's own view is answered with it.
     pub(crate) fn request_start_view(&mut self, out: &mut Effects) {
+        debug_assert!(self.log_view < self.view && !self.is_primary(), "only a lagging backup asks");
         let svc = StartViewChange {
             group: self.spec.group,
             incarnation: self.spec.incarnation,
@@ -172,6 +180,7 @@ impl Replica {
     }
 
     pub(crate) fn on_start_view_change(&mut self, svc: StartViewChange, now: u64, cx: &mut Context<'_>) {
+        debug_assert!(self.spec.is_voter(svc.replica), "P4: the door refuses a learner's election messages");
         if self.is_learner() {
             return; // P4: a learner takes no part in elections.
         }
@@ -197,6 +206,14 @@ impl Replica {
     }
 
     pub(crate) fn on_do_view_change(&mut self, dvc: DoViewChange, now: u64, cx: &mut Context<'_>) {
+        debug_assert!(self.spec.is_voter(dvc.replica), "P4: the door refuses a learner's election messages");
+        self.take_do_view_change(dvc, now, cx);
+        // T5: at most one kept per voter, however many arrive.
+        assert!(self.early_dvcs.len() <= self.spec.members.len(), "{self:?}: early DoViewChanges past one per voter");
+    }
+
+    /// [`Replica::on_do_view_change`]: join, keep it for later, or count it.
+    fn take_do_view_change(&mut self, dvc: DoViewChange, now: u64, cx: &mut Context<'_>) {
         if self.is_learner() {
             return; // P4: a learner takes no part in elections.
         }
@@ -243,6 +260,7 @@ impl Replica {
     /// next re-send, or sent again by `resend_start_view`. Withholding a
     /// message is what a loss would do: no rule of seed 000 depends on it.
     pub(crate) fn answer_with_start_view(&mut self, member: MemberIndex, now: u64, cx: &mut Context<'_>) {
+        debug_assert!(self.is_primary(), "only a primary answers with its view's StartView");
         if !self.start_view_due(member, now) {
             cx.metrics.start_views_withheld += 1;
             return;
@@ -265,11 +283,13 @@ impl Replica {
         }
         let message = self.start_view_message();
         self.send_view_change(self.node_of(member), Message::StartView(message), out);
+        debug_assert!(!self.start_view_due(member, now) || !self.spec.is_voter(member), "Z4: its send is noted");
     }
 
     /// Keep a DoViewChange of this replica's election (none once it is
     /// over), and complete the election if it can.
     fn record_dvc(&mut self, dvc: DoViewChange, now: u64, cx: &mut Context<'_>) {
+        assert_eq!(dvc.view, self.view, "{self:?}: a DoViewChange of another view kept");
         let member = dvc.replica.0 as usize;
         let Some(election) = self.election_mut() else { return };
         if member >= election.dvcs.len() {
@@ -342,6 +362,7 @@ impl Replica {
         self.log_view = self.view;
         self.commit_max = self.commit_max.max(commit_known).min(self.log.op()).max(self.commit_min);
         self.become_primary(now, cx);
+        assert!(self.is_primary(), "{self:?}: a completed election makes its primary");
     }
 
     /// Take the role of primary of the current view: the log is the view's.
@@ -435,6 +456,7 @@ impl Replica {
 
     /// A backup receives the new view's log.
     pub(crate) fn on_start_view(&mut self, sv: StartView, now: u64, cx: &mut Context<'_>) {
+        debug_assert!(self.spec.node_at(sv.replica).is_some(), "the door checked the sender");
         if sv.view < self.view || sv.replica != self.primary_index_of(sv.view) || sv.replica == self.spec.me {
             return;
         }

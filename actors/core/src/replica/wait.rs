@@ -50,6 +50,7 @@ impl Replica {
             deadline_tick: now.saturating_add(timeout_ticks),
         });
         self.check_waits(out);
+        assert!(self.lead().waits.iter().all(|wait| wait.quorum <= self.spec.members.len()), "Q1: quorums of voters");
     }
 
     /// The primary ends the waits whose quorum is reached.
@@ -66,6 +67,7 @@ impl Replica {
                 true
             }
         });
+        debug_assert!(self.lead().waits.iter().all(|wait| holders(&held, wait.op) < wait.quorum), "Q1: all ended");
     }
 
     /// The primary ends the waits whose deadline passed (Q2).
@@ -83,6 +85,7 @@ impl Replica {
             out.push(Effect::QuorumWaitDone { wait: wait.id, result: Err(error) });
             false
         });
+        debug_assert!(self.lead().waits.iter().all(|wait| now < wait.deadline_tick), "Q2: every expired wait ended");
     }
 
     /// Cancel one wait (Q2). False if it is not pending here (only a
@@ -97,12 +100,17 @@ impl Replica {
             waited_ticks: now - wait.started_tick,
         };
         out.push(Effect::QuorumWaitDone { wait: id, result: Err(error) });
+        debug_assert!(self.lead().waits.iter().all(|wait| wait.id != id), "Q2: a wait ends once");
         true
     }
 
     /// The primary role ended: every wait it held (`waits`) fails, as not
     /// primary in the view this replica is in now.
     pub(crate) fn fail_waits(&self, waits: Vec<QuorumWait>, out: &mut Effects) {
+        debug_assert!(
+            waits.iter().all(|wait| wait.started_tick <= wait.deadline_tick),
+            "Q2: a wait ends after it began"
+        );
         for wait in waits {
             out.push(Effect::QuorumWaitDone {
                 wait: wait.id,
