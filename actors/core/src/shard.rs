@@ -44,6 +44,7 @@ use crate::replica::{Context, GroupSpec, Replica, SealError, TransferError};
 use crate::state_machine::StateMachine;
 use crate::storage::RecoveredGroup;
 
+mod footprint;
 mod pairs;
 
 /// The groups of one shard. See the module docs for the driving contract.
@@ -564,11 +565,6 @@ impl Shard {
     /// T5: peer messages this shard refused, by reason (see [`crate::refusal`]).
     pub fn refused(&self) -> &Refusals {
         &self.refused
-    }
-
-    /// What the output buffer holds between turns (for [`Shard::footprint`]).
-    pub(crate) fn effects_queued(&self) -> crate::effects::Queued {
-        self.out.queued()
     }
 
     /// Groups per heartbeat state (R32). Walks every group: for scrapes, not ticks.
