@@ -11,12 +11,29 @@
 //!    ([`Effects::send_prepare_after`], [`Effects::queue_commit`]).
 //! 3. Commit entries collect per peer until the end of the tick (R11, R6) and
 //!    CommitReply entries per peer until the end of the next tick (R27).
+//!
+//! The buffer holds only what is to go out. The tick, the shard's counters
+//! and which peers' links are congested belong to the shard, which passes
+//! them to the few methods that need them (see `replica::Context`).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use cohort_messages::{CommitEntry, CommitReplyEntry, GroupId, Message, NodeId};
 
 use crate::effect::{Effect, FlushId};
+use crate::metrics::ShardMetrics;
+use crate::refusal::Refusal;
+
+/// What the buffer holds between turns, for [`crate::footprint`] (T5).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Queued {
+    /// Sends held for a flush, or parked for a retried superblock.
+    pub held_sends: usize,
+    /// Commit entries queued for the next batches.
+    pub queued_commits: usize,
+    /// CommitReply entries queued for the next batches.
+    pub queued_replies: usize,
+}
 
 /// A send waiting for a flush.
 #[derive(Clone, Debug)]
@@ -29,8 +46,6 @@ enum Held {
 /// Output buffer. See the module docs.
 #[derive(Debug, Default)]
 pub struct Effects {
-    /// The current tick.
-    pub now: u64,
     effects: Vec<Effect>,
     staged: bool,
     flush_next: FlushId,
@@ -49,15 +64,6 @@ pub struct Effects {
     /// never iterated, so the batches keep their order.
     commit_slots: std::collections::HashMap<(NodeId, GroupId), usize>,
     reply_queue: BTreeMap<NodeId, Vec<CommitReplyEntry>>,
-    /// Counters (R19, R32).
-    pub metrics: crate::metrics::ShardMetrics,
-    /// T5: peer messages refused by reason.
-    pub refused: crate::refusal::Refusals,
-    /// K4: peers whose link is congested: Prepares to them are held back
-    /// (the primary sends them again once the link drains).
-    pub(crate) congested: std::collections::BTreeSet<NodeId>,
-    /// Z3: the shard's pairs of quiesced groups.
-    pub(crate) quiet: crate::quiesce::Pairs,
 }
 
 impl Effects {
@@ -104,27 +110,42 @@ impl Effects {
         self.effects.push(Effect::Send { to, message });
     }
 
-    /// Send a Prepare, unless `to`'s link is congested (K4): then it is held
-    /// back, counted, and sent again with the others the member lacks once
-    /// the link drains ([`crate::Shard::set_peer_congested`]).
-    pub fn send_prepare(&mut self, to: NodeId, prepare: cohort_messages::Prepare) {
-        if self.congested.contains(&to) {
-            self.metrics.prepares_held_back += 1;
+    /// Send a Prepare, unless `to` is among the `congested` peers (K4): then
+    /// it is held back, counted in `metrics`, and sent again with the others
+    /// the member lacks once the link drains
+    /// ([`crate::Shard::set_peer_congested`]).
+    fn send_prepare(
+        &mut self,
+        to: NodeId,
+        prepare: cohort_messages::Prepare,
+        congested: &BTreeSet<NodeId>,
+        metrics: &mut ShardMetrics,
+    ) {
+        if congested.contains(&to) {
+            metrics.prepares_held_back += 1;
             return;
         }
         self.effects.push(Effect::Send { to, message: Message::Prepare(prepare) });
     }
 
     /// Send a Prepare once flush `after` is durable (0 or a completed flush:
-    /// at once, as [`Effects::send_prepare`]). A new primary's Prepares wait
-    /// this way for the flush its StartView waits for, so they reach each
-    /// backup behind it: one that got them first would still be electing
-    /// and drop them, and the ops would wait for a repair.
-    pub fn send_prepare_after(&mut self, to: NodeId, prepare: cohort_messages::Prepare, after: FlushId) {
+    /// at once), unless `to`'s link is congested then (K4, see
+    /// `send_prepare`). A new primary's Prepares wait this way for the flush
+    /// its StartView waits for, so they reach each backup behind it: one
+    /// that got them first would still be electing and drop them, and the
+    /// ops would wait for a repair.
+    pub fn send_prepare_after(
+        &mut self,
+        to: NodeId,
+        prepare: cohort_messages::Prepare,
+        after: FlushId,
+        congested: &BTreeSet<NodeId>,
+        metrics: &mut ShardMetrics,
+    ) {
         if after > self.flush_completed {
             self.hold(after, Held::Prepare(to, prepare));
         } else {
-            self.send_prepare(to, prepare);
+            self.send_prepare(to, prepare, congested, metrics);
         }
     }
 
@@ -169,8 +190,8 @@ impl Effects {
     /// T5: what this buffer holds between turns, for [`crate::footprint`]:
     /// sends held for a flush or parked, and the Commit and CommitReply
     /// entries queued for the next batches.
-    pub(crate) fn queued(&self) -> crate::footprint::Queued {
-        crate::footprint::Queued {
+    pub(crate) fn queued(&self) -> Queued {
+        Queued {
             held_sends: self.held.len() + self.parked.len(),
             queued_commits: self.commit_queue.values().map(Vec::len).sum(),
             queued_replies: self.reply_queue.values().map(Vec::len).sum(),
@@ -196,13 +217,15 @@ impl Effects {
     /// tick. T5: one batch holds at most `COMMIT_REPLY_BATCH_ENTRIES_MAX`
     /// entries (R13: a batch is never split), so a reply past that, which
     /// only a flood of Commit entries from one peer within a tick can cause
-    /// (a shard leads far fewer groups), is dropped and counted.
-    pub fn queue_reply(&mut self, to: NodeId, entry: CommitReplyEntry) {
+    /// (a shard leads far fewer groups), is dropped: the error is the
+    /// refusal for the caller to count.
+    pub fn queue_reply(&mut self, to: NodeId, entry: CommitReplyEntry) -> Result<(), Refusal> {
         let queue = self.reply_queue.entry(to).or_default();
         if queue.len() >= cohort_messages::COMMIT_REPLY_BATCH_ENTRIES_MAX {
-            return self.refused.count(crate::refusal::Refusal::ReplyBatchFull);
+            return Err(Refusal::ReplyBatchFull);
         }
         queue.push(entry);
+        Ok(())
     }
 
     /// The group a held send belongs to.
@@ -228,11 +251,13 @@ impl Effects {
                 self.held.push_back((flush, item));
             }
         }
+        debug_assert!(self.held.iter().all(|(_, item)| Self::group_of(item) != Some(group)), "R12: all parked");
     }
 
     /// The retried superblock of `group` is staged in flush `flush`: what was
     /// parked now waits for that flush.
     pub fn unpark_group(&mut self, group: GroupId, flush: FlushId) {
+        assert!(flush > self.flush_completed && flush <= self.flush_next, "R12: the retry's flush is open");
         let parked = std::mem::take(&mut self.parked);
         for (owner, item) in parked {
             if owner == group {
@@ -242,11 +267,18 @@ impl Effects {
                 self.parked.push((owner, item));
             }
         }
+        debug_assert!(self.parked.iter().all(|(owner, _)| *owner != group), "R12: all wait for the retry");
     }
 
-    /// A flush completed: release what waited for it. Returns the groups
-    /// whose staged writes are now durable, with the flush id.
-    pub fn flushed(&mut self, id: FlushId) -> Vec<(FlushId, GroupId)> {
+    /// A flush completed: release what waited for it (a Prepare only if
+    /// its peer is not `congested` now, K4). Returns the groups whose staged
+    /// writes are now durable, with the flush id.
+    pub fn flushed(
+        &mut self,
+        id: FlushId,
+        congested: &BTreeSet<NodeId>,
+        metrics: &mut ShardMetrics,
+    ) -> Vec<(FlushId, GroupId)> {
         assert!(id > self.flush_completed && id <= self.flush_emitted, "flush {id} completed out of order");
         self.flush_completed = id;
         while let Some((flush, _)) = self.held.front() {
@@ -257,7 +289,7 @@ impl Effects {
                 match held {
                     Held::Effect(effect) => self.effects.push(effect),
                     Held::Commit(to, entry) => self.put_commit(to, entry),
-                    Held::Prepare(to, prepare) => self.send_prepare(to, prepare),
+                    Held::Prepare(to, prepare) => self.send_prepare(to, prepare, congested, metrics),
                 }
             }
         }
@@ -269,29 +301,32 @@ impl Effects {
             self.touched.pop_front();
             done.push((flush, group));
         }
+        debug_assert!(self.held.front().is_none_or(|(flush, _)| *flush > id), "every send due is released");
         done
     }
 
     /// End of the tick: one Commit batch per peer (R11) and one reply batch
-    /// per peer (R27). Replies queued before this tick's end leave now, so a
-    /// reply waits at most one tick (R28).
-    pub fn end_tick(&mut self) {
+    /// per peer (R27), counted in `metrics` (R19, R32). Replies queued
+    /// before this tick's end leave now, so a reply waits at most one tick
+    /// (R28).
+    pub fn end_tick(&mut self, metrics: &mut ShardMetrics) {
         self.commit_slots.clear();
         for (to, entries) in std::mem::take(&mut self.commit_queue) {
             if !entries.is_empty() {
                 debug_assert!(entries.len() <= cohort_messages::COMMIT_BATCH_ENTRIES_MAX, "R13");
-                self.metrics.commit_batches_sent += 1;
-                self.metrics.commit_entries_sent += entries.len() as u64;
+                metrics.commit_batches_sent += 1;
+                metrics.commit_entries_sent += entries.len() as u64;
                 self.effects.push(Effect::SendCommitBatch { to, entries });
             }
         }
         for (to, entries) in std::mem::take(&mut self.reply_queue) {
             if !entries.is_empty() {
-                self.metrics.reply_batches_sent += 1;
-                self.metrics.reply_entries_sent += entries.len() as u64;
+                metrics.reply_batches_sent += 1;
+                metrics.reply_entries_sent += entries.len() as u64;
                 self.effects.push(Effect::SendCommitReplyBatch { to, entries });
             }
         }
+        assert!(self.commit_queue.is_empty() && self.commit_slots.is_empty(), "R11: one batch per peer per tick");
     }
 
     /// End of a turn: close the open flush, and hand over the effects.
@@ -302,6 +337,10 @@ impl Effects {
             self.flush_next += 1;
             self.staged = false;
         }
+        assert!(
+            self.flush_completed <= self.flush_emitted && self.flush_emitted < self.flush_next,
+            "flush ids in order"
+        );
         std::mem::take(&mut self.effects)
     }
 }

@@ -8,18 +8,8 @@
 //! can carry, a request queue never past `request_queue_max`, at most one
 //! DoViewChange per voter in the election and one early one per voter, a
 //! state transfer never past `state_transfer_size_max_bytes`. The figures
-//! are cheap to compute (one walk over the hosted groups), so a node may
-//! export them too.
-
-use crate::shard::Shard;
-
-/// The output buffer's share of a [`Footprint`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Queued {
-    pub held_sends: usize,
-    pub queued_commits: usize,
-    pub queued_replies: usize,
-}
+//! are cheap to compute (one walk over the hosted groups, `Shard::footprint`
+//! in `shard/footprint.rs`), so a node may export them too.
 
 /// One shard's input-driven memory, between two turns.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -43,31 +33,4 @@ pub struct Footprint {
     pub queued_commits: usize,
     /// CommitReply entries queued for the next batches, over all peers.
     pub queued_replies: usize,
-}
-
-impl Shard {
-    /// T5: what this shard holds that input could grow (see the module docs).
-    pub fn footprint(&self) -> Footprint {
-        let queued = self.effects_queued();
-        let mut footprint = Footprint {
-            held_sends: queued.held_sends,
-            queued_commits: queued.queued_commits,
-            queued_replies: queued.queued_replies,
-            ..Footprint::default()
-        };
-        for replica in self.replicas() {
-            let entries = (replica.log.op().0 - replica.log.base().0) as usize;
-            footprint.log_entries_max = footprint.log_entries_max.max(entries);
-            footprint.log_bytes += replica.log.size_bytes();
-            footprint.request_queue_max = footprint.request_queue_max.max(replica.request_queue.len());
-            let dvcs = replica.dvcs.iter().flatten().count() + replica.early_dvcs.len();
-            footprint.do_view_changes_max = footprint.do_view_changes_max.max(dvcs);
-            if let Some(transfer) = &replica.state_transfer {
-                footprint.state_transfer_bytes += transfer.data.len() as u64;
-                footprint.state_transfer_declared_max_bytes =
-                    footprint.state_transfer_declared_max_bytes.max(transfer.total_size_bytes);
-            }
-        }
-        footprint
-    }
 }

@@ -35,19 +35,38 @@ use cohort_messages::{CommitEntry, CommitReplyEntry, GroupId, Message, NodeId, O
 use crate::config::CoreConfig;
 use crate::effect::{Effect, FlushId, WaitId};
 use crate::effects::Effects;
+use crate::group_map::GroupMap;
 use crate::metadata::HostedReplica;
-use crate::replica::{GroupSpec, Replica, SealError, TransferError};
+use crate::metrics::ShardMetrics;
+use crate::quiesce::Pairs;
+use crate::refusal::Refusals;
+use crate::replica::{Context, GroupSpec, Replica, SealError, TransferError};
 use crate::state_machine::StateMachine;
 use crate::storage::RecoveredGroup;
+
+mod footprint;
+mod pairs;
 
 /// The groups of one shard. See the module docs for the driving contract.
 pub struct Shard {
     node: NodeId,
     config: std::sync::Arc<CoreConfig>,
-    pub(crate) groups: crate::group_map::GroupMap<Box<Replica>>,
-    pub(crate) fx: Effects,
+    pub(crate) groups: GroupMap<Box<Replica>>,
+    /// The current tick: the last one given to [`Shard::on_tick`].
+    now: u64,
+    /// The output buffer of every replica here.
+    out: Effects,
+    /// Counters (R19, R32).
+    metrics: ShardMetrics,
+    /// T5: peer messages refused, by reason.
+    refused: Refusals,
+    /// K4: peers whose link is congested: Prepares to them are held back
+    /// (the primary sends them again once the link drains).
+    congested: BTreeSet<NodeId>,
+    /// Z3: the shard's pairs of quiesced groups.
+    quiet: Pairs,
     wakeups: BTreeSet<(u64, GroupId)>,
-    filed: crate::group_map::GroupMap<u64>,
+    filed: GroupMap<u64>,
     next_wait: WaitId,
     wait_groups: HashMap<WaitId, GroupId>,
 }
@@ -92,7 +111,12 @@ impl Shard {
             node,
             config: std::sync::Arc::new(config),
             groups: Default::default(),
-            fx: Effects::new(),
+            now: 0,
+            out: Effects::new(),
+            metrics: ShardMetrics::default(),
+            refused: Refusals::default(),
+            congested: BTreeSet::new(),
+            quiet: Pairs::default(),
             wakeups: BTreeSet::new(),
             filed: Default::default(),
             next_wait: 1,
@@ -115,18 +139,18 @@ impl Shard {
     /// earlier process of this node used (a random number, or a restart
     /// count). Both only matter with `commit_quiesce_timeout_ticks` set.
     pub fn set_pair_identity(&mut self, shard_index: u16, epoch: u64) {
-        self.fx.quiet.shard_index = shard_index;
-        self.fx.quiet.epoch = epoch;
+        self.quiet.shard_index = shard_index;
+        self.quiet.epoch = epoch;
     }
 
     /// Z3: the shard's pairs of quiesced groups.
-    pub fn quiet_pairs(&self) -> &crate::quiesce::Pairs {
-        &self.fx.quiet
+    pub fn quiet_pairs(&self) -> &Pairs {
+        &self.quiet
     }
 
     /// The current tick.
     pub fn now(&self) -> u64 {
-        self.fx.now
+        self.now
     }
 
     fn check_spec(&self, spec: &GroupSpec) -> Result<(), ShardError> {
@@ -148,7 +172,9 @@ impl Shard {
     pub fn create_group(&mut self, spec: GroupSpec, state: Box<dyn StateMachine>) -> Result<(), ShardError> {
         self.check_spec(&spec)?;
         let group = spec.group;
-        let replica = Replica::create(spec, std::sync::Arc::clone(&self.config), state, &mut self.fx);
+        let (config, now) = (std::sync::Arc::clone(&self.config), self.now);
+        let (_, mut cx, _) = self.parts();
+        let replica = Replica::create(spec, config, state, now, &mut cx);
         self.insert(group, replica);
         Ok(())
     }
@@ -167,28 +193,31 @@ impl Shard {
         })?;
         self.check_spec(&spec)?;
         let group = spec.group;
-        let replica = Replica::recover(spec, std::sync::Arc::clone(&self.config), state, recovered, &mut self.fx)
-            .map_err(ShardError::Recovery)?;
+        let (config, now) = (std::sync::Arc::clone(&self.config), self.now);
+        let (_, mut cx, _) = self.parts();
+        let replica = Replica::recover(spec, config, state, recovered, now, &mut cx).map_err(ShardError::Recovery)?;
         self.insert(group, replica);
         Ok(())
     }
 
     fn insert(&mut self, group: GroupId, replica: Replica) {
+        assert_eq!(replica.group(), group, "a replica is filed under its own group");
         self.groups.insert(group, Box::new(replica));
         self.refile(group);
+        assert!(self.filed.contains_key(&group), "a hosted group has its next wakeup filed");
     }
 
     /// Seal `group`'s log for a member change (only its primary can).
     pub fn propose_seal(&mut self, group: GroupId, seal: cohort_messages::seal::Seal) -> Result<(), SealError> {
-        self.with_group_waking(group, |replica, fx| replica.propose_seal(seal, fx))
+        self.with_group_waking(group, |replica, _, cx| replica.propose_seal(seal, cx))
             .unwrap_or(Err(SealError::NotSealed(group)))
     }
 
     /// C4: hand `group`'s primary role to voter `to` by a directed view
     /// change (only its primary can, once `to` has acknowledged every
-    /// committed op; see [`Replica::transfer_primary`]).
+    /// committed op; the rules are in `replica::transfer`).
     pub fn transfer_primary(&mut self, group: GroupId, to: NodeId) -> Result<(), TransferError> {
-        self.with_group_waking(group, |replica, fx| replica.transfer_primary(to, fx))
+        self.with_group_waking(group, |replica, now, cx| replica.transfer_primary(to, now, cx))
             .unwrap_or(Err(TransferError::UnknownGroup(group)))
     }
 
@@ -202,9 +231,11 @@ impl Shard {
     /// The replica of `group` goes on in the incarnation `spec` names.
     fn replace_with_next(&mut self, group: GroupId, spec: GroupSpec) -> Result<(), SealError> {
         let mut replica = self.groups.remove(&group).ok_or(SealError::NotSealed(group))?;
-        replica.settle_quiet(&self.fx.quiet);
-        replica.leave_quiet(&mut self.fx);
-        let next = replica.into_next_incarnation(spec, &mut self.fx);
+        let now = self.now;
+        let (_, mut cx, pairs) = self.parts();
+        replica.settle_quiet(pairs);
+        replica.leave_quiet(pairs, cx.metrics);
+        let next = replica.into_next_incarnation(spec, now, &mut cx);
         self.filed.remove(&group);
         self.insert(group, next);
         Ok(())
@@ -232,7 +263,7 @@ impl Shard {
     /// (a removed learner is unloaded with [`Shard::remove_group`]). The
     /// list is not persisted: pass it again in the spec on recovery.
     pub fn set_learners(&mut self, group: GroupId, learners: Vec<NodeId>) -> Result<(), ShardError> {
-        let result = self.with_group_waking(group, |replica, fx| replica.set_learners(learners, fx));
+        let result = self.with_group_waking(group, |replica, now, cx| replica.set_learners(learners, now, cx.out));
         result.ok_or(ShardError::UnknownGroup(group))?.map_err(ShardError::from)
     }
 
@@ -241,8 +272,12 @@ impl Shard {
         self.filed.remove(&group);
         match self.groups.remove(&group) {
             Some(mut replica) => {
-                replica.settle_quiet(&self.fx.quiet);
-                replica.leave_quiet(&mut self.fx);
+                replica.settle_quiet(&self.quiet);
+                replica.leave_quiet(&mut self.quiet, &mut self.metrics);
+                debug_assert!(
+                    self.quiet.lead_groups().chain(self.quiet.follow_groups()).all(|(_, quiet)| quiet != group),
+                    "Z3: a removed group leaves its pairs"
+                );
                 true
             }
             None => false,
@@ -262,24 +297,24 @@ impl Shard {
     /// True if this shard hosts `group`'s primary, confirmed by a quorum
     /// within its window at `now` (see `Replica::is_confirmed_primary`).
     pub fn is_confirmed_primary(&self, group: GroupId, now: u64) -> bool {
-        self.groups.get(&group).is_some_and(|replica| replica.is_confirmed_primary(&self.fx.quiet, now))
+        self.groups.get(&group).is_some_and(|replica| replica.is_confirmed_primary(&self.quiet, now))
     }
 
     /// What the hosted replica of `group` says of itself at `now`, for the
     /// metadata agent's scans.
     pub fn hosted_replica(&self, group: GroupId, now: u64) -> Option<HostedReplica> {
-        self.groups.get(&group).map(|replica| HostedReplica::of(replica, &self.fx.quiet, now))
+        self.groups.get(&group).map(|replica| HostedReplica::of(replica, &self.quiet, now))
     }
 
     /// What every hosted replica says of itself at `now`.
     pub fn hosted_replicas(&self, now: u64) -> impl Iterator<Item = HostedReplica> + '_ {
-        self.groups.values().map(move |replica| HostedReplica::of(replica, &self.fx.quiet, now))
+        self.groups.values().map(move |replica| HostedReplica::of(replica, &self.quiet, now))
     }
 
     /// Z3: the sum of `HostedReplica::fingerprint` over the hosted
     /// replicas at `now`: O(groups) hashing and no allocation.
     pub fn hosted_fingerprint(&self, now: u64) -> u64 {
-        let pairs = &self.fx.quiet;
+        let pairs = &self.quiet;
         self.groups
             .values()
             .fold(0u64, |sum, replica| sum.wrapping_add(HostedReplica::fingerprint(replica, pairs, now)))
@@ -293,7 +328,7 @@ impl Shard {
     /// File the group's wakeup if it is earlier than what is filed.
     pub(crate) fn refile(&mut self, group: GroupId) {
         let Some(replica) = self.groups.get(&group) else { return };
-        let wake = replica.next_wakeup().max(self.fx.now + 1);
+        let wake = replica.next_wakeup().max(self.now + 1);
         match self.filed.get(&group) {
             // What is filed is in `wakeups`: only `on_tick` takes entries
             // out, and it forgets the filed tick of what it takes.
@@ -305,15 +340,48 @@ impl Shard {
         }
     }
 
+    /// The shard's parts one input may touch, borrowed apart: the hosted
+    /// replicas, what a replica's handler reaches ([`Context`]), and the
+    /// quiescence pairs (Z3).
+    fn parts(&mut self) -> (&mut GroupMap<Box<Replica>>, Context<'_>, &mut Pairs) {
+        let cx = Context {
+            out: &mut self.out,
+            metrics: &mut self.metrics,
+            refused: &mut self.refused,
+            congested: &self.congested,
+        };
+        (&mut self.groups, cx, &mut self.quiet)
+    }
+
     /// Handle an input of `group` that leaves a quiesced primary quiesced
     /// if its state did not move (Z3: a CommitReply, a flush, a tick); its
     /// answer, or None if the group is not hosted.
-    fn with_group<R>(&mut self, group: GroupId, handle: impl FnOnce(&mut Replica, &mut Effects) -> R) -> Option<R> {
-        let replica = self.groups.get_mut(&group)?;
-        replica.settle_quiet(&self.fx.quiet);
-        let answer = handle(replica, &mut self.fx);
-        replica.check_quiet(&mut self.fx);
+    fn with_group<R>(
+        &mut self,
+        group: GroupId,
+        handle: impl FnOnce(&mut Replica, u64, &mut Context<'_>) -> R,
+    ) -> Option<R> {
+        self.with_group_and_pairs(group, |replica, now, cx, _| handle(replica, now, cx))
+    }
+
+    /// [`Shard::with_group`], with the quiescence pairs lent to `handle`
+    /// too (to wake the group's primary).
+    fn with_group_and_pairs<R>(
+        &mut self,
+        group: GroupId,
+        handle: impl FnOnce(&mut Replica, u64, &mut Context<'_>, &mut Pairs) -> R,
+    ) -> Option<R> {
+        let now = self.now;
+        let (groups, mut cx, pairs) = self.parts();
+        let replica = groups.get_mut(&group)?;
+        replica.settle_quiet(pairs);
+        let before = replica.progress();
+        let answer = handle(replica, now, &mut cx, pairs);
+        replica.check_quiet(pairs, cx.metrics);
+        let after = replica.progress();
+        assert!(after.0 >= before.0 && after.1 >= before.1 && after.2 >= before.2, "{replica:?}: an input went back");
         self.refile(group);
+        debug_assert!(self.filed.get(&group).is_some_and(|wake| *wake > now), "the group's next wakeup is filed");
         Some(answer)
     }
 
@@ -324,18 +392,18 @@ impl Shard {
     fn with_group_waking<R>(
         &mut self,
         group: GroupId,
-        handle: impl FnOnce(&mut Replica, &mut Effects) -> R,
+        handle: impl FnOnce(&mut Replica, u64, &mut Context<'_>) -> R,
     ) -> Option<R> {
-        self.with_group(group, |replica, fx| {
-            replica.wake_lead(fx);
-            handle(replica, fx)
+        self.with_group_and_pairs(group, |replica, now, cx, pairs| {
+            replica.wake_lead(pairs, cx.metrics);
+            handle(replica, now, cx)
         })
     }
 
     /// A tick: run the groups that are due, then close the tick's batches.
     pub fn on_tick(&mut self, now: u64) {
-        assert!(now >= self.fx.now, "ticks went backwards: {now} after {}", self.fx.now);
-        self.fx.now = now;
+        assert!(now >= self.now, "ticks went backwards: {now} after {}", self.now);
+        self.now = now;
         while let Some(&(wake, group)) = self.wakeups.first() {
             if wake > now {
                 break;
@@ -344,16 +412,26 @@ impl Shard {
             if self.filed.get(&group) == Some(&wake) {
                 self.filed.remove(&group);
             }
-            let Some(replica) = self.groups.get_mut(&group) else { continue };
-            replica.settle_quiet(&self.fx.quiet);
+            let (groups, mut cx, pairs) = self.parts();
+            let Some(replica) = groups.get_mut(&group) else { continue };
+            replica.settle_quiet(pairs);
             if replica.next_wakeup() <= now {
-                replica.on_tick(&mut self.fx);
-                replica.check_quiet(&mut self.fx);
+                let before = replica.progress();
+                replica.on_tick(now, &mut cx, pairs);
+                replica.check_quiet(pairs, cx.metrics);
+                let after = replica.progress();
+                assert!(
+                    after.0 >= before.0 && after.1 >= before.1 && after.2 >= before.2,
+                    "{replica:?}: a tick went back"
+                );
             }
             self.refile(group);
         }
+        assert!(self.wakeups.first().is_none_or(|(wake, _)| *wake > now), "every group due at {now} ran");
         self.quiet_tick();
-        self.fx.end_tick();
+        self.out.end_tick(&mut self.metrics);
+        let queued = self.out.queued();
+        debug_assert!(queued.queued_commits + queued.queued_replies == 0, "R11, R28: the tick's batches are out");
     }
 
     /// A single-group message from a peer node. One with a view or op out
@@ -366,31 +444,31 @@ impl Shard {
         };
         let Some(group) = message.group() else { return };
         if let Err(refusal) = crate::refusal::check_message(&message) {
-            return self.fx.refused.count(refusal);
+            return self.refused.count(refusal);
         }
-        self.with_group(group, |replica, fx| {
+        self.with_group_and_pairs(group, |replica, now, cx, pairs| {
             if let Err(refusal) = replica.accepts_from(from, &message) {
                 if refusal == crate::refusal::Refusal::OtherIncarnation
                     && let Some(incarnation) = replica.incarnation_of(&message)
-                    && replica.on_other_incarnation(from, incarnation, fx)
+                    && replica.on_other_incarnation(from, incarnation, cx.out)
                 {
                     return;
                 }
-                return fx.refused.count(refusal);
+                return cx.refuse(refusal);
             }
             // Z3: a message the door let in wakes a quiesced primary (a
             // refused one, forged or late, changes nothing).
-            replica.wake_lead(fx);
+            replica.wake_lead(pairs, cx.metrics);
             match message {
-                Message::Prepare(m) => replica.on_prepare(m, fx),
-                Message::PrepareOk(m) => replica.on_prepare_ok(m, fx),
-                Message::StartViewChange(m) => replica.on_start_view_change(m, fx),
-                Message::DoViewChange(m) => replica.on_do_view_change(m, fx),
-                Message::StartView(m) => replica.on_start_view(m, fx),
-                Message::RequestPrepares(m) => replica.on_request_prepares(m, fx),
-                Message::RequestStateTransfer(m) => replica.on_request_state_transfer(m, fx),
-                Message::StateChunk(m) => replica.on_state_chunk(m, fx),
-                Message::Request(m) => replica.on_request(from, m, fx),
+                Message::Prepare(m) => replica.on_prepare(m, cx),
+                Message::PrepareOk(m) => replica.on_prepare_ok(m, now, cx),
+                Message::StartViewChange(m) => replica.on_start_view_change(m, now, cx),
+                Message::DoViewChange(m) => replica.on_do_view_change(m, now, cx),
+                Message::StartView(m) => replica.on_start_view(m, now, cx),
+                Message::RequestPrepares(m) => replica.on_request_prepares(m, cx),
+                Message::RequestStateTransfer(m) => replica.on_request_state_transfer(m, cx),
+                Message::StateChunk(m) => replica.on_state_chunk(m, now, cx),
+                Message::Request(m) => replica.on_request(from, m, now, cx),
                 _ => {}
             }
         });
@@ -399,12 +477,12 @@ impl Shard {
     /// A whole Commit batch frame from `from`: each entry handled as a single
     /// Commit, a bad one rejected alone (R17); counted (R19).
     pub fn on_commit_batch(&mut self, from: NodeId, batch: &cohort_messages::CommitBatch) {
-        self.fx.metrics.commit_batches_received += 1;
+        self.metrics.commit_batches_received += 1;
         for entry in batch.entries() {
-            self.fx.metrics.commit_entries_received += 1;
+            self.metrics.commit_entries_received += 1;
             match entry {
                 Ok(entry) => self.on_commit_entry(from, entry),
-                Err(_) => self.fx.metrics.commit_entries_rejected += 1,
+                Err(_) => self.metrics.commit_entries_rejected += 1,
             }
         }
     }
@@ -412,8 +490,8 @@ impl Shard {
     /// Entries of a Commit frame routed to this shard by a peer link (R16):
     /// counted as one received batch.
     pub fn on_commit_entries(&mut self, from: NodeId, entries: &[CommitEntry]) {
-        self.fx.metrics.commit_batches_received += 1;
-        self.fx.metrics.commit_entries_received += entries.len() as u64;
+        self.metrics.commit_batches_received += 1;
+        self.metrics.commit_entries_received += entries.len() as u64;
         for entry in entries {
             self.on_commit_entry(from, *entry);
         }
@@ -421,20 +499,20 @@ impl Shard {
 
     /// A whole CommitReply batch frame from `from` (R29, R32).
     pub fn on_commit_reply_batch(&mut self, from: NodeId, batch: &cohort_messages::CommitReplyBatch) {
-        self.fx.metrics.reply_batches_received += 1;
+        self.metrics.reply_batches_received += 1;
         for entry in batch.entries() {
-            self.fx.metrics.reply_entries_received += 1;
+            self.metrics.reply_entries_received += 1;
             match entry {
                 Ok(entry) => self.on_commit_reply_entry(from, entry),
-                Err(_) => self.fx.metrics.reply_entries_rejected += 1,
+                Err(_) => self.metrics.reply_entries_rejected += 1,
             }
         }
     }
 
     /// Entries of a CommitReply frame routed to this shard (R16, R29).
     pub fn on_commit_reply_entries(&mut self, from: NodeId, entries: &[CommitReplyEntry]) {
-        self.fx.metrics.reply_batches_received += 1;
-        self.fx.metrics.reply_entries_received += entries.len() as u64;
+        self.metrics.reply_batches_received += 1;
+        self.metrics.reply_entries_received += entries.len() as u64;
         for entry in entries {
             self.on_commit_reply_entry(from, *entry);
         }
@@ -444,7 +522,7 @@ impl Shard {
     /// connected; each group in it records that for its member on `to`.
     pub fn on_commit_batch_sent(&mut self, to: NodeId, entries: &[CommitEntry], connected: bool) {
         if !connected {
-            self.fx.metrics.commit_batches_unconnected += 1;
+            self.metrics.commit_batches_unconnected += 1;
         }
         for entry in entries {
             if let Some(replica) = self.groups.get_mut(&entry.group) {
@@ -458,7 +536,7 @@ impl Shard {
     /// `peer` are held back; once it drains, every primary here sends its
     /// member on `peer` the ops it has not acknowledged, at once.
     pub fn set_peer_congested(&mut self, peer: NodeId, congested: bool) {
-        let changed = if congested { self.fx.congested.insert(peer) } else { self.fx.congested.remove(&peer) };
+        let changed = if congested { self.congested.insert(peer) } else { self.congested.remove(&peer) };
         if !changed || congested {
             return;
         }
@@ -471,27 +549,22 @@ impl Shard {
         // In group order, not the map's: the simulator replays a seed exactly.
         groups.sort_unstable();
         for group in groups {
-            self.with_group(group, |replica, fx| {
+            self.with_group(group, |replica, _, cx| {
                 if let Some(member) = replica.spec.index_of(peer) {
-                    replica.send_held_back_prepares(member, fx);
+                    replica.send_held_back_prepares(member, cx);
                 }
             });
         }
     }
 
     /// Counters of this shard (R19, R32).
-    pub fn metrics(&self) -> &crate::metrics::ShardMetrics {
-        &self.fx.metrics
+    pub fn metrics(&self) -> &ShardMetrics {
+        &self.metrics
     }
 
     /// T5: peer messages this shard refused, by reason (see [`crate::refusal`]).
-    pub fn refused(&self) -> &crate::refusal::Refusals {
-        &self.fx.refused
-    }
-
-    /// What the output buffer holds between turns (for [`Shard::footprint`]).
-    pub(crate) fn effects_queued(&self) -> crate::footprint::Queued {
-        self.fx.queued()
+    pub fn refused(&self) -> &Refusals {
+        &self.refused
     }
 
     /// Groups per heartbeat state (R32). Walks every group: for scrapes, not ticks.
@@ -514,42 +587,42 @@ impl Shard {
     /// One Commit entry of a batch from `from` (R16, R17).
     pub fn on_commit_entry(&mut self, from: NodeId, entry: CommitEntry) {
         if let Err(refusal) = crate::refusal::check_commit(&entry) {
-            return self.fx.refused.count(refusal);
+            return self.refused.count(refusal);
         }
-        self.with_group(entry.group, |replica, fx| {
+        self.with_group(entry.group, |replica, now, cx| {
             let any_incarnation = replica.config.mutated(crate::mutants::Mutant::OtherIncarnationAccepted);
             if entry.partition_incarnation != replica.spec.incarnation && !any_incarnation {
                 // Z6: the next incarnation running says this one's seal committed.
                 let next = entry.partition_incarnation.0 == replica.spec.incarnation.0 + 1;
-                if next && replica.on_next_incarnation_commit(from, entry.partition_incarnation, fx) {
+                if next && replica.on_next_incarnation_commit(from, entry.partition_incarnation, cx.out) {
                     return;
                 }
                 replica.outpaced |= entry.partition_incarnation > replica.spec.incarnation;
-                return fx.refused.count(crate::refusal::Refusal::OtherIncarnation);
+                return cx.refuse(crate::refusal::Refusal::OtherIncarnation);
             }
             // Only a member's own Commits count (the primary's, or a
             // stranded member's view of them): `on_commit` checks which.
             if replica.spec.node_at(entry.replica) != Some(from) {
-                return fx.refused.count(crate::refusal::Refusal::NotTheMember);
+                return cx.refuse(crate::refusal::Refusal::NotTheMember);
             }
-            replica.on_commit(from, entry, fx);
+            replica.on_commit(from, entry, now, cx);
         });
     }
 
     /// One CommitReply entry of a batch from `from` (R29).
     pub fn on_commit_reply_entry(&mut self, from: NodeId, entry: CommitReplyEntry) {
         if let Err(refusal) = crate::refusal::check_commit_reply(&entry) {
-            return self.fx.refused.count(refusal);
+            return self.refused.count(refusal);
         }
-        self.with_group(entry.group, |replica, fx| {
+        self.with_group(entry.group, |replica, now, cx| {
             let any_incarnation = replica.config.mutated(crate::mutants::Mutant::OtherIncarnationAccepted);
             if entry.partition_incarnation != replica.spec.incarnation && !any_incarnation {
-                return fx.refused.count(crate::refusal::Refusal::OtherIncarnation);
+                return cx.refuse(crate::refusal::Refusal::OtherIncarnation);
             }
             if replica.spec.node_at(entry.replica) != Some(from) {
-                return fx.refused.count(crate::refusal::Refusal::NotTheMember);
+                return cx.refuse(crate::refusal::Refusal::NotTheMember);
             }
-            replica.on_commit_reply(entry, fx);
+            replica.on_commit_reply(entry, now, cx);
         });
     }
 
@@ -565,12 +638,12 @@ impl Shard {
             return self.refuse_request(&request, cohort_messages::ReplyError::UnknownGroup, detail);
         }
         let node = self.node;
-        self.with_group_waking(group, |replica, fx| replica.on_request(node, request, fx));
+        self.with_group_waking(group, |replica, now, cx| replica.on_request(node, request, now, cx));
     }
 
     /// Answer a request no group here takes.
     fn refuse_request(&mut self, request: &Request, code: cohort_messages::ReplyError, detail: String) {
-        self.fx.push(Effect::Reply(cohort_messages::Reply {
+        self.out.push(Effect::Reply(cohort_messages::Reply {
             client: request.client,
             request: request.request,
             group: request.group,
@@ -582,14 +655,14 @@ impl Shard {
 
     /// A flush completed durably.
     pub fn on_flushed(&mut self, id: FlushId) {
-        for (flush, group) in self.fx.flushed(id) {
-            self.with_group(group, |replica, fx| replica.on_flushed(flush, fx));
+        for (flush, group) in self.out.flushed(id, &self.congested, &mut self.metrics) {
+            self.with_group(group, |replica, now, cx| replica.on_flushed(flush, now, cx));
         }
     }
 
     /// Staging the superblock of `group` failed (R12).
     pub fn on_superblock_failed(&mut self, group: GroupId) {
-        self.with_group(group, |replica, fx| replica.superblock_failed(fx));
+        self.with_group(group, |replica, _, cx| replica.superblock_failed(cx.out));
     }
 
     /// Q1: wait until `quorum` members durably hold `op` of `group`.
@@ -598,47 +671,56 @@ impl Shard {
         self.next_wait += 1;
         self.wait_groups.insert(id, group);
         if !self.groups.contains_key(&group) {
-            self.fx.push(Effect::QuorumWaitDone {
+            self.out.push(Effect::QuorumWaitDone {
                 wait: id,
                 result: Err(crate::effect::QuorumWaitError::NotPrimary { group, view: cohort_messages::View(0) }),
             });
         }
-        self.with_group_waking(group, |replica, fx| replica.wait_quorum(id, op, quorum, timeout_ticks, fx));
+        self.with_group_waking(group, |replica, now, cx| {
+            replica.wait_quorum(id, op, quorum, timeout_ticks, now, cx.out)
+        });
         id
     }
 
     /// Q2: cancel a wait; its `QuorumWaitDone` carries the cancellation.
     pub fn cancel_wait(&mut self, wait: WaitId) -> bool {
         let Some(group) = self.wait_groups.remove(&wait) else { return false };
-        self.with_group(group, |replica, fx| replica.cancel_wait(wait, fx)).unwrap_or(false)
+        self.with_group(group, |replica, now, cx| replica.cancel_wait(wait, now, cx.out)).unwrap_or(false)
     }
 
     /// End of a turn: everything to do, in order.
     pub fn drain_effects(&mut self) -> Vec<Effect> {
-        let effects = self.fx.end_turn();
+        let effects = self.out.end_turn();
         for effect in &effects {
             if let Effect::QuorumWaitDone { wait, .. } = effect {
                 self.wait_groups.remove(wait);
             }
         }
+        debug_assert!(self.wait_groups.keys().all(|wait| *wait < self.next_wait), "Q1: wait ids are handed out once");
         effects
     }
 
     /// Check every replica's invariants (the simulator calls this after every step).
     pub fn invariants(&self) {
+        // Every hosted group, and only those, has its next wakeup filed.
+        assert_eq!(self.filed.len(), self.groups.len(), "a filed wakeup per hosted group");
+        for (group, wake) in self.filed.iter() {
+            assert!(self.groups.contains_key(group), "{group}: filed, not hosted");
+            assert!(self.wakeups.contains(&(*wake, *group)), "{group}: filed at {wake}, not in the wakeups");
+        }
         for replica in self.groups.values() {
             replica.invariants();
-            replica.quiet_invariants(&self.fx.quiet);
+            replica.quiet_invariants(&self.quiet);
         }
-        self.fx.quiet.invariants();
+        self.quiet.invariants();
         // Z3: each pair holds exactly the replicas quiesced with it, so that
         // settling a replica from its pairs renews exactly those.
-        for (peer, group) in self.fx.quiet.lead_groups() {
+        for (peer, group) in self.quiet.lead_groups() {
             let replica = self.groups.get(&group).unwrap_or_else(|| panic!("Z3: {group} quiet for {peer} is hosted"));
             let member = replica.spec.index_of(peer);
             assert!(member.is_some_and(|member| replica.quiet_member(member)), "Z3: {group} is quiet for {peer}");
         }
-        for (primary, group) in self.fx.quiet.follow_groups() {
+        for (primary, group) in self.quiet.follow_groups() {
             let replica =
                 self.groups.get(&group).unwrap_or_else(|| panic!("Z3: {group} quiet under {primary} is hosted"));
             assert_eq!(

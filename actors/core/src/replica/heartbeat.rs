@@ -16,10 +16,12 @@
 
 use cohort_messages::{CommitEntry, CommitReplyEntry, HeartbeatState as WireState, Op, View};
 
+use super::Context;
 use super::normal::TIMESTAMP_PER_TICK;
-use super::{Replica, Status};
+use super::{Replica, RoleState};
 use crate::config::CoreConfig;
 use crate::effects::Effects;
+use crate::quiesce::Pairs;
 
 /// A primary group's activity (R20).
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -74,30 +76,33 @@ impl PrimaryHeartbeat {
 }
 
 impl Replica {
-    /// The primary's work on a tick: decide and queue this send tick's heartbeats.
-    pub(crate) fn heartbeat_tick(&mut self, fx: &mut Effects) {
-        let now = fx.now;
+    /// The primary's work on a tick: decide and queue this send tick's
+    /// heartbeats, and propose quiescence into `pairs` (Z3) on an idle one.
+    pub(crate) fn heartbeat_tick(&mut self, now: u64, cx: &mut Context<'_>, pairs: &mut Pairs) {
         let timing = self.config.timing.clone();
-        if !now.is_multiple_of(timing.commit_broadcast_interval_ticks) || now <= self.heartbeat.processed_tick {
+        let current = (self.view, self.commit_max);
+        let heartbeat = &mut self.lead_mut().heartbeat;
+        if !now.is_multiple_of(timing.commit_broadcast_interval_ticks) || now <= heartbeat.processed_tick {
             return;
         }
-        self.heartbeat.processed_tick = now;
-        let current = (self.view, self.commit_max);
-        if self.heartbeat.last == Some(current) {
+        heartbeat.processed_tick = now;
+        if heartbeat.last == Some(current) {
             // No commit since the last send tick: Prepares or PrepareOks may
             // have been lost.
-            self.resend_uncommitted_prepares(fx);
+            self.resend_uncommitted_prepares(cx);
         }
-        let state = if self.heartbeat.last != Some(current) {
-            self.heartbeat.last = Some(current);
-            self.heartbeat.progress_tick = now;
-            self.heartbeat.activity = GroupActivity::Busy;
+        let heartbeat = &mut self.lead_mut().heartbeat;
+        let mut turned_idle = false;
+        let state = if heartbeat.last != Some(current) {
+            heartbeat.last = Some(current);
+            heartbeat.progress_tick = now;
+            heartbeat.activity = GroupActivity::Busy;
             Some(WireState::Busy)
-        } else if self.heartbeat.activity == GroupActivity::Busy {
-            if now - self.heartbeat.progress_tick >= timing.commit_heartbeat_timeout_ticks {
+        } else if heartbeat.activity == GroupActivity::Busy {
+            if now - heartbeat.progress_tick >= timing.commit_heartbeat_timeout_ticks {
                 // R20: turn idle and say so on this same send tick.
-                self.heartbeat.activity = GroupActivity::Idle;
-                self.snapshot_on_idle(fx);
+                heartbeat.activity = GroupActivity::Idle;
+                turned_idle = true;
                 Some(WireState::Idle)
             } else {
                 Some(WireState::Busy)
@@ -107,93 +112,116 @@ impl Replica {
         } else {
             None
         };
+        debug_assert!(!turned_idle || state == Some(WireState::Idle), "R20: a group turns idle on an idle heartbeat");
+        debug_assert_eq!(heartbeat.last, Some(current), "R3: the schedule saw this send tick's (view, commit)");
+        if turned_idle {
+            self.snapshot_on_idle(cx.out);
+        }
         let Some(state) = state else { return };
         // R12: the superblock is saved before the group's Commit joins a batch.
-        self.stage_superblock(fx);
+        self.stage_superblock(cx.out);
         for member in self.receivers() {
             if self.quiet_member(member) {
                 continue; // Z3: its pair's heartbeat stands in for this Commit.
             }
             let entry = self.commit_entry(state, now);
-            fx.queue_commit(self.node_of(member), entry, self.superblock_flush);
+            cx.out.queue_commit(self.node_of(member), entry, self.superblock_flush);
         }
         if state == WireState::Idle {
-            self.propose_quiet(fx);
+            self.propose_quiet(now, cx.out.flush_completed(), pairs);
         }
         self.unconfirm_silent_learners(now);
-        self.resend_start_view(fx);
+        self.resend_start_view(now, cx.out);
+        assert!(self.is_primary(), "{self:?}: a heartbeat keeps the role");
+        assert_eq!(self.lead().heartbeat.processed_tick, now, "R1: each send tick is decided once");
     }
 
     /// Re-send the uncommitted Prepares each backup has not acknowledged; a
     /// backup re-acknowledges a Prepare it already holds durably.
-    fn resend_uncommitted_prepares(&mut self, fx: &mut Effects) {
+    fn resend_uncommitted_prepares(&mut self, cx: &mut Context<'_>) {
         let receivers: Vec<_> = self.receivers().collect();
         for member in receivers {
-            self.resend_prepares_to_member(member, fx);
+            self.resend_prepares_to_member(member, cx);
         }
     }
 
     /// A primary sends `member` every uncommitted op it has not acknowledged.
-    fn resend_prepares_to_member(&mut self, member: cohort_messages::MemberIndex, fx: &mut Effects) {
+    fn resend_prepares_to_member(&mut self, member: cohort_messages::MemberIndex, cx: &mut Context<'_>) {
         if !self.is_primary() || self.log.op() <= self.commit_max {
             return;
         }
         let from = self.acked_of(member).max(self.commit_max).next();
-        self.send_prepares_from(member, from, fx);
+        self.send_prepares_from(member, from, cx);
     }
 
     /// K4: the link to `member` drained. A primary sends it the ops it held
     /// back, committed or not, from the first it has not acknowledged: at most
     /// a pipeline's worth; a backup further behind repairs the rest itself.
-    pub(crate) fn send_held_back_prepares(&mut self, member: cohort_messages::MemberIndex, fx: &mut Effects) {
+    pub(crate) fn send_held_back_prepares(&mut self, member: cohort_messages::MemberIndex, cx: &mut Context<'_>) {
+        assert!((member.0 as usize) < self.spec.total(), "K4: a member of the group");
         if !self.is_primary() {
             return;
         }
         let from = self.acked_of(member).next();
-        self.send_prepares_from(member, from, fx);
+        self.send_prepares_from(member, from, cx);
     }
 
     fn send_prepares_from(
         &mut self,
         member: cohort_messages::MemberIndex,
         from: cohort_messages::Op,
-        fx: &mut Effects,
+        cx: &mut Context<'_>,
     ) {
         let limit = usize::try_from(self.config.pipeline_max_ops).unwrap_or(usize::MAX);
         let entries: Vec<_> = self.log.entries_from(from).take(limit).cloned().collect();
         for entry in entries {
             let prepare = self.prepare_message(entry);
-            self.send_prepare(self.node_of(member), prepare, fx);
+            self.send_prepare(self.node_of(member), prepare, cx);
         }
     }
 
     /// Members that have not confirmed this view get the StartView again.
-    fn resend_start_view(&mut self, fx: &mut Effects) {
-        if fx.now < self.heartbeat.view_start_tick + 2 * self.config.timing.commit_broadcast_interval_ticks {
+    fn resend_start_view(&mut self, now: u64, out: &mut Effects) {
+        if now < self.lead().heartbeat.view_start_tick + 2 * self.config.timing.commit_broadcast_interval_ticks {
             return;
         }
         // Z4: not to one that got it within a repair timeout (an answer to
         // its election messages, see `answer_with_start_view`).
         let unconfirmed: Vec<_> =
-            self.receivers().filter(|m| !self.confirmed_of(*m) && self.start_view_due(*m, fx.now)).collect();
+            self.receivers().filter(|m| !self.confirmed_of(*m) && self.start_view_due(*m, now)).collect();
         for member in unconfirmed {
-            self.send_start_view(member, fx);
+            self.send_start_view(member, now, out);
         }
     }
 
     /// A backup handles one Commit entry (R8, R17, R22).
-    pub(crate) fn on_commit(&mut self, from: cohort_messages::NodeId, entry: CommitEntry, fx: &mut Effects) {
+    pub(crate) fn on_commit(
+        &mut self,
+        from: cohort_messages::NodeId,
+        entry: CommitEntry,
+        now: u64,
+        cx: &mut Context<'_>,
+    ) {
+        debug_assert_eq!(self.spec.node_at(entry.replica), Some(from), "the shard checked the sender");
+        let (seen_before, lease_before) = (self.last_commit_seen, self.lease_expiry);
+        self.take_commit(from, entry, now, cx);
+        assert!(self.last_commit_seen >= seen_before, "R8: the newest Commit seen only grows");
+        assert!(self.lease_expiry >= lease_before, "V7: a granted lease is never taken back");
+    }
+
+    /// [`Replica::on_commit`]: restart the timeout, learn the commit point,
+    /// queue the reply.
+    fn take_commit(&mut self, from: cohort_messages::NodeId, entry: CommitEntry, now: u64, cx: &mut Context<'_>) {
+        let election_short = self.election().is_some_and(|e| e.svc_from.count() < self.spec.quorums.view_change);
         if entry.view < self.view
-            && self.status == Status::ViewChange
-            && !self.is_learner()
-            && self.svc_from.count() < self.spec.quorums.view_change
+            && election_short
             && entry.replica == self.primary_index_of(entry.view)
             && self.spec.node_at(entry.replica) == Some(from)
         {
             // Stranded alone in a later view while the group goes on: answer
             // from our view, so its primary knows we hear it and can move the
             // group up to us (see `on_tick`).
-            return fx.queue_reply(
+            return cx.queue_reply(
                 from,
                 CommitReplyEntry {
                     group: self.spec.group,
@@ -208,11 +236,8 @@ impl Replica {
             && entry.view < self.view
             && entry.replica == self.primary_index_of(entry.view);
         let current = entry.view == self.view && entry.replica == self.primary_index();
-        if !(current || stale_accepted)
-            || self.node_of(entry.replica) != from
-            || self.status != Status::Normal
-            || self.is_primary()
-        {
+        let follows = matches!(self.role, RoleState::Backup(_) | RoleState::Learner);
+        if !(current || stale_accepted) || self.node_of(entry.replica) != from || !follows {
             // R8: only the primary of our current view restarts our timeout.
             return;
         }
@@ -224,20 +249,26 @@ impl Replica {
                 WireState::Idle => timing.idle_timeout_effective_ticks(),
                 WireState::Busy | WireState::Eager => timing.commit_heartbeat_timeout_ticks,
             };
-            self.heartbeat_deadline = fx.now + timeout;
-            self.follows_idle = entry.heartbeat_state == WireState::Idle;
-            self.lease_expiry = self.lease_expiry.max(fx.now + timing.commit_heartbeat_timeout_ticks);
-            debug_assert!(self.heartbeat_deadline > fx.now, "R22: a newer Commit pushes the timeout into the future");
+            self.lease_expiry = self.lease_expiry.max(now + timing.commit_heartbeat_timeout_ticks);
+            // A learner keeps no timeout: it never starts a view change.
+            if let RoleState::Backup(backup) = &mut self.role {
+                backup.heartbeat_deadline = now + timeout;
+                backup.follows_idle = entry.heartbeat_state == WireState::Idle;
+                debug_assert!(
+                    backup.heartbeat_deadline > now,
+                    "R22: a newer Commit pushes the timeout into the future"
+                );
+            }
         }
         debug_assert!(self.last_commit_seen >= stamp, "the newest Commit seen only grows");
         if self.log_view != self.view {
             return; // Lagging: no reply until our log is the view's.
         }
-        self.learn_commit(entry.commit, fx);
+        self.learn_commit(entry.commit, cx.out);
         if entry.heartbeat_state == WireState::Idle {
-            self.snapshot_on_idle(fx);
+            self.snapshot_on_idle(cx.out);
         }
-        fx.queue_reply(
+        cx.queue_reply(
             from,
             CommitReplyEntry {
                 group: self.spec.group,
@@ -250,15 +281,16 @@ impl Replica {
     }
 
     /// The primary handles one CommitReply entry (R24, R29).
-    pub(crate) fn on_commit_reply(&mut self, entry: CommitReplyEntry, fx: &mut Effects) {
-        let now = fx.now;
+    pub(crate) fn on_commit_reply(&mut self, entry: CommitReplyEntry, now: u64, cx: &mut Context<'_>) {
+        debug_assert!(self.spec.node_at(entry.replica).is_some(), "the shard checked the sender");
         if self.is_primary() && entry.view > self.view && self.spec.is_voter(entry.replica) {
             if self.view_jump_refused(entry.view, now) {
                 // T5: a voter stranded that far ahead is no honest one's
                 // (see `view_jump_max_views`); the group stays where it is.
-                return fx.refused.count(crate::refusal::Refusal::ViewJump);
+                return cx.refuse(crate::refusal::Refusal::ViewJump);
             }
-            self.stranded = match self.stranded {
+            let primary = self.lead_mut();
+            primary.stranded = match primary.stranded {
                 Some((view, since, _)) if view == entry.view => Some((view, since, now)),
                 Some((view, since, last)) if view > entry.view => Some((view, since, last)),
                 _ => Some((entry.view, now, now)),
@@ -274,20 +306,21 @@ impl Replica {
             // reply to the process before a restart, whose ticks may be
             // ahead of this one's: counted, it would date the quorum window
             // (R24) in the future and let this primary serve reads (V7).
-            return fx.refused.count(crate::refusal::Refusal::ReplyTimestampUnsent);
+            return cx.refuse(crate::refusal::Refusal::ReplyTimestampUnsent);
         }
         if let Some(slot) = self.learner_slot(entry.replica) {
             let sent_tick = entry.timestamp_monotonic.0 / TIMESTAMP_PER_TICK;
             return self.on_learner_commit_reply(slot, sent_tick);
         }
         let member = entry.replica.0 as usize;
-        if member >= self.contact_tick.len() {
+        let primary = self.lead_mut();
+        if member >= primary.contact_tick.len() {
             return;
         }
-        self.confirmed[member] = true;
+        primary.confirmed[member] = true;
         let sent_tick = entry.timestamp_monotonic.0 / TIMESTAMP_PER_TICK;
-        let before = self.contact_tick[member];
-        self.contact_tick[member] = Some(before.map_or(sent_tick, |tick| tick.max(sent_tick)));
-        debug_assert!(self.contact_tick[member] >= before, "R24: a member's last contact never goes back");
+        let before = primary.contact_tick[member];
+        primary.contact_tick[member] = Some(before.map_or(sent_tick, |tick| tick.max(sent_tick)));
+        debug_assert!(primary.contact_tick[member] >= before, "R24: a member's last contact never goes back");
     }
 }

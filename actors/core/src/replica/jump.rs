@@ -11,7 +11,7 @@
 
 use cohort_messages::View;
 
-use super::{Replica, Status};
+use super::{Replica, RoleState};
 
 impl Replica {
     /// True while this replica follows a live primary: it is that primary,
@@ -19,10 +19,10 @@ impl Replica {
     /// from its primary still runs (one heartbeat timeout after the newest
     /// Commit it accepted, V7).
     pub(crate) fn follows_live_primary(&self, now: u64) -> bool {
-        match self.status {
-            Status::ViewChange => false,
-            Status::Normal if self.is_primary() => now < self.step_down_tick(),
-            Status::Normal => now < self.lease_expiry,
+        match self.role {
+            RoleState::ViewChange(_) => false,
+            RoleState::Primary(_) => now < self.step_down_tick(),
+            RoleState::Backup(_) | RoleState::Learner => now < self.lease_expiry,
         }
     }
 

@@ -36,7 +36,10 @@
 
 use cohort_messages::{GroupId, Incarnation, MemberIndex, Message, NodeId, Op, REPLICAS_MAX};
 
-use super::{GroupSpec, Replica, Status, WriteMode};
+use super::Context;
+use super::role::LearnerTrack;
+use super::{GroupSpec, Replica, RoleState, Status, WriteMode};
+use crate::effect::Role;
 use crate::effects::Effects;
 use crate::quorum::Quorums;
 
@@ -229,91 +232,62 @@ impl GroupSpec {
     }
 }
 
-/// What the primary knows of one learner (P4). Never read by quorum math.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct LearnerTrack {
-    /// The learner's node.
-    pub node: NodeId,
-    /// The highest op it acknowledged (PrepareOk) as durably held in this
-    /// view's log.
-    pub acked: Op,
-    /// It confirmed this view (a PrepareOk or CommitReply of this view).
-    pub confirmed: bool,
-    /// R25: whether the last Commit batch to it went to a connected link.
-    pub link_connected: bool,
-    /// The last tick it was heard from in this view (a PrepareOk's arrival,
-    /// or the send tick of a Commit it answered), or when tracking began.
-    pub heard_tick: u64,
-}
-
-impl LearnerTrack {
-    pub(crate) fn new(node: NodeId, now: u64) -> LearnerTrack {
-        LearnerTrack { node, acked: Op(0), confirmed: false, link_connected: true, heard_tick: now }
-    }
-}
-
 impl Replica {
     /// True if this replica is a learner of its group.
     pub fn is_learner(&self) -> bool {
         !self.spec.is_voter(self.spec.me)
     }
 
-    /// The position in `learners` of member index `member`, if it is a
-    /// learner's.
+    /// The learner slot (position in `spec.learners`) of member index
+    /// `member`, if it is a learner's.
     pub(crate) fn learner_slot(&self, member: MemberIndex) -> Option<usize> {
         let slot = (member.0 as usize).checked_sub(self.spec.members.len())?;
-        (slot < self.learners.len()).then_some(slot)
+        (slot < self.spec.learners.len()).then_some(slot)
     }
 
-    /// The highest op `member` (voter or learner) acknowledged in this view.
+    /// The primary: the highest op `member` (voter or learner) acknowledged
+    /// in this view.
     pub(crate) fn acked_of(&self, member: MemberIndex) -> Op {
+        let primary = self.lead();
         match self.learner_slot(member) {
-            Some(slot) => self.learners[slot].acked,
-            None => self.acked[member.0 as usize],
+            Some(slot) => primary.learners[slot].acked,
+            None => primary.acked[member.0 as usize],
         }
     }
 
-    /// True if `member` (voter or learner) confirmed this view.
+    /// The primary: true if `member` (voter or learner) confirmed this view.
     pub(crate) fn confirmed_of(&self, member: MemberIndex) -> bool {
+        let primary = self.lead();
         match self.learner_slot(member) {
-            Some(slot) => self.learners[slot].confirmed,
-            None => self.confirmed[member.0 as usize],
-        }
-    }
-
-    /// A new view: nothing is known of any learner yet.
-    pub(crate) fn reset_learner_tracks(&mut self, now: u64) {
-        for track in &mut self.learners {
-            track.acked = Op(0);
-            track.confirmed = false;
-            track.heard_tick = now;
+            Some(slot) => primary.learners[slot].confirmed,
+            None => primary.confirmed[member.0 as usize],
         }
     }
 
     /// The primary counts a learner's PrepareOk: progress only, no quorum.
-    pub(crate) fn on_learner_prepare_ok(&mut self, slot: usize, op: Op, fx: &mut Effects) {
-        let now = fx.now;
-        debug_assert!(self.is_primary());
+    pub(crate) fn on_learner_prepare_ok(&mut self, slot: usize, op: Op, now: u64, cx: &mut Context<'_>) {
         let log_op = self.log.op();
-        let track = &mut self.learners[slot];
+        let track = &mut self.lead_mut().learners[slot];
         track.confirmed = true;
         track.heard_tick = track.heard_tick.max(now);
         if op > track.acked && op <= log_op {
             track.acked = op;
             // Z6: a seal waits for its next members, learners among them.
             if self.seal_in_log() {
-                self.advance_commit(fx);
+                self.advance_commit(now, cx);
             }
         }
+        let track = &self.lead().learners[slot];
+        assert!(track.confirmed && track.acked <= self.log.op(), "P4: a learner acknowledged only what the log holds");
     }
 
     /// The primary notes a learner's CommitReply: it is in this view. The
     /// quorum window (R24) is dated from voters' replies only.
     pub(crate) fn on_learner_commit_reply(&mut self, slot: usize, sent_tick: u64) {
-        debug_assert!(self.is_primary());
-        let track = &mut self.learners[slot];
+        let track = &mut self.lead_mut().learners[slot];
         track.confirmed = true;
         track.heard_tick = track.heard_tick.max(sent_tick);
+        debug_assert!(track.heard_tick >= sent_tick, "a learner's last contact never goes back");
     }
 
     /// On the primary's send ticks: a learner silent for a heartbeat
@@ -321,21 +295,28 @@ impl Replica {
     /// unconfirmed so the StartView is re-sent until it answers in this view.
     pub(crate) fn unconfirm_silent_learners(&mut self, now: u64) {
         let timeout = self.config.timing.commit_heartbeat_timeout_ticks;
-        for track in &mut self.learners {
+        for track in &mut self.lead_mut().learners {
             if track.confirmed && now.saturating_sub(track.heard_tick) >= timeout {
                 track.confirmed = false;
                 track.heard_tick = now;
             }
         }
+        debug_assert!(
+            self.lead().learners.iter().all(|track| !track.confirmed || now.saturating_sub(track.heard_tick) < timeout),
+            "P4: a learner silent for a heartbeat timeout is unconfirmed"
+        );
     }
 
     /// R6 for learners: an eager Commit to each learner that holds the
     /// new commit point.
-    pub(crate) fn eager_commits_to_learners(&mut self, commit: Op, fx: &mut Effects) {
-        for slot in 0..self.learners.len() {
-            if self.learners[slot].acked >= commit {
-                let entry = self.commit_entry(cohort_messages::HeartbeatState::Eager, fx.now);
-                fx.queue_commit(self.learners[slot].node, entry, self.superblock_flush);
+    pub(crate) fn eager_commits_to_learners(&mut self, commit: Op, now: u64, out: &mut Effects) {
+        debug_assert!(commit <= self.commit_max, "R6: only a commit point reached");
+        for slot in 0..self.spec.learners.len() {
+            let track = &self.lead().learners[slot];
+            if track.acked >= commit {
+                let node = track.node;
+                let entry = self.commit_entry(cohort_messages::HeartbeatState::Eager, now);
+                out.queue_commit(node, entry, self.superblock_flush);
             }
         }
     }
@@ -345,12 +326,12 @@ impl Replica {
     /// group's primary would not learn a learner's progress until the next
     /// write. (Voters confirm by CommitReply; their progress counts only
     /// through later PrepareOks, which keeps their behaviour as it was.)
-    pub(crate) fn confirm_view_as_learner(&mut self, fx: &mut Effects) {
+    pub(crate) fn confirm_view_as_learner(&mut self, out: &mut Effects) {
         debug_assert!(self.is_learner());
-        if self.durable_op == Op(0) || self.status != Status::Normal || self.log_view != self.view {
+        if self.durable_op == Op(0) || self.status() != Status::Normal || self.log_view != self.view {
             return;
         }
-        fx.send_durable(self.node_of(self.primary_index()), Message::PrepareOk(self.prepare_ok()));
+        out.send_durable(self.node_of(self.primary_index()), Message::PrepareOk(self.prepare_ok()));
     }
 
     /// Replace the group's learners (P4), on any replica. Tracking of a
@@ -358,7 +339,8 @@ impl Replica {
     /// added one starts empty; a primary sends each added learner the
     /// StartView at once and includes it in every later send. A learner's
     /// own member index follows its position in the new list.
-    pub(crate) fn set_learners(&mut self, learners: Vec<NodeId>, fx: &mut Effects) -> Result<(), SpecError> {
+    pub(crate) fn set_learners(&mut self, learners: Vec<NodeId>, now: u64, out: &mut Effects) -> Result<(), SpecError> {
+        let role_before = self.role();
         let mut spec = self.spec.clone();
         spec.learners = learners;
         if self.is_learner() {
@@ -369,18 +351,32 @@ impl Replica {
             spec.me = MemberIndex(u8::try_from(spec.members.len() + slot).unwrap_or(u8::MAX));
         }
         spec.validate()?;
-        let old = std::mem::take(&mut self.learners);
+        // R25: a kept learner's link keeps its state; an added one's counts
+        // as connected until a batch to it says otherwise.
+        let voters = spec.members.len();
+        let mut link_connected = self.link_connected[..voters].to_vec();
         let mut added = Vec::new();
-        self.learners = spec
-            .learners
-            .iter()
-            .map(|node| {
-                old.iter().find(|track| track.node == *node).cloned().unwrap_or_else(|| {
+        for node in &spec.learners {
+            match self.spec.learners.iter().position(|learner| learner == node) {
+                Some(slot) => link_connected.push(self.link_connected[voters + slot]),
+                None => {
                     added.push(*node);
-                    LearnerTrack::new(*node, fx.now)
+                    link_connected.push(true);
+                }
+            }
+        }
+        self.link_connected = link_connected;
+        if let RoleState::Primary(primary) = &mut self.role {
+            let old = std::mem::take(&mut primary.learners);
+            primary.learners = spec
+                .learners
+                .iter()
+                .map(|node| {
+                    let kept = old.iter().find(|track| track.node == *node).cloned();
+                    kept.unwrap_or_else(|| LearnerTrack::new(*node, now))
                 })
-            })
-            .collect();
+                .collect();
+        }
         self.spec = spec;
         // A transfer from a learner's index may now name another node.
         if self.state_transfer.as_ref().is_some_and(|transfer| !self.spec.is_voter(transfer.source)) {
@@ -389,8 +385,13 @@ impl Replica {
         if self.is_primary() && !added.is_empty() {
             let message = self.start_view_message();
             for node in added {
-                self.send_view_change(node, Message::StartView(message.clone()), fx);
+                self.send_view_change(node, Message::StartView(message.clone()), out);
             }
+        }
+        assert_eq!(self.role(), role_before, "{self:?}: a change of learners keeps the role");
+        assert_eq!(self.link_connected.len(), self.spec.total(), "R25: link state per member");
+        if let RoleState::Primary(primary) = &self.role {
+            assert!(primary.learners.iter().map(|track| track.node).eq(self.spec.learners.iter().copied()));
         }
         Ok(())
     }
@@ -398,10 +399,10 @@ impl Replica {
     /// P4, on the primary: per learner, the op through which it holds this
     /// view's log durably (as acknowledged). Empty on any other replica.
     pub fn learner_progress(&self) -> Vec<(NodeId, Op)> {
-        if !self.is_primary() {
-            return Vec::new();
+        match &self.role {
+            RoleState::Primary(primary) => primary.learners.iter().map(|track| (track.node, track.acked)).collect(),
+            _ => Vec::new(),
         }
-        self.learners.iter().map(|track| (track.node, track.acked)).collect()
     }
 
     /// P4, on the primary: true if learner `node` confirmed this view and
@@ -409,34 +410,20 @@ impl Replica {
     /// waits for before reporting `ReportCaughtUp`. False on any other
     /// replica and for nodes that are not learners.
     pub fn learner_caught_up(&self, node: NodeId) -> bool {
-        self.is_primary()
-            && self.learners.iter().any(|track| track.node == node && track.confirmed && track.acked >= self.commit_max)
+        let caught_up = |track: &LearnerTrack| track.node == node && track.confirmed && track.acked >= self.commit_max;
+        matches!(&self.role, RoleState::Primary(primary) if primary.learners.iter().any(caught_up))
     }
 
     /// The learners' share of [`Replica::invariants`].
     pub(crate) fn learner_invariants(&self) {
-        let voters = self.spec.members.len();
         assert!(self.spec.validate().is_ok(), "{self:?}: invalid spec");
-        // Quorum math reads only these voter-sized vectors: a learner is
-        // never counted in a commit point, quorum wait, window or election.
-        assert_eq!(self.acked.len(), voters, "{self:?}: acks of non-voters");
-        assert_eq!(self.confirmed.len(), voters, "{self:?}: confirmations of non-voters");
-        assert_eq!(self.contact_tick.len(), voters, "{self:?}: quorum window over non-voters");
-        assert_eq!(self.dvcs.len(), voters, "{self:?}: DoViewChanges of non-voters");
-        assert!(
-            self.learners.iter().map(|track| track.node).eq(self.spec.learners.iter().copied()),
-            "{self:?}: learner tracking out of step with the spec"
-        );
+        assert_eq!(self.link_connected.len(), self.spec.total(), "{self:?}: link state per member");
+        // Quorum math reads only voter-sized vectors (`role_invariants`): a
+        // learner is never counted in a commit point, quorum wait, window
+        // or election.
         if self.is_learner() {
-            assert_eq!(self.status, Status::Normal, "{self:?}: a learner in a view change");
-            assert!(!self.is_primary(), "{self:?}: a learner is primary");
-            assert!(self.dvcs.iter().all(Option::is_none), "{self:?}: a learner collected DoViewChanges");
-            assert!(self.waits.is_empty() && self.request_queue.is_empty(), "{self:?}: a learner holds requests");
-        }
-        if self.is_primary() {
-            for track in &self.learners {
-                assert!(track.acked <= self.log.op(), "{self:?}: learner acked past the log");
-            }
+            assert_eq!(self.role(), Role::Learner, "{self:?}: a learner in another role");
+            assert!(self.request_queue.is_empty(), "{self:?}: a learner holds requests");
         }
     }
 }

@@ -4,12 +4,18 @@
 //! apply), `heartbeat` (Commit heartbeats and replies, busy/idle),
 //! `view_change` (StartViewChange, DoViewChange, StartView), `repair`
 //! (missing prepares and state transfer), `snapshot` (V6), `wait`
-//! (quorum waits), `jump` (T5: how far one message may move a view) and
-//! `transfer` (C4: a directed view change to a chosen member).
+//! (quorum waits), `jump` (T5: how far one message may move a view),
+//! `transfer` (C4: a directed view change to a chosen member) and `quiet`
+//! (Z3). `role` holds each role's state.
 //! Every handler leaves the replica in a state that passes
 //! [`Replica::invariants`].
 //!
-//! # Status
+//! A handler gets the tick by value, and borrows of what it touches outside
+//! the replica: the shard's output buffer alone, or a `Context` (the buffer,
+//! the counters, the congested peers), and the quiescence pairs only where
+//! it quiesces or wakes (see `context`).
+//!
+//! # Status and role
 //! - `Normal` with `log_view == view`: primary or backup of `view`.
 //! - `Normal` with `log_view < view`: a backup that knows the primary of
 //!   `view` but has not yet adopted its log (it is catching up by state
@@ -17,17 +23,24 @@
 //! - `ViewChange`: gave up on the primary of `view - 1` or earlier and is
 //!   electing the primary of `view`.
 //!
+//! The replica holds its role as one value (`role`: primary, backup, view
+//! change or learner), with the state only that role keeps; the status is
+//! read from it, and a transition builds the next role's state whole (see
+//! `role` for what stays on the replica across roles, and why).
+//!
 //! # Voters and learners (P4)
 //! Member indexes `0..members.len()` are the voters; the group's learners
 //! follow (`members.len() + i`). A learner receives the log and applies
 //! committed ops but never votes: see `learner`.
 
+mod context;
 mod heartbeat;
 mod jump;
 mod learner;
 mod normal;
 mod quiet;
 mod repair;
+mod role;
 mod seal;
 mod snapshot;
 mod transfer;
@@ -44,13 +57,15 @@ use crate::config::CoreConfig;
 use crate::effect::{FlushId, Role};
 use crate::effects::Effects;
 use crate::log::Log;
+use crate::quiesce::Pairs;
 use crate::quorum::Quorums;
 use crate::state_machine::StateMachine;
 use crate::storage::{Snapshot, Superblock};
 
+pub(crate) use context::Context;
 pub use heartbeat::GroupActivity;
-pub(crate) use learner::LearnerTrack;
 pub use learner::{Placement, SpecError};
+pub(crate) use role::{Backup, Election, Primary, RoleState};
 
 /// Heartbeat timeouts a healthy primary waits for a voter stuck alone in a
 /// later view before the group moves up to that view.
@@ -100,7 +115,8 @@ pub struct Replica {
     pub(crate) spec: GroupSpec,
     /// Shared by every replica of the shard (Z1: a copy was 120 bytes a replica).
     pub(crate) config: Arc<CoreConfig>,
-    pub(crate) status: Status,
+    /// What it does in `view`, with that role's state (see `role`).
+    pub(crate) role: RoleState,
     pub(crate) view: View,
     pub(crate) log_view: View,
     pub(crate) log: Log,
@@ -114,44 +130,30 @@ pub struct Replica {
     pub(crate) state: Box<dyn StateMachine>,
     pub(crate) clients: ClientTable,
     pub(crate) snapshot: Option<Snapshot>,
-    // Primary.
-    pub(crate) acked: Vec<Op>,
-    pub(crate) confirmed: Vec<bool>,
-    /// Per member: the send tick of the newest Commit it answered in this
-    /// view (`None`: no answer in this view yet).
-    pub(crate) contact_tick: Vec<Option<u64>>,
-    /// Per member: the tick this primary last sent it the view's StartView
-    /// (empty until it leads; see `send_start_view`).
-    pub(crate) start_view_sent_tick: Vec<u64>,
-    pub(crate) start_view_op: Op,
-    /// Async groups: writes acknowledged up to here.
-    pub(crate) async_acked_op: Op,
+    /// Client requests waiting for room in a primary's pipeline. A primary
+    /// that a StartView makes a backup keeps them until its next view
+    /// change (or its seal) answers them.
     pub(crate) request_queue: VecDeque<Request>,
-    pub(crate) waits: Vec<QuorumWait>,
-    pub(crate) heartbeat: heartbeat::PrimaryHeartbeat,
+    /// The newest Commit timestamp this process sent: they only grow, in
+    /// every view (R14).
     pub(crate) timestamp: Timestamp,
-    // Backup.
-    pub(crate) heartbeat_deadline: u64,
+    /// The lease this member granted: it joins no view change before this
+    /// tick (V7). A promise of the member, kept across views.
     pub(crate) lease_expiry: u64,
+    /// The newest Commit accepted, as (view, timestamp): an older one
+    /// restarts no timeout (R8).
     pub(crate) last_commit_seen: (View, Timestamp),
-    /// The newest Commit seen said `Idle`: the timeout is the idle one (R22).
-    pub(crate) follows_idle: bool,
+    /// When a missing range or a state chunk is asked for again.
     pub(crate) repair_deadline: u64,
+    /// The highest op known to exist that this member lacks.
     pub(crate) repair_target: Op,
+    /// A snapshot being fetched (it may span a view change).
     pub(crate) state_transfer: Option<Box<repair::StateTransfer>>,
-    // View change.
-    pub(crate) view_change_deadline: u64,
-    pub(crate) view_change_resend_tick: u64,
+    /// The highest view this member heard an election of (it joins it once
+    /// its lease ends).
     pub(crate) svc_view_seen: View,
-    pub(crate) svc_from: crate::quorum::MemberSet,
-    pub(crate) dvcs: Vec<Option<DoViewChangeSummary>>,
     /// DoViewChanges for a later view that we lead, kept while our lease runs.
     pub(crate) early_dvcs: Vec<cohort_messages::DoViewChange>,
-    /// Primary: voters that hear this primary but are stuck without a
-    /// quorum in a later view (they answer Commits from that view): the
-    /// highest such view, with when it was first and last heard of (see
-    /// `on_tick`).
-    pub(crate) stranded: Option<(View, u64, u64)>,
     // Superblock.
     pub(crate) superblock_saved: Option<Superblock>,
     pub(crate) superblock_retry: bool,
@@ -161,15 +163,6 @@ pub struct Replica {
     pub(crate) superblock_blocked: Option<FlushId>,
     /// The flush that carries the latest staged superblock (R12).
     pub(crate) superblock_flush: FlushId,
-    /// Prepares wait for this flush: the one carrying the superblock of the
-    /// view this replica leads. For view 0 of an incarnation it switched
-    /// to (no view change), that is safety: until that view is durable, a
-    /// crash would forget it led it, and a restart that switches again
-    /// would lead the same view with another log (V2). After a view change
-    /// it is order: the StartView waits for that flush too, and a Prepare
-    /// that reached a backup before it would be dropped there (the backup
-    /// is still electing) and its op would wait for a repair. 0: no wait.
-    pub(crate) lead_after_flush: FlushId,
     pub(crate) role_reported: Option<(View, Role)>,
     /// The seal this replica applied: its incarnation's state is final.
     pub(crate) sealed: Option<Box<Sealed>>,
@@ -183,14 +176,13 @@ pub struct Replica {
     /// in this view"; it may leave only once this is the replica's log view,
     /// or a crash could take the view back after the primary counted it (V2).
     pub(crate) superblock_durable_log_view: Option<View>,
-    /// R25: whether the last Commit batch to each member went to a connected link.
+    /// R25: per member (voters, then learners), whether the last Commit
+    /// batch to it went to a connected link.
     pub(crate) link_connected: Vec<bool>,
-    /// Per learner, in `spec.learners` order: what the primary knows of
-    /// it (P4). Kept apart from the voters' vectors so that no quorum, window
-    /// or lease can count a learner.
-    pub(crate) learners: Vec<LearnerTrack>,
     /// Z3, primary: members (bits by index) the group is quiesced for, and
-    /// members it was proposed to, at `quiet_at` (view, commit).
+    /// members it was proposed to, at `quiet_at` (view, commit). Kept off
+    /// the primary's role state: `check_quiet` wakes the group after any
+    /// input that moved it away, its role included.
     pub(crate) quiet_members: u64,
     pub(crate) quiet_proposed: u64,
     pub(crate) quiet_at: (View, Op),
@@ -203,7 +195,7 @@ impl std::fmt::Debug for Replica {
         f.debug_struct("Replica")
             .field("group", &self.spec.group)
             .field("me", &self.spec.me)
-            .field("status", &self.status)
+            .field("role", &self.role)
             .field("view", &self.view)
             .field("log_view", &self.log_view)
             .field("op", &self.log.op())
@@ -211,8 +203,6 @@ impl std::fmt::Debug for Replica {
             .field("commit_max", &self.commit_max)
             .field("durable_op", &self.durable_op)
             .field("base", &self.log.base())
-            .field("acked", &self.acked)
-            .field("start_view_op", &self.start_view_op)
             .finish()
     }
 }
@@ -222,11 +212,16 @@ impl Replica {
         if let Err(error) = spec.validate() {
             panic!("a replica needs a valid spec (validated by the shard): {error}");
         }
-        let members = spec.members.len();
-        let learners = spec.learners.iter().map(|node| LearnerTrack::new(*node, now)).collect();
+        // A voter starts as a backup of view 0 (member 0 then leads it:
+        // `start_view_zero`), a learner as a learner.
+        let role = if spec.is_voter(spec.me) {
+            RoleState::Backup(Backup::new(now, config.timing.commit_heartbeat_timeout_ticks))
+        } else {
+            RoleState::Learner
+        };
         let clients = ClientTable::new(config.clients_max);
         Replica {
-            status: Status::Normal,
+            role,
             view: View(0),
             log_view: View(0),
             log: Log::new(Op(0), View(0)),
@@ -237,42 +232,25 @@ impl Replica {
             state,
             clients,
             snapshot: None,
-            acked: vec![Op(0); members],
-            confirmed: vec![false; members],
-            contact_tick: vec![None; members],
-            start_view_sent_tick: Vec::new(),
-            start_view_op: Op(0),
-            async_acked_op: Op(0),
             request_queue: VecDeque::new(),
-            waits: Vec::new(),
-            heartbeat: heartbeat::PrimaryHeartbeat::default(),
             timestamp: Timestamp(0),
-            heartbeat_deadline: now + config.timing.commit_heartbeat_timeout_ticks,
             lease_expiry: now + config.timing.commit_heartbeat_timeout_ticks,
             last_commit_seen: (View(0), Timestamp(0)),
-            follows_idle: false,
             repair_deadline: 0,
             repair_target: Op(0),
             state_transfer: None,
-            view_change_deadline: 0,
-            view_change_resend_tick: 0,
             svc_view_seen: View(0),
-            svc_from: crate::quorum::MemberSet::EMPTY,
-            dvcs: vec![None; members],
             early_dvcs: Vec::new(),
-            stranded: None,
             superblock_saved: None,
             superblock_retry: false,
             superblock_blocked: None,
             superblock_flush: 0,
-            lead_after_flush: 0,
             role_reported: None,
             sealed: None,
             outpaced: false,
             superblock_durable_commit: Op(0),
             superblock_durable_log_view: None,
-            link_connected: vec![true; members],
-            learners,
+            link_connected: vec![true; spec.total()],
             quiet_members: 0,
             quiet_proposed: 0,
             quiet_at: (View(0), Op(0)),
@@ -284,20 +262,30 @@ impl Replica {
 
     /// A brand-new member of a brand-new group: view 0, empty log. Member 0
     /// is the primary of view 0. Stages the first superblock.
-    pub fn create(spec: GroupSpec, config: Arc<CoreConfig>, state: Box<dyn StateMachine>, fx: &mut Effects) -> Replica {
-        let mut replica = Replica::blank(spec, config, state, fx.now);
-        replica.start_view_zero(fx);
+    pub(crate) fn create(
+        spec: GroupSpec,
+        config: Arc<CoreConfig>,
+        state: Box<dyn StateMachine>,
+        now: u64,
+        cx: &mut Context<'_>,
+    ) -> Replica {
+        let mut replica = Replica::blank(spec, config, state, now);
+        replica.start_view_zero(now, cx);
+        assert_eq!(replica.view, View(0), "a new group starts in view 0");
+        assert!(replica.superblock_saved.is_some(), "a new member stages its first superblock");
         replica
     }
 
     /// Stage the superblock and take the role of view 0: member 0 leads it.
-    pub(crate) fn start_view_zero(&mut self, fx: &mut Effects) {
-        self.stage_superblock(fx);
-        if self.is_primary() {
-            self.become_primary(fx);
+    pub(crate) fn start_view_zero(&mut self, now: u64, cx: &mut Context<'_>) {
+        assert!(self.view == View(0) && self.log_view == View(0), "a replica starts in view 0");
+        self.stage_superblock(cx.out);
+        if self.primary_index() == self.spec.me {
+            self.become_primary(now, cx);
         } else {
-            self.report_role(fx);
+            self.report_role(cx.out);
         }
+        assert_eq!(self.is_primary(), self.primary_index() == self.spec.me, "member 0 leads view 0, alone");
     }
 
     /// Rebuild a member from what storage recovered (V4).
@@ -307,16 +295,17 @@ impl Replica {
     /// durable itself, so it starts a view change to the next view. Every
     /// restarted member waits a full heartbeat timeout before it joins a view
     /// change, because it no longer knows what lease it granted (V7, R24).
-    pub fn recover(
+    pub(crate) fn recover(
         spec: GroupSpec,
         config: Arc<CoreConfig>,
         state: Box<dyn StateMachine>,
         recovered: crate::storage::RecoveredGroup,
-        fx: &mut Effects,
+        now: u64,
+        cx: &mut Context<'_>,
     ) -> Result<Replica, String> {
-        let mut replica = Replica::blank(spec, config, state, fx.now);
+        let mut replica = Replica::blank(spec, config, state, now);
         if let Some(snapshot) = &recovered.snapshot {
-            replica.install_snapshot_state(snapshot, fx)?;
+            replica.install_snapshot_state(snapshot, cx.out)?;
             replica.snapshot = Some(snapshot.clone());
         }
         let base = replica.log.base();
@@ -376,46 +365,57 @@ impl Replica {
         }
         // Everything recovered is durable, the log view read from it too.
         replica.superblock_durable_log_view = Some(replica.log_view);
-        replica.apply_committed(fx);
         let was_normal = replica.view == replica.log_view;
-        if was_normal && replica.primary_index() == replica.spec.me {
+        let was_primary = was_normal && replica.primary_index() == replica.spec.me;
+        if was_primary {
+            // It applies what it committed as the primary it was (with no
+            // acknowledgement of this process: every applied op is
+            // answered), then leaves that view.
+            let spec = &replica.spec;
+            let primary = Primary::new(spec.members.len(), spec.me, &spec.learners, now, Op(0), 0);
+            replica.role = RoleState::Primary(Box::new(primary));
+        }
+        replica.apply_committed(cx.out);
+        if was_primary {
             let next = replica.view.next();
-            replica.lease_expiry = fx.now;
-            replica.start_view_change(next, fx);
+            replica.lease_expiry = now;
+            replica.start_view_change(next, now, cx);
         } else if was_normal || replica.is_learner() {
             // A learner never takes part in a view change: it waits for
             // the primary's StartView, which is re-sent until it confirms.
-            replica.status = Status::Normal;
-            replica.report_role(fx);
+            // A backup follows the view it was in (its role from `blank`).
+            replica.report_role(cx.out);
         } else {
-            replica.status = Status::ViewChange;
-            replica.view_change_deadline = fx.now + replica.config.timing.view_change_timeout_ticks;
-            replica.report_role(fx);
+            // It was electing: it goes on (its election messages go at once).
+            let deadline = now + replica.config.timing.view_change_timeout_ticks;
+            let voters = replica.spec.members.len();
+            replica.role = RoleState::ViewChange(Election::new(voters, deadline, 0, crate::quorum::MemberSet::EMPTY));
+            replica.report_role(cx.out);
         }
-        replica.lease_expiry = fx.now + replica.config.timing.commit_heartbeat_timeout_ticks;
+        replica.lease_expiry = now + replica.config.timing.commit_heartbeat_timeout_ticks;
+        assert_eq!(replica.durable_op, replica.log.op(), "everything recovered is durable");
+        assert!(replica.view >= replica.log_view, "a recovered member is in its log's view or later");
         Ok(replica)
     }
 
     /// R25: record whether a Commit batch to `node` reached a connected link.
     pub(crate) fn record_link(&mut self, node: NodeId, connected: bool) {
-        if let Some(member) = self.spec.members.iter().position(|m| *m == node) {
-            self.link_connected[member] = connected;
-        } else if let Some(track) = self.learners.iter_mut().find(|track| track.node == node) {
-            track.link_connected = connected;
+        if let Some(member) = self.spec.index_of(node) {
+            self.link_connected[member.0 as usize] = connected;
         }
     }
 
     /// R25: whether the last Commit batch to `member` went to a connected link.
     pub fn link_connected(&self, member: MemberIndex) -> bool {
-        match self.learner_slot(member) {
-            Some(slot) => self.learners[slot].link_connected,
-            None => self.link_connected.get(member.0 as usize).copied().unwrap_or(false),
-        }
+        self.link_connected.get(member.0 as usize).copied().unwrap_or(false)
     }
 
     /// A primary's heartbeat state (R20); `Busy` for other roles.
     pub fn activity(&self) -> GroupActivity {
-        if self.is_primary() { self.heartbeat.activity } else { GroupActivity::Busy }
+        match &self.role {
+            RoleState::Primary(primary) => primary.heartbeat.activity,
+            _ => GroupActivity::Busy,
+        }
     }
 
     /// Whether this is a backup that waits `commit_idle_heartbeat_timeout`
@@ -424,7 +424,7 @@ impl Replica {
     /// set by what its backups wait, not by what it believes.
     pub fn waits_idle_timeout(&self) -> bool {
         let quiet = self.follow_quiet.is_some();
-        self.status == Status::Normal && !self.is_primary() && !self.is_learner() && (self.follows_idle || quiet)
+        matches!(self.role, RoleState::Backup(backup) if backup.follows_idle || quiet)
     }
 
     /// The group.
@@ -453,19 +453,12 @@ impl Replica {
 
     /// This member's role.
     pub fn role(&self) -> Role {
-        if self.is_learner() {
-            return Role::Learner;
-        }
-        match self.status {
-            Status::ViewChange => Role::ViewChange,
-            Status::Normal if self.is_primary() => Role::Primary,
-            Status::Normal => Role::Backup,
-        }
+        self.role.role()
     }
 
     /// True if normal and the primary of the current view.
     pub fn is_primary(&self) -> bool {
-        self.status == Status::Normal && self.log_view == self.view && self.primary_index() == self.spec.me
+        matches!(self.role, RoleState::Primary(_))
     }
 
     /// True if this replica is primary and a replication quorum confirmed
@@ -521,7 +514,7 @@ impl Replica {
 
     /// Status.
     pub fn status(&self) -> Status {
-        self.status
+        self.role.status()
     }
 
     /// The log entry at `op`, if held in memory.
@@ -575,13 +568,13 @@ impl Replica {
     }
 
     /// Send a Prepare: at once (unless the link is congested, K4), or once
-    /// the view this replica leads is durable (see `lead_after_flush`).
-    pub(crate) fn send_prepare(&self, to: NodeId, prepare: cohort_messages::Prepare, fx: &mut Effects) {
-        fx.send_prepare_after(to, prepare, self.lead_after_flush);
+    /// the view this replica leads is durable (see `Primary::lead_after_flush`).
+    pub(crate) fn send_prepare(&self, to: NodeId, prepare: cohort_messages::Prepare, cx: &mut Context<'_>) {
+        cx.send_prepare_after(to, prepare, self.lead().lead_after_flush);
     }
 
     /// Stage the superblock if it changed since the last save.
-    pub(crate) fn stage_superblock(&mut self, fx: &mut Effects) {
+    pub(crate) fn stage_superblock(&mut self, out: &mut Effects) {
         let superblock = self.superblock();
         if self.superblock_saved.as_ref() == Some(&superblock) && !self.superblock_retry {
             return;
@@ -589,12 +582,12 @@ impl Replica {
         self.superblock_retry = false;
         self.superblock_saved = Some(superblock.clone());
         let flush =
-            fx.stage(self.spec.group, crate::effect::Effect::StageSuperblock { group: self.spec.group, superblock });
+            out.stage(self.spec.group, crate::effect::Effect::StageSuperblock { group: self.spec.group, superblock });
         self.superblock_flush = flush;
         self.pending_durable.push_back((flush, self.log.op()));
         if self.superblock_blocked.is_some() {
             self.superblock_blocked = Some(flush);
-            fx.unpark_group(self.spec.group, flush);
+            out.unpark_group(self.spec.group, flush);
         }
     }
 
@@ -604,38 +597,45 @@ impl Replica {
     /// (view-change messages too, whose promise rests on the durable view),
     /// and `on_flushed` does not advance its durable point. The other groups
     /// go on.
-    pub(crate) fn superblock_failed(&mut self, fx: &mut Effects) {
+    pub(crate) fn superblock_failed(&mut self, out: &mut Effects) {
         self.superblock_retry = true;
         self.superblock_blocked = Some(FlushId::MAX);
-        fx.park_group(self.spec.group);
+        out.park_group(self.spec.group);
+        assert_eq!(self.next_wakeup(), 0, "R12: the retry is staged on the next tick");
     }
 
     /// Stage an append and remember when it becomes durable.
-    pub(crate) fn stage_append(&mut self, entry: cohort_messages::LogEntry, fx: &mut Effects) {
+    pub(crate) fn stage_append(&mut self, entry: cohort_messages::LogEntry, out: &mut Effects) {
         let op = entry.op;
         debug_assert!(op > self.log.base(), "appends go above the snapshot");
         debug_assert!(op <= self.log.op().next(), "appends never leave a gap");
         debug_assert!(entry.view <= self.view, "an entry of a view this replica has not reached");
         self.log.push(entry.clone());
         debug_assert_eq!(self.log.op(), op, "the appended entry is the log's last");
-        let flush = fx.stage(self.spec.group, crate::effect::Effect::Append { group: self.spec.group, entry });
+        let flush = out.stage(self.spec.group, crate::effect::Effect::Append { group: self.spec.group, entry });
         self.pending_durable.push_back((flush, op));
     }
 
     /// Stage a truncation; durability claims shrink at once.
-    pub(crate) fn stage_truncate(&mut self, after: Op, fx: &mut Effects) {
+    pub(crate) fn stage_truncate(&mut self, after: Op, out: &mut Effects) {
         debug_assert!(after >= self.commit_min, "committed and applied ops are never truncated");
         self.log.truncate_after(after);
         self.durable_op = self.durable_op.min(after);
         for pending in self.pending_durable.iter_mut() {
             pending.1 = pending.1.min(after);
         }
-        let flush = fx.stage(self.spec.group, crate::effect::Effect::Truncate { group: self.spec.group, after });
+        let flush = out.stage(self.spec.group, crate::effect::Effect::Truncate { group: self.spec.group, after });
         self.pending_durable.push_back((flush, after));
+        debug_assert!(self.log.op() <= after && self.durable_op <= after, "nothing past the truncation is held");
     }
 
     /// A flush completed: what was staged before it is durable.
-    pub(crate) fn on_flushed(&mut self, id: FlushId, fx: &mut Effects) {
+    pub(crate) fn on_flushed(&mut self, id: FlushId, now: u64, cx: &mut Context<'_>) {
+        assert!(id > 0, "flush ids start at 1");
+        debug_assert!(
+            self.pending_durable.iter().zip(self.pending_durable.iter().skip(1)).all(|(a, b)| a.0 <= b.0),
+            "staged writes wait for their flushes in order"
+        );
         if let Some(until) = self.superblock_blocked {
             if id < until {
                 return; // The superblock this durability rests on is not durable yet.
@@ -672,54 +672,58 @@ impl Replica {
         debug_assert!(self.pending_durable.front().is_none_or(|(flush, _)| *flush > id), "flushes complete in order");
         debug_assert!(self.durable_op <= self.log.op(), "durable only what is in the log");
         if advanced || view_became_durable {
-            self.on_durable(fx);
+            self.on_durable(now, cx);
         }
     }
 
-    pub(crate) fn report_role(&mut self, fx: &mut Effects) {
+    /// Tell the driver's followers the replica's role in its view, once
+    /// per change.
+    pub(crate) fn report_role(&mut self, out: &mut Effects) {
         let now = (self.view, self.role());
+        debug_assert!(self.role_reported.is_none_or(|(view, _)| view <= now.0), "roles are reported in view order");
         if self.role_reported != Some(now) {
             self.role_reported = Some(now);
-            fx.push(crate::effect::Effect::RoleChanged {
+            out.push(crate::effect::Effect::RoleChanged {
                 group: self.spec.group,
                 incarnation: self.spec.incarnation,
                 view: self.view,
                 role: now.1,
             });
         }
+        assert_eq!(self.role_reported, Some(now), "the reported role is the replica's");
     }
 
     /// The earliest tick at which this replica has timed work.
     pub fn next_wakeup(&self) -> u64 {
         let mut wake = if self.superblock_retry { 0 } else { u64::MAX };
-        match self.status {
-            Status::ViewChange => {
-                wake = wake.min(self.view_change_deadline).min(self.view_change_resend_tick);
+        match &self.role {
+            RoleState::ViewChange(election) => {
+                wake = wake.min(election.deadline_tick).min(election.resend_tick);
                 if self.state_transfer.is_some() {
                     wake = wake.min(self.repair_deadline);
                 }
             }
-            Status::Normal if self.is_primary() => {
+            RoleState::Primary(primary) => {
                 // Z3: a group quiesced for every member has no heartbeat;
                 // its pairs wake it if their replies stop.
                 if !self.fully_quiet() {
-                    wake = wake.min(self.heartbeat.next_due_tick(&self.config, self.commit_max, self.view));
+                    wake = wake.min(primary.heartbeat.next_due_tick(&self.config, self.commit_max, self.view));
                     wake = wake.min(self.step_down_tick());
                 }
-                for wait in &self.waits {
+                for wait in &primary.waits {
                     wake = wake.min(wait.deadline_tick);
                 }
             }
-            Status::Normal if self.is_learner() => {
+            RoleState::Learner => {
                 // No heartbeat timeout: a learner never starts a view change.
                 if self.needs_repair() {
                     wake = wake.min(self.repair_deadline);
                 }
             }
-            Status::Normal => {
+            RoleState::Backup(backup) => {
                 // Z3: a quiesced backup's timeout is its pair's.
                 if self.follow_quiet.is_none() {
-                    wake = wake.min(self.heartbeat_deadline);
+                    wake = wake.min(backup.heartbeat_deadline);
                 }
                 if self.svc_view_seen > self.view {
                     wake = wake.min(self.lease_expiry);
@@ -732,43 +736,52 @@ impl Replica {
         wake
     }
 
-    /// Timed work due at `fx.now`.
-    pub(crate) fn on_tick(&mut self, fx: &mut Effects) {
-        let now = fx.now;
+    /// Timed work due at `now`; a primary's idle heartbeat may propose
+    /// quiescence into `pairs` (Z3).
+    pub(crate) fn on_tick(&mut self, now: u64, cx: &mut Context<'_>, pairs: &mut Pairs) {
+        debug_assert!(self.next_wakeup() <= now, "{self:?}: ticked before its timed work is due");
+        let view_before = self.view;
+        self.run_due_work(now, cx, pairs);
+        assert!(self.view >= view_before, "{self:?}: a tick moved the view back");
+        assert!(!self.superblock_retry, "R12: a tick stages the retried superblock");
+    }
+
+    /// The timed work of [`Replica::on_tick`], by role.
+    fn run_due_work(&mut self, now: u64, cx: &mut Context<'_>, pairs: &mut Pairs) {
         if self.superblock_retry {
-            self.stage_superblock(fx);
+            self.stage_superblock(cx.out);
         }
         let timing = self.config.timing.clone();
-        match self.status {
-            Status::ViewChange => {
-                let evidence = self.svc_from.count() >= self.spec.quorums.view_change;
-                if now >= self.view_change_deadline && (evidence || self.svc_view_seen > self.view) {
+        match &mut self.role {
+            RoleState::ViewChange(election) => {
+                let evidence = election.svc_from.count() >= self.spec.quorums.view_change;
+                if now >= election.deadline_tick && (evidence || self.svc_view_seen > self.view) {
                     // This view's election failed with a quorum taking part:
                     // try the next one (or join a later one under way).
                     let next = self.view.next().max(self.svc_view_seen);
-                    self.start_view_change(next, fx);
-                } else if now >= self.view_change_deadline {
+                    self.start_view_change(next, now, cx);
+                } else if now >= election.deadline_tick {
                     // Alone in this election (the others still follow a
                     // primary): stay in this view and keep asking, instead
                     // of dragging the group through views (pre-vote).
-                    self.view_change_deadline = now + timing.view_change_timeout_ticks;
-                    self.view_change_resend_tick = now + timing.repair_timeout_ticks;
-                    self.send_view_change_messages(fx);
-                } else if now >= self.view_change_resend_tick {
+                    election.deadline_tick = now + timing.view_change_timeout_ticks;
+                    election.resend_tick = now + timing.repair_timeout_ticks;
+                    self.send_view_change_messages(now, cx);
+                } else if now >= election.resend_tick {
                     // Loss must not stall the election: say it again.
-                    self.view_change_resend_tick = now + timing.repair_timeout_ticks;
-                    self.send_view_change_messages(fx);
+                    election.resend_tick = now + timing.repair_timeout_ticks;
+                    self.send_view_change_messages(now, cx);
                 }
                 if self.state_transfer.is_some() && now >= self.repair_deadline {
-                    self.retry_state_transfer(fx);
+                    self.retry_state_transfer(now, cx.out);
                 }
             }
-            Status::Normal if self.is_primary() => {
-                self.expire_waits(fx);
+            RoleState::Primary(_) => {
+                self.expire_waits(now, cx.out);
                 if now >= self.step_down_tick() {
                     // R24: no quorum heard within the window: step down.
                     let next = self.view.next().max(self.svc_view_seen);
-                    self.start_view_change(next, fx);
+                    self.start_view_change(next, now, cx);
                     return;
                 }
                 // A voter alone in a later view cannot come back: it promised
@@ -777,42 +790,48 @@ impl Replica {
                 // timeouts (so it hears us: a member that cannot hear the
                 // primary never does), the group moves up to its view once.
                 let window = timing.commit_heartbeat_timeout_ticks;
-                if let Some((view, since, last)) = self.stranded
+                if let Some((view, since, last)) = self.lead().stranded
                     && view > self.view
                     && now >= since.saturating_add(STRANDED_TIMEOUTS * window)
                     && now < last.saturating_add(window)
                 {
-                    self.stranded = None;
-                    self.start_view_change(view, fx);
+                    self.lead_mut().stranded = None;
+                    self.start_view_change(view, now, cx);
                     return;
                 }
-                self.heartbeat_tick(fx);
+                self.heartbeat_tick(now, cx, pairs);
             }
-            Status::Normal if self.is_learner() => {
+            RoleState::Learner => {
                 if self.needs_repair() && now >= self.repair_deadline {
-                    self.request_repair(fx);
+                    self.request_repair(now, cx.out);
                 }
             }
-            Status::Normal => {
+            RoleState::Backup(backup) => {
                 let lease_over = now >= self.lease_expiry || self.config.mutated(crate::mutants::Mutant::LeaseIgnored);
                 let lease_over_with_election = self.svc_view_seen > self.view && lease_over;
-                if now >= self.heartbeat_deadline || lease_over_with_election {
+                if now >= backup.heartbeat_deadline || lease_over_with_election {
                     let next = self.view.next().max(self.svc_view_seen);
-                    self.start_view_change(next, fx);
+                    self.start_view_change(next, now, cx);
                     return;
                 }
                 if self.needs_repair() && now >= self.repair_deadline {
-                    self.request_repair(fx);
+                    self.request_repair(now, cx.out);
                 } else if self.log_view < self.view && self.state_transfer.is_none() && now >= self.repair_deadline {
                     // Lagging with nothing to fetch (the state transfer is
                     // done, or the StartView was lost): ask the primary for
                     // its StartView again. It may count us as confirmed from
                     // before a crash, and then would not re-send it unasked.
                     self.repair_deadline = now + timing.repair_timeout_ticks;
-                    self.request_start_view(fx);
+                    self.request_start_view(cx.out);
                 }
             }
         }
+    }
+
+    /// What only grows across any input: the view, the log view and the
+    /// applied point (the shard asserts it around every handler).
+    pub(crate) fn progress(&self) -> (View, View, Op) {
+        (self.view, self.log_view, self.commit_min)
     }
 
     /// Assertions that hold between any two inputs. Panics on a broken one.
@@ -822,18 +841,29 @@ impl Replica {
         assert!(self.commit_min <= self.log.op(), "{self:?}: applied past the log");
         assert!(self.log.base() <= self.commit_min, "{self:?}: snapshot of uncommitted ops");
         assert!(self.durable_op <= self.log.op(), "{self:?}: durable past the log");
-        if self.is_primary() {
+        if let RoleState::Primary(primary) = &self.role {
             assert!(self.commit_max <= self.log.op(), "{self:?}: primary committed past its log");
             // Inherited ops may exceed the pipeline (a restarted member's
             // commit point lags its durable log); ops this primary prepares
             // may not.
             assert!(
-                self.log.op().0 <= self.commit_max.max(self.start_view_op).0 + self.config.pipeline_max_ops,
+                self.log.op().0 <= self.commit_max.max(primary.start_view_op).0 + self.config.pipeline_max_ops,
                 "{self:?}: pipeline over its limit"
             );
-            assert_eq!(self.acked[self.spec.me.0 as usize], Op(0), "primary counts itself by durable_op");
         }
+        self.role_invariants();
         self.learner_invariants();
+        // T5: what peer input could grow stays bounded (a seal may go ahead
+        // of a full request queue).
+        assert!(
+            self.request_queue.len() <= self.config.request_queue_max + 1,
+            "{self:?}: request queue past its limit"
+        );
+        assert!(self.early_dvcs.len() <= self.spec.members.len(), "{self:?}: early DoViewChanges past one per voter");
+        assert!(
+            self.state_transfer.as_ref().is_none_or(|transfer| transfer.source != self.spec.me),
+            "{self:?}: a state transfer from itself"
+        );
         if let Some(previous) = self.log.view_at(self.log.base()) {
             let mut view = previous;
             for entry in self.log.entries_from(self.log.base().next()) {
@@ -866,7 +896,7 @@ impl Replica {
         }
         let mut answered = [0u64; cohort_messages::GROUP_MEMBERS_MAX];
         let mut count = 0;
-        for (member, tick) in self.contact_tick.iter().enumerate() {
+        for (member, tick) in self.lead().contact_tick.iter().enumerate() {
             if member == self.spec.me.0 as usize {
                 continue;
             }
@@ -882,8 +912,9 @@ impl Replica {
     /// When this primary must step down if no quorum answers (R24): one
     /// window after the quorum's last confirmation, or after the view began.
     pub(crate) fn step_down_tick(&self) -> u64 {
-        let since = self.quorum_contact_tick().unwrap_or(self.heartbeat.view_start_tick);
-        since.max(self.heartbeat.view_start_tick).saturating_add(self.quorum_window_ticks())
+        let view_start_tick = self.lead().heartbeat.view_start_tick;
+        let since = self.quorum_contact_tick().unwrap_or(view_start_tick);
+        since.max(view_start_tick).saturating_add(self.quorum_window_ticks())
     }
 
     /// The pending StartView of a lagging backup, re-sent by the primary.

@@ -13,11 +13,12 @@ use cohort_messages::{
     Request, RequestKind,
 };
 
-use super::{Replica, Status};
+use super::{Replica, RoleState, Status};
 
 /// Timestamps per tick: a group's Commits within one tick are ordered by the
 /// low part (saturating), the tick is the high part.
 pub(crate) const TIMESTAMP_PER_TICK: u64 = 16;
+use super::Context;
 use crate::client_table::Admission;
 use crate::effect::{AppliedOp, Effect};
 use crate::effects::Effects;
@@ -26,10 +27,25 @@ use crate::mutants::Mutant;
 impl Replica {
     /// A client request (V1, V5, V7) that `sender` sent (this node for a
     /// local submit).
-    pub(crate) fn on_request(&mut self, sender: cohort_messages::NodeId, request: Request, fx: &mut Effects) {
+    pub(crate) fn on_request(
+        &mut self,
+        sender: cohort_messages::NodeId,
+        request: Request,
+        now: u64,
+        cx: &mut Context<'_>,
+    ) {
+        let (role, view) = (self.role(), self.view);
+        self.serve_request(sender, request, now, cx);
+        assert!(self.role() == role && self.view == view, "{self:?}: a request moved the replica's role or view");
+        let queue_max = self.config.request_queue_max + 1; // A seal goes ahead of a full queue.
+        assert!(self.request_queue.len() <= queue_max, "{self:?}: request queue past its limit");
+    }
+
+    /// [`Replica::on_request`]: redirect, read, or queue for the pipeline.
+    fn serve_request(&mut self, sender: cohort_messages::NodeId, request: Request, now: u64, cx: &mut Context<'_>) {
         if !self.is_primary() {
-            let primary = (self.status == super::Status::Normal).then(|| self.node_of(self.primary_index()));
-            fx.push(Effect::Redirect(Redirect {
+            let primary = (self.status() == Status::Normal).then(|| self.node_of(self.primary_index()));
+            cx.out.push(Effect::Redirect(Redirect {
                 group: self.spec.group,
                 client: request.client,
                 request: request.request,
@@ -39,20 +55,20 @@ impl Replica {
             return;
         }
         match request.kind {
-            RequestKind::Read => self.on_read(request, fx),
+            RequestKind::Read => self.on_read(request, now, cx.out),
             RequestKind::Write => {
                 // T3: the state machine decides who may ask for what.
                 if let Err(detail) = self.state.admit(sender, &self.spec.members, &request.operation) {
-                    return self.reply_error(&request, ReplyError::Forbidden, detail, fx);
+                    return self.reply_error(&request, ReplyError::Forbidden, detail, cx.out);
                 }
-                self.on_write(request, fx)
+                self.on_write(request, now, cx)
             }
         }
     }
 
     /// Answer a request with an error (nothing was applied).
-    pub(crate) fn reply_error(&self, request: &Request, code: ReplyError, detail: String, fx: &mut Effects) {
-        fx.push(Effect::Reply(Reply {
+    pub(crate) fn reply_error(&self, request: &Request, code: ReplyError, detail: String, out: &mut Effects) {
+        out.push(Effect::Reply(Reply {
             client: request.client,
             request: request.request,
             group: self.spec.group,
@@ -66,9 +82,10 @@ impl Replica {
     /// holds and after it has applied everything it inherited. The reply
     /// carries the applied point, so a host can serve a linearizable read
     /// from its own index once that index has reached it (read index).
-    fn on_read(&mut self, request: Request, fx: &mut Effects) {
+    fn on_read(&mut self, request: Request, now: u64, out: &mut Effects) {
+        debug_assert!(self.is_primary(), "only the primary reads");
         if self.is_sealing() {
-            return self.refuse_sealed(&request, fx);
+            return self.refuse_sealed(&request, out);
         }
         let window = self.quorum_window_ticks();
         match self.quorum_contact_tick() {
@@ -78,25 +95,25 @@ impl Replica {
                     "{}: primary of {} has not yet been confirmed by a replication quorum in this view",
                     self.spec.group, self.view
                 );
-                return self.reply_error(&request, ReplyError::QuorumWindowExpired, detail, fx);
+                return self.reply_error(&request, ReplyError::QuorumWindowExpired, detail, out);
             }
-            Some(contact) if fx.now >= contact.saturating_add(window) => {
+            Some(contact) if now >= contact.saturating_add(window) => {
                 let detail = format!(
                     "{}: primary of {} has not heard a quorum since tick {contact} (window {window} ticks)",
                     self.spec.group, self.view
                 );
-                return self.reply_error(&request, ReplyError::QuorumWindowExpired, detail, fx);
+                return self.reply_error(&request, ReplyError::QuorumWindowExpired, detail, out);
             }
             Some(_) => {}
         }
-        if self.commit_min < self.start_view_op && !self.config.mutated(Mutant::InheritedOpsNotFirst) {
+        if self.commit_min < self.lead().start_view_op && !self.config.mutated(Mutant::InheritedOpsNotFirst) {
             let detail = format!("{}: new primary of {} is still committing inherited ops", self.spec.group, self.view);
-            return self.reply_error(&request, ReplyError::ViewChange, detail, fx);
+            return self.reply_error(&request, ReplyError::ViewChange, detail, out);
         }
         // The reply's op is the applied point the read saw: every synchronous
         // write acknowledged before the read arrived is at or below it.
         let result = self.state.read(&request.operation);
-        fx.push(Effect::Reply(Reply {
+        out.push(Effect::Reply(Reply {
             client: request.client,
             request: request.request,
             group: self.spec.group,
@@ -123,13 +140,14 @@ impl Replica {
         if self.config.mutated(Mutant::QuorumWindowTooLong) { 2 * window } else { window }
     }
 
-    fn on_write(&mut self, request: Request, fx: &mut Effects) {
+    fn on_write(&mut self, request: Request, now: u64, cx: &mut Context<'_>) {
+        debug_assert!(self.is_primary(), "only the primary writes");
         if self.is_sealing() {
-            return self.refuse_sealed(&request, fx);
+            return self.refuse_sealed(&request, cx.out);
         }
         match self.clients.admit(request.client, request.request) {
             Admission::Duplicate(entry) => {
-                return fx.push(Effect::Reply(Reply {
+                return cx.out.push(Effect::Reply(Reply {
                     client: request.client,
                     request: request.request,
                     group: self.spec.group,
@@ -141,7 +159,7 @@ impl Replica {
             Admission::Superseded => {
                 let detail =
                     format!("{}: {} is older than the client's latest request", self.spec.group, request.request);
-                return self.reply_error(&request, ReplyError::Superseded, detail, fx);
+                return self.reply_error(&request, ReplyError::Superseded, detail, cx.out);
             }
             // The table only knows applied ops. An earlier request of this
             // client may still be in the log unapplied (an async write is
@@ -149,30 +167,30 @@ impl Replica {
             // may not yet have applied what it inherited: neither is an
             // eviction.
             Admission::UnknownClient if self.log.has_client_after(self.commit_min, request.client) => {}
-            Admission::UnknownClient if self.commit_min < self.start_view_op => {
+            Admission::UnknownClient if self.commit_min < self.lead().start_view_op => {
                 let detail = format!(
                     "{}: new primary of {} is still applying inherited ops; {} is not in its client table yet",
                     self.spec.group, self.view, request.client
                 );
-                return self.reply_error(&request, ReplyError::ViewChange, detail, fx);
+                return self.reply_error(&request, ReplyError::ViewChange, detail, cx.out);
             }
             // Only a primary that a quorum confirmed within its window (R24)
             // knows every committed op: a stale one (paused, or elected in a
             // view the others already left) may simply not have applied the
             // client's earlier writes, so it must not refuse the client.
-            Admission::UnknownClient if !self.quorum_window_holds(None, fx.now) => {
+            Admission::UnknownClient if !self.quorum_window_holds(None, now) => {
                 let detail = format!(
                     "{}: primary of {} is not confirmed by a quorum within its window; {} may be known to a newer view",
                     self.spec.group, self.view, request.client
                 );
-                return self.reply_error(&request, ReplyError::QuorumWindowExpired, detail, fx);
+                return self.reply_error(&request, ReplyError::QuorumWindowExpired, detail, cx.out);
             }
             Admission::UnknownClient => {
                 let detail = format!(
                     "{}: {} is not known (evicted from the client table, or its earlier async writes were lost in a view change); start a new client at request 1",
                     self.spec.group, request.client
                 );
-                return self.reply_error(&request, ReplyError::Superseded, detail, fx);
+                return self.reply_error(&request, ReplyError::Superseded, detail, cx.out);
             }
             Admission::New => {}
         }
@@ -187,22 +205,23 @@ impl Replica {
         }
         if self.request_queue.len() >= self.config.request_queue_max {
             let detail = format!("{}: {} requests already queued", self.spec.group, self.request_queue.len());
-            return self.reply_error(&request, ReplyError::Busy, detail, fx);
+            return self.reply_error(&request, ReplyError::Busy, detail, cx.out);
         }
         self.request_queue.push_back(request);
-        self.prepare_queued(fx);
+        self.prepare_queued(cx);
     }
 
     /// Move queued requests into the pipeline while it has room. Q3: nothing
     /// new enters before every inherited op is committed.
-    pub(crate) fn prepare_queued(&mut self, fx: &mut Effects) {
+    pub(crate) fn prepare_queued(&mut self, cx: &mut Context<'_>) {
+        let RoleState::Primary(primary) = &self.role else { return };
         let inherited_pending =
-            self.commit_max < self.start_view_op && !self.config.mutated(Mutant::InheritedOpsNotFirst);
-        if !self.is_primary() || inherited_pending {
+            self.commit_max < primary.start_view_op && !self.config.mutated(Mutant::InheritedOpsNotFirst);
+        if inherited_pending {
             return;
         }
         if self.seal_in_log() {
-            return self.refuse_queued(fx);
+            return self.refuse_queued(cx.out);
         }
         while self.log.op().0 - self.commit_max.0 < self.config.pipeline_max_ops {
             let Some(request) = self.request_queue.pop_front() else { break };
@@ -214,16 +233,18 @@ impl Replica {
                 operation: request.operation,
             };
             let seal = entry.client == cohort_messages::ClientId::SEAL;
-            self.stage_append(entry.clone(), fx);
+            self.stage_append(entry.clone(), cx.out);
             for member in self.receivers() {
                 let prepare = self.prepare_message(entry.clone());
-                self.send_prepare(self.node_of(member), prepare, fx);
+                self.send_prepare(self.node_of(member), prepare, cx);
             }
             if seal {
                 // Nothing is prepared after a seal (see `seal`).
-                return self.refuse_queued(fx);
+                return self.refuse_queued(cx.out);
             }
         }
+        let inherited = self.commit_max.max(self.lead().start_view_op);
+        assert!(self.log.op().0 <= inherited.0 + self.config.pipeline_max_ops, "{self:?}: pipeline over its limit");
     }
 
     pub(crate) fn prepare_message(&self, entry: LogEntry) -> Prepare {
@@ -238,12 +259,13 @@ impl Replica {
     }
 
     /// A backup receives a Prepare. R7: Prepares never restart the heartbeat timeout.
-    pub(crate) fn on_prepare(&mut self, prepare: Prepare, fx: &mut Effects) {
+    pub(crate) fn on_prepare(&mut self, prepare: Prepare, cx: &mut Context<'_>) {
+        debug_assert!(self.spec.node_at(prepare.replica).is_some(), "the door checked the sender");
         let stale = prepare.view < self.view && !self.config.mutated(Mutant::StaleViewAccepted);
         if stale || prepare.replica != self.primary_index_of(prepare.view) {
             return;
         }
-        if prepare.view > self.view || self.status != Status::Normal || self.log_view != self.view {
+        if prepare.view > self.view || self.status() != Status::Normal || self.log_view != self.view {
             // We missed the StartView; the primary re-sends it to members
             // that have not confirmed the view.
             return;
@@ -256,51 +278,52 @@ impl Replica {
         if op <= self.log.op() {
             // A duplicate (or a repair of something we hold): re-acknowledge.
             if self.durable_op >= op {
-                self.send_prepare_ok(fx);
+                self.send_prepare_ok(cx.out);
             }
         } else if op == self.log.op().next() {
             if self.log.view_at(self.log.op()).is_some_and(|last| prepare.entry.view < last) {
                 // T5: a correct primary's entry is of its view, or a repair
                 // from its log, whose views never go back; ours is a prefix.
-                return fx.refused.count(crate::refusal::Refusal::LogViewsGoBack);
+                return cx.refuse(crate::refusal::Refusal::LogViewsGoBack);
             }
-            self.stage_append(prepare.entry, fx);
+            self.stage_append(prepare.entry, cx.out);
             debug_assert_eq!(self.log.op(), op, "a Prepare next in line extends the log by one");
             if self.config.mutated(Mutant::AckBeforeDurable) {
                 let staged = PrepareOk { op, ..self.prepare_ok() };
-                fx.send(self.node_of(self.primary_index()), Message::PrepareOk(staged));
+                cx.out.send(self.node_of(self.primary_index()), Message::PrepareOk(staged));
             }
         } else {
             // A gap: ask for what is missing.
             self.repair_target = self.repair_target.max(op);
         }
-        self.learn_commit(prepare.commit, fx);
+        self.learn_commit(prepare.commit, cx.out);
         debug_assert!(self.log.op() >= held_before, "a Prepare never shortens the log");
         debug_assert!(self.commit_max >= commit_before, "the known commit point never goes back");
         debug_assert!(self.durable_op <= self.log.op(), "durable only what is in the log");
     }
 
     /// A backup's log became durable further.
-    pub(crate) fn on_durable(&mut self, fx: &mut Effects) {
+    pub(crate) fn on_durable(&mut self, now: u64, cx: &mut Context<'_>) {
+        debug_assert!(self.durable_op <= self.log.op(), "durable only what is in the log");
         if self.is_primary() {
-            self.acknowledge_async(fx);
-            self.advance_commit(fx);
-        } else if self.status == Status::Normal && self.log_view == self.view {
-            self.send_prepare_ok(fx);
+            self.acknowledge_async(cx.out);
+            self.advance_commit(now, cx);
+        } else if self.status() == Status::Normal && self.log_view == self.view {
+            self.send_prepare_ok(cx.out);
         }
     }
 
     /// Q4: in an async group, a write is acknowledged once the primary's
     /// own copy is durable.
-    fn acknowledge_async(&mut self, fx: &mut Effects) {
+    fn acknowledge_async(&mut self, out: &mut Effects) {
         if self.spec.write_mode != super::WriteMode::Async {
             return;
         }
-        while self.async_acked_op < self.durable_op {
-            let op = self.async_acked_op.next();
-            self.async_acked_op = op;
+        while self.lead().async_acked_op < self.durable_op {
+            let op = self.lead().async_acked_op.next();
+            self.lead_mut().async_acked_op = op;
             let Some(entry) = self.log.get(op) else { continue };
-            fx.push(Effect::Reply(Reply {
+            out.push(Effect::Reply(Reply {
                 client: entry.client,
                 request: entry.request,
                 group: self.spec.group,
@@ -309,15 +332,17 @@ impl Replica {
                 outcome: Outcome::Ok(bytes::Bytes::new()),
             }));
         }
+        assert!(self.lead().async_acked_op >= self.durable_op, "Q4: every durable write is acknowledged");
     }
 
-    fn send_prepare_ok(&mut self, fx: &mut Effects) {
+    fn send_prepare_ok(&mut self, out: &mut Effects) {
+        debug_assert!(!self.is_primary(), "a primary counts itself by its durable op");
         if self.durable_op == Op(0) || self.superblock_durable_log_view != Some(self.log_view) {
             // Nothing durable yet, or the view is not: `on_flushed` calls
             // again once it is.
             return;
         }
-        fx.send(self.node_of(self.primary_index()), Message::PrepareOk(self.prepare_ok()));
+        out.send(self.node_of(self.primary_index()), Message::PrepareOk(self.prepare_ok()));
     }
 
     /// What this member holds durably in its view, for the primary.
@@ -332,45 +357,46 @@ impl Replica {
     }
 
     /// The primary counts an acknowledgement.
-    pub(crate) fn on_prepare_ok(&mut self, ok: PrepareOk, fx: &mut Effects) {
+    pub(crate) fn on_prepare_ok(&mut self, ok: PrepareOk, now: u64, cx: &mut Context<'_>) {
+        debug_assert!(self.spec.node_at(ok.replica).is_some(), "the door checked the sender");
         if !self.is_primary() || ok.view != self.view || ok.replica == self.spec.me {
             return;
         }
         if let Some(slot) = self.learner_slot(ok.replica) {
-            return self.on_learner_prepare_ok(slot, ok.op, fx);
+            return self.on_learner_prepare_ok(slot, ok.op, now, cx);
         }
         let member = ok.replica.0 as usize;
-        if member >= self.acked.len() {
+        let (log_op, commit_before) = (self.log.op(), self.commit_max);
+        let primary = self.lead_mut();
+        if member >= primary.acked.len() {
             return;
         }
-        debug_assert!(self.spec.is_voter(ok.replica), "only voters' acknowledgements reach the quorum count");
-        self.confirmed[member] = true;
-        if ok.op > self.acked[member] && ok.op <= self.log.op() {
-            let commit_before = self.commit_max;
-            self.acked[member] = ok.op;
-            self.advance_commit(fx);
-            self.check_waits(fx);
-            debug_assert!(self.acked[member] == ok.op, "an acknowledgement is kept as counted");
+        primary.confirmed[member] = true;
+        if ok.op > primary.acked[member] && ok.op <= log_op {
+            primary.acked[member] = ok.op;
+            self.advance_commit(now, cx);
+            self.check_waits(cx.out);
+            debug_assert!(self.lead().acked[member] == ok.op, "an acknowledgement is kept as counted");
             debug_assert!(self.commit_max >= commit_before, "the commit point never goes back");
         }
     }
 
     /// Durable ops per member, the primary's own by `durable_op`.
     pub(crate) fn held_ops(&self) -> Vec<Op> {
-        let mut held = self.acked.clone();
+        let mut held = self.lead().acked.clone();
         held[self.spec.me.0 as usize] = self.durable_op;
         debug_assert_eq!(held.len(), self.spec.members.len(), "only voters are counted");
         held
     }
 
     /// Recompute the commit point from acknowledgements (V1, Q3).
-    pub(crate) fn advance_commit(&mut self, fx: &mut Effects) {
+    pub(crate) fn advance_commit(&mut self, now: u64, cx: &mut Context<'_>) {
         debug_assert!(self.is_primary());
         let short = usize::from(self.config.mutated(Mutant::CommitQuorumShort));
         let quorum = self.spec.quorums.replication.saturating_sub(short).max(1);
         let commit = crate::quorum::quorum_op(&self.held_ops(), quorum).min(self.seal_commit_cap());
         if commit <= self.commit_max {
-            self.check_waits(fx);
+            self.check_waits(cx.out);
             return;
         }
         debug_assert!(commit <= self.log.op(), "a quorum holds only what the primary's log holds");
@@ -379,17 +405,17 @@ impl Replica {
             "{commit} is held by a replication quorum"
         );
         self.commit_max = commit;
-        self.apply_committed(fx);
+        self.apply_committed(cx.out);
         // R6: an eager Commit to each backup that holds the new commit point.
         for member in self.others() {
-            if self.acked[member.0 as usize] >= commit {
-                let entry = self.commit_entry(HeartbeatState::Eager, fx.now);
-                fx.queue_commit(self.node_of(member), entry, self.superblock_flush);
+            if self.lead().acked[member.0 as usize] >= commit {
+                let entry = self.commit_entry(HeartbeatState::Eager, now);
+                cx.out.queue_commit(self.node_of(member), entry, self.superblock_flush);
             }
         }
-        self.eager_commits_to_learners(commit, fx);
-        self.check_waits(fx);
-        self.prepare_queued(fx);
+        self.eager_commits_to_learners(commit, now, cx.out);
+        self.check_waits(cx.out);
+        self.prepare_queued(cx);
     }
 
     /// A new Commit entry, with the next monotonic timestamp (R14).
@@ -399,8 +425,10 @@ impl Replica {
     /// primary the tick at which the backup's lease began (R24, V7).
     pub(crate) fn commit_entry(&mut self, state: HeartbeatState, now: u64) -> CommitEntry {
         let floor = now * TIMESTAMP_PER_TICK;
+        let before = self.timestamp;
         let next = (self.timestamp.0 + 1).max(floor).min(floor + TIMESTAMP_PER_TICK - 1).max(self.timestamp.0);
         self.timestamp = cohort_messages::Timestamp(next);
+        assert!(self.timestamp >= before, "R14: Commit timestamps never go back");
         CommitEntry {
             group: self.spec.group,
             partition_incarnation: self.spec.incarnation,
@@ -413,27 +441,34 @@ impl Replica {
     }
 
     /// A backup learns a commit point.
-    pub(crate) fn learn_commit(&mut self, commit: Op, fx: &mut Effects) {
+    pub(crate) fn learn_commit(&mut self, commit: Op, out: &mut Effects) {
         debug_assert!(!self.is_primary(), "a primary computes its commit point, it does not learn one");
         if commit > self.commit_max {
             self.commit_max = commit;
         }
         if self.log_view == self.view {
-            self.apply_committed(fx);
+            self.apply_committed(out);
         }
         if self.commit_max > self.log.op() {
             self.repair_target = self.repair_target.max(self.commit_max);
         }
+        assert!(self.commit_max >= commit, "a backup knows at least the commit point it learned");
     }
 
     /// Apply every committed op held in the log, in order.
-    pub(crate) fn apply_committed(&mut self, fx: &mut Effects) {
+    pub(crate) fn apply_committed(&mut self, out: &mut Effects) {
+        debug_assert!(self.commit_min >= self.log.base(), "the snapshot holds only applied ops");
         let target = self.commit_max.min(self.log.op());
         if target <= self.commit_min {
             return;
         }
         let applied_before = self.commit_min;
         let primary = self.is_primary();
+        // Q4: what an async primary already answered on its own durable copy.
+        let async_acked_op = match &self.role {
+            RoleState::Primary(primary) => primary.async_acked_op,
+            _ => Op(0),
+        };
         let mut applied = Vec::new();
         while self.commit_min < target {
             let op = self.commit_min.next();
@@ -441,7 +476,7 @@ impl Replica {
             if entry.client == cohort_messages::ClientId::SEAL {
                 let operation = entry.operation.clone();
                 self.commit_min = op;
-                self.apply_seal(op, &operation, fx);
+                self.apply_seal(op, &operation, out);
                 continue;
             }
             let (client, request) = (entry.client, entry.request);
@@ -457,12 +492,12 @@ impl Replica {
                 self.clients.get(client).filter(|e| e.request == request).map(|e| e.result.clone())
             };
             self.commit_min = op;
-            let acknowledged = self.spec.write_mode == super::WriteMode::Async && op <= self.async_acked_op;
+            let acknowledged = self.spec.write_mode == super::WriteMode::Async && op <= async_acked_op;
             if primary
                 && !acknowledged
                 && let Some(result) = result
             {
-                fx.push(Effect::Reply(Reply {
+                out.push(Effect::Reply(Reply {
                     client,
                     request,
                     group: self.spec.group,
@@ -478,11 +513,11 @@ impl Replica {
         );
         debug_assert!(applied.iter().all(|applied| applied.op > applied_before && applied.op <= self.commit_min));
         if self.spec.report_applied {
-            fx.push(Effect::Applied { group: self.spec.group, ops: applied, through: self.commit_min });
+            out.push(Effect::Applied { group: self.spec.group, ops: applied, through: self.commit_min });
         }
-        fx.push(Effect::Committed { group: self.spec.group, op: self.commit_min });
+        out.push(Effect::Committed { group: self.spec.group, op: self.commit_min });
         // R12: the new commit point is saved before a Commit carries it.
-        self.stage_superblock(fx);
-        self.maybe_snapshot(fx);
+        self.stage_superblock(out);
+        self.maybe_snapshot(out);
     }
 }

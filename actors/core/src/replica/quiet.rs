@@ -7,8 +7,10 @@
 
 use cohort_messages::{GroupId, MemberIndex, NodeId, QuietGroup};
 
-use super::{Replica, Status};
+use super::{Replica, RoleState, Status};
+use crate::effect::FlushId;
 use crate::effects::Effects;
+use crate::metrics::ShardMetrics;
 use crate::quiesce::Pairs;
 use crate::replica::GroupActivity;
 
@@ -48,7 +50,9 @@ impl Replica {
     /// True if every member that receives the log is quiesced: the group
     /// has no heartbeat of its own to send.
     pub(crate) fn fully_quiet(&self) -> bool {
-        self.quiet_members != 0 && self.learners.is_empty() && self.others().all(|member| self.quiet_member(member))
+        self.quiet_members != 0
+            && self.spec.learners.is_empty()
+            && self.others().all(|member| self.quiet_member(member))
     }
 
     /// The primary's state still is the one it quiesced.
@@ -58,7 +62,7 @@ impl Replica {
 
     /// The backup still follows the view it quiesced in.
     fn follow_holds(&self, primary: NodeId, view: cohort_messages::View) -> bool {
-        self.status == Status::Normal
+        self.status() == Status::Normal
             && !self.is_learner()
             && self.view == view
             && self.log_view == view
@@ -67,27 +71,27 @@ impl Replica {
 
     /// On an idle heartbeat: propose quiescence to every voter that has
     /// answered this view's idle Commits, once the group has been idle for
-    /// `commit_quiesce_timeout_ticks` with nothing in flight.
-    pub(crate) fn propose_quiet(&mut self, fx: &mut Effects) {
+    /// `commit_quiesce_timeout_ticks` with nothing in flight (every flush up
+    /// to `flush_completed` is durable). The proposals go into `pairs`.
+    pub(crate) fn propose_quiet(&mut self, now: u64, flush_completed: FlushId, pairs: &mut Pairs) {
         let Some(quiesce_ticks) = self.config.timing.commit_quiesce_timeout_ticks else { return };
+        let RoleState::Primary(primary) = &self.role else { return };
         let timing = &self.config.timing;
-        let now = fx.now;
-        let idle_since = self.heartbeat.progress_tick.saturating_add(timing.commit_heartbeat_timeout_ticks);
+        let idle_since = primary.heartbeat.progress_tick.saturating_add(timing.commit_heartbeat_timeout_ticks);
         let ready = self.spec.group != GroupId::METADATA
-            && self.is_primary()
-            && self.heartbeat.activity == GroupActivity::Idle
+            && primary.heartbeat.activity == GroupActivity::Idle
             && now >= idle_since.saturating_add(quiesce_ticks)
             && self.log.op() == self.commit_max
             && self.commit_min == self.commit_max
             && self.request_queue.is_empty()
-            && self.waits.is_empty()
-            && self.stranded.is_none()
+            && primary.waits.is_empty()
+            && primary.stranded.is_none()
             && !self.is_sealing()
             && self.sealed.is_none()
             && self.superblock_blocked.is_none()
             && !self.superblock_retry
-            && self.superblock_flush <= fx.flush_completed()
-            && self.lead_after_flush <= fx.flush_completed();
+            && self.superblock_flush <= flush_completed
+            && primary.lead_after_flush <= flush_completed;
         if !ready {
             return;
         }
@@ -95,12 +99,12 @@ impl Replica {
             return; // `check_quiet` wakes it after this input.
         }
         let recent = now.saturating_sub(2 * timing.commit_idle_heartbeat_interval_ticks);
-        let progress = self.heartbeat.progress_tick;
+        let progress = primary.heartbeat.progress_tick;
         let candidates: Vec<MemberIndex> = self
             .others()
             .filter(|member| (self.quiet_members | self.quiet_proposed) & bit(*member) == 0)
-            .filter(|member| self.confirmed[member.0 as usize])
-            .filter(|member| self.contact_tick[member.0 as usize].is_some_and(|tick| tick >= progress.max(recent)))
+            .filter(|member| primary.confirmed[member.0 as usize])
+            .filter(|member| primary.contact_tick[member.0 as usize].is_some_and(|tick| tick >= progress.max(recent)))
             .collect();
         if candidates.is_empty() {
             return;
@@ -109,8 +113,10 @@ impl Replica {
         let quiet = self.quiet_group();
         for member in candidates {
             self.quiet_proposed |= bit(member);
-            fx.quiet.propose(self.node_of(member), quiet, now);
+            pairs.propose(self.node_of(member), quiet, now);
         }
+        assert_eq!(self.quiet_members & self.quiet_proposed, 0, "Z3: a member is quiesced or proposed, not both");
+        assert!(self.lead_quiet_holds(), "Z3: proposed at the state it holds");
     }
 
     /// The peer on `from` accepted the proposal `quiet`, answering the
@@ -125,6 +131,7 @@ impl Replica {
         }
         self.quiet_members |= bit(member);
         self.renew_contact(member, tick);
+        assert!(self.quiet_member(member) && self.quiet_proposed & bit(member) == 0, "Z3: proposed, then quiesced");
         true
     }
 
@@ -132,23 +139,30 @@ impl Replica {
     pub(crate) fn quiet_refused(&mut self, from: NodeId) {
         if let Some(member) = self.spec.index_of(from) {
             self.quiet_proposed &= !bit(member);
+            debug_assert_eq!(self.quiet_proposed & bit(member), 0, "Z3: the proposal is withdrawn");
         }
     }
 
     /// R24 for a quiesced group: a matching reply from the member's node to
     /// the pair heartbeat of `tick` stands in for that member's CommitReply.
     fn renew_contact(&mut self, member: MemberIndex, tick: u64) {
-        let slot = &mut self.contact_tick[member.0 as usize];
+        let slot = &mut self.lead_mut().contact_tick[member.0 as usize];
         *slot = Some(slot.map_or(tick, |before| before.max(tick)));
+        debug_assert!(slot.is_some_and(|contact| contact >= tick), "R24: the pair's contact counts");
     }
 
     /// R8 and the lease for a quiesced backup: a matching pair heartbeat
     /// taken at `now` stands in for an idle Commit of its primary.
     fn renew_lease(&mut self, now: u64) {
-        let timing = &self.config.timing;
-        self.heartbeat_deadline = self.heartbeat_deadline.max(now + timing.idle_timeout_effective_ticks());
-        self.follows_idle = true;
-        self.lease_expiry = self.lease_expiry.max(now + timing.commit_heartbeat_timeout_ticks);
+        let (idle_timeout, lease) =
+            (self.config.timing.idle_timeout_effective_ticks(), self.config.timing.commit_heartbeat_timeout_ticks);
+        let RoleState::Backup(backup) = &mut self.role else {
+            panic!("Z3: only a backup follows its primary quiesced")
+        };
+        backup.heartbeat_deadline = backup.heartbeat_deadline.max(now + idle_timeout);
+        backup.follows_idle = true;
+        self.lease_expiry = self.lease_expiry.max(now + lease);
+        debug_assert!(self.lease_expiry > now, "V7: the stand-in Commit grants a lease");
     }
 
     /// Bring a quiesced replica's contact ticks (primary) or its timeout
@@ -160,6 +174,7 @@ impl Replica {
     /// still the one it quiesced in. Renewals only ever move forward, so
     /// settling late gives what renewing each replica at once would have.
     pub(crate) fn settle_quiet(&mut self, pairs: &Pairs) {
+        debug_assert!(self.quiet_members & self.quiet_proposed == 0, "Z3: a member is quiesced or proposed, not both");
         if let Some(follow) = self.follow_quiet
             && let Some(tick) = pairs.follow_match_tick(follow.primary)
             && tick > follow.renewed_tick
@@ -192,7 +207,14 @@ impl Replica {
     /// shard checks the converse).
     pub(crate) fn quiet_invariants(&self, pairs: &Pairs) {
         let group = self.spec.group;
-        if let Some(QuietFollow { primary, .. }) = self.follow_quiet {
+        // What `check_quiet` leaves after every input: each end is still
+        // where it quiesced (so a primary still leads, a backup follows).
+        let leads = self.quiet_members | self.quiet_proposed != 0;
+        assert!(!leads || self.lead_quiet_holds(), "Z3: {group} quiet for a view or commit point it left");
+        assert_eq!(self.quiet_members & self.quiet_proposed, 0, "Z3: {group}: a member is quiesced or proposed");
+        if let Some(QuietFollow { primary, view, .. }) = self.follow_quiet {
+            assert!(self.follow_holds(primary, view), "Z3: {group} follows {primary} quiet in a view it left");
+            assert!(matches!(self.role, RoleState::Backup(_)), "Z3: {group} follows quiet as a backup");
             assert!(pairs.follows(primary, group), "Z3: {group} follows {primary} quiet in their pair");
         }
         for index in 0..self.spec.total() as u8 {
@@ -211,7 +233,7 @@ impl Replica {
     /// follows that primary in that view with exactly that log, all of it
     /// durable and applied. Taking it is a Commit of that view: the timeout
     /// and the lease start again.
-    pub(crate) fn accept_quiet(&mut self, from: NodeId, quiet: &QuietGroup, fx: &mut Effects) -> bool {
+    pub(crate) fn accept_quiet(&mut self, from: NodeId, quiet: &QuietGroup, now: u64, out: &mut Effects) -> bool {
         if self.config.timing.commit_quiesce_timeout_ticks.is_none()
             || self.follow_quiet.is_some()
             || self.is_primary()
@@ -222,61 +244,66 @@ impl Replica {
         {
             return false;
         }
-        self.learn_commit(quiet.commit, fx);
+        self.learn_commit(quiet.commit, out);
         if self.commit_min != quiet.commit {
             return false;
         }
-        self.follow_quiet = Some(QuietFollow { primary: from, view: quiet.view, renewed_tick: fx.now });
-        self.renew_lease(fx.now);
+        self.follow_quiet = Some(QuietFollow { primary: from, view: quiet.view, renewed_tick: now });
+        self.renew_lease(now);
+        assert!(self.follow_holds(from, quiet.view), "Z3: it follows what it accepted");
         true
     }
 
     /// The primary wakes: every peer forgets the group, and its Commits go
     /// out again from the next send tick.
-    pub(crate) fn wake_lead(&mut self, fx: &mut Effects) {
+    pub(crate) fn wake_lead(&mut self, pairs: &mut Pairs, metrics: &mut ShardMetrics) {
         let members = self.quiet_members | self.quiet_proposed;
         if members == 0 {
             return;
         }
-        fx.metrics.quiet_woken += u64::from(self.quiet_members.count_ones());
+        metrics.quiet_woken += u64::from(self.quiet_members.count_ones());
         for index in 0..self.spec.total() as u8 {
             let member = MemberIndex(index);
             if members & bit(member) != 0
                 && let Some(node) = self.spec.node_at(member)
             {
-                fx.quiet.lead_leave(node, self.spec.group);
+                pairs.lead_leave(node, self.spec.group);
             }
         }
         self.quiet_members = 0;
         self.quiet_proposed = 0;
+        debug_assert!(!self.fully_quiet(), "Z3: a woken primary heartbeats again");
     }
 
     /// The backup leaves its quiet state: its own timeout runs again, from
     /// the last matching heartbeat.
-    pub(crate) fn unfollow(&mut self, fx: &mut Effects) {
+    pub(crate) fn unfollow(&mut self, pairs: &mut Pairs, metrics: &mut ShardMetrics) {
         if let Some(QuietFollow { primary, .. }) = self.follow_quiet.take() {
-            fx.metrics.quiet_woken += 1;
-            fx.quiet.follow_drop(primary, self.spec.group);
+            metrics.quiet_woken += 1;
+            pairs.follow_drop(primary, self.spec.group);
         }
+        debug_assert!(self.follow_quiet.is_none(), "Z3: its own timeout runs again");
     }
 
     /// The replica leaves the shard (removed, or replaced by its next
     /// incarnation): its pairs forget it on both ends.
-    pub(crate) fn leave_quiet(&mut self, fx: &mut Effects) {
-        self.wake_lead(fx);
-        self.unfollow(fx);
+    pub(crate) fn leave_quiet(&mut self, pairs: &mut Pairs, metrics: &mut ShardMetrics) {
+        self.wake_lead(pairs, metrics);
+        self.unfollow(pairs, metrics);
+        assert!(self.quiet_members | self.quiet_proposed == 0 && self.follow_quiet.is_none(), "Z3: it left its pairs");
     }
 
     /// After any input: a primary or backup whose state moved away from the
     /// one it quiesced in leaves the quiet state.
-    pub(crate) fn check_quiet(&mut self, fx: &mut Effects) {
+    pub(crate) fn check_quiet(&mut self, pairs: &mut Pairs, metrics: &mut ShardMetrics) {
         if self.quiet_members | self.quiet_proposed != 0 && !self.lead_quiet_holds() {
-            self.wake_lead(fx);
+            self.wake_lead(pairs, metrics);
         }
         if let Some(QuietFollow { primary, view, .. }) = self.follow_quiet
             && !self.follow_holds(primary, view)
         {
-            self.unfollow(fx);
+            self.unfollow(pairs, metrics);
         }
+        debug_assert!(self.quiet_members | self.quiet_proposed == 0 || self.lead_quiet_holds(), "Z3: checked");
     }
 }

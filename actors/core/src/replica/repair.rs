@@ -24,7 +24,8 @@ use cohort_messages::{
     StateChunk, View,
 };
 
-use super::{Replica, Status};
+use super::Context;
+use super::{Replica, RoleState, Status};
 use crate::effects::Effects;
 use crate::refusal::Refusal;
 use crate::storage::Snapshot;
@@ -42,16 +43,17 @@ pub(crate) struct StateTransfer {
 impl Replica {
     /// True if this backup is missing ops it knows exist, or is fetching state.
     pub(crate) fn needs_repair(&self) -> bool {
-        self.status == Status::Normal
-            && !self.is_primary()
+        matches!(self.role, RoleState::Backup(_) | RoleState::Learner)
             && (self.state_transfer.is_some() || (self.log_view == self.view && self.repair_target > self.log.op()))
     }
 
     /// Ask the primary for the next missing range.
-    pub(crate) fn request_repair(&mut self, fx: &mut Effects) {
-        self.repair_deadline = fx.now + self.config.timing.repair_timeout_ticks;
+    pub(crate) fn request_repair(&mut self, now: u64, out: &mut Effects) {
+        debug_assert!(self.needs_repair(), "{self:?}: only a follower missing something repairs");
+        self.repair_deadline = now + self.config.timing.repair_timeout_ticks;
+        assert!(self.repair_deadline > now, "the next repair request waits a repair timeout");
         if self.state_transfer.is_some() {
-            return self.retry_state_transfer(fx);
+            return self.retry_state_transfer(now, out);
         }
         let op_min = self.log.op().next();
         let op_max = Op(self.repair_target.0.min(op_min.0 + REPAIR_OPS_MAX - 1));
@@ -63,18 +65,19 @@ impl Replica {
             op_min,
             op_max,
         };
-        fx.send(self.node_of(self.primary_index()), Message::RequestPrepares(request));
+        out.send(self.node_of(self.primary_index()), Message::RequestPrepares(request));
     }
 
     /// The primary answers a repair request.
-    pub(crate) fn on_request_prepares(&mut self, request: RequestPrepares, fx: &mut Effects) {
+    pub(crate) fn on_request_prepares(&mut self, request: RequestPrepares, cx: &mut Context<'_>) {
+        debug_assert!(self.spec.node_at(request.replica).is_some(), "the door checked the sender");
         if !self.is_primary() || request.view != self.view || request.replica == self.spec.me {
             return;
         }
         let to = self.node_of(request.replica);
         if request.op_min <= self.log.base() {
             if let Some(snapshot) = self.snapshot.clone() {
-                self.send_chunk(&snapshot, 0, request.replica, fx);
+                self.send_chunk(&snapshot, 0, request.replica, cx.out);
             }
             return;
         }
@@ -82,14 +85,16 @@ impl Replica {
         let mut op = request.op_min;
         while op <= last {
             if let Some(entry) = self.log.get(op).cloned() {
-                self.send_prepare(to, self.prepare_message(entry), fx);
+                self.send_prepare(to, self.prepare_message(entry), cx);
             }
             op = op.next();
         }
     }
 
     /// Start fetching the snapshot of `source`.
-    pub(crate) fn request_state_transfer(&mut self, source: MemberIndex, fx: &mut Effects) {
+    pub(crate) fn request_state_transfer(&mut self, source: MemberIndex, now: u64, out: &mut Effects) {
+        assert_ne!(source, self.spec.me, "{self:?}: a state transfer from itself");
+        debug_assert!(self.spec.is_voter(source), "T5: only a voter serves a snapshot");
         self.state_transfer = Some(Box::new(StateTransfer {
             source,
             snapshot_op: Op(0),
@@ -97,13 +102,14 @@ impl Replica {
             total_size_bytes: 0,
             data: Vec::new(),
         }));
-        self.retry_state_transfer(fx);
+        self.retry_state_transfer(now, out);
+        assert!(self.state_transfer.as_ref().is_some_and(|transfer| transfer.source == source));
     }
 
     /// Ask for the next chunk (or again for a lost one).
-    pub(crate) fn retry_state_transfer(&mut self, fx: &mut Effects) {
+    pub(crate) fn retry_state_transfer(&mut self, now: u64, out: &mut Effects) {
         let Some(transfer) = &self.state_transfer else { return };
-        self.repair_deadline = fx.now + self.config.timing.repair_timeout_ticks;
+        self.repair_deadline = now + self.config.timing.repair_timeout_ticks;
         let request = RequestStateTransfer {
             group: self.spec.group,
             incarnation: self.spec.incarnation,
@@ -112,29 +118,31 @@ impl Replica {
             snapshot_op: transfer.snapshot_op,
             offset_bytes: transfer.data.len() as u64,
         };
-        fx.send(self.node_of(transfer.source), Message::RequestStateTransfer(request));
+        out.send(self.node_of(transfer.source), Message::RequestStateTransfer(request));
+        assert!(self.repair_deadline > now, "the next chunk request waits a repair timeout");
     }
 
     /// The primary serves its snapshot, and so does a member in a view
     /// change to the member that is to lead it (T5: no other member does).
-    pub(crate) fn on_request_state_transfer(&mut self, request: RequestStateTransfer, fx: &mut Effects) {
+    pub(crate) fn on_request_state_transfer(&mut self, request: RequestStateTransfer, cx: &mut Context<'_>) {
+        debug_assert!(self.spec.node_at(request.replica).is_some(), "the door checked the sender");
         if request.replica == self.spec.me {
             return;
         }
         let to_new_primary =
-            self.status == Status::ViewChange && request.view == self.view && request.replica == self.primary_index();
+            self.status() == Status::ViewChange && request.view == self.view && request.replica == self.primary_index();
         if !self.is_primary() && !to_new_primary {
             // A correct member asks the primary of its view, which may have
             // stepped down since (it asks the next one after its StartView),
             // or the view's chosen log, from an election since left.
-            return fx.refused.count(Refusal::StateTransferNotPrimary);
+            return cx.refuse(Refusal::StateTransferNotPrimary);
         }
         let Some(snapshot) = self.snapshot.clone() else { return };
         let offset = if request.snapshot_op == snapshot.op { request.offset_bytes } else { 0 };
-        self.send_chunk(&snapshot, offset, request.replica, fx);
+        self.send_chunk(&snapshot, offset, request.replica, cx.out);
     }
 
-    fn send_chunk(&self, snapshot: &Snapshot, offset_bytes: u64, to: MemberIndex, fx: &mut Effects) {
+    fn send_chunk(&self, snapshot: &Snapshot, offset_bytes: u64, to: MemberIndex, out: &mut Effects) {
         let total = snapshot.data.len() as u64;
         let start = offset_bytes.min(total) as usize;
         let end = (start + STATE_CHUNK_SIZE_MAX_BYTES).min(snapshot.data.len());
@@ -149,11 +157,23 @@ impl Replica {
             total_size_bytes: total,
             chunk: snapshot.data.slice(start..end),
         };
-        fx.send(self.node_of(to), Message::StateChunk(chunk));
+        out.send(self.node_of(to), Message::StateChunk(chunk));
     }
 
     /// A chunk arrives (asked for, or as the answer to a repair request).
-    pub(crate) fn on_state_chunk(&mut self, chunk: StateChunk, fx: &mut Effects) {
+    pub(crate) fn on_state_chunk(&mut self, chunk: StateChunk, now: u64, cx: &mut Context<'_>) {
+        debug_assert!(self.spec.node_at(chunk.replica).is_some(), "the door checked the sender");
+        let applied_before = self.commit_min;
+        self.take_chunk(chunk, now, cx);
+        assert!(self.commit_min >= applied_before, "{self:?}: a snapshot never takes back applied ops");
+        // T5: no transfer buffers more than the cap allows.
+        let cap = self.config.state_transfer_size_max_bytes;
+        assert!(self.state_transfer.as_ref().is_none_or(|transfer| transfer.total_size_bytes <= cap));
+    }
+
+    /// [`Replica::on_state_chunk`]: check it, keep it, and install the
+    /// snapshot once whole.
+    fn take_chunk(&mut self, chunk: StateChunk, now: u64, cx: &mut Context<'_>) {
         if chunk.replica == self.spec.me || chunk.snapshot_op <= self.commit_min {
             return;
         }
@@ -161,7 +181,7 @@ impl Replica {
             return;
         }
         if let Err(refusal) = self.check_chunk(&chunk) {
-            return fx.refused.count(refusal);
+            return cx.refuse(refusal);
         }
         let fresh = StateTransfer {
             source: chunk.replica,
@@ -182,14 +202,14 @@ impl Replica {
         }
         transfer.data.extend_from_slice(&chunk.chunk);
         if !chunk.is_last() {
-            return self.retry_state_transfer(fx);
+            return self.retry_state_transfer(now, cx.out);
         }
         let Some(transfer) = self.state_transfer.take() else { return };
         let snapshot =
             Snapshot { op: transfer.snapshot_op, view: transfer.snapshot_view, data: Bytes::from(transfer.data) };
-        if self.install_snapshot(snapshot, fx).is_err() {
+        if self.install_snapshot(snapshot, now, cx).is_err() {
             // A snapshot that does not decode is dropped; repair asks again.
-            self.repair_deadline = fx.now;
+            self.repair_deadline = now;
         }
     }
 
@@ -217,12 +237,18 @@ impl Replica {
     /// Install a fetched snapshot of committed state. Entries after it that
     /// we hold are kept: only the committed prefix is replaced (see
     /// docs/replication.md on why this never loses a committed op).
-    pub(crate) fn install_snapshot(&mut self, snapshot: Snapshot, fx: &mut Effects) -> Result<(), String> {
+    pub(crate) fn install_snapshot(
+        &mut self,
+        snapshot: Snapshot,
+        now: u64,
+        cx: &mut Context<'_>,
+    ) -> Result<(), String> {
         if snapshot.op <= self.commit_min {
             return Ok(());
         }
+        let snapshot_op = snapshot.op;
         let kept: Vec<_> = self.log.entries_from(snapshot.op.next()).cloned().collect();
-        self.install_snapshot_state(&snapshot, fx)?;
+        self.install_snapshot_state(&snapshot, cx.out)?;
         // Keep what follows the snapshot only while views do not go
         // backwards: an entry of a view older than the snapshot's entry
         // cannot be committed (committed logs are prefixes, views in a log
@@ -236,7 +262,7 @@ impl Replica {
             }
         }
         self.durable_op = self.durable_op.min(self.log.op());
-        let flush = fx.stage(
+        let flush = cx.out.stage(
             self.spec.group,
             crate::effect::Effect::SaveSnapshot {
                 group: self.spec.group,
@@ -247,16 +273,18 @@ impl Replica {
         self.pending_durable.push_back((flush, self.log.op()));
         if dropped {
             let op = self.log.op();
-            self.stage_truncate(op, fx);
+            self.stage_truncate(op, cx.out);
         }
         self.snapshot = Some(snapshot);
-        self.stage_superblock(fx);
-        fx.push(crate::effect::Effect::Committed { group: self.spec.group, op: self.commit_min });
-        if self.status == Status::ViewChange {
-            self.try_complete_view_change(fx);
+        self.stage_superblock(cx.out);
+        cx.out.push(crate::effect::Effect::Committed { group: self.spec.group, op: self.commit_min });
+        if self.status() == Status::ViewChange {
+            self.try_complete_view_change(now, cx);
         } else if self.log_view == self.view {
-            self.apply_committed(fx);
+            self.apply_committed(cx.out);
         }
+        assert!(self.commit_min >= snapshot_op, "{self:?}: the snapshot's ops are applied");
+        assert_eq!(self.snapshot.as_ref().map(|snapshot| snapshot.op), Some(snapshot_op), "it is the one served next");
         Ok(())
     }
 }

@@ -42,7 +42,8 @@ use cohort_messages::{
     RequestPrepares, View,
 };
 
-use super::{GroupSpec, Replica, snapshot};
+use super::Context;
+use super::{GroupSpec, Replica, RoleState, snapshot};
 use crate::effect::Effect;
 use crate::effects::Effects;
 use crate::log::Log;
@@ -125,7 +126,7 @@ impl Replica {
 
     /// Prepare a seal: the primary queues it ahead of every request (Q3 still
     /// holds: it enters the log only after the inherited ops committed).
-    pub fn propose_seal(&mut self, seal: Seal, fx: &mut Effects) -> Result<(), SealError> {
+    pub(crate) fn propose_seal(&mut self, seal: Seal, cx: &mut Context<'_>) -> Result<(), SealError> {
         let group = self.spec.group;
         if !self.is_primary() {
             return Err(SealError::NotPrimary(group));
@@ -155,7 +156,8 @@ impl Replica {
             operation: seal.encode(),
         };
         self.request_queue.push_front(request);
-        self.prepare_queued(fx);
+        self.prepare_queued(cx);
+        assert!(self.seal_queued() || self.seal_in_log(), "{self:?}: the seal is on its way into the log");
         Ok(())
     }
 
@@ -176,14 +178,15 @@ impl Replica {
     pub(crate) fn seal_commit_cap(&self) -> Op {
         let Some((op, seal)) = self.uncommitted_seal() else { return self.log.op() };
         let me = self.node_of(self.spec.me);
+        let primary = self.lead();
         let holds = |node: &NodeId| {
             if *node == me {
                 return self.durable_op >= op;
             }
             if let Some(index) = self.spec.members.iter().position(|member| member == node) {
-                return self.acked.get(index).is_some_and(|acked| *acked >= op);
+                return primary.acked.get(index).is_some_and(|acked| *acked >= op);
             }
-            self.learners.iter().any(|track| track.node == *node && track.acked >= op)
+            primary.learners.iter().any(|track| track.node == *node && track.acked >= op)
         };
         if seal.members.iter().all(holds) { op } else { Op(op.0 - 1) }
     }
@@ -196,9 +199,10 @@ impl Replica {
     /// seal but who never heard that it committed: the members it calls on
     /// left that incarnation, and this one has no primary without it. It
     /// gets a frame of this incarnation, which tells it.
-    pub(crate) fn on_other_incarnation(&mut self, from: NodeId, incarnation: Incarnation, fx: &mut Effects) -> bool {
+    pub(crate) fn on_other_incarnation(&mut self, from: NodeId, incarnation: Incarnation, out: &mut Effects) -> bool {
+        assert_ne!(incarnation, self.spec.incarnation, "a frame of this incarnation passes the door");
         if incarnation.0 == self.spec.incarnation.0 + 1 {
-            return self.on_next_incarnation_commit(from, incarnation, fx);
+            return self.on_next_incarnation_commit(from, incarnation, out);
         }
         if incarnation.0 + 1 == self.spec.incarnation.0
             && let Some(index) = self.spec.members.iter().position(|member| *member == from)
@@ -212,7 +216,7 @@ impl Replica {
                 op_min: self.commit_min.next(),
                 op_max: self.commit_min.next(),
             };
-            fx.send(from, Message::RequestPrepares(nudge));
+            out.send(from, Message::RequestPrepares(nudge));
         }
         false
     }
@@ -230,8 +234,9 @@ impl Replica {
         &mut self,
         from: NodeId,
         incarnation: Incarnation,
-        fx: &mut Effects,
+        out: &mut Effects,
     ) -> bool {
+        assert_eq!(incarnation.0, self.spec.incarnation.0 + 1, "Z6: a frame of the next incarnation");
         let Some((op, seal)) = self.uncommitted_seal() else { return false };
         let of_the_group =
             seal.members.contains(&from) || self.spec.members.contains(&from) || self.spec.learners.contains(&from);
@@ -243,38 +248,41 @@ impl Replica {
             return false;
         }
         self.commit_max = op;
-        self.apply_committed(fx);
+        self.apply_committed(out);
         debug_assert!(self.sealed.is_some(), "the seal at the end of the log applied");
         true
     }
 
     /// Apply the seal at `op` (called from apply in place of the state machine).
-    pub(crate) fn apply_seal(&mut self, op: Op, operation: &[u8], fx: &mut Effects) {
+    pub(crate) fn apply_seal(&mut self, op: Op, operation: &[u8], out: &mut Effects) {
         // A seal that does not decode cannot come from a valid Prepare (they
         // are validated); every member holds the same bytes, so every member
         // skips it the same way.
+        debug_assert_eq!(self.commit_min, op, "the seal is applied in op order");
         if let Ok(seal) = Seal::decode(operation) {
             self.sealed = Some(Box::new(Sealed { op, seal }));
-            self.refuse_queued(fx);
+            self.refuse_queued(out);
+            assert!(self.is_sealing(), "nothing more enters the incarnation's log");
         }
     }
 
     /// Answer every queued request: nothing more enters this incarnation's log.
-    pub(crate) fn refuse_queued(&mut self, fx: &mut Effects) {
+    pub(crate) fn refuse_queued(&mut self, out: &mut Effects) {
         while let Some(request) = self.request_queue.pop_front() {
             if request.client != ClientId::SEAL {
-                self.refuse_sealed(&request, fx);
+                self.refuse_sealed(&request, out);
             }
         }
+        assert!(self.request_queue.is_empty(), "every queued request is answered");
     }
 
     /// A request reached a sealed incarnation: retry, the next one serves it.
-    pub(crate) fn refuse_sealed(&self, request: &Request, fx: &mut Effects) {
+    pub(crate) fn refuse_sealed(&self, request: &Request, out: &mut Effects) {
         let detail = format!(
             "{}: incarnation {} is sealed for a member change; retry shortly",
             self.spec.group, self.spec.incarnation.0
         );
-        self.reply_error(request, ReplyError::ViewChange, detail, fx);
+        self.reply_error(request, ReplyError::ViewChange, detail, out);
     }
 
     /// True if requests must be refused because the incarnation is sealed.
@@ -356,18 +364,21 @@ impl Replica {
     /// The replica of the next incarnation, from this sealed one, with
     /// `spec` from [`Replica::next_spec`] (see the module docs). Waits on
     /// this replica end as not primary.
-    pub(crate) fn into_next_incarnation(mut self, spec: GroupSpec, fx: &mut Effects) -> Replica {
+    pub(crate) fn into_next_incarnation(mut self, spec: GroupSpec, now: u64, cx: &mut Context<'_>) -> Replica {
+        assert!(self.sealed.is_some() || self.outpaced, "{self:?}: a switch needs the seal, or the switch done");
+        assert!(spec.incarnation > self.spec.incarnation, "{self:?}: a switch goes to a later incarnation");
         let op = self.sealed.as_ref().map_or(self.commit_min, |sealed| sealed.op);
         // Z6: a learner that missed the seal goes on from its applied point;
         // the entries of this incarnation past it must not come back after a
         // restart as the next incarnation's log (see `Replica::recover`).
         if self.log.op() > op {
-            fx.stage(self.spec.group, Effect::Truncate { group: self.spec.group, after: op });
+            cx.out.stage(self.spec.group, Effect::Truncate { group: self.spec.group, after: op });
         }
-        self.fail_waits(fx);
-        self.refuse_queued(fx);
+        let waits = self.role.take_waits();
+        self.fail_waits(waits, cx.out);
+        self.refuse_queued(cx.out);
         let Replica { state, clients, config, .. } = self;
-        let mut next = Replica::blank(spec, config, state, fx.now);
+        let mut next = Replica::blank(spec, config, state, now);
         next.clients = clients;
         next.log = Log::new(op, View(0));
         next.commit_min = op;
@@ -378,12 +389,14 @@ impl Replica {
         let data = snapshot::encode(&next.state.snapshot(), &next.clients.encode(), &next.membership());
         let snapshot = Snapshot { op, view: View(0), data };
         let save = Effect::SaveSnapshot { group: next.spec.group, snapshot: snapshot.clone(), deferrable: false };
-        fx.stage(next.spec.group, save);
+        cx.out.stage(next.spec.group, save);
         next.snapshot = Some(snapshot);
-        next.start_view_zero(fx);
-        if next.is_primary() {
-            next.lead_after_flush = next.superblock_flush;
+        next.start_view_zero(now, cx);
+        let flush = next.superblock_flush;
+        if let RoleState::Primary(primary) = &mut next.role {
+            primary.lead_after_flush = flush;
         }
+        assert!(next.view == View(0) && next.commit_min == op && next.log.base() == op, "{next:?}: starts at the seal");
         next
     }
 }

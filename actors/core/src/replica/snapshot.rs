@@ -152,7 +152,8 @@ pub(crate) fn decode(data: &[u8]) -> Result<Decoded, String> {
 
 impl Replica {
     /// Take a snapshot if the log since the last one is long enough.
-    pub(crate) fn maybe_snapshot(&mut self, fx: &mut Effects) {
+    pub(crate) fn maybe_snapshot(&mut self, out: &mut Effects) {
+        debug_assert!(self.commit_min >= self.log.base(), "the snapshot holds only applied ops");
         let since = self.commit_min.0 - self.log.base().0;
         if since == 0
             || (since < self.config.snapshot_interval_ops
@@ -160,7 +161,7 @@ impl Replica {
         {
             return;
         }
-        self.take_snapshot(fx);
+        self.take_snapshot(out);
     }
 
     /// A group that turns idle snapshots what it applied since its last
@@ -168,16 +169,17 @@ impl Replica {
     /// of the shard alive (segments are removed only once every group with
     /// records in them has snapshotted past them), and a shard full of quiet
     /// groups would run out of segments.
-    pub(crate) fn snapshot_on_idle(&mut self, fx: &mut Effects) {
+    pub(crate) fn snapshot_on_idle(&mut self, out: &mut Effects) {
         if self.commit_min > self.log.base() && self.commit_min == self.log.op() {
-            self.take_snapshot(fx);
+            self.take_snapshot(out);
         }
     }
 
-    fn take_snapshot(&mut self, fx: &mut Effects) {
+    fn take_snapshot(&mut self, out: &mut Effects) {
         if self.sealed.is_some() {
             return; // The seal stays in the log: a restart must apply it again.
         }
+        debug_assert!(self.commit_min > self.log.base(), "a snapshot covers something new");
         let op = self.commit_min;
         let view = self.log.view_at(op).expect("applied ops are in the log");
         let data = encode(&self.state.snapshot(), &self.clients.encode(), &self.membership());
@@ -185,14 +187,15 @@ impl Replica {
         // Of what this replica applied from its own log, which holds every
         // op it covers: the storage may write it later.
         let save = Effect::SaveSnapshot { group: self.spec.group, snapshot: snapshot.clone(), deferrable: true };
-        let flush = fx.stage(self.spec.group, save);
+        let flush = out.stage(self.spec.group, save);
         self.pending_durable.push_back((flush, self.log.op()));
         self.log.discard_through(op, view);
         self.snapshot = Some(snapshot);
+        assert_eq!(self.log.base(), op, "V6: the log starts after the snapshot");
     }
 
     /// Replace the state machine, client table and log with a snapshot.
-    pub(crate) fn install_snapshot_state(&mut self, snapshot: &Snapshot, fx: &mut Effects) -> Result<(), String> {
+    pub(crate) fn install_snapshot_state(&mut self, snapshot: &Snapshot, out: &mut Effects) -> Result<(), String> {
         let (state, clients, _) = decode(&snapshot.data)?;
         self.state.restore(&state)?;
         self.clients.restore(clients);
@@ -200,8 +203,9 @@ impl Replica {
         self.commit_min = snapshot.op;
         self.commit_max = self.commit_max.max(snapshot.op);
         if self.spec.report_applied {
-            fx.push(Effect::Restored { group: self.spec.group, op: snapshot.op, state });
+            out.push(Effect::Restored { group: self.spec.group, op: snapshot.op, state });
         }
+        assert!(self.commit_min == snapshot.op && self.log.op() == snapshot.op, "V6: the state is the snapshot's");
         Ok(())
     }
 }

@@ -45,8 +45,8 @@
 
 use cohort_messages::{GroupId, MemberIndex, NodeId, Op, View};
 
+use super::Context;
 use super::Replica;
-use crate::effects::Effects;
 use crate::refusal::VIEW_ACCEPTED_MAX;
 
 /// Why a primary transfer was refused. Nothing changed in the group.
@@ -113,13 +113,13 @@ impl Replica {
     /// C4: hand this group's primary role to voter `to` by a view change to
     /// the next view it leads (see the module docs for the rules). On `Ok`
     /// this replica is in that view change and serves nothing until it ends.
-    pub fn transfer_primary(&mut self, to: NodeId, fx: &mut Effects) -> Result<(), TransferError> {
+    pub(crate) fn transfer_primary(&mut self, to: NodeId, now: u64, cx: &mut Context<'_>) -> Result<(), TransferError> {
         let (member, view) = self.transfer_target(to)?;
         let jump = u64::from(view.0) - u64::from(self.view.0);
         debug_assert!(jump < self.spec.members.len() as u64, "the next view {member} leads is less than n ahead");
         debug_assert!(jump <= u64::from(self.config.view_jump_max_views), "T5: no member refuses the jump");
-        fx.metrics.primary_transfers_started += 1;
-        self.start_view_change(view, fx);
+        cx.metrics.primary_transfers_started += 1;
+        self.start_view_change(view, now, cx);
         debug_assert!(self.primary_index() == member && !self.is_primary(), "the election of `to`'s view is under way");
         Ok(())
     }
@@ -141,7 +141,7 @@ impl Replica {
         if member == self.spec.me {
             return Err(TransferError::SameNode { group, node: to });
         }
-        let (acked, commit) = (self.acked[member.0 as usize], self.commit_max);
+        let (acked, commit) = (self.lead().acked[member.0 as usize], self.commit_max);
         if acked < commit {
             return Err(TransferError::Behind { group, to, acked, commit });
         }

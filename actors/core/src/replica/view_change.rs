@@ -25,10 +25,11 @@ use cohort_messages::{
     DoViewChange, LogEntry, MemberIndex, Message, NodeId, Op, ReplyError, StartView, StartViewChange, View,
 };
 
-use super::{Replica, Status};
+use super::Context;
+use super::{Backup, Election, Primary, Replica, RoleState, Status};
 use crate::effects::Effects;
 use crate::mutants::Mutant;
-use crate::quorum::{LogSummary, select_log};
+use crate::quorum::{LogSummary, MemberSet, select_log};
 use crate::refusal::Refusal;
 
 /// What the new primary keeps of one DoViewChange.
@@ -43,53 +44,61 @@ pub(crate) struct DoViewChangeSummary {
 
 impl Replica {
     /// Enter the view change for `view`.
-    pub(crate) fn start_view_change(&mut self, view: View, fx: &mut Effects) {
+    pub(crate) fn start_view_change(&mut self, view: View, now: u64, cx: &mut Context<'_>) {
         assert!(!self.is_learner(), "{self:?}: a learner never starts a view change (P4)");
-        assert!(view > self.view || (view == self.view && self.status == Status::Normal && self.log_view < view));
-        let was_primary = self.is_primary();
-        fx.metrics.view_changes_started += 1;
-        self.status = Status::ViewChange;
+        assert!(view > self.view || (view == self.view && self.status() == Status::Normal && self.log_view < view));
+        cx.metrics.view_changes_started += 1;
+        let timing = &self.config.timing;
+        let mut svc_from = MemberSet::EMPTY;
+        svc_from.insert(self.spec.me);
+        let deadline = now + timing.view_change_timeout_ticks;
+        let election = Election::new(self.spec.members.len(), deadline, now + timing.repair_timeout_ticks, svc_from);
+        let mut former = std::mem::replace(&mut self.role, RoleState::ViewChange(election));
         self.view = view;
-        self.dvcs = vec![None; self.spec.members.len()];
-        self.svc_from = crate::quorum::MemberSet::EMPTY;
-        self.svc_from.insert(self.spec.me);
-        self.view_change_deadline = fx.now + self.config.timing.view_change_timeout_ticks;
-        self.view_change_resend_tick = fx.now + self.config.timing.repair_timeout_ticks;
-        if was_primary || !self.request_queue.is_empty() {
-            self.abandon_requests(fx);
+        if matches!(former, RoleState::Primary(_)) || !self.request_queue.is_empty() {
+            self.abandon_requests(cx.out);
         }
-        self.fail_waits(fx);
-        self.stage_superblock(fx);
-        self.send_view_change_messages(fx);
-        self.report_role(fx);
+        self.fail_waits(former.take_waits(), cx.out);
+        self.stage_superblock(cx.out);
+        self.send_view_change_messages(now, cx);
+        self.report_role(cx.out);
         for early in std::mem::take(&mut self.early_dvcs) {
             if early.view == self.view {
-                self.svc_from.insert(early.replica);
-                self.record_dvc(early, fx);
+                // The election may be over already (ours completed it).
+                if let Some(election) = self.election_mut() {
+                    election.svc_from.insert(early.replica);
+                }
+                self.record_dvc(early, now, cx);
             }
         }
+        assert_eq!(self.view, view, "{self:?}: a view change enters its view");
+        assert!(self.early_dvcs.is_empty(), "early DoViewChanges are used or dropped when the replica joins");
+        assert!(self.status() == Status::ViewChange || self.is_primary(), "{self:?}: electing, or elected at once");
     }
 
     /// Queued requests cannot be served in a view change: tell the clients.
-    fn abandon_requests(&mut self, fx: &mut Effects) {
+    fn abandon_requests(&mut self, out: &mut Effects) {
+        debug_assert!(!self.is_primary(), "requests are abandoned by a replica that stopped leading");
         for request in std::mem::take(&mut self.request_queue) {
             let detail = format!("{}: view change to {} started; retry", self.spec.group, self.view);
-            self.reply_error(&request, ReplyError::ViewChange, detail, fx);
+            self.reply_error(&request, ReplyError::ViewChange, detail, out);
         }
+        assert!(self.request_queue.is_empty(), "every queued request is answered");
     }
 
     /// A StartViewChange, DoViewChange or StartView: it leaves once
     /// everything staged before it, the view's superblock included, is durable.
-    pub(crate) fn send_view_change(&self, to: NodeId, message: Message, fx: &mut Effects) {
+    pub(crate) fn send_view_change(&self, to: NodeId, message: Message, out: &mut Effects) {
         if self.config.mutated(Mutant::ViewChangeBeforeDurable) {
-            fx.send(to, message);
+            out.send(to, message);
         } else {
-            fx.send_durable(to, message);
+            out.send_durable(to, message);
         }
     }
 
     /// SVC to all, DVC to the new primary (or to ourselves), after the view is durable.
-    pub(crate) fn send_view_change_messages(&mut self, fx: &mut Effects) {
+    pub(crate) fn send_view_change_messages(&mut self, now: u64, cx: &mut Context<'_>) {
+        assert_eq!(self.status(), Status::ViewChange, "{self:?}: election messages come from an election");
         let svc = StartViewChange {
             group: self.spec.group,
             incarnation: self.spec.incarnation,
@@ -97,14 +106,14 @@ impl Replica {
             replica: self.spec.me,
         };
         for member in self.others() {
-            self.send_view_change(self.node_of(member), Message::StartViewChange(svc), fx);
+            self.send_view_change(self.node_of(member), Message::StartViewChange(svc), cx.out);
         }
         let dvc = self.do_view_change_message();
         let primary = self.primary_index();
         if primary == self.spec.me {
-            self.record_dvc(dvc, fx);
+            self.record_dvc(dvc, now, cx);
         } else {
-            self.send_view_change(self.node_of(primary), Message::DoViewChange(dvc), fx);
+            self.send_view_change(self.node_of(primary), Message::DoViewChange(dvc), cx.out);
         }
     }
 
@@ -129,21 +138,22 @@ impl Replica {
     /// healthy group through view changes. A backup's lease does not hold it
     /// back when `from` is the primary of its view: that primary gave the
     /// view up (see `transfer` for why this is safe, C4).
-    fn join_view_change(&mut self, view: View, from: MemberIndex, fx: &mut Effects) {
+    fn join_view_change(&mut self, view: View, from: MemberIndex, now: u64, cx: &mut Context<'_>) {
         if view <= self.view || self.is_learner() {
             return;
         }
         self.svc_view_seen = self.svc_view_seen.max(view);
-        let healthy_primary = self.is_primary() && fx.now < self.step_down_tick();
+        debug_assert!(self.svc_view_seen > self.view, "the later election is remembered until joined");
+        let healthy_primary = self.is_primary() && now < self.step_down_tick();
         let holder = if self.config.mutated(Mutant::LeaseReleasedByNextPrimary) {
             self.primary_index_of(view)
         } else {
             self.primary_index()
         };
         let released = from == holder && from != self.spec.me;
-        let leased_backup = self.status == Status::Normal
+        let leased_backup = self.status() == Status::Normal
             && !self.is_primary()
-            && fx.now < self.lease_expiry
+            && now < self.lease_expiry
             && !released
             && !self.config.mutated(Mutant::LeaseIgnored);
         // A sealing incarnation serves no reads (its primary stopped when the
@@ -153,53 +163,65 @@ impl Replica {
         if (healthy_primary || leased_backup) && !self.is_sealing() {
             return;
         }
-        self.start_view_change(view, fx);
+        self.start_view_change(view, now, cx);
     }
 
     /// A lagging backup asks the primary of its view for the StartView: a
     /// StartViewChange for the primary's own view is answered with it.
-    pub(crate) fn request_start_view(&mut self, fx: &mut Effects) {
+    pub(crate) fn request_start_view(&mut self, out: &mut Effects) {
+        debug_assert!(self.log_view < self.view && !self.is_primary(), "only a lagging backup asks");
         let svc = StartViewChange {
             group: self.spec.group,
             incarnation: self.spec.incarnation,
             view: self.view,
             replica: self.spec.me,
         };
-        fx.send(self.node_of(self.primary_index()), Message::StartViewChange(svc));
+        out.send(self.node_of(self.primary_index()), Message::StartViewChange(svc));
     }
 
-    pub(crate) fn on_start_view_change(&mut self, svc: StartViewChange, fx: &mut Effects) {
+    pub(crate) fn on_start_view_change(&mut self, svc: StartViewChange, now: u64, cx: &mut Context<'_>) {
+        debug_assert!(self.spec.is_voter(svc.replica), "P4: the door refuses a learner's election messages");
         if self.is_learner() {
             return; // P4: a learner takes no part in elections.
         }
         if svc.view < self.view && self.is_primary() && self.spec.is_voter(svc.replica) {
             // A member still electing an earlier view (it fell back after a
             // restart, say) while this one runs: show it the current view.
-            return self.answer_with_start_view(svc.replica, fx);
+            return self.answer_with_start_view(svc.replica, now, cx);
         }
-        if self.view_jump_refused(svc.view, fx.now) {
-            return fx.refused.count(Refusal::ViewJump);
+        if self.view_jump_refused(svc.view, now) {
+            return cx.refuse(Refusal::ViewJump);
         }
         if svc.view > self.view {
-            self.join_view_change(svc.view, svc.replica, fx);
+            self.join_view_change(svc.view, svc.replica, now, cx);
         }
-        if svc.view == self.view && self.status == Status::ViewChange {
-            self.svc_from.insert(svc.replica);
+        if svc.view == self.view
+            && let Some(election) = self.election_mut()
+        {
+            election.svc_from.insert(svc.replica);
         } else if svc.view == self.view && self.is_primary() {
             // A member still electing our view missed the StartView.
-            self.answer_with_start_view(svc.replica, fx);
+            self.answer_with_start_view(svc.replica, now, cx);
         }
     }
 
-    pub(crate) fn on_do_view_change(&mut self, dvc: DoViewChange, fx: &mut Effects) {
+    pub(crate) fn on_do_view_change(&mut self, dvc: DoViewChange, now: u64, cx: &mut Context<'_>) {
+        debug_assert!(self.spec.is_voter(dvc.replica), "P4: the door refuses a learner's election messages");
+        self.take_do_view_change(dvc, now, cx);
+        // T5: at most one kept per voter, however many arrive.
+        assert!(self.early_dvcs.len() <= self.spec.members.len(), "{self:?}: early DoViewChanges past one per voter");
+    }
+
+    /// [`Replica::on_do_view_change`]: join, keep it for later, or count it.
+    fn take_do_view_change(&mut self, dvc: DoViewChange, now: u64, cx: &mut Context<'_>) {
         if self.is_learner() {
             return; // P4: a learner takes no part in elections.
         }
-        if self.view_jump_refused(dvc.view, fx.now) {
-            return fx.refused.count(Refusal::ViewJump);
+        if self.view_jump_refused(dvc.view, now) {
+            return cx.refuse(Refusal::ViewJump);
         }
         if dvc.view > self.view {
-            self.join_view_change(dvc.view, dvc.replica, fx);
+            self.join_view_change(dvc.view, dvc.replica, now, cx);
             if dvc.view > self.view && self.primary_index_of(dvc.view) == self.spec.me {
                 // Our lease still runs: keep it for when we join, instead of
                 // making the sender wait for its next re-send.
@@ -208,17 +230,19 @@ impl Replica {
                 return;
             }
         }
-        if dvc.view == self.view && self.status == Status::ViewChange {
-            self.svc_from.insert(dvc.replica);
+        if dvc.view == self.view
+            && let Some(election) = self.election_mut()
+        {
+            election.svc_from.insert(dvc.replica);
         }
         if dvc.view != self.view || self.primary_index() != self.spec.me {
             return;
         }
         if self.is_primary() {
-            return self.answer_with_start_view(dvc.replica, fx);
+            return self.answer_with_start_view(dvc.replica, now, cx);
         }
-        if self.status == Status::ViewChange {
-            self.record_dvc(dvc, fx);
+        if self.status() == Status::ViewChange {
+            self.record_dvc(dvc, now, cx);
         }
     }
 
@@ -235,57 +259,72 @@ impl Replica {
     /// presumed still on its way; a lost one is answered at the member's
     /// next re-send, or sent again by `resend_start_view`. Withholding a
     /// message is what a loss would do: no rule of seed 000 depends on it.
-    pub(crate) fn answer_with_start_view(&mut self, member: MemberIndex, fx: &mut Effects) {
-        if !self.start_view_due(member, fx.now) {
-            fx.metrics.start_views_withheld += 1;
+    pub(crate) fn answer_with_start_view(&mut self, member: MemberIndex, now: u64, cx: &mut Context<'_>) {
+        debug_assert!(self.is_primary(), "only a primary answers with its view's StartView");
+        if !self.start_view_due(member, now) {
+            cx.metrics.start_views_withheld += 1;
             return;
         }
-        self.send_start_view(member, fx);
+        self.send_start_view(member, now, cx.out);
     }
 
-    /// Whether `member` last got this view's StartView at least a repair
-    /// timeout ago (or never).
+    /// The primary: whether `member` last got this view's StartView at
+    /// least a repair timeout ago (or never; a learner is not tracked).
     pub(crate) fn start_view_due(&self, member: MemberIndex, now: u64) -> bool {
         let window = self.config.timing.repair_timeout_ticks;
-        self.start_view_sent_tick.get(member.0 as usize).is_none_or(|sent| now >= sent.saturating_add(window))
+        let sent = self.lead().start_view_sent_tick.get(member.0 as usize);
+        sent.is_none_or(|sent| now >= sent.saturating_add(window))
     }
 
-    /// Send `member` the view's StartView now, and note when.
-    pub(crate) fn send_start_view(&mut self, member: MemberIndex, fx: &mut Effects) {
-        if let Some(sent) = self.start_view_sent_tick.get_mut(member.0 as usize) {
-            *sent = fx.now;
+    /// The primary sends `member` the view's StartView now, and notes when.
+    pub(crate) fn send_start_view(&mut self, member: MemberIndex, now: u64, out: &mut Effects) {
+        if let Some(sent) = self.lead_mut().start_view_sent_tick.get_mut(member.0 as usize) {
+            *sent = now;
         }
         let message = self.start_view_message();
-        self.send_view_change(self.node_of(member), Message::StartView(message), fx);
+        self.send_view_change(self.node_of(member), Message::StartView(message), out);
+        debug_assert!(!self.start_view_due(member, now) || !self.spec.is_voter(member), "Z4: its send is noted");
     }
 
-    fn record_dvc(&mut self, dvc: DoViewChange, fx: &mut Effects) {
+    /// Keep a DoViewChange of this replica's election (none once it is
+    /// over), and complete the election if it can.
+    fn record_dvc(&mut self, dvc: DoViewChange, now: u64, cx: &mut Context<'_>) {
+        assert_eq!(dvc.view, self.view, "{self:?}: a DoViewChange of another view kept");
         let member = dvc.replica.0 as usize;
-        if member >= self.dvcs.len() {
+        let Some(election) = self.election_mut() else { return };
+        if member >= election.dvcs.len() {
             return;
         }
-        self.dvcs[member] = Some(DoViewChangeSummary {
+        election.dvcs[member] = Some(DoViewChangeSummary {
             log_view: dvc.log_view,
             op: dvc.op,
             commit: dvc.commit,
             replica: dvc.replica,
             log: dvc.log,
         });
-        self.try_complete_view_change(fx);
+        self.try_complete_view_change(now, cx);
+    }
+
+    /// T5: forget the DoViewChange of `member`, whose log must not win.
+    fn drop_dvc(&mut self, member: MemberIndex) {
+        if let Some(election) = self.election_mut() {
+            election.dvcs[member.0 as usize] = None;
+        }
     }
 
     /// With Qv DoViewChanges (ours included), adopt the best log and start the view.
-    pub(crate) fn try_complete_view_change(&mut self, fx: &mut Effects) {
-        if self.status != Status::ViewChange || self.primary_index() != self.spec.me {
+    pub(crate) fn try_complete_view_change(&mut self, now: u64, cx: &mut Context<'_>) {
+        let Some(election) = self.election() else { return };
+        if self.primary_index() != self.spec.me {
             return;
         }
-        let count = self.dvcs.iter().filter(|d| d.is_some()).count();
+        let count = election.dvcs.iter().filter(|d| d.is_some()).count();
         let short = usize::from(self.config.mutated(Mutant::ViewChangeQuorumShort));
         let needed = self.spec.quorums.view_change.saturating_sub(short).max(1);
-        if count < needed || self.dvcs[self.spec.me.0 as usize].is_none() {
+        if count < needed || election.dvcs[self.spec.me.0 as usize].is_none() {
             return;
         }
-        let logs: Vec<LogSummary> = self
+        let logs: Vec<LogSummary> = election
             .dvcs
             .iter()
             .flatten()
@@ -297,66 +336,63 @@ impl Replica {
             let longest = logs.iter().max_by_key(|log| (log.op, log.log_view, log.member == me));
             best = longest.map_or(best, |log| log.member);
         }
-        let best = self.dvcs[best.0 as usize].clone().expect("the chosen log is one we hold");
+        let best = election.dvcs[best.0 as usize].clone().expect("the chosen log is one we hold");
         if best.replica != self.spec.me && self.rewrites_applied(&best.log) {
             // T5: no correct member's log wins and differs from what we
             // applied (committed ops are in it). Drop it; others may do.
-            fx.refused.count(Refusal::LogRewritesApplied);
-            self.dvcs[best.replica.0 as usize] = None;
-            return self.try_complete_view_change(fx);
+            cx.refuse(Refusal::LogRewritesApplied);
+            self.drop_dvc(best.replica);
+            return self.try_complete_view_change(now, cx);
         }
         if best.replica != self.spec.me && self.joins_going_back(best.log_view, &best.log, best.op) {
             // T5: likewise for a log whose views would go back where it
             // joins ours (a correct log and ours agree up to the join).
-            fx.refused.count(Refusal::LogViewsGoBack);
-            self.dvcs[best.replica.0 as usize] = None;
-            return self.try_complete_view_change(fx);
+            cx.refuse(Refusal::LogViewsGoBack);
+            self.drop_dvc(best.replica);
+            return self.try_complete_view_change(now, cx);
         }
-        if best.replica != self.spec.me && !self.adopt_log(best.log_view, &best.log, best.op, fx) {
+        if best.replica != self.spec.me && !self.adopt_log(best.log_view, &best.log, best.op, cx.out) {
             // Our log cannot be joined to the chosen one (we lag behind its
             // snapshot). Abstain; the timeout moves the group to the next view,
             // and we fetch the state meanwhile (its member serves us while it
             // is in this election, T5).
-            self.request_state_transfer(best.replica, fx);
+            self.request_state_transfer(best.replica, now, cx.out);
             return;
         }
         self.log_view = self.view;
         self.commit_max = self.commit_max.max(commit_known).min(self.log.op()).max(self.commit_min);
-        self.become_primary(fx);
+        self.become_primary(now, cx);
+        assert!(self.is_primary(), "{self:?}: a completed election makes its primary");
     }
 
     /// Take the role of primary of the current view: the log is the view's.
-    pub(crate) fn become_primary(&mut self, fx: &mut Effects) {
+    pub(crate) fn become_primary(&mut self, now: u64, cx: &mut Context<'_>) {
         debug_assert_eq!(self.primary_index(), self.spec.me, "only the view's primary index leads it");
         debug_assert!(!self.is_learner(), "P4: a learner never leads");
-        fx.metrics.primaries_started += 1;
-        self.stranded = None;
-        self.status = Status::Normal;
+        debug_assert!(
+            matches!(self.role, RoleState::ViewChange(_)) || self.view == View(0),
+            "a primary is elected, or leads view 0 from the start"
+        );
+        cx.metrics.primaries_started += 1;
         self.log_view = self.view;
-        self.start_view_op = self.log.op();
-        self.async_acked_op = self.log.op();
-        let members = self.spec.members.len();
-        self.acked = vec![Op(0); members];
-        self.confirmed = vec![false; members];
-        self.confirmed[self.spec.me.0 as usize] = true;
-        // No member has confirmed the new view yet: no reads until a quorum
-        // answers, and the step-down clock starts with the view (R24, V7).
-        self.contact_tick = vec![None; members];
-        self.reset_learner_tracks(fx.now);
-        self.heartbeat.reset(fx.now);
-        self.stage_superblock(fx);
-        // The StartView leaves with this flush; the view's Prepares follow it.
-        self.lead_after_flush = self.superblock_flush;
-        self.start_view_sent_tick = vec![fx.now; members];
+        self.stage_superblock(cx.out);
+        // The StartView leaves with this flush; the view's Prepares follow
+        // it. Nothing of an earlier role carries over: no member has
+        // confirmed the new view, so no read until a quorum answers, and
+        // the step-down clock starts with the view (R24, V7).
+        let spec = &self.spec;
+        let primary =
+            Primary::new(spec.members.len(), spec.me, &spec.learners, now, self.log.op(), self.superblock_flush);
+        self.role = RoleState::Primary(Box::new(primary));
         let message = self.start_view_message();
         for member in self.receivers() {
-            self.send_view_change(self.node_of(member), Message::StartView(message.clone()), fx);
+            self.send_view_change(self.node_of(member), Message::StartView(message.clone()), cx.out);
         }
-        self.report_role(fx);
-        self.apply_committed(fx);
-        self.advance_commit(fx);
+        self.report_role(cx.out);
+        self.apply_committed(cx.out);
+        self.advance_commit(now, cx);
         debug_assert!(self.is_primary() && self.log_view == self.view, "the new primary's log is its view's");
-        debug_assert!(self.start_view_op <= self.log.op(), "Q3: it inherited only what its log holds");
+        debug_assert!(self.lead().start_view_op <= self.log.op(), "Q3: it inherited only what its log holds");
     }
 
     /// T5: whether `log` differs from ours at an op we already applied, so
@@ -405,74 +441,80 @@ impl Replica {
     /// Replace our log with `log` (a view's log ending at `op`) from the first
     /// op where they differ. False if our trusted prefix does not reach the
     /// start of `log`.
-    pub(crate) fn adopt_log(&mut self, source_log_view: View, log: &[LogEntry], op: Op, fx: &mut Effects) -> bool {
+    pub(crate) fn adopt_log(&mut self, source_log_view: View, log: &[LogEntry], op: Op, out: &mut Effects) -> bool {
         let Some(diverge) = self.adoption_start(source_log_view, log, op) else { return false };
         assert!(diverge > self.commit_min, "{self:?}: adoption would rewrite applied op {diverge}");
         if self.log.op() >= diverge {
-            self.stage_truncate(Op(diverge.0 - 1), fx);
+            self.stage_truncate(Op(diverge.0 - 1), out);
         }
         for entry in log.iter().filter(|entry| entry.op >= diverge) {
-            self.stage_append(entry.clone(), fx);
+            self.stage_append(entry.clone(), out);
         }
         debug_assert_eq!(self.log.op(), op);
         true
     }
 
     /// A backup receives the new view's log.
-    pub(crate) fn on_start_view(&mut self, sv: StartView, fx: &mut Effects) {
+    pub(crate) fn on_start_view(&mut self, sv: StartView, now: u64, cx: &mut Context<'_>) {
+        debug_assert!(self.spec.node_at(sv.replica).is_some(), "the door checked the sender");
         if sv.view < self.view || sv.replica != self.primary_index_of(sv.view) || sv.replica == self.spec.me {
             return;
         }
-        if sv.view == self.view && self.status == Status::Normal && self.log_view == self.view {
+        if sv.view == self.view && self.status() == Status::Normal && self.log_view == self.view {
             // Already in this view: confirm to the primary.
-            self.on_durable(fx);
+            self.on_durable(now, cx);
             return;
         }
-        if self.view_jump_refused(sv.view, fx.now) {
+        if self.view_jump_refused(sv.view, now) {
             // T5: a replica that follows a live primary does not leave it for
             // a far view on one message; once its lease ends, it does.
-            return fx.refused.count(Refusal::ViewJump);
+            return cx.refuse(Refusal::ViewJump);
         }
         if self.rewrites_applied(&sv.log) {
             // T5: a correct primary's log holds every op we applied.
-            return fx.refused.count(Refusal::LogRewritesApplied);
+            return cx.refuse(Refusal::LogRewritesApplied);
         }
         if self.joins_going_back(sv.view, &sv.log, sv.op) {
-            return fx.refused.count(Refusal::LogViewsGoBack);
+            return cx.refuse(Refusal::LogViewsGoBack);
         }
         let view_changed = sv.view > self.view;
+        // It follows the view's primary from now on: as a backup, whose
+        // timeout starts now, or as the learner it is.
+        let follower = if self.is_learner() {
+            RoleState::Learner
+        } else {
+            RoleState::Backup(Backup::new(now, self.config.timing.commit_heartbeat_timeout_ticks))
+        };
+        let mut former = std::mem::replace(&mut self.role, follower);
         self.view = sv.view;
-        self.status = Status::Normal;
-        self.heartbeat_deadline = fx.now + self.config.timing.commit_heartbeat_timeout_ticks;
-        self.follows_idle = false;
         self.svc_view_seen = self.svc_view_seen.max(sv.view);
-        self.fail_waits(fx);
-        if self.adopt_log(sv.view, &sv.log, sv.op, fx) {
+        self.fail_waits(former.take_waits(), cx.out);
+        if self.adopt_log(sv.view, &sv.log, sv.op, cx.out) {
             self.log_view = self.view;
             self.commit_max = self.commit_max.max(sv.commit);
             self.state_transfer = None;
-            self.stage_superblock(fx);
-            self.apply_committed(fx);
+            self.stage_superblock(cx.out);
+            self.apply_committed(cx.out);
             self.repair_target = self.repair_target.max(self.commit_max);
             if self.is_learner() {
-                self.confirm_view_as_learner(fx);
+                self.confirm_view_as_learner(cx.out);
             }
         } else {
             // Lagging: fetch the primary's snapshot; the primary re-sends
             // StartView until we confirm. A transfer from another member (the
             // log chosen in an election we were to lead) is dropped for it:
             // that member serves only the election's primary (T5).
-            self.stage_superblock(fx);
+            self.stage_superblock(cx.out);
             let from_primary = self.state_transfer.as_ref().is_some_and(|transfer| transfer.source == sv.replica);
             if view_changed || !from_primary {
-                self.request_state_transfer(sv.replica, fx);
+                self.request_state_transfer(sv.replica, now, cx.out);
             }
         }
         debug_assert!(
-            self.view == sv.view && self.status == Status::Normal,
+            self.view == sv.view && self.status() == Status::Normal,
             "a StartView puts the replica in its view"
         );
         debug_assert!(!self.is_primary(), "a StartView makes a backup or a learner");
-        self.report_role(fx);
+        self.report_role(cx.out);
     }
 }
