@@ -13,17 +13,16 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::rc::Rc;
 
-use cohort_core::metadata::{MetadataAgent, MetadataRoute};
 use cohort_core::routing::shard_of;
 use cohort_core::storage::memory::MemoryStorage;
 use cohort_core::storage::{Recovered, Storage, StorageError};
 use cohort_core::{CoreConfig, Effect, FlushId, GroupSpec, Replica, Shard, StateMachine};
-use cohort_messages::{ClusterId, GroupId, NodeId, Request};
+use cohort_messages::{ClusterId, GroupId, NodeId};
 use cohort_wal::FileStorage;
 
 use crate::disk::SimDisk;
 use crate::kv::{ApplySink, Kv};
-use crate::metadata::{MetadataMirror, MirroredMetadata};
+use crate::metadata::{AgentShell, MetadataMirror, MirroredMetadata};
 use crate::rng::Rng;
 use crate::storage::{Backend, SimStorage, StorageKind, file_config};
 use crate::worker::{Job, StorageWorker};
@@ -82,13 +81,9 @@ pub struct SimNode {
     pub restarts: u64,
     /// The applied metadata of this node's metadata replica (metadata scenario).
     pub metadata: MetadataMirror,
-    /// The metadata agent of the running process (metadata scenario).
-    pub agent: Option<MetadataAgent>,
-    /// Where the agent's requests go: the runtime's routing among the
-    /// metadata group's voters.
-    pub agent_route: MetadataRoute,
-    /// The agent's last request, resent on a redirect.
-    pub agent_last: Option<Request>,
+    /// The metadata agent of the running process, with what its shell
+    /// keeps beside it (metadata scenario).
+    pub agent: Option<AgentShell>,
     /// Groups the agent unloaded (S4): not hosted again after a restart.
     pub unloaded: BTreeSet<GroupId>,
     /// Learner replicas created while running (P4), by group: recovered
@@ -172,8 +167,6 @@ impl SimNode {
             restarts: 0,
             metadata: MetadataMirror::default(),
             agent: None,
-            agent_route: MetadataRoute::new(node_id(index)),
-            agent_last: None,
             unloaded: BTreeSet::new(),
             extra_specs: BTreeMap::new(),
             refusals_retired: cohort_core::Refusals::default(),
@@ -359,7 +352,6 @@ impl SimNode {
             }
         }
         self.shards = shards;
-        self.agent_route = MetadataRoute::new(node_id(self.index));
         self.restarts += 1;
         Ok(())
     }
@@ -395,7 +387,6 @@ impl SimNode {
         }
         self.disk.crash(power_loss, &mut self.rng);
         self.agent = None;
-        self.agent_last = None;
         self.down_until = until;
         self.paused_until = 0;
     }

@@ -760,6 +760,7 @@ impl Sim {
                     continue;
                 }
                 Effect::RoleChanged { group, incarnation, view, role } => {
+                    self.agent_hosting_event(index);
                     let learner = self.is_learner_node(group, index);
                     self.checkers.role(self.now, group, index, role, learner);
                     if role == Role::Primary {

@@ -61,6 +61,7 @@ mod operations;
 mod output;
 mod ownership;
 mod requests;
+mod schedule;
 mod session;
 
 use cohort_messages::metadata::{MetadataCommand, MetadataResult};
@@ -69,6 +70,11 @@ use cohort_messages::{NodeId, Reply, SessionExpired, SessionId, SessionKeepalive
 pub use config::{AgentConfig, BootstrapGroup};
 pub use hosted::HostedReplica;
 pub use output::{AgentCounters, AgentOutput, PlacedReplica};
+pub use schedule::{
+    FETCH_INTERVAL_TICKS, FINGERPRINT_SPACING_MAX, FINGERPRINT_SPACING_MAX_QUIET, FULL_SCAN_INTERVAL,
+    FULL_SCAN_INTERVAL_QUIET, HostedChanges, Poll, SCAN_SPACING_FACTOR, SCAN_SPACING_MAX, STALL_TICKS_MAX, ScanInputs,
+    ScanSchedule,
+};
 
 use super::Metadata;
 use balance::Balance;
@@ -177,7 +183,10 @@ impl MetadataAgent {
                 // The balancer may go on between scans if it is what this
                 // scan asked for, or if only this tick's budget held it back.
                 Some(MetadataCommand::TransferPrimary { .. }) if metadata_primary => self.between = Between::Balancing,
-                None if metadata_primary && !self.balance.budget_left(now, &self.config) => {
+                None if metadata_primary
+                    && self.config.balance_transfers_per_tick.is_some()
+                    && !self.balance.budget_left(now, &self.config) =>
+                {
                     self.between = Between::Balancing
                 }
                 _ => {}
@@ -296,6 +305,19 @@ impl MetadataAgent {
         out
     }
 
+    /// Checks what holds between any two calls; panics naming the rule
+    /// broken. Drivers call it after each call in debug builds and in the
+    /// simulator.
+    pub fn invariants(&self) {
+        assert!(!(self.stopped && self.requests.busy()), "a stopped agent holds no request");
+        assert!(!(self.stopped && self.session.current().is_some()), "a stopped agent holds no session");
+        assert!(
+            !matches!(self.between, Between::Balancing) || self.config.balance_transfers_per_tick.is_some(),
+            "the balancer goes on between scans only when it is on"
+        );
+        self.session.invariants();
+    }
+
     /// The part of a tick that needs no hosted groups; false if the agent
     /// is (or just got) stopped and the tick ends here.
     fn tick_session(
@@ -312,6 +334,9 @@ impl MetadataAgent {
         // The applied log itself may say the session ended (the notice can be lost).
         if let Some(session) = self.session.ended_in_log(node, metadata) {
             self.expired(session, out);
+            if self.stopped {
+                return false; // Nothing more of this tick: the node stops.
+            }
         }
         if let Err(reason) = self.session.on_tick(now, node, metadata, metadata_primary, &mut self.counters, out) {
             self.stop(reason, out);
@@ -461,7 +486,8 @@ mod tests {
         // Tick 7: a keepalive, and nothing left to ask (no balancer).
         expected.push((vec![AgentOutput::Keepalive(SessionKeepalive { node: NODE, session })], vec![]));
         assert_eq!(steps, expected);
-        assert!(!agent.wants_scan());
+        // With the balancer off, nothing it could do keeps the agent busy.
+        assert!(!agent.timed_work(7) && !agent.wants_scan());
         let counted = AgentCounters { sessions_opened: 1, reports_accepted: 1, ..AgentCounters::default() };
         assert_eq!(agent.counters(), counted);
     }

@@ -50,6 +50,11 @@ impl SessionUpkeep {
         self.open_wanted || !self.expiries.is_empty()
     }
 
+    /// A held session wants no open attempt.
+    pub(super) fn invariants(&self) {
+        assert!(!(self.current.is_some() && self.open_wanted), "an open attempt while a session is held");
+    }
+
     /// The session this node holds, if the applied log says it ended (the
     /// notice can be lost): a later session was handed out and the node's
     /// record no longer names this one.
@@ -221,7 +226,10 @@ mod tests {
         assert!(upkeep.wants_scan());
         assert_eq!(out, vec![AgentOutput::SessionOpened(session)]);
 
-        config.policy = ExpiredPolicy::Shutdown;
+        // Under shutdown, an expiry read in the log stops the node, and the
+        // tick ends there: the configured groups it would create next wait
+        // for a node that runs.
+        let config = AgentConfig { policy: ExpiredPolicy::Shutdown, ..fixture::config() };
         let mut agent = MetadataAgent::new(config);
         let mut metadata = fixture::metadata(&[1], &[]);
         let out = tick(&mut agent, 1, &metadata);
