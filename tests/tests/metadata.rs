@@ -371,7 +371,7 @@ fn z5_nodes_past_the_replica_limit_read_the_whole_state() {
 /// Since the agents route through `MetadataRoute` (seed 813136 below) this
 /// seed draws another run, in which the metadata group keeps its voters;
 /// the rule it found is exercised by seed 606879's test, which switches
-/// (with seed 608648 since the simulator runs the agent's timing).
+/// (with seed 607534 since the simulator runs the agent's timing).
 #[test]
 fn z6_regression_seed_602641_an_election_of_the_next_incarnation_says_the_seal_committed() {
     run_clean(SimConfig::metadata(602_641));
@@ -469,13 +469,13 @@ fn z6_regression_seed_602502_a_log_view_recovered_from_the_log_stays_durable() {
 ///
 /// Since the simulator runs the node's agent timing (`ScanSchedule`) this
 /// seed draws another run, in which the metadata group keeps its voters.
-/// Seed 608648 of the same shape shrinks it to one voter whose log ends
+/// Seed 607534 of the same shape shrinks it to one voter whose log ends
 /// with the seal, and a frame of the next incarnation tells it the seal
 /// committed: the rule this seed found.
 #[test]
 fn z6_regression_seed_606879_a_lone_next_voter_still_in_the_old_incarnation_is_told_the_seal_committed() {
     run_clean(z6_shape(606_879));
-    let report = run_clean(z6_shape(608_648));
+    let report = run_clean(z6_shape(607_534));
     assert!(report.operations.metadata_switches > 0, "the metadata group switched its voters");
 }
 

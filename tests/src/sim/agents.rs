@@ -20,9 +20,11 @@
 //!   the schedule says whether to scan now or go on with the burst between
 //!   scans. Frames reach the agent in the middle of a tick
 //!   ([`crate::metadata::delivery_clock`]).
-//! - `Keepalive` goes to every node, where the agent's driver judges it
-//!   (unless its schedule says a stall left its view stale);
-//!   `NotifyExpired` goes to the named node.
+//! - `Keepalive` goes to every voter of the metadata group as the node's
+//!   applied metadata lists them (its own agent directly), where the
+//!   agent's driver judges it (unless its schedule says a stall left its
+//!   view stale); `NotifyExpired` goes to the named node (its own agent
+//!   directly).
 //! - `Unload` removes the group from the shard; `Stop` takes the node down
 //!   until an operator restarts it, with a fresh agent and client id.
 
@@ -271,9 +273,32 @@ impl Sim {
                     };
                     self.send_from_node(index, target, Message::Request(request));
                 }
+                // As the runtime's agent does: to the metadata group's
+                // voters as this node's metadata lists them, its own agent
+                // directly (no frame, no keepalive gate).
                 AgentOutput::Keepalive(keepalive) => {
-                    for to in 0..nodes {
-                        self.send_from_node(index, to, Message::SessionKeepalive(keepalive));
+                    for voter in self.metadata_voters(index) {
+                        if voter == node_id(index) {
+                            let now = self.now;
+                            let node = &mut self.nodes[index];
+                            let Some(shell) = node.agent.as_mut() else { return };
+                            let more = shell.agent.on_keepalive(now, voter, &keepalive, &node.metadata.borrow());
+                            self.run_agent_outputs(index, more);
+                            if self.nodes[index].agent.is_none() {
+                                return; // Stopped (S3).
+                            }
+                        } else if voter.0 >= 1 && node_index(voter) < nodes {
+                            self.send_from_node(index, node_index(voter), Message::SessionKeepalive(keepalive));
+                        }
+                    }
+                }
+                AgentOutput::NotifyExpired { to, notice } if to == node_id(index) => {
+                    let voters = self.metadata_voters(index);
+                    let Some(shell) = self.nodes[index].agent.as_mut() else { return };
+                    let more = shell.agent.on_session_expired(to, &voters, &notice);
+                    self.run_agent_outputs(index, more);
+                    if self.nodes[index].agent.is_none() {
+                        return; // Stopped (S3).
                     }
                 }
                 AgentOutput::NotifyExpired { to, notice } => {
