@@ -2,31 +2,21 @@
 //! [`MetadataAgent`], one per node, on the node's I/O arbiter.
 //!
 //! It follows the agent's driving contract:
-//! - **Ticks**: every tick of the node's tick length it asks each shard for
-//!   the groups it hosts (group, incarnation, primary?, view), takes the
-//!   metadata replica's primary flag from the same answer, and calls
-//!   `on_tick` with the node's [`SharedMetadata`]. Ticks come from a
-//!   monotonic clock, so after a stall the agent sees the true time. Such a
-//!   scan costs O(groups), so with many groups scans are spaced out to keep
-//!   the agent's share of its thread small ([`SCAN_SPACING_FACTOR`], Z2).
-//!   And once two scans in a row saw the same inputs (a sum of hashes of
-//!   the records, the metadata's epoch, the request in flight), a due scan
-//!   first asks the shards what is cheap to read: their count of role and
-//!   hosting changes, and the metadata replica's primary flag. If those,
-//!   the epoch and the request in flight are as before, the agent ticks
-//!   without a scan (`on_idle_tick`: session, expiries, retries). The
-//!   shards' sum of hashes, an O(groups) pass, is asked only when the cheap
-//!   answer moved or its own spacing is up; the spacing doubles each time
-//!   it matches, up to [`FINGERPRINT_SPACING_MAX`], or up to
-//!   [`FINGERPRINT_SPACING_MAX_QUIET`] while the agent has no timed work.
-//!   A full scan still runs
-//!   every [`FULL_SCAN_INTERVAL`], or every [`FULL_SCAN_INTERVAL_QUIET`]
-//!   while the agent has no timed work (`MetadataAgent::timed_work`).
-//!   While things change, a due scan runs at once, as before. Every tick
-//!   between due scans is such a tick too, so keepalives leave on time. An
-//!   idle node thus costs little however many groups it hosts (Z3).
-//! - **Submit**: the agent's requests go where its
-//!   [`MetadataRoute`] says: the local shard if this node votes in the
+//! - **Ticks**: every tick of the node's tick length the timer asks the
+//!   agent's [`ScanSchedule`] what to do, and does it: tick the agent
+//!   without a scan (`on_idle_tick`), ask each shard for its cheap answer
+//!   (`GetHostedChanges`) or its fingerprint (`GetHostedFingerprint`), or
+//!   scan: ask each shard for the groups it hosts (`GetHostedReplicas`:
+//!   group, incarnation, primary?, view, ...) and call `on_tick` with the
+//!   node's [`SharedMetadata`]. The schedule holds every timing rule (scan
+//!   spacing by the last scan's measured duration, Z2; the cheap check,
+//!   fingerprint and full-scan intervals, Z3; the keepalive gate after a
+//!   stall; the whole-state reads past the replicas, Z5) and is the one the
+//!   simulator runs; this actor only measures the time (a monotonic clock,
+//!   so after a stall the agent sees the true time) and asks the shards.
+//! - **Submit**: the agent's requests go where its [`RequestRoute`] says
+//!   (a [`MetadataRoute`] with the last request sent, the one the simulator
+//!   routes through too): the local shard if this node votes in the
 //!   metadata group and leads it, else another node over the peer link as
 //!   a `Request` frame (that node's shard answers with a `Reply` or
 //!   `Redirect` frame). A redirect about the request in flight that names
@@ -54,7 +44,8 @@
 //!   [`cohort_messages::REPLICAS_MAX`] replicas, so in a cluster of more
 //!   nodes than that the rest host none. They read the whole metadata
 //!   state linearizably from the metadata primary every
-//!   [`FETCH_INTERVAL_TICKS`] ticks, which costs O(state) per read.
+//!   [`cohort_core::metadata::FETCH_INTERVAL_TICKS`] ticks (the schedule
+//!   says when), which costs O(state) per read.
 //!
 //! - **Operator commands** ([`OperatorSubmit`], from the admin port) take the
 //!   same way to the metadata primary under their own client id; see
@@ -71,12 +62,13 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use cohort_core::client;
 use cohort_core::metadata::{
-    AgentConfig, AgentOutput, Destination, HostedReplica, Metadata, MetadataAgent, MetadataRoute, PlacedReplica,
+    AgentConfig, AgentOutput, Destination, HostedChanges, HostedReplica, Metadata, MetadataAgent, MetadataRoute,
+    PlacedReplica, Poll, RequestRoute, ScanSchedule,
 };
 use cohort_core::routing::shard_of;
-use cohort_messages::metadata::{MetadataCommand, MetadataResult};
+use cohort_messages::metadata::MetadataCommand;
 use cohort_messages::{
-    ClientId, ClusterId, GroupId, Message, NodeId, Outcome, Redirect, Reply, Request, RequestKind, RequestNumber,
+    ClientId, ClusterId, Epoch, GroupId, Message, NodeId, Outcome, Redirect, Reply, Request, RequestKind, RequestNumber,
 };
 use tokio::sync::{oneshot, watch};
 
@@ -86,67 +78,11 @@ use crate::metrics::{NodeMetrics, ScanKind};
 use crate::operator_client::{OperatorAnswer, OperatorClient};
 use crate::peer_link::SendFrames;
 use crate::shard::{
-    ClientAnswer, GetHostedReplicas, HostPlaced, HostedChanges, ProposeSeal, SetLearners, Submit, SwitchIncarnation,
+    ClientAnswer, GetHostedReplicas, HostPlaced, ProposeSeal, SetLearners, Submit, SwitchIncarnation,
     SwitchIncarnationAsLearner, TransferPrimary, UnloadGroup,
 };
 use crate::shared_metadata::SharedMetadata;
 use crate::status::{AgentStatus, StatusBoard};
-
-/// Z2: a scan (asking every shard for its hosted replicas and running the
-/// agent's passes over them) costs O(groups): about 17 ms on this machine
-/// with 10,000 groups a node. The next scan starts no sooner than this many
-/// times the last one's duration after it began, so a scan takes at most
-/// about 1/20 of the time whatever the group count; with a few thousand
-/// groups or fewer it still scans every tick, as before. The duration runs
-/// from the question to the shards to the end of the agent's passes: the
-/// shards' part (one record per replica, on their threads) is the larger
-/// one, and a scan that waited behind busy shards spaces the next further.
-const SCAN_SPACING_FACTOR: u32 = 20;
-
-/// The longest wait between two scans, however slow the last one was. The
-/// session keepalives leave from the ticks between scans too (Z3), so this
-/// only bounds how stale what the agent acts on may get: at 100,000 groups
-/// a node a scan takes a few hundred milliseconds, and scans every 500 ms
-/// there took a third of the machine in the middle of a failover.
-const SCAN_SPACING_MAX: Duration = Duration::from_secs(2);
-
-/// Z3: a full scan runs at least this often even if nothing it looks at
-/// changed (the balancer's budget and the agent's retries are timed).
-const FULL_SCAN_INTERVAL: Duration = Duration::from_secs(5);
-
-/// Z3: a full scan runs at least this often while the agent has no timed
-/// work ([`MetadataAgent::timed_work`]) and nothing it looks at changed: the
-/// next scan would do nothing.
-const FULL_SCAN_INTERVAL_QUIET: Duration = Duration::from_secs(60);
-
-/// Z3: the longest wait between two fingerprints while nothing changed. The
-/// shards' cheap answer (role and hosting changes, the metadata primary's
-/// flag) is read at every due scan between them; what it does not show (a
-/// primary's quorum window running out, a learner catching up) the next
-/// fingerprint does.
-const FINGERPRINT_SPACING_MAX: Duration = Duration::from_secs(5);
-
-/// Z3: the longest wait between two fingerprints while nothing changed and
-/// the agent has no timed work ([`MetadataAgent::timed_work`]). What only a
-/// fingerprint shows then is a group's state moving with no role or
-/// hosting change (a learner caught up after its request's retries ended,
-/// a primary's quorum window lapsing on a stalled shard), which this delays
-/// by at most this much; a fingerprint at 100,000 groups a node is about a
-/// fifth of an idle node's CPU at the 5 s spacing.
-const FINGERPRINT_SPACING_MAX_QUIET: Duration = Duration::from_secs(20);
-
-/// What a scan's outcome depends on besides the time (Z3): the shards'
-/// fingerprint sum, the metadata's epoch, and whether a request is in flight.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-struct ScanInputs {
-    hosted: u64,
-    epoch: cohort_messages::Epoch,
-    in_flight: bool,
-}
-
-/// A node that hosts no metadata replica fetches the metadata this often,
-/// in ticks.
-pub const FETCH_INTERVAL_TICKS: u64 = 5;
 
 /// How long a local submit to the metadata replica waits before the agent's
 /// own retry takes over.
@@ -237,40 +173,20 @@ pub struct MetadataAgentActor {
     setup: AgentSetup,
     agent: MetadataAgent,
     started: Instant,
-    /// When the last scan ran, and when the tick timer last fired (a stall
-    /// shows as a gap in either).
-    last_tick: Instant,
-    last_timer: Instant,
-    /// Where the agent's next request goes (a metadata voter). Operator
-    /// commands and reads of the whole state each have their own route, so
-    /// one stream's sends never reset another's redirect budget.
-    route: MetadataRoute,
+    /// When the agent looks at the shards, and when it trusts what it saw
+    /// (the timing rules, shared with the simulator).
+    schedule: ScanSchedule,
+    /// Where the agent's next request goes (a metadata voter), with the
+    /// request last sent. Operator commands and reads of the whole state
+    /// each have their own route, so one stream's sends never reset
+    /// another's redirect budget.
+    route: RequestRoute,
     operator_route: MetadataRoute,
     read_route: MetadataRoute,
-    /// The request the agent last submitted, to re-send on a redirect.
-    submitted: Option<Request>,
-    metadata_primary: bool,
-    polling: bool,
-    /// When the last scan began, and how long its passes took (Z2).
-    scanned_at: Option<Instant>,
-    scan_duration: Duration,
-    /// Z3: the inputs of the last full scan, when it ran, and whether they
-    /// were those of the scan before it (only then does a due scan ask the
-    /// shards for their fingerprint first; while things change, it scans
-    /// at once, as before).
-    scan_inputs: Option<ScanInputs>,
-    full_scan_at: Option<Instant>,
-    scans_stable: bool,
-    /// Z3, while stable: when the fingerprint last matched, how long until
-    /// the next one, and what the shards' cheap answer said then.
-    fingerprinted_at: Option<Instant>,
-    fingerprint_spacing: Duration,
-    changes: Option<HostedChanges>,
     /// Nodes that host no metadata replica: the read client, its next
-    /// number, the last fetch and the read still unanswered.
+    /// number and the read still unanswered.
     reader: ClientId,
     next_read: u64,
-    fetched_tick: u64,
     read_in_flight: Option<Request>,
     /// Operator commands from the admin port.
     operator: OperatorClient,
@@ -282,31 +198,19 @@ impl MetadataAgentActor {
         let agent = MetadataAgent::new(setup.config.clone());
         let reader = crate::client_id::fresh_client_id();
         let now = Instant::now();
-        let route = MetadataRoute::new(setup.config.node);
-        let (operator_route, read_route) = (route.clone(), route.clone());
+        let route = RequestRoute::new(setup.config.node);
+        let read_route = MetadataRoute::new(setup.config.node);
+        let schedule = ScanSchedule::new(Duration::ZERO, setup.tick);
         MetadataAgentActor {
             setup,
             agent,
             started: now,
-            last_tick: now,
-            last_timer: now,
+            schedule,
             route,
-            operator_route,
+            operator_route: read_route.clone(),
             read_route,
-            submitted: None,
-            metadata_primary: false,
-            polling: false,
-            scanned_at: None,
-            scan_duration: Duration::ZERO,
-            scan_inputs: None,
-            full_scan_at: None,
-            scans_stable: false,
-            fingerprinted_at: None,
-            fingerprint_spacing: Duration::ZERO,
-            changes: None,
             reader,
             next_read: 1,
-            fetched_tick: 0,
             read_in_flight: None,
             operator: OperatorClient::new(),
         }
@@ -336,43 +240,56 @@ impl MetadataAgentActor {
         self.setup.members.contains(&node) || self.setup.learners.contains(&node) || self.member()
     }
 
+    /// The time since the agent started, from the monotonic clock.
+    fn clock(&self) -> Duration {
+        self.started.elapsed()
+    }
+
     fn now_tick(&self) -> u64 {
-        (self.started.elapsed().as_nanos() / self.setup.tick.as_nanos().max(1)) as u64
+        self.schedule.tick_of(self.clock())
     }
 
-    /// Whether the last scan is far enough behind for the next (Z2).
-    fn scan_due(&self) -> bool {
-        let spacing = (self.scan_duration * SCAN_SPACING_FACTOR).min(SCAN_SPACING_MAX);
-        !self.polling && self.scanned_at.is_none_or(|at| at.elapsed() >= spacing)
+    fn epoch(&self) -> Epoch {
+        self.setup.metadata.with(|state| state.epoch)
     }
 
-    /// Tick the agent: with a scan of the hosted groups if one is due and
-    /// something it looks at changed, else without (Z3).
-    fn poll(&mut self, ctx: &mut Context<Self>) {
-        if self.agent.stopped() || self.polling {
-            return;
+    /// The timer fired: do what the schedule says.
+    fn on_timer(&mut self, ctx: &mut Context<Self>) {
+        let now = self.clock();
+        self.schedule.on_timer(now);
+        let poll = self.schedule.poll(now, &self.agent);
+        self.follow(poll, ctx);
+    }
+
+    /// Do what the schedule said (Z2, Z3; see [`ScanSchedule`]): the
+    /// shards' answers go back to it, until it says to tick the agent.
+    fn follow(&mut self, poll: Poll, ctx: &mut Context<Self>) {
+        match poll {
+            Poll::Wait => {}
+            Poll::Idle => self.idle_tick(ctx),
+            Poll::AskChanges => self.ask_changes(ctx),
+            Poll::AskFingerprint => self.ask_fingerprint(ctx),
+            Poll::Scan => self.scan(ctx),
+            Poll::BetweenScans => {
+                let now = self.now_tick();
+                let primary = self.schedule.metadata_primary();
+                let metadata = self.setup.metadata.clone();
+                let outputs = metadata.with(|state| self.agent.between_scans(now, state, primary));
+                self.execute(outputs, ctx);
+            }
         }
-        if !self.scan_due() {
-            return self.idle_tick(false, ctx);
-        }
-        self.scanned_at = Some(Instant::now());
-        self.polling = true;
-        if !self.scans_stable {
-            return self.scan(ctx);
-        }
-        // Z3: while stable, first what is cheap to read (each shard's count of
-        // role and hosting changes, the metadata replica's primary flag); the
-        // fingerprint only when that moved or its own spacing, which grows
-        // while it keeps matching, is up.
+    }
+
+    /// The shards, in index order.
+    fn shards(&self) -> Vec<Addr<crate::shard::ShardActor>> {
+        (0..self.setup.directory.shard_count()).filter_map(|index| self.setup.directory.shard(index)).collect()
+    }
+
+    /// Z3: ask every shard what is cheap to read (its count of role and
+    /// hosting changes, the metadata replica's primary flag).
+    fn ask_changes(&mut self, ctx: &mut Context<Self>) {
         self.setup.metrics.inc_agent_scans(ScanKind::Changes);
         let shards = self.shards();
-        let spacing_max = if self.agent.timed_work(self.now_tick()) {
-            FINGERPRINT_SPACING_MAX
-        } else {
-            FINGERPRINT_SPACING_MAX_QUIET
-        };
-        let spacing = self.fingerprint_spacing.min(spacing_max);
-        let fingerprint_due = self.fingerprinted_at.is_none_or(|at| at.elapsed() >= spacing);
         let asked = async move {
             let mut changes = HostedChanges::default();
             for shard in shards {
@@ -383,37 +300,14 @@ impl MetadataAgentActor {
             Some(changes)
         };
         ctx.spawn(asked.into_actor(self).map(move |changes, actor, ctx| {
-            let unchanged = changes.is_some() && changes == actor.changes && actor.inputs_hold();
-            if unchanged && !fingerprint_due {
-                actor.polling = false;
-                return actor.idle_tick(true, ctx);
-            }
-            actor.fingerprint(changes, ctx);
+            let (now, epoch) = (actor.clock(), actor.epoch());
+            let poll = actor.schedule.on_changes(now, changes, &actor.agent, epoch);
+            actor.follow(poll, ctx);
         }));
     }
 
-    /// The shards, in index order.
-    fn shards(&self) -> Vec<Addr<crate::shard::ShardActor>> {
-        (0..self.setup.directory.shard_count()).filter_map(|index| self.setup.directory.shard(index)).collect()
-    }
-
-    /// Whether what a scan depends on besides the hosted groups is as the
-    /// last full scan saw it, and that scan is recent enough (Z3).
-    fn inputs_hold(&self) -> bool {
-        let now = self.now_tick();
-        let interval = if self.agent.timed_work(now) { FULL_SCAN_INTERVAL } else { FULL_SCAN_INTERVAL_QUIET };
-        let recent = self.full_scan_at.is_some_and(|at| at.elapsed() < interval);
-        let inputs = self.scan_inputs.is_some_and(|inputs| {
-            inputs.epoch == self.setup.metadata.with(|state| state.epoch) && inputs.in_flight == self.agent.in_flight()
-        });
-        recent && inputs && !self.agent.wants_scan()
-    }
-
-    /// Z3: ask the shards for their fingerprint sum; if it and the other
-    /// inputs are the last full scan's, tick without a scan (and space the
-    /// next fingerprint out further), else scan. `changes` is what the
-    /// shards' cheap answer said just before.
-    fn fingerprint(&mut self, changes: Option<HostedChanges>, ctx: &mut Context<Self>) {
+    /// Z3: ask every shard for its fingerprint sum.
+    fn ask_fingerprint(&mut self, ctx: &mut Context<Self>) {
         self.setup.metrics.inc_agent_scans(ScanKind::Fingerprint);
         let shards = self.shards();
         let asked = async move {
@@ -424,38 +318,26 @@ impl MetadataAgentActor {
             Some(sum)
         };
         ctx.spawn(asked.into_actor(self).map(move |hosted, actor, ctx| {
-            let same = hosted.is_some_and(|hosted| actor.scan_inputs.is_some_and(|inputs| inputs.hosted == hosted));
-            if same && actor.inputs_hold() {
-                actor.polling = false;
-                actor.changes = changes;
-                actor.fingerprinted_at = Some(Instant::now());
-                let base = (actor.scan_duration * SCAN_SPACING_FACTOR).min(SCAN_SPACING_MAX);
-                actor.fingerprint_spacing = (actor.fingerprint_spacing * 2).clamp(base, FINGERPRINT_SPACING_MAX_QUIET);
-                return actor.idle_tick(true, ctx);
-            }
-            actor.scan(ctx);
+            let (now, epoch) = (actor.clock(), actor.epoch());
+            let poll = actor.schedule.on_fingerprint(now, hosted, &actor.agent, epoch);
+            actor.follow(poll, ctx);
         }));
     }
 
-    /// A tick without a scan; `verified`: the shards just said nothing
-    /// changed, so the agent's view of them is as fresh as a scan's.
-    fn idle_tick(&mut self, verified: bool, ctx: &mut Context<Self>) {
+    /// A tick without a scan.
+    fn idle_tick(&mut self, ctx: &mut Context<Self>) {
         let now = self.now_tick();
-        if verified {
-            self.last_tick = Instant::now();
-        }
-        let primary = self.metadata_primary;
+        let primary = self.schedule.metadata_primary();
         let metadata = self.setup.metadata.clone();
         let outputs = metadata.with(|state| self.agent.on_idle_tick(now, state, primary));
         self.execute(outputs, ctx);
         self.after_tick(now, ctx);
     }
 
-    /// Ask every shard for its hosted groups, then tick the agent.
+    /// Ask every shard for its hosted groups, then tick the agent; the
+    /// scan's duration, measured here, spaces the next one (Z2).
     fn scan(&mut self, ctx: &mut Context<Self>) {
         self.setup.metrics.inc_agent_scans(ScanKind::Full);
-        self.full_scan_at = Some(Instant::now());
-        self.fingerprint_spacing = Duration::ZERO;
         let shards = self.shards();
         let asked = async move {
             let mut hosted = Vec::new();
@@ -468,24 +350,16 @@ impl MetadataAgentActor {
         };
         let asked_at = Instant::now();
         ctx.spawn(asked.into_actor(self).map(move |hosted, actor, ctx| {
-            actor.polling = false;
             actor.on_hosted(hosted, ctx);
-            actor.scan_duration = asked_at.elapsed();
+            actor.schedule.scan_took(asked_at.elapsed());
         }));
     }
 
     fn on_hosted(&mut self, hosted: Vec<HostedReplica>, ctx: &mut Context<Self>) {
         let now = self.now_tick();
-        self.last_tick = Instant::now();
-        let inputs = ScanInputs {
-            hosted: hosted.iter().fold(0u64, |sum, record| sum.wrapping_add(record.digest())),
-            epoch: self.setup.metadata.with(|state| state.epoch),
-            in_flight: self.agent.in_flight(),
-        };
-        self.scans_stable = self.scan_inputs == Some(inputs);
-        self.scan_inputs = Some(inputs);
-        self.metadata_primary = hosted.iter().any(|h| h.group == GroupId::METADATA && h.primary);
-        let primary = self.metadata_primary;
+        let (clock, epoch) = (self.clock(), self.epoch());
+        self.schedule.on_scanned(clock, &hosted, epoch, self.agent.in_flight());
+        let primary = self.schedule.metadata_primary();
         let metadata = self.setup.metadata.clone();
         let outputs = metadata.with(|state| self.agent.on_tick(now, state, primary, &hosted));
         self.execute(outputs, ctx);
@@ -497,8 +371,7 @@ impl MetadataAgentActor {
         if let Some(request) = self.operator.on_tick(Instant::now()) {
             self.send_operator(request, true, ctx);
         }
-        if !self.follows() && now >= self.fetched_tick + FETCH_INTERVAL_TICKS {
-            self.fetched_tick = now;
+        if self.schedule.fetch_due(now, self.follows()) {
             self.fetch();
         }
         self.publish();
@@ -509,7 +382,7 @@ impl MetadataAgentActor {
         self.setup.metrics.set_sessions(&counters);
         self.setup.board.set_agent(AgentStatus {
             session: self.agent.session(),
-            metadata_primary: self.metadata_primary,
+            metadata_primary: self.schedule.metadata_primary(),
             counters,
             stopped: self.setup.stop.reason(),
         });
@@ -525,13 +398,9 @@ impl MetadataAgentActor {
                     // target may be down, so the next voter gets it (a dead
                     // metadata primary would hold this node's requests
                     // forever otherwise; a redirect names the live one).
-                    let resend = self
-                        .submitted
-                        .as_ref()
-                        .is_some_and(|last| last.client == request.client && last.request == request.request);
                     let voters = self.voters();
-                    self.route.on_send(resend, &voters, self.metadata_primary);
-                    self.submit(request, ctx)
+                    let destination = self.route.on_submit(&request, &voters, self.schedule.metadata_primary());
+                    self.send_to(destination, request, ctx);
                 }
                 AgentOutput::Keepalive(keepalive) => {
                     for member in self.voters() {
@@ -583,6 +452,9 @@ impl MetadataAgentActor {
                 }
             }
         }
+        if cfg!(debug_assertions) {
+            self.agent.invariants();
+        }
         self.publish();
     }
 
@@ -606,20 +478,13 @@ impl MetadataAgentActor {
         let _ = self.setup.shutdown.try_send(Shutdown);
     }
 
-    /// Send `request` to the metadata primary as the agent knows it.
-    fn submit(&mut self, request: Request, ctx: &mut Context<Self>) {
-        self.submitted = Some(request.clone());
-        let voters = self.voters();
-        let destination = self.route.destination(&voters, self.metadata_primary);
-        self.send_to(destination, request, ctx);
-    }
-
     /// Send an operator's request: new, or `resend` when it had no answer
     /// in time, which moves its route on to the next voter.
     fn send_operator(&mut self, request: Request, resend: bool, ctx: &mut Context<Self>) {
         let voters = self.voters();
-        self.operator_route.on_send(resend, &voters, self.metadata_primary);
-        let destination = self.operator_route.destination(&voters, self.metadata_primary);
+        let primary = self.schedule.metadata_primary();
+        self.operator_route.on_send(resend, &voters, primary);
+        let destination = self.operator_route.destination(&voters, primary);
         self.send_to(destination, request, ctx);
     }
 
@@ -678,29 +543,11 @@ impl MetadataAgentActor {
         let now = self.now_tick();
         let outputs = self.agent.on_reply(now, &reply);
         self.execute(outputs, ctx);
-        // Applied: let the agent send its next command now rather than at
-        // the next tick, so a burst (ownership reports after a failover, the
-        // balancer's transfers) moves at the metadata group's commit rate,
-        // not at one command per tick. After a refusal it waits for the
-        // tick: its copy of the metadata may be behind the one that refused.
-        let applied = match &reply.outcome {
-            Outcome::Ok(result) => {
-                !matches!(MetadataResult::decode(result), Ok(MetadataResult::Refused { .. }) | Err(_))
-            }
-            Outcome::Error { .. } => false,
-        };
-        if applied {
-            if self.scan_due() {
-                self.poll(ctx);
-            } else {
-                // Not yet time for a scan (Z2): the balancer goes on without one.
-                let now = self.now_tick();
-                let primary = self.metadata_primary;
-                let metadata = self.setup.metadata.clone();
-                let outputs = metadata.with(|state| self.agent.between_scans(now, state, primary));
-                self.execute(outputs, ctx);
-            }
-        }
+        // Applied: the agent sends its next command now rather than at the
+        // next tick (a scan if one is due, else the burst between scans;
+        // see `ScanSchedule::after_reply`).
+        let poll = self.schedule.after_reply(self.clock(), &reply, &self.agent);
+        self.follow(poll, ctx);
     }
 
     /// A redirect moves the route of the request it is about, if that
@@ -721,13 +568,8 @@ impl MetadataAgentActor {
             if let Some(Destination::Node(target)) = self.read_route.redirected(&voters, from, redirect.primary) {
                 self.send(target, Message::Request(read));
             }
-        } else {
-            let Some(request) = self.submitted.clone().filter(|request| client::redirects(request, &redirect)) else {
-                return;
-            };
-            if let Some(destination) = self.route.redirected(&voters, from, redirect.primary) {
-                self.send_to(destination, request, ctx);
-            }
+        } else if let Some((destination, request)) = self.route.on_redirect(&voters, from, &redirect) {
+            self.send_to(destination, request, ctx);
         }
     }
 
@@ -765,10 +607,7 @@ impl Actor for MetadataAgentActor {
 
     fn started(&mut self, ctx: &mut Self::Context) {
         ctx.set_mailbox_capacity(1024);
-        ctx.run_interval(self.setup.tick, |actor, ctx| {
-            actor.last_timer = Instant::now();
-            actor.poll(ctx)
-        });
+        ctx.run_interval(self.setup.tick, |actor, ctx| actor.on_timer(ctx));
     }
 }
 
@@ -797,10 +636,7 @@ impl Handler<AgentInbound> for MetadataAgentActor {
             Message::SessionKeepalive(keepalive) => {
                 // After a stall, wait for one fresh tick before judging
                 // keepalives: the applied state and the primary flag may be stale.
-                // (Scans may be spaced out, Z2: up to SCAN_SPACING_MAX.)
-                if self.last_timer.elapsed() > self.setup.tick * 3
-                    || self.last_tick.elapsed() > self.setup.tick * 3 + SCAN_SPACING_MAX
-                {
+                if !self.schedule.judges_keepalives(self.clock()) {
                     return;
                 }
                 let now = self.now_tick();

@@ -43,9 +43,7 @@ pub(crate) use hosting::{
     HostPlaced, ProposeSeal, SetLearners, SwitchIncarnation, SwitchIncarnationAsLearner, TransferPrimary, UnloadGroup,
 };
 pub use queries::{DriverRecording, GetGroupActor, GetReport, ShardReport, SubscribeGroup, TakeDriverRecording};
-pub(crate) use queries::{
-    GetHostedChanges, GetHostedFingerprint, GetHostedReplicas, HostedChanges, ReplaceOutbox, StallForTest,
-};
+pub(crate) use queries::{GetHostedChanges, GetHostedFingerprint, GetHostedReplicas, ReplaceOutbox, StallForTest};
 pub use waits::{CancelQuorumWait, StartQuorumWait};
 
 use crate::group::{GroupNote, GroupRole, GroupTurn, NeedsResync, Wait};
@@ -144,11 +142,6 @@ pub struct ShardActor {
     drops: Arc<Drops>,
     metrics: Arc<NodeMetrics>,
     published_tick: u64,
-    /// Z3: hosting changes (placed, unloaded, switched, sealed, learners
-    /// set) so far; with the driver's count of role changes, the metadata
-    /// agent reads it to learn cheaply that nothing changed
-    /// ([`GetHostedChanges`]).
-    hosted_events: u64,
     /// The group gauges last counted (with the group actors alive), and when.
     gauges: Option<(u64, cohort_core::HeartbeatGauges, usize)>,
     /// Z1: the sweep for idle group actors, a slice of the groups a second
@@ -235,7 +228,6 @@ impl ShardActor {
             drops: setup.drops,
             metrics: setup.metrics,
             published_tick: 0,
-            hosted_events: 0,
             gauges: None,
             actor_sweep: group_links::Sweep::new(setup.config.timing.idle_timeout_effective_ticks(), setup.tick),
             groups: HashMap::new(),

@@ -1,6 +1,8 @@
 //! The metadata scenario's pieces that are not the simulation loop: the
-//! metadata group's state machine as the simulator hosts it, and the
-//! settings of each node's [`MetadataAgent`].
+//! metadata group's state machine as the simulator hosts it, the settings
+//! of each node's [`MetadataAgent`], and what its shell keeps beside it
+//! ([`AgentShell`]: the schedule and the request route the runtime's agent
+//! actor uses, and the clock the simulator gives them).
 //!
 //! The agent must be given the *applied* metadata of the node's own metadata
 //! replica every tick. The core keeps that state inside the shard, behind the
@@ -12,10 +14,12 @@
 
 use std::cell::RefCell;
 use std::rc::Rc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use cohort_core::metadata::{
-    AgentConfig, BootstrapGroup, ExpiredPolicy, Metadata, MetadataAgent, MetadataStateMachine,
+    AgentConfig, BootstrapGroup, ExpiredPolicy, Metadata, MetadataAgent, MetadataStateMachine, RequestRoute,
+    ScanSchedule,
 };
 use cohort_core::{GroupSpec, StateMachine};
 use cohort_messages::replication::Replication;
@@ -124,10 +128,69 @@ pub fn metadata_spec(nodes: usize, voters: usize, template: &GroupSpec) -> Group
     }
 }
 
-/// A fresh agent for node `index` on its `restarts`-th start. Its client id
-/// is new on every start (a restarted agent must not reuse request numbers)
-/// and derived from the seed, so runs stay reproducible; the top bit keeps it
-/// apart from the simulated clients' ids.
+/// The length of a core tick the agent's timing is measured in: the
+/// default node's (the agent's settings above assume it too).
+pub const TICK: Duration = Duration::from_millis(100);
+
+/// The modelled cost of one hosted group in a scan of the agent: about what
+/// a node measured (17 ms for 10,000 groups, rounded up). The node spaces
+/// its scans by their measured duration (Z2); the simulator has no wall
+/// clock, so it passes this times the groups scanned, which is
+/// deterministic and grows with the groups as the real cost does. With the
+/// few groups of a simulated node the spacing stays far below a tick, so
+/// the agent scans whenever a scan is due, as a node with a few thousand
+/// groups does.
+pub const SCAN_COST_PER_GROUP: Duration = Duration::from_micros(2);
+
+/// The agent's clock when its timer fires in tick `now`: the start of the tick.
+pub fn timer_clock(now: u64) -> Duration {
+    TICK * u32::try_from(now).unwrap_or(u32::MAX)
+}
+
+/// The agent's clock when a frame reaches it in tick `now`: the middle of
+/// the tick. The simulator delivers a tick's frames after its timers, and a
+/// node's frames arrive some time after its last tick, not at the same
+/// instant: a reply then finds the last scan behind it, and a due scan runs
+/// at once (the after-reply rule), as on a node.
+pub fn delivery_clock(now: u64) -> Duration {
+    timer_clock(now) + TICK / 2
+}
+
+/// A running node's agent with what the runtime's agent actor keeps beside
+/// it: the [`ScanSchedule`] that times its scans, the [`RequestRoute`] of
+/// its requests, and the count of role and hosting changes the shards give
+/// as their cheap answer (Z3; a node's shards count them in
+/// `GetHostedChanges`).
+#[derive(Debug)]
+pub struct AgentShell {
+    /// The agent.
+    pub agent: MetadataAgent,
+    /// When it scans, ticks idle and judges keepalives.
+    pub schedule: ScanSchedule,
+    /// Where its requests go.
+    pub route: RequestRoute,
+}
+
+/// A fresh agent for node `index` on its `restarts`-th start at tick `now`.
+/// Its client id is new on every start (a restarted agent must not reuse
+/// request numbers) and derived from the seed, so runs stay reproducible;
+/// the top bit keeps it apart from the simulated clients' ids.
+pub fn agent_shell(
+    seed: u64,
+    index: usize,
+    restarts: u64,
+    policy: ExpiredPolicy,
+    kv_specs: &[GroupSpec],
+    now: u64,
+) -> AgentShell {
+    AgentShell {
+        agent: agent(seed, index, restarts, policy, kv_specs),
+        schedule: ScanSchedule::new(timer_clock(now), TICK),
+        route: RequestRoute::new(node_id(index)),
+    }
+}
+
+/// The agent of [`agent_shell`].
 pub fn agent(seed: u64, index: usize, restarts: u64, policy: ExpiredPolicy, kv_specs: &[GroupSpec]) -> MetadataAgent {
     let client = ClientId((u128::from(seed) << 64) | (1 << 63) | ((index as u128) << 32) | u128::from(restarts));
     let config = AgentConfig {

@@ -2,7 +2,7 @@
 //! own [`ShardDriver`] (the one a real node's shard actor runs) with its own
 //! storage and storage worker; groups go to shards by
 //! `cohort_core::routing::shard_of`, as on a real node. In the metadata
-//! scenario the node's [`MetadataAgent`] runs next to them.
+//! scenario the node's metadata agent (`cohort_core::metadata::MetadataAgent`, with the node's scan schedule) runs next to them.
 //!
 //! The node's disk outlives its processes: one [`SimDisk`] per node holds a
 //! directory per shard, and every start (the first one too) opens each
@@ -14,17 +14,16 @@ use std::path::PathBuf;
 use std::rc::Rc;
 
 use cohort_core::driver::{DriverConfig, ShardDriver, StorageJob};
-use cohort_core::metadata::{MetadataAgent, MetadataRoute};
 use cohort_core::routing::shard_of;
 use cohort_core::storage::memory::MemoryStorage;
 use cohort_core::storage::{Recovered, Storage, StorageError};
 use cohort_core::{CoreConfig, Effect, FlushId, GroupSpec, Replica, Shard, StateMachine};
-use cohort_messages::{ClusterId, GroupId, NodeId, Request};
+use cohort_messages::{ClusterId, GroupId, NodeId};
 use cohort_wal::FileStorage;
 
 use crate::disk::SimDisk;
 use crate::kv::{ApplySink, Kv};
-use crate::metadata::{MetadataMirror, MirroredMetadata};
+use crate::metadata::{AgentShell, MetadataMirror, MirroredMetadata};
 use crate::rng::Rng;
 use crate::storage::{Backend, SimStorage, StorageKind, file_config};
 use crate::worker::StorageWorker;
@@ -128,13 +127,9 @@ pub struct SimNode {
     pub restarts: u64,
     /// The applied metadata of this node's metadata replica (metadata scenario).
     pub metadata: MetadataMirror,
-    /// The metadata agent of the running process (metadata scenario).
-    pub agent: Option<MetadataAgent>,
-    /// Where the agent's requests go: the runtime's routing among the
-    /// metadata group's voters.
-    pub agent_route: MetadataRoute,
-    /// The agent's last request, resent on a redirect.
-    pub agent_last: Option<Request>,
+    /// The metadata agent of the running process, with what its shell
+    /// keeps beside it (metadata scenario).
+    pub agent: Option<AgentShell>,
     /// Groups the agent unloaded (S4): not hosted again after a restart.
     pub unloaded: BTreeSet<GroupId>,
     /// Learner replicas created while running (P4), by group: recovered
@@ -228,8 +223,6 @@ impl SimNode {
             restarts: 0,
             metadata: MetadataMirror::default(),
             agent: None,
-            agent_route: MetadataRoute::new(node_id(index)),
-            agent_last: None,
             unloaded: BTreeSet::new(),
             extra_specs: BTreeMap::new(),
             refusals_retired: cohort_core::Refusals::default(),
@@ -412,7 +405,6 @@ impl SimNode {
             }
         }
         self.shards = shards;
-        self.agent_route = MetadataRoute::new(node_id(self.index));
         self.restarts += 1;
         Ok(())
     }
@@ -448,7 +440,6 @@ impl SimNode {
         }
         self.disk.crash(power_loss, &mut self.rng);
         self.agent = None;
-        self.agent_last = None;
         self.down_until = until;
         self.paused_until = 0;
     }

@@ -42,7 +42,7 @@ fn metadata(sim: &Sim, index: usize) -> Metadata {
 }
 
 fn session(sim: &Sim, index: usize) -> Option<SessionId> {
-    sim.nodes[index].agent.as_ref().and_then(|agent| agent.session())
+    sim.nodes[index].agent.as_ref().and_then(|shell| shell.agent.session())
 }
 
 /// Every running node's session is live in every running node's metadata,
@@ -89,7 +89,7 @@ fn s1_sessions_open_and_stay_alive() {
     sim.run_until(10 * SESSION_TIMEOUT_TICKS, |_| false);
     for (index, kept) in sessions.iter().enumerate() {
         assert_eq!(session(&sim, index), *kept, "node {index} kept its session");
-        let counters = sim.nodes[index].agent.as_ref().expect("running").counters();
+        let counters = sim.nodes[index].agent.as_ref().expect("running").agent.counters();
         assert_eq!((counters.sessions_opened, counters.sessions_expired), (1, 0), "node {index}");
     }
     assert!(settled(&sim));
@@ -140,7 +140,7 @@ fn s3_reconnect_policy_opens_a_new_session() {
     sim.run_until(LONG_PAUSE_TICKS, |_| false);
     assert!(sim.run_until(600, |sim| session(sim, paused).is_some_and(|new| new > old)), "a new session");
     assert!(sim.nodes[paused].is_up(), "the node never stopped");
-    let counters = sim.nodes[paused].agent.as_ref().expect("running").counters();
+    let counters = sim.nodes[paused].agent.as_ref().expect("running").agent.counters();
     assert_eq!((counters.sessions_opened, counters.sessions_expired), (2, 1));
     assert_clean(&sim);
 }
@@ -210,7 +210,7 @@ fn s5_paused_node_never_commits_twice() {
     if let Some(op) = sim.history[stale].committed_op {
         assert!(sim.replica(new_primary, group).is_some_and(|r| r.commit_max() >= op));
     }
-    let counters = sim.nodes[old_primary].agent.as_ref().expect("running").counters();
+    let counters = sim.nodes[old_primary].agent.as_ref().expect("running").agent.counters();
     assert!(counters.sessions_expired >= 1, "the old primary learned of its expiry");
     assert_clean(&sim);
 }
@@ -370,7 +370,8 @@ fn z5_nodes_past_the_replica_limit_read_the_whole_state() {
 ///
 /// Since the agents route through `MetadataRoute` (seed 813136 below) this
 /// seed draws another run, in which the metadata group keeps its voters;
-/// the rule it found is exercised by seed 606879's test, which switches.
+/// the rule it found is exercised by seed 606879's test, which switches
+/// (with seed 607534 since the simulator runs the agent's timing).
 #[test]
 fn z6_regression_seed_602641_an_election_of_the_next_incarnation_says_the_seal_committed() {
     run_clean(SimConfig::metadata(602_641));
@@ -466,10 +467,10 @@ fn z6_regression_seed_602502_a_log_view_recovered_from_the_log_stays_durable() {
 /// its own, and any frame of the next incarnation from a node of the group
 /// says the seal committed.
 ///
-/// Since the simulator runs the node's own driver (tick catch-up, turns,
-/// link rules), this seed takes another path and no longer switches the
-/// metadata group's voters; it stays as a clean run of the Z6 shape. The
-/// fix itself is pinned by a directed scenario:
+/// Since the simulator runs the node's own driver and agent timing, this
+/// seed takes another path and no longer switches the metadata group's
+/// voters; it stays as a clean run of the Z6 shape. The rule is pinned by
+/// a directed scenario:
 /// `z6_a_lone_next_voter_electing_in_the_old_incarnation_learns_the_seal_committed`
 /// (tests/tests/reconfigure.rs).
 #[test]

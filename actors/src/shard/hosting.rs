@@ -111,7 +111,6 @@ impl Handler<UnloadGroup> for ShardActor {
     type Result = ();
 
     fn handle(&mut self, UnloadGroup(group): UnloadGroup, _ctx: &mut Self::Context) {
-        self.hosted_events += 1;
         if self.forget_group(group) == Ok(true) {
             self.placements.do_send(RemovePlacement(group));
         }
@@ -134,7 +133,6 @@ impl Handler<ProposeSeal> for ShardActor {
     type Result = ();
 
     fn handle(&mut self, ProposeSeal { group, seal }: ProposeSeal, _ctx: &mut Self::Context) {
-        self.hosted_events += 1;
         if let Err(error) = self.driver.propose_seal(group, seal) {
             tracing::debug!(group = group.0, %error, "seal not proposed");
         }
@@ -196,7 +194,6 @@ impl Handler<HostPlaced> for ShardActor {
     type Result = ();
 
     fn handle(&mut self, HostPlaced { placement, kind, voter }: HostPlaced, ctx: &mut Self::Context) {
-        self.hosted_events += 1;
         let Some(hosted) = self.placed_to_host(&placement, &kind, voter) else { return };
         let role = if voter { "a member" } else { "a learner" };
         let record = RecordedPlacement::of(&hosted.spec, &hosted.kind);
@@ -264,7 +261,6 @@ impl Handler<SetLearners> for ShardActor {
     type Result = ();
 
     fn handle(&mut self, SetLearners { group, learners }: SetLearners, _ctx: &mut Self::Context) {
-        self.hosted_events += 1;
         match self.driver.set_learners(group, learners.clone()) {
             // A recorded learner's index follows the list: keep the record's
             // in step (a record of an older incarnation keeps its own).
@@ -299,7 +295,6 @@ impl ShardActor {
     /// Say how a switch of `group` to its next incarnation went (`how`
     /// names the members listed), and run the turn it produced.
     fn after_switch(&mut self, group: GroupId, switched: Result<(), cohort_core::replica::SealError>, how: &str) {
-        self.hosted_events += 1;
         match switched {
             Ok(()) => {
                 if let Some(replica) = self.driver.shard().replica(group) {

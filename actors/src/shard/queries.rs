@@ -85,17 +85,8 @@ impl Handler<GetHostedFingerprint> for ShardActor {
 /// read: its count of role and hosting changes, and whether it hosts the
 /// metadata group's primary, confirmed by a quorum now.
 #[derive(Message)]
-#[rtype(result = "HostedChanges")]
+#[rtype(result = "cohort_core::metadata::HostedChanges")]
 pub struct GetHostedChanges;
-
-/// The answer to [`GetHostedChanges`].
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, MessageResponse)]
-pub struct HostedChanges {
-    /// Role and hosting changes so far.
-    pub events: u64,
-    /// The metadata replica's confirmed-primary flag, if this shard hosts it.
-    pub metadata_primary: Option<bool>,
-}
 
 /// Test hook: what the shard's driver recorded since its start (or the
 /// last take), with what it was built from, to replay it elsewhere.
@@ -133,19 +124,10 @@ impl Handler<TakeDriverRecording> for ShardActor {
 }
 
 impl Handler<GetHostedChanges> for ShardActor {
-    type Result = HostedChanges;
+    type Result = MessageResult<GetHostedChanges>;
 
-    fn handle(&mut self, _: GetHostedChanges, _ctx: &mut Self::Context) -> HostedChanges {
-        let now = self.driver.shard().now();
-        HostedChanges {
-            events: self.hosted_events + self.driver.counters().role_changes,
-            metadata_primary: self
-                .driver
-                .shard()
-                .replica(GroupId::METADATA)
-                .is_some()
-                .then(|| self.driver.shard().is_confirmed_primary(GroupId::METADATA, now)),
-        }
+    fn handle(&mut self, _: GetHostedChanges, _ctx: &mut Self::Context) -> Self::Result {
+        MessageResult(self.driver.hosted_changes())
     }
 }
 

@@ -1,29 +1,39 @@
 //! The metadata scenario's shell around each node's [`MetadataAgent`]: the
-//! simulator drives the agent exactly as its docs say and carries its
-//! outputs over the simulated network as real frames, like any other
-//! traffic, so loss, delay, partitions and pauses reach it too.
+//! simulator drives the agent as the runtime's agent actor does, through
+//! the same [`ScanSchedule`] and [`RequestRoute`], and carries its outputs
+//! over the simulated network as real frames, like any other traffic, so
+//! loss, delay, partitions and pauses reach it too.
 //!
-//! - Every tick a running node's agent gets the applied metadata of the
-//!   node's own metadata replica, whether that replica is primary, and the
-//!   kv groups the node hosts.
-//! - `Submit` becomes a `Request` to the voter the node's
-//!   [`MetadataRoute`] names, the runtime's routing: a voter first asks
-//!   itself; a `Redirect` naming a node resends there at once (a bounded
-//!   number of times), and a resend by the agent (no answer in time) tries
-//!   the next voter.
-//!   Answers to the agent's client id are addressed to its node, and reach
-//!   the agent there (the shard ignores replies and session messages).
-//! - `Keepalive` goes to every node, where the agent's driver judges it;
-//!   `NotifyExpired` goes to the named node.
+//! - Every tick a running node's timer fires: the schedule says whether to
+//!   tick the agent idle, ask the shards their cheap answer (role and
+//!   hosting changes, the metadata replica's primary flag), their
+//!   fingerprint, or scan them; the shards answer at once. A scan takes a
+//!   modelled duration ([`crate::metadata::SCAN_COST_PER_GROUP`]) that
+//!   spaces the next (Z2). The agent gets the applied metadata of the
+//!   node's own metadata replica and the primary flag the last scan saw.
+//! - `Submit` becomes a `Request` to the voter the node's [`RequestRoute`]
+//!   names: a voter first asks itself; a `Redirect` naming a node resends
+//!   there at once (a bounded number of times), and a resend by the agent
+//!   (no answer in time) tries the next voter. Answers to the agent's
+//!   client id are addressed to its node, and reach the agent there (the
+//!   shard ignores replies and session messages). After an applied reply
+//!   the schedule says whether to scan now or go on with the burst between
+//!   scans. Frames reach the agent in the middle of a tick
+//!   ([`crate::metadata::delivery_clock`]).
+//! - `Keepalive` goes to every voter of the metadata group as the node's
+//!   applied metadata lists them (its own agent directly), where the
+//!   agent's driver judges it (unless its schedule says a stall left its
+//!   view stale); `NotifyExpired` goes to the named node (its own agent
+//!   directly).
 //! - `Unload` removes the group from the shard; `Stop` takes the node down
 //!   until an operator restarts it, with a fresh agent and client id.
 
-use cohort_core::metadata::{AgentCounters, AgentOutput, Destination, HostedReplica, MetadataRoute};
+use cohort_core::metadata::{AgentCounters, AgentOutput, Destination, HostedChanges, HostedReplica, Poll};
 use cohort_core::replica::Placement;
 use cohort_messages::{ClientId, GroupId, Message, Redirect, TraceContext};
 
 use super::Sim;
-use crate::metadata::{self, STOPPED_DOWN_TICKS};
+use crate::metadata::{self, SCAN_COST_PER_GROUP, STOPPED_DOWN_TICKS, delivery_clock, timer_clock};
 use crate::network::{Endpoint, Packet};
 use crate::node::{CLUSTER, node_id, node_index};
 
@@ -33,55 +43,133 @@ impl Sim {
         if self.metadata_spec.is_none() {
             return;
         }
+        let (seed, now) = (self.config.seed, self.now);
         let node = &mut self.nodes[index];
-        node.agent = Some(metadata::agent(self.config.seed, index, node.restarts, self.policy, &self.specs));
-        node.agent_route = MetadataRoute::new(node_id(index));
-        node.agent_last = None;
+        node.agent = Some(metadata::agent_shell(seed, index, node.restarts, self.policy, &self.specs, now));
     }
 
     /// A node's process ends: keep its agent's counters.
     pub(super) fn retire_agent(&mut self, index: usize) {
-        if let Some(agent) = self.nodes[index].agent.take() {
-            add(&mut self.retired_agents, agent.counters());
+        if let Some(shell) = self.nodes[index].agent.take() {
+            add(&mut self.retired_agents, shell.agent.counters());
         }
     }
 
     /// The counters of every agent of the run, past and present.
     pub(super) fn agent_counters(&self) -> AgentCounters {
         let mut total = self.retired_agents;
-        for agent in self.nodes.iter().filter_map(|node| node.agent.as_ref()) {
-            add(&mut total, agent.counters());
+        for shell in self.nodes.iter().filter_map(|node| node.agent.as_ref()) {
+            add(&mut total, shell.agent.counters());
         }
         total
     }
 
     /// The node whose running agent uses client id `id`.
     pub(super) fn agent_of(&self, id: ClientId) -> Option<usize> {
-        self.nodes.iter().position(|node| node.agent.as_ref().is_some_and(|agent| agent.config().client == id))
+        self.nodes.iter().position(|node| node.agent.as_ref().is_some_and(|shell| shell.agent.config().client == id))
     }
 
-    /// One tick of a running node's agent.
+    /// The timer of a running node's agent fires.
     pub(super) fn tick_agent(&mut self, index: usize) {
-        let now = self.now;
+        let clock = timer_clock(self.now);
         let node = &mut self.nodes[index];
         if !node.is_up() {
             return;
         }
-        let metadata_primary =
-            node.shard_for(GroupId::METADATA).is_some_and(|shard| shard.is_confirmed_primary(GroupId::METADATA, now));
-        // The configured groups and those hosted at run time (C3, P4).
+        let Some(shell) = node.agent.as_mut() else { return };
+        shell.schedule.on_timer(clock);
+        let poll = shell.schedule.poll(clock, &shell.agent);
+        self.follow_schedule(index, clock, poll);
+    }
+
+    /// Do what node `index`'s schedule said at `clock`, the shards answering
+    /// at once, until it says to tick the agent or to wait.
+    fn follow_schedule(&mut self, index: usize, clock: std::time::Duration, mut poll: Poll) {
+        let now = self.now;
+        loop {
+            let epoch = self.nodes[index].metadata.borrow().epoch;
+            poll = match poll {
+                Poll::Wait => return,
+                Poll::AskChanges => {
+                    let changes = self.hosted_changes(index);
+                    let Some(shell) = self.nodes[index].agent.as_mut() else { return };
+                    shell.schedule.on_changes(clock, Some(changes), &shell.agent, epoch)
+                }
+                Poll::AskFingerprint => {
+                    let node = &mut self.nodes[index];
+                    let sum = node
+                        .shards
+                        .iter()
+                        .fold(0u64, |sum, shard| sum.wrapping_add(shard.core().hosted_fingerprint(now)));
+                    let Some(shell) = node.agent.as_mut() else { return };
+                    shell.schedule.on_fingerprint(clock, Some(sum), &shell.agent, epoch)
+                }
+                Poll::Idle => {
+                    let node = &mut self.nodes[index];
+                    let Some(shell) = node.agent.as_mut() else { return };
+                    let primary = shell.schedule.metadata_primary();
+                    let outputs = shell.agent.on_idle_tick(now, &node.metadata.borrow(), primary);
+                    self.run_agent_outputs(index, outputs);
+                    return self.after_agent_tick(index);
+                }
+                Poll::Scan => {
+                    let hosted = self.hosted(index);
+                    let node = &mut self.nodes[index];
+                    let Some(shell) = node.agent.as_mut() else { return };
+                    shell.schedule.on_scanned(clock, &hosted, epoch, shell.agent.in_flight());
+                    let primary = shell.schedule.metadata_primary();
+                    let outputs = shell.agent.on_tick(now, &node.metadata.borrow(), primary, &hosted);
+                    self.run_agent_outputs(index, outputs);
+                    if let Some(shell) = self.nodes[index].agent.as_mut() {
+                        let groups = u32::try_from(hosted.len()).unwrap_or(u32::MAX);
+                        shell.schedule.scan_took(SCAN_COST_PER_GROUP * groups);
+                    }
+                    return self.after_agent_tick(index);
+                }
+                Poll::BetweenScans => {
+                    let node = &mut self.nodes[index];
+                    let Some(shell) = node.agent.as_mut() else { return };
+                    let primary = shell.schedule.metadata_primary();
+                    let outputs = shell.agent.between_scans(now, &node.metadata.borrow(), primary);
+                    return self.run_agent_outputs(index, outputs);
+                }
+            };
+        }
+    }
+
+    /// Z3: node `index`'s cheap answer: each shard's driver's, summed, as
+    /// a node's agent sums its shards' answers.
+    fn hosted_changes(&self, index: usize) -> HostedChanges {
+        let mut changes = HostedChanges::default();
+        for shard in &self.nodes[index].shards {
+            let answer = shard.driver.hosted_changes();
+            changes.events = changes.events.wrapping_add(answer.events);
+            changes.metadata_primary = changes.metadata_primary.or(answer.metadata_primary);
+        }
+        changes
+    }
+
+    /// What node `index` hosts, as a scan of its shards says: the
+    /// configured groups, those hosted at run time (C3, P4), and the
+    /// metadata group (Z6: its voters change through operations like any
+    /// group's).
+    fn hosted(&self, index: usize) -> Vec<HostedReplica> {
+        let node = &self.nodes[index];
         let configured = self.specs.iter().map(|spec| spec.group).filter(|group| !node.extra_specs.contains_key(group));
-        // The metadata group too, as a node's shards list it (Z6: its voters
-        // change through operations like any group's).
         let metadata_group = self.metadata_spec.as_ref().map(|spec| spec.group);
         let groups: Vec<GroupId> = configured.chain(node.extra_specs.keys().copied()).chain(metadata_group).collect();
-        let hosted: Vec<HostedReplica> =
-            groups.into_iter().filter_map(|group| node.shard_for(group)?.hosted_replica(group, now)).collect();
-        let Some(agent) = node.agent.as_mut() else { return };
-        let metadata = node.metadata.borrow();
-        let outputs = agent.on_tick(now, &metadata, metadata_primary, &hosted);
-        drop(metadata);
-        self.run_agent_outputs(index, outputs);
+        groups.into_iter().filter_map(|group| node.shard_for(group)?.hosted_replica(group, self.now)).collect()
+    }
+
+    /// What follows every tick of an agent: the runtime's agent reads the
+    /// whole metadata state when its node hosts no metadata replica (Z5).
+    /// Every simulated node starts as a voter or a learner of the metadata
+    /// group, so the schedule never says to here.
+    fn after_agent_tick(&mut self, index: usize) {
+        let now = self.now;
+        let Some(shell) = self.nodes[index].agent.as_mut() else { return };
+        let due = shell.schedule.fetch_due(now, true);
+        debug_assert!(!due, "a node that follows the metadata log never reads the whole state");
     }
 
     /// A message for node `index` that its agent takes; anything else is
@@ -92,30 +180,33 @@ impl Sim {
         from: cohort_messages::NodeId,
         message: Message,
     ) -> Option<Message> {
-        let now = self.now;
+        let (now, clock) = (self.now, delivery_clock(self.now));
         let members = self.metadata_voters(index);
         let node = &mut self.nodes[index];
-        let metadata_primary =
-            node.shard_for(GroupId::METADATA).is_some_and(|shard| shard.is_confirmed_primary(GroupId::METADATA, now));
-        let Some(agent) = node.agent.as_mut() else { return Some(message) };
+        let Some(shell) = node.agent.as_mut() else { return Some(message) };
         let outputs = match message {
-            // As the runtime's agent does between two scans (Z2): the
-            // balancer goes on right after an applied reply.
             Message::Reply(reply) => {
-                let mut outputs = agent.on_reply(now, &reply);
-                let metadata = node.metadata.borrow();
-                outputs.extend(agent.between_scans(now, &metadata, metadata_primary));
-                outputs
+                let outputs = shell.agent.on_reply(now, &reply);
+                self.run_agent_outputs(index, outputs);
+                // As the runtime's agent does: an applied reply lets the
+                // agent go on at once (a scan if due, else its burst).
+                let shell = self.nodes[index].agent.as_mut()?;
+                let poll = shell.schedule.after_reply(clock, &reply, &shell.agent);
+                self.follow_schedule(index, clock, poll);
+                return None;
             }
             Message::Redirect(redirect) => {
                 self.agent_redirected(index, from, &redirect);
                 return None;
             }
             Message::SessionKeepalive(keepalive) => {
-                let metadata = node.metadata.borrow();
-                agent.on_keepalive(now, from, &keepalive, &metadata)
+                // After a stall, one fresh tick first (see `ScanSchedule`).
+                if !shell.schedule.judges_keepalives(clock) {
+                    return None;
+                }
+                shell.agent.on_keepalive(now, from, &keepalive, &node.metadata.borrow())
             }
-            Message::SessionExpired(notice) => agent.on_session_expired(from, &members, &notice),
+            Message::SessionExpired(notice) => shell.agent.on_session_expired(from, &members, &notice),
             other => return Some(other),
         };
         self.run_agent_outputs(index, outputs);
@@ -128,17 +219,14 @@ impl Sim {
     fn agent_redirected(&mut self, index: usize, from: cohort_messages::NodeId, redirect: &Redirect) {
         let nodes = self.nodes.len();
         let voters = self.metadata_voters(index);
-        let node = &mut self.nodes[index];
-        let Some(last) = node.agent_last.clone() else { return };
-        if last.client != redirect.client || last.request != redirect.request {
-            return; // About an older request.
-        }
-        let target = match node.agent_route.redirected(&voters, from, redirect.primary) {
-            Some(Destination::Local) => index,
-            Some(Destination::Node(node)) if node.0 >= 1 && node_index(node) < nodes => node_index(node),
-            _ => return,
+        let Some(shell) = self.nodes[index].agent.as_mut() else { return };
+        let Some((destination, request)) = shell.route.on_redirect(&voters, from, redirect) else { return };
+        let target = match destination {
+            Destination::Local => index,
+            Destination::Node(node) if node.0 >= 1 && node_index(node) < nodes => node_index(node),
+            Destination::Node(_) => return,
         };
-        self.send_from_node(index, target, Message::Request(last));
+        self.send_from_node(index, target, Message::Request(request));
     }
 
     /// The metadata group's voters as node `index`'s applied metadata lists
@@ -149,32 +237,49 @@ impl Sim {
     }
 
     fn run_agent_outputs(&mut self, index: usize, outputs: Vec<AgentOutput>) {
+        if let Some(shell) = self.nodes[index].agent.as_ref() {
+            shell.agent.invariants();
+        }
         let nodes = self.nodes.len();
         for output in outputs {
             match output {
                 AgentOutput::Submit(request) => {
                     let voters = self.metadata_voters(index);
-                    let now = self.now;
-                    let node = &mut self.nodes[index];
-                    let metadata_primary = node
-                        .shard_for(GroupId::METADATA)
-                        .is_some_and(|shard| shard.is_confirmed_primary(GroupId::METADATA, now));
-                    let resend = node
-                        .agent_last
-                        .as_ref()
-                        .is_some_and(|last| last.client == request.client && last.request == request.request);
-                    node.agent_route.on_send(resend, &voters, metadata_primary);
-                    node.agent_last = Some(request.clone());
-                    let target = match node.agent_route.destination(&voters, metadata_primary) {
+                    let Some(shell) = self.nodes[index].agent.as_mut() else { return };
+                    let primary = shell.schedule.metadata_primary();
+                    let target = match shell.route.on_submit(&request, &voters, primary) {
                         Destination::Local => index,
                         Destination::Node(voter) if voter.0 >= 1 && node_index(voter) < nodes => node_index(voter),
                         Destination::Node(_) => continue,
                     };
                     self.send_from_node(index, target, Message::Request(request));
                 }
+                // As the runtime's agent does: to the metadata group's
+                // voters as this node's metadata lists them, its own agent
+                // directly (no frame, no keepalive gate).
                 AgentOutput::Keepalive(keepalive) => {
-                    for to in 0..nodes {
-                        self.send_from_node(index, to, Message::SessionKeepalive(keepalive));
+                    for voter in self.metadata_voters(index) {
+                        if voter == node_id(index) {
+                            let now = self.now;
+                            let node = &mut self.nodes[index];
+                            let Some(shell) = node.agent.as_mut() else { return };
+                            let more = shell.agent.on_keepalive(now, voter, &keepalive, &node.metadata.borrow());
+                            self.run_agent_outputs(index, more);
+                            if self.nodes[index].agent.is_none() {
+                                return; // Stopped (S3).
+                            }
+                        } else if voter.0 >= 1 && node_index(voter) < nodes {
+                            self.send_from_node(index, node_index(voter), Message::SessionKeepalive(keepalive));
+                        }
+                    }
+                }
+                AgentOutput::NotifyExpired { to, notice } if to == node_id(index) => {
+                    let voters = self.metadata_voters(index);
+                    let Some(shell) = self.nodes[index].agent.as_mut() else { return };
+                    let more = shell.agent.on_session_expired(to, &voters, &notice);
+                    self.run_agent_outputs(index, more);
+                    if self.nodes[index].agent.is_none() {
+                        return; // Stopped (S3).
                     }
                 }
                 AgentOutput::NotifyExpired { to, notice } => {

@@ -155,9 +155,13 @@ pub struct DriverCounters {
     pub dropped_link_down: u64,
     /// Requests from peers dropped because [`DriverConfig::remote_waiters_max`] were waiting.
     pub remote_requests_dropped: u64,
-    /// Role changes of hosted replicas (Z3: the agent reads this to learn
-    /// cheaply that nothing changed).
+    /// Role changes of hosted replicas (Z3: with the hosting changes, the
+    /// agent reads this to learn cheaply that nothing changed).
     pub role_changes: u64,
+    /// Changes of what the shard hosts asked of the driver (hosted,
+    /// recovered, removed, sealed, switched, transferred, learners set),
+    /// whether or not the shard took them.
+    pub hosting_changes: u64,
     /// Turns ended.
     pub turns: u64,
 }
@@ -228,6 +232,7 @@ impl ShardDriver {
     /// Host a brand-new group ([`Shard::create_group`]).
     pub fn create_group(&mut self, spec: GroupSpec, state: Box<dyn StateMachine>) -> Result<(), ShardError> {
         self.record_with(|| Input::Create { spec: spec.clone() });
+        self.counters.hosting_changes += 1;
         self.shard.create_group(spec, state)
     }
 
@@ -239,6 +244,7 @@ impl ShardDriver {
         recovered: RecoveredGroup,
     ) -> Result<(), ShardError> {
         self.record_with(|| Input::Recover { spec: spec.clone(), recovered: recovered.clone() });
+        self.counters.hosting_changes += 1;
         self.shard.recover_group(spec, state, recovered)
     }
 
@@ -248,6 +254,7 @@ impl ShardDriver {
     /// False if it was not hosted.
     pub fn remove_group(&mut self, group: GroupId) -> bool {
         self.record(Input::Remove { group });
+        self.counters.hosting_changes += 1;
         self.remote_waiting.retain(|key, _| key.0 != group);
         self.shard.remove_group(group)
     }
@@ -255,18 +262,21 @@ impl ShardDriver {
     /// Seal `group`'s log for a member change ([`Shard::propose_seal`]).
     pub fn propose_seal(&mut self, group: GroupId, seal: cohort_messages::seal::Seal) -> Result<(), SealError> {
         self.record_with(|| Input::ProposeSeal { group, seal: seal.clone() });
+        self.counters.hosting_changes += 1;
         self.shard.propose_seal(group, seal)
     }
 
     /// C4: hand `group`'s primary role to `to` ([`Shard::transfer_primary`]).
     pub fn transfer_primary(&mut self, group: GroupId, to: NodeId) -> Result<(), TransferError> {
         self.record(Input::TransferPrimary { group, to });
+        self.counters.hosting_changes += 1;
         self.shard.transfer_primary(group, to)
     }
 
     /// Switch a sealed group to its next incarnation ([`Shard::switch_incarnation`]).
     pub fn switch_incarnation(&mut self, group: GroupId) -> Result<(), SealError> {
         self.record(Input::Switch { group });
+        self.counters.hosting_changes += 1;
         self.shard.switch_incarnation(group)
     }
 
@@ -279,12 +289,14 @@ impl ShardDriver {
         learners: Vec<NodeId>,
     ) -> Result<(), SealError> {
         self.record_with(|| Input::SwitchAsLearner { group, seal: seal.clone(), learners: learners.clone() });
+        self.counters.hosting_changes += 1;
         self.shard.switch_incarnation_as_learner(group, seal, learners)
     }
 
     /// P4: replace a running group's learners ([`Shard::set_learners`]).
     pub fn set_learners(&mut self, group: GroupId, learners: Vec<NodeId>) -> Result<(), ShardError> {
         self.record_with(|| Input::SetLearners { group, learners: learners.clone() });
+        self.counters.hosting_changes += 1;
         self.shard.set_learners(group, learners)
     }
 
@@ -306,6 +318,18 @@ impl ShardDriver {
     /// True while a turn is open.
     pub fn turn_open(&self) -> bool {
         self.turn_opened_micros.is_some()
+    }
+
+    /// Z3: what the shard can say cheaply, without a pass over its groups:
+    /// its count of role and hosting changes, and whether it hosts the
+    /// metadata group's primary, confirmed by a quorum now. The node's
+    /// agent and the simulator's ask exactly this.
+    pub fn hosted_changes(&self) -> crate::metadata::HostedChanges {
+        let events = self.counters.role_changes.wrapping_add(self.counters.hosting_changes);
+        let now = self.shard.now();
+        let metadata_primary =
+            self.shard.replica(GroupId::METADATA).map(|_| self.shard.is_confirmed_primary(GroupId::METADATA, now));
+        crate::metadata::HostedChanges { events, metadata_primary }
     }
 
     /// Requests from peers awaiting an answer.

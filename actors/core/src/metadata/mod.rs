@@ -40,12 +40,17 @@ use cohort_messages::replication::Replication;
 use cohort_messages::{Epoch, GroupId, Incarnation, NodeId, Op, OperationId, REPLICAS_MAX, SessionId, View};
 use serde::{Deserialize, Serialize};
 
-pub use agent::{AgentConfig, AgentCounters, AgentOutput, BootstrapGroup, HostedReplica, MetadataAgent, PlacedReplica};
+pub use agent::{
+    AgentConfig, AgentCounters, AgentOutput, BootstrapGroup, FETCH_INTERVAL_TICKS, FINGERPRINT_SPACING_MAX,
+    FINGERPRINT_SPACING_MAX_QUIET, FULL_SCAN_INTERVAL, FULL_SCAN_INTERVAL_QUIET, HostedChanges, HostedReplica,
+    MetadataAgent, PlacedReplica, Poll, SCAN_SPACING_FACTOR, SCAN_SPACING_MAX, STALL_TICKS_MAX, ScanInputs,
+    ScanSchedule,
+};
 pub use balance::{next_transfer, primaries_per_node};
 pub use driver::{KeepaliveOutcome, MetadataDriver};
 pub use freeze::Frozen;
 pub use operations::{OperationRecord, OperationTotals, PendingSwitch, Step};
-pub use route::{Destination, MetadataRoute, REDIRECTS_FOLLOWED_MAX};
+pub use route::{Destination, MetadataRoute, REDIRECTS_FOLLOWED_MAX, RequestRoute};
 pub use session_client::{ExpiredPolicy, SessionAction, SessionClient, SessionState};
 pub use sessions::SessionTracker;
 

@@ -28,7 +28,9 @@
 //! The runtime's agent actor and the simulator's shell both route through
 //! this type, so the simulator checks the routing the nodes run.
 
-use cohort_messages::NodeId;
+use cohort_messages::{NodeId, Redirect, Request};
+
+use crate::client;
 
 /// How many redirects one request the agent sends may follow before it
 /// waits for the agent's retry: enough for a chain from a learner through a
@@ -129,6 +131,49 @@ impl MetadataRoute {
             Some(index) => others[(index + 1) % others.len()],
             None => first,
         }
+    }
+}
+
+/// One stream of requests as a shell sends them: its [`MetadataRoute`] and
+/// the request it sent last, which a redirect sends again at once. The
+/// runtime's agent actor and the simulator both send the agent's requests
+/// through it, so a resend and a redirect move the route the same way on
+/// both.
+#[derive(Clone, Debug)]
+pub struct RequestRoute {
+    route: MetadataRoute,
+    last: Option<Request>,
+}
+
+impl RequestRoute {
+    /// The stream of node `me`.
+    pub fn new(me: NodeId) -> RequestRoute {
+        RequestRoute { route: MetadataRoute::new(me), last: None }
+    }
+
+    /// Where `request` goes now. A request with the number of the last
+    /// one sent is a resend (it had no answer in time), which moves the
+    /// route on ([`MetadataRoute::on_send`]).
+    pub fn on_submit(&mut self, request: &Request, voters: &[NodeId], metadata_primary: bool) -> Destination {
+        let resend =
+            self.last.as_ref().is_some_and(|last| last.client == request.client && last.request == request.request);
+        self.route.on_send(resend, voters, metadata_primary);
+        self.last = Some(request.clone());
+        self.route.destination(voters, metadata_primary)
+    }
+
+    /// Node `from` redirected a request: if it is the last one sent, where
+    /// to send it again now ([`MetadataRoute::redirected`]), with it. A
+    /// redirect about an older request changes nothing.
+    pub fn on_redirect(
+        &mut self,
+        voters: &[NodeId],
+        from: NodeId,
+        redirect: &Redirect,
+    ) -> Option<(Destination, Request)> {
+        let last = self.last.as_ref().filter(|last| client::redirects(last, redirect))?;
+        let destination = self.route.redirected(voters, from, redirect.primary)?;
+        Some((destination, last.clone()))
     }
 }
 
@@ -243,5 +288,38 @@ mod tests {
         assert_eq!(route.destination(&voters, false), Destination::Node(NodeId(3)));
         route.on_send(true, &voters, false);
         assert_eq!(route.destination(&voters, false), Destination::Node(NodeId(4)));
+    }
+
+    fn request(number: u64) -> Request {
+        let operation = bytes::Bytes::new();
+        let group = cohort_messages::GroupId::METADATA;
+        let mut sequence = client::Sequence::new(cohort_messages::ClientId(5), group);
+        (1..number).for_each(|_| drop(sequence.write(operation.clone())));
+        sequence.write(operation)
+    }
+
+    fn redirect(request: &Request, primary: Option<u64>) -> Redirect {
+        Redirect {
+            client: request.client,
+            request: request.request,
+            group: request.group,
+            view: cohort_messages::View(0),
+            primary: primary.map(NodeId),
+        }
+    }
+
+    #[test]
+    fn z6_a_resend_moves_the_stream_on_and_a_redirect_resends_only_the_last_request() {
+        let voters = nodes(&[1, 2, 3]);
+        let mut stream = RequestRoute::new(NodeId(3));
+        let (first, second) = (request(1), request(2));
+        assert_eq!(stream.on_submit(&first, &voters, false), Destination::Local);
+        assert_eq!(stream.on_submit(&first, &voters, false), Destination::Node(NodeId(1)), "no answer: next voter");
+        assert_eq!(stream.on_submit(&second, &voters, false), Destination::Node(NodeId(1)), "a new request stays");
+        assert_eq!(stream.on_redirect(&voters, NodeId(1), &redirect(&first, Some(2))), None, "about an older one");
+        let resent = stream.on_redirect(&voters, NodeId(1), &redirect(&second, Some(2)));
+        assert_eq!(resent, Some((Destination::Node(NodeId(2)), second.clone())));
+        assert_eq!(stream.on_redirect(&voters, NodeId(2), &redirect(&second, None)), None, "names nobody");
+        assert_eq!(stream.on_submit(&second, &voters, false), Destination::Node(NodeId(1)), "moved once, not twice");
     }
 }
