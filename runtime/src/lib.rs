@@ -67,6 +67,6 @@ pub mod network {
 /// The node's metrics, as `/metrics` serves them.
 pub mod metrics {
     pub use cohort_actors::listener::InboundStats;
-    pub use cohort_actors::metrics::{DropReason, NodeMetrics};
+    pub use cohort_actors::metrics::{AnswerBudget, ClientAnswerBytes, DropReason, NodeMetrics};
     pub use cohort_actors::shard::ShardReport;
 }
