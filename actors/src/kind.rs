@@ -28,7 +28,7 @@ use cohort_messages::GroupId;
 pub struct GroupKind(Arc<str>);
 
 impl GroupKind {
-    /// The kind [`super::NodeBuilder::state_machine`] registers and placements default to.
+    /// The kind `NodeBuilder::state_machine` (cohort-runtime) registers and placements default to.
     pub const DEFAULT_NAME: &'static str = "default";
 
     /// The kind called `name`.

@@ -667,7 +667,7 @@ fn gauge_value(count: u64) -> i64 {
 ///   [`RejectCounters`], and [`NodeMetrics::set_peers_connected`] (or the
 ///   supervisor, which sees all links);
 /// - any sender whose `try_send` failed or whose link was down:
-///   [`NodeMetrics::inc_dropped`];
+///   [`NodeMetrics::add_dropped`];
 /// - the client path, when a submitted op's reply arrives:
 ///   [`NodeMetrics::observe_commit_latency`].
 #[derive(Debug)]

@@ -427,7 +427,7 @@ fn role_name(role: Role) -> &'static str {
     }
 }
 
-/// The span of one submit on the node that takes it ([`crate::node::NodeHandle::submit_as`]):
+/// The span of one submit on the node that takes it (`NodeHandle::submit_as` in cohort-runtime):
 /// the root of a write's trace, or a child of the caller's current span, so
 /// a host that traces its own request continues that trace.
 pub fn submit_span(node: NodeId, request: &Request) -> Span {

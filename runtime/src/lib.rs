@@ -12,7 +12,7 @@
 //! - [`otlp`]: span export to an OTLP collector (Jaeger).
 //! - [`cli`]: `cohort status`, `cohort admin` and `cohort certs` (the operator's side), `cohort write`, `cohort read` and `cohort bench --cluster` (a running cluster's data).
 //! - [`demo`]: `cohort demo`, a real cluster through a crash.
-//! - [`bench`]: `cohort bench`, replicated writes at the machine's limit, measured.
+//! - [`mod@bench`]: `cohort bench`, replicated writes at the machine's limit, measured.
 //!
 //! The actors a node is made of are in `cohort-actors`, the protocol they
 //! shell in `cohort-core`, the write-ahead log in `cohort-wal` and the wire

@@ -264,7 +264,7 @@ impl NodeHandle {
     }
 
     /// The custom actor of `group` on this node, if its kind has one of type
-    /// `A` (see [`NodeBuilder::group_actor`]). After a shard restart this is
+    /// `A` (see [`crate::node::NodeBuilder::group_actor`]). After a shard restart this is
     /// the new instance. `None` if the group is not hosted here, its kind has
     /// no actor or it is not an `A`.
     ///

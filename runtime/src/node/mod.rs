@@ -1,7 +1,7 @@
 //! A cohort node, built from code and embedded in a host's actix System.
 //!
 //! [`NodeBuilder`] takes the node's identity, addresses, data directory,
-//! shard count, cluster timing, group kinds ([`kind`]: a state machine and
+//! shard count, cluster timing, group kinds ([`GroupKind`]: a state machine and
 //! perhaps a custom actor each) and group placements; [`NodeBuilder::start`]
 //! recovers every shard's storage, starts one Arbiter per shard (shard actor
 //! and outboxes), the peer links and the listener, and returns a [`Node`].
