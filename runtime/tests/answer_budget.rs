@@ -16,11 +16,10 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use cap::Cap;
-use cohort_actors::metrics::AnswerBudget;
 use cohort_messages::{ClientId, FrameDecoder, Handshake, Message, Outcome, Request, TraceContext, WIRE_REVISION};
 use cohort_runtime::client_port::{ANSWER_RESERVE_BYTES, ClientPortLimits};
 use cohort_runtime::local::LOCAL_CLUSTER_ID;
-use cohort_runtime::metrics::NodeMetrics;
+use cohort_runtime::metrics::{AnswerBudget, NodeMetrics};
 use cohort_runtime::network::{ClusterClient, TlsFiles};
 use cohort_runtime::prelude::*;
 use cohort_runtime::tls::Credentials;

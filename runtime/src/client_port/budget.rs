@@ -26,9 +26,8 @@
 //! An answer larger than a whole budget is charged the whole budget
 //! (`min(size, budget)`): it waits until the budget is empty, then goes out
 //! alone. So one connection holds at most `max(answer_bytes_max, its
-//! largest answer)`, and the node at most `answer_bytes_node_max` plus
-//! [`ANSWER_RESERVE_BYTES`] per connection (plus one answer above the
-//! node's budget, if an answer can be larger than it). Answers are
+//! largest answer)`, and the node at most `max(answer_bytes_node_max, its
+//! largest answer)` plus [`ANSWER_RESERVE_BYTES`] per connection. Answers are
 //! charged the connection's budget first, then the node's, always in that
 //! order, and a charge is only ever released by a write or a close, which
 //! wait on nothing here: no cycle, so no deadlock.
