@@ -75,7 +75,10 @@ pub use group::{GetCustomActor, GroupEvent, GroupRole, RoleChanged, SUBSCRIBER_E
 pub use inbound::InboundRoutes;
 pub use kind::{GroupKind, GroupKindError, HostedGroup};
 pub use listener::{InboundStats, Router, serve as serve_listener};
-pub use metrics::{DropReason, LinkEvent, Mailbox, NodeMetrics, OPENMETRICS_CONTENT_TYPE, Port, SyncKind};
+pub use metrics::{
+    AnswerBudget, ClientAnswerBytes, DropReason, LinkEvent, Mailbox, NodeMetrics, OPENMETRICS_CONTENT_TYPE, Port,
+    SyncKind,
+};
 pub use operator_client::OperatorFailure;
 pub use outbox::Outbox;
 pub use parts::{PartError, Parts};

@@ -367,6 +367,47 @@ impl EncodeLabelValue for LinkEvent {
     }
 }
 
+/// H4: which budget stopped a client connection from reading requests: the
+/// `budget` label of `cohort_client_reads_paused_total`.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
+pub enum AnswerBudget {
+    /// The connection's own answers filled `[client] answer_bytes_max`.
+    Connection,
+    /// Every connection's answers together filled `[client] answer_bytes_node_max`.
+    Node,
+}
+
+impl AnswerBudget {
+    /// Every budget; each is exported from the start, at zero.
+    pub const ALL: [AnswerBudget; 2] = [AnswerBudget::Connection, AnswerBudget::Node];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AnswerBudget::Connection => "connection",
+            AnswerBudget::Node => "node",
+        }
+    }
+}
+
+impl EncodeLabelValue for AnswerBudget {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> std::fmt::Result {
+        encoder.write_str(self.as_str())
+    }
+}
+
+/// H4: the bytes of answers the client port holds for clients, as
+/// [`NodeMetrics::client_answer_bytes`] reads them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClientAnswerBytes {
+    /// Queued now, every connection together.
+    pub queued_bytes: u64,
+    /// The most ever queued at once, every connection together.
+    pub queued_peak_bytes: u64,
+    /// The most one connection ever had queued at once.
+    pub connection_peak_bytes: u64,
+}
+
 impl DropReason {
     /// Every reason; each is exported from the start, at zero.
     pub const ALL: [DropReason; 3] = [DropReason::MailboxFull, DropReason::MailboxClosed, DropReason::PeerDisconnected];
@@ -485,6 +526,11 @@ struct PortLabels {
 struct RefusalLabels {
     port: Port,
     reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BudgetLabels {
+    budget: AnswerBudget,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -634,6 +680,10 @@ pub struct NodeMetrics {
     peer_bytes_sent: Family<PeerLabels, Counter>,
     link_events: Family<LinkEventLabels, Counter>,
     refusals: Family<RefusalLabels, Counter>,
+    client_answers_queued: Gauge,
+    client_answers_queued_peak: Gauge,
+    client_connection_answers_queued_peak: Gauge,
+    client_reads_paused: Family<BudgetLabels, Counter>,
     flushes: Counter,
     view_change_messages_sent: Counter,
     view_change_frames_sent: Counter,
@@ -744,6 +794,36 @@ impl NodeMetrics {
             "T5: connections and requests refused, by port and reason (see docs/security.md)",
             refusals.clone(),
         );
+        let client_answers_queued = Gauge::default();
+        registry.register_with_unit(
+            "client_answers_queued",
+            "H4: bytes of answers the client port holds for clients, encoded and not yet written, every connection together",
+            Unit::Bytes,
+            client_answers_queued.clone(),
+        );
+        let client_answers_queued_peak = Gauge::default();
+        registry.register_with_unit(
+            "client_answers_queued_peak",
+            "H4: the most bytes of answers the client port held at once since the node started, every connection together",
+            Unit::Bytes,
+            client_answers_queued_peak.clone(),
+        );
+        let client_connection_answers_queued_peak = Gauge::default();
+        registry.register_with_unit(
+            "client_connection_answers_queued_peak",
+            "H4: the most bytes of answers one client connection held at once since the node started",
+            Unit::Bytes,
+            client_connection_answers_queued_peak.clone(),
+        );
+        let client_reads_paused = Family::<BudgetLabels, Counter>::default();
+        registry.register(
+            "client_reads_paused",
+            "H4: times a client connection stopped reading requests because answers filled its budget or the node's",
+            client_reads_paused.clone(),
+        );
+        for budget in AnswerBudget::ALL {
+            let _series = client_reads_paused.get_or_create(&BudgetLabels { budget });
+        }
         let peers_connected = Gauge::default();
         registry.register("peers_connected", "Peer nodes with a connected, handshaken link", peers_connected.clone());
         let commit_latency = Histogram::new(COMMIT_LATENCY_BUCKETS_SECONDS);
@@ -799,6 +879,10 @@ impl NodeMetrics {
             peer_bytes_sent,
             link_events,
             refusals,
+            client_answers_queued,
+            client_answers_queued_peak,
+            client_connection_answers_queued_peak,
+            client_reads_paused,
             flushes,
             view_change_messages_sent,
             view_change_frames_sent,
@@ -982,6 +1066,45 @@ impl NodeMetrics {
         self.refusals.get_or_create(&RefusalLabels { port, reason }).get()
     }
 
+    /// H4: `bytes` of answers were queued on a client connection, which now
+    /// holds `connection_bytes` (those included). Raises the peaks.
+    pub fn add_client_answer_bytes(&self, bytes: usize, connection_bytes: usize) {
+        debug_assert!(bytes <= connection_bytes, "the connection holds what it just queued");
+        let bytes = gauge_value(u64::try_from(bytes).unwrap_or(u64::MAX));
+        let queued = self.client_answers_queued.inc_by(bytes).saturating_add(bytes);
+        self.client_answers_queued_peak.inner().fetch_max(queued, std::sync::atomic::Ordering::Relaxed);
+        let connection = gauge_value(u64::try_from(connection_bytes).unwrap_or(u64::MAX));
+        self.client_connection_answers_queued_peak.inner().fetch_max(connection, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// H4: `bytes` of answers queued earlier were written, or dropped with
+    /// their connection.
+    pub fn sub_client_answer_bytes(&self, bytes: usize) {
+        let bytes = gauge_value(u64::try_from(bytes).unwrap_or(u64::MAX));
+        let before = self.client_answers_queued.dec_by(bytes);
+        debug_assert!(before >= bytes, "H4: {bytes} answer bytes released of {before} queued");
+    }
+
+    /// H4: what the client port holds of answers now, and the peaks.
+    pub fn client_answer_bytes(&self) -> ClientAnswerBytes {
+        let value = |gauge: &Gauge| u64::try_from(gauge.get()).unwrap_or(0);
+        ClientAnswerBytes {
+            queued_bytes: value(&self.client_answers_queued),
+            queued_peak_bytes: value(&self.client_answers_queued_peak),
+            connection_peak_bytes: value(&self.client_connection_answers_queued_peak),
+        }
+    }
+
+    /// H4: count one time a client connection stopped reading for `budget`.
+    pub fn inc_client_reads_paused(&self, budget: AnswerBudget) {
+        self.client_reads_paused.get_or_create(&BudgetLabels { budget }).inc();
+    }
+
+    /// H4: times client connections stopped reading for `budget` so far.
+    pub fn client_reads_paused(&self, budget: AnswerBudget) -> u64 {
+        self.client_reads_paused.get_or_create(&BudgetLabels { budget }).get()
+    }
+
     /// Count one `event` of a peer link.
     pub fn inc_link_event(&self, event: LinkEvent) {
         self.link_events.get_or_create(&LinkEventLabels { event }).inc();
@@ -1123,6 +1246,31 @@ mod tests {
         assert_eq!(metrics.refused(Port::Peer, "not_the_member"), 2);
         let text = metrics.encode();
         assert!(text.contains("cohort_refusals_total{port=\"peer\",reason=\"view_jump\"} 4"), "{text}");
+    }
+
+    #[test]
+    fn h4_answer_bytes_gauges_follow_queue_and_release_and_keep_their_peaks() {
+        let metrics = NodeMetrics::new();
+        let text = metrics.encode();
+        for budget in AnswerBudget::ALL {
+            let line = format!("cohort_client_reads_paused_total{{budget=\"{}\"}}", budget.as_str());
+            assert_eq!(sample(&text, &line), Some(0.0), "{line}");
+        }
+        assert_eq!(sample(&text, "cohort_client_answers_queued_bytes"), Some(0.0), "{text}");
+        metrics.add_client_answer_bytes(100, 100);
+        metrics.add_client_answer_bytes(50, 50);
+        metrics.add_client_answer_bytes(30, 130);
+        metrics.sub_client_answer_bytes(130);
+        metrics.inc_client_reads_paused(AnswerBudget::Node);
+        let bytes = metrics.client_answer_bytes();
+        assert_eq!(bytes, ClientAnswerBytes { queued_bytes: 50, queued_peak_bytes: 180, connection_peak_bytes: 130 });
+        assert_eq!(metrics.client_reads_paused(AnswerBudget::Node), 1);
+        assert_eq!(metrics.client_reads_paused(AnswerBudget::Connection), 0);
+        let text = metrics.encode();
+        assert_eq!(sample(&text, "cohort_client_answers_queued_bytes"), Some(50.0), "{text}");
+        assert_eq!(sample(&text, "cohort_client_answers_queued_peak_bytes"), Some(180.0), "{text}");
+        assert_eq!(sample(&text, "cohort_client_connection_answers_queued_peak_bytes"), Some(130.0), "{text}");
+        assert_eq!(sample(&text, "cohort_client_reads_paused_total{budget=\"node\"}"), Some(1.0), "{text}");
     }
 
     #[test]

@@ -15,8 +15,8 @@
 //! [`ShardTraces`], which makes the spans of the message flows and gives the
 //! trace context each outgoing message carries in its frame header.
 //!
-//! Handlers for the host's and the agent's requests are in [`hosting`]
-//! (hosting, unloading and switching groups) and [`queries`] (reports,
+//! Handlers for the host's and the agent's requests are in `hosting`
+//! (hosting, unloading and switching groups) and `queries` (reports,
 //! subscriptions, lookups).
 
 mod group_links;

@@ -34,6 +34,17 @@ pub(crate) fn encode_into<T: Serialize>(value: &T, out: &mut impl BufMut) {
     bincode::serde::encode_into_std_write(value, &mut writer, CONFIG).expect("message bodies always encode");
 }
 
+/// The number of bytes [`encode_into`] appends for `value`, counted
+/// without writing them (nothing is allocated).
+///
+/// # Panics
+/// As [`encode_into`].
+pub(crate) fn encoded_size_bytes<T: Serialize>(value: &T) -> usize {
+    let mut size = bincode::enc::write::SizeWriter::default();
+    bincode::serde::encode_into_writer(value, &mut size, CONFIG).expect("message bodies always encode");
+    size.bytes_written
+}
+
 /// Decode a whole body into `T`; trailing bytes are an error.
 pub(crate) fn decode<T: DeserializeOwned>(command: Command, body: &[u8]) -> Result<T, BodyError> {
     let (value, used) = bincode::serde::decode_from_slice::<T, Config>(body, CONFIG)

@@ -144,6 +144,15 @@ impl Message {
         }, batch batch => batch.body().clone())
     }
 
+    /// The size of this message's whole frame, header and body, exactly as
+    /// [`Message::encode`] and [`Message::encode_into`] write it, counted
+    /// without encoding (no allocation, no copy of a payload): what a sender
+    /// that bounds the bytes it queues charges before it allocates them.
+    pub fn frame_size_bytes(&self) -> usize {
+        let body = per_variable_body!(self, body => codec::encoded_size_bytes(body), batch batch => batch.body().len());
+        HEADER_SIZE_BYTES + body
+    }
+
     /// Append the body alone to `out`.
     pub fn encode_body_into(&self, out: &mut BytesMut) {
         per_variable_body!(self, body => codec::encode_into(body, out), batch batch => out.put_slice(batch.body()));

@@ -14,6 +14,8 @@ use proptest::prelude::*;
 /// [`Frame::decode`], and check both give back the same header and message.
 fn assert_round_trip(message: &Message) -> Result<(), TestCaseError> {
     let bytes = frame_bytes(message);
+    // H4: the size a sender charges before encoding is the size it encodes.
+    prop_assert_eq!(message.frame_size_bytes(), bytes.len());
 
     let streamed = decode_stream([&bytes[..]]);
     prop_assert_eq!(streamed.len(), 1);

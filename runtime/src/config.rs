@@ -244,6 +244,11 @@ pub struct ClientSection {
     /// A write to a client that takes longer than this closes the connection.
     #[serde(with = "duration")]
     pub write_timeout: Duration,
+    /// H4: bytes of answers one connection may hold unwritten; past them the
+    /// node stops reading its requests until the client reads.
+    pub answer_bytes_max: usize,
+    /// H4: bytes of answers every connection together may hold unwritten.
+    pub answer_bytes_node_max: usize,
 }
 
 impl Default for ClientSection {
@@ -256,6 +261,8 @@ impl Default for ClientSection {
             in_flight_max: limits.in_flight_max,
             answer_timeout: limits.answer_timeout,
             write_timeout: limits.write_timeout,
+            answer_bytes_max: limits.answer_bytes_max,
+            answer_bytes_node_max: limits.answer_bytes_node_max,
         }
     }
 }
@@ -270,6 +277,8 @@ impl ClientSection {
             in_flight_max: self.in_flight_max,
             answer_timeout: self.answer_timeout,
             write_timeout: self.write_timeout,
+            answer_bytes_max: self.answer_bytes_max,
+            answer_bytes_node_max: self.answer_bytes_node_max,
         }
     }
 
@@ -290,6 +299,30 @@ impl ClientSection {
             if value.is_zero() {
                 return Err(rule(key, "must be longer than 0ms".into()));
             }
+        }
+        self.validate_answer_budgets()
+    }
+
+    /// H4: a connection's budget holds a few answers, the node's holds at
+    /// least one connection's, and both fit a semaphore.
+    fn validate_answer_budgets(&self) -> Result<(), ConfigError> {
+        use crate::client_port::{ANSWER_BUDGET_MAX_BYTES, ANSWER_BUDGET_MIN_BYTES};
+        let (connection, node) = (self.answer_bytes_max, self.answer_bytes_node_max);
+        if !(ANSWER_BUDGET_MIN_BYTES..=ANSWER_BUDGET_MAX_BYTES).contains(&connection) {
+            return Err(rule(
+                "client.answer_bytes_max",
+                format!(
+                    "must be at least {ANSWER_BUDGET_MIN_BYTES} (64 KiB) and at most {ANSWER_BUDGET_MAX_BYTES} (4 GiB less a byte); {connection} given"
+                ),
+            ));
+        }
+        if !(connection..=ANSWER_BUDGET_MAX_BYTES).contains(&node) {
+            return Err(rule(
+                "client.answer_bytes_node_max",
+                format!(
+                    "must be at least client.answer_bytes_max ({connection}) and at most {ANSWER_BUDGET_MAX_BYTES} (4 GiB less a byte); {node} given"
+                ),
+            ));
         }
         Ok(())
     }
@@ -1119,6 +1152,28 @@ mod tests {
         let config = Config::from_toml(&filled).unwrap_or_else(|error| panic!("example-node.toml: {error}"));
         assert!(matches!(config.tls.security(), crate::node::Security::Tls(_)), "the example uses TLS");
         assert!(Config::from_toml(example).is_err(), "the placeholder itself is refused, naming the key");
+    }
+
+    #[test]
+    fn h4_answer_budgets_have_defaults_and_rules() {
+        let client = Config::from_toml("").expect("valid").client;
+        assert_eq!((client.answer_bytes_max, client.answer_bytes_node_max), (8 << 20, 256 << 20));
+        assert_eq!(client.limits(), crate::client_port::ClientPortLimits::default());
+        let set =
+            Config::from_toml("[client]\nanswer_bytes_max = 65536\nanswer_bytes_node_max = 65536").expect("valid");
+        assert_eq!((set.client.limits().answer_bytes_max, set.client.limits().answer_bytes_node_max), (65536, 65536));
+        for (text, key, why) in [
+            ("answer_bytes_max = 65535", "client.answer_bytes_max", "at least 65536"),
+            ("answer_bytes_max = 4294967296\nanswer_bytes_node_max = 4294967296", "client.answer_bytes_max", "at most"),
+            ("answer_bytes_node_max = 1048576", "client.answer_bytes_node_max", "client.answer_bytes_max (8388608)"),
+            ("answer_bytes_node_max = 4294967296", "client.answer_bytes_node_max", "at most 4294967295"),
+        ] {
+            let error = Config::from_toml(&format!("[client]\n{text}")).expect_err(text);
+            assert!(matches!(&error, ConfigError::Rule { key: k, .. } if *k == key), "{text}: {error}");
+            assert!(error.to_string().contains(why), "{text}: {error}");
+        }
+        let error = Config::from_toml("[client]\nanswer_bytes_max = -1").expect_err("negative");
+        assert!(error.to_string().contains("answer_bytes_max"), "{error}");
     }
 
     #[test]

@@ -82,5 +82,7 @@ pub mod network {
 pub mod metrics {
     pub use cohort_actors::InboundStats;
     pub use cohort_actors::ShardReport;
-    pub use cohort_actors::{DropReason, LinkEvent, Mailbox, NodeMetrics, Port, SyncKind};
+    pub use cohort_actors::{
+        AnswerBudget, ClientAnswerBytes, DropReason, LinkEvent, Mailbox, NodeMetrics, Port, SyncKind,
+    };
 }

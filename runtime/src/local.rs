@@ -58,6 +58,7 @@ pub struct LocalClusterBuilder {
     admin_ports: bool,
     admin_token: Option<crate::admin::AdminToken>,
     client_ports: bool,
+    client_limits: crate::client_port::ClientPortLimits,
     record_drivers: bool,
 }
 
@@ -75,6 +76,13 @@ impl LocalClusterBuilder {
     /// with [`Node::client_address`]. A restarted node gets a new port.
     pub fn client_ports(mut self) -> Self {
         self.client_ports = true;
+        self
+    }
+
+    /// The bounds of every node's client port (`[client]`; T5, H4), for
+    /// [`LocalClusterBuilder::client_ports`].
+    pub fn client_limits(mut self, limits: crate::client_port::ClientPortLimits) -> Self {
+        self.client_limits = limits;
         self
     }
 
@@ -242,6 +250,7 @@ impl LocalCluster {
             session: crate::config::SessionConfig::default(),
             admin_ports: false,
             client_ports: false,
+            client_limits: crate::client_port::ClientPortLimits::default(),
             record_drivers: false,
             admin_token: None,
         }
@@ -403,7 +412,9 @@ impl LocalCluster {
             .session_config(template.session.clone())
             .kinds(template.kinds.clone());
         if template.client_ports {
-            builder = builder.client_port(std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
+            builder = builder
+                .client_port(std::net::SocketAddr::from(([127, 0, 0, 1], 0)))
+                .client_limits(template.client_limits);
         }
         if template.record_drivers {
             builder = builder.record_drivers();

@@ -79,7 +79,9 @@ pub use placement::GroupPlacement;
 pub use quorum_wait::{QuorumWait, WaitQuorumError};
 pub use register::Register;
 
-pub use crate::client_port::ClientPortLimits;
+pub use crate::client_port::{
+    ANSWER_BUDGET_MAX_BYTES, ANSWER_BUDGET_MIN_BYTES, ANSWER_RESERVE_BYTES, ClientPortLimits,
+};
 
 /// Why a node could not start or a request failed.
 #[derive(Debug, thiserror::Error)]

@@ -1,5 +1,5 @@
 //! One connection to a node's client port, speaking its raw frames
-//! (`runtime/src/client_port.rs`) over mTLS with the run's client
+//! (`runtime/src/client_port/`) over mTLS with the run's client
 //! certificate: a Handshake with node id 0, then Request frames, answered
 //! by Reply or Redirect frames. Answers that do not belong to the request in
 //! flight (the node's own Handshake, a late answer on a reused connection)

@@ -27,12 +27,20 @@
 //! an idle timeout, requests in flight per connection, the body of a frame
 //! (a Request's limit, checked from the header), and a write timeout for a
 //! client that stops reading. Every refusal is counted by reason in
-//! `cohort_refusals_total{port="client"}`.
+//! `cohort_refusals_total{port="client"}`. The bytes of answers queued for
+//! clients are bounded per connection and per node, and a connection whose
+//! answers fill a budget stops reading requests until they are written
+//! (H4; see `budget.rs`).
+
+mod budget;
+mod writer;
+
+pub use budget::{ANSWER_BUDGET_MAX_BYTES, ANSWER_BUDGET_MIN_BYTES, ANSWER_RESERVE_BYTES};
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use cohort_actors::Directory;
 use cohort_actors::{ClientAnswer, Submit};
 use cohort_actors::{NodeMetrics, Port};
@@ -42,10 +50,13 @@ use cohort_messages::{
     ClusterId, Command, Frame, FrameDecoder, GroupId, Handshake, Message, NodeId, Outcome, Reply, ReplyError, Request,
     TraceContext, WIRE_REVISION,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
+use tokio::io::{AsyncReadExt, ReadHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tracing::Instrument as _;
+
+use self::budget::{ConnectionBudget, NodeBudget};
+use self::writer::{Queued, write_answers};
 
 /// The limits of the client port (T5); see `[client]` in the config.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -62,6 +73,12 @@ pub struct ClientPortLimits {
     pub answer_timeout: Duration,
     /// A write to a client that takes longer than this closes the connection.
     pub write_timeout: Duration,
+    /// H4: bytes of answers one connection may hold unwritten; past them it
+    /// stops reading requests. An answer larger than this goes out alone.
+    pub answer_bytes_max: usize,
+    /// H4: bytes of answers every connection together may hold unwritten
+    /// (each may add [`ANSWER_RESERVE_BYTES`] of small answers outside it).
+    pub answer_bytes_node_max: usize,
 }
 
 impl Default for ClientPortLimits {
@@ -73,6 +90,8 @@ impl Default for ClientPortLimits {
             in_flight_max: 256,
             answer_timeout: Duration::from_secs(10),
             write_timeout: Duration::from_secs(10),
+            answer_bytes_max: 8 * 1024 * 1024,
+            answer_bytes_node_max: 256 * 1024 * 1024,
         }
     }
 }
@@ -110,12 +129,14 @@ impl ClientPort {
 /// Accept client connections forever.
 pub(crate) async fn serve(listener: TcpListener, port: Arc<ClientPort>) {
     let connections = Arc::new(Semaphore::new(port.limits.connections_max.max(1)));
+    let budget = NodeBudget::new(port.limits.answer_bytes_node_max, Arc::clone(&port.metrics));
     loop {
         match listener.accept().await {
             Ok((stream, _)) => match Arc::clone(&connections).try_acquire_owned() {
                 Ok(permit) => {
                     let _ = stream.set_nodelay(true);
-                    actix::spawn(serve_connection(stream, Arc::clone(&port), permit));
+                    let budget = ConnectionBudget::new(&budget, port.limits.answer_bytes_max);
+                    actix::spawn(serve_connection(stream, Arc::clone(&port), budget, permit));
                 }
                 // Closing it at once is the refusal.
                 Err(_) => port.refuse("connections_max"),
@@ -126,7 +147,12 @@ pub(crate) async fn serve(listener: TcpListener, port: Arc<ClientPort>) {
 }
 
 /// One connection, from TLS to close; `_permit` holds its place in the cap.
-async fn serve_connection(tcp: TcpStream, port: Arc<ClientPort>, _permit: OwnedSemaphorePermit) {
+async fn serve_connection(
+    tcp: TcpStream,
+    port: Arc<ClientPort>,
+    budget: Arc<ConnectionBudget>,
+    _permit: OwnedSemaphorePermit,
+) {
     let limits = port.limits;
     let deadline = tokio::time::Instant::now() + limits.handshake_timeout;
     let (stream, identity): (Stream, [u8; 32]) = match &port.tls {
@@ -143,7 +169,7 @@ async fn serve_connection(tcp: TcpStream, port: Arc<ClientPort>, _permit: OwnedS
         },
     };
     let (mut reader, writer) = tokio::io::split(stream);
-    let (answers, queued) = mpsc::channel::<Bytes>(limits.in_flight_max + 1);
+    let (answers, queued) = mpsc::channel::<Queued>(limits.in_flight_max + 1);
     actix::spawn(write_answers(writer, queued, Arc::clone(&port)));
     // A client sends only Handshakes and Requests: no body above a Request's limit.
     let decoder = FrameDecoder::with_body_max(port.cluster, Command::Request.body_size_max_bytes());
@@ -154,6 +180,7 @@ async fn serve_connection(tcp: TcpStream, port: Arc<ClientPort>, _permit: OwnedS
         buffer: BytesMut::with_capacity(4 * 1024),
         greeted: false,
         in_flight: Arc::new(Semaphore::new(limits.in_flight_max.max(1))),
+        budget,
         answers,
     };
     connection.run(&mut reader, deadline).await;
@@ -167,13 +194,21 @@ struct Connection {
     buffer: BytesMut,
     greeted: bool,
     in_flight: Arc<Semaphore>,
-    answers: mpsc::Sender<Bytes>,
+    budget: Arc<ConnectionBudget>,
+    answers: mpsc::Sender<Queued>,
 }
 
 impl Connection {
     async fn run(&mut self, reader: &mut ReadHalf<Stream>, handshake_deadline: tokio::time::Instant) {
         loop {
             loop {
+                // H4: no more requests while answers fill a budget; they wait in the socket.
+                if self.greeted {
+                    tokio::select! {
+                        () = self.budget.room() => {}
+                        () = self.answers.closed() => return,
+                    }
+                }
                 let frame = match self.decoder.decode(&mut self.buffer) {
                     Ok(Some(frame)) => frame,
                     Ok(None) => break,
@@ -250,7 +285,9 @@ impl Connection {
             return self.send(Message::Reply(refused(&request, ReplyError::Busy, detail))).await;
         };
         let trace = frame.header.trace;
-        actix::spawn(answer(request, trace, self.identity, Arc::clone(&self.port), self.answers.clone(), permit));
+        let budget = Arc::clone(&self.budget);
+        let answers = self.answers.clone();
+        actix::spawn(answer(request, trace, self.identity, Arc::clone(&self.port), budget, answers, permit));
         true
     }
 
@@ -280,8 +317,7 @@ impl Connection {
     }
 
     async fn send(&self, message: Message) -> bool {
-        let bytes = message.encode(self.port.cluster, self.port.node, TraceContext::NONE).to_bytes();
-        self.answers.send(bytes).await.is_ok()
+        queue(&self.port, &self.budget, &self.answers, message).await
     }
 }
 
@@ -303,7 +339,8 @@ async fn answer(
     trace: TraceContext,
     identity: [u8; 32],
     port: Arc<ClientPort>,
-    answers: mpsc::Sender<Bytes>,
+    budget: Arc<ConnectionBudget>,
+    answers: mpsc::Sender<Queued>,
     _permit: OwnedSemaphorePermit,
 ) {
     let chosen = request.client;
@@ -336,26 +373,28 @@ async fn answer(
             }
         }
     };
-    let bytes = message.encode(port.cluster, port.node, TraceContext::NONE).to_bytes();
-    let _ = answers.send(bytes).await;
+    queue(&port, &budget, &answers, message).await;
 }
 
-/// Write queued answers, every answer queued by then in one write.
-async fn write_answers(mut writer: WriteHalf<Stream>, mut queued: mpsc::Receiver<Bytes>, port: Arc<ClientPort>) {
-    while let Some(first) = queued.recv().await {
-        let mut bytes = BytesMut::from(&first[..]);
-        while let Ok(next) = queued.try_recv() {
-            bytes.extend_from_slice(&next);
-        }
-        port.metrics.inc_socket_writes(Port::Client);
-        let write = async {
-            writer.write_all(&bytes).await?;
-            writer.flush().await
-        };
-        match tokio::time::timeout(port.limits.write_timeout, write).await {
-            Ok(Ok(())) => {}
-            Ok(Err(_)) => return,
-            Err(_) => return port.refuse("write_timeout"),
-        }
-    }
+/// H4: charge `message`'s frame to the connection's budgets (waiting for
+/// room), then encode it into a buffer of exactly that size and queue it
+/// for the writer, which releases the charge once the bytes are written.
+/// False if the connection is closing.
+async fn queue(
+    port: &ClientPort,
+    budget: &Arc<ConnectionBudget>,
+    answers: &mpsc::Sender<Queued>,
+    message: Message,
+) -> bool {
+    let size_bytes = message.frame_size_bytes();
+    let charge = tokio::select! {
+        charge = budget.charge(size_bytes) => charge,
+        () = answers.closed() => None,
+    };
+    let Some(charge) = charge else { return false };
+    let mut frame = BytesMut::with_capacity(size_bytes);
+    message.encode_into(port.cluster, port.node, TraceContext::NONE, &mut frame);
+    drop(message);
+    debug_assert_eq!(frame.len(), charge.size_bytes(), "H4: an answer is charged its frame's size");
+    answers.send(Queued { frame: frame.freeze(), charge }).await.is_ok()
 }
