@@ -1,7 +1,8 @@
 //! What the core asks its driver to do.
 //!
-//! The driver drains effects with [`crate::Shard::drain_effects`] and
-//! executes them in order. Each variant states what the driver must
+//! The driver ([`crate::driver::ShardDriver`]) drains effects with
+//! [`crate::Shard::drain_effects`] and sorts them into one typed
+//! [`crate::driver::Turn`] that a shell executes in order. Each variant states what the driver must
 //! guarantee. Messages whose sending depends on durability are not emitted
 //! until the flush they depend on was reported with
 //! [`crate::Shard::on_flushed`], so the driver never has to hold a send

@@ -1,27 +1,44 @@
 //! A shard: thousands of group replicas behind one driving interface.
 //!
 //! # Driving contract
-//! The driver (an actix shard actor, or the simulator) owns one [`Shard`]
-//! and its storage, and calls:
-//! 1. [`Shard::on_tick`] once per tick with the tick number, which never
-//!    goes backwards. Inputs between two ticks belong to the earlier one.
-//!    After a pause, deliver the ticks (or at least the latest one) before
-//!    any message, so leases are judged on the present (V7).
-//! 2. `on_*` for each input: peer messages ([`Shard::on_message`], shard-pair
-//!    heartbeats and their replies too, Z3), Commit and
-//!    CommitReply batch entries one by one ([`Shard::on_commit_entry`],
-//!    [`Shard::on_commit_reply_entry`], R17), client requests
-//!    ([`Shard::on_request`]), storage completions ([`Shard::on_flushed`],
-//!    [`Shard::on_superblock_failed`]).
-//! 3. [`Shard::drain_effects`] at the end of each turn (after a batch of
-//!    inputs, and after every tick), then executes the effects in order:
-//!    storage effects go to storage in that order, a `Flush` is reported back
-//!    with `on_flushed` once durable (flushes complete in id order), sends go
-//!    to the network. Nothing in the list needs to be held back: sends that
-//!    need durability are only emitted once it is reported. `RoleChanged`,
-//!    `Committed`, `Applied` and `Restored` are for the driver's own
-//!    followers of a group (the host's actors); `Applied` and `Restored`
-//!    appear only for groups whose spec sets `report_applied`.
+//! A node runs a shard through [`crate::driver::ShardDriver`], which owns
+//! it; the node's shard actor and the simulator are shells around that
+//! driver, and its module docs give the contract a shell follows. What the
+//! driver does with a shard, and what a unit test that drives a shard by
+//! hand must do the same way:
+//! 1. **Time.** [`Shard::on_tick`] once per tick with the tick number, which
+//!    never goes backwards (the same tick again is allowed). Inputs between
+//!    two ticks belong to the earlier one. After a pause, deliver the ticks
+//!    (the driver runs up to 100 of them late) before any message, so
+//!    leases are judged on the present (V7).
+//! 2. **Inputs.** Peer messages ([`Shard::on_message`], shard-pair
+//!    heartbeats and their replies too, Z3); Commit and CommitReply entries
+//!    routed to this shard ([`Shard::on_commit_entries`],
+//!    [`Shard::on_commit_reply_entries`], each entry alone, R17; or whole
+//!    frames, [`Shard::on_commit_batch`], [`Shard::on_commit_reply_batch`];
+//!    or one entry, [`Shard::on_commit_entry`],
+//!    [`Shard::on_commit_reply_entry`]); client requests
+//!    ([`Shard::on_request`]); storage completions ([`Shard::on_flushed`],
+//!    [`Shard::on_superblock_failed`]); quorum waits ([`Shard::wait_quorum`],
+//!    [`Shard::cancel_wait`], Q1, Q2).
+//! 3. **Links.** [`Shard::set_peer_congested`] when a peer's link congests
+//!    or drains (K4); [`Shard::on_commit_batch_sent`] for each Commit batch
+//!    handed to a link, with whether it was connected (R25).
+//! 4. **Hosting.** [`Shard::set_pair_identity`] once at start (Z3);
+//!    [`Shard::create_group`], [`Shard::recover_group`],
+//!    [`Shard::remove_group`], [`Shard::propose_seal`],
+//!    [`Shard::transfer_primary`], [`Shard::switch_incarnation`],
+//!    [`Shard::switch_incarnation_as_learner`], [`Shard::set_learners`].
+//! 5. **Output.** [`Shard::drain_effects`] at the end of each turn (after a
+//!    batch of inputs, and after every tick), until it is empty; the
+//!    effects are executed in order: storage effects go to storage in that
+//!    order, a `Flush` is reported back with `on_flushed` once durable
+//!    (flushes complete in id order), sends go to the network. Nothing in
+//!    the list needs to be held back: sends that need durability are only
+//!    emitted once it is reported. `RoleChanged`, `Committed`, `Applied`
+//!    and `Restored` are for the driver's own followers of a group (the
+//!    host's actors); `Applied` and `Restored` appear only for groups whose
+//!    spec sets `report_applied`.
 //!
 //! Cost: a tick touches only the groups whose next timed work is due (a
 //! lazily-updated wakeup set; an entry that finds its group not yet due is

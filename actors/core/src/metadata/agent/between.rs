@@ -110,12 +110,10 @@ mod tests {
         agent
     }
 
-    /// An agent like the one of the creations test, whose first batch
-    /// (`sent`) was answered while its copy of the metadata (`before`) was
-    /// not yet moved past it.
-    fn opened_twin(before: &Metadata, sent: &[AgentOutput]) -> MetadataAgent {
+    /// The fixture's configuration, creating groups `0..count` on this node.
+    fn config_creating(count: u64) -> super::super::AgentConfig {
         let mut config = fixture::config();
-        config.bootstrap_groups = (0..300)
+        config.bootstrap_groups = (0..count)
             .map(|group| BootstrapGroup {
                 group: GroupId(group),
                 kind: "kv".into(),
@@ -123,6 +121,14 @@ mod tests {
                 replication: Default::default(),
             })
             .collect();
+        config
+    }
+
+    /// An agent like the one of the creations test, whose first batch
+    /// (`sent`) was answered while its copy of the metadata (`before`) was
+    /// not yet moved past it.
+    fn opened_twin(before: &Metadata, sent: &[AgentOutput]) -> MetadataAgent {
+        let config = config_creating(300);
         let mut metadata = Metadata::default();
         let mut agent = opened(config, &mut metadata);
         assert_eq!(&metadata, before, "the twin's copy is the same");
@@ -134,15 +140,7 @@ mod tests {
 
     #[test]
     fn z2_creations_go_on_between_scans_once_the_copy_moved_past_the_last_batch() {
-        let mut config = fixture::config();
-        config.bootstrap_groups = (0..300)
-            .map(|group| BootstrapGroup {
-                group: GroupId(group),
-                kind: "kv".into(),
-                members: vec![NODE],
-                replication: Default::default(),
-            })
-            .collect();
+        let config = config_creating(300);
         let creations = |range: std::ops::Range<u64>| {
             let groups = range
                 .map(|group| GroupCreation {
