@@ -389,7 +389,12 @@ pub fn install_quiet_panic_hook() {
             return previous(info);
         }
         let location = info.location().map(|at| format!(" at {}:{}", at.file(), at.line())).unwrap_or_default();
-        let text = format!("{}{location}", payload_text(info.payload()));
+        let mut text = format!("{}{location}", payload_text(info.payload()));
+        // With RUST_BACKTRACE set, where the panic came from too.
+        let backtrace = std::backtrace::Backtrace::capture();
+        if backtrace.status() == std::backtrace::BacktraceStatus::Captured {
+            text.push_str(&format!("\n{backtrace}"));
+        }
         LAST_PANIC.with(|last| *last.borrow_mut() = Some(text));
     }));
 }

@@ -92,3 +92,29 @@ fn a_seed_replays_exactly_whatever_the_hash_maps_order() {
     }
     assert!(differing.is_empty(), "seeds whose runs differ:\n{}", differing.join("\n"));
 }
+
+/// Seeds that found bugs of the one driver (issue 32), as run by the
+/// binary's defaults: 905076 (3 nodes) and 902580, 903496 (5 nodes) took a
+/// snapshot while installing one, which the install's postcondition did not
+/// allow; 909467 (metadata scenario) unloaded a learner replica while its
+/// turn was open, and the turn's appends reached storage after the group's
+/// removal, and its role report reached the checker as another node's.
+#[test]
+fn driver_regression_seeds() {
+    let mut failures = Vec::new();
+    let configs = [
+        SimConfig::new(905_076),
+        SimConfig { nodes: 5, ..SimConfig::new(902_580) },
+        SimConfig { nodes: 5, ..SimConfig::new(903_496) },
+        SimConfig::metadata(909_467),
+    ];
+    for config in configs {
+        let command = reproduce(&config);
+        match run_catching(config) {
+            Ok(report) if report.violations.is_empty() => {}
+            Ok(report) => failures.push(format!("{}: {command}", report.violations[0])),
+            Err(panic) => failures.push(format!("panicked: {panic}: {command}")),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

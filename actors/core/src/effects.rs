@@ -270,6 +270,50 @@ impl Effects {
         debug_assert!(self.parked.iter().all(|(owner, _)| *owner != group), "R12: all wait for the retry");
     }
 
+    /// `group` is no longer hosted (S4, C3): drop what the buffer still
+    /// holds of it, but for answers to clients and quorum waits (their
+    /// callers are owed one). Its storage effects not yet handed over go,
+    /// so that none runs after the shell removes the group's storage (the
+    /// removal is queued behind the jobs already handed over, not behind
+    /// the open turn); its sends that wait for a flush and its queued
+    /// Commit and CommitReply entries go, as they would vouch for data that
+    /// is being deleted; and its role, commit and apply reports go, as no
+    /// listener of this process hosts the group now (one hosted again under
+    /// the same id would take them for its own). A group hosted again under
+    /// the same id starts with nothing of the old replica's pending here.
+    pub fn forget_group(&mut self, group: GroupId) {
+        let owner_of = |effect: &Effect| match effect {
+            Effect::Append { group: owner, .. }
+            | Effect::Truncate { group: owner, .. }
+            | Effect::StageSuperblock { group: owner, .. }
+            | Effect::SaveSnapshot { group: owner, .. }
+            | Effect::RoleChanged { group: owner, .. }
+            | Effect::Applied { group: owner, .. }
+            | Effect::Restored { group: owner, .. }
+            | Effect::Committed { group: owner, .. } => Some(*owner),
+            _ => None,
+        };
+        self.effects.retain(|effect| owner_of(effect) != Some(group));
+        self.held.retain(|(_, item)| Self::group_of(item) != Some(group));
+        self.parked.retain(|(owner, _)| *owner != group);
+        self.touched.retain(|(_, owner)| *owner != group);
+        for (to, queue) in &mut self.commit_queue {
+            if self.commit_slots.remove(&(*to, group)).is_some() {
+                queue.retain(|entry| entry.group != group);
+                for (at, entry) in queue.iter().enumerate() {
+                    self.commit_slots.insert((*to, entry.group), at);
+                }
+            }
+        }
+        for queue in self.reply_queue.values_mut() {
+            queue.retain(|entry| entry.group != group);
+        }
+        debug_assert!(
+            self.effects.iter().all(|effect| owner_of(effect) != Some(group)),
+            "S4: nothing left of the group"
+        );
+    }
+
     /// A flush completed: release what waited for it (a Prepare only if
     /// its peer is not `congested` now, K4). Returns the groups whose staged
     /// writes are now durable, with the flush id.

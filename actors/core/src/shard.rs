@@ -284,9 +284,14 @@ impl Shard {
         result.ok_or(ShardError::UnknownGroup(group))?.map_err(ShardError::from)
     }
 
-    /// Stop hosting a group (its storage is the caller's to remove).
+    /// Stop hosting a group (its storage is the caller's to remove, after
+    /// the storage jobs already handed over). What the group staged in the
+    /// open turn, and its sends and Commit entries waiting for a flush, are
+    /// dropped ([`crate::effects::Effects::forget_group`]): nothing of it
+    /// reaches storage after the removal.
     pub fn remove_group(&mut self, group: GroupId) -> bool {
         self.filed.remove(&group);
+        self.out.forget_group(group);
         match self.groups.remove(&group) {
             Some(mut replica) => {
                 replica.settle_quiet(&self.quiet);

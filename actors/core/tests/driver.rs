@@ -290,3 +290,48 @@ fn k3_a_worker_runs_every_queued_job_and_reports_only_the_last_flush() {
     assert_eq!(ran.flush, Some(flush_of(&second.storage)));
     assert_eq!(ran.failed_superblocks, []);
 }
+
+#[test]
+fn s4_a_removed_group_s_writes_in_the_open_turn_never_reach_storage() {
+    // The storage worker runs the removal behind the jobs already handed
+    // over; what the group staged in the open turn must not follow it.
+    let mut driver = driver(0);
+    let mut storage = MemoryStorage::new();
+    storage.recover().expect("fresh");
+    let first = driver.end_turn(&LinksUp);
+    run_jobs(&mut storage, [StorageJob::Run(first.storage)]).expect("the group's start");
+    driver.on_submit(write(9, 1));
+    assert!(driver.remove_group(G));
+    let removal = StorageJob::RemoveGroup(G);
+    // Hosted again under the same id in the same turn: it starts from op 1.
+    driver.create_group(plain_spec(G, &NODES, 0), Box::new(Counter(0))).expect("hosted again");
+    driver.on_submit(write(9, 1));
+    let turn = driver.end_turn(&LinksUp);
+    let appended: Vec<Op> = turn
+        .storage
+        .iter()
+        .filter_map(|effect| match effect {
+            cohort_core::Effect::Append { entry, .. } => Some(entry.op),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(appended, [Op(1)], "only the new replica's write");
+    run_jobs(&mut storage, [removal, StorageJob::Run(turn.storage)]).expect("no append after the removal");
+}
+
+#[test]
+fn s4_a_removed_group_s_role_reports_in_the_open_turn_are_dropped() {
+    // A backup that hears nothing starts a view change; removed in the same
+    // turn, nothing of that reaches this process's listeners.
+    let mut removed = driver(1);
+    let mut kept = driver(1);
+    for driver in [&mut removed, &mut kept] {
+        for tick in 1..=200 {
+            driver.on_clock(tick);
+        }
+    }
+    assert!(removed.remove_group(G));
+    let is_role = |note: &Note| matches!(note, Note::Role { group, .. } if *group == G);
+    assert!(kept.end_turn(&LinksUp).notes.iter().any(is_role), "the view change is reported");
+    assert!(!removed.end_turn(&LinksUp).notes.iter().any(is_role), "not once the group is gone");
+}
