@@ -694,7 +694,14 @@ fn gauge_value(count: u64) -> i64 {
 /// - any sender whose `try_send` failed or whose link was down:
 ///   [`NodeMetrics::add_dropped`];
 /// - the client path, when a submitted op's reply arrives:
-///   [`NodeMetrics::observe_commit_latency`].
+///   [`NodeMetrics::observe_commit_latency`]; the client port, for each
+///   request and each error answer: [`NodeMetrics::inc_client_request`],
+///   [`NodeMetrics::inc_client_error`];
+/// - each storage worker, after a batch of jobs: [`NodeMetrics::add_syncs`]
+///   and [`NodeMetrics::set_wal_size_bytes`];
+/// - the node, once started: [`NodeMetrics::watch_node`], after which each
+///   scrape also reads the process, the disk and the metadata copy
+///   (`scraped.rs`).
 #[derive(Debug)]
 pub struct NodeMetrics {
     registry: Registry,

@@ -93,6 +93,22 @@ async fn settle(cluster: &LocalCluster, what: &str, check: impl Fn(&str) -> bool
     }
 }
 
+/// Every family `text` declares has a row in docs/metrics.md, under the
+/// name its samples carry (a counter's with `_total`).
+fn documented(text: &str) {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/metrics.md")).expect("the doc");
+    let missing: Vec<String> = text
+        .lines()
+        .filter_map(|line| line.strip_prefix("# TYPE "))
+        .filter_map(|declaration| {
+            let (name, kind) = declaration.split_once(' ')?;
+            let sampled = if kind == "counter" { format!("{name}_total") } else { name.to_owned() };
+            (!doc.contains(&format!("| `{sampled}` |"))).then_some(sampled)
+        })
+        .collect();
+    assert!(missing.is_empty(), "families without a row in docs/metrics.md: {missing:?}");
+}
+
 fn value(text: &str, series: &str) -> f64 {
     sample(text, series).unwrap_or_else(|| panic!("{series} missing:\n{text}"))
 }
@@ -148,6 +164,7 @@ async fn o2_a_real_cluster_exports_process_build_metadata_disk_and_client_famili
         assert_eq!(sample(text, "cohort_client_errors_total{kind=\"busy\"}"), Some(0.0), "every kind from zero");
     }
     assert!(writes >= 3.0, "three writes reached the client ports: {writes}");
+    documented(&texts[0]);
     assert!(forbidden >= 1.0, "the refused write is counted by its kind: {forbidden}");
 
     // A freeze shows on every node, and so does its end.

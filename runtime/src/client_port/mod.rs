@@ -27,7 +27,9 @@
 //! an idle timeout, requests in flight per connection, the body of a frame
 //! (a Request's limit, checked from the header), and a write timeout for a
 //! client that stops reading. Every refusal is counted by reason in
-//! `cohort_refusals_total{port="client"}`. The bytes of answers queued for
+//! `cohort_refusals_total{port="client"}`; every request by kind in
+//! `cohort_client_requests_total`, and every error answer by its code in
+//! `cohort_client_errors_total` (O2). The bytes of answers queued for
 //! clients are bounded per connection and per node, and a connection whose
 //! answers fill a budget stops reading requests until they are written
 //! (H4; see `budget.rs`).
