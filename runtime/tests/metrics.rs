@@ -130,9 +130,11 @@ async fn o2_a_real_cluster_exports_process_build_metadata_disk_and_client_famili
     // The client port refuses the metadata group at once, as `forbidden`.
     assert!(client.write(GroupId::METADATA, "nope").await.is_err(), "the metadata group is not a client's");
 
-    // Every node registered and acked, both groups have a primary.
+    // Every node registered and acked the latest change (so the apply-lag
+    // alert stays quiet on a cluster that keeps up), both groups have a primary.
     let placed = |text: &str| {
         sample(text, "cohort_metadata_acked_epoch").is_some_and(|acked| acked >= 1.0)
+            && sample(text, "cohort_metadata_acked_epoch") == sample(text, "cohort_metadata_config_epoch")
             && sample(text, "cohort_session_held") == Some(1.0)
             && sample(text, "cohort_metadata_groups_without_primary") == Some(0.0)
             && (1..=3).all(|node| sample(text, &format!("cohort_metadata_groups{{node=\"{node}\"}}")) == Some(2.0))
@@ -172,4 +174,8 @@ async fn o2_a_real_cluster_exports_process_build_metadata_disk_and_client_famili
     settle(&cluster, "the freeze", |text| sample(text, "cohort_metadata_frozen") == Some(1.0)).await;
     assert_eq!(post(admin(&cluster, 3), "/admin/unfreeze"), 200);
     settle(&cluster, "the unfreeze", |text| sample(text, "cohort_metadata_frozen") == Some(0.0)).await;
+    settle(&cluster, "every node acks the unfreeze", |text| {
+        sample(text, "cohort_metadata_acked_epoch") == sample(text, "cohort_metadata_config_epoch")
+    })
+    .await;
 }

@@ -8,7 +8,9 @@
 //!   scrapes every node's admin port each second and evaluates the rules:
 //!   each rule evaluates without error against the live series;
 //! - every query of every dashboard panel, sent to Prometheus's HTTP API,
-//!   returns at least one series with a number while a client writes.
+//!   returns at least one series with a number while a client writes, no
+//!   alert fires, and once a node is stopped `CohortNodeDown` is pending
+//!   for it alone.
 //!
 //! Prometheus comes from Debian's `prometheus` package. When `prometheus`
 //! or `promtool` is missing, a root user with apt gets it installed here
@@ -214,7 +216,7 @@ async fn o3_alerts_and_dashboard_work_against_a_real_prometheus_and_cluster() {
     let queries = panel_queries(&dashboard);
     assert!(queries.len() >= 20, "{queries:?}");
 
-    let cluster = LocalCluster::builder(3)
+    let mut cluster = LocalCluster::builder(3)
         .group_kind(GroupKind::default(), |_| Box::new(Register::default()))
         .groups(GroupKind::default(), [GroupId(1), GroupId(2), GroupId(3)])
         .client_ports()
@@ -294,6 +296,19 @@ async fn o3_alerts_and_dashboard_work_against_a_real_prometheus_and_cluster() {
     }
     let firing = query(&prometheus, "ALERTS{alertstate=\"firing\"}").await;
     assert!(firing.is_empty(), "a healthy cluster fires no alert: {firing:#?}");
+
+    // A stopped node: CohortNodeDown picks it out of the live series (it
+    // waits a minute before firing, so pending is what this test sees).
+    cluster.stop_node(NodeId(3));
+    let down = format!("ALERTS{{alertname=\"CohortNodeDown\",alertstate=\"pending\",instance=\"{}\"}}", targets[2]);
+    let deadline = Instant::now() + DATA_WAIT_MAX;
+    while query(&prometheus, &down).await.len() != 1 {
+        let alerts = query(&prometheus, "ALERTS").await;
+        assert!(Instant::now() < deadline, "node 3 pending as down within {DATA_WAIT_MAX:?}: {alerts:#?}");
+        actix_rt::time::sleep(Duration::from_millis(500)).await;
+    }
+    let pending = query(&prometheus, "ALERTS{alertname=\"CohortNodeDown\"}").await;
+    assert_eq!(pending.len(), 1, "only the stopped node: {pending:#?}");
     writing.store(false, Ordering::Relaxed);
     drop(prometheus);
     cluster.stop();
