@@ -18,8 +18,9 @@
 //! directory of live actors (`directory.rs`), run-time placements
 //! (`placements.rs`), the node's copy of the metadata (`shared_metadata.rs`,
 //! `status.rs`), metrics (`metrics.rs`, `drops.rs`, and `scraped.rs` with
-//! `process_stats.rs` for what is read at scrape time) and the spans of every
-//! message flow (`traces.rs`, `trace_context.rs`).
+//! `process_stats.rs` for what is read at scrape time), the spans of every
+//! message flow (`traces.rs`, `trace_context.rs`) and repeated warnings
+//! logged once per window with a count (`repeats.rs`).
 //!
 //! Every module is private. What `cohort-runtime` builds a node from is
 //! re-exported here, at the root; hosts use `cohort-runtime`, whose façade
@@ -52,6 +53,7 @@ mod placement_recorder;
 mod placements;
 mod process_stats;
 mod registry;
+mod repeats;
 mod scraped;
 mod shard;
 mod shared_metadata;

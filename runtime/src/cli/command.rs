@@ -290,14 +290,15 @@ impl AdminCommand {
     }
 }
 
-/// Start span export as `telemetry` says; `Err` is the exit code after the
-/// error was printed.
+/// Start the log as `log` says and span export as `telemetry` says; `Err`
+/// is the exit code after the error was printed.
 fn start_tracing(
     what: &str,
+    log: &crate::config::LogSection,
     telemetry: &crate::config::TelemetryConfig,
     instance: Option<&str>,
 ) -> Result<Option<crate::otlp::TracingGuard>, ExitCode> {
-    match crate::otlp::init_tracing(telemetry, instance) {
+    match crate::logs::init_logs(log, telemetry, instance) {
         Ok(Some(guard)) => {
             eprintln!("{what}: exporting spans to {}", guard.endpoint());
             Ok(Some(guard))
@@ -336,7 +337,7 @@ fn run_node(path: &std::path::Path) -> ExitCode {
     };
     let admin_token = config.admin.token.is_some() || config.admin.token_file.is_some();
     let instance = format!("node-{}", config.node.as_ref().map_or(0, |node| node.id));
-    let tracing = match start_tracing("cohort node", &config.telemetry, Some(&instance)) {
+    let tracing = match start_tracing("cohort node", &config.log, &config.telemetry, Some(&instance)) {
         Ok(guard) => guard,
         Err(code) => return code,
     };
@@ -467,7 +468,10 @@ pub(crate) fn run() -> ExitCode {
         } => {
             let telemetry =
                 crate::config::TelemetryConfig { otlp_endpoint, ..crate::config::TelemetryConfig::default() };
-            let tracing = match start_tracing("cohort demo", &telemetry, None) {
+            // The demo's own lines are its report; its nodes speak only
+            // when something is wrong (COHORT_LOG turns them up).
+            let log = crate::config::LogSection { level: "warn".into(), ..crate::config::LogSection::default() };
+            let tracing = match start_tracing("cohort demo", &log, &telemetry, None) {
                 Ok(guard) => guard,
                 Err(code) => return code,
             };
