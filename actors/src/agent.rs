@@ -193,6 +193,8 @@ pub struct MetadataAgentActor {
     /// The agent's counters as the log last saw them (O1: what changed is
     /// logged once, in `publish`).
     logged: cohort_core::metadata::AgentCounters,
+    /// The operations as the log last saw them (O1).
+    operations: crate::operation_log::OperationLog,
 }
 
 impl MetadataAgentActor {
@@ -217,6 +219,7 @@ impl MetadataAgentActor {
             read_in_flight: None,
             operator: OperatorClient::new(),
             logged: Default::default(),
+            operations: Default::default(),
         }
     }
 
@@ -408,6 +411,9 @@ impl MetadataAgentActor {
     fn publish(&mut self) {
         let counters = self.agent.counters();
         self.log_counters(&counters);
+        let node = self.node();
+        let operations = &mut self.operations;
+        self.setup.metadata.with(|metadata| operations.observe(node, metadata));
         self.setup.metrics.set_sessions(&counters);
         self.setup.board.set_agent(AgentStatus {
             session: self.agent.session(),

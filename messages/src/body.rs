@@ -128,6 +128,11 @@ pub enum ReplyError {
     /// reach a reserved group (the metadata group) through the client port
     /// or `NodeHandle`. Not retryable.
     Forbidden,
+    /// O5: the cluster's metadata, as this node holds it, knows no such
+    /// group (never created, or deleted). Another node's copy may be newer
+    /// for a moment after a create, so a client retries elsewhere, and
+    /// gives up once every node it reached said so.
+    NoSuchGroup,
 }
 
 impl ReplyError {

@@ -865,6 +865,19 @@ impl Config {
 }
 
 impl ClusterConfig {
+    /// R22: the longest a group whose backups wait `timeout` goes without a
+    /// primary after its primary dies: the timeout, plus two broadcast
+    /// intervals for the election.
+    pub(crate) fn failover_bound(&self, timeout: Duration) -> Duration {
+        timeout + 2 * self.commit_broadcast_interval
+    }
+
+    /// R22: the failover bound of an idle group, the longest of all (13 s
+    /// with the defaults): what a client's patience must cover (O5).
+    pub(crate) fn idle_failover_bound(&self) -> Duration {
+        self.failover_bound(self.commit_idle_heartbeat_timeout.max(self.commit_heartbeat_timeout))
+    }
+
     /// The boot checks (R9, R23), with key names and values in the errors.
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.timing().map(|_| ())

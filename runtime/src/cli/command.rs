@@ -485,6 +485,10 @@ pub(crate) fn run() -> ExitCode {
                 progress: true,
                 quiesce: quiesce_secs.map(Duration::from_secs),
             };
+            if let Err(error) = options.check() {
+                eprintln!("cohort demo: {error}");
+                return ExitCode::from(2);
+            }
             eprintln!(
                 "cohort demo: {nodes} nodes on loopback TCP, {partitions} partitions, {duration_secs} s of writes; \
                  the busiest node is killed at 1/3 and restarted at 2/3, once its groups failed over"

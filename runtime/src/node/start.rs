@@ -357,7 +357,9 @@ impl Validated {
         let admin_address = bound.admin.as_ref().and_then(|listener| listener.local_addr().ok());
         let metrics_address = bound.metrics.as_ref().and_then(|listener| listener.local_addr().ok());
         let client_address = bound.client.as_ref().and_then(|listener| listener.local_addr().ok());
-        let operator = OperatorPort::new(Arc::clone(&agent.board), agent.addr.clone().recipient());
+        let kinds =
+            self.kinds.keys().map(|kind| kind.as_str().to_string()).filter(|kind| kind != METADATA_KIND).collect();
+        let operator = OperatorPort::new(Arc::clone(&agent.board), agent.addr.clone().recipient(), kinds);
         let operator_handle = operator.clone();
         let stats = Arc::new(InboundStats::default());
         let router = Router {
@@ -383,6 +385,7 @@ impl Validated {
                 tls: self.tls.clone(),
                 limits: builder.client_limits,
                 metadata: self.metadata.clone(),
+                configured: Arc::new(self.bootstrap_groups.iter().map(|bootstrap| bootstrap.group).collect()),
             });
             io.spawn(async move {
                 match tokio::net::TcpListener::from_std(client) {
