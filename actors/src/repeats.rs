@@ -133,7 +133,7 @@ impl Repeats {
 static REPEATS: LazyLock<Repeats> = LazyLock::new(|| Repeats::new(REPEAT_WINDOW));
 
 /// Whether to log a warning `what` about `subject` now (the first in its
-/// window); its repeats are counted, and summarised by [`flush`] (which a
+/// window); its repeats are counted, and summarised by `flush` (which a
 /// node's supervisor calls every check).
 pub fn admit(what: &'static str, subject: &dyn Display) -> bool {
     let (log, summary) = REPEATS.admit(what, subject, Instant::now());

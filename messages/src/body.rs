@@ -137,7 +137,7 @@ pub enum ReplyError {
 
 impl ReplyError {
     /// Every code.
-    pub const ALL: [ReplyError; 7] = [
+    pub const ALL: [ReplyError; 8] = [
         ReplyError::QuorumWindowExpired,
         ReplyError::Busy,
         ReplyError::ViewChange,
@@ -145,6 +145,7 @@ impl ReplyError {
         ReplyError::Superseded,
         ReplyError::Rejected,
         ReplyError::Forbidden,
+        ReplyError::NoSuchGroup,
     ];
 
     /// A short snake_case name (the `kind` label of `cohort_client_errors_total`).
@@ -157,6 +158,7 @@ impl ReplyError {
             ReplyError::Superseded => "superseded",
             ReplyError::Rejected => "rejected",
             ReplyError::Forbidden => "forbidden",
+            ReplyError::NoSuchGroup => "no_such_group",
         }
     }
 }
