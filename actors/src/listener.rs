@@ -354,7 +354,7 @@ impl Router {
     fn refuse(&self, remote: SocketAddr, peer: Option<NodeId>, reason: &'static str, why: &str) {
         self.stats.handshakes_refused.fetch_add(1, Ordering::Relaxed);
         self.metrics.inc_refused(Port::Peer, reason);
-        if !crate::repeats::admit("peer connection refused", &remote.ip()) {
+        if !crate::repeats::admit("peer connection refused", &format!("{}, from {}", self.node, remote.ip())) {
             return;
         }
         let node = self.node.0;
@@ -394,7 +394,10 @@ impl Router {
                 _ => {}
             }
             let remote = inbound.remote;
-            if crate::repeats::admit("peer connection closed for a bad frame", &remote.ip()) {
+            if crate::repeats::admit(
+                "peer connection closed for a bad frame",
+                &format!("{}, from {}", self.node, remote.ip()),
+            ) {
                 let node = self.node.0;
                 let from = match peer {
                     Some(peer) => format!("{remote} (node {})", peer.0),

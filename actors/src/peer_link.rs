@@ -386,7 +386,7 @@ impl Writer {
     /// timeout): the peer refused it. Logged once per window for the peer.
     fn refused(&self, backoff: Duration) {
         let (node, peer, shard, address) = (self.node.0, self.peer.0, self.shard, self.address);
-        if crate::repeats::admit("peer link refused by the peer", &self.peer) {
+        if crate::repeats::admit("peer link refused by the peer", &format!("{} to {}", self.node, self.peer)) {
             let backoff_ms = backoff.as_millis() as u64;
             tracing::warn!(
                 node,
@@ -404,7 +404,7 @@ impl Writer {
     /// A dial failed: logged once per window for the peer.
     fn dial_failed(&self, why: &str, backoff: Duration) {
         let (node, peer, shard, address) = (self.node.0, self.peer.0, self.shard, self.address);
-        if crate::repeats::admit("peer link cannot dial", &self.peer) {
+        if crate::repeats::admit("peer link cannot dial", &format!("{} to {}", self.node, self.peer)) {
             let backoff_ms = backoff.as_millis() as u64;
             tracing::warn!(
                 node,

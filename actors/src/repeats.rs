@@ -4,7 +4,9 @@
 //! node write the same refusal thousands of times a second, about 20 GB of
 //! log a day, burying everything else. A warning here names what happened
 //! (`what`, a short phrase that is also the key) and whom it is about
-//! (`subject`: a peer's IP address or node id, a refusal's reason). The
+//! (`subject`: the node that logs it, with a peer's IP address or node id,
+//! a group, or a refusal's reason; several nodes in one process each
+//! have their own windows). The
 //! first of a kind in a [`REPEAT_WINDOW`] is logged; the ones after it in the
 //! same window are only counted, and [`flush`] (the supervisor calls it
 //! every check) logs "N more in the last 10 s" once the window has ended,

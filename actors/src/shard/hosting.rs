@@ -177,7 +177,7 @@ impl ShardActor {
         let group = placement.group;
         if !self.kinds.contains_key(kind) {
             // The agent asks again on its scans: once per window and group.
-            if crate::repeats::admit("group of an unregistered kind not hosted", &group) {
+            if crate::repeats::admit("group of an unregistered kind not hosted", &format!("{group} on {}", self.node)) {
                 let node = self.node.0;
                 tracing::warn!(
                     node,

@@ -165,7 +165,7 @@ impl ClientPort {
         if reason == "idle_timeout" {
             return tracing::debug!(node, %remote, reason, "closed the idle client connection from {remote}");
         }
-        if cohort_actors::admit_repeated_warning("client refused", &reason) {
+        if cohort_actors::admit_repeated_warning("client refused", &format!("{}: {reason}", self.node)) {
             tracing::warn!(node, %remote, reason, "refused the client at {remote}: {reason} (counted in cohort_refusals_total)");
         }
     }
