@@ -190,6 +190,11 @@ pub struct MetadataAgentActor {
     read_in_flight: Option<Request>,
     /// Operator commands from the admin port.
     operator: OperatorClient,
+    /// The agent's counters as the log last saw them (O1: what changed is
+    /// logged once, in `publish`).
+    logged: cohort_core::metadata::AgentCounters,
+    /// The operations as the log last saw them (O1).
+    operations: crate::operation_log::OperationLog,
 }
 
 impl MetadataAgentActor {
@@ -213,6 +218,8 @@ impl MetadataAgentActor {
             next_read: 1,
             read_in_flight: None,
             operator: OperatorClient::new(),
+            logged: Default::default(),
+            operations: Default::default(),
         }
     }
 
@@ -377,8 +384,36 @@ impl MetadataAgentActor {
         self.publish();
     }
 
-    fn publish(&self) {
+    /// Log what the agent's counters say happened since the last look:
+    /// this node's session expiring (a warning: it re-owns its groups or
+    /// stops, by `session_expired_policy`), ownership reports the metadata
+    /// refused (at `debug`: a stale view is routine after a view change),
+    /// session frames refused (T3; once per window).
+    fn log_counters(&mut self, counters: &cohort_core::metadata::AgentCounters) {
+        let (before, node) = (self.logged, self.node().0);
+        if counters.sessions_expired > before.sessions_expired {
+            tracing::warn!(
+                node,
+                "node {node}'s session expired: the metadata group heard no keepalive from it for the session \
+                 timeout (a pause, or a partition from the metadata voters); it follows session_expired_policy"
+            );
+        }
+        if counters.reports_refused > before.reports_refused {
+            let refused = counters.reports_refused - before.reports_refused;
+            tracing::debug!(node, refused, "the metadata refused {refused} ownership reports (stale view or session)");
+        }
+        if counters.frames_refused > before.frames_refused && crate::repeats::admit("session frames refused", &node) {
+            tracing::warn!(node, "refused a session frame that did not come from the node it speaks for (T3)");
+        }
+        self.logged = *counters;
+    }
+
+    fn publish(&mut self) {
         let counters = self.agent.counters();
+        self.log_counters(&counters);
+        let node = self.node();
+        let operations = &mut self.operations;
+        self.setup.metadata.with(|metadata| operations.observe(node, metadata));
         self.setup.metrics.set_sessions(&counters);
         self.setup.board.set_agent(AgentStatus {
             session: self.agent.session(),
@@ -419,18 +454,25 @@ impl MetadataAgentActor {
                         let (node, members) = (self.node(), self.voters());
                         queue.extend(self.agent.on_session_expired(node, &members, &notice));
                     } else {
+                        let (node, session) = (self.node().0, notice.session.0);
+                        tracing::info!(
+                            node,
+                            expired = to.0,
+                            session,
+                            "the session of node {} expired (no keepalive for the session timeout); telling it",
+                            to.0
+                        );
                         self.send(to, Message::SessionExpired(notice));
                     }
                 }
                 AgentOutput::SessionOpened(session) => {
-                    tracing::info!(node = self.node().0, session = session.0, "session opened");
+                    let node = self.node().0;
+                    tracing::info!(node, session = session.0, "node {node} opened session {}", session.0);
                 }
                 AgentOutput::Unload(group) => {
                     self.to_shard_of(group, UnloadGroup(group));
-                    eprintln!(
-                        "cohort: node {}: unloading {group}: the metadata placed it elsewhere (S4)",
-                        self.node().0
-                    );
+                    let node = self.node().0;
+                    tracing::info!(node, group = group.0, "unloading {group}: the metadata placed it elsewhere (S4)");
                 }
                 AgentOutput::Stop(reason) => self.stop(reason.to_string()),
                 AgentOutput::ProposeSeal { group, seal } => {
@@ -473,7 +515,8 @@ impl MetadataAgentActor {
 
     fn stop(&mut self, reason: String) {
         let reason = format!("session expired with session_expired_policy: {reason}");
-        eprintln!("cohort: node {}: stopping: {reason}", self.node().0);
+        let node = self.node().0;
+        tracing::error!(node, %reason, "node {node} is stopping: {reason}");
         self.setup.stop.stop(reason);
         let _ = self.setup.shutdown.try_send(Shutdown);
     }
@@ -536,7 +579,10 @@ impl MetadataAgentActor {
             if let Outcome::Ok(state) = &reply.outcome
                 && let Err(error) = self.setup.metadata.replace_encoded(state)
             {
-                eprintln!("cohort: node {}: fetched metadata does not decode: {error}", self.node().0);
+                let node = self.node().0;
+                if crate::repeats::admit("fetched metadata does not decode", &node) {
+                    tracing::warn!(node, %error, "the metadata fetched from its primary does not decode: {error}");
+                }
             }
             return;
         }

@@ -18,8 +18,10 @@
 //! directory of live actors (`directory.rs`), run-time placements
 //! (`placements.rs`), the node's copy of the metadata (`shared_metadata.rs`,
 //! `status.rs`), metrics (`metrics.rs`, `drops.rs`, and `scraped.rs` with
-//! `process_stats.rs` for what is read at scrape time) and the spans of every
-//! message flow (`traces.rs`, `trace_context.rs`).
+//! `process_stats.rs` for what is read at scrape time), the spans of every
+//! message flow (`traces.rs`, `trace_context.rs`), repeated warnings logged
+//! once per window with a count (`repeats.rs`) and the steps of operations
+//! as the log tells them (`operation_log.rs`).
 //!
 //! Every module is private. What `cohort-runtime` builds a node from is
 //! re-exported here, at the root; hosts use `cohort-runtime`, whose façade
@@ -44,6 +46,7 @@ mod kind;
 mod listener;
 mod metrics;
 mod observed;
+mod operation_log;
 mod operator_client;
 mod outbox;
 mod parts;
@@ -52,6 +55,7 @@ mod placement_recorder;
 mod placements;
 mod process_stats;
 mod registry;
+mod repeats;
 mod scraped;
 mod shard;
 mod shared_metadata;
@@ -89,6 +93,7 @@ pub use peer_link::{LinkState, LinkTiming, REDIAL_BACKOFF_MIN};
 pub use placement_recorder::PlacementRecorder;
 pub use placements::{PLACEMENTS_FILE, PlacementFile, PlacementFileError};
 pub use registry::{KindRegistrations, Kinds, unknown as unknown_kind};
+pub use repeats::admit as admit_repeated_warning;
 #[doc(hidden)]
 pub use shard::SubscribeGroup;
 pub use shard::{CancelQuorumWait, ClientAnswer, GetGroupActor, GetReport, ShardReport, StartQuorumWait, Submit};

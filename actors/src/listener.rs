@@ -10,7 +10,9 @@
 //! first frame must be a Handshake on our revision and cluster, with our
 //! shard count, from a known peer that the certificate names (R18, T1), and
 //! the second a LinkShard repeating the preamble's shard, or the connection
-//! is closed, the refusal counted by reason and logged. The connection then
+//! is closed, the refusal counted by reason and logged with the address it
+//! came from (O1: once per window and address, with a count of the
+//! repeats; see `crate::repeats`). The connection then
 //! goes to this shard's link to that peer ([`InboundRoutes::adopt`]), which
 //! reads the rest ([`read_frames`]): the link owns both directions of its
 //! peer's traffic, and every frame's sender must be the authenticated peer.
@@ -21,6 +23,7 @@
 //! [`cohort_core::driver::route_peer_frame`], which the simulator routes by
 //! too; what one read held for a shard reaches it as one message.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -53,6 +56,8 @@ pub struct InboundStats {
 pub struct Router {
     /// Our cluster.
     pub cluster: ClusterId,
+    /// This node (what its log lines name).
+    pub node: NodeId,
     /// Shards by index and peer links (replaced on restart).
     pub routes: Arc<dyn InboundRoutes>,
     /// Counters.
@@ -102,14 +107,14 @@ impl Drop for Greeting {
 pub async fn serve(listener: TcpListener, router: Router) {
     loop {
         match listener.accept().await {
-            Ok((stream, _)) => {
+            Ok((stream, remote)) => {
                 let Some(greeting) = Greeting::enter(&router.greeting) else {
-                    router.refuse(None, "connections_max", "too many connections are greeting at once");
+                    router.refuse(remote, None, "connections_max", "too many connections are greeting at once");
                     continue;
                 };
                 // A connection that cannot be bounded is not served (F1).
                 if router.link_timing.tune(&stream).is_ok() {
-                    actix::spawn(read_connection(stream, router.clone(), greeting));
+                    actix::spawn(read_connection(stream, remote, router.clone(), greeting));
                 }
             }
             Err(_) => tokio::time::sleep(std::time::Duration::from_millis(10)).await,
@@ -118,13 +123,13 @@ pub async fn serve(listener: TcpListener, router: Router) {
 }
 
 /// Read a new connection's preamble and hand it to the shard it names.
-async fn read_connection(mut stream: TcpStream, router: Router, greeting: Greeting) {
+async fn read_connection(mut stream: TcpStream, remote: SocketAddr, router: Router, greeting: Greeting) {
     let deadline = router.link_timing.stall_timeout;
     let mut bytes = [0u8; PREAMBLE_SIZE_BYTES];
     match tokio::time::timeout(deadline, stream.read_exact(&mut bytes)).await {
         Ok(Ok(_)) => {}
-        Ok(Err(_)) => return router.refuse(None, "closed_before_preamble", "it closed before its preamble"),
-        Err(_) => return router.refuse(None, "no_preamble_in_time", "no preamble within the stall timeout"),
+        Ok(Err(_)) => return router.refuse(remote, None, "closed_before_preamble", "it closed before its preamble"),
+        Err(_) => return router.refuse(remote, None, "no_preamble_in_time", "no preamble within the stall timeout"),
     }
     let preamble = match Preamble::decode(&bytes) {
         Ok(preamble) => preamble,
@@ -134,37 +139,49 @@ async fn read_connection(mut stream: TcpStream, router: Router, greeting: Greeti
                 cohort_messages::PreambleError::Revision { .. } => "revision",
                 cohort_messages::PreambleError::Mode(_) => "bad_preamble",
             };
-            return router.refuse(None, reason, &error.to_string());
+            return router.refuse(remote, None, reason, &error.to_string());
         }
     };
     let shard = usize::from(preamble.shard);
     if shard >= router.routes.shard_count() {
-        return router.refuse(None, "shard_count", &format!("no shard {shard} here"));
+        return router.refuse(remote, None, "shard_count", &format!("no shard {shard} here"));
     }
     match (preamble.mode, router.tls.is_some()) {
         (LinkMode::Tls, true) | (LinkMode::Plaintext, false) => {}
         (LinkMode::Plaintext, true) => {
             return router.refuse(
+                remote,
                 None,
                 "plaintext",
                 "it speaks plaintext, this node requires TLS ([tls] insecure on one node only?)",
             );
         }
         (LinkMode::Tls, false) => {
-            return router.refuse(None, "tls_not_configured", "it speaks TLS, this node is configured insecure");
+            return router.refuse(
+                remote,
+                None,
+                "tls_not_configured",
+                "it speaks TLS, this node is configured insecure",
+            );
         }
     }
     // The socket moves to the shard's thread, whose runtime then drives it.
     let Ok(stream) = stream.into_std() else { return };
-    let task = accept_on_shard(stream, router.clone(), shard, greeting);
+    let task = accept_on_shard(stream, remote, router.clone(), shard, greeting);
     if !router.routes.spawn_on_shard(shard, Box::pin(task)) {
-        router.refuse(None, "shard_count", &format!("shard {shard} does not run"));
+        router.refuse(remote, None, "shard_count", &format!("shard {shard} does not run"));
     }
 }
 
 /// On shard `shard`'s thread: TLS, then the Handshake and LinkShard, then
 /// hand the connection to the shard's link to the peer.
-async fn accept_on_shard(stream: std::net::TcpStream, router: Router, shard: usize, greeting: Greeting) {
+async fn accept_on_shard(
+    stream: std::net::TcpStream,
+    remote: SocketAddr,
+    router: Router,
+    shard: usize,
+    greeting: Greeting,
+) {
     let Ok(tcp) = TcpStream::from_std(stream) else { return };
     let deadline = router.link_timing.stall_timeout;
     let (mut stream, certificate): (Stream, _) = match &router.tls {
@@ -174,14 +191,17 @@ async fn accept_on_shard(stream: std::net::TcpStream, router: Router, shard: usi
                 let certificate = tls_stream.get_ref().1.peer_certificates().and_then(|chain| chain.first()).cloned();
                 (Box::new(tls_stream), certificate)
             }
-            Ok(Err(error)) => return router.refuse(None, "tls_handshake", &format!("TLS handshake failed: {error}")),
-            Err(_) => return router.refuse(None, "tls_handshake", "no TLS handshake within the stall timeout"),
+            Ok(Err(error)) => {
+                return router.refuse(remote, None, "tls_handshake", &format!("TLS handshake failed: {error}"));
+            }
+            Err(_) => return router.refuse(remote, None, "tls_handshake", "no TLS handshake within the stall timeout"),
         },
     };
     // Until the peer is known, only the small greeting frames are accepted (T5).
     let greeting_body_max = cohort_messages::Command::Handshake.body_size_max_bytes();
     let mut inbound = Connection {
         connection: router.next_connection.fetch_add(1, Ordering::Relaxed) as usize,
+        remote,
         rejects: cohort_messages::RejectCounters::default(),
         decoder: FrameDecoder::with_body_max(router.cluster, greeting_body_max),
         buffer: BytesMut::with_capacity(4 * 1024),
@@ -192,21 +212,24 @@ async fn accept_on_shard(stream: std::net::TcpStream, router: Router, shard: usi
     let frame = match tokio::time::timeout(deadline, inbound.next_frame(&mut stream, &router, None)).await {
         Ok(Some(frame)) => frame,
         Ok(None) => return,
-        Err(_) => return router.refuse(None, "no_handshake_in_time", "no Handshake within the stall timeout"),
+        Err(_) => {
+            return router.refuse(remote, None, "no_handshake_in_time", "no Handshake within the stall timeout");
+        }
     };
     let mut peer = None;
     let mut pending = Pending::default();
-    if !router.handle(&mut peer, frame, &mut inbound.rejects, inbound.connection, &mut pending) {
+    if !router.handle(&mut peer, frame, &mut inbound.rejects, inbound.connection, remote, &mut pending) {
         return;
     }
     let Some(peer) = peer else { return };
     if !router.routes.knows(peer) {
-        return router.refuse(Some(peer), "unknown_peer", "not a peer of this node");
+        return router.refuse(remote, Some(peer), "unknown_peer", "not a peer of this node");
     }
     if router.tls.is_some() {
         let named = certificate.as_ref().is_some_and(|certificate| crate::tls::certifies_node(certificate, peer));
         if !named {
-            return router.refuse(Some(peer), "certificate_names_another_node", "its certificate does not name it");
+            let why = "its certificate does not name it";
+            return router.refuse(remote, Some(peer), "certificate_names_another_node", why);
         }
     }
     // The second frame names the peer's shard this connection carries.
@@ -214,12 +237,16 @@ async fn accept_on_shard(stream: std::net::TcpStream, router: Router, shard: usi
     let frame = match tokio::time::timeout(deadline, second).await {
         Ok(Some(frame)) => frame,
         Ok(None) => return,
-        Err(_) => return router.refuse(Some(peer), "no_link_shard_in_time", "no LinkShard within the stall timeout"),
+        Err(_) => {
+            let why = "no LinkShard within the stall timeout";
+            return router.refuse(remote, Some(peer), "no_link_shard_in_time", why);
+        }
     };
     match frame.message() {
         Ok(Message::LinkShard(link)) if frame.header.sender == peer && usize::from(link.shard) == shard => {}
         _ => {
             return router.refuse(
+                remote,
                 Some(peer),
                 "bad_link_shard",
                 "its second frame is not a LinkShard for the preamble's shard",
@@ -230,16 +257,21 @@ async fn accept_on_shard(stream: std::net::TcpStream, router: Router, shard: usi
     drop(greeting);
     let (routes, refusals) = (Arc::clone(&router.routes), router.clone());
     let reader: ConnectionReader = Box::new(move || Some(Box::pin(read_frames(stream, inbound, peer, router))));
-    if let Err(refused) = routes.adopt(peer, shard, reader) {
-        // Dropping the reader closes the connection.
-        drop(refused);
-        refusals.refuse(Some(peer), "no_link", &format!("no link to it on shard {shard}"));
+    match routes.adopt(peer, shard, reader) {
+        Ok(()) => refusals.accepted(peer, shard, remote),
+        Err(refused) => {
+            // Dropping the reader closes the connection.
+            drop(refused);
+            refusals.refuse(remote, Some(peer), "no_link", &format!("no link to it on shard {shard}"));
+        }
     }
 }
 
 /// What a connection has read so far; moves with it to the peer link.
 pub(crate) struct Connection {
     connection: usize,
+    /// Where it comes from.
+    remote: SocketAddr,
     rejects: cohort_messages::RejectCounters,
     decoder: FrameDecoder,
     buffer: BytesMut,
@@ -288,7 +320,8 @@ pub(crate) async fn read_frames(mut stream: Stream, mut inbound: Connection, pee
         loop {
             match inbound.decoder.decode(&mut inbound.buffer) {
                 Ok(Some(frame)) => {
-                    if !router.handle(&mut known, frame, &mut inbound.rejects, inbound.connection, &mut pending) {
+                    let (connection, remote) = (inbound.connection, inbound.remote);
+                    if !router.handle(&mut known, frame, &mut inbound.rejects, connection, remote, &mut pending) {
                         return router.flush(&mut pending);
                     }
                 }
@@ -316,13 +349,31 @@ struct Pending {
 }
 
 impl Router {
-    /// Count a refused connection by reason (T5) and say why on stderr.
-    fn refuse(&self, peer: Option<NodeId>, reason: &'static str, why: &str) {
+    /// Count a refused connection by reason (T5), and log it with the
+    /// address it came from, once per window and address (O1).
+    fn refuse(&self, remote: SocketAddr, peer: Option<NodeId>, reason: &'static str, why: &str) {
         self.stats.handshakes_refused.fetch_add(1, Ordering::Relaxed);
         self.metrics.inc_refused(Port::Peer, reason);
-        match peer {
-            Some(peer) => eprintln!("cohort: refusing a connection from {peer}: {why}"),
-            None => eprintln!("cohort: refusing a peer connection: {why}"),
+        if !crate::repeats::admit("peer connection refused", &format!("{}, from {}", self.node, remote.ip())) {
+            return;
+        }
+        let node = self.node.0;
+        let from = match peer {
+            Some(peer) => format!("{remote} (claiming to be {peer})"),
+            None => remote.to_string(),
+        };
+        let peer = peer.map(|peer| peer.0);
+        tracing::warn!(node, peer, %remote, reason, why, "refusing a peer connection from {from}: {why}");
+    }
+
+    /// Log a connection the peer dialed, adopted by its link. Shard 0's
+    /// connections speak at `info` (one line per peer), the others at `debug`.
+    fn accepted(&self, peer: NodeId, shard: usize, remote: SocketAddr) {
+        let (node, peer) = (self.node.0, peer.0);
+        if shard == 0 {
+            tracing::info!(node, peer, shard, %remote, "accepted node {peer}'s connection from {remote}");
+        } else {
+            tracing::debug!(node, peer, shard, %remote, "accepted node {peer}'s connection from {remote}");
         }
     }
 
@@ -342,7 +393,19 @@ impl Router {
                 }
                 _ => {}
             }
-            eprintln!("cohort: closing connection from {peer:?}: {error}");
+            let remote = inbound.remote;
+            if crate::repeats::admit(
+                "peer connection closed for a bad frame",
+                &format!("{}, from {}", self.node, remote.ip()),
+            ) {
+                let node = self.node.0;
+                let from = match peer {
+                    Some(peer) => format!("{remote} (node {})", peer.0),
+                    None => remote.to_string(),
+                };
+                let (peer, kind) = (peer.map(|peer| peer.0), error.kind());
+                tracing::warn!(node, peer, %remote, kind, %error, "closing the peer connection from {from}: {error}");
+            }
         }
     }
 
@@ -353,6 +416,7 @@ impl Router {
         frame: Frame,
         rejects: &mut cohort_messages::RejectCounters,
         connection: usize,
+        remote: SocketAddr,
         pending: &mut Pending,
     ) -> bool {
         let message = match frame.message() {
@@ -373,7 +437,7 @@ impl Router {
                             handshake.shard_count,
                             self.routes.shard_count()
                         );
-                        self.refuse(Some(handshake.node), "shard_count", &why);
+                        self.refuse(remote, Some(handshake.node), "shard_count", &why);
                         false
                     }
                     Ok(()) if handshake.node == frame.header.sender => {
@@ -381,16 +445,17 @@ impl Router {
                         true
                     }
                     Ok(()) => {
-                        self.refuse(Some(handshake.node), "sender_mismatch", "its Handshake's sender is another node");
+                        let why = "its Handshake's sender is another node";
+                        self.refuse(remote, Some(handshake.node), "sender_mismatch", why);
                         false
                     }
                     Err(error) => {
-                        self.refuse(Some(handshake.node), "handshake", &error.to_string());
+                        self.refuse(remote, Some(handshake.node), "handshake", &error.to_string());
                         false
                     }
                 },
                 _ => {
-                    self.refuse(None, "not_a_handshake", "its first frame is not a Handshake");
+                    self.refuse(remote, None, "not_a_handshake", "its first frame is not a Handshake");
                     false
                 }
             };
@@ -398,7 +463,8 @@ impl Router {
         if frame.header.sender != from {
             // T1: every frame's sender is the authenticated peer.
             self.stats.frames_rejected.fetch_add(1, Ordering::Relaxed);
-            self.refuse(Some(from), "sender_mismatch", &format!("a frame claims sender {}", frame.header.sender));
+            let why = format!("a frame claims sender {}", frame.header.sender);
+            self.refuse(remote, Some(from), "sender_mismatch", &why);
             return false;
         }
         let routed = route_peer_frame(from, message, frame.header.trace, self.routes.shard_count());

@@ -40,6 +40,18 @@
 //! fails, and the next starts after a backoff that doubles up to
 //! [`LinkTiming::redial_backoff_max`], so a healed link is back within
 //! about that long plus one round trip.
+//!
+//! O1, why a connection that ends at once counts as a failed dial: a peer
+//! that refuses our Handshake (another cluster id, shard count or
+//! certificate) closes the connection right after reading it, and the dial
+//! itself succeeded. Redialing at once made one misconfigured node dial each
+//! peer about 1,500 times a second. A connection that ends within
+//! [`LinkTiming::connect_timeout`] of its greeting is therefore treated as
+//! a failed dial: the next one waits the same doubling backoff. Only a
+//! connection that lasted longer (it was proven) resets the backoff, and
+//! only then is the link logged as up, and later as down; refusals and dial
+//! failures are warnings, logged once per window with a count
+//! (`crate::repeats`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -228,6 +240,7 @@ impl Actor for PeerLink {
             address: self.identity.address,
             peer: self.identity.peer,
             shard: self.identity.shard,
+            node: self.identity.node,
             tls: self.tls.clone(),
             timing: self.timing,
             hello: self.hello(),
@@ -275,6 +288,8 @@ impl Handler<SendFrames> for PeerLink {
 struct Writer {
     address: SocketAddr,
     peer: NodeId,
+    /// This node (what its log lines name).
+    node: NodeId,
     shard: u16,
     tls: Option<NodeTls>,
     timing: LinkTiming,
@@ -298,58 +313,164 @@ impl Writer {
     async fn run(self, mut queue: mpsc::UnboundedReceiver<Bytes>) {
         let mut backoff = REDIAL_BACKOFF_MIN;
         loop {
-            let Some(mut stream) = self.dial().await else {
-                self.metrics.inc_link_event(LinkEvent::DialFailed);
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(self.timing.redial_backoff_max.max(REDIAL_BACKOFF_MIN));
-                continue;
+            let mut stream = match self.dial().await {
+                Ok(stream) => stream,
+                Err(why) => {
+                    self.metrics.inc_link_event(LinkEvent::DialFailed);
+                    self.dial_failed(&why, backoff);
+                    tokio::time::sleep(backoff).await;
+                    backoff = self.next_backoff(backoff);
+                    continue;
+                }
             };
-            backoff = REDIAL_BACKOFF_MIN;
             // Frames queued while disconnected are stale: drop them.
             while let Ok(stale) = queue.try_recv() {
                 self.written(stale.len());
             }
             self.metrics.inc_link_event(LinkEvent::Connected);
             self.state.connected.store(true, Ordering::Relaxed);
-            let ended = self.serve(&mut stream, &mut queue).await;
+            let greeted = tokio::time::Instant::now();
+            let ended = self.serve(&mut stream, &mut queue, greeted).await;
             self.state.connected.store(false, Ordering::Relaxed);
             match ended {
                 Ended::Stopped => return,
                 Ended::Closed => self.metrics.inc_link_event(LinkEvent::Closed),
                 Ended::Stalled => self.metrics.inc_link_event(LinkEvent::Stalled),
             }
+            if greeted.elapsed() < self.timing.connect_timeout {
+                // Refused after the greeting, most likely: a failed dial.
+                self.refused(backoff);
+                tokio::time::sleep(backoff).await;
+                backoff = self.next_backoff(backoff);
+            } else {
+                self.lost(&ended);
+                backoff = REDIAL_BACKOFF_MIN;
+            }
+        }
+    }
+
+    /// The wait after `backoff`: doubled, up to the longest.
+    fn next_backoff(&self, backoff: Duration) -> Duration {
+        let next = (backoff * 2).min(self.timing.redial_backoff_max.max(REDIAL_BACKOFF_MIN));
+        debug_assert!(next >= backoff.min(self.timing.redial_backoff_max), "a backoff never shrinks by doubling");
+        next
+    }
+
+    /// Log a connection that lasted past the connect timeout: the link is up.
+    /// Shard 0's links speak at `info` (one line per peer), the others at
+    /// `debug`.
+    fn up(&self) {
+        let (node, peer, shard, address) = (self.node.0, self.peer.0, self.shard, self.address);
+        if shard == 0 {
+            tracing::info!(node, peer, shard, %address, "peer link up: node {peer} at {address}");
+        } else {
+            tracing::debug!(node, peer, shard, %address, "peer link up: node {peer} at {address}");
+        }
+    }
+
+    /// Log a proven connection that ended; the link redials at once.
+    fn lost(&self, ended: &Ended) {
+        let (node, peer, shard, address) = (self.node.0, self.peer.0, self.shard, self.address);
+        let why = match ended {
+            Ended::Stalled => "it made no progress for the stall timeout",
+            Ended::Closed | Ended::Stopped => "the peer closed it, or a write failed",
+        };
+        if shard == 0 {
+            tracing::info!(node, peer, shard, %address, why, "peer link down: node {peer} at {address}: {why}; redialing");
+        } else {
+            tracing::debug!(node, peer, shard, %address, why, "peer link down: node {peer} at {address}: {why}; redialing");
+        }
+    }
+
+    /// A connection ended right after its greeting (within the connect
+    /// timeout): the peer refused it. Logged once per window for the peer.
+    fn refused(&self, backoff: Duration) {
+        let (node, peer, shard, address) = (self.node.0, self.peer.0, self.shard, self.address);
+        if crate::repeats::admit("peer link refused by the peer", &format!("{} to {}", self.node, self.peer)) {
+            let backoff_ms = backoff.as_millis() as u64;
+            tracing::warn!(
+                node,
+                peer,
+                shard,
+                %address,
+                backoff_ms,
+                "peer link to node {peer} at {address}: the peer closed the connection right after our Handshake, so it \
+                 refuses us (compare both nodes' [node] cluster_id, shard count and certificates; the peer's log names \
+                 the reason); dialing again after a backoff, now {backoff_ms} ms"
+            );
+        }
+    }
+
+    /// A dial failed: logged once per window for the peer.
+    fn dial_failed(&self, why: &str, backoff: Duration) {
+        let (node, peer, shard, address) = (self.node.0, self.peer.0, self.shard, self.address);
+        if crate::repeats::admit("peer link cannot dial", &format!("{} to {}", self.node, self.peer)) {
+            let backoff_ms = backoff.as_millis() as u64;
+            tracing::warn!(
+                node,
+                peer,
+                shard,
+                %address,
+                why,
+                backoff_ms,
+                "peer link to node {peer} at {address}: cannot dial: {why}; dialing again after a backoff, now {backoff_ms} ms"
+            );
         }
     }
 
     /// Connect within the connect timeout, bound the socket, send the
     /// preamble, run the TLS handshake (checking the answer is the peer we
-    /// dialed, T1), and greet.
-    async fn dial(&self) -> Option<Stream> {
-        let connect = tokio::time::timeout(self.timing.connect_timeout, TcpStream::connect(self.address));
-        let mut tcp = connect.await.ok()?.ok()?;
+    /// dialed, T1), and greet; or say what failed.
+    async fn dial(&self) -> Result<Stream, String> {
+        let connect_timeout = self.timing.connect_timeout;
+        let connect = tokio::time::timeout(connect_timeout, TcpStream::connect(self.address));
+        let mut tcp = match connect.await {
+            Ok(Ok(tcp)) => tcp,
+            Ok(Err(error)) => return Err(format!("connect: {error}")),
+            Err(_) => return Err(format!("connect: no answer within {} ms", connect_timeout.as_millis())),
+        };
         // Without the bounds a partition could stall this link for long
         // after the heal (see the module doc): refuse to run unbounded.
-        self.timing.tune(&tcp).ok()?;
+        self.timing.tune(&tcp).map_err(|error| format!("socket options: {error}"))?;
         let mode = if self.tls.is_some() { LinkMode::Tls } else { LinkMode::Plaintext };
         let preamble = Preamble::new(self.shard, mode).encode();
-        tokio::time::timeout(self.timing.stall_timeout, tcp.write_all(&preamble)).await.ok()?.ok()?;
+        match tokio::time::timeout(self.timing.stall_timeout, tcp.write_all(&preamble)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => return Err(format!("sending the preamble: {error}")),
+            Err(_) => return Err("sending the preamble: no progress within the stall timeout".into()),
+        }
         let mut stream: Stream = match &self.tls {
             None => Box::new(tcp),
             Some(tls) => {
                 let handshake = tls.connector.connect(crate::tls::server_name_of(self.peer), tcp);
-                Box::new(tokio::time::timeout(self.timing.connect_timeout, handshake).await.ok()?.ok()?)
+                match tokio::time::timeout(connect_timeout, handshake).await {
+                    Ok(Ok(stream)) => Box::new(stream),
+                    Ok(Err(error)) => return Err(format!("TLS handshake: {error}")),
+                    Err(_) => {
+                        return Err(format!("TLS handshake: not done within {} ms", connect_timeout.as_millis()));
+                    }
+                }
             }
         };
         match self.write(&mut stream, &self.hello).await {
-            Ok(()) => Some(stream),
-            Err(_) => None,
+            Ok(()) => Ok(stream),
+            Err(_) => Err("sending the Handshake: the connection closed or stalled".into()),
         }
     }
 
-    /// Write what the link hands over until the connection ends.
-    async fn serve(&self, stream: &mut Stream, queue: &mut mpsc::UnboundedReceiver<Bytes>) -> Ended {
+    /// Write what the link hands over until the connection ends; once it
+    /// has lasted the connect timeout since `greeted`, say the link is up.
+    async fn serve(
+        &self,
+        stream: &mut Stream,
+        queue: &mut mpsc::UnboundedReceiver<Bytes>,
+        greeted: tokio::time::Instant,
+    ) -> Ended {
+        let proven = tokio::time::sleep_until(greeted + self.timing.connect_timeout);
+        tokio::pin!(proven);
+        let mut up = false;
         loop {
-            let first = match self.next_turn(stream, queue).await {
+            let first = match self.next_turn(stream, queue, proven.as_mut(), &mut up).await {
                 Ok(first) => first,
                 Err(ended) => return ended,
             };
@@ -374,12 +495,23 @@ impl Writer {
         }
     }
 
-    /// Wait for the next turn's bytes, watching the connection meanwhile.
-    async fn next_turn(&self, stream: &mut Stream, queue: &mut mpsc::UnboundedReceiver<Bytes>) -> Result<Bytes, Ended> {
+    /// Wait for the next turn's bytes, watching the connection meanwhile,
+    /// and the time at which it counts as up (`proven`, once).
+    async fn next_turn(
+        &self,
+        stream: &mut Stream,
+        queue: &mut mpsc::UnboundedReceiver<Bytes>,
+        mut proven: std::pin::Pin<&mut tokio::time::Sleep>,
+        up: &mut bool,
+    ) -> Result<Bytes, Ended> {
         let mut probe = [0u8; 64];
         loop {
             tokio::select! {
                 next = queue.recv() => return next.ok_or(Ended::Stopped),
+                () = proven.as_mut(), if !*up => {
+                    *up = true;
+                    self.up();
+                }
                 // The peer sends nothing on the connection we dialed: a read
                 // ends only when it closes it or TCP gives up on it
                 // (`TCP_USER_TIMEOUT`: a stall).

@@ -17,11 +17,13 @@
 //!
 //! Handlers for the host's and the agent's requests are in `hosting`
 //! (hosting, unloading and switching groups) and `queries` (reports,
-//! subscriptions, lookups).
+//! subscriptions, lookups); the log's account of role changes (one line
+//! each at `debug`, a rate at `info`) in `role_changes`.
 
 mod group_links;
 mod hosting;
 mod queries;
+mod role_changes;
 mod waits;
 
 use std::collections::{BTreeMap, HashMap};
@@ -142,6 +144,8 @@ pub struct ShardActor {
     drops: Arc<Drops>,
     metrics: Arc<NodeMetrics>,
     published_tick: u64,
+    /// Role changes since the last summary in the log (O1).
+    role_changes: role_changes::RoleChanges,
     /// The group gauges last counted (with the group actors alive), and when.
     gauges: Option<(u64, cohort_core::HeartbeatGauges, usize)>,
     /// Z1: the sweep for idle group actors, a slice of the groups a second
@@ -228,6 +232,7 @@ impl ShardActor {
             drops: setup.drops,
             metrics: setup.metrics,
             published_tick: 0,
+            role_changes: Default::default(),
             gauges: None,
             actor_sweep: group_links::Sweep::new(setup.config.timing.idle_timeout_effective_ticks(), setup.tick),
             groups: HashMap::new(),
@@ -406,6 +411,8 @@ impl ShardActor {
             }
             Note::Role { group, view, role, .. } => {
                 self.traces.on_role_changed(group, view, role);
+                let now = self.driver.shard().now();
+                self.role_changes.on_role(self.node, self.index, group, view, role, now);
                 // The group actors were told the role the build ended in.
                 if !self.draining_build && self.followed(group) {
                     notes.entry(group).or_default().push(GroupNote::Role(GroupRole::from_core(role, view)));
@@ -501,6 +508,7 @@ impl ShardActor {
             self.metrics.set_peers_connected(peers);
         }
         self.unhosted.retain(|_, caller| !caller.is_closed());
+        self.role_changes.summarise(self.node, self.index, now, second_ticks);
         let stale = now.saturating_sub(10 * second_ticks);
         self.traces.forget_submits_before(stale);
     }
@@ -589,7 +597,8 @@ impl Handler<StorageDone> for ShardActor {
             StorageEvent::SuperblockFailed(group) => self.driver.on_superblock_failed(group),
             StorageEvent::Fatal(error) => {
                 // A dead disk stops the shard loudly; nothing more is acknowledged.
-                eprintln!("cohort: shard {} storage failed, stopping: {error}", self.index);
+                let (node, shard) = (self.node.0, self.index);
+                tracing::error!(node, shard, %error, "shard {shard}'s storage failed, stopping the node: {error}");
                 self.fail(format!("shard {}: {error}", self.index));
                 ctx.stop();
                 return;

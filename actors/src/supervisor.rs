@@ -6,7 +6,8 @@
 //! exactly as at start-up ([`Parts`]): a dead peer link or outbox is started
 //! again and its users get the new address; a dead shard is rebuilt from its
 //! storage (crash-only: what was durable is what it had). Restarts are
-//! counted and logged.
+//! counted and logged. Each check also logs the summaries of repeated
+//! warnings whose window ended (`crate::repeats`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -86,14 +87,18 @@ impl Actor for Supervisor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        ctx.run_interval(CHECK_INTERVAL, |supervisor, _ctx| supervisor.check());
+        ctx.run_interval(CHECK_INTERVAL, |supervisor, _ctx| {
+            supervisor.check();
+            crate::repeats::flush();
+        });
     }
 }
 
 impl Supervisor {
     fn restarted(&self, what: String) {
         self.restarts.fetch_add(1, Ordering::Relaxed);
-        eprintln!("cohort: node {}: restarted {what}", self.parts.node.0);
+        let node = self.parts.node.0;
+        tracing::warn!(node, restarted = %what, "node {node}: restarted {what} (it had died)");
     }
 
     fn check(&mut self) {
@@ -138,7 +143,8 @@ impl Supervisor {
                         self.restarted(format!("shard {index} from its storage"));
                     }
                     Err(error) => {
-                        eprintln!("cohort: node {}: shard {index} cannot restart: {error}", self.parts.node.0);
+                        let node = self.parts.node.0;
+                        tracing::error!(node, shard = index, %error, "node {node}: shard {index} cannot restart: {error}");
                         if let Ok(mut fatal) = self.parts.fatal.lock() {
                             fatal.get_or_insert(error.to_string());
                         }

@@ -128,11 +128,16 @@ pub enum ReplyError {
     /// reach a reserved group (the metadata group) through the client port
     /// or `NodeHandle`. Not retryable.
     Forbidden,
+    /// O5: the cluster's metadata, as this node holds it, knows no such
+    /// group (never created, or deleted). Another node's copy may be newer
+    /// for a moment after a create, so a client retries elsewhere, and
+    /// gives up once every node it reached said so.
+    NoSuchGroup,
 }
 
 impl ReplyError {
     /// Every code.
-    pub const ALL: [ReplyError; 7] = [
+    pub const ALL: [ReplyError; 8] = [
         ReplyError::QuorumWindowExpired,
         ReplyError::Busy,
         ReplyError::ViewChange,
@@ -140,6 +145,7 @@ impl ReplyError {
         ReplyError::Superseded,
         ReplyError::Rejected,
         ReplyError::Forbidden,
+        ReplyError::NoSuchGroup,
     ];
 
     /// A short snake_case name (the `kind` label of `cohort_client_errors_total`).
@@ -152,6 +158,7 @@ impl ReplyError {
             ReplyError::Superseded => "superseded",
             ReplyError::Rejected => "rejected",
             ReplyError::Forbidden => "forbidden",
+            ReplyError::NoSuchGroup => "no_such_group",
         }
     }
 }

@@ -25,6 +25,8 @@ pub struct Config {
     pub groups: GroupsSection,
     /// Trace export (the `[telemetry]` table); off by default.
     pub telemetry: TelemetryConfig,
+    /// The node's log on stderr (the `[log]` table; O1).
+    pub log: LogSection,
     /// The node's session with the metadata group (the `[session]` table; S1, S3).
     pub session: SessionConfig,
     /// How much a group keeps in flight and queued (the `[limits]` table).
@@ -595,6 +597,46 @@ impl TelemetryConfig {
     }
 }
 
+/// The `[log]` table: which events the node writes to stderr, and how
+/// (O1; `docs/operations.md#logs`). `COHORT_LOG` (else `RUST_LOG`) in the
+/// environment replaces `level` for one run.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogSection {
+    /// A level (`error`, `warn`, `info`, `debug`, `trace`, `off`), or
+    /// directives that give some modules another
+    /// (`"info,cohort_actors::peer_link=debug"`). Default `info`.
+    pub level: String,
+    /// `text` (default; one line per event, for people) or `json` (one
+    /// object per line, for a log shipper).
+    pub format: LogFormat,
+}
+
+impl Default for LogSection {
+    fn default() -> Self {
+        LogSection { level: "info".into(), format: LogFormat::Text }
+    }
+}
+
+impl LogSection {
+    /// The level must parse as a filter whose every directive names a level
+    /// (`crate::logs::parse_level`): a typo is refused at start, not turned
+    /// into a log that says nothing.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        crate::logs::parse_level(&self.level).map(|_| ()).map_err(|reason| rule("log.level", reason))
+    }
+}
+
+/// How log lines are written.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// `2026-12-06T05:59:12.345Z  INFO cohort_actors::peer_link: peer link up: ...`
+    Text,
+    /// `{"timestamp":"...","level":"INFO","fields":...}`, one object per line.
+    Json,
+}
+
 /// The `[node]` table: who this node is and where it listens.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -782,6 +824,7 @@ impl Config {
         let config: Config = toml::from_str(text).map_err(|error| ConfigError::Parse(error.to_string()))?;
         config.cluster.validate()?;
         config.telemetry.validate()?;
+        config.log.validate()?;
         config.session.ticks(config.cluster.tick)?;
         config.limits.validate()?;
         config.links.validate(&config.cluster)?;
@@ -822,6 +865,19 @@ impl Config {
 }
 
 impl ClusterConfig {
+    /// R22: the longest a group whose backups wait `timeout` goes without a
+    /// primary after its primary dies: the timeout, plus two broadcast
+    /// intervals for the election.
+    pub(crate) fn failover_bound(&self, timeout: Duration) -> Duration {
+        timeout + 2 * self.commit_broadcast_interval
+    }
+
+    /// R22: the failover bound of an idle group, the longest of all (13 s
+    /// with the defaults): what a client's patience must cover (O5).
+    pub(crate) fn idle_failover_bound(&self) -> Duration {
+        self.failover_bound(self.commit_idle_heartbeat_timeout.max(self.commit_heartbeat_timeout))
+    }
+
     /// The boot checks (R9, R23), with key names and values in the errors.
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.timing().map(|_| ())
@@ -1067,6 +1123,23 @@ mod tests {
         let quorum = text.replace("partitions = 8", "partitions = 8\nreplication_quorum = 3");
         let error = Config::from_toml(&quorum).expect_err("quorum over the cluster size refused");
         assert!(matches!(&error, ConfigError::Rule { key: "groups.replication_quorum", .. }), "{error}");
+    }
+
+    #[test]
+    fn o1_the_log_section_is_checked_with_errors_that_name_the_key() {
+        assert_eq!(Config::default().log, LogSection { level: "info".into(), format: LogFormat::Text });
+        let config = Config::from_toml("[log]\nlevel = \"warn,cohort_actors::peer_link=debug\"\nformat = \"json\"")
+            .expect("valid");
+        assert_eq!(config.log.format, LogFormat::Json);
+        let error = Config::from_toml("[log]\nlevel = \"loud\"").expect_err("not a level");
+        assert!(matches!(&error, ConfigError::Rule { key: "log.level", .. }), "{error}");
+        assert!(error.to_string().contains("error, warn, info, debug, trace, off"), "{error}");
+        let error = Config::from_toml("[log]\nlevel = \"\"").expect_err("empty");
+        assert!(matches!(&error, ConfigError::Rule { key: "log.level", .. }), "{error}");
+        let error = Config::from_toml("[log]\nformat = \"xml\"").expect_err("unknown format");
+        assert!(error.to_string().contains("text") && error.to_string().contains("json"), "{error}");
+        let error = Config::from_toml("[log]\nlevle = \"info\"").expect_err("unknown key");
+        assert!(error.to_string().contains("levle") && error.to_string().contains("level"), "{error}");
     }
 
     #[test]

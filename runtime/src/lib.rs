@@ -14,6 +14,7 @@
 //! - [`admin`]: the admin port's settings and token, and the `/status` document.
 //! - [`metrics`]: the node's metrics, as `/metrics` serves them.
 //! - [`tls`]: the cluster's certificates and TLS settings.
+//! - [`logs`]: the node's log on stderr, text or JSON, filtered (O1).
 //! - [`otlp`]: span export to an OTLP collector (Jaeger).
 //!
 //! The `cohort` binary (`src/bin/cohort.rs`) is a user of this crate like
@@ -30,6 +31,7 @@ pub mod admin;
 pub mod client;
 pub mod config;
 pub mod local;
+pub mod logs;
 pub mod node;
 pub mod otlp;
 pub mod prelude;

@@ -120,11 +120,13 @@ async fn c2_cli_failures_name_the_group_or_the_address_and_exit_non_zero() {
     let at = tls.iter().position(|flag| flag == "--timeout-secs").expect("a timeout flag");
     tls[at + 1] = "2".into();
 
-    // A group no node hosts: nothing applied, exit 1, the group named.
+    // A group the metadata does not know: nothing applied, exit 1, the
+    // group named and the cause said (O5: at once, not at the timeout).
     let unknown = args("write", &["--cluster", &cluster_flag(&cluster, 0), "--group", "999", "--value", "x"], &tls);
     let (code, stdout, stderr) = cohort(unknown).await;
     assert_eq!(code, Some(1), "{stdout}{stderr}");
     assert!(stderr.contains("cohort write: write to group:999 through 127.0.0.1:"), "{stderr}");
+    assert!(stderr.contains("no such group"), "{stderr}");
 
     // An address where nothing listens: exit 1, the address named.
     let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port");

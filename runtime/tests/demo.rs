@@ -4,14 +4,22 @@
 
 use std::process::Command;
 
+/// Also O5: with its output piped, the demo prints its progress as lines,
+/// and they say what it did.
 #[test]
 fn demo_runs_kills_restarts_and_loses_nothing() {
     let output = Command::new(env!("CARGO_BIN_EXE_cohort"))
-        .args(["demo", "--duration-secs", "6", "--partitions", "60", "--json"])
+        .args(["demo", "--duration-secs", "21", "--partitions", "60", "--json"])
         .output()
         .expect("cohort demo runs");
     let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
     assert!(output.status.success(), "exit {:?}\nstdout:\n{stdout}\nstderr:\n{stderr}", output.status);
+    let progress: Vec<&str> =
+        stderr.lines().filter(|line| line.starts_with("cohort demo: ") && line.contains(" s of 21: ")).collect();
+    assert!(progress.len() >= 4, "progress lines while piped:\n{stderr}");
+    for said in ["steady", "killed node", "restarted node", "reading back every acknowledged write"] {
+        assert!(progress.iter().any(|line| line.contains(said)), "a progress line says {said:?}:\n{stderr}");
+    }
     assert!(!stderr.contains("panicked") && !stdout.contains("panicked"), "stdout:\n{stdout}\nstderr:\n{stderr}");
     let last = stdout.lines().last().unwrap_or_default();
     let summary: serde_json::Value = serde_json::from_str(last).unwrap_or_else(|_| panic!("a JSON last line: {last}"));
@@ -31,6 +39,22 @@ fn demo_runs_kills_restarts_and_loses_nothing() {
         assert!(summary.get(key).is_some(), "{key} missing: {summary}");
     }
     assert!(summary["memory_bytes_per_replica"].as_u64().is_some_and(|bytes| bytes > 0), "{summary}");
+}
+
+/// O5: a run too short to kill a node, let its groups fail over and
+/// restart it is refused before anything starts, with the shortest that
+/// works; nothing claims a kill.
+#[test]
+fn o5_the_demo_refuses_a_run_too_short_to_kill_and_restart() {
+    let output = Command::new(env!("CARGO_BIN_EXE_cohort"))
+        .args(["demo", "--duration-secs", "6", "--partitions", "60"])
+        .output()
+        .expect("cohort demo runs");
+    let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert_eq!(output.status.code(), Some(2), "a usage error:\n{stdout}\n{stderr}");
+    assert!(stderr.contains("--duration-secs 6: too short") && stderr.contains("give at least 21"), "{stderr}");
+    let claims = |text: &str| (1..=3).any(|node| text.contains(&format!("killed node {node}")));
+    assert!(!claims(&stderr) && !claims(&stdout), "{stdout}\n{stderr}");
 }
 
 /// The release build of `cohort`, built now if needed: 10,000 groups are

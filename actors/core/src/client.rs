@@ -82,10 +82,15 @@ pub fn verdict(reply: &Reply) -> Verdict<'_> {
 /// True if a request refused with `code` may be sent again as it is: the
 /// refusal says nothing about the request itself, only about the node or
 /// the moment (view change, full pipeline, quorum window, group not hosted
-/// there).
+/// there; `NoSuchGroup` too, as one node's copy of the metadata may lag
+/// behind a create).
 pub fn retryable(code: ReplyError) -> bool {
     match code {
-        ReplyError::QuorumWindowExpired | ReplyError::Busy | ReplyError::ViewChange | ReplyError::UnknownGroup => true,
+        ReplyError::QuorumWindowExpired
+        | ReplyError::Busy
+        | ReplyError::ViewChange
+        | ReplyError::UnknownGroup
+        | ReplyError::NoSuchGroup => true,
         ReplyError::Superseded | ReplyError::Rejected | ReplyError::Forbidden => false,
     }
 }
@@ -175,9 +180,13 @@ mod tests {
         for code in [ReplyError::Superseded, ReplyError::Rejected, ReplyError::Forbidden] {
             assert!(matches!(verdict(&reply(error(code))), Verdict::Refused { .. }), "{code:?}");
         }
-        for code in
-            [ReplyError::QuorumWindowExpired, ReplyError::Busy, ReplyError::ViewChange, ReplyError::UnknownGroup]
-        {
+        for code in [
+            ReplyError::QuorumWindowExpired,
+            ReplyError::Busy,
+            ReplyError::ViewChange,
+            ReplyError::UnknownGroup,
+            ReplyError::NoSuchGroup,
+        ] {
             assert!(matches!(verdict(&reply(error(code))), Verdict::Retry { .. }), "{code:?}");
         }
     }

@@ -35,7 +35,14 @@ impl ShardActor {
                 Err(ShardError::NotInIncarnation(error)) => {
                     // Removed from the group before the restart: what is
                     // left here is not this node's any more (S4).
-                    eprintln!("cohort: shard {}: dropping {group} and its data: {error}", self.index);
+                    let (node, shard) = (self.node.0, self.index);
+                    tracing::warn!(
+                        node,
+                        shard,
+                        group = group.0,
+                        %error,
+                        "dropping {group} and its data: this node left the group before it restarted ({error})"
+                    );
                     if !self.storage.remove_group(group) {
                         return Err(format!("shard {}: the storage worker stopped", self.index));
                     }
@@ -169,7 +176,17 @@ impl ShardActor {
     fn placed_to_host(&self, placement: &Placement, kind: &GroupKind, voter: bool) -> Option<HostedGroup> {
         let group = placement.group;
         if !self.kinds.contains_key(kind) {
-            eprintln!("cohort: {group}: not hosted: its kind {kind} is not registered on this node");
+            // The agent asks again on its scans: once per window and group.
+            if crate::repeats::admit("group of an unregistered kind not hosted", &format!("{group} on {}", self.node)) {
+                let node = self.node.0;
+                tracing::warn!(
+                    node,
+                    group = group.0,
+                    %kind,
+                    "{group} not hosted: the metadata placed it here, but its kind {kind} is not registered on node \
+                     {node} (NodeBuilder::group_kind)"
+                );
+            }
             return None;
         }
         let hosted = self.driver.shard().replica(group);
@@ -179,11 +196,16 @@ impl ShardActor {
         match cohort_core::GroupSpec::of_node(placement, self.node) {
             Ok(spec) if spec.is_voter(spec.me) == voter => Some(HostedGroup { spec, kind: kind.clone() }),
             Ok(_) => {
-                tracing::warn!(group = group.0, voter, "replica spec refused: this node has the other role");
+                tracing::warn!(
+                    node = self.node.0,
+                    group = group.0,
+                    voter,
+                    "replica spec refused: this node has the other role"
+                );
                 None
             }
             Err(error) => {
-                tracing::warn!(group = group.0, %error, "replica spec refused");
+                tracing::warn!(node = self.node.0, group = group.0, %error, "replica spec refused: {error}");
                 None
             }
         }
@@ -199,11 +221,19 @@ impl Handler<HostPlaced> for ShardActor {
         let record = RecordedPlacement::of(&hosted.spec, &hosted.kind);
         let recorded = self.placements.send(RecordPlacement(record));
         ctx.spawn(recorded.into_actor(self).map(move |written, actor, ctx| {
-            let group = placement.group;
+            let (group, node) = (placement.group, actor.node.0);
             match written {
                 Ok(Ok(())) => {}
-                Ok(Err(error)) => return eprintln!("cohort: {group}: not hosted as {role}: {error}"),
-                Err(_) => return eprintln!("cohort: {group}: not hosted as {role}: the placement recorder stopped"),
+                Ok(Err(error)) => {
+                    return tracing::warn!(node, group = group.0, %error, "{group} not hosted as {role}: {error}");
+                }
+                Err(_) => {
+                    return tracing::warn!(
+                        node,
+                        group = group.0,
+                        "{group} not hosted as {role}: the placement recorder stopped"
+                    );
+                }
             }
             // Checked again: the shard went on while the record was written.
             let Some(hosted) = actor.placed_to_host(&placement, &kind, voter) else { return };
@@ -212,12 +242,19 @@ impl Handler<HostPlaced> for ShardActor {
             }
             let incarnation = hosted.spec.incarnation;
             if let Err(error) = actor.host(hosted, None) {
-                tracing::warn!(group = group.0, %error, "replica not hosted");
+                tracing::warn!(node, group = group.0, %error, "{group} not hosted as {role}: {error}");
                 actor.placements.do_send(RemovePlacement(group));
                 return;
             }
             actor.start_group_actors(group, &kind, ctx);
-            eprintln!("cohort: hosting {group} (incarnation {}) as {role}", incarnation.0);
+            let incarnation = incarnation.0;
+            tracing::info!(
+                node,
+                group = group.0,
+                incarnation,
+                role,
+                "hosting {group} (incarnation {incarnation}) as {role}"
+            );
             actor.run();
         }));
     }
@@ -240,7 +277,12 @@ impl Handler<TransferPrimary> for ShardActor {
 
     fn handle(&mut self, TransferPrimary { group, to }: TransferPrimary, _ctx: &mut Self::Context) {
         match self.driver.transfer_primary(group, to) {
-            Ok(()) => tracing::info!(group = group.0, to = to.0, "primary transfer started"),
+            Ok(()) => tracing::info!(
+                node = self.node.0,
+                group = group.0,
+                to = to.0,
+                "primary transfer of {group} to {to} started"
+            ),
             Err(error) => tracing::debug!(group = group.0, %error, "primary transfer not started yet"),
         }
         self.run();
@@ -270,7 +312,9 @@ impl Handler<SetLearners> for ShardActor {
                     self.placements.do_send(SetRecordedLearners { group, incarnation, learners });
                 }
             }
-            Err(error) => tracing::warn!(group = group.0, %error, "learners not set"),
+            Err(error) => {
+                tracing::warn!(node = self.node.0, group = group.0, %error, "learners of {group} not set: {error}")
+            }
         }
         self.run();
     }
@@ -299,10 +343,19 @@ impl ShardActor {
             Ok(()) => {
                 if let Some(replica) = self.driver.shard().replica(group) {
                     let (incarnation, members) = (replica.incarnation().0, replica.members());
-                    eprintln!("cohort: {group} switched to incarnation {incarnation} {how} {members:?}");
+                    let node = self.node.0;
+                    tracing::info!(
+                        node,
+                        group = group.0,
+                        incarnation,
+                        ?members,
+                        "{group} switched to incarnation {incarnation} {how} {members:?}"
+                    );
                 }
             }
-            Err(error) => tracing::warn!(group = group.0, %error, "switch refused"),
+            Err(error) => {
+                tracing::warn!(node = self.node.0, group = group.0, %error, "switch of {group} refused: {error}")
+            }
         }
         self.run();
     }

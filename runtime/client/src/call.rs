@@ -72,6 +72,10 @@ struct Call<'a> {
     deadline: Instant,
     /// Endpoints that failed in this round.
     failed: Vec<bool>,
+    /// Endpoints that said in this round that the metadata knows no such
+    /// group (O5), and what the last one said.
+    no_such_group: Vec<bool>,
+    no_such_group_detail: String,
     /// The next endpoint of the rotation.
     next: usize,
     /// Whether this round already asked for routes.
@@ -100,6 +104,8 @@ pub(crate) async fn run(
         started,
         deadline: started + timeout,
         failed: vec![false; endpoints],
+        no_such_group: vec![false; endpoints],
+        no_such_group_detail: String::new(),
         next: (request.group.0 % endpoints as u64) as usize,
         queried: false,
         pause: inner.limits.retry_pause_min,
@@ -127,6 +133,9 @@ impl Call<'_> {
     async fn run(&mut self) -> Result<Committed, ClientError> {
         while Instant::now() < self.deadline {
             let Some(target) = self.target().await? else {
+                if let Some(error) = self.no_such_group() {
+                    return Err(error);
+                }
                 self.pause().await;
                 continue;
             };
@@ -242,9 +251,16 @@ impl Call<'_> {
                     self.redirects_in_a_row = 0;
                     // A Busy may be the node's own answer timeout: the write may be in the log.
                     self.maybe_applied |= code == ReplyError::Busy;
-                    self.routed |= code != ReplyError::UnknownGroup;
+                    self.routed |= !matches!(code, ReplyError::UnknownGroup | ReplyError::NoSuchGroup);
                     self.last = Last::Refusal { node, code, detail: detail.to_string() };
-                    if matches!(code, ReplyError::UnknownGroup | ReplyError::QuorumWindowExpired) {
+                    if code == ReplyError::NoSuchGroup {
+                        self.no_such_group[target] = true;
+                        self.no_such_group_detail = detail.to_string();
+                    }
+                    if matches!(
+                        code,
+                        ReplyError::UnknownGroup | ReplyError::QuorumWindowExpired | ReplyError::NoSuchGroup
+                    ) {
                         // Not (or no longer) the primary here.
                         self.inner.forget(group, node);
                     }
@@ -291,12 +307,27 @@ impl Call<'_> {
         }
     }
 
+    /// O5: at the end of a round, the error if a majority of the list said
+    /// the metadata knows no such group and no node named a primary or
+    /// served it in this call. A majority, not one node: one node's copy of
+    /// the metadata may lag behind a create for a moment, and the metadata
+    /// primary, whose copy does not, is among most majorities. Should a
+    /// majority lag at once, nothing was applied and the call can be made
+    /// again.
+    fn no_such_group(&self) -> Option<ClientError> {
+        let said = self.no_such_group.iter().filter(|said| **said).count();
+        let majority = self.no_such_group.len() / 2 + 1;
+        (said >= majority && !self.routed && !self.maybe_applied)
+            .then(|| ClientError::NoSuchGroup { group: self.request.group, reason: self.no_such_group_detail.clone() })
+    }
+
     /// Every endpoint failed in this round: wait, then start a new one.
     async fn pause(&mut self) {
         let left = self.deadline.saturating_duration_since(Instant::now());
         tokio::time::sleep(self.pause.min(left)).await;
         self.pause = (self.pause * 2).min(self.inner.limits.retry_pause_max);
         self.failed.iter_mut().for_each(|failed| *failed = false);
+        self.no_such_group.iter_mut().for_each(|said| *said = false);
         self.queried = false;
         self.redirects_in_a_row = 0;
     }
@@ -307,6 +338,9 @@ impl Call<'_> {
         let waited = self.started.elapsed();
         let request = (self.request.kind == RequestKind::Write).then(|| Box::new(self.request.clone()));
         match &self.last {
+            Last::Refusal { code: ReplyError::NoSuchGroup, detail, .. } if !self.routed && !self.maybe_applied => {
+                ClientError::NoSuchGroup { group, reason: detail.clone() }
+            }
             Last::Nothing | Last::NoRoute | Last::Refusal { code: ReplyError::UnknownGroup, .. }
                 if !self.routed && !self.maybe_applied =>
             {

@@ -53,6 +53,16 @@ pub enum ClientError {
         /// Route queries answered.
         asked: u32,
     },
+    /// O5: every node reached (a majority of the list) said the cluster's
+    /// metadata knows no such group: never created, or deleted. Nothing was
+    /// applied. Answered at once, not at the timeout.
+    #[error("{group}: no such group: {reason}")]
+    NoSuchGroup {
+        /// The group.
+        group: GroupId,
+        /// What the last node said, with the metadata epoch it judged by.
+        reason: String,
+    },
     /// The group refused the request for good; the same request would be
     /// refused again. Nothing was applied.
     #[error("{group}: refused ({code:?}): {reason}")]

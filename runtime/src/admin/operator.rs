@@ -187,12 +187,35 @@ pub(crate) struct OperatorPort {
     board: Arc<StatusBoard>,
     agent: Recipient<OperatorSubmit>,
     timeout: Duration,
+    /// The group kinds this node registered (O5: a group of another kind
+    /// would be created, and then hosted nowhere).
+    kinds: Arc<[String]>,
 }
 
 impl OperatorPort {
-    /// Commands go through `agent`; plans are read from `board`'s metadata.
-    pub(crate) fn new(board: Arc<StatusBoard>, agent: Recipient<OperatorSubmit>) -> OperatorPort {
-        OperatorPort { board, agent, timeout: OPERATOR_TIMEOUT }
+    /// Commands go through `agent`; plans are read from `board`'s metadata;
+    /// `kinds` are the group kinds this node registered.
+    pub(crate) fn new(board: Arc<StatusBoard>, agent: Recipient<OperatorSubmit>, kinds: Vec<String>) -> OperatorPort {
+        OperatorPort { board, agent, timeout: OPERATOR_TIMEOUT, kinds: kinds.into() }
+    }
+
+    /// O5: a create of a kind this node does not register is refused here,
+    /// at once, naming the kinds it does: the metadata would take it, and
+    /// then no member would host the group. (Nodes do not tell the
+    /// metadata their kinds; a host whose nodes register different kinds
+    /// creates a group through a node that registers its kind.)
+    fn unregistered_kind(&self, command: &MetadataCommand) -> Option<String> {
+        let MetadataCommand::CreateGroup { kind, .. } = command else { return None };
+        if self.kinds.iter().any(|known| known == kind) {
+            return None;
+        }
+        let node = self.board.node();
+        Some(format!(
+            "kind {kind:?} is not registered on {node}, which registers {}: a group of it would be hosted nowhere; \
+             give --kind one of those (`cohort node` registers \"default\"), or create the group through a node \
+             that registers its kind",
+            self.kinds.iter().map(|kind| format!("{kind:?}")).collect::<Vec<_>>().join(", ")
+        ))
     }
 
     /// Answer `method path` with `body` (a path under `/admin/`).
@@ -237,6 +260,9 @@ impl OperatorPort {
     /// exactly once, and return what it committed (the embedding API's
     /// path to the same commands, see `NodeHandle::create_group`).
     pub(crate) async fn submit(&self, command: MetadataCommand) -> Result<MetadataResult, OperatorFailure> {
+        if let Some(reason) = self.unregistered_kind(&command) {
+            return Ok(MetadataResult::Refused { reason });
+        }
         let deadline = Instant::now() + self.timeout;
         let (answer, answered) = oneshot::channel();
         self.agent.try_send(OperatorSubmit { command, deadline, answer }).map_err(|_| OperatorFailure::Busy)?;

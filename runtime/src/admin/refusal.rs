@@ -126,9 +126,25 @@ impl AdminRefusal {
         }
     }
 
+    /// Log the refusal (O1): a caller without the right token is a warning,
+    /// once per window and reason with a count of the rest; a wrong path,
+    /// method or body is the caller's own mistake, at `debug`.
+    fn log(self) {
+        let reason = self.as_str();
+        match self {
+            AdminRefusal::Unauthenticated | AdminRefusal::TokenMismatch | AdminRefusal::TokenUnset => {
+                if cohort_actors::admit_repeated_warning("admin command refused", &reason) {
+                    tracing::warn!(reason, "the admin port refused a request: {reason}");
+                }
+            }
+            _ => tracing::debug!(reason, "the admin port refused a request: {reason}"),
+        }
+    }
+
     /// Count the refusal and answer it with its JSON error ([`AdminRefusal::reply`]).
     pub(super) fn respond(self, metrics: &NodeMetrics) -> HttpResponse {
         metrics.inc_refused(Port::Admin, self.as_str());
+        self.log();
         let mut response = HttpResponse::build(self.status());
         match self {
             AdminRefusal::Unauthenticated | AdminRefusal::TokenMismatch => {

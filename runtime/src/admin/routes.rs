@@ -100,6 +100,11 @@ async fn fallback(request: HttpRequest, payload: web::Payload, state: web::Data<
     if let Some(refusal) = AdminRefusal::of_status(answer.status) {
         state.metrics.inc_refused(cohort_actors::Port::Admin, refusal.as_str());
     }
+    if request.method() == Method::POST {
+        // O1: every operator command, with its answer's status.
+        let (path, status) = (request.path(), answer.status);
+        tracing::info!(path, status, "operator command POST {path}: answered {status}");
+    }
     respond(answer)
 }
 

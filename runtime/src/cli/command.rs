@@ -3,7 +3,8 @@
 //! port, `cohort write` and `cohort read` use a running cluster's groups
 //! through its client ports, `cohort demo` runs a local demo cluster,
 //! `cohort bench` measures replicated writes on a local cluster, or on a
-//! running one with `--cluster`. `node` and `demo` export spans over OTLP
+//! running one with `--cluster`. `node` and `demo` write their log to
+//! stderr as `[log]` (or `COHORT_LOG`) says, and export spans over OTLP
 //! when told to (`[telemetry] otlp_endpoint`, `--otlp-endpoint` or
 //! `OTEL_EXPORTER_OTLP_ENDPOINT`), and flush them before exiting.
 //!
@@ -290,16 +291,18 @@ impl AdminCommand {
     }
 }
 
-/// Start span export as `telemetry` says; `Err` is the exit code after the
-/// error was printed.
+/// Start the log as `log` says and span export as `telemetry` says; `Err`
+/// is the exit code after the error was printed.
 fn start_tracing(
     what: &str,
+    log: &crate::config::LogSection,
     telemetry: &crate::config::TelemetryConfig,
     instance: Option<&str>,
 ) -> Result<Option<crate::otlp::TracingGuard>, ExitCode> {
-    match crate::otlp::init_tracing(telemetry, instance) {
+    match crate::logs::init_logs(log, telemetry, instance) {
         Ok(Some(guard)) => {
-            eprintln!("{what}: exporting spans to {}", guard.endpoint());
+            let endpoint = guard.endpoint().to_string();
+            tracing::info!(%endpoint, "{what}: exporting spans to {endpoint}");
             Ok(Some(guard))
         }
         Ok(None) => Ok(None),
@@ -336,35 +339,34 @@ fn run_node(path: &std::path::Path) -> ExitCode {
     };
     let admin_token = config.admin.token.is_some() || config.admin.token_file.is_some();
     let instance = format!("node-{}", config.node.as_ref().map_or(0, |node| node.id));
-    let tracing = match start_tracing("cohort node", &config.telemetry, Some(&instance)) {
+    let tracing = match start_tracing("cohort node", &config.log, &config.telemetry, Some(&instance)) {
         Ok(guard) => guard,
         Err(code) => return code,
     };
     let system = actix_rt::System::new();
+    // From here on the node speaks through its log ([log]): in JSON when
+    // asked, every line is an object.
     let code = system.block_on(async move {
         let node = match builder.start() {
             Ok(node) => node,
             Err(error) => {
-                eprintln!("cohort node: {error}");
+                tracing::error!(%error, "cohort node: {error}");
                 return ExitCode::from(1);
             }
         };
         let handle = node.handle();
-        eprintln!(
-            "cohort node {}: peers on {}, clients on {}, metrics on {}",
-            handle.node().0,
-            node.listen_address(),
+        let id = handle.node().0;
+        let (peers, clients, admin) = (
+            node.listen_address().to_string(),
             node.client_address().map_or("(none)".into(), |a| a.to_string()),
             node.admin_address().map_or("(none)".into(), |a| a.to_string()),
         );
+        tracing::info!(node = id, peers, clients, admin, "cohort node {id}: peers on {peers}, clients on {clients}, metrics on {admin}");
         if let Some(metrics) = node.metrics_address() {
-            eprintln!("cohort node {}: /metrics and /health only on {metrics}", handle.node().0);
+            tracing::info!(node = id, %metrics, "cohort node {id}: /metrics and /health only on {metrics}");
         }
         if node.admin_address().is_some() && !admin_token {
-            eprintln!(
-                "cohort node {}: no [admin] token: the admin port refuses every operator command",
-                handle.node().0
-            );
+            tracing::warn!(node = id, "cohort node {id}: no [admin] token: the admin port refuses every operator command");
         }
         let stop = async {
             let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
@@ -376,7 +378,7 @@ fn run_node(path: &std::path::Path) -> ExitCode {
         let session = handle.clone();
         let session_stopped = tokio::select! {
             why = stop => {
-                eprintln!("cohort node {}: {why}, stopping", handle.node().0);
+                tracing::info!(node = id, why, "cohort node {id}: {why}, stopping");
                 None
             }
             reason = session.wait_session_stopped() => Some(reason),
@@ -384,12 +386,12 @@ fn run_node(path: &std::path::Path) -> ExitCode {
         node.stop();
         if let Some(reason) = session_stopped {
             // S3: the session expired and the policy says stop.
-            eprintln!("cohort node {}: stopped: {reason}", handle.node().0);
+            tracing::error!(node = id, %reason, "cohort node {id}: stopped: {reason}");
             return ExitCode::from(3);
         }
         match handle.fatal() {
             Some(fatal) => {
-                eprintln!("cohort node {}: stopped after a fatal error: {fatal}", handle.node().0);
+                tracing::error!(node = id, %fatal, "cohort node {id}: stopped after a fatal error: {fatal}");
                 ExitCode::from(1)
             }
             None => ExitCode::SUCCESS,
@@ -467,7 +469,10 @@ pub(crate) fn run() -> ExitCode {
         } => {
             let telemetry =
                 crate::config::TelemetryConfig { otlp_endpoint, ..crate::config::TelemetryConfig::default() };
-            let tracing = match start_tracing("cohort demo", &telemetry, None) {
+            // The demo's own lines are its report; its nodes speak only
+            // when something is wrong (COHORT_LOG turns them up).
+            let log = crate::config::LogSection { level: "warn".into(), ..crate::config::LogSection::default() };
+            let tracing = match start_tracing("cohort demo", &log, &telemetry, None) {
                 Ok(guard) => guard,
                 Err(code) => return code,
             };
@@ -481,6 +486,10 @@ pub(crate) fn run() -> ExitCode {
                 progress: true,
                 quiesce: quiesce_secs.map(Duration::from_secs),
             };
+            if let Err(error) = options.check() {
+                eprintln!("cohort demo: {error}");
+                return ExitCode::from(2);
+            }
             eprintln!(
                 "cohort demo: {nodes} nodes on loopback TCP, {partitions} partitions, {duration_secs} s of writes; \
                  the busiest node is killed at 1/3 and restarted at 2/3, once its groups failed over"

@@ -19,6 +19,12 @@ use cohort_messages::ClusterId;
 /// The longest `--timeout-secs` (an hour): a typo must not make a command hang for days.
 pub(super) const CALL_TIMEOUT_MAX_SECS: u64 = 3600;
 
+/// `--timeout-secs` by default: the idle failover bound of the default
+/// timing (13 s, R22) and room for the write after it, so a command run
+/// while an idle group fails over waits for the new primary instead of
+/// giving up first (O5). A test checks it against the bound.
+pub(super) const CALL_TIMEOUT_DEFAULT_SECS: u64 = 20;
+
 /// How to reach and prove ourselves to the cluster's client ports.
 #[derive(Clone, Debug, PartialEq, Eq, clap::Args)]
 pub(crate) struct ConnectArgs {
@@ -47,8 +53,9 @@ pub(crate) struct ConnectArgs {
     #[arg(long, value_name = "HEX", value_parser = cluster_id_arg)]
     pub cluster_id: Option<ClusterId>,
     /// How long one write or read keeps trying through redirects,
-    /// failovers and retries before it fails.
-    #[arg(long, value_name = "SECS", default_value_t = 10,
+    /// failovers and retries before it fails; the default covers the
+    /// failover of an idle group (13 s).
+    #[arg(long, value_name = "SECS", default_value_t = CALL_TIMEOUT_DEFAULT_SECS,
           value_parser = clap::value_parser!(u64).range(1..=CALL_TIMEOUT_MAX_SECS))]
     pub timeout_secs: u64,
 }
@@ -63,7 +70,7 @@ impl Default for ConnectArgs {
             key: None,
             insecure: false,
             cluster_id: None,
-            timeout_secs: 10,
+            timeout_secs: CALL_TIMEOUT_DEFAULT_SECS,
         }
     }
 }
@@ -219,5 +226,13 @@ mod tests {
         let bad = ConnectArgs { insecure: true, ..args };
         let error = bad.client(&["127.0.0.1".into()]).expect_err("no port").to_string();
         assert!(error.contains("HOST:PORT"), "{error}");
+    }
+
+    #[test]
+    fn o5_the_default_timeout_covers_the_failover_of_an_idle_group() {
+        let bound = crate::config::ClusterConfig::default().idle_failover_bound();
+        assert_eq!(bound, Duration::from_secs(13), "docs/operations.md and the CLI's messages name 13 s");
+        let default = parse(&[]).expect("parses").call_timeout();
+        assert!(default >= bound + Duration::from_secs(5), "{default:?} leaves no room after the {bound:?} bound");
     }
 }

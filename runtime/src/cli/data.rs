@@ -71,7 +71,7 @@ pub(crate) enum DataError {
     #[error("{0}")]
     Usage(String),
     /// The call failed (exit 1; 3 if a write may still commit).
-    #[error("{what} group:{group} through {addresses}: {source}{hint}")]
+    #[error("{what} group:{group} through {addresses}: {message}")]
     Failed {
         /// `write to` or `read of`.
         what: &'static str,
@@ -81,8 +81,9 @@ pub(crate) enum DataError {
         addresses: String,
         /// What the client said.
         source: Box<ClientError>,
-        /// What to do next, for a command-line user.
-        hint: String,
+        /// What happened and what to do next, in a shell user's words
+        /// ([`shell_message`]).
+        message: String,
     },
     /// No async runtime could be started (exit 1).
     #[error("cannot start the async runtime: {0}")]
@@ -132,24 +133,48 @@ fn block_on<T>(future: impl Future<Output = T>) -> Result<T, DataError> {
 }
 
 fn failed(args: &DataArgs, what: &'static str, client: &ClusterClient, source: ClientError) -> DataError {
-    let hint = match &source {
-        error if error.may_have_applied() => format!(
-            " (for this command: the write may still commit; `cohort read --group {}` with the same flags shows whether it did)",
-            args.group
-        ),
-        // A node closes, without a word, a connection whose Handshake names
-        // another cluster (R18): the one mistake this error hides most often.
-        ClientError::Io { detail, .. } if detail.contains("Handshake") => {
-            " (a node that closes the connection before its Handshake most often has another cluster id: check --cluster-id or the cluster-id file in --certs)".into()
-        }
-        _ => String::new(),
-    };
+    let message = shell_message(&source, args.group, what == "write to");
     DataError::Failed {
         what,
         group: args.group,
         addresses: client.addresses().join(","),
         source: Box::new(source),
-        hint,
+        message,
+    }
+}
+
+/// O5: what the client's error means for someone at a shell: the flags and
+/// commands to use, not the library's calls (`ClusterClient::retry` is of
+/// no use to a shell user).
+pub(crate) fn shell_message(error: &ClientError, group: u64, write: bool) -> String {
+    let seconds = |waited: &Duration| format!("{:.1} s", waited.as_secs_f64());
+    let unknown = format!(
+        "the write may still commit: `cohort read --group {group}` with the same flags shows whether it did; \
+         write again only if it did not"
+    );
+    let again = "try again, or give more time with --timeout-secs";
+    match error {
+        ClientError::Timeout { waited, attempts, last, .. } => {
+            let then = if write { unknown } else { again.to_string() };
+            format!("no definite answer within {} after {attempts} attempts (last: {last}); {then}", seconds(waited))
+        }
+        ClientError::Busy { waited, reason, .. } => {
+            let then = if write { unknown } else { again.to_string() };
+            format!("the cluster stayed busy for {} (last: {reason}); {then}", seconds(waited))
+        }
+        ClientError::NoRoute { waited, .. } => format!(
+            "no node knew a primary for it within {}: check --group (`cohort status` lists the groups); a group \
+             whose primary died fails over within about {} s: {again}",
+            seconds(waited),
+            crate::config::ClusterConfig::default().idle_failover_bound().as_secs()
+        ),
+        // A node closes, without a word, a connection whose Handshake names
+        // another cluster (R18): the one mistake this error hides most often.
+        ClientError::Io { detail, .. } if detail.contains("Handshake") => format!(
+            "{error} (a node that closes the connection before its Handshake most often has another cluster id: \
+             check --cluster-id or the cluster-id file in --certs)"
+        ),
+        other => other.to_string(),
     }
 }
 

@@ -39,6 +39,7 @@ mod writer;
 
 pub use budget::{ANSWER_BUDGET_MAX_BYTES, ANSWER_BUDGET_MIN_BYTES, ANSWER_RESERVE_BYTES};
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -118,13 +119,55 @@ pub(crate) struct ClientPort {
     pub tls: Option<NodeTls>,
     /// The bounds.
     pub limits: ClientPortLimits,
-    /// This node's copy of the metadata (route queries).
+    /// This node's copy of the metadata (route queries, and requests to
+    /// groups it does not know: O5).
     pub metadata: cohort_actors::SharedMetadata,
+    /// The groups this node was configured with: they exist once the
+    /// metadata created them, so a request for one is never refused as
+    /// unknown while the cluster starts.
+    pub configured: Arc<std::collections::BTreeSet<GroupId>>,
 }
 
 impl ClientPort {
-    fn refuse(&self, reason: &'static str) {
+    /// O5: why `group` does not exist, if this node's copy of the metadata
+    /// says so; `None` when it knows the group, when the node was
+    /// configured with it (the metadata creates it while the cluster
+    /// starts), or when the node holds no copy yet.
+    fn no_such_group(&self, group: GroupId) -> Option<String> {
+        if self.configured.contains(&group) {
+            return None;
+        }
+        self.metadata.with(|metadata| {
+            if metadata.epoch.0 == 0 {
+                return None;
+            }
+            let epoch = metadata.epoch.0;
+            match metadata.groups.get(&group) {
+                Some(record) if record.live => None,
+                Some(_) => Some(format!(
+                    "{group} was deleted (the cluster's metadata at epoch {epoch}); create it again to use it"
+                )),
+                None => Some(format!(
+                    "{group} does not exist: the cluster's metadata (epoch {epoch}) knows no such group; check the \
+                     group id, or create it first (`cohort admin create-group`)"
+                )),
+            }
+        })
+    }
+
+    /// Count a refusal by reason (T5) and log it (O1) with the address it
+    /// came from, once per window and reason: the first of each reason in
+    /// full, the rest as a count. A connection idle past its timeout is
+    /// routine and logged at `debug` only.
+    fn refuse(&self, remote: SocketAddr, reason: &'static str) {
         self.metrics.inc_refused(Port::Client, reason);
+        let node = self.node.0;
+        if reason == "idle_timeout" {
+            return tracing::debug!(node, %remote, reason, "closed the idle client connection from {remote}");
+        }
+        if cohort_actors::admit_repeated_warning("client refused", &format!("{}: {reason}", self.node)) {
+            tracing::warn!(node, %remote, reason, "refused the client at {remote}: {reason} (counted in cohort_refusals_total)");
+        }
     }
 }
 
@@ -134,14 +177,14 @@ pub(crate) async fn serve(listener: TcpListener, port: Arc<ClientPort>) {
     let budget = NodeBudget::new(port.limits.answer_bytes_node_max, Arc::clone(&port.metrics));
     loop {
         match listener.accept().await {
-            Ok((stream, _)) => match Arc::clone(&connections).try_acquire_owned() {
+            Ok((stream, remote)) => match Arc::clone(&connections).try_acquire_owned() {
                 Ok(permit) => {
                     let _ = stream.set_nodelay(true);
                     let budget = ConnectionBudget::new(&budget, port.limits.answer_bytes_max);
-                    actix::spawn(serve_connection(stream, Arc::clone(&port), budget, permit));
+                    actix::spawn(serve_connection(stream, remote, Arc::clone(&port), budget, permit));
                 }
                 // Closing it at once is the refusal.
-                Err(_) => port.refuse("connections_max"),
+                Err(_) => port.refuse(remote, "connections_max"),
             },
             Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
         }
@@ -151,6 +194,7 @@ pub(crate) async fn serve(listener: TcpListener, port: Arc<ClientPort>) {
 /// One connection, from TLS to close; `_permit` holds its place in the cap.
 async fn serve_connection(
     tcp: TcpStream,
+    remote: SocketAddr,
     port: Arc<ClientPort>,
     budget: Arc<ConnectionBudget>,
     _permit: OwnedSemaphorePermit,
@@ -163,20 +207,21 @@ async fn serve_connection(
             Ok(Ok(stream)) => {
                 let certificate = stream.get_ref().1.peer_certificates().and_then(|chain| chain.first()).cloned();
                 // The verifier requires a certificate; without one there is no identity.
-                let Some(certificate) = certificate else { return port.refuse("no_certificate") };
+                let Some(certificate) = certificate else { return port.refuse(remote, "no_certificate") };
                 (Box::new(stream), cohort_actors::identity_of(&certificate))
             }
-            Ok(Err(_)) => return port.refuse("tls_handshake"),
-            Err(_) => return port.refuse("handshake_timeout"),
+            Ok(Err(_)) => return port.refuse(remote, "tls_handshake"),
+            Err(_) => return port.refuse(remote, "handshake_timeout"),
         },
     };
     let (mut reader, writer) = tokio::io::split(stream);
     let (answers, queued) = mpsc::channel::<Queued>(limits.in_flight_max + 1);
-    actix::spawn(write_answers(writer, queued, Arc::clone(&port)));
+    actix::spawn(write_answers(writer, queued, Arc::clone(&port), remote));
     // A client sends only Handshakes and Requests: no body above a Request's limit.
     let decoder = FrameDecoder::with_body_max(port.cluster, Command::Request.body_size_max_bytes());
     let mut connection = Connection {
         port,
+        remote,
         identity,
         decoder,
         buffer: BytesMut::with_capacity(4 * 1024),
@@ -191,6 +236,8 @@ async fn serve_connection(
 /// The reading side of one connection.
 struct Connection {
     port: Arc<ClientPort>,
+    /// Where the client is.
+    remote: SocketAddr,
     identity: [u8; 32],
     decoder: FrameDecoder,
     buffer: BytesMut,
@@ -215,7 +262,7 @@ impl Connection {
                     Ok(Some(frame)) => frame,
                     Ok(None) => break,
                     Err(error) => {
-                        self.port.refuse(if error.closes_connection() { "bad_frame" } else { "bad_body" });
+                        self.port.refuse(self.remote, if error.closes_connection() { "bad_frame" } else { "bad_body" });
                         if error.closes_connection() {
                             return;
                         }
@@ -235,7 +282,9 @@ impl Connection {
                 Ok(Ok(0)) | Ok(Err(_)) => return,
                 Ok(Ok(_)) => {}
                 Err(_) => {
-                    return self.port.refuse(if self.greeted { "idle_timeout" } else { "handshake_timeout" });
+                    return self
+                        .port
+                        .refuse(self.remote, if self.greeted { "idle_timeout" } else { "handshake_timeout" });
                 }
             }
         }
@@ -246,7 +295,7 @@ impl Connection {
         let message = match frame.message() {
             Ok(message) => message,
             Err(_) => {
-                self.port.refuse("bad_body");
+                self.port.refuse(self.remote, "bad_body");
                 return true;
             }
         };
@@ -263,7 +312,7 @@ impl Connection {
                     self.send(Message::Handshake(ours)).await
                 }
                 _ => {
-                    self.port.refuse("not_a_handshake");
+                    self.port.refuse(self.remote, "not_a_handshake");
                     false
                 }
             };
@@ -275,18 +324,22 @@ impl Connection {
                 return self.send(Message::Routes(self.routes(&query))).await;
             }
             _ => {
-                self.port.refuse("unexpected_command");
+                self.port.refuse(self.remote, "unexpected_command");
                 return true;
             }
         };
         self.port.metrics.inc_client_request(request.kind);
         if request.group == GroupId::METADATA {
-            self.port.refuse("reserved_group");
+            self.port.refuse(self.remote, "reserved_group");
             let detail = format!("{} is the cluster's metadata group: clients cannot send it requests", request.group);
             return self.send(Message::Reply(refused(&request, ReplyError::Forbidden, detail))).await;
         }
+        if let Some(detail) = self.port.no_such_group(request.group) {
+            self.port.refuse(self.remote, "no_such_group");
+            return self.send(Message::Reply(refused(&request, ReplyError::NoSuchGroup, detail))).await;
+        }
         let Ok(permit) = Arc::clone(&self.in_flight).try_acquire_owned() else {
-            self.port.refuse("in_flight_max");
+            self.port.refuse(self.remote, "in_flight_max");
             let detail = "too many requests in flight on this connection; wait for answers".to_string();
             return self.send(Message::Reply(refused(&request, ReplyError::Busy, detail))).await;
         };

@@ -37,6 +37,7 @@ pub(super) async fn write_answers(
     mut writer: WriteHalf<Stream>,
     mut queued: mpsc::Receiver<Queued>,
     port: Arc<ClientPort>,
+    remote: std::net::SocketAddr,
 ) {
     let mut batch: Vec<Queued> = Vec::new();
     let mut carried: Option<Queued> = None;
@@ -82,7 +83,7 @@ pub(super) async fn write_answers(
         match tokio::time::timeout(port.limits.write_timeout, write).await {
             Ok(Ok(())) => {}
             Ok(Err(_)) => return,
-            Err(_) => return port.refuse("write_timeout"),
+            Err(_) => return port.refuse(remote, "write_timeout"),
         }
         // The bytes are the socket's now: release their charges.
         batch.clear();

@@ -69,14 +69,46 @@ impl Default for DemoOptions {
     }
 }
 
+/// The shortest run that can do what the demo says (O5): the kill comes
+/// at a third of the run, and the restart at two thirds once the killed
+/// node's groups failed over; a busy group takes up to its failover bound
+/// (6 s with the default timing) and the restart waits [`RESTART_MARGIN`]
+/// more for probes still running. Three times that: 21 s.
+pub(crate) fn duration_min() -> Duration {
+    let timing = crate::config::ClusterConfig::default();
+    3 * (timing.failover_bound(timing.commit_heartbeat_timeout) + RESTART_MARGIN)
+}
+
+impl DemoOptions {
+    /// Refuse settings the demo cannot run as it says, before anything
+    /// starts; the error names the flag and the value that would do.
+    pub(crate) fn check(&self) -> Result<(), String> {
+        if self.nodes < 3 {
+            return Err(format!("--nodes {}: the demo needs at least 3 nodes to survive a crash", self.nodes));
+        }
+        if self.partitions == 0 {
+            return Err("--partitions must be at least 1".into());
+        }
+        let min = duration_min();
+        if self.duration < min {
+            return Err(format!(
+                "--duration-secs {}: too short to kill a node and restart it; the kill comes at a third of the run, \
+                 and the restart at two thirds once the killed node's groups failed over, which takes up to {} s \
+                 (commit_heartbeat_timeout and two broadcast intervals) and {} s for the last probes: give at \
+                 least {}",
+                self.duration.as_secs(),
+                failover_bound(crate::config::ClusterConfig::default().commit_heartbeat_timeout).as_secs(),
+                RESTART_MARGIN.as_secs(),
+                min.as_secs()
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// Run the demo in a new actix System.
 pub(crate) fn run(options: DemoOptions) -> Result<DemoSummary, String> {
-    if options.nodes < 3 {
-        return Err(format!("--nodes {}: the demo needs at least 3 nodes to survive a crash", options.nodes));
-    }
-    if options.partitions == 0 {
-        return Err("--partitions must be at least 1".into());
-    }
+    options.check()?;
     let dir = std::env::temp_dir().join(format!("cohort-demo-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let system = actix_rt::System::new();
@@ -108,10 +140,10 @@ fn verify_wait_max(partitions: usize) -> Duration {
     Duration::from_secs(60) + Duration::from_millis(2 * partitions as u64)
 }
 
-/// The failover bound of a group whose backups wait `timeout` (R22): the
-/// timeout plus two broadcast intervals for the election.
+/// The failover bound of a group whose backups wait `timeout` (R22), with
+/// the default timing the demo runs.
 fn failover_bound(timeout: Duration) -> Duration {
-    timeout + 2 * crate::config::ClusterConfig::default().commit_broadcast_interval
+    crate::config::ClusterConfig::default().failover_bound(timeout)
 }
 
 /// How long after the idle failover bound the restart waits at most for
@@ -191,6 +223,7 @@ impl Demo {
         demo.rss_after_start_bytes.set(crate::bench::process::resident_bytes());
 
         let bar = demo.progress_bar();
+        let mut lines = ProgressLines::new(demo.options.progress && !bar_drawn());
         let started = Instant::now();
         let writers: Vec<_> = (0..demo.options.writers)
             .map(|writer| {
@@ -208,7 +241,14 @@ impl Demo {
             tokio::time::sleep(Duration::from_millis(200)).await;
             let elapsed = started.elapsed();
             if killed.is_none() && elapsed >= kill_at {
-                let (victim, report) = demo.kill_busiest(&mut nodes).await;
+                // Only a node that leads groups is killed: killing one that
+                // leads none would measure no failover (asked again at the
+                // next check until one does).
+                let Some((victim, report)) = demo.kill_busiest(&mut nodes).await else {
+                    phase = "waiting for a node that leads groups, to kill it".into();
+                    lines.say(elapsed, duration, &phase);
+                    continue;
+                };
                 phase = format!("killed node {} (primary of {} groups)", victim + 1, report.primaries.len());
                 for group in report.primaries.clone() {
                     let demo = Rc::clone(&demo);
@@ -234,12 +274,23 @@ impl Demo {
                 demo.restart_to_connected.set(Some(began.elapsed()));
             }
             let acked = demo.latencies_us.borrow().len() as u64;
-            bar.set_position(elapsed.as_millis().min(duration.as_millis()) as u64);
-            bar.set_message(format!(
+            let message = format!(
                 "{phase} | {acked} acked | {:.0} ops/s | failed over {} groups",
                 acked as f64 / elapsed.as_secs_f64().max(0.001),
                 demo.failover.borrow().len()
+            );
+            bar.set_position(elapsed.as_millis().min(duration.as_millis()) as u64);
+            lines.tick(elapsed, duration, &phase, &message);
+            bar.set_message(message);
+        }
+        let Some((victim, _)) = &killed else {
+            return Err(format!(
+                "no node led a group by the end of the {} s run, so none was killed and nothing was measured",
+                duration.as_secs()
             ));
+        };
+        if !restarted {
+            lines.say(started.elapsed(), duration, &format!("node {} was not restarted before the end: the failover of its groups was still being measured (a longer --duration-secs restarts it)", victim + 1));
         }
         demo.stopping.set(true);
         for writer in writers {
@@ -247,7 +298,9 @@ impl Demo {
         }
         let workload_secs = started.elapsed().as_secs_f64();
         bar.set_message("reading back every acknowledged write");
+        lines.say(started.elapsed(), duration, "reading back every acknowledged write");
         let verification = demo.verify(&bar).await;
+        lines.say(started.elapsed(), duration, "done");
         bar.finish_and_clear();
         let summary = demo.summarize(&nodes, killed.as_ref(), workload_secs, verification).await;
         for node in nodes.into_iter().flatten() {
@@ -436,22 +489,25 @@ impl Demo {
         }
     }
 
-    async fn kill_busiest(&self, nodes: &mut [Option<Node>]) -> (usize, cohort_actors::ShardReport) {
-        let mut best = (0, cohort_actors::ShardReport::default());
+    /// Kill the node that leads the most groups, as abruptly as a crash;
+    /// `None` (and nothing killed) while no node leads any.
+    async fn kill_busiest(&self, nodes: &mut [Option<Node>]) -> Option<(usize, cohort_actors::ShardReport)> {
+        let mut best: Option<(usize, cohort_actors::ShardReport)> = None;
         for (index, node) in nodes.iter().enumerate() {
             if let Some(node) = node {
                 let report = node.handle().report().await;
-                if report.primaries.len() > best.1.primaries.len() {
-                    best = (index, report);
+                if report.primaries.len() > best.as_ref().map_or(0, |(_, best)| best.primaries.len()) {
+                    best = Some((index, report));
                 }
             }
         }
-        if let Some(node) = nodes[best.0].take() {
-            self.handles.borrow_mut()[best.0] = None;
-            self.killed_at.set(Some(Instant::now()));
-            node.stop();
-        }
-        best
+        let (victim, report) = best?;
+        debug_assert!(!report.primaries.is_empty(), "only a node that leads groups is killed");
+        let node = nodes[victim].take()?;
+        self.handles.borrow_mut()[victim] = None;
+        self.killed_at.set(Some(Instant::now()));
+        node.stop();
+        Some((victim, report))
     }
 
     /// Read every group's ledger from its primary; count missing
@@ -584,6 +640,47 @@ impl Demo {
             unverified_writes: verification.unverified_writes,
             primaries_per_node,
         }
+    }
+}
+
+/// Whether the progress bar is drawn: only on a terminal (indicatif draws
+/// to stderr and hides itself elsewhere).
+fn bar_drawn() -> bool {
+    std::io::IsTerminal::is_terminal(&std::io::stderr())
+}
+
+/// Seconds between two progress lines when no bar is drawn.
+const PROGRESS_LINE_INTERVAL: Duration = Duration::from_secs(5);
+
+/// O5: the progress as plain lines on stderr when no bar is drawn (piped,
+/// redirected, under CI): one at each phase change and one every
+/// [`PROGRESS_LINE_INTERVAL`], so a run is never silent for long.
+struct ProgressLines {
+    on: bool,
+    last_phase: String,
+    last_at: Option<Duration>,
+}
+
+impl ProgressLines {
+    fn new(on: bool) -> ProgressLines {
+        ProgressLines { on, last_phase: String::new(), last_at: None }
+    }
+
+    /// At each check: a line if the phase changed or the interval passed.
+    fn tick(&mut self, elapsed: Duration, duration: Duration, phase: &str, message: &str) {
+        let due = self.last_at.is_none_or(|at| elapsed >= at + PROGRESS_LINE_INTERVAL);
+        if phase != self.last_phase || due {
+            self.last_phase = phase.to_string();
+            self.say(elapsed, duration, message);
+        }
+    }
+
+    /// One line now.
+    fn say(&mut self, elapsed: Duration, duration: Duration, message: &str) {
+        if self.on {
+            eprintln!("cohort demo: {:>3} s of {}: {message}", elapsed.as_secs(), duration.as_secs());
+        }
+        self.last_at = Some(elapsed);
     }
 }
 

@@ -186,9 +186,11 @@ impl NodeBuilder {
                 ));
             }
             super::Security::Insecure => {
-                eprintln!(
-                    "cohort: WARNING: node {} runs without TLS ([tls] insecure = true): anyone who reaches its ports                      can join the cluster, forge peer traffic and send requests",
-                    self.node
+                let node = self.node.0;
+                tracing::warn!(
+                    node,
+                    "node {node} runs without TLS ([tls] insecure = true): anyone who reaches its ports can join the \
+                     cluster, forge peer traffic and send requests"
                 );
                 return Ok(None);
             }
@@ -351,15 +353,19 @@ impl Validated {
     /// Serve clients, the admin port and peers, and hand back the node.
     fn serve(self, bound: Bound, started: Started, agent: Agent, metrics: Arc<NodeMetrics>, drops: Arc<Drops>) -> Node {
         let builder = &self.builder;
+        let node = builder.node;
         let admin_address = bound.admin.as_ref().and_then(|listener| listener.local_addr().ok());
         let metrics_address = bound.metrics.as_ref().and_then(|listener| listener.local_addr().ok());
         let client_address = bound.client.as_ref().and_then(|listener| listener.local_addr().ok());
-        let operator = OperatorPort::new(Arc::clone(&agent.board), agent.addr.clone().recipient());
+        let kinds =
+            self.kinds.keys().map(|kind| kind.as_str().to_string()).filter(|kind| kind != METADATA_KIND).collect();
+        let operator = OperatorPort::new(Arc::clone(&agent.board), agent.addr.clone().recipient(), kinds);
         let operator_handle = operator.clone();
         let stats = Arc::new(InboundStats::default());
         let router = Router {
             agent: Some(agent.addr.recipient()),
             cluster: builder.cluster,
+            node: builder.node,
             routes: Arc::clone(&started.directory) as Arc<dyn cohort_actors::InboundRoutes>,
             stats: Arc::clone(&stats),
             metrics: Arc::clone(&metrics),
@@ -379,11 +385,12 @@ impl Validated {
                 tls: self.tls.clone(),
                 limits: builder.client_limits,
                 metadata: self.metadata.clone(),
+                configured: Arc::new(self.bootstrap_groups.iter().map(|bootstrap| bootstrap.group).collect()),
             });
             io.spawn(async move {
                 match tokio::net::TcpListener::from_std(client) {
                     Ok(listener) => crate::client_port::serve(listener, port).await,
-                    Err(error) => eprintln!("cohort: cannot serve clients: {error}"),
+                    Err(error) => tracing::error!(node = node.0, %error, "cannot serve clients: {error}"),
                 }
             });
         }
@@ -403,18 +410,18 @@ impl Validated {
                 Ok(server) => {
                     io.spawn(async move {
                         if let Err(error) = server.await {
-                            eprintln!("cohort: the admin port stopped: {error}");
+                            tracing::error!(node = node.0, %error, "the admin port stopped: {error}");
                         }
                     });
                 }
-                Err((what, error)) => eprintln!("cohort: cannot serve {what}: {error}"),
+                Err((what, error)) => tracing::error!(node = node.0, %error, "cannot serve {what}: {error}"),
             }
         }
         let peers = bound.peers;
         io.spawn(async move {
             match tokio::net::TcpListener::from_std(peers) {
                 Ok(listener) => serve_listener(listener, router).await,
-                Err(error) => eprintln!("cohort: cannot listen: {error}"),
+                Err(error) => tracing::error!(node = node.0, %error, "cannot listen for peers: {error}"),
             }
         });
         let handle = NodeHandle {
