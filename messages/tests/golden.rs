@@ -199,6 +199,34 @@ fn golden_reply_error_frame() {
     assert_golden(reply_error(), header, &body);
 }
 
+/// Every Reply error code is the index docs/protocol.md gives it (O5 added
+/// 7, NoSuchGroup, at the end: the codes before it keep their numbers).
+#[test]
+fn golden_reply_error_codes() {
+    const CODE_AT_BYTES: std::ops::Range<usize> = 48..52;
+    let documented = [
+        "QuorumWindowExpired",
+        "Busy",
+        "ViewChange",
+        "UnknownGroup",
+        "Superseded",
+        "Rejected",
+        "Forbidden",
+        "NoSuchGroup",
+    ];
+    assert_eq!(ReplyError::ALL.len(), documented.len(), "a new code is documented here and in protocol.md");
+    for (index, (code, name)) in ReplyError::ALL.into_iter().zip(documented).enumerate() {
+        assert_eq!(format!("{code:?}"), name);
+        let Message::Reply(mut reply) = reply_error() else { unreachable!("a reply") };
+        reply.outcome = Outcome::Error { code, detail: "view 3".to_owned() };
+        let message = Message::Reply(reply);
+        let frame = message.encode(CLUSTER, SENDER, TRACE).to_bytes();
+        let body = &frame[HEADER_SIZE_BYTES..];
+        assert_eq!(body[CODE_AT_BYTES], (index as u32).to_le_bytes(), "{name} is code {index}");
+        assert_eq!(decode_message(frame, CLUSTER).expect("decodes").1, message);
+    }
+}
+
 #[test]
 fn golden_commit_batch_frame() {
     #[rustfmt::skip]
