@@ -353,7 +353,11 @@ impl Validated {
         let admin_address = bound.admin.as_ref().and_then(|listener| listener.local_addr().ok());
         let metrics_address = bound.metrics.as_ref().and_then(|listener| listener.local_addr().ok());
         let client_address = bound.client.as_ref().and_then(|listener| listener.local_addr().ok());
-        let operator = OperatorPort::new(Arc::clone(&agent.board), agent.addr.clone().recipient());
+        let operator = OperatorPort::new(
+            Arc::clone(&agent.board),
+            agent.addr.clone().recipient(),
+            Arc::new(started.parts.links.clone()),
+        );
         let operator_handle = operator.clone();
         let stats = Arc::new(InboundStats::default());
         let router = Router {
