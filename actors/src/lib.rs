@@ -17,7 +17,8 @@
 //! Beneath them, the vocabulary they share: group kinds (`kind.rs`), the
 //! directory of live actors (`directory.rs`), run-time placements
 //! (`placements.rs`), the node's copy of the metadata (`shared_metadata.rs`,
-//! `status.rs`), metrics (`metrics.rs`, `drops.rs`) and the spans of every
+//! `status.rs`), metrics (`metrics.rs`, `drops.rs`, and `scraped.rs` with
+//! `process_stats.rs` for what is read at scrape time) and the spans of every
 //! message flow (`traces.rs`, `trace_context.rs`).
 //!
 //! Every module is private. What `cohort-runtime` builds a node from is
@@ -49,7 +50,9 @@ mod parts;
 mod peer_link;
 mod placement_recorder;
 mod placements;
+mod process_stats;
 mod registry;
+mod scraped;
 mod shard;
 mod shared_metadata;
 mod status;
@@ -76,8 +79,8 @@ pub use inbound::InboundRoutes;
 pub use kind::{GroupKind, GroupKindError, HostedGroup};
 pub use listener::{InboundStats, Router, serve as serve_listener};
 pub use metrics::{
-    AnswerBudget, ClientAnswerBytes, DropReason, LinkEvent, Mailbox, NodeMetrics, OPENMETRICS_CONTENT_TYPE, Port,
-    SyncKind,
+    AnswerBudget, BUILD_REVISION, BUILD_VERSION, ClientAnswerBytes, DropReason, LinkEvent, Mailbox, NodeMetrics,
+    OPENMETRICS_CONTENT_TYPE, Port, SyncKind,
 };
 pub use operator_client::OperatorFailure;
 pub use outbox::Outbox;

@@ -38,11 +38,12 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Duration;
 
 use cohort_core::{HeartbeatGauges, ShardMetrics};
-use cohort_messages::RejectCounters;
+use cohort_messages::{RejectCounters, ReplyError, RequestKind};
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -50,8 +51,23 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 
+use crate::scraped::{NodeSources, Scraped};
+use crate::status::StatusBoard;
+
 /// Prefix of every family this node exports.
 pub(crate) const METRIC_PREFIX: &str = "cohort";
+
+/// The version `cohort_build_info` reports: the workspace's.
+pub const BUILD_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The git revision `cohort_build_info` reports: the commit the node was
+/// built from, `COHORT_GIT_REVISION` if the builder set it, or `unknown`
+/// (see `actors/build.rs`).
+pub const BUILD_REVISION: &str = env!("COHORT_GIT_REVISION");
+
+/// What a client asked of the client port beyond a request's read or
+/// write: the third `kind` of `cohort_client_requests_total`.
+const ROUTE_QUERY_KIND: &str = "route_query";
 
 /// Upper bounds (seconds) of the commit latency histogram's buckets, in a
 /// 1-2-5 series from 100 µs (a loopback round trip plus one group-committed
@@ -74,35 +90,35 @@ const SHARD_COUNTER_COUNT: usize = 21;
 /// Name (without prefix and without the `_total` the encoder appends) and help
 /// of each exported shard counter, in the order of [`shard_counter_values`].
 const SHARD_COUNTER_SPECS: [(&str, &str); SHARD_COUNTER_COUNT] = [
-    ("commit_batches_sent", "R19: Commit batch frames sent"),
-    ("commit_entries_sent", "R19: Commit entries sent"),
-    ("commit_batches_received", "R19: Commit batch frames received"),
-    ("commit_entries_received", "R19: Commit entries received, good and bad"),
-    ("commit_entries_rejected", "R17: Commit entries rejected alone as bad"),
-    ("reply_batches_sent", "R32: CommitReply batch frames sent"),
-    ("reply_entries_sent", "R32: CommitReply entries sent"),
-    ("reply_batches_received", "R32: CommitReply batch frames received"),
-    ("reply_entries_received", "R32: CommitReply entries received, good and bad"),
-    ("reply_entries_rejected", "R29: CommitReply entries rejected alone as bad"),
-    ("commit_batches_unconnected", "R25: Commit batches handed to a link that was not connected"),
+    ("commit_batches_sent", "Commit batch frames sent to peers"),
+    ("commit_entries_sent", "Commit entries sent to peers, in those frames"),
+    ("commit_batches_received", "Commit batch frames received from peers"),
+    ("commit_entries_received", "Commit entries received, good and bad"),
+    ("commit_entries_rejected", "Commit entries rejected alone as bad (the rest of their batch was used)"),
+    ("reply_batches_sent", "CommitReply batch frames sent"),
+    ("reply_entries_sent", "CommitReply entries sent"),
+    ("reply_batches_received", "CommitReply batch frames received"),
+    ("reply_entries_received", "CommitReply entries received, good and bad"),
+    ("reply_entries_rejected", "CommitReply entries rejected alone as bad"),
+    ("commit_batches_unconnected", "Commit batches handed to a peer link that was not connected"),
     ("primaries_started", "Views in which a member of the shard became primary"),
     ("view_changes_started", "View changes started by members of the shard"),
-    ("prepares_held_back", "K4: Prepares not sent to a peer whose link was congested (sent again once it drains)"),
+    ("prepares_held_back", "Prepares not sent to a peer whose link was congested (sent again once it drains)"),
     (
         "primary_transfers_started",
-        "C4: directed view changes a primary of the shard started to hand its group to a chosen member",
+        "Directed view changes a primary of the shard started to hand its group to a chosen member",
     ),
     (
         "pair_heartbeats_sent",
-        "Z3: shard-pair heartbeats sent, each standing in for the Commits of every group quiesced for its peer",
+        "Shard-pair heartbeats sent, each standing in for the Commits of every group quiesced for its peer",
     ),
-    ("pair_replies_sent", "Z3: shard-pair heartbeat replies sent"),
-    ("quiesced", "Z3: group members quiesced (a primary's group for one peer, once the peer accepted)"),
-    ("quiet_woken", "Z3: quiesced group members woken, on either end"),
-    ("quiet_mismatches", "Z3: shard-pair digests that did not match (every group quiesced between the pair woke)"),
+    ("pair_replies_sent", "Shard-pair heartbeat replies sent"),
+    ("quiesced", "Group members quiesced (a primary's group for one peer, once the peer accepted)"),
+    ("quiet_woken", "Quiesced group members woken, on either end"),
+    ("quiet_mismatches", "Shard-pair digests that did not match (every group quiesced between the pair woke)"),
     (
         "start_views_withheld",
-        "Z4: StartViews not sent in answer to a member's election message, one having gone to it within a repair timeout",
+        "StartViews not sent in answer to a member's election message, one having gone to it within a repair timeout",
     ),
 ];
 
@@ -529,6 +545,18 @@ struct RefusalLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    version: &'static str,
+    revision: &'static str,
+}
+
+/// The `kind` label of the client port's request and error counters.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClientKindLabels {
+    kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct BudgetLabels {
     budget: AnswerBudget,
 }
@@ -666,7 +694,14 @@ fn gauge_value(count: u64) -> i64 {
 /// - any sender whose `try_send` failed or whose link was down:
 ///   [`NodeMetrics::add_dropped`];
 /// - the client path, when a submitted op's reply arrives:
-///   [`NodeMetrics::observe_commit_latency`].
+///   [`NodeMetrics::observe_commit_latency`]; the client port, for each
+///   request and each error answer: [`NodeMetrics::inc_client_request`],
+///   [`NodeMetrics::inc_client_error`];
+/// - each storage worker, after a batch of jobs: [`NodeMetrics::add_syncs`]
+///   and [`NodeMetrics::set_wal_size_bytes`];
+/// - the node, once started: [`NodeMetrics::watch_node`], after which each
+///   scrape also reads the process, the disk and the metadata copy
+///   (`scraped.rs`).
 #[derive(Debug)]
 pub struct NodeMetrics {
     registry: Registry,
@@ -684,6 +719,11 @@ pub struct NodeMetrics {
     client_answers_queued_peak: Gauge,
     client_connection_answers_queued_peak: Gauge,
     client_reads_paused: Family<BudgetLabels, Counter>,
+    client_requests: Family<ClientKindLabels, Counter>,
+    client_errors: Family<ClientKindLabels, Counter>,
+    client_redirects: Counter,
+    wal_size: Family<ShardLabels, Gauge>,
+    node_sources: Arc<OnceLock<NodeSources>>,
     flushes: Counter,
     view_change_messages_sent: Counter,
     view_change_frames_sent: Counter,
@@ -714,17 +754,21 @@ impl NodeMetrics {
             registry.register(*name, *help, family.clone());
         }
         let groups = Family::<GroupLabels, Gauge>::default();
-        registry.register("groups", "R32: groups of the shard in each heartbeat state", groups.clone());
+        registry.register(
+            "groups",
+            "Groups of the shard in each heartbeat state: busy or idle primary, backup, view change",
+            groups.clone(),
+        );
         let group_actors = Family::<ShardLabels, Gauge>::default();
         registry.register(
             "group_actors",
-            "Z1: group actors alive on the shard (started when first needed, retired when idle)",
+            "Group actors alive on the shard (started when first needed, retired when idle)",
             group_actors.clone(),
         );
         let frames_rejected = Family::<RejectLabels, Counter>::default();
         registry.register(
             "frames_rejected",
-            "R15, R17, R29: input rejected while decoding, by level (frame, body, entry) and kind",
+            "Input from peers rejected while decoding, by level (frame, body, entry) and kind",
             frames_rejected.clone(),
         );
         let frames_dropped = Family::<DropLabels, Counter>::default();
@@ -740,26 +784,30 @@ impl NodeMetrics {
             }
         }
         let syncs = Family::<SyncLabels, Counter>::default();
-        registry.register("syncs", "K3: fdatasync/fsync calls of the node, by what they made durable", syncs.clone());
+        registry.register(
+            "syncs",
+            "Disk syncs (fdatasync or fsync) of the node, by what they made durable",
+            syncs.clone(),
+        );
         for kind in SyncKind::ALL {
             let _series = syncs.get_or_create(&SyncLabels { kind });
         }
         let flushes = Counter::default();
         registry.register(
             "wal_flushes",
-            "K3: write-ahead log flushes that wrote anything (one sync each)",
+            "Write-ahead log flushes that wrote anything (one sync each)",
             flushes.clone(),
         );
         let view_change_messages_sent = Counter::default();
         registry.register(
             "view_change_messages_sent",
-            "Z4: StartViewChange, DoViewChange and StartView messages sent to peers",
+            "View-change messages (StartViewChange, DoViewChange, StartView) sent to peers",
             view_change_messages_sent.clone(),
         );
         let view_change_frames_sent = Counter::default();
         registry.register(
             "view_change_frames_sent",
-            "Z4: frames that carried them (a ViewChangeBatch carries a run of them)",
+            "Frames that carried view-change messages (one ViewChangeBatch carries a run of them)",
             view_change_frames_sent.clone(),
         );
         let ticks_late = Counter::default();
@@ -769,20 +817,20 @@ impl NodeMetrics {
             ticks_late.clone(),
         );
         let socket_writes = Family::<PortLabels, Counter>::default();
-        registry.register("socket_writes", "K2: write calls on sockets, by port", socket_writes.clone());
+        registry.register("socket_writes", "Write calls on sockets, by port", socket_writes.clone());
         for port in Port::ALL {
             let _series = socket_writes.get_or_create(&PortLabels { port });
         }
         let peer_bytes_sent = Family::<PeerLabels, Counter>::default();
         registry.register(
             "peer_bytes_sent",
-            "Z3: frame bytes written to each peer node's connections (before TLS), by peer node id",
+            "Frame bytes written to each peer node's connections (before TLS), by peer node id",
             peer_bytes_sent.clone(),
         );
         let link_events = Family::<LinkEventLabels, Counter>::default();
         registry.register(
             "peer_link_events",
-            "F1: outbound peer connections made, dials failed, connections replaced for a stall, and connections lost",
+            "Outbound peer connections made, dials failed, connections replaced for a stall, and connections lost",
             link_events.clone(),
         );
         for event in LinkEvent::ALL {
@@ -791,39 +839,80 @@ impl NodeMetrics {
         let refusals = Family::<RefusalLabels, Counter>::default();
         registry.register(
             "refusals",
-            "T5: connections and requests refused, by port and reason (see docs/security.md)",
+            "Connections and requests refused, by port and reason (see docs/security.md)",
             refusals.clone(),
         );
         let client_answers_queued = Gauge::default();
         registry.register_with_unit(
             "client_answers_queued",
-            "H4: bytes of answers the client port holds for clients, encoded and not yet written, every connection together",
+            "Bytes of answers the client port holds for clients, encoded and not yet written, every connection together",
             Unit::Bytes,
             client_answers_queued.clone(),
         );
         let client_answers_queued_peak = Gauge::default();
         registry.register_with_unit(
             "client_answers_queued_peak",
-            "H4: the most bytes of answers the client port held at once since the node started, every connection together",
+            "The most bytes of answers the client port held at once since the node started, every connection together",
             Unit::Bytes,
             client_answers_queued_peak.clone(),
         );
         let client_connection_answers_queued_peak = Gauge::default();
         registry.register_with_unit(
             "client_connection_answers_queued_peak",
-            "H4: the most bytes of answers one client connection held at once since the node started",
+            "The most bytes of answers one client connection held at once since the node started",
             Unit::Bytes,
             client_connection_answers_queued_peak.clone(),
         );
         let client_reads_paused = Family::<BudgetLabels, Counter>::default();
         registry.register(
             "client_reads_paused",
-            "H4: times a client connection stopped reading requests because answers filled its budget or the node's",
+            "Times a client connection stopped reading requests because answers filled its budget or the node's",
             client_reads_paused.clone(),
         );
         for budget in AnswerBudget::ALL {
             let _series = client_reads_paused.get_or_create(&BudgetLabels { budget });
         }
+        let client_requests = Family::<ClientKindLabels, Counter>::default();
+        registry.register(
+            "client_requests",
+            "Requests clients sent to the client port, by kind: read, write, route_query (a question for groups' primaries)",
+            client_requests.clone(),
+        );
+        for kind in RequestKind::ALL.map(RequestKind::name).into_iter().chain([ROUTE_QUERY_KIND]) {
+            let _series = client_requests.get_or_create(&ClientKindLabels { kind });
+        }
+        let client_errors = Family::<ClientKindLabels, Counter>::default();
+        registry.register(
+            "client_errors",
+            "Error answers the client port sent to clients, by kind (busy, view_change, unknown_group, rejected, ...)",
+            client_errors.clone(),
+        );
+        for code in ReplyError::ALL {
+            let _series = client_errors.get_or_create(&ClientKindLabels { kind: code.name() });
+        }
+        let client_redirects = Counter::default();
+        registry.register(
+            "client_redirects",
+            "Client requests answered with a redirect to the group's primary on another node",
+            client_redirects.clone(),
+        );
+        let wal_size = Family::<ShardLabels, Gauge>::default();
+        registry.register_with_unit(
+            "wal_size",
+            "Bytes the shard's write-ahead log segment files take on disk (snapshots not included)",
+            Unit::Bytes,
+            wal_size.clone(),
+        );
+        let build_info = Family::<BuildLabels, Gauge>::default();
+        registry.register(
+            "build_info",
+            "Always 1; its labels say which version and git revision this node runs",
+            build_info.clone(),
+        );
+        build_info.get_or_create(&BuildLabels { version: BUILD_VERSION, revision: BUILD_REVISION }).set(1);
+        let scraped = Scraped::default();
+        let node_sources = Arc::clone(&scraped.sources);
+        registry.register_collector(Box::new(scraped));
         let peers_connected = Gauge::default();
         registry.register("peers_connected", "Peer nodes with a connected, handshaken link", peers_connected.clone());
         let commit_latency = Histogram::new(COMMIT_LATENCY_BUCKETS_SECONDS);
@@ -850,7 +939,7 @@ impl NodeMetrics {
         let session_events = Family::<SessionLabels, Counter>::default();
         registry.register(
             "session_events",
-            "S1-S4: this node's metadata agent: sessions opened and expired, ownership reports accepted and refused, expiries proposed (as metadata primary), groups unloaded",
+            "What this node's metadata agent did: sessions opened and expired, ownership reports accepted and refused, expiries proposed (as metadata primary), groups unloaded",
             session_events.clone(),
         );
         for event in SESSION_EVENTS {
@@ -859,7 +948,7 @@ impl NodeMetrics {
         let agent_scans = Family::<ScanLabels, Counter>::default();
         registry.register(
             "agent_scans",
-            "Z3: what the metadata agent read of the shards on each due scan, by kind: changes (counts only), fingerprint (a hash pass over every group), full (every record and the agent's passes)",
+            "What the metadata agent read of the shards on each due scan, by kind: changes (counts only), fingerprint (a hash pass over every group), full (every record and the agent's passes)",
             agent_scans.clone(),
         );
         for kind in ScanKind::ALL {
@@ -883,6 +972,11 @@ impl NodeMetrics {
             client_answers_queued_peak,
             client_connection_answers_queued_peak,
             client_reads_paused,
+            client_requests,
+            client_errors,
+            client_redirects,
+            wal_size,
+            node_sources,
             flushes,
             view_change_messages_sent,
             view_change_frames_sent,
@@ -1103,6 +1197,56 @@ impl NodeMetrics {
     /// H4: times client connections stopped reading for `budget` so far.
     pub fn client_reads_paused(&self, budget: AnswerBudget) -> u64 {
         self.client_reads_paused.get_or_create(&BudgetLabels { budget }).get()
+    }
+
+    /// Count one request a client sent to the client port.
+    pub fn inc_client_request(&self, kind: RequestKind) {
+        self.client_requests.get_or_create(&ClientKindLabels { kind: kind.name() }).inc();
+    }
+
+    /// Count one route query a client sent to the client port.
+    pub fn inc_client_route_query(&self) {
+        self.client_requests.get_or_create(&ClientKindLabels { kind: ROUTE_QUERY_KIND }).inc();
+    }
+
+    /// Requests of `kind` clients sent to the client port so far.
+    pub fn client_requests(&self, kind: RequestKind) -> u64 {
+        self.client_requests.get_or_create(&ClientKindLabels { kind: kind.name() }).get()
+    }
+
+    /// Count one error answer the client port sent.
+    pub fn inc_client_error(&self, code: ReplyError) {
+        self.client_errors.get_or_create(&ClientKindLabels { kind: code.name() }).inc();
+    }
+
+    /// Error answers of `code` the client port sent so far.
+    pub fn client_errors(&self, code: ReplyError) -> u64 {
+        self.client_errors.get_or_create(&ClientKindLabels { kind: code.name() }).get()
+    }
+
+    /// Count one redirect the client port sent.
+    pub fn inc_client_redirect(&self) {
+        self.client_redirects.inc();
+    }
+
+    /// Set the bytes shard `shard`'s write-ahead log takes on disk now.
+    pub fn set_wal_size_bytes(&self, shard: usize, bytes: u64) {
+        self.wal_size.get_or_create(&ShardLabels { shard }).set(gauge_value(bytes));
+    }
+
+    /// The bytes shard `shard`'s write-ahead log took on disk at its last publish.
+    pub fn wal_size_bytes(&self, shard: usize) -> u64 {
+        u64::try_from(self.wal_size.get_or_create(&ShardLabels { shard }).get()).unwrap_or(0)
+    }
+
+    /// Export, on each scrape from now on, what the node's status board
+    /// says (its session, and its copy of the metadata: epochs, frozen,
+    /// groups and primaries per node) and the free space of the filesystem
+    /// holding `data_dir`. Called once, when the node has started; a later
+    /// call changes nothing (one registry serves one node).
+    pub fn watch_node(&self, board: Arc<StatusBoard>, data_dir: PathBuf) {
+        let first = self.node_sources.set(NodeSources { board, data_dir }).is_ok();
+        debug_assert!(first, "a node's metrics watch one node");
     }
 
     /// Count one `event` of a peer link.
@@ -1483,6 +1627,84 @@ mod tests {
         assert_eq!(sample(&text, &bucket("ledger", "0.000001")), Some(1.0), "{text}");
         assert_eq!(sample(&text, &bucket("ledger", "1.0")), Some(1.0), "{text}");
         assert_eq!(sample(&text, &bucket("ledger", "+Inf")), Some(2.0), "{text}");
+    }
+
+    /// True if `word` reads like a requirement id (`R19`, `S1-S4`, `H4:`).
+    fn is_requirement_id(word: &str) -> bool {
+        let mut chars = word.chars();
+        chars.next().is_some_and(|first| first.is_ascii_uppercase())
+            && chars.next().is_some_and(|second| second.is_ascii_digit())
+    }
+
+    #[test]
+    fn o2_help_texts_are_plain_words() {
+        let metrics = NodeMetrics::new();
+        metrics.update_shard(0, &ShardMetrics::default(), &HeartbeatGauges::default());
+        let mut counters = RejectCounters::default();
+        counters.frames.insert("truncated", 1);
+        metrics.record_rejected(0, &counters);
+        metrics.group_kind("default");
+        metrics.set_wal_size_bytes(0, 4096);
+        let text = metrics.encode();
+        let helps: Vec<&str> = text.lines().filter_map(|line| line.strip_prefix("# HELP ")).collect();
+        let types = text.lines().filter(|line| line.starts_with("# TYPE ")).count();
+        assert_eq!(helps.len(), types, "every family has a help text:\n{text}");
+        assert!(helps.len() >= 40, "{}", helps.len());
+        for help in helps {
+            let (name, words) = help.split_once(' ').expect("a help text after the name");
+            let first = words.split([' ', ',', ':']).next().unwrap_or_default();
+            assert!(!is_requirement_id(first), "{name}: {words:?} starts with a requirement id");
+            assert!(words.chars().next().is_some_and(|first| first.is_ascii_uppercase() || first.is_ascii_digit()));
+            assert!(words.ends_with('.'), "{name}: {words:?}");
+        }
+    }
+
+    #[test]
+    fn o2_build_info_is_one_series_at_one_with_version_and_revision() {
+        let text = NodeMetrics::new().encode();
+        let line = format!("cohort_build_info{{version=\"{BUILD_VERSION}\",revision=\"{BUILD_REVISION}\"}}");
+        assert_eq!(sample(&text, &line), Some(1.0), "{text}");
+        assert!(!BUILD_REVISION.is_empty() && BUILD_REVISION.chars().all(|c| c.is_ascii_alphanumeric()));
+    }
+
+    #[test]
+    fn o2_client_requests_and_errors_are_counted_by_kind_from_zero() {
+        let metrics = NodeMetrics::new();
+        let text = metrics.encode();
+        for kind in ["read", "write", "route_query"] {
+            assert_eq!(sample(&text, &format!("cohort_client_requests_total{{kind=\"{kind}\"}}")), Some(0.0));
+        }
+        for code in ReplyError::ALL {
+            let line = format!("cohort_client_errors_total{{kind=\"{}\"}}", code.name());
+            assert_eq!(sample(&text, &line), Some(0.0), "{line}");
+        }
+        metrics.inc_client_request(RequestKind::Write);
+        metrics.inc_client_request(RequestKind::Write);
+        metrics.inc_client_route_query();
+        metrics.inc_client_error(ReplyError::UnknownGroup);
+        metrics.inc_client_redirect();
+        let text = metrics.encode();
+        assert_eq!(sample(&text, "cohort_client_requests_total{kind=\"write\"}"), Some(2.0));
+        assert_eq!(sample(&text, "cohort_client_requests_total{kind=\"route_query\"}"), Some(1.0));
+        assert_eq!(sample(&text, "cohort_client_errors_total{kind=\"unknown_group\"}"), Some(1.0));
+        assert_eq!(sample(&text, "cohort_client_redirects_total"), Some(1.0));
+        assert_eq!((metrics.client_requests(RequestKind::Read), metrics.client_errors(ReplyError::Busy)), (0, 0));
+    }
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn o2_process_families_are_read_on_each_scrape() {
+        let text = NodeMetrics::new().encode();
+        for family in [
+            "cohort_process_cpu_seconds_total",
+            "cohort_process_resident_memory_bytes",
+            "cohort_process_open_fds",
+            "cohort_process_threads",
+        ] {
+            assert!(sample(&text, family).is_some(), "{family}:\n{text}");
+        }
+        assert!(text.contains("# TYPE cohort_process_cpu_seconds counter\n"), "{text}");
+        assert!(!text.contains("cohort_metadata_epoch"), "no node watched yet");
     }
 
     #[test]

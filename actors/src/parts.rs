@@ -141,6 +141,7 @@ impl Parts {
         for ((index, _, _), target) in shards.iter().zip(&targets) {
             let reporter = Arc::clone(target);
             starting.push(StorageWorker::start(
+                *index,
                 self.data_dir.join(format!("shard-{index}")),
                 self.storage.clone(),
                 format!("cohort-storage-{}-{index}", self.node.0),

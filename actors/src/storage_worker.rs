@@ -91,8 +91,9 @@ impl StorageWorker {
     /// `lock` is held by the worker thread for its whole life, so a worker
     /// restarted for the same directory (after its shard died) waits until
     /// the previous one has finished: two `FileStorage`s never share a
-    /// directory.
+    /// directory. `shard` labels what the worker publishes to `metrics`.
     pub fn start(
+        shard: usize,
         dir: PathBuf,
         config: FileStorageConfig,
         name: String,
@@ -122,7 +123,7 @@ impl StorageWorker {
                         return;
                     }
                 }
-                let mut published = SyncsPublished::default();
+                let mut published = Published { shard, syncs: FileStorageStats::default() };
                 published.publish(&storage, &metrics);
                 serve(&mut storage, &job_rx, &report, &mut |storage| published.publish(storage, &metrics));
             })
@@ -216,20 +217,26 @@ fn serve(
     }
 }
 
-/// The syncs already published to the node's metrics, to publish only what
-/// each batch of jobs added (`cohort_syncs_total`, K3).
-#[derive(Default)]
-struct SyncsPublished(FileStorageStats);
+/// What the worker publishes to the node's metrics after each batch of
+/// jobs: the syncs it added (`cohort_syncs_total`, K3; the ones already
+/// published are kept to add only the difference) and the log's size on
+/// disk (`cohort_wal_size_bytes`, O2).
+struct Published {
+    shard: usize,
+    syncs: FileStorageStats,
+}
 
-impl SyncsPublished {
+impl Published {
     fn publish(&mut self, storage: &FileStorage, metrics: &NodeMetrics) {
         let now = storage.stats();
-        metrics.add_syncs(SyncKind::Log, now.log_syncs.saturating_sub(self.0.log_syncs));
-        metrics.add_syncs(SyncKind::Segment, now.segment_syncs.saturating_sub(self.0.segment_syncs));
-        metrics.add_syncs(SyncKind::Superblock, now.superblock_syncs.saturating_sub(self.0.superblock_syncs));
-        metrics.add_syncs(SyncKind::Snapshot, now.snapshot_syncs.saturating_sub(self.0.snapshot_syncs));
-        metrics.add_syncs(SyncKind::Directory, now.directory_syncs.saturating_sub(self.0.directory_syncs));
-        metrics.add_flushes(now.flushes.saturating_sub(self.0.flushes));
-        self.0 = now;
+        let last = &self.syncs;
+        metrics.add_syncs(SyncKind::Log, now.log_syncs.saturating_sub(last.log_syncs));
+        metrics.add_syncs(SyncKind::Segment, now.segment_syncs.saturating_sub(last.segment_syncs));
+        metrics.add_syncs(SyncKind::Superblock, now.superblock_syncs.saturating_sub(last.superblock_syncs));
+        metrics.add_syncs(SyncKind::Snapshot, now.snapshot_syncs.saturating_sub(last.snapshot_syncs));
+        metrics.add_syncs(SyncKind::Directory, now.directory_syncs.saturating_sub(last.directory_syncs));
+        metrics.add_flushes(now.flushes.saturating_sub(last.flushes));
+        self.syncs = now;
+        metrics.set_wal_size_bytes(self.shard, storage.log_size_bytes());
     }
 }

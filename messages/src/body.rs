@@ -67,6 +67,19 @@ pub enum RequestKind {
     Read,
 }
 
+impl RequestKind {
+    /// Every kind.
+    pub const ALL: [RequestKind; 2] = [RequestKind::Write, RequestKind::Read];
+
+    /// A short snake_case name (the `kind` label of `cohort_client_requests_total`).
+    pub fn name(self) -> &'static str {
+        match self {
+            RequestKind::Write => "write",
+            RequestKind::Read => "read",
+        }
+    }
+}
+
 /// A client operation for one group.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Request {
@@ -115,6 +128,32 @@ pub enum ReplyError {
     /// reach a reserved group (the metadata group) through the client port
     /// or `NodeHandle`. Not retryable.
     Forbidden,
+}
+
+impl ReplyError {
+    /// Every code.
+    pub const ALL: [ReplyError; 7] = [
+        ReplyError::QuorumWindowExpired,
+        ReplyError::Busy,
+        ReplyError::ViewChange,
+        ReplyError::UnknownGroup,
+        ReplyError::Superseded,
+        ReplyError::Rejected,
+        ReplyError::Forbidden,
+    ];
+
+    /// A short snake_case name (the `kind` label of `cohort_client_errors_total`).
+    pub fn name(self) -> &'static str {
+        match self {
+            ReplyError::QuorumWindowExpired => "quorum_window_expired",
+            ReplyError::Busy => "busy",
+            ReplyError::ViewChange => "view_change",
+            ReplyError::UnknownGroup => "unknown_group",
+            ReplyError::Superseded => "superseded",
+            ReplyError::Rejected => "rejected",
+            ReplyError::Forbidden => "forbidden",
+        }
+    }
 }
 
 /// The outcome of a request.

@@ -56,7 +56,7 @@ impl ShardActor {
             ShardError::Recovery(format!("{group}: group kind {kind} is not registered on this node"))
         })?;
         spec.report_applied = kind_spec.actor.is_some();
-        let label = self.metrics.group_kind(&kind.to_string());
+        let label = self.metrics.group_kind(kind.as_str());
         let state = (kind_spec.state_machines)(group);
         let state = Box::new(ObservedStateMachine::new(state, group, label, Rc::clone(&self.traces)));
         match recovered {

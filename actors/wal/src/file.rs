@@ -151,6 +151,13 @@ impl<F: FileSystem> FileStorage<F> {
         self.live.as_ref().map_or(0, |live| live.wal.segment_count())
     }
 
+    /// The bytes the log's segment files take on disk, preallocated zeros
+    /// included (0 before `recover`). Snapshots and the superblock file are
+    /// not counted.
+    pub fn log_size_bytes(&self) -> u64 {
+        self.live.as_ref().map_or(0, |live| live.wal.size_bytes())
+    }
+
     /// The fatal error that stopped this storage, if one did.
     pub fn failure(&self) -> Option<&StorageError> {
         self.failed.as_ref()

@@ -517,8 +517,14 @@ fn open_wal<F: FileSystem>(
         }
         None => None,
     };
-    let closed: VecDeque<ClosedSegment> =
-        segments.into_iter().map(|scanned| ClosedSegment { path: scanned.path, summary: scanned.summary }).collect();
+    let closed: VecDeque<ClosedSegment> = segments
+        .into_iter()
+        .map(|scanned| ClosedSegment {
+            path: scanned.path,
+            summary: scanned.summary,
+            size_bytes: scanned.file_len_bytes,
+        })
+        .collect();
     Wal::new(dir.to_path_buf(), limits, closed, active, next_lsn, disk)
 }
 

@@ -84,6 +84,8 @@ impl SegmentSummary {
 pub(crate) struct ClosedSegment {
     pub(crate) path: PathBuf,
     pub(crate) summary: SegmentSummary,
+    /// The file's length on disk.
+    pub(crate) size_bytes: u64,
 }
 
 /// The segment being written.
@@ -131,6 +133,12 @@ impl<F: FileSystem> ActiveSegment<F> {
         assert!(allocated_bytes >= len_bytes, "a segment's zeros start after its records");
         let file = disk.open(&path, OpenMode::Existing, "opening the active log segment")?;
         Ok(Self { file, path, len_bytes, allocated_bytes, summary })
+    }
+
+    /// The file's length as written: its records, and the zeros ahead of
+    /// them (none written when preallocation is off).
+    fn size_bytes(&self) -> u64 {
+        self.allocated_bytes.max(self.len_bytes)
     }
 }
 
@@ -237,6 +245,15 @@ impl<F: FileSystem> Wal<F> {
     /// How many segment files exist.
     pub(crate) fn segment_count(&self) -> usize {
         self.closed.len() + 1
+    }
+
+    /// The bytes the segment files take on disk: every closed segment, and
+    /// the active one with the zeros written ahead of its records.
+    pub(crate) fn size_bytes(&self) -> u64 {
+        let closed: u64 = self.closed.iter().map(|segment| segment.size_bytes).sum();
+        let size_bytes = closed + self.active.size_bytes();
+        debug_assert!(size_bytes >= self.segment_count() as u64 * SEGMENT_HEADER_SIZE_BYTES as u64);
+        size_bytes
     }
 
     /// Write `records` and make them durable with one sync (more only when a
@@ -357,12 +374,15 @@ impl<F: FileSystem> Wal<F> {
         // reads the zeros as the end of that segment's records, and the
         // next segment's base LSN shows that none is missing.
         let active = &self.active;
-        if active.allocated_bytes > active.len_bytes {
-            let _ = disk.set_len(&active.file, &active.path, active.len_bytes, "cutting a closed segment's zeros");
+        let mut size_bytes = active.size_bytes();
+        if active.allocated_bytes > active.len_bytes
+            && disk.set_len(&active.file, &active.path, active.len_bytes, "cutting a closed segment's zeros").is_ok()
+        {
+            size_bytes = active.len_bytes;
         }
         let next = ActiveSegment::create(&self.dir, self.next_lsn, disk)?;
         let old = std::mem::replace(&mut self.active, next);
-        self.closed.push_back(ClosedSegment { path: old.path, summary: old.summary });
+        self.closed.push_back(ClosedSegment { path: old.path, summary: old.summary, size_bytes });
         Ok(())
     }
 

@@ -197,3 +197,24 @@ fn k3_a_full_disk_while_writing_zeros_fails_no_flush() {
     let want: Vec<LogEntry> = (1..=100).map(|op| entry(op, 1, TAG)).collect();
     assert_eq!(entries_of(&recovered), want);
 }
+
+#[test]
+fn o2_log_size_counts_the_preallocated_zeros_until_a_rotation_cuts_them() {
+    let dir = temp_dir("prealloc-size");
+    let (mut storage, _) = open_recover(dir.path(), &config());
+    let on_disk = |dir: &Path| segments(dir).iter().map(|segment| file_len(segment)).sum::<u64>();
+    for op in 1..=1_000u64 {
+        ok(storage.append(GroupId(1), &entry(op, 1, TAG)));
+        ok(storage.flush());
+        assert_eq!(storage.log_size_bytes(), on_disk(dir.path()), "after op {op}");
+        if storage.segment_count() > 1 {
+            break;
+        }
+    }
+    assert!(storage.segment_count() > 1, "rotated");
+    let active = segments(dir.path()).last().map(|path| file_len(path)).expect("an active segment");
+    assert!(active >= SEGMENT_HEADER_BYTES + RECORD_BYTES, "the active segment holds its records");
+    drop(storage);
+    let (storage, _) = open_recover(dir.path(), &config());
+    assert_eq!(storage.log_size_bytes(), on_disk(dir.path()), "after recovery");
+}

@@ -757,3 +757,29 @@ fn t5_a_lost_superblock_file_while_segments_exist_is_corrupt() {
         assert_eq!((PathBuf::from(reported), offset), (path, 0), "{damage}: {reason}");
     }
 }
+
+/// The log's size on disk, as `ls` would add it up.
+fn segments_size_bytes(dir: &Path) -> u64 {
+    segments(dir).iter().map(|segment| file_len(segment)).sum()
+}
+
+#[test]
+fn o2_log_size_is_what_the_segment_files_take_on_disk() {
+    let dir = temp_dir("log-size");
+    let (mut storage, _) = open_recover(dir.path(), &exact_small_config());
+    assert_eq!(storage.log_size_bytes(), segments_size_bytes(dir.path()), "an empty log is one header");
+    for op in 1..=40u64 {
+        ok(storage.append(GroupId(2), &entry(op, 1, TAG)));
+        ok(storage.flush());
+        assert_eq!(storage.log_size_bytes(), segments_size_bytes(dir.path()), "after op {op}");
+    }
+    assert!(storage.segment_count() > 2, "rotated");
+    let full = storage.log_size_bytes();
+    ok(storage.save_snapshot(GroupId(2), &snapshot(40, 1, 10)));
+    assert_eq!(storage.segment_count(), 1, "covered segments went");
+    assert!(storage.log_size_bytes() < full, "removed segments no longer count");
+    assert_eq!(storage.log_size_bytes(), segments_size_bytes(dir.path()));
+    drop(storage);
+    let (storage, _) = open_recover(dir.path(), &exact_small_config());
+    assert_eq!(storage.log_size_bytes(), segments_size_bytes(dir.path()), "after recovery");
+}

@@ -27,7 +27,9 @@
 //! an idle timeout, requests in flight per connection, the body of a frame
 //! (a Request's limit, checked from the header), and a write timeout for a
 //! client that stops reading. Every refusal is counted by reason in
-//! `cohort_refusals_total{port="client"}`. The bytes of answers queued for
+//! `cohort_refusals_total{port="client"}`; every request by kind in
+//! `cohort_client_requests_total`, and every error answer by its code in
+//! `cohort_client_errors_total` (O2). The bytes of answers queued for
 //! clients are bounded per connection and per node, and a connection whose
 //! answers fill a budget stops reading requests until they are written
 //! (H4; see `budget.rs`).
@@ -268,12 +270,16 @@ impl Connection {
         }
         let request = match message {
             Message::Request(request) => request,
-            Message::RouteQuery(query) => return self.send(Message::Routes(self.routes(&query))).await,
+            Message::RouteQuery(query) => {
+                self.port.metrics.inc_client_route_query();
+                return self.send(Message::Routes(self.routes(&query))).await;
+            }
             _ => {
                 self.port.refuse("unexpected_command");
                 return true;
             }
         };
+        self.port.metrics.inc_client_request(request.kind);
         if request.group == GroupId::METADATA {
             self.port.refuse("reserved_group");
             let detail = format!("{} is the cluster's metadata group: clients cannot send it requests", request.group);
@@ -377,7 +383,7 @@ async fn answer(
 }
 
 /// H4: charge `message`'s frame to the connection's budgets (waiting for
-/// room), then encode it into a buffer of exactly that size and queue it
+/// room; an error answer or a redirect is counted first, O2), then encode it into a buffer of exactly that size and queue it
 /// for the writer, which releases the charge once the bytes are written.
 /// False if the connection is closing.
 async fn queue(
@@ -386,6 +392,11 @@ async fn queue(
     answers: &mpsc::Sender<Queued>,
     message: Message,
 ) -> bool {
+    match &message {
+        Message::Reply(Reply { outcome: Outcome::Error { code, .. }, .. }) => port.metrics.inc_client_error(*code),
+        Message::Redirect(_) => port.metrics.inc_client_redirect(),
+        _ => {}
+    }
     let size_bytes = message.frame_size_bytes();
     let charge = tokio::select! {
         charge = budget.charge(size_bytes) => charge,

@@ -92,6 +92,7 @@ impl NodeBuilder {
         let drops = Arc::new(Drops::new(Arc::clone(&metrics)));
         let started = validated.start_shards(&metrics, &drops)?;
         let agent = validated.start_agent(&started, &metrics, bound.listen)?;
+        metrics.watch_node(Arc::clone(&agent.board), validated.data_dir.clone());
         Ok(validated.serve(bound, started, agent, metrics, drops))
     }
 
