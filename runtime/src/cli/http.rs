@@ -102,7 +102,7 @@ pub(crate) fn exchange_first(
     assert!(!admins.is_empty(), "the caller checks that an admin address was given");
     let mut failures = Vec::new();
     for admin in admins {
-        match exchange(admin, call.clone(), path, token, timeout) {
+        match exchange(admin, call, path, token, timeout) {
             Ok(answer) => return Ok((admin.clone(), answer)),
             Err(error @ ExchangeError::NoAnswer { .. }) if matches!(call, Call::Post(_)) => return Err(error),
             Err(error @ ExchangeError::Address { .. }) => return Err(error),
