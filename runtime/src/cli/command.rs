@@ -595,8 +595,9 @@ fn parse_error(error: clap::Error) -> ExitCode {
     use clap::error::ErrorKind;
     let json = std::env::args_os().any(|arg| arg == "--json");
     match error.kind() {
-        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
-            error.exit()
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => error.exit(),
+        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand if json => {
+            CliError::usage("a subcommand is missing: `cohort --help` lists them").report("cohort", true)
         }
         _ if json => {
             let text = error.render().to_string();
