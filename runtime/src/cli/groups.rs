@@ -22,10 +22,10 @@ use super::status::{fetch_status, group_header, group_row, node_up, operation_te
 use crate::admin::answers::{GroupEntry, NodeStatus, OperationStatus};
 
 /// The default `--limit`.
-pub(crate) const LIST_LIMIT_DEFAULT: usize = 100;
+pub(crate) const PAGE_GROUPS_DEFAULT: usize = 100;
 
 /// The largest `--limit`: one page holds at most this many rows.
-pub(crate) const LIST_LIMIT_MAX: usize = 10_000;
+pub(crate) const PAGE_GROUPS_MAX: usize = 10_000;
 
 /// A node's part in a group, for `--role`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -41,7 +41,7 @@ pub(crate) enum Role {
 }
 
 /// What `cohort groups list` keeps.
-#[derive(Clone, Debug, Default, PartialEq, Eq, clap::Args)]
+#[derive(Clone, Debug, PartialEq, Eq, clap::Args)]
 pub(crate) struct ListArgs {
     /// Groups with a replica (voter or learner) on this node.
     #[arg(long, value_name = "ID")]
@@ -59,18 +59,32 @@ pub(crate) struct ListArgs {
     #[arg(long)]
     pub primary_down: bool,
     /// At most this many groups.
-    #[arg(long, default_value_t = LIST_LIMIT_DEFAULT, value_parser = limit_arg)]
+    #[arg(long, default_value_t = PAGE_GROUPS_DEFAULT, value_parser = limit_arg)]
     pub limit: usize,
     /// Only groups whose id is above this one (the `next_after` of the page before).
     #[arg(long, value_name = "ID")]
     pub after: Option<u64>,
 }
 
-/// `--limit`: 1 to [`LIST_LIMIT_MAX`].
+impl Default for ListArgs {
+    fn default() -> Self {
+        ListArgs {
+            node: None,
+            role: None,
+            kind: None,
+            without_primary: false,
+            primary_down: false,
+            limit: PAGE_GROUPS_DEFAULT,
+            after: None,
+        }
+    }
+}
+
+/// `--limit`: 1 to [`PAGE_GROUPS_MAX`].
 fn limit_arg(text: &str) -> Result<usize, String> {
     match text.parse::<usize>() {
-        Ok(limit) if (1..=LIST_LIMIT_MAX).contains(&limit) => Ok(limit),
-        _ => Err(format!("{text:?}: give a number of groups from 1 to {LIST_LIMIT_MAX}")),
+        Ok(limit) if (1..=PAGE_GROUPS_MAX).contains(&limit) => Ok(limit),
+        _ => Err(format!("{text:?}: give a number of groups from 1 to {PAGE_GROUPS_MAX}")),
     }
 }
 
@@ -119,7 +133,7 @@ struct Page<'a> {
 
 /// The page `args` asks for, of `status`'s groups.
 fn page<'a>(status: &'a NodeStatus, args: &ListArgs) -> Page<'a> {
-    assert!((1..=LIST_LIMIT_MAX).contains(&args.limit), "clap bounds --limit");
+    assert!((1..=PAGE_GROUPS_MAX).contains(&args.limit), "clap bounds --limit");
     let mut kept: Vec<&GroupEntry> = status.metadata.groups.iter().filter(|group| args.keeps(status, group)).collect();
     kept.sort_by_key(|group| group.id);
     let matched = kept.len();
@@ -290,27 +304,21 @@ mod tests {
         page.groups.iter().map(|group| group.id.0).collect()
     }
 
-    fn list(args: ListArgs) -> ListArgs {
-        ListArgs { limit: if args.limit == 0 { LIST_LIMIT_DEFAULT } else { args.limit }, ..args }
-    }
-
     #[test]
     fn o4_filters_keep_the_groups_asked_for() {
         let status = status();
-        let primary_on_2 =
-            page(&status, &list(ListArgs { node: Some(2), role: Some(Role::Primary), ..ListArgs::default() }));
+        let primary_on_2 = page(&status, &ListArgs { node: Some(2), role: Some(Role::Primary), ..ListArgs::default() });
         assert!(ids(&primary_on_2).iter().all(|id| id % 3 == 1 && id % 5 != 0), "{:?}", ids(&primary_on_2));
         assert_eq!(ids(&primary_on_2)[..3], [1, 4, 7]);
-        let learner =
-            page(&status, &list(ListArgs { node: Some(4), role: Some(Role::Learner), ..ListArgs::default() }));
+        let learner = page(&status, &ListArgs { node: Some(4), role: Some(Role::Learner), ..ListArgs::default() });
         assert_eq!(ids(&learner), [7]);
-        assert_eq!(ids(&page(&status, &list(ListArgs { node: Some(4), ..ListArgs::default() }))), [7]);
-        let backup = page(&status, &list(ListArgs { node: Some(1), role: Some(Role::Backup), ..ListArgs::default() }));
+        assert_eq!(ids(&page(&status, &ListArgs { node: Some(4), ..ListArgs::default() })), [7]);
+        let backup = page(&status, &ListArgs { node: Some(1), role: Some(Role::Backup), ..ListArgs::default() });
         assert_eq!(backup.matched, 30 - 8, "node 1 leads 8 of the 30 (ids 3k with k not a multiple of 5)");
-        let without = page(&status, &list(ListArgs { without_primary: true, ..ListArgs::default() }));
+        let without = page(&status, &ListArgs { without_primary: true, ..ListArgs::default() });
         assert_eq!(ids(&without), [0, 5, 10, 15, 20, 25]);
         let kind_b_down =
-            page(&status, &list(ListArgs { kind: Some("b".into()), primary_down: true, ..ListArgs::default() }));
+            page(&status, &ListArgs { kind: Some("b".into()), primary_down: true, ..ListArgs::default() });
         assert!(ids(&kind_b_down).iter().all(|id| id % 2 == 1 && id % 3 == 2), "{:?}", ids(&kind_b_down));
     }
 
