@@ -4,7 +4,7 @@
 //! Why from `/status` and not a new endpoint: the document already holds
 //! every group record the metadata has (the one type the node serializes
 //! and the CLI reads back), so a listing needs no second copy of the
-//! metadata's rules on the node. At 10,000 groups it is about 2 MB, well
+//! metadata's rules on the node. At 10,000 groups it is about 1.5 MB, well
 //! inside the CLI's bound on an answer; the filters and paging run here.
 //!
 //! Paging is by group id: `--limit N` rows after `--after ID`, and the last
