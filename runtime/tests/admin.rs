@@ -252,7 +252,7 @@ async fn p4_cohort_status_shows_a_group_s_learner() {
     let port = admin(&cluster, 2);
     let cohort_status = move || {
         let output = std::process::Command::new(env!("CARGO_BIN_EXE_cohort"))
-            .args(["status", "--admin", &port.to_string()])
+            .args(["status", "--admin", &port.to_string(), "--all-groups"])
             .env("COHORT_ADMIN_TOKEN", TOKEN)
             .output()
             .expect("run");

@@ -167,6 +167,14 @@ pub struct NodeEntry {
     pub session: Option<Secret>,
     /// The last epoch it acked (M1).
     pub acked_epoch: Epoch,
+    /// Whether the node serving the document reaches it now: `true` for
+    /// itself and for a peer all of whose links are connected, `false` for
+    /// a peer whose links are not (down, or cut off from this node),
+    /// `null` for a node it has no link to (not among its peers). Unlike
+    /// `session`, which the metadata keeps until the session expires, this
+    /// changes as soon as a connection drops.
+    #[serde(default)]
+    pub up: Option<bool>,
 }
 
 /// A group of the cluster.
@@ -352,17 +360,25 @@ pub(crate) enum AdminReply {
     Frozen {
         /// The epoch the freeze started at.
         since_epoch: Epoch,
-        /// The epoch the command committed at.
+        /// The epoch the command committed at (with `already`: the epoch
+        /// this node's copy had applied when it saw the freeze).
         epoch: Epoch,
         /// Whether this node's copy applied it before the answer.
         applied_here: bool,
+        /// The metadata was frozen before this command; nothing changed.
+        #[serde(default)]
+        already: bool,
     },
     /// The freeze ended.
     Unfrozen {
-        /// The epoch the command committed at.
+        /// The epoch the command committed at (with `already`: the epoch
+        /// this node's copy had applied when it saw no freeze).
         epoch: Epoch,
         /// Whether this node's copy applied it before the answer.
         applied_here: bool,
+        /// The metadata was not frozen; nothing changed.
+        #[serde(default)]
+        already: bool,
     },
     /// The metadata refused the command (`409`), with its reason.
     Refused {

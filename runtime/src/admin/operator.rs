@@ -186,6 +186,7 @@ pub(crate) fn parse_cancel(id: &str) -> Result<OperationId, BadInput> {
 pub(crate) struct OperatorPort {
     board: Arc<StatusBoard>,
     agent: Recipient<OperatorSubmit>,
+    links: status::PeerLinks,
     timeout: Duration,
     /// The group kinds this node registered (O5: a group of another kind
     /// would be created, and then hosted nowhere).
@@ -194,9 +195,15 @@ pub(crate) struct OperatorPort {
 
 impl OperatorPort {
     /// Commands go through `agent`; plans are read from `board`'s metadata;
-    /// `kinds` are the group kinds this node registered.
-    pub(crate) fn new(board: Arc<StatusBoard>, agent: Recipient<OperatorSubmit>, kinds: Vec<String>) -> OperatorPort {
-        OperatorPort { board, agent, timeout: OPERATOR_TIMEOUT, kinds: kinds.into() }
+    /// `/status` says which peers are up from `links`; `kinds` are the
+    /// group kinds this node registered.
+    pub(crate) fn new(
+        board: Arc<StatusBoard>,
+        agent: Recipient<OperatorSubmit>,
+        links: status::PeerLinks,
+        kinds: Vec<String>,
+    ) -> OperatorPort {
+        OperatorPort { board, agent, links, timeout: OPERATOR_TIMEOUT, kinds: kinds.into() }
     }
 
     /// O5: a create of a kind this node does not register is refused here,
@@ -312,7 +319,9 @@ impl OperatorPort {
             Err(failure) => return unavailable(failure.to_string(), Some(failure_detail(&failure))),
         };
         let epoch = match result {
-            MetadataResult::Refused { reason } => return refused(reason),
+            MetadataResult::Refused { reason } => {
+                return self.already(&command).await.unwrap_or_else(|| refused(reason));
+            }
             MetadataResult::Done { epoch } | MetadataResult::GroupCreated { epoch, .. } => epoch,
             other => return unavailable(format!("unexpected metadata result {other:?}"), None),
         };
@@ -331,13 +340,46 @@ impl OperatorPort {
                     AdminReply::Asked(answer)
                 }
             }
-            (MetadataCommand::Freeze { .. }, _) => AdminReply::Frozen { since_epoch: epoch, epoch, applied_here },
-            (MetadataCommand::Unfreeze { .. }, _) => AdminReply::Unfrozen { epoch, applied_here },
+            (MetadataCommand::Freeze { .. }, _) => {
+                AdminReply::Frozen { since_epoch: epoch, epoch, applied_here, already: false }
+            }
+            (MetadataCommand::Unfreeze { .. }, _) => AdminReply::Unfrozen { epoch, applied_here, already: false },
             (other, result) => {
                 return unavailable(format!("unexpected metadata result {result:?} to {other:?}"), None);
             }
         };
         AdminAnswer { status: 200, body }
+    }
+
+    /// O4, a repeated freeze or unfreeze: the metadata refuses a `Freeze`
+    /// when frozen and an `Unfreeze` when not, which for the operator means
+    /// the state asked for holds already. Once this node's copy shows that
+    /// state (it may lag the refusal; waits up to [`PLAN_WAIT_MAX`]), the
+    /// answer is a success that says so; `None` for any other refusal.
+    async fn already(&self, command: &MetadataCommand) -> Option<AdminAnswer> {
+        let freeze = match command {
+            MetadataCommand::Freeze { .. } => true,
+            MetadataCommand::Unfreeze { .. } => false,
+            _ => return None,
+        };
+        let deadline = Instant::now() + PLAN_WAIT_MAX;
+        loop {
+            let (frozen, epoch) = self.board.metadata().with(|metadata| (metadata.frozen, metadata.epoch));
+            let body = match frozen {
+                Some(frozen) if freeze => {
+                    Some(AdminReply::Frozen { since_epoch: frozen.since, epoch, applied_here: true, already: true })
+                }
+                None if !freeze => Some(AdminReply::Unfrozen { epoch, applied_here: true, already: true }),
+                _ => None,
+            };
+            if let Some(body) = body {
+                return Some(AdminAnswer { status: 200, body });
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// Wait (up to [`TRANSFER_WAIT_MAX`]) until this node's copy of the
@@ -375,7 +417,7 @@ impl OperatorPort {
 
 impl NodeRoutes for OperatorPort {
     fn status(&self, audience: super::Audience) -> NodeStatus {
-        status::node_status(&self.board, audience)
+        status::node_status(&self.board, &self.links, audience)
     }
 
     fn admin<'a>(&'a self, method: &'a str, path: &'a str, body: &'a [u8]) -> AdminFuture<'a> {

@@ -14,9 +14,18 @@
 //! is not set stays `null`, so "has a session" stays visible), and the
 //! document says `"redacted": true`.
 //!
+//! Each node's `up` is what this node's peer links say now (all of its
+//! shards' links to that peer connected): an operator asking "is node 2
+//! down?" must not wait for node 2's session to expire, which the metadata
+//! only records after the session timeout.
+//!
 //! The document is a [`NodeStatus`]: the type `cohort status` reads back.
 
-use cohort_actors::StatusBoard;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use cohort_actors::{LinkState, StatusBoard};
 use cohort_core::metadata::{Metadata, OperationRecord, Step};
 use cohort_messages::metadata::OperationSpec;
 use cohort_messages::{GroupId, Incarnation, NodeId, OperationId, SessionId};
@@ -45,8 +54,25 @@ impl Audience {
     }
 }
 
-/// The status as `audience` may see it.
-pub(crate) fn node_status(board: &StatusBoard, audience: Audience) -> NodeStatus {
+/// A node's links to its peers, one per shard (as `NodeHandle` holds them).
+pub(crate) type PeerLinks = Arc<HashMap<NodeId, Vec<Arc<LinkState>>>>;
+
+/// Whether `this` node reaches `node` now (see [`NodeEntry::up`]).
+fn reaches(links: &HashMap<NodeId, Vec<Arc<LinkState>>>, this: NodeId, node: NodeId) -> Option<bool> {
+    if node == this {
+        return Some(true);
+    }
+    let shards = links.get(&node)?;
+    debug_assert!(!shards.is_empty(), "{node}: a peer has one link per shard");
+    Some(shards.iter().all(|link| link.connected.load(Ordering::Relaxed)))
+}
+
+/// The status as `audience` may see it; `links` says which peers are up.
+pub(crate) fn node_status(
+    board: &StatusBoard,
+    links: &HashMap<NodeId, Vec<Arc<LinkState>>>,
+    audience: Audience,
+) -> NodeStatus {
     let agent = board.agent();
     let session = |session: Option<SessionId>| session.map(|session| audience.secret(session.0));
     let (metadata, operations, operation_totals, recorded) = board.metadata().with(|metadata| {
@@ -58,6 +84,7 @@ pub(crate) fn node_status(board: &StatusBoard, audience: Audience) -> NodeStatus
                 address: record.address.clone(),
                 session: session(record.session),
                 acked_epoch: record.acked,
+                up: reaches(links, board.node(), *id),
             })
             .collect();
         // The metadata group's own record (Z6) shows as metadata_members,
@@ -189,6 +216,21 @@ mod tests {
     use cohort_messages::{GroupId, NodeId};
 
     use super::*;
+
+    #[test]
+    fn o4_a_node_is_up_when_every_shards_link_to_it_is_connected() {
+        let link = |connected: bool| {
+            let state = LinkState::default();
+            state.connected.store(connected, Ordering::Relaxed);
+            Arc::new(state)
+        };
+        let links =
+            HashMap::from([(NodeId(2), vec![link(true), link(true)]), (NodeId(3), vec![link(true), link(false)])]);
+        assert_eq!(reaches(&links, NodeId(1), NodeId(1)), Some(true), "itself");
+        assert_eq!(reaches(&links, NodeId(1), NodeId(2)), Some(true));
+        assert_eq!(reaches(&links, NodeId(1), NodeId(3)), Some(false), "one shard's link is down");
+        assert_eq!(reaches(&links, NodeId(1), NodeId(4)), None, "no link: not a peer");
+    }
 
     #[test]
     fn texts_read_like_the_docs() {

@@ -6,21 +6,24 @@
 //! Why a thin client: the node checks the input again and the metadata
 //! group decides, so the command only builds the JSON body, checks it with
 //! the same rules first (a typo is a usage error before anything is sent),
-//! and prints one line per outcome. Exit codes: 0 started or cancelled,
-//! 1 refused by the metadata or by a node without an admin token, or no
-//! answer (the line says which), 2 a usage error (no token, a wrong token,
-//! or a `400` from the node).
+//! and prints one line per outcome. Exit codes (the CLI's table, in
+//! [`super::exit`]): 0 done, also a `freeze` of a frozen metadata or an
+//! `unfreeze` of a thawed one (the line says it already was); 1 refused by
+//! the metadata or by a node without an admin token; 2 a usage error (no
+//! token, a wrong token, or a `400` from the node); 3 sent, and no result
+//! in time (it may still apply); 4 no admin port took the connection.
 //!
-//! Every command needs the node's admin token (T4): `--token`, or the
-//! environment variable `COHORT_ADMIN_TOKEN`, which keeps it out of the
-//! process list.
+//! Every command needs the node's admin token (T4): `--token`, the
+//! environment variable `COHORT_ADMIN_TOKEN` (which keeps it out of the
+//! process list), or a profile's `token` or `token_file`.
 
 use std::time::Duration;
 
 use cohort_messages::metadata::OperationSpec;
 use cohort_messages::{GroupId, NodeId};
-use serde_json::{Value, json};
+use serde_json::json;
 
+use super::exit::{CliError, Exit};
 use super::http::Call;
 use crate::admin::answers::{AdminReply, OperationAnswer, SpecBody};
 use crate::admin::operator::{OPERATOR_TIMEOUT, PLAN_WAIT_MAX, TRANSFER_WAIT_MAX, parse_cancel, parse_start};
@@ -99,23 +102,6 @@ pub(crate) enum AdminAction {
     Unfreeze,
 }
 
-/// Why `cohort admin` failed: the process exit code and the line to print.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct AdminError {
-    /// 1: refused or unreachable; 2: usage.
-    pub code: u8,
-    /// What happened.
-    pub message: String,
-}
-
-fn usage(message: String) -> AdminError {
-    AdminError { code: 2, message }
-}
-
-fn failed(message: String) -> AdminError {
-    AdminError { code: 1, message }
-}
-
 impl AdminAction {
     /// The request: path and body.
     fn request(&self) -> (String, Option<String>) {
@@ -150,25 +136,16 @@ impl AdminAction {
     }
 }
 
-/// Run `action` against the node whose admin port is `admin`, presenting
-/// `token`; the line (or the JSON answer with `json`) to print, or the
-/// error with its exit code (with `json`, its message is a JSON document too).
+/// Run `action` against the first of the nodes whose admin ports are
+/// `admins` that takes the connection, presenting `token`; the line (or
+/// the JSON answer with `json`) to print, or the error with its exit kind
+/// and, when the node answered, its JSON answer.
 pub(crate) fn admin_command(
-    admin: &str,
+    admins: &[String],
     token: Option<&str>,
     action: &AdminAction,
     json: bool,
-) -> Result<String, AdminError> {
-    exchange(admin, token, action, json).map_err(|mut error| {
-        if json && serde_json::from_str::<Value>(&error.message).is_err() {
-            let result = if error.code == 2 { "usage" } else { "unreachable" };
-            error.message = serde_json::json!({ "result": result, "error": error.message }).to_string();
-        }
-        error
-    })
-}
-
-fn exchange(admin: &str, token: Option<&str>, action: &AdminAction, json: bool) -> Result<String, AdminError> {
+) -> Result<String, CliError> {
     let (path, body) = action.request();
     // The node's own checks, before anything is sent.
     let checked = match crate::admin::changes::parse(&path, body.as_deref().unwrap_or("{}").as_bytes(), NODE_ANY) {
@@ -180,31 +157,33 @@ fn exchange(admin: &str, token: Option<&str>, action: &AdminAction, json: bool) 
         },
     };
     if let Err(bad) = checked {
-        return Err(usage(format!("--{}: {}", bad.field, bad.error)));
+        return Err(CliError::usage(format!("--{}: {}", bad.field, bad.error)));
     }
     let Some(token) = token else {
-        return Err(usage(
-            "--token: missing: operator commands need the node's admin token ([admin] token); pass --token or set \
-             COHORT_ADMIN_TOKEN"
-                .into(),
+        return Err(CliError::usage(
+            "--token: missing: operator commands need the node's admin token ([admin] token); pass --token, set \
+             COHORT_ADMIN_TOKEN, or give a profile a token or token_file",
         ));
     };
     let timeout = OPERATOR_TIMEOUT + PLAN_WAIT_MAX + TRANSFER_WAIT_MAX + Duration::from_secs(2);
     let body = body.unwrap_or_else(|| "{}".into());
-    let answer = super::http::exchange(admin, Call::Post(&body), &path, Some(token), timeout)
-        .map_err(|error| failed(error.to_string()))?;
+    let call = Call::Post(&body);
+    let (admin, answer) = super::http::exchange_first(admins, call, &path, Some(token), timeout)
+        .map_err(|error| error.into_cli(&call))?;
     let Ok(reply) = serde_json::from_str::<AdminReply>(&answer.body) else {
         let line = answer.line;
-        return Err(failed(format!(
-            "{admin} answered {line:?} to POST {path} (an older cohort, or not a cohort node?)"
-        )));
+        return Err(CliError::new(
+            Exit::Failed,
+            format!("{admin} answered {line:?} to POST {path} (an older cohort, or not a cohort node?)"),
+        ));
     };
-    let text = if json { answer.body.trim_end().to_string() } else { render(&reply) };
-    match answer.code {
-        200 => Ok(text),
-        400 | 401 | 404 | 405 | 415 => Err(usage(text)),
-        _ => Err(failed(text)),
-    }
+    let exit = match answer.code {
+        200 => return Ok(if json { answer.body.trim_end().to_string() } else { render(&reply) }),
+        400 | 401 | 404 | 405 | 413 | 415 => Exit::Usage,
+        503 => Exit::Unknown,
+        _ => Exit::Failed,
+    };
+    Err(CliError { exit, message: render(&reply), answer: serde_json::from_str(&answer.body).ok() })
 }
 
 /// One line for an answer of `/admin/`.
@@ -232,11 +211,21 @@ fn render(reply: &AdminReply) -> String {
             answer.epoch.0,
             TRANSFER_WAIT_MAX.as_secs()
         ),
-        AdminReply::Frozen { since_epoch, .. } => format!(
+        AdminReply::Frozen { since_epoch, already: false, .. } => format!(
             "the cluster metadata is frozen since epoch {}: operator changes are refused until `cohort admin unfreeze`",
             since_epoch.0
         ),
-        AdminReply::Unfrozen { epoch, .. } => format!("the cluster metadata is no longer frozen (epoch {})", epoch.0),
+        AdminReply::Frozen { since_epoch, already: true, .. } => format!(
+            "the cluster metadata was already frozen since epoch {}; nothing changed (operator changes are refused \
+             until `cohort admin unfreeze`)",
+            since_epoch.0
+        ),
+        AdminReply::Unfrozen { epoch, already: false, .. } => {
+            format!("the cluster metadata is no longer frozen (epoch {})", epoch.0)
+        }
+        AdminReply::Unfrozen { epoch, already: true, .. } => {
+            format!("the cluster metadata was not frozen; nothing changed (epoch {})", epoch.0)
+        }
         AdminReply::Refused { reason } => format!("refused: {reason}"),
         AdminReply::BadRequest { field, error } => {
             format!("bad request: {}: {error}", field.as_deref().unwrap_or("body"))
@@ -290,6 +279,8 @@ const NODE_ANY: NodeId = NodeId(1);
 
 #[cfg(test)]
 mod tests {
+    use cohort_messages::Epoch;
+
     use super::*;
 
     #[test]
@@ -309,8 +300,9 @@ mod tests {
             },
             "applied_here": true,
         });
-        let reply =
-            |json: Value| serde_json::from_value::<AdminReply>(json.clone()).unwrap_or_else(|e| panic!("{e}: {json}"));
+        let reply = |json: serde_json::Value| {
+            serde_json::from_value::<AdminReply>(json.clone()).unwrap_or_else(|e| panic!("{e}: {json}"))
+        };
         assert_eq!(
             render(&reply(answer)),
             "started operation:7: move group:3 node:1 → node:4 (3 steps: add learner node:4, promote node:4, remove node:1)"
@@ -325,18 +317,36 @@ mod tests {
     }
 
     #[test]
+    fn o4_a_repeated_freeze_or_unfreeze_reads_as_done_already() {
+        let frozen = AdminReply::Frozen { since_epoch: Epoch(47), epoch: Epoch(50), applied_here: true, already: true };
+        assert_eq!(
+            render(&frozen),
+            "the cluster metadata was already frozen since epoch 47; nothing changed (operator changes are refused \
+             until `cohort admin unfreeze`)"
+        );
+        let thawed = AdminReply::Unfrozen { epoch: Epoch(50), applied_here: true, already: true };
+        assert_eq!(render(&thawed), "the cluster metadata was not frozen; nothing changed (epoch 50)");
+        // An older node's answer has no `already`: a change.
+        let old = json!({ "result": "frozen", "since_epoch": 3, "epoch": 3, "applied_here": true });
+        let parsed = serde_json::from_value::<AdminReply>(old).expect("parses");
+        assert!(matches!(parsed, AdminReply::Frozen { already: false, .. }), "{parsed:?}");
+    }
+
+    #[test]
     fn bad_input_is_a_usage_error_before_anything_is_sent() {
         // Port 9 on a documentation address: never contacted, the check comes first.
         let token = Some("0123456789abcdef-token");
-        let error = admin_command("192.0.2.1:9", token, &AdminAction::Move { group: 3, from: 1, to: 1 }, false);
-        assert_eq!(error.map_err(|e| (e.code, e.message.starts_with("--to: "))), Err((2, true)));
-        let error = admin_command("192.0.2.1:9", token, &AdminAction::Cancel { operation: 0 }, false);
-        assert_eq!(error.map_err(|e| e.code), Err(2));
+        let admins = ["192.0.2.1:9".to_string()];
+        let error = admin_command(&admins, token, &AdminAction::Move { group: 3, from: 1, to: 1 }, false);
+        assert_eq!(error.map_err(|e| (e.exit, e.message.starts_with("--to: "))), Err((Exit::Usage, true)));
+        let error = admin_command(&admins, token, &AdminAction::Cancel { operation: 0 }, false);
+        assert_eq!(error.map_err(|e| e.exit), Err(Exit::Usage));
     }
 
     #[test]
     fn t4_no_token_is_a_usage_error_before_anything_is_sent() {
-        let error = admin_command("192.0.2.1:9", None, &AdminAction::Decommission { node: 2 }, false);
-        assert_eq!(error.map_err(|e| (e.code, e.message.starts_with("--token: missing"))), Err((2, true)));
+        let admins = ["192.0.2.1:9".to_string()];
+        let error = admin_command(&admins, None, &AdminAction::Decommission { node: 2 }, false);
+        assert_eq!(error.map_err(|e| (e.exit, e.message.starts_with("--token: missing"))), Err((Exit::Usage, true)));
     }
 }

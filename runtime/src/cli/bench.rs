@@ -39,12 +39,15 @@ pub(crate) struct BenchArgs {
     /// cost away).
     #[arg(long, conflicts_with = "cluster")]
     pub data_dir: Option<std::path::PathBuf>,
-    /// Print one JSON object as the last line instead of the table.
-    #[arg(long)]
+    /// Print one JSON object as the last line instead of the table (the
+    /// global `--json`).
+    #[arg(skip)]
     pub json: bool,
     /// Drive a running cluster instead, through these client ports
     /// (`[node] client`), HOST:PORT, comma-separated. It writes to groups
-    /// 0..--groups: on `cohort node`'s registers it replaces their values.
+    /// 0..--groups: on `cohort node`'s registers it replaces their values,
+    /// so only this flag chooses it (not COHORT_CLUSTER or a profile's
+    /// `cluster`; the connection settings do come from the profile).
     #[arg(long, value_name = "HOST:PORT,...", value_delimiter = ',')]
     pub cluster: Option<Vec<String>>,
     /// With --cluster: each node's admin port (or `[admin] metrics_listen`),

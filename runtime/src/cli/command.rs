@@ -10,7 +10,15 @@
 //!
 //! Answers go to stdout through [`print_line`], which does not panic when
 //! the reader is gone (`cohort certs init … | head`); diagnostics go to
-//! stderr.
+//! stderr. Every command fails with the exit codes of [`super::exit`], and
+//! with `--json` prints its error as one JSON object on stdout.
+//!
+//! The flags every command that talks to a cluster shares (`--profile`,
+//! `--admin`, `--token`, `--json`) are global: they go before or after the
+//! subcommand. Where a setting comes from is decided in one place,
+//! [`Context`]: the command line, then the environment (`COHORT_ADMIN`,
+//! `COHORT_CLUSTER`, `COHORT_ADMIN_TOKEN`, `COHORT_PROFILE`), then the
+//! client profile ([`super::profile`]), then the default.
 //!
 //! It lives in the library, not in `src/bin/cohort.rs` (which only calls
 //! [`run`]), so that the commands' modules stay private to the crate: the
@@ -20,17 +28,52 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
+use crate::cli::connect::ConnectArgs;
+use crate::cli::exit::{CliError, Exit};
+use crate::cli::groups::{ListArgs, describe_command, list_command};
+use crate::cli::profile::{Settings, load, profile_path};
+use crate::cli::status::GroupRows;
 use crate::cli::{
     AdminAction, BenchArgs, DataArgs, WriteArgs, admin_command, bench_command, print_line, read_command, write_command,
 };
 use crate::demo::{self, DemoOptions};
-use clap::{Parser, Subcommand};
+use clap::parser::ValueSource;
+use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(name = "cohort", version, about = "cohort: a replication engine for Rust programs")]
 struct Cli {
+    #[command(flatten)]
+    global: GlobalArgs,
     #[command(subcommand)]
     command: Command,
+}
+
+/// The flags of every command that talks to a cluster, valid before or
+/// after the subcommand. Precedence, per setting: the flag, then its
+/// environment variable, then the client profile, then the default.
+#[derive(Clone, Debug, Default, clap::Args)]
+#[command(next_help_heading = "Global options")]
+struct GlobalArgs {
+    /// The client profile to use, from ~/.config/cohort/profiles.toml (or
+    /// $COHORT_PROFILE_FILE): its cluster and admin addresses,
+    /// certificates and token. Default: the file's `default` profile.
+    #[arg(long, global = true, env = "COHORT_PROFILE", value_name = "NAME")]
+    profile: Option<String>,
+    /// The admin ports (each node's `[node] admin`), HOST:PORT or a port
+    /// alone for 127.0.0.1, comma-separated: the first that answers is
+    /// used. Default: the profile's `admin`.
+    #[arg(long, global = true, env = "COHORT_ADMIN", value_name = "HOST:PORT,...", value_delimiter = ',')]
+    admin: Vec<String>,
+    /// The nodes' admin token (`[admin] token`): operator commands need
+    /// it, and without it `status` redacts session ids and incarnations.
+    /// Prefer the environment variable or a profile's `token_file`: a flag
+    /// shows in the process list.
+    #[arg(long, global = true, env = "COHORT_ADMIN_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Print answers, and errors, as one JSON object on stdout.
+    #[arg(long, global = true)]
+    json: bool,
 }
 
 #[derive(Subcommand)]
@@ -41,40 +84,50 @@ enum Command {
         #[arg(long)]
         config: std::path::PathBuf,
     },
-    /// Print a node's view of the cluster: nodes with their sessions and
-    /// acked epochs, groups with members, incarnation and owner, and the
-    /// in-flight operations (from the node's admin port, GET /status).
+    /// Print a node's view of the cluster: nodes up or down, groups counted,
+    /// operations in flight.
+    ///
+    /// From the node's admin port (GET /status): the nodes, up or down as
+    /// that node reaches them now, with their sessions, primaries and acked
+    /// epochs; the groups counted (live, without a primary, led by a node
+    /// that is down); the operations in flight. With --json, the document
+    /// as served. Exit code 4: no admin port answered.
     Status {
-        /// The node's admin address (`[node] admin`), HOST:PORT, or a port
-        /// alone for 127.0.0.1.
-        #[arg(long)]
-        admin: String,
-        /// The node's admin token (`[admin] token`): without it, session ids
-        /// and incarnations are redacted.
-        #[arg(long, env = "COHORT_ADMIN_TOKEN", hide_env_values = true)]
-        token: Option<String>,
-        /// Print the JSON document as served instead of tables.
-        #[arg(long)]
-        json: bool,
+        /// Also print these groups' rows (members, learners, incarnation,
+        /// owner), comma-separated.
+        #[arg(long, value_name = "ID,...", value_delimiter = ',', value_parser = group_id_arg)]
+        group: Vec<u64>,
+        /// Also print every group's row (long at thousands of groups; see
+        /// `cohort groups list` for filters and paging).
+        #[arg(long, conflicts_with = "group")]
+        all_groups: bool,
     },
-    /// Start or cancel a multi-step operation (move, replace, join,
-    /// decommission) through a node's admin port (POST /admin/operations),
-    /// with the node's admin token. Exit code 1: refused by the metadata
-    /// or the node, or no answer; 2: usage (also: no or a wrong token).
+    /// List groups with filters and paging, or describe one.
+    ///
+    /// From a node's admin port (GET /status).
+    Groups {
+        #[command(subcommand)]
+        action: GroupsCommand,
+    },
+    /// Operator commands: move, replace, join, decommission, create or
+    /// delete groups, transfer a primary, freeze.
+    ///
+    /// Through a node's admin port, with the nodes' admin token. Exit code
+    /// 1: refused; 2: usage (also: no or a wrong token); 3: no result in
+    /// time (it may still apply); 4: no admin port answered.
     Admin {
-        /// The node's admin address (`[node] admin`), HOST:PORT, or a port
-        /// alone for 127.0.0.1.
-        #[arg(long)]
-        admin: String,
-        /// The node's admin token (`[admin] token`), required. Prefer the
-        /// environment variable: a flag shows in the process list.
-        #[arg(long, global = true, env = "COHORT_ADMIN_TOKEN", hide_env_values = true)]
-        token: Option<String>,
-        /// Print the node's JSON answer instead of one line.
-        #[arg(long, global = true)]
-        json: bool,
         #[command(subcommand)]
         action: AdminCommand,
+    },
+    /// Print a shell completion script.
+    ///
+    /// bash: `cohort completions bash > /etc/bash_completion.d/cohort`;
+    /// zsh: into a directory of $fpath as `_cohort`; fish:
+    /// ~/.config/fish/completions/cohort.fish.
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
     },
     /// Run a real cluster on this machine under a write workload, crash and
     /// restart the busiest node, and report what happened.
@@ -94,9 +147,6 @@ enum Command {
         /// Concurrent writers.
         #[arg(long, default_value_t = 64)]
         writers: usize,
-        /// Print one JSON object as the last line instead of the table.
-        #[arg(long)]
-        json: bool,
         /// Keep the data directory afterwards.
         #[arg(long)]
         keep_data: bool,
@@ -129,6 +179,28 @@ enum Command {
     /// Read a group's value from a running cluster (linearizable), through
     /// any of its nodes' client ports; prints the op it saw and the value.
     Read(DataArgs),
+}
+
+/// What `cohort groups` does.
+#[derive(Subcommand)]
+enum GroupsCommand {
+    /// The groups that pass every filter given, by id, a page at a time;
+    /// the last line (JSON: `next_after`) says where the next page starts.
+    List(ListArgs),
+    /// One group: kind, incarnation, primary, each replica's role and
+    /// whether it is up, and the operations that touch it. Exit code 1: no
+    /// such group.
+    Describe {
+        /// The group.
+        #[arg(long, value_parser = group_id_arg)]
+        group: u64,
+    },
+}
+
+/// A group id, plain or as printed (`group:3`).
+fn group_id_arg(text: &str) -> Result<u64, String> {
+    let digits = text.strip_prefix("group:").unwrap_or(text);
+    digits.parse::<u64>().map_err(|_| format!("{text:?} is not a group id"))
 }
 
 /// What `cohort certs` makes.
@@ -401,14 +473,12 @@ fn run_node(path: &std::path::Path) -> ExitCode {
     code
 }
 
-/// Print a command's answer, or its error on stderr with its exit code.
-fn answer<E: std::fmt::Display>(what: &str, result: Result<String, E>, code: impl Fn(&E) -> u8) -> ExitCode {
+/// Print a command's answer, or its error with its exit code (JSON on
+/// stdout with `json`, else on stderr).
+fn answer(what: &str, result: Result<String, CliError>, json: bool) -> ExitCode {
     match result {
         Ok(text) => print(what, &text),
-        Err(error) => {
-            eprintln!("{what}: {error}");
-            ExitCode::from(code(&error))
-        }
+        Err(error) => error.report(what, json),
     }
 }
 
@@ -424,9 +494,151 @@ fn print(what: &str, text: &str) -> ExitCode {
     }
 }
 
+/// The matches of the subcommand that runs (the deepest).
+fn leaf(matches: &ArgMatches) -> &ArgMatches {
+    match matches.subcommand() {
+        Some((_, sub)) => leaf(sub),
+        None => matches,
+    }
+}
+
+/// The TLS settings of a command line: a profile's apply only if none is given.
+const TLS_FLAGS: [&str; 6] = ["certs", "client", "ca", "cert", "key", "insecure"];
+
+/// Where each setting of a command comes from: the command line and the
+/// environment (clap already put them in the flags), then the profile.
+struct Context {
+    global: GlobalArgs,
+    /// The profile's settings, read on first use.
+    settings: Option<Settings>,
+}
+
+impl Context {
+    /// The profile's settings (empty with no profile file and no name).
+    fn settings(&mut self) -> Result<&Settings, CliError> {
+        if self.settings.is_none() {
+            let path = profile_path(|name| std::env::var(name).ok());
+            self.settings = Some(load(self.global.profile.as_deref(), path.as_deref())?);
+        }
+        Ok(self.settings.get_or_insert_with(Settings::default))
+    }
+
+    /// The admin addresses: `--admin`, `COHORT_ADMIN`, the profile's `admin`.
+    fn admins(&mut self) -> Result<Vec<String>, CliError> {
+        let given = crate::cli::http::admin_list(&self.global.admin);
+        if !given.is_empty() {
+            return Ok(given);
+        }
+        let settings = self.settings()?;
+        if settings.admin.is_empty() {
+            return Err(CliError::usage(format!(
+                "--admin: missing: give a node's admin port (--admin HOST:PORT,...), set COHORT_ADMIN, or give the \
+                 profile an `admin` ({})",
+                settings.describe()
+            )));
+        }
+        Ok(settings.admin.clone())
+    }
+
+    /// The token: `--token`, `COHORT_ADMIN_TOKEN`, the profile's `token` or `token_file`.
+    fn token(&mut self) -> Result<Option<String>, CliError> {
+        if let Some(token) = &self.global.token {
+            return Ok(Some(token.clone()));
+        }
+        Ok(self.settings()?.token.clone())
+    }
+
+    /// The client ports: `--cluster`, `COHORT_CLUSTER`, the profile's `cluster`.
+    fn cluster(&mut self, given: &[String]) -> Result<Vec<String>, CliError> {
+        if !given.is_empty() {
+            return Ok(given.to_vec());
+        }
+        let settings = self.settings()?;
+        if settings.cluster.is_empty() {
+            return Err(CliError::usage(format!(
+                "--cluster: missing: give the nodes' client ports (--cluster HOST:PORT,...), set COHORT_CLUSTER, or \
+                 give the profile a `cluster` ({})",
+                settings.describe()
+            )));
+        }
+        Ok(settings.cluster.clone())
+    }
+
+    /// `connect` with the profile's settings where `matches` (the command's
+    /// own) has no flag: the TLS block only if no TLS flag was given, the
+    /// cluster id if `--cluster-id` was not.
+    fn connect(&mut self, connect: &mut ConnectArgs, matches: &ArgMatches) -> Result<(), CliError> {
+        let given = |id: &str| matches.value_source(id) == Some(ValueSource::CommandLine);
+        let tls_given = TLS_FLAGS.iter().any(|id| given(id));
+        let cluster_id_given = given("cluster_id");
+        let settings = self.settings()?;
+        if !tls_given && settings.has_tls() {
+            if let Some(certs) = &settings.certs {
+                connect.certs = certs.clone();
+            }
+            if let Some(client) = &settings.client {
+                connect.client = client.clone();
+            }
+            if let Some((ca, cert, key)) = &settings.files {
+                (connect.ca, connect.cert, connect.key) = (Some(ca.clone()), Some(cert.clone()), Some(key.clone()));
+            }
+            connect.insecure = settings.insecure;
+        }
+        if !cluster_id_given && let Some(cluster) = settings.cluster_id {
+            connect.cluster_id = Some(cluster);
+        }
+        Ok(())
+    }
+}
+
+/// A clap error: help and version as clap prints them; with `--json` on the
+/// command line, a usage error as JSON; else clap's text (exit 2).
+fn parse_error(error: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    let json = std::env::args_os().any(|arg| arg == "--json");
+    match error.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => error.exit(),
+        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand if json => {
+            CliError::usage("a subcommand is missing: `cohort --help` lists them").report("cohort", true)
+        }
+        _ if json => {
+            let text = error.render().to_string();
+            let first = text.lines().next().unwrap_or_default();
+            let message = first.strip_prefix("error: ").unwrap_or(first);
+            CliError::usage(message).report("cohort", true)
+        }
+        _ => error.exit(),
+    }
+}
+
+/// `--json` on a command that prints no JSON: refused, so that with
+/// `--json` stdout only ever holds JSON.
+fn no_json(what: &str) -> CliError {
+    CliError::usage(format!("--json: {what} prints no JSON"))
+}
+
 /// Parse the command line and run the command; the process's exit code.
 pub(crate) fn run() -> ExitCode {
-    match Cli::parse().command {
+    let matches = match Cli::command().try_get_matches() {
+        Ok(matches) => matches,
+        Err(error) => return parse_error(error),
+    };
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(error) => return parse_error(error),
+    };
+    let json = cli.global.json;
+    let mut context = Context { global: cli.global, settings: None };
+    let leaf = leaf(&matches);
+    match cli.command {
+        Command::Certs { .. } | Command::Node { .. } | Command::Completions { .. } if json => {
+            let what = match cli.command {
+                Command::Certs { .. } => "cohort certs",
+                Command::Node { .. } => "cohort node",
+                _ => "cohort completions",
+            };
+            no_json(what).report(what, true)
+        }
         Command::Certs { action } => {
             let action = match action {
                 CertsCommand::Init { dir, nodes } => crate::cli::CertsAction::Init { dir, nodes },
@@ -434,39 +646,60 @@ pub(crate) fn run() -> ExitCode {
                 CertsCommand::Client { dir, name } => crate::cli::CertsAction::Client { dir, name },
             };
             // Every file is written before the first line is printed.
-            answer("cohort certs", crate::cli::certs_command(&action), |_| 1)
+            let result =
+                crate::cli::certs_command(&action).map_err(|error| CliError::new(Exit::Failed, error.to_string()));
+            answer("cohort certs", result, false)
         }
-        Command::Bench(args) => answer("cohort bench", bench_command(&args), |error| error.exit_code()),
-        Command::Write(args) => answer("cohort write", write_command(&args), |error| error.exit_code()),
-        Command::Read(args) => answer("cohort read", read_command(&args), |error| error.exit_code()),
+        Command::Completions { shell } => {
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "cohort", &mut script);
+            print("cohort completions", String::from_utf8_lossy(&script).trim_end())
+        }
+        Command::Bench(mut args) => {
+            args.json = json;
+            let result = context.connect(&mut args.connect, leaf).and_then(|()| {
+                bench_command(&args).map_err(|error| CliError::new(Exit::of_code(error.exit_code()), error.to_string()))
+            });
+            answer("cohort bench", result, json)
+        }
+        Command::Write(mut args) => {
+            args.data.json = json;
+            let result = data_context(&mut context, &mut args.data, leaf).and_then(|()| {
+                write_command(&args).map_err(|error| CliError::new(Exit::of_code(error.exit_code()), error.to_string()))
+            });
+            answer("cohort write", result, json)
+        }
+        Command::Read(mut args) => {
+            args.json = json;
+            let result = data_context(&mut context, &mut args, leaf).and_then(|()| {
+                read_command(&args).map_err(|error| CliError::new(Exit::of_code(error.exit_code()), error.to_string()))
+            });
+            answer("cohort read", result, json)
+        }
         Command::Node { config } => run_node(&config),
-        Command::Status { admin, token, json } => {
-            answer("cohort status", crate::cli::status_command(&admin, token.as_deref(), json), |_| 2)
+        Command::Status { group, all_groups } => {
+            let rows = match (group.is_empty(), all_groups) {
+                (false, _) => GroupRows::Only(group),
+                (true, true) => GroupRows::All,
+                (true, false) => GroupRows::Summary,
+            };
+            let result = admin_context(&mut context)
+                .and_then(|(admins, token)| crate::cli::status_command(&admins, token.as_deref(), &rows, json));
+            answer("cohort status", result, json)
         }
-        Command::Admin { admin, token, json, action } => {
-            match admin_command(&admin, token.as_deref(), &action.action(), json) {
-                Ok(line) => print("cohort admin", &line),
-                Err(error) if json => {
-                    let _ = print_line(&error.message);
-                    ExitCode::from(error.code)
-                }
-                Err(error) => {
-                    eprintln!("cohort admin: {}", error.message);
-                    ExitCode::from(error.code)
-                }
-            }
+        Command::Groups { action } => {
+            let result = admin_context(&mut context).and_then(|(admins, token)| match &action {
+                GroupsCommand::List(args) => list_command(&admins, token.as_deref(), args, json),
+                GroupsCommand::Describe { group } => describe_command(&admins, token.as_deref(), *group, json),
+            });
+            answer("cohort groups", result, json)
         }
-        Command::Demo {
-            nodes,
-            partitions,
-            duration_secs,
-            shards,
-            writers,
-            json,
-            keep_data,
-            otlp_endpoint,
-            quiesce_secs,
-        } => {
+        Command::Admin { action } => {
+            let result = admin_context(&mut context)
+                .and_then(|(admins, token)| admin_command(&admins, token.as_deref(), &action.action(), json));
+            answer("cohort admin", result, json)
+        }
+        Command::Demo { nodes, partitions, duration_secs, shards, writers, keep_data, otlp_endpoint, quiesce_secs } => {
             let telemetry =
                 crate::config::TelemetryConfig { otlp_endpoint, ..crate::config::TelemetryConfig::default() };
             // The demo's own lines are its report; its nodes speak only
@@ -509,10 +742,67 @@ pub(crate) fn run() -> ExitCode {
                     let clean = summary.lost_acked_writes == 0 && summary.unverified_groups == 0;
                     if clean { printed } else { ExitCode::FAILURE }
                 }
-                Err(error) => {
-                    eprintln!("cohort demo: {error}");
-                    ExitCode::from(2)
-                }
+                Err(error) => CliError::usage(error.to_string()).report("cohort demo", json),
+            }
+        }
+    }
+}
+
+/// The admin addresses and token of an admin-port command.
+fn admin_context(context: &mut Context) -> Result<(Vec<String>, Option<String>), CliError> {
+    Ok((context.admins()?, context.token()?))
+}
+
+/// The client ports and connection settings of `write` and `read`.
+fn data_context(context: &mut Context, data: &mut DataArgs, matches: &ArgMatches) -> Result<(), CliError> {
+    data.cluster = context.cluster(&data.cluster)?;
+    context.connect(&mut data.connect, matches)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("cohort").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn o4_global_flags_go_before_or_after_the_subcommand() {
+        for args in [
+            &["--admin", "7301", "--token", "t", "--json", "admin", "freeze"][..],
+            &["admin", "--admin", "7301", "freeze", "--token", "t", "--json"][..],
+            &["admin", "freeze", "--json", "--admin", "7301", "--token", "t"][..],
+        ] {
+            let cli = parse(args).unwrap_or_else(|error| panic!("{args:?}: {error}"));
+            assert_eq!(
+                (cli.global.admin, cli.global.token, cli.global.json),
+                (vec!["7301".into()], Some("t".into()), true)
+            );
+        }
+        let cli = parse(&["read", "--group", "3", "--json", "--profile", "prod"]).expect("parses");
+        assert_eq!((cli.global.json, cli.global.profile.as_deref()), (true, Some("prod")));
+        let cli = parse(&["--json", "groups", "list", "--node", "2", "--role", "primary"]).expect("parses");
+        assert!(cli.global.json);
+        assert!(parse(&["groups", "list", "--role", "primary"]).is_err(), "--role needs --node");
+        assert!(parse(&["groups", "list", "--limit", "0"]).is_err());
+        assert!(parse(&["status", "--group", "3", "--all-groups"]).is_err());
+        assert!(parse(&["status", "--group", "group:3,4"]).is_ok());
+    }
+
+    #[test]
+    fn o4_the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn o4_completions_name_every_command() {
+        for shell in [clap_complete::Shell::Bash, clap_complete::Shell::Zsh, clap_complete::Shell::Fish] {
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "cohort", &mut script);
+            let script = String::from_utf8_lossy(&script);
+            for word in ["status", "groups", "describe", "freeze", "profile", "all-groups"] {
+                assert!(script.contains(word), "{shell:?} lacks {word}");
             }
         }
     }

@@ -29,7 +29,8 @@ pub(crate) struct DataArgs {
     /// The nodes' client ports (each node's `[node] client`), HOST:PORT,
     /// comma-separated. Any one is enough to start; give every node's, so
     /// the client can reach each group's primary and survive a failover.
-    #[arg(long, value_name = "HOST:PORT,...", value_delimiter = ',', required = true)]
+    /// Default: a profile's `cluster`.
+    #[arg(long, value_name = "HOST:PORT,...", value_delimiter = ',', env = "COHORT_CLUSTER")]
     pub cluster: Vec<String>,
     /// The group.
     #[arg(long)]
@@ -39,8 +40,8 @@ pub(crate) struct DataArgs {
     /// the group is a register, as `cohort node` runs it.
     #[arg(long, value_name = "KEY")]
     pub kv_key: Option<String>,
-    /// Print one JSON object instead of a line.
-    #[arg(long)]
+    /// Print one JSON object instead of a line (the global `--json`).
+    #[arg(skip)]
     pub json: bool,
     #[command(flatten, next_help_heading = "Connection")]
     #[allow(missing_docs)]
@@ -259,14 +260,11 @@ mod tests {
         assert_eq!(args.data.cluster, ["10.0.0.1:7201", "10.0.0.2:7201"]);
         assert_eq!((args.data.group, args.value.as_str(), args.data.kv_key.as_deref()), (3, "hello", None));
         assert_eq!(args.data.connect, ConnectArgs::default());
-        let kv =
-            write(&["--cluster", "a:1", "--group", "0", "--value", "v", "--kv-key", "k", "--json"]).expect("parses");
-        assert_eq!((kv.data.kv_key.as_deref(), kv.data.json), (Some("k"), true));
-        for missing in [
-            &["--group", "3", "--value", "v"][..],
-            &["--cluster", "a:1", "--value", "v"][..],
-            &["--cluster", "a:1", "--group", "3"][..],
-        ] {
+        let kv = write(&["--cluster", "a:1", "--group", "0", "--value", "v", "--kv-key", "k"]).expect("parses");
+        assert_eq!(kv.data.kv_key.as_deref(), Some("k"));
+        // No --cluster parses: COHORT_CLUSTER or a profile may give it (the
+        // command refuses an empty list before it dials).
+        for missing in [&["--cluster", "a:1", "--value", "v"][..], &["--cluster", "a:1", "--group", "3"][..]] {
             assert!(write(missing).is_err(), "{missing:?}");
         }
         assert!(write(&["--cluster", "a:1", "--group", "-1", "--value", "v"]).is_err());

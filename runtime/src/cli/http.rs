@@ -1,7 +1,12 @@
-//! The one HTTP exchange `cohort status` and `cohort admin` make with a
-//! node's admin port, over reqwest's blocking client (the one the OTLP
-//! exporter already brings; no TLS, no proxy: the admin port is plain HTTP,
-//! on loopback unless an operator chose otherwise).
+//! The one HTTP exchange `cohort status`, `cohort groups` and `cohort
+//! admin` make with a node's admin port, over reqwest's blocking client
+//! (the one the OTLP exporter already brings; no TLS, no proxy: the admin
+//! port is plain HTTP, on loopback unless an operator chose otherwise).
+//!
+//! Given several admin addresses, a command uses the first that answers,
+//! so a profile that lists every node's keeps working when one is down; a
+//! change (`POST`) goes on to the next address only when nothing reached
+//! the previous one, so it is never sent twice.
 //!
 //! The CLI runs no async runtime of its own, so the blocking client is the
 //! natural fit; every exchange has a deadline and a bound on what it reads.
@@ -13,6 +18,7 @@ use std::time::Duration;
 use reqwest::blocking::Client;
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE};
 
+use super::exit::{CliError, Exit};
 use crate::admin::config::parse_listen_address;
 
 /// The largest answer read from an admin port.
@@ -29,6 +35,7 @@ pub(crate) struct Answer {
 }
 
 /// What an exchange sends besides its path.
+#[derive(Clone, Copy, Debug)]
 pub(crate) enum Call<'a> {
     /// `GET`.
     Get,
@@ -42,9 +49,84 @@ pub(crate) enum ExchangeError {
     /// `--admin` is not an address.
     #[error("{admin}: not a HOST:PORT address or a port ({reason})")]
     Address { admin: String, reason: String },
-    /// The node could not be reached, or did not answer in time.
+    /// No connection: nothing was sent.
     #[error("cannot reach the node's admin port at {admin}: {reason} (is the node running, with [node] admin set?)")]
     Unreachable { admin: String, reason: String },
+    /// The request was sent, and no full answer came in time.
+    #[error("no answer from the node's admin port at {admin}: {reason}")]
+    NoAnswer { admin: String, reason: String },
+}
+
+impl ExchangeError {
+    /// How the command exits (see [`super::exit`]): a bad address is a
+    /// usage error, no connection is `unreachable`; a request sent without
+    /// an answer is `unreachable` too for a read (`GET`) and `unknown` for
+    /// a change (`POST`: it may still apply).
+    pub(crate) fn exit(&self, call: &Call<'_>) -> Exit {
+        match (self, call) {
+            (ExchangeError::Address { .. }, _) => Exit::Usage,
+            (ExchangeError::Unreachable { .. }, _) | (ExchangeError::NoAnswer { .. }, Call::Get) => Exit::Unreachable,
+            (ExchangeError::NoAnswer { .. }, Call::Post(_)) => Exit::Unknown,
+        }
+    }
+
+    /// As a [`CliError`] of the command that made `call`.
+    pub(crate) fn into_cli(self, call: &Call<'_>) -> CliError {
+        CliError::new(self.exit(call), self.to_string())
+    }
+}
+
+/// The addresses of `--admin`, `COHORT_ADMIN` or a profile: each
+/// comma-separated item of each value, in order.
+pub(crate) fn admin_list(values: &[String]) -> Vec<String> {
+    values
+        .iter()
+        .flat_map(|value| value.split(','))
+        .map(str::trim)
+        .filter(|item| !item.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// [`exchange`] with the first of `admins` that takes the connection (and,
+/// for a `GET`, answers): a change is sent to the next address only when
+/// nothing was sent to the previous one. The address that answered comes
+/// back with the answer; the error, if every address failed, names them all.
+pub(crate) fn exchange_first(
+    admins: &[String],
+    call: Call<'_>,
+    path: &str,
+    token: Option<&str>,
+    timeout: Duration,
+) -> Result<(String, Answer), ExchangeError> {
+    assert!(!admins.is_empty(), "the caller checks that an admin address was given");
+    let mut failures = Vec::new();
+    for admin in admins {
+        match exchange(admin, call, path, token, timeout) {
+            Ok(answer) => return Ok((admin.clone(), answer)),
+            Err(error @ ExchangeError::NoAnswer { .. }) if matches!(call, Call::Post(_)) => return Err(error),
+            Err(error @ ExchangeError::Address { .. }) => return Err(error),
+            Err(error) => failures.push(error),
+        }
+    }
+    match failures.len() {
+        1 => Err(failures.remove(0)),
+        _ => {
+            let reasons: Vec<String> = failures
+                .iter()
+                .map(|failure| match failure {
+                    ExchangeError::Unreachable { admin, reason } | ExchangeError::NoAnswer { admin, reason } => {
+                        format!("{admin}: {reason}")
+                    }
+                    other => other.to_string(),
+                })
+                .collect();
+            Err(ExchangeError::Unreachable {
+                admin: format!("any of {}", admins.join(",")),
+                reason: reasons.join("; "),
+            })
+        }
+    }
 }
 
 /// `admin` as an address: `HOST:PORT`, or a port alone for loopback (as
@@ -88,6 +170,8 @@ pub(crate) fn exchange(
     let address = resolve(admin)?;
     let unreachable =
         |error: &dyn std::error::Error| ExchangeError::Unreachable { admin: admin.into(), reason: with_causes(error) };
+    let no_answer =
+        |error: &dyn std::error::Error| ExchangeError::NoAnswer { admin: admin.into(), reason: with_causes(error) };
     let client = Client::builder()
         .timeout(timeout)
         .connect_timeout(timeout.min(CONNECT_TIMEOUT_MAX))
@@ -102,11 +186,12 @@ pub(crate) fn exchange(
     if let Some(token) = token {
         request = request.header(AUTHORIZATION, format!("Bearer {token}"));
     }
-    let response = request.send().map_err(|error| unreachable(&error))?;
+    let response =
+        request.send().map_err(|error| if error.is_connect() { unreachable(&error) } else { no_answer(&error) })?;
     let status = response.status();
     let line = format!("{} {}", status.as_u16(), status.canonical_reason().unwrap_or(""));
     let mut body = Vec::new();
-    response.take(ANSWER_SIZE_MAX_BYTES).read_to_end(&mut body).map_err(|error| unreachable(&error))?;
+    response.take(ANSWER_SIZE_MAX_BYTES).read_to_end(&mut body).map_err(|error| no_answer(&error))?;
     Ok(Answer {
         code: status.as_u16(),
         line: line.trim_end().to_owned(),
@@ -123,6 +208,27 @@ mod tests {
         assert_eq!(resolve("7301").ok(), Some(SocketAddr::from(([127, 0, 0, 1], 7301))));
         assert_eq!(resolve("10.0.0.1:7301").ok(), Some(SocketAddr::from(([10, 0, 0, 1], 7301))));
         assert!(matches!(resolve("not an address"), Err(ExchangeError::Address { .. })));
+    }
+
+    #[test]
+    fn o4_every_admin_address_is_tried_and_named_and_a_bad_one_is_a_usage_error() {
+        let closed = || std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port");
+        let (first, second) = (closed().to_string(), closed().to_string());
+        let admins = admin_list(&[format!("{first}, {second}")]);
+        assert_eq!(admins, [first.clone(), second.clone()]);
+        let error = exchange_first(&admins, Call::Get, "/status", None, Duration::from_secs(2)).err().expect("closed");
+        let text = error.to_string();
+        assert!(
+            text.contains(&format!("any of {first},{second}: {first}: ")) && text.contains(&format!("; {second}: ")),
+            "{text}"
+        );
+        assert_eq!(error.exit(&Call::Get), Exit::Unreachable);
+        let post = exchange_first(&admins, Call::Post("{}"), "/admin/freeze", None, Duration::from_secs(2));
+        assert_eq!(post.err().map(|error| error.exit(&Call::Post("{}"))), Some(Exit::Unreachable), "nothing was sent");
+        let bad = exchange_first(&["not an address".into()], Call::Get, "/status", None, Duration::from_secs(1));
+        assert_eq!(bad.err().map(|error| error.exit(&Call::Get)), Some(Exit::Usage));
+        let no_answer = ExchangeError::NoAnswer { admin: first, reason: "timed out".into() };
+        assert_eq!((no_answer.exit(&Call::Get), no_answer.exit(&Call::Post("{}"))), (Exit::Unreachable, Exit::Unknown));
     }
 
     #[test]

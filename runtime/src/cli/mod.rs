@@ -2,7 +2,10 @@
 //! status` and `cohort admin` talk to a node's admin port over HTTP;
 //! `cohort certs` makes a cluster's certificates) and the user's side
 //! (`cohort write`, `cohort read` and `cohort bench --cluster` use a
-//! running cluster's data through its client ports, C2).
+//! running cluster's data through its client ports, C2). `cohort groups`
+//! lists and describes groups from the admin port's `/status`. Exit codes,
+//! JSON errors and client profiles are shared by every command (`exit.rs`,
+//! `profile.rs`; O4).
 
 mod admin;
 mod bench;
@@ -10,9 +13,12 @@ mod certs;
 pub(crate) mod command;
 mod connect;
 mod data;
+mod exit;
+mod groups;
 pub(crate) mod http;
 mod operation;
 mod output;
+mod profile;
 mod status;
 
 pub(crate) use admin::{AdminAction, admin_command};

@@ -122,7 +122,7 @@ impl NodeHandle {
     /// nodes and groups as the metadata has them (see `docs/embedding.md`).
     /// Its `Display` is the JSON document.
     pub fn status(&self) -> crate::admin::NodeStatus {
-        crate::admin::status::node_status(&self.board, crate::admin::Audience::Operator)
+        crate::admin::status::node_status(&self.board, &self.links, crate::admin::Audience::Operator)
     }
 
     /// Why the node stopped after its session expired (S3), if it did.

@@ -359,7 +359,12 @@ impl Validated {
         let client_address = bound.client.as_ref().and_then(|listener| listener.local_addr().ok());
         let kinds =
             self.kinds.keys().map(|kind| kind.as_str().to_string()).filter(|kind| kind != METADATA_KIND).collect();
-        let operator = OperatorPort::new(Arc::clone(&agent.board), agent.addr.clone().recipient(), kinds);
+        let operator = OperatorPort::new(
+            Arc::clone(&agent.board),
+            agent.addr.clone().recipient(),
+            Arc::new(started.parts.links.clone()),
+            kinds,
+        );
         let operator_handle = operator.clone();
         let stats = Arc::new(InboundStats::default());
         let router = Router {
