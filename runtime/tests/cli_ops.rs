@@ -324,7 +324,19 @@ async fn o4_freeze_and_unfreeze_are_idempotent_and_every_exit_code_is_as_documen
     assert!(thaw_again.stdout.contains("was not frozen; nothing changed"), "{}", thaw_again.text());
 
     // 1: the metadata refused; the JSON error keeps the port's own fields.
-    let exists = ["admin", "create-group", "--group", "3", "--members", "1,2,3", "--json", "--admin", &admin_1];
+    let exists = [
+        "admin",
+        "create-group",
+        "--group",
+        "3",
+        "--kind",
+        "register",
+        "--members",
+        "1,2,3",
+        "--json",
+        "--admin",
+        &admin_1,
+    ];
     let error = assert_json_error(&cohort(&exists, &token).await, 1, "refused");
     assert!(error["reason"].as_str().is_some_and(|reason| reason.contains("group:3 exists")), "{error}");
     // 2: usage, from clap, from the CLI's own checks and from the node.
