@@ -38,6 +38,11 @@ use serde_json::Value;
 /// Groups 0..GROUPS on every node.
 const GROUPS: u64 = 12;
 
+/// A group on nodes 1 and 2 only, which the test moves to node 3 once node
+/// 3 is stopped: the move holds at its promotion (the learner never catches
+/// up), so the page has an operation in flight and a learner to show.
+const MOVED: GroupId = GroupId(GROUPS);
+
 /// The nodes' admin token (the console never sends it).
 const TOKEN: &str = "admin-token-of-the-console-tests";
 
@@ -100,6 +105,7 @@ fn cluster() -> LocalCluster {
         })
         .group_kind("register", |_| Box::new(Register::default()))
         .groups("register", (0..GROUPS).map(GroupId))
+        .group(GroupPlacement::new(MOVED, vec![NodeId(1), NodeId(2)]).kind("register"))
         .start()
         .expect("cluster starts")
 }
@@ -127,6 +133,25 @@ async fn http(method: reqwest::Method, url: String) -> Answer {
     .expect("the request's thread")
 }
 
+/// `POST path` with `body` to `admin` as an operator (with the token).
+async fn operator_post(admin: SocketAddr, path: &str, body: String) -> (u16, Value) {
+    let url = format!("http://{admin}{path}");
+    tokio::task::spawn_blocking(move || {
+        let client = reqwest::blocking::Client::builder().timeout(Duration::from_secs(10)).build().expect("a client");
+        let answer = client
+            .post(&url)
+            .bearer_auth(TOKEN)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body)
+            .send()
+            .unwrap_or_else(|error| panic!("{url}: {error}"));
+        let status = answer.status().as_u16();
+        (status, serde_json::from_str(&answer.text().expect("a body")).unwrap_or(Value::Null))
+    })
+    .await
+    .expect("the request's thread")
+}
+
 /// The `/status` document an anonymous caller gets, as the page does.
 async fn status(admin: SocketAddr) -> Value {
     let answer = http(reqwest::Method::GET, format!("http://{admin}/status")).await;
@@ -141,7 +166,8 @@ async fn wait_ready(admin: SocketAddr, nodes: usize) {
         let status = status(admin).await;
         let listed = |key: &str| status["metadata"][key].as_array().cloned().unwrap_or_default();
         let sessions = listed("nodes").len() == nodes && listed("nodes").iter().all(|n| !n["session"].is_null());
-        let owned = listed("groups").len() == GROUPS as usize && listed("groups").iter().all(|g| !g["owner"].is_null());
+        let owned =
+            listed("groups").len() == GROUPS as usize + 1 && listed("groups").iter().all(|g| !g["owner"].is_null());
         if sessions && owned {
             return;
         }
@@ -455,5 +481,19 @@ async fn o6_console_in_a_real_browser_shows_what_status_says() {
     }
     let dom = console_matches_status(node_1).await;
     assert_eq!(tag(&dom, "data-node", "3")["data-up"], "false");
+
+    // An operation in flight: the move of MOVED to the stopped node 3 adds
+    // it as a learner and waits for it to catch up, which it never does.
+    let (code, started) =
+        operator_post(node_1, "/admin/operations", format!(r#"{{"op":"move","group":{},"from":2,"to":3}}"#, MOVED.0))
+            .await;
+    assert_eq!((code, started["result"].as_str()), (200, Some("started")), "{started}");
+    let dom = console_matches_status(node_1).await;
+    let operation = started["operation"].to_string();
+    assert_eq!(tag(&dom, "data-operation", &operation)["data-remaining"], "2", "promote and remove remain");
+    let moved = MOVED.0.to_string();
+    let owner = tag(&dom, "data-group", &moved)["data-owner"].clone();
+    assert!(owner == "1" || owner == "2", "{MOVED} keeps its primary on node 1 or 2, shown {owner}");
+    assert!(dom.contains("data-cell-node=\"3\" data-role=\"learner\""), "node 3 shown as {MOVED}'s learner");
     cluster.stop();
 }
