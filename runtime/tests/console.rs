@@ -9,8 +9,10 @@
 //! dump (a dump taken while the document changed is taken again): each
 //! node's up/down, session, groups and primaries; the groups without a
 //! primary; every row and cell of the placement map; the operations in
-//! flight; the charts' samples. It does so once with every node up and
-//! once after node 3 is stopped, when the page must show it down.
+//! flight; the charts' samples. It does so with every node up, after node
+//! 3 is stopped (the page must show it down), and with a move to node 3 in
+//! flight. One group's kind name is markup, which the page must show as
+//! text.
 //!
 //! Without the token the page is served, but nothing under `/admin/` is
 //! reachable, and the page's files carry a Content-Security-Policy that
@@ -42,6 +44,15 @@ const GROUPS: u64 = 12;
 /// 3 is stopped: the move holds at its promotion (the learner never catches
 /// up), so the page has an operation in flight and a learner to show.
 const MOVED: GroupId = GroupId(GROUPS);
+
+/// A group kind whose name is markup: the page must show it as text.
+const HOSTILE_KIND: &str = "<img src=x id=injected onerror=alert(1)><b>kind</b>";
+
+/// A group of [`HOSTILE_KIND`] on every node.
+const HOSTILE: GroupId = GroupId(GROUPS + 1);
+
+/// Every group of the cluster.
+const GROUPS_TOTAL: usize = GROUPS as usize + 2;
 
 /// The nodes' admin token (the console never sends it).
 const TOKEN: &str = "admin-token-of-the-console-tests";
@@ -106,6 +117,8 @@ fn cluster() -> LocalCluster {
         .group_kind("register", |_| Box::new(Register::default()))
         .groups("register", (0..GROUPS).map(GroupId))
         .group(GroupPlacement::new(MOVED, vec![NodeId(1), NodeId(2)]).kind("register"))
+        .group_kind(HOSTILE_KIND, |_| Box::new(Register::default()))
+        .group(GroupPlacement::new(HOSTILE, vec![NodeId(1), NodeId(2), NodeId(3)]).kind(HOSTILE_KIND))
         .start()
         .expect("cluster starts")
 }
@@ -166,8 +179,7 @@ async fn wait_ready(admin: SocketAddr, nodes: usize) {
         let status = status(admin).await;
         let listed = |key: &str| status["metadata"][key].as_array().cloned().unwrap_or_default();
         let sessions = listed("nodes").len() == nodes && listed("nodes").iter().all(|n| !n["session"].is_null());
-        let owned =
-            listed("groups").len() == GROUPS as usize + 1 && listed("groups").iter().all(|g| !g["owner"].is_null());
+        let owned = listed("groups").len() == GROUPS_TOTAL && listed("groups").iter().all(|g| !g["owner"].is_null());
         if sessions && owned {
             return;
         }
@@ -447,6 +459,10 @@ async fn o6_console_in_a_real_browser_shows_what_status_says() {
     );
     assert_charts(&dom, &before, &after);
     assert_eq!(tag(&dom, "data-node", "3")["data-up"], "true");
+    // A kind name that is markup is shown as text: escaped in the dump, no
+    // element made of it.
+    assert!(dom.contains("&lt;img src=x id=injected"), "the hostile kind shown as text");
+    assert!(!dom.contains("<img") && !dom.contains("id=\"injected\"") && !dom.contains("<b>"), "no markup from data");
     if let Some(path) = std::env::var_os("COHORT_CONSOLE_SCREENSHOT") {
         let path = Path::new(&path).to_path_buf();
         let arguments = vec![format!("--screenshot={}", path.display()), "--window-size=1280,900".into()];
