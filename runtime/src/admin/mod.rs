@@ -10,6 +10,7 @@
 //! | --- | --- |
 //! | `GET /metrics`, `GET /health` | anyone (also on the metrics listener) |
 //! | `GET /status` | anyone; session ids and incarnations only with the token (`status.rs`) |
+//! | `GET /console` and its files | anyone, on a node's listener: the read-only web console (`console.rs`) |
 //! | `POST /admin/operations`, `POST /admin/operations/{id}/cancel` | the token's holder, JSON bodies only (`operator.rs`) |
 //!
 //! `auth.rs` says who a caller is, `refusal.rs` answers and counts every
@@ -50,6 +51,7 @@ pub(crate) mod answers;
 mod auth;
 pub(crate) mod changes;
 pub(crate) mod config;
+mod console;
 pub(crate) mod operator;
 mod refusal;
 mod routes;

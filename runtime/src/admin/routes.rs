@@ -51,7 +51,8 @@ pub(super) fn app(
         .app_data(state)
         .service(web::resource("/metrics").route(web::get().to(metrics)).default_service(web::to(method_not_allowed)))
         .service(web::resource("/health").route(web::get().to(health)).default_service(web::to(method_not_allowed)))
-        .service(web::resource("/status").route(web::get().to(status)).default_service(web::to(status_other)))
+        .service(web::resource("/status").route(web::get().to(status)).default_service(web::to(node_path_other)))
+        .configure(super::console::configure)
         .default_service(web::to(fallback))
 }
 
@@ -77,7 +78,8 @@ async fn status(request: HttpRequest, state: web::Data<AdminState>) -> HttpRespo
     HttpResponse::Ok().json(node.status(audience))
 }
 
-async fn status_other(state: web::Data<AdminState>) -> HttpResponse {
+/// Another method than GET on a path only a node's listener serves.
+pub(super) async fn node_path_other(state: web::Data<AdminState>) -> HttpResponse {
     let refusal = if state.node.is_some() { AdminRefusal::MethodNotAllowed } else { AdminRefusal::NotFound };
     refusal.respond(&state.metrics)
 }
