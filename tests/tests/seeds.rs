@@ -11,8 +11,8 @@
 
 use std::ops::Range;
 
-use cohort_sim::SimConfig;
 use cohort_sim::cli::{reproduce, run_catching};
+use cohort_sim::{Scenario, SimConfig};
 
 /// Seeds per shape: 4 shapes × 50 = 200 seeds.
 const SEEDS_PER_SHAPE: u64 = 50;
@@ -98,7 +98,12 @@ fn a_seed_replays_exactly_whatever_the_hash_maps_order() {
 /// snapshot while installing one, which the install's postcondition did not
 /// allow; 909467 (metadata scenario) unloaded a learner replica while its
 /// turn was open, and the turn's appends reached storage after the group's
-/// removal, and its role report reached the checker as another node's.
+/// removal, and its role report reached the checker as another node's;
+/// 906519 (reconfigure scenario) lost an acknowledged write: a member whose
+/// switch to the next incarnation left a durable snapshot but not its
+/// superblock recovered into that incarnation without staging one, so the
+/// entries it then acknowledged were dropped at its next restart as the
+/// lost flush's.
 #[test]
 fn driver_regression_seeds() {
     let mut failures = Vec::new();
@@ -107,6 +112,7 @@ fn driver_regression_seeds() {
         SimConfig { nodes: 5, ..SimConfig::new(902_580) },
         SimConfig { nodes: 5, ..SimConfig::new(903_496) },
         SimConfig::metadata(909_467),
+        SimConfig { scenario: Scenario::Reconfigure, ..SimConfig::new(906_519) },
     ];
     for config in configs {
         let command = reproduce(&config);

@@ -365,6 +365,15 @@ impl Replica {
         }
         // Everything recovered is durable, the log view read from it too.
         replica.superblock_durable_log_view = Some(replica.log_view);
+        // A switch whose superblock was lost: this incarnation's superblock
+        // goes in the first flush, ahead of anything this replica
+        // acknowledges. Without it, the entries it acknowledges from now on
+        // would sit behind the earlier incarnation's superblock, and the
+        // next restart would drop them as that flush's (seed 906519,
+        // reconfigure scenario: an acknowledged write lost).
+        if switched {
+            replica.stage_superblock(cx.out);
+        }
         let was_normal = replica.view == replica.log_view;
         let was_primary = was_normal && replica.primary_index() == replica.spec.me;
         if was_primary {
