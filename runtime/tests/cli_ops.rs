@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use cohort_runtime::admin::AdminToken;
 use cohort_runtime::prelude::*;
+use cohort_sim::host_package::{self, FISH, ZSH};
 use serde_json::Value;
 
 /// Groups 0..GROUPS on every node.
@@ -448,10 +449,17 @@ fn o4_completion_scripts_load_in_their_shells() {
         assert!(output.status.success(), "{shell}: {}", String::from_utf8_lossy(&output.stderr));
         let script = String::from_utf8_lossy(&output.stdout).into_owned();
         assert!(script.contains("groups") && script.contains("all-groups"), "{shell}: {script}");
-        let found =
-            Command::new("sh").args(["-c", &format!("command -v {shell}")]).output().is_ok_and(|o| o.status.success());
-        if !found {
-            eprintln!("o4: {shell} is not installed here; its script was generated but not loaded");
+        // bash is everywhere; zsh and fish are installed when root can, else not loaded.
+        let package = match shell {
+            "zsh" => Some(ZSH),
+            "fish" => Some(FISH),
+            _ => None,
+        };
+        if let Some(Err(why)) = package.map(|package| host_package::ensure(&[package])) {
+            host_package::skip(
+                &format!("o4_completion_scripts_load_in_their_shells (loading the {shell} script)"),
+                &why,
+            );
             continue;
         }
         let dir = tempfile::tempdir().expect("temp dir");

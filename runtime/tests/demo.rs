@@ -60,17 +60,19 @@ fn o5_the_demo_refuses_a_run_too_short_to_kill_and_restart() {
 /// The release build of `cohort`, built now if needed: 10,000 groups are
 /// too many for the unoptimised binary to run at speed (a debug demo of 21 s
 /// takes minutes and misses every timing bound through slowness alone).
-/// `cargo build --release` locks `target/release`, not the `target/debug`
-/// this test run holds, so the nested build does not wait on it.
+/// `-p cohort-runtime` resolves features for that crate alone, as
+/// `cargo install --path runtime` does, so runtime/tests/install.rs reuses
+/// this build. The nested build does not wait on its parent: `cargo test`
+/// lets go of the target directory's lock before it runs the test binaries.
 fn release_binary() -> std::path::PathBuf {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let workspace = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let status = Command::new(cargo)
+    // Without the test's own CARGO_* variables, which would make it build again.
+    let status = cohort_sim::nested_cargo::command()
         .current_dir(&workspace)
-        .args(["build", "--release", "--quiet", "--bin", "cohort"])
+        .args(["build", "--release", "--quiet", "-p", "cohort-runtime", "--bin", "cohort"])
         .status()
         .expect("cargo runs");
-    assert!(status.success(), "cargo build --release --bin cohort failed: {status}");
+    assert!(status.success(), "cargo build --release -p cohort-runtime --bin cohort failed: {status}");
     let debug = std::path::PathBuf::from(env!("CARGO_BIN_EXE_cohort"));
     let target = debug.parent().and_then(std::path::Path::parent).expect("the binary lives in target/<profile>");
     target.join("release").join("cohort")

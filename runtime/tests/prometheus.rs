@@ -15,7 +15,7 @@
 //! Prometheus comes from Debian's `prometheus` package. When `prometheus`
 //! or `promtool` is missing, a root user with apt gets it installed here
 //! (as `.ci/run` does); anyone else gets the test skipped with a message
-//! saying how to install it. The package may start a system service on
+//! saying how to install it (`cohort_sim::host_package`). The package may start a system service on
 //! port 9090: this test never talks to it, and stops it if it installed it.
 
 use std::net::{SocketAddr, TcpListener};
@@ -26,6 +26,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use cohort_runtime::prelude::*;
+use cohort_sim::host_package::{self, PROMETHEUS, Provided};
 use serde_json::Value;
 
 /// How long Prometheus has to start answering.
@@ -44,41 +45,14 @@ fn monitoring_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/monitoring")
 }
 
-/// True if `program --version` runs.
-fn runs(program: &str) -> bool {
-    Command::new(program)
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
 /// `prometheus` and `promtool` on the PATH, installed with apt when they
 /// are missing and this runs as root; otherwise why not.
-fn ensure_prometheus() -> Result<(), String> {
-    if runs("prometheus") && runs("promtool") {
-        return Ok(());
+fn ensure_prometheus() -> Result<(), host_package::Unavailable> {
+    if host_package::ensure(&[PROMETHEUS])? == Provided::Installed {
+        // The package's own service, if it started one, is not ours.
+        let _ = Command::new("systemctl").args(["stop", "prometheus"]).stderr(Stdio::null()).status();
     }
-    let root = Command::new("id").arg("-u").output().is_ok_and(|out| out.stdout.trim_ascii() == b"0");
-    if !root || !runs("apt-get") {
-        return Err("prometheus/promtool are not installed; install Debian's `prometheus` package \
-                    (`sudo apt-get install prometheus`) to run this test"
-            .into());
-    }
-    let apt = |arguments: &[&str]| {
-        Command::new("apt-get")
-            .args(arguments)
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .status()
-            .map_err(|error| format!("apt-get: {error}"))
-            .and_then(|status| status.success().then_some(()).ok_or(format!("apt-get {arguments:?}: {status}")))
-    };
-    apt(&["update", "-qq"])?;
-    apt(&["install", "-y", "-qq", "--no-install-recommends", "prometheus"])?;
-    // The package's own service, if it started one, is not ours.
-    let _ = Command::new("systemctl").args(["stop", "prometheus"]).stderr(Stdio::null()).status();
-    if runs("prometheus") && runs("promtool") { Ok(()) } else { Err("apt-get installed no prometheus".into()) }
+    Ok(())
 }
 
 /// Run `promtool` with `arguments` in the monitoring directory; its output.
@@ -197,7 +171,7 @@ fn panel_queries(dashboard: &Value) -> Vec<(String, String)> {
 #[actix_rt::test]
 async fn o3_alerts_and_dashboard_work_against_a_real_prometheus_and_cluster() {
     if let Err(why) = ensure_prometheus() {
-        eprintln!("skipping o3_alerts_and_dashboard_work_against_a_real_prometheus_and_cluster: {why}");
+        host_package::skip("o3_alerts_and_dashboard_work_against_a_real_prometheus_and_cluster", &why);
         return;
     }
     let rules = std::fs::read_to_string(monitoring_dir().join("alerts.yml")).expect("alerts.yml");

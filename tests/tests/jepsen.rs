@@ -1,12 +1,16 @@
 //! The Jepsen-style fault test (docs/faults.md): a short run of three real
 //! `cohort node` processes in network namespaces under a seeded nemesis
 //! must be linearizable on every key and lose no acknowledged write. It
-//! needs root, `ip` (iproute2) and `nft` (nftables) and fails saying so when
-//! they are missing; `COHORT_JEPSEN=off` skips it with a printed reason. The
-//! checker's own test runs on synthetic histories and needs nothing.
+//! needs root (network namespaces, nftables rules), `ip` (iproute2) and
+//! `nft` (nftables): as root with apt it installs what is missing, as
+//! `.ci/run` does; anyone else gets the run skipped with a printed reason
+//! that says what it needs (`cohort_sim::host_package`).
+//! `COHORT_JEPSEN=off` skips it everywhere. The checker's own test runs on
+//! synthetic histories and needs nothing.
 
 use std::time::Duration;
 
+use cohort_sim::host_package::{self, IPROUTE2, NFTABLES};
 use cohort_sim::jepsen::checker::{self, Verdict};
 use cohort_sim::jepsen::history::{Completion, OpKind, OpRecord};
 use cohort_sim::jepsen::nemesis::{self, Fault, PhaseKind};
@@ -145,14 +149,30 @@ fn short_config(seed: u64) -> Config {
     config
 }
 
-#[test]
-fn jepsen_short_run_is_linearizable_and_loses_no_acknowledged_write() {
+/// Whether a run on real processes can go ahead here: not switched off by
+/// `COHORT_JEPSEN=off`, root, and `ip` and `nft` present (installed with
+/// apt when missing). If not, says why on stderr (the test is skipped).
+fn can_run(test: &str) -> bool {
     if std::env::var("COHORT_JEPSEN").is_ok_and(|value| value == "off") {
-        eprintln!("jepsen: skipped because COHORT_JEPSEN=off (the run needs root, iproute2 and nftables)");
-        return;
+        eprintln!("skipped {test}: COHORT_JEPSEN=off (the run needs root, iproute2 and nftables)");
+        return false;
+    }
+    let ready = host_package::ensure_root("the run creates network namespaces and nftables rules")
+        .and_then(|()| host_package::ensure(&[IPROUTE2, NFTABLES]));
+    if let Err(why) = ready {
+        host_package::skip(test, &why);
+        return false;
     }
     if let Err(error) = preflight::check_environment() {
-        panic!("{error}\n(or set COHORT_JEPSEN=off to skip this test)");
+        panic!("{error}");
+    }
+    true
+}
+
+#[test]
+fn jepsen_short_run_is_linearizable_and_loses_no_acknowledged_write() {
+    if !can_run("jepsen_short_run_is_linearizable_and_loses_no_acknowledged_write") {
+        return;
     }
     let seed = std::env::var("COHORT_JEPSEN_SEED").ok().and_then(|seed| seed.parse().ok()).unwrap_or(SEED);
     let config = short_config(seed);
@@ -185,12 +205,8 @@ fn jepsen_short_run_is_linearizable_and_loses_no_acknowledged_write() {
 /// the link for 10–28 s.
 #[test]
 fn f1_after_a_30_s_isolation_heals_every_group_writes_within_its_failover_bound() {
-    if std::env::var("COHORT_JEPSEN").is_ok_and(|value| value == "off") {
-        eprintln!("jepsen: skipped because COHORT_JEPSEN=off (the run needs root, iproute2 and nftables)");
+    if !can_run("f1_after_a_30_s_isolation_heals_every_group_writes_within_its_failover_bound") {
         return;
-    }
-    if let Err(error) = preflight::check_environment() {
-        panic!("{error}\n(or set COHORT_JEPSEN=off to skip this test)");
     }
     const FAILOVER_BOUND_S: f64 = 2.0 + 2.0 * 0.25;
     let seconds = 75;

@@ -156,8 +156,7 @@ impl Inner {
 /// and writer are tokio tasks).
 ///
 /// ```no_run
-/// use cohort_client::{ClusterClient, TlsFiles, read_cluster_id};
-/// use cohort_messages::GroupId;
+/// use cohort_client::{ClusterClient, GroupId, TlsFiles, read_cluster_id};
 ///
 /// # async fn example() -> Result<(), cohort_client::ClientError> {
 /// let cluster = read_cluster_id("certs/cluster-id")?;

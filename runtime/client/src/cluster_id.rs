@@ -44,7 +44,7 @@ pub enum ClusterIdError {
 /// The cluster id as files and configs hold it: 32 lowercase hex digits.
 ///
 /// ```
-/// use cohort_messages::ClusterId;
+/// use cohort_client::ClusterId;
 /// assert_eq!(cohort_client::format_cluster_id(ClusterId(255)), "000000000000000000000000000000ff");
 /// ```
 pub fn format_cluster_id(cluster: ClusterId) -> String {
@@ -57,7 +57,7 @@ pub fn format_cluster_id(cluster: ClusterId) -> String {
 /// why.
 ///
 /// ```
-/// use cohort_messages::ClusterId;
+/// use cohort_client::ClusterId;
 /// assert_eq!(cohort_client::parse_cluster_id("00ff\n"), Ok(ClusterId(255)));
 /// assert!(cohort_client::parse_cluster_id("not hex").is_err());
 /// ```

@@ -14,8 +14,7 @@ use cohort_messages::{GroupId, ReplyError, Request};
 /// Why a [`crate::ClusterClient`] call failed.
 ///
 /// ```
-/// use cohort_client::ClientError;
-/// use cohort_messages::GroupId;
+/// use cohort_client::{ClientError, GroupId};
 /// let error = ClientError::NoRoute { group: GroupId(7), waited: std::time::Duration::from_secs(1), asked: 3 };
 /// assert!(error.to_string().contains("check the group id"));
 /// assert!(!error.may_have_applied());

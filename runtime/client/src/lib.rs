@@ -25,9 +25,14 @@
 //!   ([`ClientLimits`]); every failure is a [`ClientError`] that says
 //!   whether a write may have applied.
 //!
+//! A program needs no other cohort crate: the types its calls take and
+//! return (group ids, requests, ops, error codes, [`Bytes`]) are re-exported
+//! here, and so is the whole message crate as [`messages`]. Its
+//! `Cargo.toml` names `cohort-client` and the tokio it runs on
+//! (`docs/client.md` has the lines).
+//!
 //! ```no_run
-//! use cohort_client::{ClusterClient, TlsFiles, read_cluster_id};
-//! use cohort_messages::GroupId;
+//! use cohort_client::{ClusterClient, GroupId, TlsFiles, read_cluster_id};
 //!
 //! # async fn example() -> Result<(), cohort_client::ClientError> {
 //! let client = ClusterClient::builder(read_cluster_id("certs/cluster-id")?, ["10.0.0.1:7400", "10.0.0.2:7400"])
@@ -62,3 +67,15 @@ pub use error::ClientError;
 pub use id::{NoRandomness, fresh_client_id};
 pub use routes::Route;
 pub use tls::NODES_SERVER_NAME;
+
+// What callers name, so that `cohort-client` is a program's one cohort
+// dependency (C1): ids, requests and ops from the messages crate, the
+// numbering every cohort client shares, and the byte and certificate types.
+pub use bytes::Bytes;
+pub use cohort_core::client::Sequence;
+pub use cohort_messages as messages;
+pub use cohort_messages::{
+    ClientId, ClusterId, GroupId, NodeId, OPERATION_SIZE_MAX_BYTES, Op, ReplyError, Request, RequestKind,
+    RequestNumber, View,
+};
+pub use rustls_pki_types::CertificateDer;

@@ -6,6 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use crate::host_package;
 use crate::jepsen::error::Error;
 
 /// The environment variable that names the `cohort` binary.
@@ -14,7 +15,7 @@ pub const BINARY_ENV: &str = "COHORT_BINARY";
 /// Root, `ip` and `nft`, or an error naming what is missing.
 pub fn check_environment() -> Result<(), Error> {
     let mut missing = Vec::new();
-    if effective_uid() != Some(0) {
+    if host_package::effective_uid() != Some(0) {
         missing.push(
             "root: the harness creates network namespaces and nftables rules (run as root; \
              developers without root can set COHORT_JEPSEN=off to skip the test)"
@@ -36,12 +37,6 @@ pub fn check_environment() -> Result<(), Error> {
         return Ok(());
     }
     Err(Error::new(format!("cohort-jepsen cannot run here; missing:\n  - {}", missing.join("\n  - "))))
-}
-
-fn effective_uid() -> Option<u32> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|line| line.starts_with("Uid:"))?;
-    line.split_whitespace().nth(2)?.parse().ok()
 }
 
 /// The `cohort` binary to run: `explicit` if given, else `$COHORT_BINARY`,
