@@ -20,13 +20,14 @@
 //!
 //! When `chromium` is missing, a root user with apt gets it installed here
 //! (as `.ci/run` does); anyone else gets the test skipped with a message
-//! saying how to install it. (A local helper: the project's shared
-//! install-or-skip helper is being written elsewhere.)
+//! saying how to install it (`cohort_sim::host_package`).
 //!
 //! `COHORT_CONSOLE_SCREENSHOT=path` also saves a 1280×900 screenshot there
 //! (docs/images/console.png is made this way).
 
 use std::collections::HashMap;
+
+use cohort_sim::host_package;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -66,41 +67,6 @@ const BROWSER_WAIT_MAX: Duration = Duration::from_secs(90);
 
 /// How many times a dump is taken again because `/status` changed meanwhile.
 const DUMP_ATTEMPTS_MAX: usize = 8;
-
-/// True if `program --version` runs.
-fn runs(program: &str) -> bool {
-    Command::new(program)
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|status| status.success())
-}
-
-/// `chromium` on the PATH, installed with apt when it is missing and this
-/// runs as root; otherwise why not.
-fn ensure_chromium() -> Result<(), String> {
-    if runs("chromium") {
-        return Ok(());
-    }
-    let root = Command::new("id").arg("-u").output().is_ok_and(|out| out.stdout.trim_ascii() == b"0");
-    if !root || !runs("apt-get") {
-        return Err("chromium is not installed; install Debian's `chromium` package \
-                    (`sudo apt-get install --no-install-recommends chromium`) to run this test"
-            .into());
-    }
-    for arguments in [&["update", "-qq"][..], &["install", "-y", "-qq", "--no-install-recommends", "chromium"]] {
-        let status = Command::new("apt-get")
-            .args(arguments)
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .status()
-            .map_err(|error| format!("apt-get: {error}"))?;
-        if !status.success() {
-            return Err(format!("apt-get {arguments:?}: {status}"));
-        }
-    }
-    if runs("chromium") { Ok(()) } else { Err("apt-get installed no chromium".into()) }
-}
 
 fn cluster() -> LocalCluster {
     LocalCluster::builder(3)
@@ -423,8 +389,8 @@ fn assert_charts(dom: &str, before: &str, after: &str) {
 
 #[actix_rt::test]
 async fn o6_console_in_a_real_browser_shows_what_status_says() {
-    if let Err(why) = ensure_chromium() {
-        eprintln!("SKIPPED o6_console_in_a_real_browser_shows_what_status_says: {why}");
+    if let Err(why) = host_package::ensure(&[host_package::CHROMIUM]) {
+        host_package::skip("o6_console_in_a_real_browser_shows_what_status_says", &why);
         return;
     }
     let mut cluster = cluster();
