@@ -308,10 +308,6 @@ impl Effects {
         for queue in self.reply_queue.values_mut() {
             queue.retain(|entry| entry.group != group);
         }
-        debug_assert!(
-            self.effects.iter().all(|effect| owner_of(effect) != Some(group)),
-            "S4: nothing left of the group"
-        );
     }
 
     /// A flush completed: release what waited for it (a Prepare only if
