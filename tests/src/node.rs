@@ -239,7 +239,7 @@ impl SimNode {
         for spec in specs {
             let state = node.state_machine(spec.group);
             let shard = &mut shards[shard_of(spec.group, setup.shards)];
-            shard.driver.create_group(spec.clone(), state).expect("fresh group");
+            shard.driver.join_group(spec.clone(), state).expect("fresh group");
         }
         node.shards = shards;
         node

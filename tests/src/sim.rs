@@ -1162,7 +1162,7 @@ impl Sim {
             let state = (wanted.is_some() && !hosted).then(|| node.state_machine_for(group));
             let Some(shard) = node.shard_for_mut(group) else { continue };
             match (wanted, state) {
-                (Some(mine), Some(state)) => shard.create_group(mine, state).expect("a new learner replica"),
+                (Some(mine), Some(state)) => shard.join_group(mine, state).expect("a new learner replica"),
                 (Some(_), None) => shard.set_learners(group, spec.learners.clone()).expect("a valid list"),
                 (None, _) if hosted => self.drop_replica(index, group),
                 (None, _) => {}

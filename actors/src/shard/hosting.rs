@@ -68,7 +68,9 @@ impl ShardActor {
         let state = Box::new(ObservedStateMachine::new(state, group, label, Rc::clone(&self.traces)));
         match recovered {
             Some(data) => self.driver.recover_group(spec, state, data),
-            None => self.driver.create_group(spec, state),
+            // H1: without its data, a voter cannot tell a new group from
+            // one whose history it lost: it recovers first.
+            None => self.driver.join_group(spec, state),
         }
     }
 

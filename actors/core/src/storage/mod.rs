@@ -94,6 +94,11 @@ pub struct Superblock {
     pub members: Vec<NodeId>,
     /// The replication quorum Qr of the group.
     pub replication_quorum: u8,
+    /// H1: this member was created without its data (a new disk, an
+    /// emptied directory, a member added empty) and has not yet taken the
+    /// group's state from its current primary: it votes in no election and
+    /// acknowledges nothing until it has (see `replica::recovery`).
+    pub recovering: bool,
 }
 
 /// An application snapshot of one group: its state after applying every op up
