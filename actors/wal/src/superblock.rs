@@ -206,7 +206,7 @@ impl<F: FileSystem> SuperblockFile<F> {
         groups_max: u32,
         log_exists: bool,
         disk: &mut Disk<F>,
-    ) -> Result<(Self, HashMap<GroupId, LoadedSuperblock>), StorageError> {
+    ) -> Result<(Self, HashMap<GroupId, LoadedSuperblock>, bool), StorageError> {
         let path = dir.join(SUPERBLOCK_FILE_NAME);
         let file = disk.open(&path, OpenMode::CreateOrOpen, "opening the superblock file")?;
         let bytes = disk.read(&path, "reading the superblock file")?;
@@ -231,10 +231,10 @@ impl<F: FileSystem> SuperblockFile<F> {
             }
             // New, or its creation was interrupted before any slot was written.
             this.write_file_header(disk)?;
-            return Ok((this, HashMap::new()));
+            return Ok((this, HashMap::new(), true));
         }
         let loaded = this.load_slots(&bytes)?;
-        Ok((this, loaded))
+        Ok((this, loaded, false))
     }
 
     /// Write the header of a new file (or of one whose creation a crash

@@ -33,10 +33,10 @@ use bytes::Bytes;
 use cohort_messages::{
     ClientId, Command, CommitBatch, CommitEntry, CommitReplyBatch, CommitReplyEntry, DoViewChange, Epoch, Frame,
     GroupId, Handshake, HeartbeatState, Incarnation, LinkShard, LogEntry, MemberIndex, Message, NodeId, Op, Outcome,
-    PairHeartbeat, PairHeartbeatReply, Prepare, PrepareOk, QuietDigest, QuietGroup, Redirect, Reply, ReplyError,
-    RecoveryAnswer, RecoveryQuery, Request, RequestKind, RequestNumber, RequestPrepares, RequestStateTransfer, Route, RouteQuery, Routes,
-    SessionExpired, SessionId, SessionKeepalive, SessionOpen, SessionOpened, StartView, StartViewChange, StateChunk,
-    Timestamp, TraceContext, View, ViewChangeBatch, WIRE_REVISION,
+    PairHeartbeat, PairHeartbeatReply, Prepare, PrepareOk, QuietDigest, QuietGroup, RecoveryAnswer, RecoveryQuery,
+    Redirect, Reply, ReplyError, Request, RequestKind, RequestNumber, RequestPrepares, RequestStateTransfer, Route,
+    RouteQuery, Routes, SessionExpired, SessionId, SessionKeepalive, SessionOpen, SessionOpened, StartView,
+    StartViewChange, StateChunk, Timestamp, TraceContext, View, ViewChangeBatch, WIRE_REVISION,
 };
 
 use super::Sim;

@@ -291,6 +291,9 @@ impl Replica {
         now: u64,
         cx: &mut Context<'_>,
     ) -> Replica {
+        if config.mutated(crate::mutants::Mutant::RecoveryIgnored) {
+            return Replica::create(spec, config, state, now, cx);
+        }
         let mut replica = Replica::blank(spec, config, state, now);
         if !replica.spec.is_voter(replica.spec.me) {
             // A learner never votes or counts: it needs no recovery.
@@ -394,15 +397,13 @@ impl Replica {
         }
         // Everything recovered is durable, the log view read from it too.
         replica.superblock_durable_log_view = Some(replica.log_view);
-        // H1: a voter that was recovering goes on; one with nothing at all
-        // (no superblock, snapshot or entry) starts to.
-        let nothing = recovered.superblock.is_none() && recovered.snapshot.is_none() && replica.log.op() == Op(0);
+        // H1: a voter that was recovering goes on recovering. (One with
+        // nothing at all on a storage that was already there never
+        // acknowledged anything here: it starts as before. The caller
+        // joins one on a storage it just created: `Shard::join_group`.)
         let was_recovering = recovered.superblock.as_ref().is_some_and(|sb| sb.recovering);
-        if replica.spec.is_voter(replica.spec.me) && (was_recovering || nothing) {
+        if replica.spec.is_voter(replica.spec.me) && was_recovering {
             replica.begin_recovery(now);
-            if nothing {
-                replica.stage_superblock(cx.out);
-            }
             replica.apply_committed(cx.out);
             replica.report_role(cx.out);
             assert!(replica.is_recovering() && !replica.is_primary());
@@ -814,7 +815,6 @@ impl Replica {
 
     /// The timed work of [`Replica::on_tick`], by role.
     fn run_due_work(&mut self, now: u64, cx: &mut Context<'_>, pairs: &mut Pairs) {
-        if std::env::var("DBG_H1").is_ok() && self.spec.group.0 == 0 { eprintln!("DBGR now={now} {self:?} rec={}", self.recovery.is_some()); }
         if self.superblock_retry {
             self.stage_superblock(cx.out);
         }

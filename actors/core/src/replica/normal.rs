@@ -340,7 +340,9 @@ impl Replica {
 
     fn send_prepare_ok(&mut self, out: &mut Effects) {
         debug_assert!(!self.is_primary(), "a primary counts itself by its durable op");
-        if self.durable_op == Op(0) || self.superblock_durable_log_view != Some(self.log_view) || self.recovery.is_some()
+        if self.durable_op == Op(0)
+            || self.superblock_durable_log_view != Some(self.log_view)
+            || self.recovery.is_some()
         {
             // Nothing durable yet, or the view is not (`on_flushed` calls
             // again once it is), or it is recovering (H1).

@@ -34,6 +34,21 @@
 //!   the log no longer reaches back to op 1. That log holds every op
 //!   committed, and every op this member acknowledged in that view. Only
 //!   then does it stop recovering, in the same flush as that log.
+//! - **Every other voter answered, at least one holds data, and the others
+//!   that recover hold nothing**: the same, from the holders. A member
+//!   that recovers and holds nothing never voted or acknowledged with the
+//!   data it has now (its election messages and acknowledgements wait for
+//!   the superblock that ends its recovery), so every election quorum this
+//!   member joined had its other voters among the holders, unless more
+//!   members lost their data than the group tolerates. This is what lets
+//!   a group whose members all started empty go on when some of them lost
+//!   their first flush to a power cut after another had started it. When
+//!   the holders are fewer than `n − Qv + 1` and none of them is a normal
+//!   primary, they cannot elect one alone; the member then stops
+//!   recovering and joins an election with what it holds: an election
+//!   quorum with it has `Qv − 1` holders, and an op committed with its
+//!   acknowledgement has `Qr − 1` more among the holders, and there are at
+//!   most `n − Qv` holders, so the two sets meet (`Qr + Qv > n`, `Qv ≥ 2`).
 //! - Otherwise it waits and asks again: with fewer than that many voters
 //!   holding data, the group stays unavailable rather than lose a write.
 //!
@@ -126,7 +141,6 @@ impl Replica {
             return;
         }
         recovery.rounds += 1;
-        if std::env::var("DBG_H1").is_ok() { eprintln!("DBGT now={now} {group:?} me={me:?} round {} target {:?}", recovery.rounds, recovery.target); }
         recovery.nonce = ((now << 16) | (recovery.rounds & 0xffff)).max(recovery.nonce + 1);
         if recovery.rounds == 1 {
             recovery.first_nonce = recovery.nonce;
@@ -161,7 +175,6 @@ impl Replica {
             recovering: self.recovery.is_some(),
             primary,
         };
-        if std::env::var("DBG_H1").is_ok() { eprintln!("DBGQ now={now} {self:?} svc_seen={:?} lease={} blocked={:?} retry={} flush={} pend={:?}", self.svc_view_seen, self.lease_expiry, self.superblock_blocked, self.superblock_retry, self.superblock_flush, self.pending_durable); }
         cx.out.send(self.node_of(query.replica), Message::RecoveryAnswer(answer));
         if primary && self.spec.is_voter(query.replica) {
             self.answer_with_start_view(query.replica, now, cx);
@@ -180,10 +193,9 @@ impl Replica {
         }
         let Some(slot) = recovery.answers.get_mut(answer.replica.0 as usize) else { return };
         *slot = Some(answer);
-        if std::env::var("DBG_H1").is_ok() { eprintln!("DBG {:?} me={:?} answer {:?}", self.spec.group, me, answer); }
         let others = recovery.answers.iter().enumerate().filter(|(index, _)| *index != me.0 as usize);
-        let answered: Vec<&RecoveryAnswer> = others.filter_map(|(_, answer)| answer.as_ref()).collect();
-        let all_blank = answered.len() == voters - 1 && answered.iter().all(|answer| blank(answer));
+        let answered: Vec<RecoveryAnswer> = others.filter_map(|(_, answer)| *answer).collect();
+        let all_blank = answered.len() == voters - 1 && answered.iter().all(blank);
         if all_blank && self.view == View(0) && self.log.op() == Op(0) && self.commit_min == Op(0) {
             // A new group: every voter holds nothing. It starts here.
             cx.metrics.recoveries_founded += 1;
@@ -193,14 +205,32 @@ impl Replica {
             self.start_view_zero(now, cx);
             return;
         }
-        let holders: Vec<&RecoveryAnswer> = answered.into_iter().filter(|answer| !answer.recovering).collect();
-        if holders.len() < needed.max(1) {
+        let everyone = answered.len() == voters - 1;
+        let recovering_blank = answered.iter().filter(|answer| answer.recovering).all(blank);
+        let holders: Vec<RecoveryAnswer> = answered.into_iter().filter(|answer| !answer.recovering).collect();
+        // Enough holders meet every election quorum this member joined; or
+        // every voter answered and the others that recover hold nothing
+        // (they never voted: see the module docs), so the holders are all
+        // the voters that can have been in one.
+        let enough = holders.len() >= needed || (everyone && recovering_blank);
+        if holders.is_empty() || !enough {
             return;
         }
         let highest = holders.iter().map(|answer| answer.view).max().unwrap_or(View(0));
+        let primary_known = holders.iter().any(|answer| answer.primary && answer.view == highest);
         let Some(recovery) = self.recovery.as_mut() else { return };
         let target = recovery.target.map_or(highest, |target| target.max(highest));
         recovery.target = Some(target);
+        if holders.len() < needed && !primary_known {
+            // The holders alone are too few to elect a primary whose log it
+            // could take, and the others that recover hold nothing: it
+            // votes with what it holds. Safe here: every op committed with
+            // its acknowledgement was acknowledged by holders too, and any
+            // election quorum with it meets them (see the module docs).
+            self.end_recovery(cx);
+            let view = if target > self.view { target } else { self.view.next() };
+            self.start_view_change(view, now, cx);
+        }
     }
 
     /// Whether a recovering member may take `view`'s StartView: only once

@@ -466,7 +466,10 @@ impl Replica {
         if !self.recovery_takes_start_view(sv.view) {
             return; // H1: not before it knows which view's log to take.
         }
-        if sv.view == self.view && self.status() == Status::Normal && self.log_view == self.view && self.recovery.is_none()
+        if sv.view == self.view
+            && self.status() == Status::Normal
+            && self.log_view == self.view
+            && self.recovery.is_none()
         {
             // Already in this view: confirm to the primary.
             self.on_durable(now, cx);

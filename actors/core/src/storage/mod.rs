@@ -150,6 +150,13 @@ impl RecoveredGroup {
 pub struct Recovered {
     /// Per group.
     pub groups: BTreeMap<GroupId, RecoveredGroup>,
+    /// H1: the storage held nothing at all, not even its own format: this
+    /// recovery created it (a first start, a new disk, an emptied
+    /// directory). A voter this shard creates empty afterwards cannot
+    /// tell a new group from one whose history it lost, and recovers
+    /// first (`Shard::join_group`). On a storage that was already there, a
+    /// group with no durable superblock never acknowledged anything here.
+    pub formatted: bool,
 }
 
 /// What went wrong, with enough context to act on.
