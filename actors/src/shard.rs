@@ -246,7 +246,7 @@ impl ShardActor {
             draining_build: false,
             kinds: setup.kinds,
             placements: setup.placements,
-            storage_formatted: setup.recovered.formatted,
+            storage_formatted: setup.recovered.may_have_lost_data(),
         };
         // Z3: this process's epoch on the shard pairs: peers drop what they
         // believed of an earlier process of this node.

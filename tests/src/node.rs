@@ -246,7 +246,7 @@ impl SimNode {
             .enumerate()
             .map(|(shard, (storage, recovered))| {
                 let mut running = SimShard::new(index, nodes, shard, config, 0, storage);
-                running.formatted = recovered.formatted;
+                running.formatted = recovered.may_have_lost_data();
                 running
             })
             .collect();
@@ -408,7 +408,7 @@ impl SimNode {
             let mut running = SimShard::new(self.index, self.nodes, shard, config, self.restarts + 1, storage);
             // A new process starts at the present, as a node's clock starts at its start.
             running.driver.start_at(now);
-            running.formatted = recovered.formatted;
+            running.formatted = recovered.may_have_lost_data();
             shards.push(running);
             recovered_groups.push(recovered);
         }

@@ -159,6 +159,20 @@ pub struct Recovered {
     pub formatted: bool,
 }
 
+impl Recovered {
+    /// H1: whether a voter hosted empty on this storage may have lost what
+    /// it acknowledged, and must recover first (`Shard::join_group`): the
+    /// storage was formatted by this recovery, or every group it holds is
+    /// still recovering (or has no superblock). The second case is a
+    /// storage formatted by an earlier process that crashed before every
+    /// joining member's first superblock was durable: a member missing
+    /// from it may have lost its data as much as the others.
+    pub fn may_have_lost_data(&self) -> bool {
+        self.formatted
+            || self.groups.values().all(|group| group.superblock.as_ref().is_none_or(|sb| sb.recovering))
+    }
+}
+
 /// What went wrong, with enough context to act on.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StorageError {
