@@ -85,7 +85,7 @@ pub(crate) const APPLY_LATENCY_BUCKETS_SECONDS: [f64; 19] = [
 ];
 
 /// How many counters a [`ShardMetrics`] holds; one exported family each.
-const SHARD_COUNTER_COUNT: usize = 21;
+const SHARD_COUNTER_COUNT: usize = 23;
 
 /// Name (without prefix and without the `_total` the encoder appends) and help
 /// of each exported shard counter, in the order of [`shard_counter_values`].
@@ -120,6 +120,14 @@ const SHARD_COUNTER_SPECS: [(&str, &str); SHARD_COUNTER_COUNT] = [
         "start_views_withheld",
         "StartViews not sent in answer to a member's election message, one having gone to it within a repair timeout",
     ),
+    (
+        "recoveries_founded",
+        "Members created without data that started their group as new: every voter answered that it holds nothing (H1)",
+    ),
+    (
+        "recoveries_done",
+        "Members created without data that took their primary's log before voting or acknowledging anything (H1)",
+    ),
 ];
 
 /// The counters of `metrics` in the order of [`SHARD_COUNTER_SPECS`].
@@ -149,6 +157,8 @@ fn shard_counter_values(metrics: &ShardMetrics) -> [u64; SHARD_COUNTER_COUNT] {
         quiet_woken,
         quiet_mismatches,
         start_views_withheld,
+        recoveries_founded,
+        recoveries_done,
     } = *metrics;
     [
         commit_batches_sent,
@@ -172,6 +182,8 @@ fn shard_counter_values(metrics: &ShardMetrics) -> [u64; SHARD_COUNTER_COUNT] {
         quiet_woken,
         quiet_mismatches,
         start_views_withheld,
+        recoveries_founded,
+        recoveries_done,
     ]
 }
 

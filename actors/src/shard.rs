@@ -128,6 +128,10 @@ pub struct ShardActor {
     index: usize,
     node: NodeId,
     driver: ShardDriver,
+    /// H1: this process's storage recovery created the shard's storage (a
+    /// first start, a new disk, an emptied directory): a voter hosted
+    /// empty recovers before it votes or acknowledges (`join_group`).
+    storage_formatted: bool,
     started: Instant,
     tick: Duration,
     storage: StorageWorker,
@@ -242,6 +246,7 @@ impl ShardActor {
             draining_build: false,
             kinds: setup.kinds,
             placements: setup.placements,
+            storage_formatted: setup.recovered.may_have_lost_data(),
         };
         // Z3: this process's epoch on the shard pairs: peers drop what they
         // believed of an earlier process of this node.

@@ -468,6 +468,69 @@ impl RequestStateTransfer {
     }
 }
 
+/// H1: a member created without its data → every other voter: what is your
+/// state? Its answers decide whether the group is new (every voter holds
+/// nothing) or whose log it must take before it may vote or acknowledge.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecoveryQuery {
+    /// The group.
+    pub group: GroupId,
+    /// Its incarnation.
+    pub incarnation: Incarnation,
+    /// The asking member's index.
+    pub replica: MemberIndex,
+    /// Names this round of questions: an answer must carry it back, so an
+    /// answer to an earlier round (of an earlier process, say) is not taken
+    /// for the state of now.
+    pub nonce: u64,
+}
+
+impl RecoveryQuery {
+    /// Validate the value.
+    pub fn validate(&self) -> Result<(), Invalid> {
+        check_member(Command::RecoveryQuery, self.replica)
+    }
+}
+
+/// H1: a voter → a recovering member: its state when it answered.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecoveryAnswer {
+    /// The group.
+    pub group: GroupId,
+    /// Its incarnation.
+    pub incarnation: Incarnation,
+    /// The answering member's index.
+    pub replica: MemberIndex,
+    /// The nonce of the query answered.
+    pub nonce: u64,
+    /// The answering member's view.
+    pub view: View,
+    /// Its log view.
+    pub log_view: View,
+    /// The last op of its log.
+    pub op: Op,
+    /// Its commit point.
+    pub commit: Op,
+    /// True if it is recovering itself: it knows nothing of the group.
+    pub recovering: bool,
+    /// True if it is the primary of `view`, in normal status.
+    pub primary: bool,
+}
+
+impl RecoveryAnswer {
+    /// Validate the value.
+    pub fn validate(&self) -> Result<(), Invalid> {
+        check_member(Command::RecoveryAnswer, self.replica)?;
+        if self.log_view > self.view {
+            return Err(invalid(Command::RecoveryAnswer, "log view after view"));
+        }
+        if self.recovering && self.primary {
+            return Err(invalid(Command::RecoveryAnswer, "a recovering member is no primary"));
+        }
+        Ok(())
+    }
+}
+
 /// Primary → lagging member: one chunk of the snapshot at `snapshot_op`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StateChunk {

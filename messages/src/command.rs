@@ -62,11 +62,15 @@ pub enum Command {
     PairHeartbeat = 23,
     /// The answer to a PairHeartbeat: digests matched or not, proposals taken.
     PairHeartbeatReply = 24,
+    /// Member created without its data → other voters: your state? (H1)
+    RecoveryQuery = 25,
+    /// Voter → recovering member: my view, log view, op, commit (H1).
+    RecoveryAnswer = 26,
 }
 
 impl Command {
     /// Every command, in number order.
-    pub const ALL: [Command; 24] = [
+    pub const ALL: [Command; 26] = [
         Command::Handshake,
         Command::Request,
         Command::Reply,
@@ -91,6 +95,8 @@ impl Command {
         Command::ViewChangeBatch,
         Command::PairHeartbeat,
         Command::PairHeartbeatReply,
+        Command::RecoveryQuery,
+        Command::RecoveryAnswer,
     ];
 
     /// T5: the largest body a frame of this command may declare, checked
@@ -123,7 +129,9 @@ impl Command {
             | Command::SessionOpened
             | Command::LinkShard
             | Command::RouteQuery
-            | Command::Routes => ENVELOPE_BYTES,
+            | Command::Routes
+            | Command::RecoveryQuery
+            | Command::RecoveryAnswer => ENVELOPE_BYTES,
         }
     }
 
@@ -159,6 +167,8 @@ impl Command {
             Command::ViewChangeBatch => "view_change_batch",
             Command::PairHeartbeat => "pair_heartbeat",
             Command::PairHeartbeatReply => "pair_heartbeat_reply",
+            Command::RecoveryQuery => "recovery_query",
+            Command::RecoveryAnswer => "recovery_answer",
         }
     }
 }

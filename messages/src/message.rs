@@ -47,6 +47,8 @@ pub enum Message {
     ViewChangeBatch(ViewChangeBatch),
     PairHeartbeat(PairHeartbeat),
     PairHeartbeatReply(PairHeartbeatReply),
+    RecoveryQuery(RecoveryQuery),
+    RecoveryAnswer(RecoveryAnswer),
 }
 
 macro_rules! per_variable_body {
@@ -73,6 +75,8 @@ macro_rules! per_variable_body {
             Message::Routes($body) => $expr,
             Message::PairHeartbeat($body) => $expr,
             Message::PairHeartbeatReply($body) => $expr,
+            Message::RecoveryQuery($body) => $expr,
+            Message::RecoveryAnswer($body) => $expr,
             Message::Commit($batch) => $batch_expr,
             Message::CommitReply($batch) => $batch_expr,
             Message::ViewChangeBatch($batch) => $batch_expr,
@@ -108,6 +112,8 @@ impl Message {
             Message::ViewChangeBatch(_) => Command::ViewChangeBatch,
             Message::PairHeartbeat(_) => Command::PairHeartbeat,
             Message::PairHeartbeatReply(_) => Command::PairHeartbeatReply,
+            Message::RecoveryQuery(_) => Command::RecoveryQuery,
+            Message::RecoveryAnswer(_) => Command::RecoveryAnswer,
         }
     }
 
@@ -126,6 +132,8 @@ impl Message {
             Message::RequestStateTransfer(m) => Some(m.group),
             Message::StateChunk(m) => Some(m.group),
             Message::Redirect(m) => Some(m.group),
+            Message::RecoveryQuery(m) => Some(m.group),
+            Message::RecoveryAnswer(m) => Some(m.group),
             _ => None,
         }
     }
@@ -221,6 +229,8 @@ impl Message {
             Command::Routes => Message::Routes(codec::decode(command, body)?),
             Command::PairHeartbeat => Message::PairHeartbeat(codec::decode(command, body)?),
             Command::PairHeartbeatReply => Message::PairHeartbeatReply(codec::decode(command, body)?),
+            Command::RecoveryQuery => Message::RecoveryQuery(codec::decode(command, body)?),
+            Command::RecoveryAnswer => Message::RecoveryAnswer(codec::decode(command, body)?),
         })
     }
 }

@@ -393,3 +393,53 @@ fn golden_pair_heartbeat_reply_frame() {
     ];
     assert_golden(message, header, &body);
 }
+
+#[test]
+fn golden_recovery_query_and_answer_bodies() {
+    let query = Message::RecoveryQuery(RecoveryQuery {
+        group: GroupId(9),
+        incarnation: Incarnation(2),
+        replica: MemberIndex(1),
+        nonce: 0x0102_0304_0506_0708,
+    });
+    // group u64, incarnation u64, replica u8, nonce u64.
+    assert_eq!(
+        hex(&query.encode_body()),
+        concat!("0900000000000000", "0200000000000000", "01", "0807060504030201")
+    );
+    let answer = Message::RecoveryAnswer(RecoveryAnswer {
+        group: GroupId(9),
+        incarnation: Incarnation(2),
+        replica: MemberIndex(2),
+        nonce: 0x0102_0304_0506_0708,
+        view: View(5),
+        log_view: View(4),
+        op: Op(17),
+        commit: Op(16),
+        recovering: false,
+        primary: true,
+    });
+    // group, incarnation, replica, nonce, view u32, log_view u32, op u64,
+    // commit u64, recovering and primary one byte each (0 or 1).
+    assert_eq!(
+        hex(&answer.encode_body()),
+        concat!(
+            "0900000000000000",
+            "0200000000000000",
+            "02",
+            "0807060504030201",
+            "05000000",
+            "04000000",
+            "1100000000000000",
+            "1000000000000000",
+            "00",
+            "01",
+        )
+    );
+    assert_eq!(Command::RecoveryQuery as u8, 25);
+    assert_eq!(Command::RecoveryAnswer as u8, 26);
+    for message in [query, answer] {
+        let frame = message.encode(CLUSTER, SENDER, TRACE).to_bytes();
+        assert_eq!(decode_message(frame, CLUSTER).expect("decodes").1, message);
+    }
+}

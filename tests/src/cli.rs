@@ -42,7 +42,7 @@ Runs seeds S..S+N of the deterministic simulator and checks every run.
                             log-selection-by-op, view-change-quorum-short, commit-quorum-short,
                             inherited-ops-not-first, stale-view-accepted, other-incarnation-accepted,
                             read-without-quorum, quorum-window-too-long, lease-ignored,
-                            lease-released-by-next-primary
+                            lease-released-by-next-primary, recovery-ignored
   --forger F                T6: a forging peer joins the run: non-member, a node outside every group
                             that sends random well-formed messages of every command to every node;
                             or replay, a member that resends genuine frames it saw earlier, to any node

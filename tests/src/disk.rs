@@ -72,6 +72,8 @@ pub struct DiskStats {
     pub syncs: u64,
     /// Power losses applied.
     pub power_losses: u64,
+    /// Directories wiped (H5: a new disk, an emptied directory).
+    pub wipes: u64,
     /// Unsynced file changes a power loss dropped or tore.
     pub changes_lost: u64,
     /// Writes a power loss kept in part (torn).
@@ -405,6 +407,29 @@ impl SimDisk {
         let linked: std::collections::BTreeSet<u64> =
             state.dirs.values().flat_map(|dir| dir.current.values().copied()).collect();
         state.inodes.retain(|inode, _| linked.contains(inode));
+    }
+}
+
+impl SimDisk {
+    /// H1, H5: the files of directory `dir` and of every directory under
+    /// it are gone, durably (a new disk, or a directory an operator
+    /// emptied); the directories stay, empty. Only while the node is down.
+    pub fn wipe(&self, dir: &Path) {
+        let mut state = self.0.borrow_mut();
+        let state = &mut *state;
+        let mut gone = Vec::new();
+        for (path, directory) in state.dirs.iter_mut().filter(|(path, _)| path.starts_with(dir)) {
+            let _ = path;
+            gone.extend(directory.current.values().copied());
+            gone.extend(directory.durable.values().copied());
+            directory.current.clear();
+            directory.durable.clear();
+            directory.pending.clear();
+        }
+        for inode in gone {
+            state.inodes.remove(&inode);
+        }
+        state.stats.wipes += 1;
     }
 }
 

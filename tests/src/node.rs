@@ -16,8 +16,8 @@ use std::rc::Rc;
 use cohort_core::driver::{DriverConfig, ShardDriver, StorageJob};
 use cohort_core::routing::shard_of;
 use cohort_core::storage::memory::MemoryStorage;
-use cohort_core::storage::{Recovered, Storage, StorageError};
-use cohort_core::{CoreConfig, Effect, FlushId, GroupSpec, Replica, Shard, StateMachine};
+use cohort_core::storage::{Recovered, RecoveredGroup, Storage, StorageError};
+use cohort_core::{CoreConfig, Effect, FlushId, GroupSpec, Replica, Shard, ShardError, StateMachine};
 use cohort_messages::{ClusterId, GroupId, NodeId};
 use cohort_wal::FileStorage;
 
@@ -42,6 +42,9 @@ pub struct SimShard {
     /// Its storage.
     pub storage: SimStorage,
     worker: StorageWorker,
+    /// H1: this process's recovery created the storage (as a node's shard
+    /// actor keeps it): a voter hosted empty joins, recovering.
+    pub formatted: bool,
 }
 
 impl SimShard {
@@ -49,7 +52,14 @@ impl SimShard {
     fn new(index: usize, nodes: usize, shard: usize, config: &CoreConfig, epoch: u64, storage: SimStorage) -> Self {
         let mut driver = driver_of(index, nodes, config);
         driver.set_pair_identity(shard as u16, epoch);
-        SimShard { driver, storage, worker: StorageWorker::default() }
+        SimShard { driver, storage, worker: StorageWorker::default(), formatted: false }
+    }
+
+    /// Host `spec` empty, as a node's shard does: a voter joins,
+    /// recovering, on a storage this process created (H1), and starts as
+    /// a new member on one that was there.
+    pub fn host_empty(&mut self, spec: GroupSpec, state: Box<dyn StateMachine>) -> Result<(), ShardError> {
+        if self.formatted { self.driver.join_group(spec, state) } else { self.driver.create_group(spec, state) }
     }
 
     /// The shard's core.
@@ -234,12 +244,16 @@ impl SimNode {
         let mut shards: Vec<SimShard> = opened
             .into_iter()
             .enumerate()
-            .map(|(shard, (storage, _))| SimShard::new(index, nodes, shard, config, 0, storage))
+            .map(|(shard, (storage, recovered))| {
+                let mut running = SimShard::new(index, nodes, shard, config, 0, storage);
+                running.formatted = recovered.may_have_lost_data();
+                running
+            })
             .collect();
         for spec in specs {
             let state = node.state_machine(spec.group);
             let shard = &mut shards[shard_of(spec.group, setup.shards)];
-            shard.driver.create_group(spec.clone(), state).expect("fresh group");
+            shard.host_empty(spec.clone(), state).expect("fresh group");
         }
         node.shards = shards;
         node
@@ -293,6 +307,16 @@ impl SimNode {
     /// The shard core that hosts `group`, if the node is up.
     pub fn shard_for(&self, group: GroupId) -> Option<&Shard> {
         self.shards.get(self.shard_index(group)).map(SimShard::core)
+    }
+
+    /// Host `spec` empty on its shard, as a node does (H1: see
+    /// [`SimShard::host_empty`]).
+    pub fn host_empty(&mut self, spec: GroupSpec, state: Box<dyn StateMachine>) -> Result<(), ShardError> {
+        let index = self.shard_index(spec.group);
+        match self.shards.get_mut(index) {
+            Some(shard) => shard.host_empty(spec, state),
+            None => Err(ShardError::Recovery(format!("node {} is down", self.index))),
+        }
     }
 
     /// The driver of the shard that hosts `group`, if the node is up: what
@@ -384,6 +408,7 @@ impl SimNode {
             let mut running = SimShard::new(self.index, self.nodes, shard, config, self.restarts + 1, storage);
             // A new process starts at the present, as a node's clock starts at its start.
             running.driver.start_at(now);
+            running.formatted = recovered.may_have_lost_data();
             shards.push(running);
             recovered_groups.push(recovered);
         }
@@ -394,8 +419,13 @@ impl SimNode {
             let group_id = spec.group;
             let index = self.shard_index(group_id);
             let state = self.state_machine(group_id);
-            let group = recovered_groups[index].groups.remove(&group_id).unwrap_or_default();
-            match shards[index].driver.recover_group(spec, state, group) {
+            let hosted = match recovered_groups[index].groups.remove(&group_id) {
+                Some(group) => shards[index].driver.recover_group(spec, state, group),
+                // H1: nothing of it here; as a node's shard hosts it.
+                None if shards[index].formatted => shards[index].driver.join_group(spec, state),
+                None => shards[index].driver.recover_group(spec, state, RecoveredGroup::default()),
+            };
+            match hosted {
                 Ok(()) => {}
                 // Switched away before the restart (a member change): drop it.
                 Err(cohort_core::ShardError::NotInIncarnation(_)) => {
@@ -407,6 +437,23 @@ impl SimNode {
         self.shards = shards;
         self.restarts += 1;
         Ok(())
+    }
+
+    /// H1, H5: the node's data is gone while it is down: every shard's
+    /// (a new disk) or one shard's (an emptied directory). It restarts on
+    /// empty storage, which its recovery formats.
+    pub fn wipe(&mut self, shard: Option<usize>) {
+        assert!(self.shards.is_empty(), "H5: a disk is replaced only while its node is down");
+        let shards: Vec<usize> = match shard {
+            Some(shard) => vec![shard],
+            None => (0..self.setup.shards).collect(),
+        };
+        for shard in shards {
+            self.disk.wipe(&shard_dir(shard));
+            if let Some(memory) = self.memory.get_mut(shard) {
+                *memory = None;
+            }
+        }
     }
 
     /// The process dies until `until`. A flush in flight is cut: its writes

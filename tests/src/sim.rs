@@ -212,6 +212,9 @@ pub struct Report {
     pub view_changes: u64,
     /// Node crashes.
     pub crashes: u64,
+    /// H5: crashes after which the node's data was gone (a new disk, or
+    /// one shard's directory emptied).
+    pub wipes: u64,
     /// Frames sent.
     pub frames_sent: u64,
     /// Frames dropped by a receiver as bad.
@@ -297,6 +300,7 @@ pub struct Sim {
     storming: bool,
     starts_refused: u64,
     crashes: u64,
+    wipes: u64,
     frames_rejected: u64,
     entries_rejected: u64,
     writes_acknowledged: u64,
@@ -406,6 +410,7 @@ impl Sim {
             storming: false,
             starts_refused: 0,
             crashes: 0,
+            wipes: 0,
             frames_rejected: 0,
             entries_rejected: 0,
             writes_acknowledged: 0,
@@ -479,6 +484,7 @@ impl Sim {
             writes_acknowledged: self.writes_acknowledged,
             view_changes: self.checkers.view_changes,
             crashes: self.crashes,
+            wipes: self.wipes,
             frames_sent: self.network.stats.sent,
             frames_rejected: self.frames_rejected + self.entries_rejected,
             agents: self.agent_counters(),
@@ -739,6 +745,7 @@ impl Sim {
             total.writes_refused_full += stats.writes_refused_full;
             total.io_errors += stats.io_errors;
             total.corrupt_reads += stats.corrupt_reads;
+            total.wipes += stats.wipes;
         }
         total
     }
@@ -1160,10 +1167,15 @@ impl Sim {
             }
             let hosted = node.replica(group).is_some();
             let state = (wanted.is_some() && !hosted).then(|| node.state_machine_for(group));
-            let Some(shard) = node.shard_for_mut(group) else { continue };
+            if node.shard_for_mut(group).is_none() {
+                continue;
+            }
             match (wanted, state) {
-                (Some(mine), Some(state)) => shard.create_group(mine, state).expect("a new learner replica"),
-                (Some(_), None) => shard.set_learners(group, spec.learners.clone()).expect("a valid list"),
+                (Some(mine), Some(state)) => node.host_empty(mine, state).expect("a new learner replica"),
+                (Some(_), None) => {
+                    let shard = node.shard_for_mut(group).expect("the node is up");
+                    shard.set_learners(group, spec.learners.clone()).expect("a valid list")
+                }
                 (None, _) if hosted => self.drop_replica(index, group),
                 (None, _) => {}
             }

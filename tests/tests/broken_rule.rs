@@ -10,7 +10,7 @@
 //! rewrite an op it applied) usually fires first, so the checkers get little
 //! chance. This test makes the loss visible to them on purpose: for each
 //! seed (which draws the workload and the network's loss, duplication and
-//! delay), it cuts the cluster in two from tick 0: the view-0 primary with
+//! delay), it cuts the cluster in two once the group started: the view-0 primary with
 //! Qr - 2 backups, which with the broken rule can still commit, and the
 //! other n - Qr + 1 = Qv members, which elect a new view and commit other
 //! ops at the same op numbers. The P3 checker (two different ops applied at
@@ -36,6 +36,11 @@ fn split_run(seed: u64, nodes: usize, broken: bool, heal: bool) -> Vec<String> {
     config.core.mutant = broken.then_some(Mutant::CommitQuorumShort);
     let quorum = nodes / 2 + 1;
     let mut sim = Sim::new(config);
+    // The group starts once every member heard from every other (H1: each
+    // was created on a new disk); then the cut.
+    let group = cohort_messages::GroupId(0);
+    let started = sim.run_until(200, |sim| sim.primary_of(group) == Some(0));
+    assert!(started, "seed {seed}: group 0 started with node 0 as its view-0 primary");
     // Node 0 is the view-0 primary of group 0; nodes 0..minority can commit
     // with the broken rule (Qr - 1 copies) and the rest form a Qv.
     let minority = quorum - 1;

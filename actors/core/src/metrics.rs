@@ -55,6 +55,10 @@ pub struct ShardMetrics {
     /// election message, one having gone to that member within a repair
     /// timeout.
     pub start_views_withheld: u64,
+    /// H1: recovering members that started a new group (every voter blank).
+    pub recoveries_founded: u64,
+    /// H1: recovering members that took a primary's log and recovered.
+    pub recoveries_done: u64,
 }
 
 impl ShardMetrics {
@@ -82,6 +86,8 @@ impl ShardMetrics {
             quiet_woken,
             quiet_mismatches,
             start_views_withheld,
+            recoveries_founded,
+            recoveries_done,
         } = other;
         self.commit_batches_sent += commit_batches_sent;
         self.commit_entries_sent += commit_entries_sent;
@@ -104,6 +110,8 @@ impl ShardMetrics {
         self.quiet_woken += quiet_woken;
         self.quiet_mismatches += quiet_mismatches;
         self.start_views_withheld += start_views_withheld;
+        self.recoveries_founded += recoveries_founded;
+        self.recoveries_done += recoveries_done;
     }
 }
 

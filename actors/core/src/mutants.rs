@@ -54,11 +54,15 @@ pub enum Mutant {
     /// StartViewChange from the primary of the view it names (the next
     /// primary) instead of the primary of its own view (the lease holder).
     LeaseReleasedByNextPrimary,
+    /// H1, a member without its data: a voter created on a storage that
+    /// holds nothing starts as a new member of view 0 (it votes, and member
+    /// 0 leads) instead of recovering first.
+    RecoveryIgnored,
 }
 
 impl Mutant {
     /// Every mutant, in the order of the table in docs/simulator.md.
-    pub const ALL: [Mutant; 12] = [
+    pub const ALL: [Mutant; 13] = [
         Mutant::AckBeforeDurable,
         Mutant::ViewChangeBeforeDurable,
         Mutant::LogSelectionByOp,
@@ -71,6 +75,7 @@ impl Mutant {
         Mutant::QuorumWindowTooLong,
         Mutant::LeaseIgnored,
         Mutant::LeaseReleasedByNextPrimary,
+        Mutant::RecoveryIgnored,
     ];
 
     /// The name on the simulator's command line.
@@ -88,6 +93,7 @@ impl Mutant {
             Mutant::QuorumWindowTooLong => "quorum-window-too-long",
             Mutant::LeaseIgnored => "lease-ignored",
             Mutant::LeaseReleasedByNextPrimary => "lease-released-by-next-primary",
+            Mutant::RecoveryIgnored => "recovery-ignored",
         }
     }
 

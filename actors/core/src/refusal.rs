@@ -336,6 +336,7 @@ pub(crate) fn check_message(message: &Message) -> Result<(), Refusal> {
         Message::RequestPrepares(m) => check(&[m.view], &[m.op_min, m.op_max]),
         Message::RequestStateTransfer(m) => check(&[m.view], &[m.snapshot_op]),
         Message::StateChunk(m) => check(&[m.view, m.snapshot_view], &[m.snapshot_op]),
+        Message::RecoveryAnswer(m) => check(&[m.view, m.log_view], &[m.op, m.commit]),
         _ => Ok(()),
     }
 }

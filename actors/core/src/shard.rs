@@ -196,6 +196,20 @@ impl Shard {
         Ok(())
     }
 
+    /// H1: host a voter created without its data, which cannot tell
+    /// whether the group is new: it recovers before it votes or
+    /// acknowledges anything (see `replica::recovery`). A learner's index
+    /// makes a learner replica, as [`Shard::create_group`] does.
+    pub fn join_group(&mut self, spec: GroupSpec, state: Box<dyn StateMachine>) -> Result<(), ShardError> {
+        self.check_spec(&spec)?;
+        let group = spec.group;
+        let (config, now) = (std::sync::Arc::clone(&self.config), self.now);
+        let (_, mut cx, _) = self.parts();
+        let replica = Replica::join(spec, config, state, now, &mut cx);
+        self.insert(group, replica);
+        Ok(())
+    }
+
     /// Host a group rebuilt from storage (V4).
     pub fn recover_group(
         &mut self,
@@ -481,6 +495,10 @@ impl Shard {
             // Z3: a message the door let in wakes a quiesced primary (a
             // refused one, forged or late, changes nothing).
             replica.wake_lead(pairs, cx.metrics);
+            if replica.is_recovering() && !Replica::heard_while_recovering(&message) {
+                // H1: a recovering member takes part in nothing.
+                return;
+            }
             match message {
                 Message::Prepare(m) => replica.on_prepare(m, cx),
                 Message::PrepareOk(m) => replica.on_prepare_ok(m, now, cx),
@@ -491,6 +509,8 @@ impl Shard {
                 Message::RequestStateTransfer(m) => replica.on_request_state_transfer(m, cx),
                 Message::StateChunk(m) => replica.on_state_chunk(m, now, cx),
                 Message::Request(m) => replica.on_request(from, m, now, cx),
+                Message::RecoveryQuery(m) => replica.on_recovery_query(m, now, cx),
+                Message::RecoveryAnswer(m) => replica.on_recovery_answer(m, now, cx),
                 _ => {}
             }
         });
@@ -612,6 +632,9 @@ impl Shard {
             return self.refused.count(refusal);
         }
         self.with_group(entry.group, |replica, now, cx| {
+            if replica.is_recovering() {
+                return; // H1: it follows no primary until it recovered.
+            }
             let any_incarnation = replica.config.mutated(crate::mutants::Mutant::OtherIncarnationAccepted);
             if entry.partition_incarnation != replica.spec.incarnation && !any_incarnation {
                 // Z6: the next incarnation running says this one's seal committed.
@@ -767,6 +790,8 @@ impl Replica {
             Message::RequestPrepares(m) => (m.incarnation, m.replica),
             Message::RequestStateTransfer(m) => (m.incarnation, m.replica),
             Message::StateChunk(m) => (m.incarnation, m.replica),
+            Message::RecoveryQuery(m) => (m.incarnation, m.replica),
+            Message::RecoveryAnswer(m) => (m.incarnation, m.replica),
             _ => return None,
         })
     }

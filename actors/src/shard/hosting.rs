@@ -68,6 +68,11 @@ impl ShardActor {
         let state = Box::new(ObservedStateMachine::new(state, group, label, Rc::clone(&self.traces)));
         match recovered {
             Some(data) => self.driver.recover_group(spec, state, data),
+            // H1: on a storage this process created, a voter cannot tell a
+            // new group from one whose history it lost: it recovers first.
+            // On one that was there, no superblock means it never
+            // acknowledged anything here: it starts empty, as ever.
+            None if self.storage_formatted => self.driver.join_group(spec, state),
             None => self.driver.create_group(spec, state),
         }
     }

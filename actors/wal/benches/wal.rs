@@ -93,6 +93,7 @@ fn superblock(commit: u64) -> Superblock {
         incarnation: Incarnation(1),
         members: vec![NodeId(1), NodeId(2), NodeId(3)],
         replication_quorum: 2,
+        recovering: false,
     }
 }
 

@@ -271,7 +271,7 @@ pub fn superblock_record(group: GroupId, superblock: &Superblock, lsn: u64, batc
     payload.extend_from_slice(&superblock.incarnation.get().to_le_bytes());
     payload.push(superblock.replication_quorum);
     payload.push(superblock.members.len() as u8);
-    payload.extend_from_slice(&[0, 0]);
+    payload.extend_from_slice(&[superblock_flags(superblock), 0]);
     for member in &superblock.members {
         payload.extend_from_slice(&member.get().to_le_bytes());
     }
@@ -300,7 +300,7 @@ pub fn decode_superblock(record: &DecodedRecord<'_>) -> Result<Superblock, Recor
         .and_then(|bytes| bytes.try_into().ok())
         .ok_or(RecordFault::Invalid("superblock payload shorter than its fixed fields"))?;
     let member_count = fixed[13] as usize;
-    if fixed[14..16] != [0, 0] {
+    if fixed[14] & !SUPERBLOCK_FLAGS_KNOWN != 0 || fixed[15] != 0 {
         return Err(RecordFault::Invalid("reserved superblock bytes are not zero"));
     }
     let members_bytes = record.payload.get(SUPERBLOCK_FIXED_SIZE_BYTES..).unwrap_or_default();
@@ -322,7 +322,18 @@ pub fn decode_superblock(record: &DecodedRecord<'_>) -> Result<Superblock, Recor
         incarnation: Incarnation(u64_at(fixed, 4)),
         members,
         replication_quorum: fixed[12],
+        recovering: fixed[14] & SUPERBLOCK_FLAG_RECOVERING != 0,
     })
+}
+
+/// Superblock flag bit: the member is recovering (H1).
+pub const SUPERBLOCK_FLAG_RECOVERING: u8 = 1;
+/// Every superblock flag bit this format knows; any other set is damage.
+pub const SUPERBLOCK_FLAGS_KNOWN: u8 = SUPERBLOCK_FLAG_RECOVERING;
+
+/// The flags byte of `superblock`, in a record and in a superblock file copy.
+pub fn superblock_flags(superblock: &Superblock) -> u8 {
+    if superblock.recovering { SUPERBLOCK_FLAG_RECOVERING } else { 0 }
 }
 
 // Little-endian reads at constant offsets of fixed-size arrays: the callers

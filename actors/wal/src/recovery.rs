@@ -72,6 +72,8 @@ pub struct RecoveryReport {
     pub tmp_files_removed: usize,
     /// Segments removed because snapshots cover them.
     pub segments_removed: usize,
+    /// H1: the directory held no storage: this recovery created it.
+    pub formatted: bool,
 }
 
 /// Everything the file storage needs after recovery.
@@ -139,7 +141,9 @@ pub(crate) fn run<F: FileSystem>(
     let mut report = RecoveryReport::default();
     let listing = list(dir, disk, &mut report)?;
     let log_exists = !listing.segments.is_empty() || !listing.snapshots.is_empty();
-    let (mut superblocks, mut loaded_superblocks) = SuperblockFile::open(dir, config.groups_max, log_exists, disk)?;
+    let (mut superblocks, mut loaded_superblocks, formatted) =
+        SuperblockFile::open(dir, config.groups_max, log_exists, disk)?;
+    report.formatted = formatted;
     let mut snapshots = HashMap::new();
     for (group, path) in &listing.snapshots {
         snapshots.insert(*group, snapshot::read(path, *group, disk)?);
@@ -172,7 +176,8 @@ pub(crate) fn run<F: FileSystem>(
         &mut report,
     )?;
     let logged = newer_in_log(&mut replay, &mut loaded_superblocks);
-    let recovered = assemble(&mut replay, &loaded_superblocks, &snapshots);
+    let mut recovered = assemble(&mut replay, &loaded_superblocks, &snapshots);
+    recovered.formatted = formatted;
     let cursors = AppendCursor::all_recovered(&recovered).into_iter().collect();
     let snapshot_ops: HashMap<GroupId, Op> =
         snapshots.iter().map(|(group, loaded)| (*group, loaded.snapshot.op)).collect();
@@ -494,7 +499,7 @@ fn assemble(
             .map(|recovered| (group, recovered))
         })
         .collect();
-    Recovered { groups }
+    Recovered { groups, formatted: false }
 }
 
 /// Open the log for writing: the last surviving segment is the active one.

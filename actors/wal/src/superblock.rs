@@ -87,6 +87,7 @@ fn encode_copy(copy: &Copy) -> [u8; SUPERBLOCK_COPY_SIZE_BYTES] {
             raw[40..48].copy_from_slice(&block.commit.get().to_le_bytes());
             raw[48..56].copy_from_slice(&block.incarnation.get().to_le_bytes());
             raw[56] = block.replication_quorum;
+            raw[57] = crate::format::superblock_flags(block);
             for (index, member) in block.members.iter().enumerate() {
                 let at = MEMBERS_OFFSET + index * 8;
                 raw[at..at + 8].copy_from_slice(&member.get().to_le_bytes());
@@ -116,6 +117,9 @@ fn decode_copy(bytes: &[u8]) -> CopyRead {
     if member_count > GROUP_MEMBERS_MAX {
         return CopyRead::Invalid("superblock member count above GROUP_MEMBERS_MAX");
     }
+    if raw[57] & !crate::format::SUPERBLOCK_FLAGS_KNOWN != 0 {
+        return CopyRead::Invalid("unknown superblock flags");
+    }
     let superblock = match raw[6] {
         STATE_LIVE => Some(Superblock {
             view: View(u32_at(raw, 32)),
@@ -124,6 +128,7 @@ fn decode_copy(bytes: &[u8]) -> CopyRead {
             incarnation: Incarnation(u64_at(raw, 48)),
             members: (0..member_count).map(|index| NodeId(u64_at(raw, MEMBERS_OFFSET + index * 8))).collect(),
             replication_quorum: raw[56],
+            recovering: raw[57] & crate::format::SUPERBLOCK_FLAG_RECOVERING != 0,
         }),
         STATE_REMOVED => None,
         _ => return CopyRead::Invalid("unknown superblock state"),
@@ -201,7 +206,7 @@ impl<F: FileSystem> SuperblockFile<F> {
         groups_max: u32,
         log_exists: bool,
         disk: &mut Disk<F>,
-    ) -> Result<(Self, HashMap<GroupId, LoadedSuperblock>), StorageError> {
+    ) -> Result<(Self, HashMap<GroupId, LoadedSuperblock>, bool), StorageError> {
         let path = dir.join(SUPERBLOCK_FILE_NAME);
         let file = disk.open(&path, OpenMode::CreateOrOpen, "opening the superblock file")?;
         let bytes = disk.read(&path, "reading the superblock file")?;
@@ -226,10 +231,10 @@ impl<F: FileSystem> SuperblockFile<F> {
             }
             // New, or its creation was interrupted before any slot was written.
             this.write_file_header(disk)?;
-            return Ok((this, HashMap::new()));
+            return Ok((this, HashMap::new(), true));
         }
         let loaded = this.load_slots(&bytes)?;
-        Ok((this, loaded))
+        Ok((this, loaded, false))
     }
 
     /// Write the header of a new file (or of one whose creation a crash
@@ -416,6 +421,7 @@ mod tests {
             incarnation: Incarnation(3),
             members: vec![NodeId(1), NodeId(2), NodeId(3)],
             replication_quorum: 2,
+            recovering: false,
         }
     }
 

@@ -117,6 +117,7 @@ fn child(dir: &Path, seed: u64) -> Result<(), StorageError> {
                         incarnation: Incarnation(1),
                         members: vec![NodeId(1), NodeId(2), NodeId(3)],
                         replication_quorum: 2,
+                        recovering: false,
                     };
                     storage.stage_superblock(GroupId(group), &superblock)?;
                     lines.push(format!("sb {group} {commit} .",));

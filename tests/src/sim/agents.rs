@@ -370,9 +370,7 @@ impl Sim {
         self.drop_replica(index, group);
         let node = &mut self.nodes[index];
         let state = node.state_machine_for(group);
-        if let Some(shard) = node.shard_for_mut(group)
-            && shard.create_group(spec.clone(), state).is_ok()
-        {
+        if node.host_empty(spec.clone(), state).is_ok() {
             node.unloaded.remove(&group);
             node.extra_specs.insert(group, spec);
         }

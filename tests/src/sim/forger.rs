@@ -33,10 +33,10 @@ use bytes::Bytes;
 use cohort_messages::{
     ClientId, Command, CommitBatch, CommitEntry, CommitReplyBatch, CommitReplyEntry, DoViewChange, Epoch, Frame,
     GroupId, Handshake, HeartbeatState, Incarnation, LinkShard, LogEntry, MemberIndex, Message, NodeId, Op, Outcome,
-    PairHeartbeat, PairHeartbeatReply, Prepare, PrepareOk, QuietDigest, QuietGroup, Redirect, Reply, ReplyError,
-    Request, RequestKind, RequestNumber, RequestPrepares, RequestStateTransfer, Route, RouteQuery, Routes,
-    SessionExpired, SessionId, SessionKeepalive, SessionOpen, SessionOpened, StartView, StartViewChange, StateChunk,
-    Timestamp, TraceContext, View, ViewChangeBatch, WIRE_REVISION,
+    PairHeartbeat, PairHeartbeatReply, Prepare, PrepareOk, QuietDigest, QuietGroup, RecoveryAnswer, RecoveryQuery,
+    Redirect, Reply, ReplyError, Request, RequestKind, RequestNumber, RequestPrepares, RequestStateTransfer, Route,
+    RouteQuery, Routes, SessionExpired, SessionId, SessionKeepalive, SessionOpen, SessionOpened, StartView,
+    StartViewChange, StateChunk, Timestamp, TraceContext, View, ViewChangeBatch, WIRE_REVISION,
 };
 
 use super::Sim;
@@ -305,6 +305,28 @@ impl Forger {
                     replica: self.replica(n),
                     op_min: Op(op_min),
                     op_max: Op(op_min.saturating_add(span)),
+                })
+            }
+            Command::RecoveryQuery => Message::RecoveryQuery(RecoveryQuery {
+                group,
+                incarnation,
+                replica: self.replica(n),
+                nonce: self.rng.next_u64(),
+            }),
+            Command::RecoveryAnswer => {
+                let view = self.view(n);
+                let op = self.op(n);
+                Message::RecoveryAnswer(RecoveryAnswer {
+                    group,
+                    incarnation,
+                    replica: self.replica(n),
+                    nonce: self.rng.next_u64(),
+                    view,
+                    log_view: self.view_at_most(view),
+                    op,
+                    commit: Op(self.rng.below(op.0.saturating_add(1))),
+                    recovering: false,
+                    primary: self.rng.chance(500),
                 })
             }
             Command::RequestStateTransfer => Message::RequestStateTransfer(RequestStateTransfer {

@@ -236,6 +236,13 @@ impl ShardDriver {
         self.shard.create_group(spec, state)
     }
 
+    /// H1: host a voter created without its data ([`Shard::join_group`]).
+    pub fn join_group(&mut self, spec: GroupSpec, state: Box<dyn StateMachine>) -> Result<(), ShardError> {
+        self.record_with(|| Input::Join { spec: spec.clone() });
+        self.counters.hosting_changes += 1;
+        self.shard.join_group(spec, state)
+    }
+
     /// Host a group rebuilt from storage ([`Shard::recover_group`]).
     pub fn recover_group(
         &mut self,

@@ -36,6 +36,11 @@ pub enum Input {
         /// The spec.
         spec: GroupSpec,
     },
+    /// [`ShardDriver::join_group`] (H1).
+    Join {
+        /// The spec.
+        spec: GroupSpec,
+    },
     /// [`ShardDriver::recover_group`].
     Recover {
         /// The spec.
@@ -172,6 +177,10 @@ pub fn replay(
             Input::Create { spec } => {
                 let state = state_machine(&spec);
                 let _ = driver.create_group(spec, state);
+            }
+            Input::Join { spec } => {
+                let state = state_machine(&spec);
+                let _ = driver.join_group(spec, state);
             }
             Input::Recover { spec, recovered } => {
                 let state = state_machine(&spec);

@@ -39,6 +39,7 @@ mod jump;
 mod learner;
 mod normal;
 mod quiet;
+mod recovery;
 mod repair;
 mod role;
 mod seal;
@@ -188,6 +189,9 @@ pub struct Replica {
     pub(crate) quiet_at: (View, Op),
     /// Z3, backup: whom it follows quiesced, in which view.
     pub(crate) follow_quiet: Option<quiet::QuietFollow>,
+    /// H1: set while this member recovers the data it was created without
+    /// (see `recovery`): it votes, acknowledges and serves nothing.
+    pub(crate) recovery: Option<Box<recovery::Recovery>>,
 }
 
 impl std::fmt::Debug for Replica {
@@ -255,6 +259,7 @@ impl Replica {
             quiet_proposed: 0,
             quiet_at: (View(0), Op(0)),
             follow_quiet: None,
+            recovery: None,
             spec,
             config,
         }
@@ -273,6 +278,33 @@ impl Replica {
         replica.start_view_zero(now, cx);
         assert_eq!(replica.view, View(0), "a new group starts in view 0");
         assert!(replica.superblock_saved.is_some(), "a new member stages its first superblock");
+        replica
+    }
+
+    /// H1: a voter created without its data, which cannot tell whether its
+    /// group is new: it starts recovering (durably, in the superblock it
+    /// stages) and asks the other voters at once (see `recovery`).
+    pub(crate) fn join(
+        spec: GroupSpec,
+        config: Arc<CoreConfig>,
+        state: Box<dyn StateMachine>,
+        now: u64,
+        cx: &mut Context<'_>,
+    ) -> Replica {
+        if config.mutated(crate::mutants::Mutant::RecoveryIgnored) {
+            return Replica::create(spec, config, state, now, cx);
+        }
+        let mut replica = Replica::blank(spec, config, state, now);
+        if !replica.spec.is_voter(replica.spec.me) {
+            // A learner never votes or counts: it needs no recovery.
+            replica.report_role(cx.out);
+            replica.stage_superblock(cx.out);
+            return replica;
+        }
+        replica.begin_recovery(now);
+        replica.stage_superblock(cx.out);
+        replica.report_role(cx.out);
+        assert!(replica.superblock_saved.as_ref().is_some_and(|sb| sb.recovering), "H1: recovering, durably");
         replica
     }
 
@@ -365,6 +397,18 @@ impl Replica {
         }
         // Everything recovered is durable, the log view read from it too.
         replica.superblock_durable_log_view = Some(replica.log_view);
+        // H1: a voter that was recovering goes on recovering. (One with
+        // nothing at all on a storage that was already there never
+        // acknowledged anything here: it starts as before. The caller
+        // joins one on a storage it just created: `Shard::join_group`.)
+        let was_recovering = recovered.superblock.as_ref().is_some_and(|sb| sb.recovering);
+        if replica.spec.is_voter(replica.spec.me) && was_recovering {
+            replica.begin_recovery(now);
+            replica.apply_committed(cx.out);
+            replica.report_role(cx.out);
+            assert!(replica.is_recovering() && !replica.is_primary());
+            return Ok(replica);
+        }
         // A switch whose superblock was lost: this incarnation's superblock
         // goes in the first flush, ahead of anything this replica
         // acknowledges. Without it, the entries it acknowledges from now on
@@ -398,7 +442,12 @@ impl Replica {
             // It was electing: it goes on (its election messages go at once).
             let deadline = now + replica.config.timing.view_change_timeout_ticks;
             let voters = replica.spec.members.len();
-            replica.role = RoleState::ViewChange(Election::new(voters, deadline, 0, crate::quorum::MemberSet::EMPTY));
+            // Its own StartViewChange counts, as when it started this
+            // election: with one voter silent (recovering, H1) the other
+            // voters' alone never make a quorum.
+            let mut svc_from = crate::quorum::MemberSet::EMPTY;
+            svc_from.insert(replica.spec.me);
+            replica.role = RoleState::ViewChange(Election::new(voters, deadline, 0, svc_from));
             replica.report_role(cx.out);
         }
         replica.lease_expiry = now + replica.config.timing.commit_heartbeat_timeout_ticks;
@@ -573,6 +622,7 @@ impl Replica {
             incarnation: self.spec.incarnation,
             members: self.spec.members.clone(),
             replication_quorum: self.spec.quorums.replication as u8,
+            recovering: self.recovery.is_some(),
         }
     }
 
@@ -705,6 +755,14 @@ impl Replica {
     /// The earliest tick at which this replica has timed work.
     pub fn next_wakeup(&self) -> u64 {
         let mut wake = if self.superblock_retry { 0 } else { u64::MAX };
+        if let Some(recovery) = &self.recovery {
+            // H1: its rounds of questions, and a state transfer it fetches.
+            wake = wake.min(recovery.next_query_tick);
+            if self.state_transfer.is_some() {
+                wake = wake.min(self.repair_deadline);
+            }
+            return wake;
+        }
         match &self.role {
             RoleState::ViewChange(election) => {
                 wake = wake.min(election.deadline_tick).min(election.resend_tick);
@@ -759,6 +817,12 @@ impl Replica {
     fn run_due_work(&mut self, now: u64, cx: &mut Context<'_>, pairs: &mut Pairs) {
         if self.superblock_retry {
             self.stage_superblock(cx.out);
+        }
+        if self.recovery.is_some() {
+            if self.state_transfer.is_some() && now >= self.repair_deadline {
+                self.retry_state_transfer(now, cx.out);
+            }
+            return self.recovery_tick(now, cx.out);
         }
         let timing = self.config.timing.clone();
         match &mut self.role {
@@ -846,6 +910,10 @@ impl Replica {
     /// Assertions that hold between any two inputs. Panics on a broken one.
     pub fn invariants(&self) {
         assert!(self.log_view <= self.view, "{self:?}: log_view after view");
+        if self.recovery.is_some() {
+            assert!(matches!(self.role, RoleState::Backup(_)), "{self:?}: H1: a recovering member only listens");
+            assert!(self.spec.is_voter(self.spec.me), "{self:?}: H1: only a voter recovers");
+        }
         assert!(self.commit_min <= self.commit_max.max(self.log.base()), "{self:?}: applied past commit");
         assert!(self.commit_min <= self.log.op(), "{self:?}: applied past the log");
         assert!(self.log.base() <= self.commit_min, "{self:?}: snapshot of uncommitted ops");

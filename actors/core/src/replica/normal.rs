@@ -44,7 +44,10 @@ impl Replica {
     /// [`Replica::on_request`]: redirect, read, or queue for the pipeline.
     fn serve_request(&mut self, sender: cohort_messages::NodeId, request: Request, now: u64, cx: &mut Context<'_>) {
         if !self.is_primary() {
-            let primary = (self.status() == Status::Normal).then(|| self.node_of(self.primary_index()));
+            // H1: a recovering member knows no primary to point to (it may
+            // be the index of one itself).
+            let knows = self.status() == Status::Normal && self.recovery.is_none();
+            let primary = knows.then(|| self.node_of(self.primary_index()));
             cx.out.push(Effect::Redirect(Redirect {
                 group: self.spec.group,
                 client: request.client,
@@ -337,9 +340,12 @@ impl Replica {
 
     fn send_prepare_ok(&mut self, out: &mut Effects) {
         debug_assert!(!self.is_primary(), "a primary counts itself by its durable op");
-        if self.durable_op == Op(0) || self.superblock_durable_log_view != Some(self.log_view) {
-            // Nothing durable yet, or the view is not: `on_flushed` calls
-            // again once it is.
+        if self.durable_op == Op(0)
+            || self.superblock_durable_log_view != Some(self.log_view)
+            || self.recovery.is_some()
+        {
+            // Nothing durable yet, or the view is not (`on_flushed` calls
+            // again once it is), or it is recovering (H1).
             return;
         }
         out.send(self.node_of(self.primary_index()), Message::PrepareOk(self.prepare_ok()));

@@ -238,6 +238,7 @@ impl Replica {
             || self.follow_quiet.is_some()
             || self.is_primary()
             || self.state_transfer.is_some()
+            || self.recovery.is_some()
             || !self.follow_holds(from, quiet.view)
             || self.log.op() != quiet.commit
             || self.durable_op != self.log.op()

@@ -275,7 +275,11 @@ impl Replica {
             }
             RoleState::Backup(_) => {
                 assert!(!learner, "{self:?}: a learner as a backup");
-                assert_ne!(self.primary_index(), self.spec.me, "{self:?}: a backup of a view it leads");
+                // H1: a recovering member listens as a backup, even of a view
+                // it would lead.
+                if self.recovery.is_none() {
+                    assert_ne!(self.primary_index(), self.spec.me, "{self:?}: a backup of a view it leads");
+                }
             }
             RoleState::ViewChange(election) => {
                 assert!(!learner, "{self:?}: a learner in a view change (P4)");

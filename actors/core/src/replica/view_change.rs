@@ -410,7 +410,10 @@ impl Replica {
     /// does not reach the start of `log`.
     fn adoption_start(&self, source_log_view: View, log: &[LogEntry], op: Op) -> Option<Op> {
         let start = log.first().map(|entry| entry.op).unwrap_or(op.next());
-        let trusted_end = if self.log_view == source_log_view { self.log.op() } else { self.commit_min };
+        // H1: a recovering member trusts only what it applied: the rest of
+        // its log may be what an earlier process of it took part-way.
+        let trusted_end =
+            if self.log_view == source_log_view && self.recovery.is_none() { self.log.op() } else { self.commit_min };
         if start.0 > trusted_end.0 + 1 || op < self.log.base() || op < self.commit_min {
             return None;
         }
@@ -460,7 +463,14 @@ impl Replica {
         if sv.view < self.view || sv.replica != self.primary_index_of(sv.view) || sv.replica == self.spec.me {
             return;
         }
-        if sv.view == self.view && self.status() == Status::Normal && self.log_view == self.view {
+        if !self.recovery_takes_start_view(sv.view) {
+            return; // H1: not before it knows which view's log to take.
+        }
+        if sv.view == self.view
+            && self.status() == Status::Normal
+            && self.log_view == self.view
+            && self.recovery.is_none()
+        {
             // Already in this view: confirm to the primary.
             self.on_durable(now, cx);
             return;
@@ -490,6 +500,9 @@ impl Replica {
         self.svc_view_seen = self.svc_view_seen.max(sv.view);
         self.fail_waits(former.take_waits(), cx.out);
         if self.adopt_log(sv.view, &sv.log, sv.op, cx.out) {
+            // H1: the primary's whole log, at or past the target view: the
+            // superblock staged below, after it, ends the recovery.
+            self.end_recovery(cx);
             self.log_view = self.view;
             self.commit_max = self.commit_max.max(sv.commit);
             self.state_transfer = None;

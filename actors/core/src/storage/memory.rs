@@ -94,6 +94,8 @@ pub struct MemoryStorage {
     deferred: DeferredSnapshots,
     faults: Faults,
     stats: MemoryStats,
+    /// H1: a recovery ran on this disk before (the first one formats it).
+    recovered_once: bool,
 }
 
 impl MemoryStorage {
@@ -184,7 +186,7 @@ impl MemoryStorage {
                 .map(|recovered| (*group, recovered))
             })
             .collect();
-        Recovered { groups }
+        Recovered { groups, formatted: !self.recovered_once }
     }
 
     /// A snapshot on the disk; the entries it covers go.
@@ -303,6 +305,8 @@ impl Storage for MemoryStorage {
     }
 
     fn recover(&mut self) -> Result<Recovered, StorageError> {
-        Ok(self.recovered())
+        let recovered = self.recovered();
+        self.recovered_once = true;
+        Ok(recovered)
     }
 }

@@ -94,6 +94,11 @@ pub struct Superblock {
     pub members: Vec<NodeId>,
     /// The replication quorum Qr of the group.
     pub replication_quorum: u8,
+    /// H1: this member was created without its data (a new disk, an
+    /// emptied directory, a member added empty) and has not yet taken the
+    /// group's state from its current primary: it votes in no election and
+    /// acknowledges nothing until it has (see `replica::recovery`).
+    pub recovering: bool,
 }
 
 /// An application snapshot of one group: its state after applying every op up
@@ -145,6 +150,27 @@ impl RecoveredGroup {
 pub struct Recovered {
     /// Per group.
     pub groups: BTreeMap<GroupId, RecoveredGroup>,
+    /// H1: the storage held nothing at all, not even its own format: this
+    /// recovery created it (a first start, a new disk, an emptied
+    /// directory). A voter this shard creates empty afterwards cannot
+    /// tell a new group from one whose history it lost, and recovers
+    /// first (`Shard::join_group`). On a storage that was already there, a
+    /// group with no durable superblock never acknowledged anything here.
+    pub formatted: bool,
+}
+
+impl Recovered {
+    /// H1: whether a voter hosted empty on this storage may have lost what
+    /// it acknowledged, and must recover first (`Shard::join_group`): the
+    /// storage was formatted by this recovery, or every group it holds is
+    /// still recovering (or has no superblock). The second case is a
+    /// storage formatted by an earlier process that crashed before every
+    /// joining member's first superblock was durable: a member missing
+    /// from it may have lost its data as much as the others.
+    pub fn may_have_lost_data(&self) -> bool {
+        self.formatted
+            || self.groups.values().all(|group| group.superblock.as_ref().is_none_or(|sb| sb.recovering))
+    }
 }
 
 /// What went wrong, with enough context to act on.

@@ -264,6 +264,7 @@ pub fn superblock_fields_roundtrip<H: Harness>(harness: &mut H) {
         incarnation: Incarnation(u64::MAX),
         members: (0..GROUP_MEMBERS_MAX as u64).map(|index| NodeId(u64::MAX - index)).collect(),
         replication_quorum: u8::MAX,
+        recovering: true,
     };
     let emptiest = Superblock {
         view: View(0),
@@ -272,6 +273,7 @@ pub fn superblock_fields_roundtrip<H: Harness>(harness: &mut H) {
         incarnation: Incarnation(0),
         members: Vec::new(),
         replication_quorum: 0,
+        recovering: false,
     };
     both.stage_superblock(1, widest.clone());
     both.stage_superblock(2, emptiest.clone());

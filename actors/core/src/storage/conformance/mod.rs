@@ -121,6 +121,7 @@ pub fn superblock(view: u32, commit: u64) -> Superblock {
         incarnation: Incarnation(u64::from(view) + 7),
         members,
         replication_quorum: (view % 5) as u8 + 1,
+        recovering: view.is_multiple_of(3),
     }
 }
 

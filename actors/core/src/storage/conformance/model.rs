@@ -76,7 +76,7 @@ impl Model {
                 .map(|recovered| (*group, recovered))
             })
             .collect();
-        Recovered { groups }
+        Recovered { groups, formatted: false }
     }
 
     /// The model as it would be if only the first `count` staged log calls

@@ -1,0 +1,250 @@
+//! H1: a member that does not hold its data never acts as if it did.
+//!
+//! A voter created without data (a node whose disk was replaced or whose
+//! directory was emptied, a member that crashed before its first flush, a
+//! member of a group created while it was down) cannot tell from its own
+//! storage whether the group is brand new or has a history it acknowledged
+//! and lost. Voting in a view change with an empty log, or leading view 0
+//! as member 0, would then let a view change drop acknowledged writes (the
+//! rebuild run of issue 33: two of two runs lost one).
+//!
+//! So such a member starts *recovering*, durably (a flag in its
+//! superblock, so a crash in the middle does not end it). While recovering
+//! it sends no StartViewChange, DoViewChange, PrepareOk or CommitReply,
+//! starts no election, takes part in no quiescence, serves nothing, and
+//! takes no Prepare or Commit: it counts toward no quorum. Every repair
+//! timeout it asks every other voter for its state ([`RecoveryQuery`]),
+//! under a nonce of this round, and decides from the answers:
+//!
+//! - **Every other voter answered, and every answer is blank** (no op in
+//!   its log, none committed; recovering or not, in any view): no member
+//!   but this one ever held an op, so none was ever committed (with a
+//!   replication quorum of two or more) and the group starts here as a new
+//!   group does, in view 0 (member 0 leads it unless an election of a
+//!   later view, with no op in it, is already under way). A group created while one
+//!   of its members is down therefore starts only once that member answers:
+//!   no member can tell a new group from one whose history is on the
+//!   member that is missing.
+//! - **`n − Qv + 1` other voters that are not recovering answered**: some
+//!   one of them is in every election quorum this member ever joined
+//!   (`Qv − 1` others in each), so the highest view among their answers is
+//!   at least every view this member voted in. It then takes the log of a
+//!   primary of that view or a later one, whole, from its StartView (which
+//!   a normal primary sends with its answer), by state transfer first if
+//!   the log no longer reaches back to op 1. That log holds every op
+//!   committed, and every op this member acknowledged in that view. Only
+//!   then does it stop recovering, in the same flush as that log.
+//! - **Every other voter answered, at least one holds data, and the others
+//!   that recover hold nothing**: the same, from the holders. A member
+//!   that recovers and holds nothing never voted or acknowledged with the
+//!   data it has now (its election messages and acknowledgements wait for
+//!   the superblock that ends its recovery), so every election quorum this
+//!   member joined had its other voters among the holders, unless more
+//!   members lost their data than the group tolerates. This is what lets
+//!   a group whose members all started empty go on when some of them lost
+//!   their first flush to a power cut after another had started it. When
+//!   the holders are fewer than `n − Qv + 1` and none of them is a normal
+//!   primary, they cannot elect one alone; the member then stops
+//!   recovering and joins an election with what it holds: an election
+//!   quorum with it has `Qv − 1` holders, and an op committed with its
+//!   acknowledgement has `Qr − 1` more among the holders, and there are at
+//!   most `n − Qv` holders, so the two sets meet (`Qr + Qv > n`, `Qv ≥ 2`).
+//! - Otherwise it waits and asks again: with fewer than that many voters
+//!   holding data, the group stays unavailable rather than lose a write.
+//!
+//! The rule is Viewstamped Replication's recovery protocol (with flexible
+//! quorums: the answers needed are those that meet every election quorum),
+//! applied to a member that lost its disk rather than its memory, plus the
+//! all-blank case that lets a new group start with no outside help.
+//!
+//! Why a nonce: the argument above needs answers given after this
+//! member lost its data, that is, to this process. The nonce (the tick of
+//! the round and a counter, growing within a process) names the rounds of
+//! this process; answers to any of them count, the latest of each voter
+//! kept. An answer to an earlier process travels on that process's
+//! connection and is lost with it; the nonce check covers the rest.
+
+use cohort_messages::{MemberIndex, Message, Op, RecoveryAnswer, RecoveryQuery, View};
+
+use super::{Context, Replica, RoleState};
+use crate::effects::Effects;
+
+/// A recovering member's round of questions and the answers to it.
+#[derive(Clone, Debug)]
+pub(crate) struct Recovery {
+    /// The current round's nonce.
+    pub nonce: u64,
+    /// The first round's nonce: answers to any round of this process count
+    /// (nonces only grow within one process).
+    pub first_nonce: u64,
+    /// Rounds asked so far (the low bits of the nonce).
+    pub rounds: u64,
+    /// The latest answer of each voter to this round (by member index).
+    pub answers: Vec<Option<RecoveryAnswer>>,
+    /// When the next round is asked.
+    pub next_query_tick: u64,
+    /// Decided: the lowest view whose primary's log it takes.
+    pub target: Option<View>,
+}
+
+impl Recovery {
+    pub(crate) fn new(voters: usize) -> Recovery {
+        Recovery { nonce: 0, first_nonce: 0, rounds: 0, answers: vec![None; voters], next_query_tick: 0, target: None }
+    }
+}
+
+/// True if `answer` says its member holds nothing of the group: no op in
+/// its log, none committed. (Its view may have moved: an election with no
+/// op anywhere changes nothing a new member could lose.)
+fn blank(answer: &RecoveryAnswer) -> bool {
+    answer.op == Op(0) && answer.commit == Op(0)
+}
+
+impl Replica {
+    /// What a recovering member hears: the answers, the StartView and state
+    /// it is to take, a client (redirected) and other members' questions.
+    pub(crate) fn heard_while_recovering(message: &Message) -> bool {
+        matches!(
+            message,
+            Message::RecoveryQuery(_)
+                | Message::RecoveryAnswer(_)
+                | Message::StartView(_)
+                | Message::StateChunk(_)
+                | Message::Request(_)
+        )
+    }
+
+    /// H1: whether this member is recovering (see the module docs).
+    pub fn is_recovering(&self) -> bool {
+        self.recovery.is_some()
+    }
+
+    /// Start recovering: no lease granted, no follower's timeout; the first
+    /// round goes out at once.
+    pub(crate) fn begin_recovery(&mut self, now: u64) {
+        assert!(self.spec.is_voter(self.spec.me), "{self:?}: only a voter recovers (a learner never votes)");
+        self.role = RoleState::Backup(super::Backup::new(now, u64::MAX / 4));
+        self.lease_expiry = now;
+        let mut recovery = Recovery::new(self.spec.members.len());
+        recovery.next_query_tick = now;
+        self.recovery = Some(Box::new(recovery));
+        assert!(!self.is_primary(), "a recovering member leads nothing");
+    }
+
+    /// The timed work of a recovering member: a new round of questions.
+    pub(crate) fn recovery_tick(&mut self, now: u64, out: &mut Effects) {
+        let others: Vec<MemberIndex> = self.others().collect();
+        let timeout = self.config.timing.repair_timeout_ticks;
+        let (group, incarnation, me) = (self.spec.group, self.spec.incarnation, self.spec.me);
+        let Some(recovery) = self.recovery.as_mut() else { return };
+        if now < recovery.next_query_tick {
+            return;
+        }
+        recovery.rounds += 1;
+        recovery.nonce = ((now << 16) | (recovery.rounds & 0xffff)).max(recovery.nonce + 1);
+        if recovery.rounds == 1 {
+            recovery.first_nonce = recovery.nonce;
+        }
+        recovery.next_query_tick = now + timeout;
+        let query = RecoveryQuery { group, incarnation, replica: me, nonce: recovery.nonce };
+        for member in others {
+            if let Some(node) = self.spec.node_at(member) {
+                out.send(node, Message::RecoveryQuery(query));
+            }
+        }
+        assert!(self.recovery.as_ref().is_some_and(|r| r.next_query_tick > now), "the next round waits a timeout");
+    }
+
+    /// Any member answers a recovering one with its state; a normal
+    /// primary sends its view's StartView along (the log it is to take).
+    pub(crate) fn on_recovery_query(&mut self, query: RecoveryQuery, now: u64, cx: &mut Context<'_>) {
+        debug_assert!(self.spec.node_at(query.replica).is_some(), "the door checked the sender");
+        if query.replica == self.spec.me || !self.spec.is_voter(query.replica) {
+            return;
+        }
+        let primary = self.is_primary() && self.status() == super::Status::Normal && self.recovery.is_none();
+        let answer = RecoveryAnswer {
+            group: self.spec.group,
+            incarnation: self.spec.incarnation,
+            replica: self.spec.me,
+            nonce: query.nonce,
+            view: self.view,
+            log_view: self.log_view,
+            op: self.log.op(),
+            commit: self.commit_max.max(self.commit_min),
+            recovering: self.recovery.is_some(),
+            primary,
+        };
+        cx.out.send(self.node_of(query.replica), Message::RecoveryAnswer(answer));
+        if primary && self.spec.is_voter(query.replica) {
+            self.answer_with_start_view(query.replica, now, cx);
+        }
+    }
+
+    /// A recovering member takes an answer of its current round, and
+    /// decides once it can (see the module docs).
+    pub(crate) fn on_recovery_answer(&mut self, answer: RecoveryAnswer, now: u64, cx: &mut Context<'_>) {
+        let voters = self.spec.members.len();
+        let needed = voters + 1 - self.spec.quorums.view_change;
+        let me = self.spec.me;
+        let Some(recovery) = self.recovery.as_mut() else { return };
+        if answer.nonce < recovery.first_nonce || answer.nonce > recovery.nonce || answer.replica == me {
+            return;
+        }
+        let Some(slot) = recovery.answers.get_mut(answer.replica.0 as usize) else { return };
+        *slot = Some(answer);
+        let others = recovery.answers.iter().enumerate().filter(|(index, _)| *index != me.0 as usize);
+        let answered: Vec<RecoveryAnswer> = others.filter_map(|(_, answer)| *answer).collect();
+        let all_blank = answered.len() == voters - 1 && answered.iter().all(blank);
+        if all_blank && self.view == View(0) && self.log.op() == Op(0) && self.commit_min == Op(0) {
+            // A new group: every voter holds nothing. It starts here.
+            cx.metrics.recoveries_founded += 1;
+            self.recovery = None;
+            self.lease_expiry = now;
+            self.role = RoleState::Backup(super::Backup::new(now, self.config.timing.commit_heartbeat_timeout_ticks));
+            self.start_view_zero(now, cx);
+            return;
+        }
+        let everyone = answered.len() == voters - 1;
+        let recovering_blank = answered.iter().filter(|answer| answer.recovering).all(blank);
+        let holders: Vec<RecoveryAnswer> = answered.into_iter().filter(|answer| !answer.recovering).collect();
+        // Enough holders meet every election quorum this member joined; or
+        // every voter answered and the others that recover hold nothing
+        // (they never voted: see the module docs), so the holders are all
+        // the voters that can have been in one.
+        let enough = holders.len() >= needed || (everyone && recovering_blank);
+        if holders.is_empty() || !enough {
+            return;
+        }
+        let highest = holders.iter().map(|answer| answer.view).max().unwrap_or(View(0));
+        let primary_known = holders.iter().any(|answer| answer.primary && answer.view == highest);
+        let Some(recovery) = self.recovery.as_mut() else { return };
+        let target = recovery.target.map_or(highest, |target| target.max(highest));
+        recovery.target = Some(target);
+        if holders.len() < needed && !primary_known {
+            // The holders alone are too few to elect a primary whose log it
+            // could take, and the others that recover hold nothing: it
+            // votes with what it holds. Safe here: every op committed with
+            // its acknowledgement was acknowledged by holders too, and any
+            // election quorum with it meets them (see the module docs).
+            self.end_recovery(cx);
+            let view = if target > self.view { target } else { self.view.next() };
+            self.start_view_change(view, now, cx);
+        }
+    }
+
+    /// Whether a recovering member may take `view`'s StartView: only once
+    /// it decided, of its target view or a later one.
+    pub(crate) fn recovery_takes_start_view(&self, view: View) -> bool {
+        self.recovery.as_ref().is_none_or(|recovery| recovery.target.is_some_and(|target| view >= target))
+    }
+
+    /// The member took a primary's whole log at or past its target view:
+    /// it recovered. The superblock staged next says so, after that log.
+    pub(crate) fn end_recovery(&mut self, cx: &mut Context<'_>) {
+        if self.recovery.take().is_some() {
+            cx.metrics.recoveries_done += 1;
+        }
+        assert!(self.recovery.is_none());
+    }
+}
