@@ -395,11 +395,21 @@ impl SimNode {
             let index = self.shard_index(group_id);
             let state = self.state_machine(group_id);
             let group = recovered_groups[index].groups.remove(&group_id).unwrap_or_default();
+            let spec_again = spec.clone();
             match shards[index].driver.recover_group(spec, state, group) {
                 Ok(()) => {}
                 // Switched away before the restart (a member change): drop it.
                 Err(cohort_core::ShardError::NotInIncarnation(_)) => {
                     self.unloaded.insert(group_id);
+                }
+                // H3: data left from before the replica was placed here
+                // empty: removed, and the replica hosted empty, as a node does.
+                Err(cohort_core::ShardError::EarlierLife { .. }) => {
+                    shards[index].worker.queue(StorageJob::RemoveGroup(group_id));
+                    let state = self.state_machine(group_id);
+                    if let Err(error) = shards[index].driver.create_group(spec_again, state) {
+                        panic!("node {} cannot host {group_id} empty: {error}", self.index);
+                    }
                 }
                 Err(error) => panic!("node {} cannot recover {group_id}: {error}", self.index),
             }

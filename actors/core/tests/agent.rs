@@ -106,6 +106,10 @@ impl Harness {
                     let more = self.agent.on_reply(self.now, &reply);
                     self.outputs.extend(more);
                 }
+                // The shell unloads a group before the next tick.
+                if let AgentOutput::Unload(group) = &output {
+                    self.hosted.retain(|hosted| hosted.group != *group);
+                }
                 // This node is the metadata primary too: its keepalives reach its own driver.
                 if let AgentOutput::Keepalive(keepalive) = &output {
                     let more = self.agent.on_keepalive(self.now, NODE, keepalive, &self.metadata);
@@ -178,12 +182,14 @@ fn s4_reown_and_unload() {
     assert_eq!(h.owner(0), Some((NodeId(2), View(3), other)), "a stale view is refused, not recorded");
     assert!(h.agent.counters().reports_refused >= 1);
     assert_eq!(h.agent.session(), Some(third));
-    // Group 1 is deleted in the metadata: unloaded after the grace period, once.
+    // Group 1 is deleted in the metadata: unloaded at the next tick, once
+    // (H3: a deleted group's replica does not wait out a grace period).
     h.apply(MetadataCommand::DeleteGroup { group: GroupId(1) });
-    h.run(9);
-    assert!(!h.outputs.contains(&AgentOutput::Unload(GroupId(1))), "not before the grace period");
-    h.run(3);
-    assert_eq!(h.outputs.iter().filter(|o| **o == AgentOutput::Unload(GroupId(1))).count(), 1);
+    let unloads = |h: &Harness| h.outputs.iter().filter(|o| **o == AgentOutput::Unload(GroupId(1))).count();
+    h.run(1);
+    assert_eq!(unloads(&h), 1, "{:?}", h.outputs);
+    h.run(12);
+    assert_eq!(unloads(&h), 1);
 }
 
 #[test]
