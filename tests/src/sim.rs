@@ -769,7 +769,7 @@ impl Sim {
             // of it applies anything (a node hosts it once its metadata
             // shows the creation, and that node's turn ends here).
             for (group, record) in metadata.groups.range(GroupId(operator::CREATED_GROUPS_FROM)..) {
-                self.checkers.lives.created(*group, record.created);
+                self.checkers.lives.node_saw(index, *group, record, now);
             }
             self.checkers.metadata_applied(now, index, &metadata);
             // The replicas of an incarnation have the members the metadata names for it.

@@ -13,12 +13,24 @@
 //! creation (an old replica still hosted, a log or view recovered into a
 //! new replica, a snapshot of the old state).
 //!
+//! A replica of a life that ended may still answer until its node has
+//! applied the delete (or the creation after it), and its agent has
+//! unloaded it: at most [`ENDED_ANSWER_TICKS_MAX`] ticks after its node's
+//! metadata showed the end. Later than that is a violation too.
+//!
 //! The same lives keep the agreement checker (P2/P3) apart per life: each
 //! life numbers its ops from 1 again.
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use cohort_core::metadata::GroupRecord;
 use cohort_messages::{GroupId, Incarnation};
+
+/// How long after its node's metadata showed its life ended a replica may
+/// still answer: the agent's next scan unloads it (a scan follows a change
+/// of the metadata within a few ticks, Z3), and the shard's turn that
+/// answered may have begun before.
+pub const ENDED_ANSWER_TICKS_MAX: u64 = 20;
 
 /// The value the operator writes as its `seq`-th write in the life created
 /// at `life`: the life in the high 32 bits, never 0 (0 reads as absent).
@@ -43,12 +55,25 @@ pub struct Lives {
     pub answers: u64,
     /// Answers from a replica whose life had ended elsewhere.
     pub answers_from_ended_life: u64,
+    /// What each node's metadata last showed of each created group (its
+    /// life's start, whether live, its incarnation), since which tick.
+    seen: BTreeMap<(usize, GroupId), ((Incarnation, bool, Incarnation), u64)>,
 }
 
 impl Lives {
     /// A creation of `group` committed at `incarnation`.
     pub fn created(&mut self, group: GroupId, incarnation: Incarnation) {
         self.created.entry(group).or_default().insert(incarnation);
+    }
+
+    /// `node`'s metadata shows `record` for `group` at tick `now`.
+    pub fn node_saw(&mut self, node: usize, group: GroupId, record: &GroupRecord, now: u64) {
+        self.created(group, record.created);
+        let state = (record.created, record.live, record.incarnation);
+        let entry = self.seen.entry((node, group)).or_insert((state, now));
+        if entry.0 != state {
+            *entry = (state, now);
+        }
     }
 
     /// The life a replica of `group` at `incarnation` belongs to: the last
@@ -75,18 +100,32 @@ impl Lives {
     }
 
     /// `node`'s replica of `group` at `incarnation` answered the operator
-    /// with `value` (read, or replaced by a write) for the key it tags.
+    /// at tick `now` with `value` (read, or replaced by a write) for the
+    /// key it tags.
     pub fn answered(
         &mut self,
         node: usize,
         group: GroupId,
         incarnation: Incarnation,
         value: u64,
+        now: u64,
     ) -> Result<(), String> {
         self.answers += 1;
         let Some(life) = self.life(group, incarnation) else { return Ok(()) };
         if self.created.get(&group).and_then(|lives| lives.last()).is_some_and(|last| *last > life) {
             self.answers_from_ended_life += 1;
+        }
+        if let Some(((created, live, recorded), since)) = self.seen.get(&(node, group)).copied() {
+            let ended = created > incarnation || (!live && recorded >= incarnation);
+            if ended && now > since + ENDED_ANSWER_TICKS_MAX {
+                return Err(format!(
+                    "H3 broken: node {node}'s replica of {group} at incarnation {} answered {} ticks after its \
+                     node's metadata ended that life ({})",
+                    incarnation.0,
+                    now - since,
+                    if live { "created again" } else { "deleted" }
+                ));
+            }
         }
         if value == 0 {
             return Ok(());
@@ -115,14 +154,43 @@ mod tests {
         lives.created(group, Incarnation(2));
         // A member change moved life 2 on to incarnation 3.
         assert_eq!(lives.life(group, Incarnation(3)), Some(Incarnation(2)));
-        assert_eq!(lives.answered(0, group, Incarnation(3), tag(Incarnation(2), 1)), Ok(()));
-        assert_eq!(lives.answered(0, group, Incarnation(2), 0), Ok(()), "empty is fine");
-        let old = lives.answered(1, group, Incarnation(2), tag(Incarnation(1), 4));
+        assert_eq!(lives.answered(0, group, Incarnation(3), tag(Incarnation(2), 1), 10), Ok(()));
+        assert_eq!(lives.answered(0, group, Incarnation(2), 0, 10), Ok(()), "empty is fine");
+        let old = lives.answered(1, group, Incarnation(2), tag(Incarnation(1), 4), 10);
         assert!(old.is_err_and(|violation| violation.contains("H3 broken")));
         // A replica of life 1 still answering before its node applied the
         // delete is counted, not a violation.
-        assert_eq!(lives.answered(2, group, Incarnation(1), tag(Incarnation(1), 4)), Ok(()));
+        assert_eq!(lives.answered(2, group, Incarnation(1), tag(Incarnation(1), 4), 10), Ok(()));
         assert_eq!((lives.answers, lives.answers_from_ended_life), (4, 1));
+    }
+
+    #[test]
+    fn h3_a_replica_answering_long_after_its_node_saw_its_life_end_is_caught() {
+        let group = GroupId((1 << 40) + 5);
+        let mut lives = Lives::default();
+        let mut record = GroupRecord {
+            kind: "kv".into(),
+            incarnation: Incarnation(1),
+            members: Vec::new(),
+            learners: Vec::new(),
+            replication: Default::default(),
+            caught_up: Default::default(),
+            pending: None,
+            live: true,
+            owner: None,
+            owner_view_max: cohort_messages::View(0),
+            created: Incarnation(1),
+            transfer: None,
+        };
+        lives.node_saw(0, group, &record, 5);
+        record.live = false;
+        lives.node_saw(0, group, &record, 100);
+        let value = tag(Incarnation(1), 1);
+        assert_eq!(lives.answered(0, group, Incarnation(1), value, 100 + ENDED_ANSWER_TICKS_MAX), Ok(()));
+        let late = lives.answered(0, group, Incarnation(1), value, 101 + ENDED_ANSWER_TICKS_MAX);
+        assert!(late.is_err_and(|violation| violation.contains("deleted")));
+        // Node 1's metadata has not shown the delete: its replica may answer.
+        assert_eq!(lives.answered(1, group, Incarnation(1), value, 500), Ok(()));
     }
 
     #[test]

@@ -115,7 +115,7 @@ impl Checkers {
     /// H3: `node`'s replica of `group` at `incarnation` answered the
     /// operator with `value` ([`incarnations::Lives::answered`]).
     pub fn answered(&mut self, tick: u64, node: usize, group: GroupId, incarnation: Incarnation, value: u64) {
-        if let Err(violation) = self.lives.answered(node, group, incarnation, value) {
+        if let Err(violation) = self.lives.answered(node, group, incarnation, value, tick) {
             self.violations.push(format!("tick {tick}: {violation}"));
         }
     }
