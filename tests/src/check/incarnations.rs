@@ -76,6 +76,12 @@ impl Lives {
         }
     }
 
+    /// `node` crashed: its next process starts from its own storage, with
+    /// a copy of the metadata that may be older than what it showed.
+    pub fn crashed(&mut self, node: usize) {
+        self.seen.retain(|(seen_by, _), _| *seen_by != node);
+    }
+
     /// The life a replica of `group` at `incarnation` belongs to: the last
     /// creation at or before it; `None` for groups the operator never
     /// created (clients' groups: one life).
@@ -191,6 +197,10 @@ mod tests {
         assert!(late.is_err_and(|violation| violation.contains("deleted")));
         // Node 1's metadata has not shown the delete: its replica may answer.
         assert_eq!(lives.answered(1, group, Incarnation(1), value, 500), Ok(()));
+        // Node 0 restarts with an older copy of the metadata: what its
+        // earlier process saw no longer judges it.
+        lives.crashed(0);
+        assert_eq!(lives.answered(0, group, Incarnation(1), value, 500), Ok(()));
     }
 
     #[test]

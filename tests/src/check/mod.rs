@@ -110,6 +110,7 @@ impl Checkers {
         self.owners.crashed(node);
         self.placement.crashed(node);
         self.metadata_epochs.crashed(node);
+        self.lives.crashed(node);
     }
 
     /// H3: `node`'s replica of `group` at `incarnation` answered the
