@@ -187,7 +187,7 @@ impl Ownership {
 /// replica's incarnation). Metadata older than the replica (a restart
 /// replays it from a snapshot) ends nothing: a replica of an incarnation
 /// past the record's is kept.
-pub(super) fn life_over(record: &GroupRecord, hosted: &HostedReplica) -> bool {
+fn life_over(record: &GroupRecord, hosted: &HostedReplica) -> bool {
     let deleted = !record.live && hosted.incarnation <= record.incarnation;
     let created_again = hosted.incarnation < record.created;
     debug_assert!(record.created <= record.incarnation, "a life starts at or before its current incarnation");
