@@ -130,12 +130,24 @@ impl Cluster {
         run(Command::new(env!("CARGO_BIN_EXE_cohort")).args(&all))
     }
 
+    /// A write, sent again while a node whose copy of the metadata trails
+    /// the group's creation answers that it knows no such group (O5).
     fn write(&self, group: &str, value: &str) -> (Option<i32>, String) {
-        self.data(&(0..NODES).collect::<Vec<_>>(), &["write", "--group", group, "--value", value])
+        let mut last = (None, String::new());
+        wait_for(SETTLE, || {
+            last = self.data(&(0..NODES).collect::<Vec<_>>(), &["write", "--group", group, "--value", value]);
+            last.0 == Some(0) || !last.1.contains("no such group")
+        });
+        last
     }
 
     fn read(&self, group: &str) -> (Option<i32>, String) {
-        self.data(&(0..NODES).collect::<Vec<_>>(), &["read", "--group", group])
+        let mut last = (None, String::new());
+        wait_for(SETTLE, || {
+            last = self.data(&(0..NODES).collect::<Vec<_>>(), &["read", "--group", group]);
+            last.0 == Some(0) || !last.1.contains("no such group")
+        });
+        last
     }
 
     /// `cohort admin --admin <node 1> --token … <action>`.
@@ -269,7 +281,8 @@ fn h3_recreated_group_reads_empty_on_every_member() {
                 cluster.logs()
             );
             let (code, text) = cluster.admin(&["transfer-primary", "--group", GROUP, "--to", &member.to_string()]);
-            assert_eq!(code, Some(0), "{text}");
+            // Node 1's copy of the record may trail the metadata by an epoch.
+            assert!(code == Some(0) || text.contains("already leads"), "{text}");
             assert!(wait_for(SETTLE, || led(&cluster)), "node:{member} leads group:120: {:?}", cluster.record(0, 120));
         }
         let (code, text) = cluster.read(GROUP);
