@@ -55,10 +55,14 @@ pub struct Lives {
     pub answers: u64,
     /// Answers from a replica whose life had ended elsewhere.
     pub answers_from_ended_life: u64,
-    /// What each node's metadata last showed of each created group (its
-    /// life's start, whether live, its incarnation), since which tick.
-    seen: BTreeMap<(usize, GroupId), ((Incarnation, bool, Incarnation), u64)>,
+    /// What each node's metadata last showed of each created group, since
+    /// which tick.
+    seen: BTreeMap<(usize, GroupId), (Shown, u64)>,
 }
+
+/// What a node's metadata shows of a group: the start of its life, whether
+/// it is live, and its incarnation.
+type Shown = (Incarnation, bool, Incarnation);
 
 impl Lives {
     /// A creation of `group` committed at `incarnation`.
