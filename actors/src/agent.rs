@@ -472,7 +472,11 @@ impl MetadataAgentActor {
                 AgentOutput::Unload(group) => {
                     self.to_shard_of(group, UnloadGroup(group));
                     let node = self.node().0;
-                    tracing::info!(node, group = group.0, "unloading {group}: the metadata placed it elsewhere (S4)");
+                    tracing::info!(
+                        node,
+                        group = group.0,
+                        "unloading {group}: the metadata deleted it (H3) or placed it elsewhere (S4)"
+                    );
                 }
                 AgentOutput::Stop(reason) => self.stop(reason.to_string()),
                 AgentOutput::ProposeSeal { group, seal } => {

@@ -115,6 +115,12 @@ impl Network {
         }
     }
 
+    /// True if a frame `from` sent is still in flight (held back, delayed
+    /// or deferred to a paused node).
+    pub fn any_from(&self, from: Endpoint) -> bool {
+        self.in_flight.values().any(|packet| packet.from == from)
+    }
+
     /// Take the next frame due at or before `now`.
     pub fn pop_due(&mut self, now: u64) -> Option<Packet> {
         let (&key, _) = self.in_flight.first_key_value()?;

@@ -419,6 +419,7 @@ impl SimNode {
             let group_id = spec.group;
             let index = self.shard_index(group_id);
             let state = self.state_machine(group_id);
+            let spec_again = spec.clone();
             let hosted = match recovered_groups[index].groups.remove(&group_id) {
                 Some(group) => shards[index].driver.recover_group(spec, state, group),
                 // H1: nothing of it here; as a node's shard hosts it.
@@ -430,6 +431,15 @@ impl SimNode {
                 // Switched away before the restart (a member change): drop it.
                 Err(cohort_core::ShardError::NotInIncarnation(_)) => {
                     self.unloaded.insert(group_id);
+                }
+                // H3: data left from before the replica was placed here
+                // empty: removed, and the replica hosted empty, as a node does.
+                Err(cohort_core::ShardError::EarlierLife { .. }) => {
+                    shards[index].worker.queue(StorageJob::RemoveGroup(group_id));
+                    let state = self.state_machine(group_id);
+                    if let Err(error) = shards[index].host_empty(spec_again, state) {
+                        panic!("node {} cannot host {group_id} empty: {error}", self.index);
+                    }
                 }
                 Err(error) => panic!("node {} cannot recover {group_id}: {error}", self.index),
             }

@@ -185,6 +185,12 @@ pub struct OperationCounts {
     pub groups_created: u64,
     /// C3: groups deleted.
     pub groups_deleted: u64,
+    /// H3: groups created again under the id of a deleted one.
+    pub groups_recreated: u64,
+    /// H3: the operator's probes of its groups answered, given up, and
+    /// answered by a replica of a life already ended (before its node
+    /// applied the delete; never of an earlier life than the replica's).
+    pub probes: (u64, u64, u64),
     /// C4: the operator's transfers the metadata accepted.
     pub transfers_asked: u64,
     /// C4/C5: directed view changes the shards started for the agents
@@ -539,6 +545,12 @@ impl Sim {
             refused: self.operator.refused,
             groups_created: self.operator.groups_created,
             groups_deleted: self.operator.groups_deleted,
+            groups_recreated: self.operator.groups_recreated,
+            probes: (
+                self.operator.probes_answered,
+                self.operator.probes_given_up,
+                self.checkers.lives.answers_from_ended_life,
+            ),
             transfers_asked: self.operator.transfers_asked,
             transfers_started: self.operator.transfers_started,
             freezes: (self.operator.freezes, self.operator.refused_frozen),
@@ -753,12 +765,19 @@ impl Sim {
     fn collect_applies(&mut self, index: usize) {
         let now = self.now;
         for (group, sink) in &self.nodes[index].sinks {
+            let incarnation = self.nodes[index].replica(*group).map_or(Incarnation(1), |replica| replica.incarnation());
             for (op, digest) in sink.borrow_mut().drain(..) {
-                self.checkers.applied(now, index, *group, op, digest);
+                self.checkers.applied(now, index, *group, incarnation, op, digest);
             }
         }
         if self.metadata_spec.is_some() && self.nodes[index].is_up() {
             let metadata = self.nodes[index].metadata.borrow();
+            // H3: every life of a created group is known before a replica
+            // of it applies anything (a node hosts it once its metadata
+            // shows the creation, and that node's turn ends here).
+            for (group, record) in metadata.groups.range(GroupId(operator::CREATED_GROUPS_FROM)..) {
+                self.checkers.lives.node_saw(index, *group, record, now);
+            }
             self.checkers.metadata_applied(now, index, &metadata);
             // The replicas of an incarnation have the members the metadata names for it.
             for (group, record) in metadata.groups.iter().filter(|(_, record)| record.live) {
@@ -806,6 +825,9 @@ impl Sim {
                 Note::Answer(answer) => {
                     let (_, client, _) = answer.key();
                     let Some(endpoint) = self.endpoint_of(client) else { continue };
+                    if endpoint == Endpoint::Operator {
+                        self.judge_probe_answer(index, &answer);
+                    }
                     let message = match answer {
                         ClientAnswer::Reply(reply) => Message::Reply(reply),
                         ClientAnswer::Redirect(redirect) => Message::Redirect(redirect),
@@ -830,6 +852,22 @@ impl Sim {
         }
         self.collect_applies(index);
         true
+    }
+
+    /// H3: node `index` answers the operator; a probe's answer (to a group
+    /// the operator created) is judged against the life of the replica
+    /// that gave it, now, before the node can host anything else.
+    fn judge_probe_answer(&mut self, index: usize, answer: &ClientAnswer) {
+        let ClientAnswer::Reply(reply) = answer else { return };
+        if reply.group == GroupId::METADATA {
+            return;
+        }
+        let cohort_messages::Outcome::Ok(bytes) = &reply.outcome else { return };
+        let Some(value) = crate::kv::result_value(bytes) else { return };
+        let Some(incarnation) = self.nodes[index].replica(reply.group).map(|replica| replica.incarnation()) else {
+            return;
+        };
+        self.checkers.answered(self.now, index, reply.group, incarnation, value);
     }
 
     /// Encode `message` as node `index`'s frame and put it on the network.
@@ -869,7 +907,7 @@ impl Sim {
         if let Some(client) = self.client_of(id) {
             return Some(Endpoint::Client(client));
         }
-        if id == self.operator.client {
+        if self.operator.owns(id) {
             return Some(Endpoint::Operator);
         }
         self.agent_of(id).map(Endpoint::Node)

@@ -103,16 +103,22 @@ fn a_seed_replays_exactly_whatever_the_hash_maps_order() {
 /// switch to the next incarnation left a durable snapshot but not its
 /// superblock recovered into that incarnation without staging one, so the
 /// entries it then acknowledged were dropped at its next restart as the
-/// lost flush's.
+/// lost flush's. 700964 (metadata scenario, `--quiesce-ticks 20`; issue 33,
+/// H3) once carried an old incarnation's view and log into a new learner
+/// replica; with the operator deleting and re-creating the same group ids
+/// it now runs that life-fencing path too.
 #[test]
 fn driver_regression_seeds() {
     let mut failures = Vec::new();
+    let mut quiesced = SimConfig::metadata(700_964);
+    quiesced.core.timing.commit_quiesce_timeout_ticks = Some(20);
     let configs = [
         SimConfig::new(905_076),
         SimConfig { nodes: 5, ..SimConfig::new(902_580) },
         SimConfig { nodes: 5, ..SimConfig::new(903_496) },
         SimConfig::metadata(909_467),
         SimConfig { scenario: Scenario::Reconfigure, ..SimConfig::new(906_519) },
+        quiesced,
     ];
     for config in configs {
         let command = reproduce(&config);

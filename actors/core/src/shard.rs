@@ -113,6 +113,18 @@ pub enum ShardError {
     /// before the restart: the host should drop it (and its data).
     #[error("{0}")]
     NotInIncarnation(SealError),
+    /// H3: storage holds the group's data of an incarnation older than the
+    /// one this replica was placed at empty: not its data. The host should
+    /// remove that data and host the replica empty.
+    #[error("{group}: storage holds incarnation {} of it, older than the {} this replica was placed at", found.0, placed.0)]
+    EarlierLife {
+        /// The group.
+        group: GroupId,
+        /// The incarnation the data was written at.
+        found: cohort_messages::Incarnation,
+        /// The incarnation of the spec.
+        placed: cohort_messages::Incarnation,
+    },
     /// The spec (or a change of learners) is invalid.
     #[error(transparent)]
     Spec(#[from] crate::replica::SpecError),
@@ -210,13 +222,17 @@ impl Shard {
         Ok(())
     }
 
-    /// Host a group rebuilt from storage (V4).
+    /// Host a group rebuilt from storage (V4). Data of an incarnation
+    /// older than `spec`'s is refused ([`ShardError::EarlierLife`], H3).
     pub fn recover_group(
         &mut self,
         spec: GroupSpec,
         state: Box<dyn StateMachine>,
         recovered: RecoveredGroup,
     ) -> Result<(), ShardError> {
+        if let Some(found) = spec.earlier_life(&recovered) {
+            return Err(ShardError::EarlierLife { group: spec.group, found, placed: spec.incarnation });
+        }
         // The group may have switched to a later incarnation before the restart.
         let spec = spec.adopt_recovered(&recovered, self.node).map_err(|error| match error {
             SealError::NotNextMember { .. } => ShardError::NotInIncarnation(error),

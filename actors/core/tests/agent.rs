@@ -106,6 +106,23 @@ impl Harness {
                     let more = self.agent.on_reply(self.now, &reply);
                     self.outputs.extend(more);
                 }
+                // The shell unloads a group, or hosts one, before the next tick.
+                if let AgentOutput::Unload(group) = &output {
+                    self.hosted.retain(|hosted| hosted.group != *group);
+                }
+                if let Some(placed) = output.placed_replica() {
+                    let group = placed.placement.group;
+                    let earlier = self.hosted.iter().find(|hosted| hosted.group == group).map(|h| h.incarnation);
+                    if cohort_core::metadata::placed_replaces(placed.placement.incarnation, earlier) {
+                        self.hosted.retain(|hosted| hosted.group != group);
+                        let mut replica = self.hosted[0].clone();
+                        replica.group = group;
+                        replica.incarnation = placed.placement.incarnation;
+                        replica.view = View(0);
+                        replica.primary = true;
+                        self.hosted.push(replica);
+                    }
+                }
                 // This node is the metadata primary too: its keepalives reach its own driver.
                 if let AgentOutput::Keepalive(keepalive) = &output {
                     let more = self.agent.on_keepalive(self.now, NODE, keepalive, &self.metadata);
@@ -178,12 +195,53 @@ fn s4_reown_and_unload() {
     assert_eq!(h.owner(0), Some((NodeId(2), View(3), other)), "a stale view is refused, not recorded");
     assert!(h.agent.counters().reports_refused >= 1);
     assert_eq!(h.agent.session(), Some(third));
-    // Group 1 is deleted in the metadata: unloaded after the grace period, once.
+    // Group 1 is deleted in the metadata: unloaded at the next tick, once
+    // (H3: a deleted group's replica does not wait out a grace period).
     h.apply(MetadataCommand::DeleteGroup { group: GroupId(1) });
-    h.run(9);
-    assert!(!h.outputs.contains(&AgentOutput::Unload(GroupId(1))), "not before the grace period");
-    h.run(3);
-    assert_eq!(h.outputs.iter().filter(|o| **o == AgentOutput::Unload(GroupId(1))).count(), 1);
+    let unloads = |h: &Harness| h.outputs.iter().filter(|o| **o == AgentOutput::Unload(GroupId(1))).count();
+    h.run(1);
+    assert_eq!(unloads(&h), 1, "{:?}", h.outputs);
+    h.run(12);
+    assert_eq!(unloads(&h), 1);
+}
+
+/// H3: group 1 is deleted and created again on this node while its old
+/// replica is still hosted: the agent unloads the old one and hosts the
+/// new incarnation in the same tick, and its acks of the configuration
+/// epochs go on past the delete (they stalled there when the new
+/// incarnation was never hosted).
+#[test]
+fn h3_acks_go_on_after_a_group_is_deleted_and_created_again() {
+    let mut h = Harness::new(ExpiredPolicy::Reconnect { attempts: 3 });
+    h.run(40);
+    assert_eq!(h.metadata.nodes[&NODE].acked, h.metadata.config_epoch, "acked before");
+    // Both commands commit before the agent's next tick sees either.
+    assert!(matches!(h.apply(MetadataCommand::DeleteGroup { group: GroupId(1) }), MetadataResult::Done { .. }));
+    let create = MetadataCommand::CreateGroup {
+        group: GroupId(1),
+        kind: "kv".into(),
+        members: vec![NODE],
+        replication: Default::default(),
+    };
+    assert!(matches!(h.apply(create), MetadataResult::GroupCreated { incarnation: Incarnation(2), .. }));
+    let before = h.outputs.len();
+    h.run(1);
+    let member = AgentOutput::HostMember {
+        group: GroupId(1),
+        kind: "kv".into(),
+        incarnation: Incarnation(2),
+        members: vec![NODE],
+        replication: Default::default(),
+    };
+    let hosting: Vec<&AgentOutput> = h.outputs[before..]
+        .iter()
+        .filter(|o| matches!(o, AgentOutput::Unload(_) | AgentOutput::HostMember { .. }))
+        .collect();
+    assert_eq!(hosting, [&AgentOutput::Unload(GroupId(1)), &member]);
+    h.run(20);
+    assert!(h.hosted.iter().any(|hosted| hosted.group == GroupId(1) && hosted.incarnation == Incarnation(2)));
+    assert_eq!(h.metadata.nodes[&NODE].acked, h.metadata.config_epoch, "acked past the delete and the re-creation");
+    assert_eq!(h.owner(1).map(|(node, ..)| node), Some(NODE), "the new incarnation has an owner");
 }
 
 #[test]

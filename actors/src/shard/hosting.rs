@@ -30,8 +30,19 @@ impl ShardActor {
         for hosted in groups {
             let group = hosted.spec.group;
             let kind = hosted.kind.clone();
-            match self.host(hosted, recovered.groups.remove(&group)) {
+            match self.host(hosted.clone(), recovered.groups.remove(&group)) {
                 Ok(()) => self.built.push((group, kind)),
+                Err(error @ ShardError::EarlierLife { .. }) => {
+                    // H3: left from a replica hosted before this one was
+                    // placed here empty; its removal did not reach the disk.
+                    let (node, shard) = (self.node.0, self.index);
+                    tracing::warn!(node, shard, group = group.0, %error, "removing {group}'s data and hosting it empty: {error}");
+                    if !self.storage.remove_group(group) {
+                        return Err(format!("shard {}: the storage worker stopped", self.index));
+                    }
+                    self.host(hosted, None).map_err(|error| format!("shard {}: {error}", self.index))?;
+                    self.built.push((group, kind));
+                }
                 Err(ShardError::NotInIncarnation(error)) => {
                     // Removed from the group before the restart: what is
                     // left here is not this node's any more (S4).
@@ -153,11 +164,11 @@ impl Handler<ProposeSeal> for ShardActor {
 }
 
 /// The metadata names this node a learner of a group (P4), or a voting
-/// member of a group created at run time (C3): host an empty replica of it.
-/// A learner replaces the replica of an older incarnation and its data, and
-/// catches up from the primary; a member is hosted only where no replica of
-/// the group is (the group never held anything else at its first
-/// incarnation). The placement is recorded durably first (see
+/// member of a group created at run time (C3): host an empty replica of it,
+/// in place of a replica of an older incarnation and its data. A learner
+/// catches up from the primary; a member's group never held anything else
+/// at its first incarnation (an older replica here is from a life of the
+/// group id that a delete ended, H3). The placement is recorded durably first (see
 /// [`crate::placements`]), so the next start hosts the group again; if it
 /// cannot be recorded the replica is not hosted (the agent asks again).
 #[derive(Message)]
@@ -175,9 +186,8 @@ pub struct HostPlaced {
 impl ShardActor {
     /// The spec of this node's replica of `placement`, if hosting it is
     /// right now: its kind is registered, this node has the role asked for,
-    /// and no replica of this incarnation or a later one is hosted (the
-    /// agent's metadata may be older than the replica after a restart), nor,
-    /// for a member, any replica at all.
+    /// and no replica of this incarnation or a later one is hosted
+    /// ([`cohort_core::metadata::placed_replaces`]).
     fn placed_to_host(&self, placement: &Placement, kind: &GroupKind, voter: bool) -> Option<HostedGroup> {
         let group = placement.group;
         if !self.kinds.contains_key(kind) {
@@ -194,8 +204,8 @@ impl ShardActor {
             }
             return None;
         }
-        let hosted = self.driver.shard().replica(group);
-        if hosted.is_some_and(|replica| voter || replica.incarnation() >= placement.incarnation) {
+        let hosted = self.driver.shard().replica(group).map(cohort_core::Replica::incarnation);
+        if !cohort_core::metadata::placed_replaces(placement.incarnation, hosted) {
             return None;
         }
         match cohort_core::GroupSpec::of_node(placement, self.node) {

@@ -200,8 +200,14 @@ fn render(reply: &AdminReply) -> String {
                 epoch.0
             )
         }
-        AdminReply::Deleted { group, epoch, .. } => {
-            format!("deleted {group} at epoch {}; its members remove their replicas and data", epoch.0)
+        AdminReply::Deleted { group, epoch, applied_here } => {
+            // H3: a replica stops answering when its node applies the delete.
+            let here = if *applied_here { "this node has" } else { "this node has not yet" };
+            format!(
+                "deleted {group} at epoch {0}; each member stops serving it and removes its replica and data as soon as \
+                 it applies epoch {0} ({here}; a member cut off from the metadata group serves it until it hears of it)",
+                epoch.0
+            )
         }
         AdminReply::Transferred(answer) => format!("{} leads {} now", answer.to, answer.group),
         AdminReply::Asked(answer) => format!(
@@ -314,6 +320,19 @@ mod tests {
             render(&reply(port)),
             "refused by the admin port (token_mismatch): the bearer token is not this node's [admin] token"
         );
+    }
+
+    #[test]
+    fn h3_the_delete_message_says_when_the_replicas_stop_serving() {
+        let deleted = AdminReply::Deleted { group: GroupId(100), epoch: Epoch(52), applied_here: true };
+        assert_eq!(
+            render(&deleted),
+            "deleted group:100 at epoch 52; each member stops serving it and removes its replica and data as soon as \
+             it applies epoch 52 (this node has; a member cut off from the metadata group serves it until it hears of \
+             it)"
+        );
+        let not_yet = AdminReply::Deleted { group: GroupId(100), epoch: Epoch(52), applied_here: false };
+        assert!(render(&not_yet).contains("(this node has not yet;"), "{}", render(&not_yet));
     }
 
     #[test]

@@ -85,6 +85,10 @@ fn main() -> ExitCode {
                 operations.refused += report.operations.refused;
                 operations.groups_created += report.operations.groups_created;
                 operations.groups_deleted += report.operations.groups_deleted;
+                operations.groups_recreated += report.operations.groups_recreated;
+                operations.probes.0 += report.operations.probes.0;
+                operations.probes.1 += report.operations.probes.1;
+                operations.probes.2 += report.operations.probes.2;
                 operations.transfers_asked += report.operations.transfers_asked;
                 operations.transfers_started += report.operations.transfers_started;
                 operations.freezes.0 += report.operations.freezes.0;
@@ -143,6 +147,7 @@ fn main() -> ExitCode {
              reports_refused={} expiries_proposed={} groups_unloaded={} node_stops={stops} \
              operations_started={} operations_completed={} operations_reverted={} operations_refused={} \
              seeds_with_completed_operation={seeds_operated} groups_created={} groups_deleted={} \
+             groups_recreated={} probes_answered={} probes_given_up={} probes_answered_by_ended_life={} \
              transfers_asked={} transfers_started={} freezes={} refused_frozen={} metadata_switches={}",
             agents.sessions_opened,
             agents.sessions_expired,
@@ -156,6 +161,10 @@ fn main() -> ExitCode {
             operations.refused,
             operations.groups_created,
             operations.groups_deleted,
+            operations.groups_recreated,
+            operations.probes.0,
+            operations.probes.1,
+            operations.probes.2,
             operations.transfers_asked,
             operations.transfers_started,
             operations.freezes.0,

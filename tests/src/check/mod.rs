@@ -18,6 +18,9 @@
 //!   the same state at the same epoch, and epochs only go forward.
 //! - [`placement`] (metadata scenario): M2–M5, no step leaves a group below
 //!   its voters, a cancelled operation leaves the placement as it found it.
+//! - [`incarnations`] (metadata scenario): H3, a group created again under
+//!   the same id never serves data of its earlier lives; P2/P3 are kept per
+//!   life.
 //! - [`footprint`]: T5, what input can make a shard hold stays under
 //!   bounds that do not grow with the input.
 //! - `crate::linearizability`: the client history is linearizable per key
@@ -27,6 +30,7 @@ pub mod acknowledged;
 pub mod agreement;
 pub mod applied_stream;
 pub mod footprint;
+pub mod incarnations;
 pub mod learners;
 pub mod metadata_epochs;
 pub mod owner_primary;
@@ -48,6 +52,8 @@ pub struct Checkers {
     owners: owner_primary::OwnerPrimary,
     metadata_epochs: metadata_epochs::MetadataEpochs,
     placement: placement::Placement,
+    /// H3: the lives of the groups the operator creates.
+    pub lives: incarnations::Lives,
     /// Violations found, in order.
     pub violations: Vec<String>,
     /// Views in which some member became primary (after view 0).
@@ -71,9 +77,11 @@ impl Checkers {
         }
     }
 
-    /// P2/P3: `node` applied `op` of `group` with this digest.
-    pub fn applied(&mut self, tick: u64, node: usize, group: GroupId, op: Op, digest: u64) {
-        if let Err(violation) = self.agreement.record(node, group, op, digest) {
+    /// P2/P3: `node`'s replica of `group` at `incarnation` applied `op`
+    /// with this digest (agreed per life of the group id, H3).
+    pub fn applied(&mut self, tick: u64, node: usize, group: GroupId, incarnation: Incarnation, op: Op, digest: u64) {
+        let key = self.lives.agreement_key(group, incarnation);
+        if let Err(violation) = self.agreement.record(node, key, op, digest) {
             self.violations.push(format!("tick {tick}: {violation}"));
         }
         if let Err(violation) = self.applied_stream.state_machine_applied(node, group, op, digest) {
@@ -102,6 +110,15 @@ impl Checkers {
         self.owners.crashed(node);
         self.placement.crashed(node);
         self.metadata_epochs.crashed(node);
+        self.lives.crashed(node);
+    }
+
+    /// H3: `node`'s replica of `group` at `incarnation` answered the
+    /// operator with `value` ([`incarnations::Lives::answered`]).
+    pub fn answered(&mut self, tick: u64, node: usize, group: GroupId, incarnation: Incarnation, value: u64) {
+        if let Err(violation) = self.lives.answered(node, group, incarnation, value, tick) {
+            self.violations.push(format!("tick {tick}: {violation}"));
+        }
     }
 
     /// `node` unloaded `group`: its applied stream of it ends (a later

@@ -350,9 +350,10 @@ impl Sim {
     }
 
     /// Host node `index`'s empty replica of `placement`, built the way a
-    /// node builds it (`GroupSpec::of_node`): a learner (P4, replacing a
-    /// replica of an older incarnation and its data), or a voting member of
-    /// a group created at run time (C3), only where no replica is hosted.
+    /// node builds it (`GroupSpec::of_node`): a learner (P4), or a voting
+    /// member of a group created at run time (C3), in place of a replica of
+    /// an older incarnation and its data (H3 for a member: an earlier life
+    /// of the group id).
     fn host_placed(&mut self, index: usize, placement: &Placement, voter: bool) {
         let (group, incarnation) = (placement.group, placement.incarnation);
         let Ok(mut spec) = cohort_core::GroupSpec::of_node(placement, node_id(index)) else { return };
@@ -363,8 +364,8 @@ impl Sim {
         if !self.nodes[index].is_up() {
             return;
         }
-        let hosted = self.nodes[index].replica(group);
-        if hosted.is_some_and(|replica| voter || replica.incarnation() >= incarnation) {
+        let hosted = self.nodes[index].replica(group).map(cohort_core::Replica::incarnation);
+        if !cohort_core::metadata::placed_replaces(incarnation, hosted) {
             return; // Never replace a replica of this incarnation or a later one.
         }
         self.drop_replica(index, group);

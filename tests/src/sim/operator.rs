@@ -7,27 +7,49 @@
 //! nodes' agents then carry the changes out under the faults. Once the
 //! faults are healed it unfreezes a frozen metadata, as an operator does
 //! after an upgrade, so every operation can finish.
+//!
+//! H3: every group it deletes it creates again under the same id soon
+//! after, and it writes to and reads from the groups it created (one
+//! request at a time, with its other requests), values tagged with the
+//! life they are written in ([`crate::check::incarnations`]); a delete
+//! waits until none of its frames is in flight, so no write of a life can
+//! arrive after it ended.
+
+use std::collections::BTreeMap;
 
 use cohort_messages::metadata::{MetadataCommand, MetadataResult, OperationSpec};
 use cohort_messages::{
-    ClientId, GroupId, Message, NodeId, OperationId, Outcome, Redirect, Reply, ReplyError, Request, RequestKind,
-    RequestNumber, TraceContext,
+    ClientId, GroupId, Incarnation, Message, NodeId, OperationId, Outcome, Redirect, Reply, ReplyError, Request,
+    RequestKind, RequestNumber, TraceContext,
 };
 
 use super::Sim;
+use crate::kv::KvOp;
 use crate::network::{Endpoint, Packet};
 use crate::node::{CLUSTER, node_id, node_index};
 
 /// Chance per tick (per mille) that the operator asks for something.
 const ASK_PER_MILLE: u64 = 6;
+/// H3: chance per tick (per mille, when it asks nothing else) that the
+/// operator probes, deletes or creates one of its groups.
+const LIVES_ASK_PER_MILLE: u64 = 8;
 /// An unanswered request is sent again, to another node, after this long.
 const RETRY_TICKS: u64 = 40;
 /// Groups the operator creates get ids from here up; clients never write
 /// to them (a deleted group's data goes with it, which a register checker
-/// would call a lost write).
+/// would call a lost write), only the operator's probes do.
 pub(crate) const CREATED_GROUPS_FROM: u64 = 1 << 40;
 /// The most groups one run creates.
 const CREATED_GROUPS_MAX: u64 = 16;
+/// H3: a deleted group is created again under its id this long after the
+/// delete was answered (about a second of a node's ticks, as in the
+/// delete/re-create the issue found).
+const RECREATE_AFTER_TICKS: u64 = 20;
+/// H3: the most times one probe is sent (its group may have no quorum for
+/// a while); then it is given up, and the operator goes on.
+const PROBE_SENDS_MAX: u32 = 6;
+/// The key the probes write and read.
+const PROBE_KEY: u64 = 7;
 
 /// The node id the operator's frames carry (no node has it), and the one
 /// its freezes name.
@@ -42,6 +64,24 @@ pub(crate) struct Operator {
     pub client: ClientId,
     next: u64,
     outstanding: Option<(Request, u64, usize)>,
+    /// How many times the outstanding request was sent.
+    sends: u32,
+    /// H3: the group to create again under its id, and when it was deleted.
+    recreate: Option<(GroupId, u64)>,
+    /// H3: the groups it created, with the incarnation of their current
+    /// life as its creation answered; probed while listed.
+    probed: BTreeMap<GroupId, Incarnation>,
+    /// H3: probe writes sent so far (each value is distinct).
+    probe_writes: u32,
+    /// H3: the client id the probes of each life of a group use, and its
+    /// next request number (a new life knows no client: each starts at 1).
+    probe_clients: BTreeMap<(GroupId, Incarnation), (ClientId, u64)>,
+    /// H3: groups created again under the id of a deleted one.
+    pub groups_recreated: u64,
+    /// H3: probes answered.
+    pub probes_answered: u64,
+    /// H3: probes given up after `PROBE_SENDS_MAX` sends.
+    pub probes_given_up: u64,
     /// Operations started.
     pub started: u64,
     /// Starts and cancels the metadata refused (M3 overlaps among them).
@@ -72,6 +112,14 @@ impl Operator {
             client,
             next: 1,
             outstanding: None,
+            sends: 0,
+            recreate: None,
+            probed: BTreeMap::new(),
+            probe_writes: 0,
+            probe_clients: BTreeMap::new(),
+            groups_recreated: 0,
+            probes_answered: 0,
+            probes_given_up: 0,
             started: 0,
             refused: 0,
             cancelled: 0,
@@ -85,6 +133,24 @@ impl Operator {
     }
 }
 
+impl Operator {
+    /// True if `id` is the operator's, or one of its probes'.
+    pub(crate) fn owns(&self, id: ClientId) -> bool {
+        id == self.client || self.probe_clients.values().any(|(probe, _)| *probe == id)
+    }
+
+    /// The client id and next request number of a probe of `group` in the
+    /// life created at `life`.
+    fn probe_client(&mut self, group: GroupId, life: Incarnation) -> (ClientId, RequestNumber) {
+        let count = self.probe_clients.len() as u128;
+        let base = self.client.0;
+        let (client, next) =
+            self.probe_clients.entry((group, life)).or_insert_with(|| (ClientId(base + ((count + 1) << 16)), 1));
+        *next += 1;
+        (*client, RequestNumber(*next - 1))
+    }
+}
+
 impl Sim {
     /// One tick of the operator (metadata scenario).
     pub(super) fn drive_operator(&mut self, faults: bool) {
@@ -92,6 +158,12 @@ impl Sim {
         let nodes = self.nodes.len();
         if let Some((request, sent, target)) = self.operator.outstanding.clone() {
             if now >= sent + RETRY_TICKS {
+                if request.group != GroupId::METADATA && self.operator.sends >= PROBE_SENDS_MAX {
+                    self.operator.outstanding = None;
+                    self.operator.probes_given_up += 1;
+                    return;
+                }
+                self.operator.sends += 1;
                 let target = (target + 1) % nodes;
                 self.operator.outstanding = Some((request.clone(), now, target));
                 self.send_operator(target, request);
@@ -99,11 +171,20 @@ impl Sim {
             return;
         }
         let command = if faults {
-            if !self.rng.chance(ASK_PER_MILLE) {
+            if let Some((group, deleted)) = self.operator.recreate
+                && now >= deleted + RECREATE_AFTER_TICKS
+            {
+                self.operator.recreate = None;
+                self.create_command(group)
+            } else if self.rng.chance(ASK_PER_MILLE) {
+                let Some(command) = self.choose_operation() else { return };
+                command
+            } else if self.rng.chance(LIVES_ASK_PER_MILLE) {
+                let Some(command) = self.choose_for_lives() else { return };
+                command
+            } else {
                 return;
             }
-            let Some(command) = self.choose_operation() else { return };
-            command
         } else {
             // Healed: the upgrade is over, unfreeze.
             let frozen = self.nodes.iter().any(|node| node.is_up() && node.metadata.borrow().frozen.is_some());
@@ -112,6 +193,11 @@ impl Sim {
             }
             MetadataCommand::Unfreeze { by: operator_node() }
         };
+        if let MetadataCommand::DeleteGroup { .. } = command
+            && self.network.any_from(Endpoint::Operator)
+        {
+            return; // H3: not while a probe (or any frame of it) may still arrive.
+        }
         let request = Request {
             client: self.operator.client,
             request: RequestNumber(self.operator.next),
@@ -120,9 +206,66 @@ impl Sim {
             operation: command.encode(),
         };
         self.operator.next += 1;
-        let target = self.rng.below(nodes as u64) as usize;
-        self.operator.outstanding = Some((request.clone(), now, target));
+        self.send_outstanding(request);
+    }
+
+    /// H3: the lives of the groups it creates: a first group, a probe of
+    /// one (sent here), or a delete (re-created later under the same id).
+    fn choose_for_lives(&mut self) -> Option<MetadataCommand> {
+        if self.operator.probed.is_empty() {
+            let next = GroupId(CREATED_GROUPS_FROM + self.operator.groups_created);
+            return (self.operator.groups_created < CREATED_GROUPS_MAX && self.operator.recreate.is_none())
+                .then(|| self.create_command(next));
+        }
+        if self.operator.recreate.is_none() && self.rng.chance(200) {
+            let groups: Vec<GroupId> = self.operator.probed.keys().copied().collect();
+            let group = groups[self.rng.below(groups.len() as u64) as usize];
+            return Some(MetadataCommand::DeleteGroup { group });
+        }
+        let probe = self.probe();
+        self.send_outstanding(probe);
+        None
+    }
+
+    /// Send `request` as the outstanding one, to a random node.
+    fn send_outstanding(&mut self, request: Request) {
+        self.operator.sends = 1;
+        let target = self.rng.below(self.nodes.len() as u64) as usize;
+        self.operator.outstanding = Some((request.clone(), self.now, target));
         self.send_operator(target, request);
+    }
+
+    /// H3: a write of a fresh value tagged with the group's life, or a read
+    /// of it, to one of the groups the operator created.
+    fn probe(&mut self) -> Request {
+        let groups: Vec<(GroupId, Incarnation)> = self.operator.probed.iter().map(|(g, i)| (*g, *i)).collect();
+        let (group, life) = groups[self.rng.below(groups.len() as u64) as usize];
+        let (kind, operation) = if self.rng.chance(500) {
+            self.operator.probe_writes += 1;
+            let value = crate::check::incarnations::tag(life, self.operator.probe_writes);
+            (RequestKind::Write, KvOp::Put { key: PROBE_KEY, value }.encode())
+        } else {
+            (RequestKind::Read, KvOp::Get { key: PROBE_KEY }.encode())
+        };
+        let (client, request) = self.operator.probe_client(group, life);
+        Request { client, request, group, kind, operation }
+    }
+
+    /// A creation of `group` on up to three random registered nodes.
+    fn create_command(&mut self, group: GroupId) -> MetadataCommand {
+        let mut members: Vec<NodeId> = (0..self.nodes.len())
+            .find(|index| self.nodes[*index].is_up())
+            .map(|index| self.nodes[index].metadata.borrow().nodes.keys().copied().collect())
+            .unwrap_or_default();
+        if members.is_empty() {
+            members = (0..self.nodes.len()).map(node_id).collect();
+        }
+        while members.len() > 3 {
+            members.remove(self.rng.below(members.len() as u64) as usize);
+        }
+        let replication = cohort_messages::replication::Replication::default();
+        let kind = crate::metadata::KV_KIND.to_string();
+        MetadataCommand::CreateGroup { group, kind, members, replication }
     }
 
     /// Something to ask for, from what a running node's metadata shows.
@@ -154,16 +297,10 @@ impl Sim {
             78..81 if metadata.frozen.is_none() => return Some(MetadataCommand::Freeze { by: operator_node() }),
             81..84 if metadata.frozen.is_some() => return Some(MetadataCommand::Unfreeze { by: operator_node() }),
             84..88 if self.operator.groups_created < CREATED_GROUPS_MAX => {
-                let mut members = nodes.clone();
-                while members.len() > 3 {
-                    members.remove(self.rng.below(members.len() as u64) as usize);
-                }
                 let group = GroupId(CREATED_GROUPS_FROM + self.operator.groups_created);
-                let replication = cohort_messages::replication::Replication::default();
-                let kind = crate::metadata::KV_KIND.to_string();
-                return Some(MetadataCommand::CreateGroup { group, kind, members, replication });
+                return Some(self.create_command(group));
             }
-            88..92 if !created.is_empty() => {
+            88..92 if !created.is_empty() && self.operator.recreate.is_none() => {
                 let group = created[self.rng.below(created.len() as u64) as usize];
                 return Some(MetadataCommand::DeleteGroup { group });
             }
@@ -214,23 +351,48 @@ impl Sim {
         }
         match message {
             Message::Reply(Reply { request: number, outcome, .. }) if number == request.request => match outcome {
+                // H3: a probe's answer was judged when its replica gave it.
+                Outcome::Ok(_) if request.group != GroupId::METADATA => {
+                    self.operator.outstanding = None;
+                    self.operator.probes_answered += 1;
+                }
                 Outcome::Ok(bytes) => {
                     self.operator.outstanding = None;
                     let command = MetadataCommand::decode(&request.operation);
                     match (command, MetadataResult::decode(&bytes)) {
                         (_, Ok(MetadataResult::OperationStarted { .. })) => self.operator.started += 1,
-                        (_, Ok(MetadataResult::Refused { reason })) => {
+                        (command, Ok(MetadataResult::Refused { reason })) => {
                             self.operator.refused += 1;
                             if reason.contains("frozen since") {
                                 self.operator.refused_frozen += 1;
+                                // H3: a re-creation refused while frozen is asked again later.
+                                if let Ok(MetadataCommand::CreateGroup { group, .. }) = command
+                                    && self.operator.recreate.is_none()
+                                    && group.0 < CREATED_GROUPS_FROM + self.operator.groups_created
+                                {
+                                    self.operator.recreate = Some((group, self.now));
+                                }
                             }
                         }
                         (Ok(MetadataCommand::CancelOperation { .. }), Ok(MetadataResult::Done { .. })) => {
                             self.operator.cancelled += 1
                         }
-                        (_, Ok(MetadataResult::GroupCreated { .. })) => self.operator.groups_created += 1,
-                        (Ok(MetadataCommand::DeleteGroup { .. }), Ok(MetadataResult::Done { .. })) => {
-                            self.operator.groups_deleted += 1
+                        (
+                            Ok(MetadataCommand::CreateGroup { group, .. }),
+                            Ok(MetadataResult::GroupCreated { incarnation, .. }),
+                        ) => {
+                            if incarnation.0 > 1 {
+                                self.operator.groups_recreated += 1;
+                            } else {
+                                self.operator.groups_created += 1;
+                            }
+                            self.checkers.lives.created(group, incarnation);
+                            self.operator.probed.insert(group, incarnation);
+                        }
+                        (Ok(MetadataCommand::DeleteGroup { group }), Ok(MetadataResult::Done { .. })) => {
+                            self.operator.groups_deleted += 1;
+                            self.operator.probed.remove(&group);
+                            self.operator.recreate = Some((group, self.now));
                         }
                         (Ok(MetadataCommand::TransferPrimary { .. }), Ok(MetadataResult::Done { .. })) => {
                             self.operator.transfers_asked += 1

@@ -44,7 +44,7 @@ pub use agent::{
     AgentConfig, AgentCounters, AgentOutput, BootstrapGroup, FETCH_INTERVAL_TICKS, FINGERPRINT_SPACING_MAX,
     FINGERPRINT_SPACING_MAX_QUIET, FULL_SCAN_INTERVAL, FULL_SCAN_INTERVAL_QUIET, HostedChanges, HostedReplica,
     MetadataAgent, PlacedReplica, Poll, SCAN_SPACING_FACTOR, SCAN_SPACING_MAX, STALL_TICKS_MAX, ScanInputs,
-    ScanSchedule,
+    ScanSchedule, placed_replaces,
 };
 pub use balance::{next_transfer, primaries_per_node};
 pub use driver::{KeepaliveOutcome, MetadataDriver};

@@ -438,4 +438,22 @@ impl GroupSpec {
         self.me = MemberIndex(me as u8);
         Ok(self)
     }
+
+    /// H3: the incarnation `recovered` was written at (the newest its
+    /// superblock and snapshot name), if that is older than this spec's.
+    /// A replica stages its superblock at its own incarnation before
+    /// anything else, so such data is not this replica's: it was left from
+    /// a replica hosted here before this one was placed empty (a group
+    /// deleted and created again, a learner replacing an older
+    /// incarnation's replica) and its removal did not reach the disk.
+    pub(crate) fn earlier_life(&self, recovered: &RecoveredGroup) -> Option<Incarnation> {
+        let from_superblock = recovered.superblock.as_ref().map(|superblock| superblock.incarnation);
+        let from_snapshot = recovered
+            .snapshot
+            .as_ref()
+            .and_then(|snapshot| snapshot::snapshot_membership(&snapshot.data))
+            .map(|membership| membership.incarnation);
+        let newest = from_superblock.into_iter().chain(from_snapshot).max()?;
+        (newest < self.incarnation).then_some(newest)
+    }
 }

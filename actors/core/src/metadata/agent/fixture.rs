@@ -90,6 +90,19 @@ pub(super) fn metadata(nodes: &[u64], groups: &[(u64, &[u64])]) -> Metadata {
     metadata
 }
 
+/// H3: delete `group` and create it again under the same id on `members`
+/// (its next incarnation).
+pub(super) fn recreate(metadata: &mut Metadata, group: u64, members: &[u64]) {
+    apply(metadata, MetadataCommand::DeleteGroup { group: GroupId(group) });
+    let command = MetadataCommand::CreateGroup {
+        group: GroupId(group),
+        kind: "kv".into(),
+        members: members.iter().copied().map(NodeId).collect(),
+        replication: Default::default(),
+    };
+    assert!(matches!(apply(metadata, command), MetadataResult::GroupCreated { .. }));
+}
+
 /// The live session of `node`.
 pub(super) fn session(metadata: &Metadata, node: u64) -> cohort_messages::SessionId {
     metadata.nodes[&NodeId(node)].session.expect("a live session")

@@ -2,7 +2,9 @@
 //! places on it. A learner of a group it does not host (at that
 //! incarnation) gets an empty learner replica that catches up from the
 //! primary; a voting member of a group created at run time gets an empty
-//! voting replica; and every hosted replica's learners follow the
+//! voting replica, also in place of a replica of an earlier life of the
+//! group id (H3: deleted and created again; the ownership job unloads that
+//! one in the same scan); and every hosted replica's learners follow the
 //! metadata's list.
 //!
 //! One pass over the metadata's groups decides all three, at most one
@@ -46,7 +48,10 @@ impl Hosting {
             // The metadata group is never hosted empty: a node's copy of the
             // metadata is that replica's state (Z6).
             let placeable = *group != config.metadata_group;
-            match hosted.get(group) {
+            // H3: a replica from before the group's last creation is not
+            // this group's any more: a member replaces it as if none were here.
+            let here = hosted.get(group).filter(|here| here.incarnation >= record.created);
+            match here {
                 // Never replace a replica of this incarnation or a later one:
                 // the applied metadata may be older than the replica after a
                 // restart.
@@ -174,5 +179,28 @@ mod tests {
         let mut out = Vec::new();
         Hosting::default().follow(10, &config, &metadata, &[hosted(0, true, 1), newer, hosted(2, false, 0)], &mut out);
         assert_eq!(out, vec![AgentOutput::SetLearners { group: GroupId(0), learners: nodes(&[3]) }]);
+    }
+    #[test]
+    fn h3_a_member_of_a_group_created_again_hosts_it_empty_in_place_of_the_old_replica() {
+        let config = fixture::config();
+        let mut metadata = fixture::metadata(&[1, 2], &[(6, &[1, 2])]);
+        fixture::recreate(&mut metadata, 6, &[1, 2]);
+        let member = AgentOutput::HostMember {
+            group: GroupId(6),
+            kind: "kv".into(),
+            incarnation: Incarnation(2),
+            members: nodes(&[1, 2]),
+            replication: Default::default(),
+        };
+        // The replica of incarnation 1 is still here (deleted while this
+        // node was down, or not yet unloaded): the new one replaces it.
+        let mut out = Vec::new();
+        Hosting::default().follow(10, &config, &metadata, &[hosted(6, true, 4)], &mut out);
+        assert_eq!(out, vec![member]);
+        // Once hosted at incarnation 2, nothing more.
+        let current = HostedReplica { incarnation: Incarnation(2), ..hosted(6, true, 0) };
+        let mut again = Vec::new();
+        Hosting::default().follow(20, &config, &metadata, &[current], &mut again);
+        assert_eq!(again, Vec::new());
     }
 }

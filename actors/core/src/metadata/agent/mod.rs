@@ -69,7 +69,7 @@ use cohort_messages::{NodeId, Reply, SessionExpired, SessionId, SessionKeepalive
 
 pub use config::{AgentConfig, BootstrapGroup};
 pub use hosted::HostedReplica;
-pub use output::{AgentCounters, AgentOutput, PlacedReplica};
+pub use output::{AgentCounters, AgentOutput, PlacedReplica, placed_replaces};
 pub use schedule::{
     FETCH_INTERVAL_TICKS, FINGERPRINT_SPACING_MAX, FINGERPRINT_SPACING_MAX_QUIET, FULL_SCAN_INTERVAL,
     FULL_SCAN_INTERVAL_QUIET, HostedChanges, Poll, SCAN_SPACING_FACTOR, SCAN_SPACING_MAX, STALL_TICKS_MAX, ScanInputs,

@@ -75,8 +75,10 @@ pub enum AgentOutput {
         replication: Replication,
     },
     /// C3: the metadata names this node a voting member of a group created
-    /// at run time that it hosts no replica of: create the replica empty
-    /// (the group never held anything else at this incarnation).
+    /// at run time that it hosts no replica of (or only one of an earlier
+    /// life of the group id, H3): create the replica empty, in place of
+    /// that one and its data (the group never held anything else at this
+    /// incarnation).
     HostMember {
         /// The group.
         group: GroupId,
@@ -121,6 +123,18 @@ pub struct PlacedReplica {
     pub kind: String,
     /// True for a voting member, false for a learner.
     pub voter: bool,
+}
+
+/// Whether a shell hosts a replica placed at incarnation `placed` over
+/// what it hosts of the group now, a replica at incarnation `hosted` or
+/// none: yes in place of an older incarnation's, and its data (a learner
+/// catches up from scratch; a member is placed only at the incarnation its
+/// group was created at, so an older replica is from an earlier life of
+/// the group id, H3); never over this incarnation or a later one (the
+/// agent's metadata may be older than the replica after a restart). The
+/// node's shard and the simulator both ask this, so they host by one rule.
+pub fn placed_replaces(placed: Incarnation, hosted: Option<Incarnation>) -> bool {
+    hosted.is_none_or(|hosted| hosted < placed)
 }
 
 impl AgentOutput {
@@ -194,5 +208,22 @@ mod tests {
         };
         assert_eq!(output.placed_replica(), Some(PlacedReplica { placement, kind: "kv".into(), voter: true }));
         assert_eq!(AgentOutput::Unload(GroupId(7)).placed_replica(), None);
+    }
+
+    #[test]
+    fn h3_a_placed_replica_replaces_only_an_older_incarnation_s() {
+        let output = AgentOutput::HostMember {
+            group: GroupId(7),
+            kind: "kv".into(),
+            incarnation: Incarnation(3),
+            members: vec![NodeId(1)],
+            replication: Replication::default(),
+        };
+        let placed = output.placed_replica().expect("a placed replica").placement.incarnation;
+        let replaces: Vec<bool> = [None, Some(2), Some(3), Some(4)]
+            .into_iter()
+            .map(|hosted| placed_replaces(placed, hosted.map(Incarnation)))
+            .collect();
+        assert_eq!(replaces, vec![true, true, false, false]);
     }
 }

@@ -2,7 +2,10 @@
 //! its session, in batches (Z2: after a start or a failover a node reports
 //! thousands), remember the reports the metadata refused so that a stale
 //! view is not sent again, and unload a hosted group once the metadata has
-//! placed it elsewhere or deleted it for `unload_grace_ticks` in a row.
+//! placed it elsewhere for `unload_grace_ticks` in a row, or at once when
+//! the replica's life is over (H3): the group was deleted, or deleted and
+//! created again under the same id, so the replica holds the data of an
+//! incarnation no client may see again.
 //!
 //! Both halves read the same thing, the metadata's placement against what
 //! this node hosts, from opposite sides: a group placed here and led here is
@@ -13,7 +16,8 @@ use std::collections::{BTreeMap, VecDeque};
 use cohort_messages::metadata::{METADATA_BATCH_ENTRIES_MAX, MetadataCommand, MetadataResult, OwnedGroup};
 use cohort_messages::{GroupId, SessionId, View};
 
-use super::super::{Metadata, Ownership as OwnerRecord};
+use super::super::{GroupRecord, Metadata, Ownership as OwnerRecord};
+use super::asked::Asked;
 use super::{AgentConfig, AgentCounters, AgentOutput, HostedReplica};
 
 /// Reports refused, and hosted groups placed elsewhere.
@@ -23,6 +27,9 @@ pub(super) struct Ownership {
     refused: BTreeMap<GroupId, (View, SessionId)>,
     /// Hosted groups placed elsewhere, since when.
     misplaced_since: BTreeMap<GroupId, u64>,
+    /// H3: replicas whose life is over, unloaded at once: asked again only
+    /// after a retry period while a scan still shows them.
+    ended: Asked,
 }
 
 impl Ownership {
@@ -31,9 +38,10 @@ impl Ownership {
         self.refused.clear();
     }
 
-    /// True while a misplaced group waits out its grace (timed work).
+    /// True while a misplaced group waits out its grace, or an ended one
+    /// may be asked for again (timed work).
     pub(super) fn unload_waiting(&self) -> bool {
-        !self.misplaced_since.is_empty()
+        !self.misplaced_since.is_empty() || !self.ended.is_empty()
     }
 
     /// The groups this node leads whose ownership record is not this node
@@ -123,8 +131,9 @@ impl Ownership {
         }
     }
 
-    /// Unload the hosted groups the metadata has placed elsewhere or
-    /// deleted, once that has held for the grace period.
+    /// Unload the hosted groups the metadata has placed elsewhere, once
+    /// that has held for the grace period, and those whose life is over
+    /// at once (H3, [`life_over`]).
     pub(super) fn unload_misplaced(
         &mut self,
         now: u64,
@@ -135,21 +144,30 @@ impl Ownership {
         out: &mut Vec<AgentOutput>,
     ) {
         let node = config.node;
-        let misplaced: Vec<GroupId> = hosted
-            .iter()
-            .filter(|hosted| hosted.group != config.metadata_group)
-            .filter(|hosted| {
-                metadata.groups.get(&hosted.group).is_some_and(|record| {
-                    // Metadata older than the replica (a restarted node replays
-                    // its metadata log from a snapshot) says nothing about it.
-                    let current = record.incarnation >= hosted.incarnation;
-                    let next = record.pending.as_ref().is_some_and(|pending| pending.seal.members.contains(&node));
-                    let placed = record.members.contains(&node) || record.learners.contains(&node) || next;
-                    !record.live || (current && !placed)
-                })
-            })
-            .map(|hosted| hosted.group)
-            .collect();
+        let mut misplaced: Vec<GroupId> = Vec::new();
+        let mut ended: Vec<GroupId> = Vec::new();
+        for hosted in hosted.iter().filter(|hosted| hosted.group != config.metadata_group) {
+            let Some(record) = metadata.groups.get(&hosted.group) else { continue };
+            if life_over(record, hosted) {
+                // Nothing to wait for: the delete committed, and whatever
+                // this replica holds must not be served again.
+                ended.push(hosted.group);
+                if self.ended.again(hosted.group, now, config.request_retry_ticks) {
+                    counters.groups_unloaded += 1;
+                    out.push(AgentOutput::Unload(hosted.group));
+                }
+                continue;
+            }
+            // Metadata older than the replica (a restarted node replays
+            // its metadata log from a snapshot) says nothing about it.
+            let current = record.incarnation >= hosted.incarnation;
+            let next = record.pending.as_ref().is_some_and(|pending| pending.seal.members.contains(&node));
+            let placed = record.members.contains(&node) || record.learners.contains(&node) || next;
+            if current && !placed {
+                misplaced.push(hosted.group);
+            }
+        }
+        self.ended.retain(|group| ended.contains(&group));
         self.misplaced_since.retain(|group, _| misplaced.contains(group));
         for group in misplaced {
             let since = *self.misplaced_since.entry(group).or_insert(now);
@@ -161,6 +179,19 @@ impl Ownership {
         }
         debug_assert!(self.misplaced_since.values().all(|since| *since <= now), "a grace starts in the past");
     }
+}
+
+/// H3: whether `hosted` belongs to a life of its group id that the metadata
+/// ended: the group was deleted at the replica's incarnation or later, or
+/// it was created again since (the record's `created` is past the
+/// replica's incarnation). Metadata older than the replica (a restart
+/// replays it from a snapshot) ends nothing: a replica of an incarnation
+/// past the record's is kept.
+fn life_over(record: &GroupRecord, hosted: &HostedReplica) -> bool {
+    let deleted = !record.live && hosted.incarnation <= record.incarnation;
+    let created_again = hosted.incarnation < record.created;
+    debug_assert!(record.created <= record.incarnation, "a life starts at or before its current incarnation");
+    deleted || created_again
 }
 
 /// Whether `report`, of a group this node leads, is still to be reported
@@ -276,7 +307,7 @@ mod tests {
     }
 
     #[test]
-    fn s4_a_group_placed_elsewhere_or_deleted_is_unloaded_once_after_the_grace() {
+    fn s4_a_group_placed_elsewhere_is_unloaded_once_after_the_grace_and_a_deleted_one_at_once() {
         let config = fixture::config();
         let mut metadata = fixture::metadata(&[1, 2], &[(0, &[2]), (1, &[1, 2]), (2, &[1, 2]), (4, &[2])]);
         fixture::apply(&mut metadata, MetadataCommand::DeleteGroup { group: GroupId(1) });
@@ -287,7 +318,7 @@ mod tests {
             sealed_by: Default::default(),
         });
         // Group 3 is unknown to this copy, and the metadata group never unloads.
-        let hosted = [
+        let mut hosted = vec![
             hosted(0, false, 0),
             hosted(1, false, 0),
             hosted(2, false, 0),
@@ -301,11 +332,15 @@ mod tests {
         for now in 100..=110 {
             let mut out = Vec::new();
             ownership.unload_misplaced(now, &config, &metadata, &hosted, &mut counters, &mut out);
+            // The shell unloads them before the next scan.
+            hosted.retain(|hosted| !out.contains(&AgentOutput::Unload(hosted.group)));
             unloads.push((now, out));
         }
         let expected: Vec<(u64, Vec<AgentOutput>)> = (100..=110)
             .map(|now| match now {
-                110 => (now, vec![AgentOutput::Unload(GroupId(0)), AgentOutput::Unload(GroupId(1))]),
+                // H3: the deleted group goes at the first scan that sees the delete.
+                100 => (now, vec![AgentOutput::Unload(GroupId(1))]),
+                110 => (now, vec![AgentOutput::Unload(GroupId(0))]),
                 _ => (now, Vec::new()),
             })
             .collect();
@@ -334,5 +369,72 @@ mod tests {
         assert_eq!(out, Vec::new(), "ten ticks from 106 end at 116");
         ownership.unload_misplaced(116, &config, &metadata, &hosted, &mut counters, &mut out);
         assert_eq!(out, vec![AgentOutput::Unload(GroupId(0))]);
+    }
+    #[test]
+    fn h3_a_replica_of_a_group_deleted_and_created_again_is_unloaded_at_once() {
+        let config = fixture::config();
+        // Group 5 was created (incarnation 1), deleted, and created again
+        // (incarnation 2) on the same members; group 6 likewise on node 2
+        // alone. This node still hosts both at incarnation 1.
+        let mut metadata = fixture::metadata(&[1, 2], &[(5, &[1, 2]), (6, &[1, 2])]);
+        fixture::recreate(&mut metadata, 5, &[1, 2]);
+        fixture::recreate(&mut metadata, 6, &[2]);
+        assert_eq!(metadata.groups[&GroupId(5)].created, Incarnation(2));
+        let mut ownership = Ownership::default();
+        let mut counters = AgentCounters::default();
+        let mut out = Vec::new();
+        ownership.unload_misplaced(
+            100,
+            &config,
+            &metadata,
+            &[hosted(5, true, 3), hosted(6, false, 0)],
+            &mut counters,
+            &mut out,
+        );
+        assert_eq!(out, vec![AgentOutput::Unload(GroupId(5)), AgentOutput::Unload(GroupId(6))]);
+        // A scan that still shows them (the shell's unload was lost) asks
+        // again only after a retry period.
+        let stale = [hosted(5, true, 3), hosted(6, false, 0)];
+        let mut later: Vec<Vec<AgentOutput>> = Vec::new();
+        for now in 101..=104 {
+            let mut out = Vec::new();
+            ownership.unload_misplaced(now, &config, &metadata, &stale, &mut counters, &mut out);
+            later.push(out);
+        }
+        let both = vec![AgentOutput::Unload(GroupId(5)), AgentOutput::Unload(GroupId(6))];
+        assert_eq!(later, vec![vec![], vec![], vec![], both]);
+        assert!(ownership.unload_waiting(), "asked again while scans show them");
+        // The replica of the new incarnation stays.
+        let mut again = Vec::new();
+        let current = HostedReplica { incarnation: Incarnation(2), ..hosted(5, true, 0) };
+        ownership.unload_misplaced(105, &config, &metadata, &[current], &mut counters, &mut again);
+        assert_eq!(again, Vec::new());
+        assert!(!ownership.unload_waiting());
+        assert_eq!(counters.groups_unloaded, 4);
+    }
+
+    #[test]
+    fn h3_metadata_older_than_the_replica_unloads_nothing() {
+        let config = fixture::config();
+        // A restarted node's copy still shows group 5 deleted at
+        // incarnation 1, while its replica runs the re-created incarnation 2.
+        let mut metadata = fixture::metadata(&[1, 2], &[(5, &[1, 2])]);
+        fixture::apply(&mut metadata, MetadataCommand::DeleteGroup { group: GroupId(5) });
+        let replica = HostedReplica { incarnation: Incarnation(2), ..hosted(5, true, 0) };
+        let mut ownership = Ownership::default();
+        let mut counters = AgentCounters::default();
+        let mut out = Vec::new();
+        for now in 100..=130 {
+            ownership.unload_misplaced(
+                now,
+                &config,
+                &metadata,
+                std::slice::from_ref(&replica),
+                &mut counters,
+                &mut out,
+            );
+        }
+        assert_eq!(out, Vec::new());
+        assert_eq!(counters.groups_unloaded, 0);
     }
 }
