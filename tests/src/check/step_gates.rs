@@ -25,7 +25,7 @@
 //! calling `Metadata::step_gate`: a checker that called the gate would
 //! agree with any break of it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use cohort_core::metadata::{Metadata, OperationRecord};
 use cohort_messages::{Epoch, NodeId, OperationId};
@@ -34,7 +34,7 @@ use cohort_messages::{Epoch, NodeId, OperationId};
 pub fn check_apply(before: &Metadata, after: &Metadata) -> Vec<String> {
     let mut violations = Vec::new();
     for (id, record) in &before.operations {
-        if !stepped(*id, record, &after.operations) {
+        if !stepped(*id, record, before, after) {
             continue;
         }
         if let Err(why) = gate_held(before, record) {
@@ -49,11 +49,18 @@ pub fn check_apply(before: &Metadata, after: &Metadata) -> Vec<String> {
 
 /// True if the apply moved `record` (operation `id`) one step on: its
 /// `done` went up by one in the same plan, or it left the table with a step
-/// still to go (its last step applied and it finished at once).
-fn stepped(id: OperationId, record: &OperationRecord, after: &BTreeMap<OperationId, OperationRecord>) -> bool {
-    match after.get(&id) {
+/// still to go and was counted finished the way its plan finishes (its
+/// last step applied and it finished at once). A cancel whose revert has
+/// no step (the inverse of a `KeepLearner` is none) also leaves at once,
+/// counted reverted while the record was not cancelled: no step.
+fn stepped(id: OperationId, record: &OperationRecord, before: &Metadata, after: &Metadata) -> bool {
+    match after.operations.get(&id) {
         Some(next) => next.cancelled == record.cancelled && next.plan == record.plan && next.done == record.done + 1,
-        None => record.done < record.plan.len(),
+        None => {
+            let (was, now) = (&before.operation_totals, &after.operation_totals);
+            let finished = if record.cancelled { now.reverted > was.reverted } else { now.completed > was.completed };
+            record.done < record.plan.len() && finished
+        }
     }
 }
 
@@ -120,7 +127,7 @@ impl AckTruth {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeSet;
+    use std::collections::{BTreeMap, BTreeSet};
 
     use cohort_core::metadata::{GroupRecord, Step};
     use cohort_messages::metadata::OperationSpec;
@@ -191,6 +198,7 @@ mod tests {
         // An operation that finished with the step is judged the same.
         let mut finished = after.clone();
         finished.operations.clear();
+        finished.operation_totals.completed += 1;
         let mut last = metadata(9, &[1], 2);
         last.operations.get_mut(&OperationId(1)).expect("in flight").done = 2;
         assert_eq!(check_apply(&last, &finished).len(), 1);
@@ -206,6 +214,11 @@ mod tests {
         record.done = 0;
         assert!(check_apply(&before, &cancelled).is_empty());
         assert!(check_apply(&before, &before).is_empty());
+        // A cancel whose revert has no step leaves at once, counted reverted.
+        let mut reverted = before.clone();
+        reverted.operations.clear();
+        reverted.operation_totals.reverted += 1;
+        assert!(check_apply(&before, &reverted).is_empty());
     }
 
     #[test]
