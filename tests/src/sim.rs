@@ -623,14 +623,19 @@ impl Sim {
         self.check_quiet_rules();
     }
 
-    /// Z3: the quiet rules on every running shard, with quiescence on.
+    /// R24 on every running shard, and with quiescence on Z3's quiet rules.
     fn check_quiet_rules(&mut self) {
-        if self.config.core.timing.commit_quiesce_timeout_ticks.is_none() {
-            return;
-        }
+        let quiet = self.config.core.timing.commit_quiesce_timeout_ticks.is_some();
         for node in self.nodes.iter().filter(|node| node.is_up()) {
+            // A paused process serves nothing; its clock runs again first.
+            let running = node.is_running(self.now);
             for shard in &node.shards {
-                self.checkers.quiet_rules(self.now, node.index, shard.core());
+                if running {
+                    self.checkers.window(self.now, node.index, shard.core());
+                }
+                if quiet {
+                    self.checkers.quiet_rules(self.now, node.index, shard.core());
+                }
             }
         }
     }

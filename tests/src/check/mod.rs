@@ -27,6 +27,7 @@
 //!   matching reply, and a quiesced backup follows only its view's primary.
 //! - [`exactly_once`]: no client write applied at two ops (the client
 //!   table, eviction included).
+//! - [`window`]: R24/V7, a primary's quorum window never outlives its view.
 //! - `crate::linearizability`: the client history is linearizable per key
 //!   (porcupine), checked at the end of a run.
 
@@ -44,6 +45,7 @@ pub mod quiet_rules;
 pub mod reply_order;
 pub mod single_primary;
 pub mod step_gates;
+pub mod window;
 
 use cohort_core::metadata::Metadata;
 use cohort_messages::{GroupId, Incarnation, Op, RequestNumber, View};
@@ -62,6 +64,7 @@ pub struct Checkers {
     /// Z3: matched pair replies delivered (see [`quiet_rules`]).
     pub quiet: quiet_rules::QuietRules,
     exactly_once: exactly_once::ExactlyOnce,
+    window: window::Window,
     /// Violations found, in order.
     pub violations: Vec<String>,
     /// Views in which some member became primary (after view 0).
@@ -113,6 +116,13 @@ impl Checkers {
     pub fn step_gates(&mut self, tick: u64, node: usize, violations: impl IntoIterator<Item = String>) {
         self.violations
             .extend(violations.into_iter().map(|violation| format!("tick {tick}: node {node}: {violation}")));
+    }
+
+    /// R24: no confirmed primary on the running shard `shard` of node
+    /// `node` leads a view older than one whose primary was confirmed.
+    pub fn window(&mut self, tick: u64, node: usize, shard: &cohort_core::Shard) {
+        let violations = self.window.check(node, shard);
+        self.violations.extend(violations.into_iter().map(|violation| format!("tick {tick}: {violation}")));
     }
 
     /// Z3: every quiet rule (see [`quiet_rules`]) for the running shard
