@@ -403,10 +403,7 @@ fn golden_recovery_query_and_answer_bodies() {
         nonce: 0x0102_0304_0506_0708,
     });
     // group u64, incarnation u64, replica u8, nonce u64.
-    assert_eq!(
-        hex(&query.encode_body()),
-        concat!("0900000000000000", "0200000000000000", "01", "0807060504030201")
-    );
+    assert_eq!(hex(&query.encode_body()), concat!("0900000000000000", "0200000000000000", "01", "0807060504030201"));
     let answer = Message::RecoveryAnswer(RecoveryAnswer {
         group: GroupId(9),
         incarnation: Incarnation(2),

@@ -16,7 +16,8 @@ use crate::storage::StorageKind;
 pub const USAGE: &str = "usage: cohort-sim --seeds N [--seed-start S] [--nodes 3|5] [--learners C] [--groups G] \
 [--shards S] [--storage file|memory] [--replication-quorum Q] [--fault-ticks T] [--liveness-ticks T] \
 [--scenario default|metadata|reconfigure] [--profile mixed|durability|partitions] [--mutant NAME] \
-[--forger non-member|replay] [--transfers on|off] [--quiesce-ticks T] [--metadata-voters V] [--json]
+[--forger non-member|replay] [--transfers on|off] [--quiesce-ticks T] [--metadata-voters V] \
+[--clients C] [--clients-max M] [--json]
 
 Runs seeds S..S+N of the deterministic simulator and checks every run.
   --seeds N                 how many seeds (default 10)
@@ -42,7 +43,9 @@ Runs seeds S..S+N of the deterministic simulator and checks every run.
                             log-selection-by-op, view-change-quorum-short, commit-quorum-short,
                             inherited-ops-not-first, stale-view-accepted, other-incarnation-accepted,
                             read-without-quorum, quorum-window-too-long, lease-ignored,
-                            lease-released-by-next-primary, recovery-ignored
+                            lease-released-by-next-primary, recovery-ignored, step-gate-without-acks,
+                            pair-contact-without-match, quiet-follow-across-views,
+                            evicted-client-admitted
   --forger F                T6: a forging peer joins the run: non-member, a node outside every group
                             that sends random well-formed messages of every command to every node;
                             or replay, a member that resends genuine frames it saw earlier, to any node
@@ -54,6 +57,10 @@ Runs seeds S..S+N of the deterministic simulator and checks every run.
   --metadata-voters V       metadata scenario: the metadata group's voters are the first V nodes
                             and the others learn its log (Z5); the operator also moves, replaces,
                             grows and shrinks its voters (Z6) (default: every node votes)
+  --clients C               simulated clients, each with one request in flight (default 6)
+  --clients-max M           H5: clients a group's client table holds (default 64); below --clients
+                            the tables evict, an evicted client starts again under a fresh id
+                            (default scenario only)
   --json                    also print one JSON summary line per seed
 The last line is `seeds=N violations=V ops_committed=C view_changes=X seeds_failed=F ...` with the
 disks' fault counters (the metadata scenario adds its session counters, reconfigure its member
@@ -73,6 +80,10 @@ pub const GROUPS_MAX: usize = 1024;
 
 /// Most shards per node a command line may ask for.
 pub const SHARDS_MAX: usize = 16;
+
+/// The most simulated clients `--clients` takes (each keeps one request in
+/// flight, and every read widens the linearizability search).
+pub const CLIENTS_MAX: usize = 64;
 
 /// Parsed command line.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -111,6 +122,10 @@ pub struct Args {
     pub quiesce_ticks: Option<u64>,
     /// Z6, metadata scenario: the metadata group's voters (None: every node).
     pub metadata_voters: Option<usize>,
+    /// Simulated clients.
+    pub clients: usize,
+    /// H5: `clients_max` of every group's client table.
+    pub clients_max: usize,
     /// Print a JSON line per seed.
     pub json: bool,
     /// Print the usage and exit.
@@ -138,6 +153,8 @@ impl Default for Args {
             scenario: shape.scenario,
             quiesce_ticks: shape.core.timing.commit_quiesce_timeout_ticks,
             metadata_voters: shape.metadata_voters,
+            clients: shape.clients,
+            clients_max: shape.core.clients_max,
             json: false,
             help: false,
         }
@@ -171,6 +188,8 @@ impl Args {
                 "--scenario" => parsed.scenario = scenario(&flag, args.next())?,
                 "--quiesce-ticks" => parsed.quiesce_ticks = Some(number(&flag, args.next())?),
                 "--metadata-voters" => parsed.metadata_voters = Some(number(&flag, args.next())?),
+                "--clients" => parsed.clients = number(&flag, args.next())?,
+                "--clients-max" => parsed.clients_max = number(&flag, args.next())?,
                 other => return Err(format!("unknown argument `{other}`")),
             }
         }
@@ -212,6 +231,15 @@ impl Args {
         {
             return Err(format!("--replication-quorum must be 1..={} (the node count), not {quorum}", self.nodes));
         }
+        if self.clients > CLIENTS_MAX {
+            return Err(format!("--clients must be 0..={CLIENTS_MAX}, not {}", self.clients));
+        }
+        if self.clients_max == 0 {
+            return Err("--clients-max must be at least 1".into());
+        }
+        if self.clients_max != Args::default().clients_max && self.scenario != Scenario::Default {
+            return Err("--clients-max runs in the default scenario only".into());
+        }
         if self.quiesce_ticks == Some(0) {
             return Err("--quiesce-ticks must be at least 1".into());
         }
@@ -239,6 +267,8 @@ impl Args {
         config.scenario = self.scenario;
         config.core.timing.commit_quiesce_timeout_ticks = self.quiesce_ticks;
         config.metadata_voters = self.metadata_voters;
+        config.clients = self.clients;
+        config.core.clients_max = self.clients_max;
         config
     }
 
@@ -363,6 +393,12 @@ pub fn reproduce(config: &SimConfig) -> String {
     }
     if let Some(ticks) = config.core.timing.commit_quiesce_timeout_ticks {
         let _ = write!(command, " --quiesce-ticks {ticks}");
+    }
+    if config.clients != defaults.clients {
+        let _ = write!(command, " --clients {}", config.clients);
+    }
+    if config.core.clients_max != defaults.core.clients_max {
+        let _ = write!(command, " --clients-max {}", config.core.clients_max);
     }
     if config.transfers != defaults.transfers {
         let _ = write!(command, " --transfers {}", if config.transfers { "on" } else { "off" });
@@ -568,6 +604,8 @@ mod tests {
                 scenario: Scenario::Metadata,
                 quiesce_ticks: Some(20),
                 metadata_voters: None,
+                clients: 6,
+                clients_max: 64,
                 json: true,
                 help: false
             }
@@ -581,6 +619,11 @@ mod tests {
         assert_eq!(quiet.config(1).core.timing.commit_quiesce_timeout_ticks, Some(20));
         assert!(quiet.reproduce(1).ends_with("--quiesce-ticks 20"), "{}", quiet.reproduce(1));
         assert!(parse("--quiesce-ticks 0").unwrap_err().contains("at least 1"));
+        let evicting = parse("--clients 8 --clients-max 4").expect("valid");
+        assert_eq!((evicting.config(1).clients, evicting.config(1).core.clients_max), (8, 4));
+        assert!(evicting.reproduce(1).ends_with("--clients 8 --clients-max 4"), "{}", evicting.reproduce(1));
+        assert!(parse("--clients-max 0").unwrap_err().contains("at least 1"));
+        assert!(parse("--clients-max 4 --scenario metadata").unwrap_err().contains("default scenario only"));
     }
 
     #[test]

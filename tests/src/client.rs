@@ -29,6 +29,10 @@ pub struct HistoryOp {
     pub output: Option<u64>,
     /// The op a write committed at.
     pub committed_op: Option<Op>,
+    /// A write refused on its first send because the group's client table
+    /// no longer knew the client (evicted): it was never applied, and the
+    /// checkers leave it out.
+    pub refused: bool,
 }
 
 /// A request waiting for its reply.
@@ -42,6 +46,8 @@ pub struct Outstanding {
     pub sent_tick: u64,
     /// Where it went last.
     pub target: usize,
+    /// How many times it was sent (retries and redirects included).
+    pub sends: u32,
 }
 
 /// One client.
@@ -60,6 +66,10 @@ pub struct SimClient {
     pub guess: HashMap<GroupId, usize>,
     /// Not before this tick (backoff after an error).
     pub wait_until: u64,
+    /// The run's salt of its ids.
+    salt: u64,
+    /// Fresh ids taken after an eviction ([`SimClient::evicted`]).
+    pub restarts: u64,
 }
 
 /// What a client wants sent.
@@ -75,12 +85,36 @@ impl SimClient {
     pub fn new(index: usize, seed_salt: u64) -> SimClient {
         SimClient {
             index,
-            id: ClientId((u128::from(seed_salt) << 64) | (index as u128 + 1)),
+            id: Self::id_of(seed_salt, index, 0),
             writes: HashMap::new(),
             outstanding: None,
             guess: HashMap::new(),
             wait_until: 0,
+            salt: seed_salt,
+            restarts: 0,
         }
+    }
+
+    /// The id of client `index` after `restarts` fresh starts.
+    fn id_of(salt: u64, index: usize, restarts: u64) -> ClientId {
+        ClientId((u128::from(salt) << 64) | (u128::from(restarts) << 32) | (index as u128 + 1))
+    }
+
+    /// The group's client table no longer knows this client (it was
+    /// evicted: more clients wrote to the group than it holds) and refused
+    /// the write in flight. The client goes on under a fresh id from
+    /// request 1 for every group, as `cohort_core::client` says. A write
+    /// refused on its first send was never applied (the table refuses
+    /// before the log); one sent before may have been, so its outcome
+    /// stays unknown.
+    pub fn evicted(&mut self, now: u64, history: &mut [HistoryOp]) {
+        if let Some(outstanding) = self.outstanding.take() {
+            history[outstanding.history].refused = outstanding.sends == 1;
+        }
+        self.restarts += 1;
+        self.id = Self::id_of(self.salt, self.index, self.restarts);
+        self.writes.clear();
+        self.wait_until = now + 3;
     }
 
     /// Maybe start a new operation.
@@ -114,10 +148,16 @@ impl SimClient {
             returned_tick: None,
             output: None,
             committed_op: None,
+            refused: false,
         });
         let target = self.guess.get(&group).copied().unwrap_or_else(|| rng.below(nodes as u64) as usize);
-        self.outstanding =
-            Some(Outstanding { request: request.clone(), history: history.len() - 1, sent_tick: now, target });
+        self.outstanding = Some(Outstanding {
+            request: request.clone(),
+            history: history.len() - 1,
+            sent_tick: now,
+            target,
+            sends: 1,
+        });
         Some(Send { to: target, request })
     }
 
@@ -128,6 +168,7 @@ impl SimClient {
             return None;
         }
         outstanding.sent_tick = now;
+        outstanding.sends += 1;
         outstanding.target = rng.below(nodes as u64) as usize;
         Some(Send { to: outstanding.target, request: outstanding.request.clone() })
     }
@@ -180,6 +221,7 @@ impl SimClient {
             return None;
         }
         outstanding.target = target;
+        outstanding.sends += 1;
         Some(Send { to: target, request: outstanding.request.clone() })
     }
 }

@@ -139,6 +139,9 @@ pub fn partition(history: &[HistoryOp]) -> BTreeMap<(GroupId, u64), Vec<Operatio
 }
 
 fn operation(index: usize, entry: &HistoryOp) -> Option<Operation<RegisterModel>> {
+    if entry.refused {
+        return None; // Never applied (see `SimClient::evicted`).
+    }
     // A reply without a decodable value is an unknown output, not a wrong one.
     let old = entry.returned_tick.and(entry.output);
     let op = match entry.op {
@@ -214,6 +217,7 @@ mod tests {
             returned_tick: returned,
             output,
             committed_op: None,
+            refused: false,
         }
     }
 

@@ -31,6 +31,10 @@ use crate::node::node_id;
 /// The applied metadata of one node's metadata replica, shared with the harness.
 pub type MetadataMirror = Rc<RefCell<Metadata>>;
 
+/// M2: what the step-gate check found in one node's applies, shared with
+/// the harness, which moves it to the checkers after each turn.
+pub type StepGateLog = Rc<RefCell<Vec<String>>>;
+
 /// A keepalive leaves every second (10 ticks of 100 ms, the core's tick).
 pub const KEEPALIVE_INTERVAL_TICKS: u64 = 10;
 
@@ -67,13 +71,15 @@ pub struct MirroredMetadata {
     inner: MetadataStateMachine,
     mirror: MetadataMirror,
     sink: ApplySink,
+    gates: StepGateLog,
 }
 
 impl MirroredMetadata {
-    /// An empty metadata state mirrored into `mirror`.
-    pub fn new(mirror: MetadataMirror, sink: ApplySink) -> MirroredMetadata {
+    /// An empty metadata state mirrored into `mirror`; each apply's step
+    /// gates are checked (M2) into `gates`.
+    pub fn new(mirror: MetadataMirror, sink: ApplySink, gates: StepGateLog) -> MirroredMetadata {
         *mirror.borrow_mut() = Metadata::default();
-        MirroredMetadata { inner: MetadataStateMachine::default(), mirror, sink }
+        MirroredMetadata { inner: MetadataStateMachine::default(), mirror, sink, gates }
     }
 
     fn mirror(&self) {
@@ -85,6 +91,9 @@ impl StateMachine for MirroredMetadata {
     fn apply(&mut self, op: Op, operation: &[u8]) -> Bytes {
         self.sink.borrow_mut().push((op, digest(operation)));
         let result = self.inner.apply(op, operation);
+        // The mirror still holds the state before this apply.
+        let violations = crate::check::step_gates::check_apply(&self.mirror.borrow(), self.inner.state());
+        self.gates.borrow_mut().extend(violations);
         self.mirror();
         result
     }

@@ -23,7 +23,7 @@ use cohort_wal::FileStorage;
 
 use crate::disk::SimDisk;
 use crate::kv::{ApplySink, Kv};
-use crate::metadata::{AgentShell, MetadataMirror, MirroredMetadata};
+use crate::metadata::{AgentShell, MetadataMirror, MirroredMetadata, StepGateLog};
 use crate::rng::Rng;
 use crate::storage::{Backend, SimStorage, StorageKind, file_config};
 use crate::worker::StorageWorker;
@@ -137,6 +137,9 @@ pub struct SimNode {
     pub restarts: u64,
     /// The applied metadata of this node's metadata replica (metadata scenario).
     pub metadata: MetadataMirror,
+    /// M2: step-gate violations its metadata replica's applies showed
+    /// (`check::step_gates`), collected after each turn.
+    pub step_gates: StepGateLog,
     /// The metadata agent of the running process, with what its shell
     /// keeps beside it (metadata scenario).
     pub agent: Option<AgentShell>,
@@ -232,6 +235,7 @@ impl SimNode {
             sinks: HashMap::new(),
             restarts: 0,
             metadata: MetadataMirror::default(),
+            step_gates: StepGateLog::default(),
             agent: None,
             unloaded: BTreeSet::new(),
             extra_specs: BTreeMap::new(),
@@ -351,7 +355,7 @@ impl SimNode {
     fn state_machine(&mut self, group: GroupId) -> Box<dyn StateMachine> {
         let sink = self.sink(group);
         if group == GroupId::METADATA {
-            Box::new(MirroredMetadata::new(Rc::clone(&self.metadata), sink))
+            Box::new(MirroredMetadata::new(Rc::clone(&self.metadata), sink, Rc::clone(&self.step_gates)))
         } else {
             Box::new(Kv::new(sink))
         }

@@ -30,7 +30,8 @@ use cohort_core::driver::{ClientAnswer, LinkStatus, Links, Note, Turn};
 use cohort_core::metadata::{AgentCounters, ExpiredPolicy};
 use cohort_core::{CoreConfig, GroupSpec, Quorums, Role, TimingConfig};
 use cohort_messages::{
-    Frame, GroupId, Incarnation, MemberIndex, Message, NodeId, Op, Outcome, Reply, ReplyError, TraceContext,
+    Frame, GroupId, Incarnation, MemberIndex, Message, NodeId, Op, Outcome, Reply, ReplyError, RequestKind,
+    TraceContext,
 };
 
 use crate::check::Checkers;
@@ -257,6 +258,9 @@ pub struct Report {
     /// Z4: StartViews primaries withheld, having sent the member one within
     /// a repair timeout, summed over every node and every start.
     pub start_views_withheld: u64,
+    /// H5: writes refused because a group's client table had evicted the
+    /// client, which then started again under a fresh id.
+    pub evicted_clients: u64,
 }
 
 /// A simulation in progress.
@@ -305,6 +309,7 @@ pub struct Sim {
     /// True while the storm of the fault phase lasts.
     storming: bool,
     starts_refused: u64,
+    evicted_clients: u64,
     crashes: u64,
     wipes: u64,
     frames_rejected: u64,
@@ -324,6 +329,8 @@ const RETRY_TICKS: u64 = 40;
 impl Sim {
     /// Build the cluster of `config`.
     pub fn new(config: SimConfig) -> Sim {
+        // The metadata code takes its mutant from the thread (M2's gate).
+        cohort_core::mutants::Mutant::set_metadata(&config.core);
         let mut rng = Rng::new(config.seed);
         let mut faults = config.faults.clone().unwrap_or_else(|| {
             let profile = config.profile.unwrap_or_else(|| FaultProfile::draw(&mut rng, config.scenario));
@@ -415,6 +422,7 @@ impl Sim {
             disks_full: Vec::new(),
             storming: false,
             starts_refused: 0,
+            evicted_clients: 0,
             crashes: 0,
             wipes: 0,
             frames_rejected: 0,
@@ -505,6 +513,7 @@ impl Sim {
             random_transfers: self.transfers.counts,
             quiet,
             start_views_withheld: metrics.start_views_withheld,
+            evicted_clients: self.evicted_clients,
             history: self.history,
         }
     }
@@ -629,6 +638,24 @@ impl Sim {
             }
         }
         self.check_footprints();
+        self.check_quiet_rules();
+    }
+
+    /// R24 on every running shard, and with quiescence on Z3's quiet rules.
+    fn check_quiet_rules(&mut self) {
+        let quiet = self.config.core.timing.commit_quiesce_timeout_ticks.is_some();
+        for node in self.nodes.iter().filter(|node| node.is_up()) {
+            // A paused process serves nothing; its clock runs again first.
+            let running = node.is_running(self.now);
+            for shard in &node.shards {
+                if running {
+                    self.checkers.window(self.now, node.index, shard.core());
+                }
+                if quiet {
+                    self.checkers.quiet_rules(self.now, node.index, shard.core());
+                }
+            }
+        }
     }
 
     /// Start node `index` from its storage (V4), or count the refusal and
@@ -770,6 +797,8 @@ impl Sim {
                 self.checkers.applied(now, index, *group, incarnation, op, digest);
             }
         }
+        let step_gates: Vec<String> = self.nodes[index].step_gates.borrow_mut().drain(..).collect();
+        self.checkers.step_gates(now, index, step_gates);
         if self.metadata_spec.is_some() && self.nodes[index].is_up() {
             let metadata = self.nodes[index].metadata.borrow();
             // H3: every life of a created group is known before a replica
@@ -937,6 +966,9 @@ impl Sim {
                     return;
                 }
                 self.forger_observe(index, &packet.bytes);
+                if let Message::PairHeartbeatReply(reply) = &message {
+                    self.checkers.quiet.reply_delivered(index, sender, reply);
+                }
                 let from_peer = matches!(packet.from, Endpoint::Node(_));
                 self.route_inbound(index, sender, message, from_peer);
             }
@@ -966,17 +998,33 @@ impl Sim {
         }
     }
 
-    /// No simulated client is ever evicted (there are fewer clients than
-    /// the client table holds) and each retries only its outstanding request,
-    /// so a refusal of that request as superseded or unknown is a bug: the
-    /// client would give up on a write the group still owes it.
+    /// Each client retries only its outstanding request, so a refusal of
+    /// that request as superseded is a bug: the client would give up on a
+    /// write the group still owes it. So is a refusal as unknown, unless
+    /// the run has more clients than a group's client table holds (H5's
+    /// eviction workload, `--clients-max`): then the table may have evicted
+    /// the client, which starts again under a fresh id.
     fn check_not_refused(&mut self, index: usize, reply: &Reply) {
         let Outcome::Error { code: ReplyError::Superseded, detail } = &reply.outcome else { return };
         let Some(outstanding) = &self.clients[index].outstanding else { return };
-        if outstanding.request.request == reply.request && outstanding.request.group == reply.group {
-            let violation = format!("tick {}: client {index} refused: {detail}", self.now);
-            self.checkers.violations.push(violation);
+        if outstanding.request.request != reply.request || outstanding.request.group != reply.group {
+            return;
         }
+        // The core's words for a client its table does not know.
+        if self.evictions_possible() && detail.contains("is not known") {
+            self.evicted_clients += 1;
+            self.clients[index].evicted(self.now, &mut self.history);
+            self.checkers.client_restarted(index);
+            return;
+        }
+        let violation = format!("tick {}: client {index} refused: {detail}", self.now);
+        self.checkers.violations.push(violation);
+    }
+
+    /// H5: more clients than a group's client table holds, so that
+    /// eviction runs.
+    fn evictions_possible(&self) -> bool {
+        self.config.clients > self.config.core.clients_max
     }
 
     fn check_acknowledged(&mut self, history: usize, op: Op) {
@@ -989,6 +1037,10 @@ impl Sim {
     }
 
     fn send_request(&mut self, client: usize, send: Send) {
+        if send.request.kind == RequestKind::Write {
+            let request = &send.request;
+            self.checkers.write_sent(request.group, digest(&request.operation), request.client, request.request);
+        }
         let bytes =
             Message::Request(send.request).encode(CLUSTER, node_id(usize::MAX >> 1), TraceContext::NONE).to_bytes();
         self.network.send(

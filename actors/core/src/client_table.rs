@@ -45,13 +45,47 @@ pub struct ClientTable {
     /// it, as eviction already walks them all.
     clients: Vec<(ClientId, ClientEntry)>,
     clients_max: usize,
+    /// The mutant `EvictedClientAdmitted` (test builds only).
+    #[cfg(any(test, feature = "mutants"))]
+    unknown_admitted: bool,
 }
 
 impl ClientTable {
     /// An empty table of at most `clients_max` clients.
     pub fn new(clients_max: usize) -> ClientTable {
         assert!(clients_max > 0);
-        ClientTable { clients: Vec::new(), clients_max }
+        ClientTable {
+            clients: Vec::new(),
+            clients_max,
+            #[cfg(any(test, feature = "mutants"))]
+            unknown_admitted: false,
+        }
+    }
+
+    /// The table as `config`'s mutant has it: with `EvictedClientAdmitted`,
+    /// a client it does not know is admitted at any request number (see
+    /// [`crate::mutants`]). Outside test builds, the table as it is.
+    pub(crate) fn with_mutant(self, config: &crate::CoreConfig) -> ClientTable {
+        #[cfg(any(test, feature = "mutants"))]
+        {
+            let unknown_admitted = config.mutated(crate::mutants::Mutant::EvictedClientAdmitted);
+            ClientTable { unknown_admitted, ..self }
+        }
+        #[cfg(not(any(test, feature = "mutants")))]
+        {
+            let _ = config;
+            self
+        }
+    }
+
+    #[cfg(any(test, feature = "mutants"))]
+    fn unknown_admitted(&self) -> bool {
+        self.unknown_admitted
+    }
+
+    #[cfg(not(any(test, feature = "mutants")))]
+    fn unknown_admitted(&self) -> bool {
+        false
     }
 
     fn find(&self, client: ClientId) -> Result<usize, usize> {
@@ -61,7 +95,7 @@ impl ClientTable {
     /// Decide about a request.
     pub fn admit(&self, client: ClientId, request: RequestNumber) -> Admission {
         match self.get(client) {
-            None if request.0 <= 1 => Admission::New,
+            None if request.0 <= 1 || self.unknown_admitted() => Admission::New,
             None => Admission::UnknownClient,
             Some(entry) if request == entry.request => Admission::Duplicate(entry.clone()),
             Some(entry) if request < entry.request => Admission::Superseded,

@@ -58,11 +58,26 @@ pub enum Mutant {
     /// holds nothing starts as a new member of view 0 (it votes, and member
     /// 0 leads) instead of recovering first.
     RecoveryIgnored,
+    /// M2, the step gate: an operation's next step applies (and the
+    /// metadata primary proposes it) without a majority of the previous
+    /// step's group replicas having acked its epoch. The metadata holds no
+    /// `CoreConfig`, so this one is switched per thread
+    /// ([`Mutant::set_metadata`]).
+    StepGateWithoutAcks,
+    /// Z3, contact from the pair: a primary end dates its quiesced groups'
+    /// contact (R24) from a reply that did not match, before it wakes them.
+    PairContactWithoutMatch,
+    /// Z3, following quiet: a quiesced backup keeps following its primary
+    /// after its own view moved on, as long as it is in normal status.
+    QuietFollowAcrossViews,
+    /// Exactly-once under eviction: a client the table does not know (it
+    /// was evicted) is admitted at any request number, not only at 1.
+    EvictedClientAdmitted,
 }
 
 impl Mutant {
     /// Every mutant, in the order of the table in docs/simulator.md.
-    pub const ALL: [Mutant; 13] = [
+    pub const ALL: [Mutant; 17] = [
         Mutant::AckBeforeDurable,
         Mutant::ViewChangeBeforeDurable,
         Mutant::LogSelectionByOp,
@@ -76,6 +91,10 @@ impl Mutant {
         Mutant::LeaseIgnored,
         Mutant::LeaseReleasedByNextPrimary,
         Mutant::RecoveryIgnored,
+        Mutant::StepGateWithoutAcks,
+        Mutant::PairContactWithoutMatch,
+        Mutant::QuietFollowAcrossViews,
+        Mutant::EvictedClientAdmitted,
     ];
 
     /// The name on the simulator's command line.
@@ -94,6 +113,10 @@ impl Mutant {
             Mutant::LeaseIgnored => "lease-ignored",
             Mutant::LeaseReleasedByNextPrimary => "lease-released-by-next-primary",
             Mutant::RecoveryIgnored => "recovery-ignored",
+            Mutant::StepGateWithoutAcks => "step-gate-without-acks",
+            Mutant::PairContactWithoutMatch => "pair-contact-without-match",
+            Mutant::QuietFollowAcrossViews => "quiet-follow-across-views",
+            Mutant::EvictedClientAdmitted => "evicted-client-admitted",
         }
     }
 
@@ -101,6 +124,38 @@ impl Mutant {
     pub fn from_name(name: &str) -> Option<Mutant> {
         Mutant::ALL.into_iter().find(|mutant| mutant.name() == name)
     }
+
+    /// Switch `config`'s mutant on (or every mutant off) for the metadata
+    /// code run on this thread. The metadata's state machine and agent hold
+    /// no `CoreConfig`, and the simulator runs one cluster per thread, so
+    /// it calls this with its `CoreConfig` when it builds a run. Does
+    /// nothing outside test builds.
+    pub fn set_metadata(config: &crate::CoreConfig) {
+        #[cfg(any(test, feature = "mutants"))]
+        METADATA_MUTANT.with(|cell| cell.set(config.mutant));
+        #[cfg(not(any(test, feature = "mutants")))]
+        let _ = config;
+    }
+
+    /// True if `self` is switched on for the metadata code of this thread.
+    /// Always false outside test builds.
+    #[inline(always)]
+    pub fn metadata_mutated(self) -> bool {
+        #[cfg(any(test, feature = "mutants"))]
+        {
+            METADATA_MUTANT.with(|cell| cell.get()) == Some(self)
+        }
+        #[cfg(not(any(test, feature = "mutants")))]
+        {
+            false
+        }
+    }
+}
+
+#[cfg(any(test, feature = "mutants"))]
+thread_local! {
+    /// The mutant of the metadata code on this thread (see [`Mutant::set_metadata`]).
+    static METADATA_MUTANT: std::cell::Cell<Option<Mutant>> = const { std::cell::Cell::new(None) };
 }
 
 impl crate::CoreConfig {

@@ -155,6 +155,23 @@ impl Pairs {
         }
     }
 
+    /// The shard's index on its node, the same on both ends of a pair.
+    pub fn shard_index(&self) -> u16 {
+        self.shard_index
+    }
+
+    /// This process's epoch, which every reply to its heartbeats echoes.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// Each peer's pair contact on the primary end (R24): the send tick of
+    /// the newest heartbeat it answered with a match, as the quiesced
+    /// groups read it; 0 before any. For checkers.
+    pub fn lead_contacts(&self) -> impl Iterator<Item = (NodeId, u64)> + '_ {
+        self.lead.iter().map(|(peer, pair)| (*peer, pair.contact_tick))
+    }
+
     /// Quiesced group members on this shard: (led for a peer, followed).
     pub fn counts(&self) -> (usize, usize) {
         (self.lead.values().map(|pair| pair.quiet.len()).sum(), self.follow.values().map(|pair| pair.quiet.len()).sum())

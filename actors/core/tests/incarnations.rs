@@ -26,6 +26,7 @@ fn written_at(incarnation: u64) -> RecoveredGroup {
             incarnation: Incarnation(incarnation),
             members: MEMBERS.to_vec(),
             replication_quorum: 2,
+            recovering: false,
         }),
         snapshot: None,
         entries: Vec::new(),

@@ -52,6 +52,7 @@ fn main() -> ExitCode {
     let mut transfers = cohort_sim::sim::TransferCounts::default();
     let (mut quiet, mut seeds_quiesced) = (cohort_sim::node::QuietCounts::default(), 0u64);
     let mut start_views_withheld = 0u64;
+    let mut evicted_clients = 0u64;
     for (done, seed) in (args.seed_start..args.seed_start + args.seeds).enumerate() {
         let config = args.config(seed);
         let outcome = cli::run_catching(config.clone());
@@ -112,6 +113,7 @@ fn main() -> ExitCode {
                 transfers.refused_other += report.random_transfers.refused_other;
                 quiet.sum(report.quiet);
                 start_views_withheld += report.start_views_withheld;
+                evicted_clients += report.evicted_clients;
                 seeds_quiesced += u64::from(report.quiet.quiesced > 0);
                 footprint.log_entries_max = footprint.log_entries_max.max(report.footprint_max.log_entries_max);
                 footprint.held_sends = footprint.held_sends.max(report.footprint_max.held_sends);
@@ -191,6 +193,9 @@ fn main() -> ExitCode {
             footprint.held_sends,
             footprint.queued_replies
         ));
+    }
+    if args.clients > args.clients_max {
+        last.push_str(&format!(" evicted_clients={evicted_clients}"));
     }
     if args.quiesce_ticks.is_some() {
         last.push_str(&format!(

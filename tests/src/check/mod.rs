@@ -23,12 +23,21 @@
 //!   life.
 //! - [`footprint`]: T5, what input can make a shard hold stays under
 //!   bounds that do not grow with the input.
+//! - [`step_gates`] (metadata scenario): M2, each step of an operation
+//!   applied only behind a majority of acks of the previous one, and every
+//!   recorded ack true.
+//! - [`quiet_rules`] (with quiescence): Z3, a pair's contact only from a
+//!   matching reply, and a quiesced backup follows only its view's primary.
+//! - [`exactly_once`]: no client write applied at two ops (the client
+//!   table, eviction included).
+//! - [`window`]: R24/V7, a primary's quorum window never outlives its view.
 //! - `crate::linearizability`: the client history is linearizable per key
 //!   (porcupine), checked at the end of a run.
 
 pub mod acknowledged;
 pub mod agreement;
 pub mod applied_stream;
+pub mod exactly_once;
 pub mod footprint;
 pub mod incarnations;
 pub mod learners;
@@ -36,8 +45,11 @@ pub mod metadata_epochs;
 pub mod owner_primary;
 pub mod owner_session;
 pub mod placement;
+pub mod quiet_rules;
 pub mod reply_order;
 pub mod single_primary;
+pub mod step_gates;
+pub mod window;
 
 use cohort_core::metadata::Metadata;
 use cohort_messages::{GroupId, Incarnation, Op, RequestNumber, View};
@@ -54,6 +66,11 @@ pub struct Checkers {
     placement: placement::Placement,
     /// H3: the lives of the groups the operator creates.
     pub lives: incarnations::Lives,
+    acks: step_gates::AckTruth,
+    /// Z3: matched pair replies delivered (see [`quiet_rules`]).
+    pub quiet: quiet_rules::QuietRules,
+    exactly_once: exactly_once::ExactlyOnce,
+    window: window::Window,
     /// Violations found, in order.
     pub violations: Vec<String>,
     /// Views in which some member became primary (after view 0).
@@ -87,6 +104,44 @@ impl Checkers {
         if let Err(violation) = self.applied_stream.state_machine_applied(node, group, op, digest) {
             self.violations.push(format!("tick {tick}: {violation}"));
         }
+        if let Err(violation) = self.exactly_once.applied(group, op, digest) {
+            self.violations.push(format!("tick {tick}: {violation}"));
+        }
+    }
+
+    /// `client` sent as `request` a write of `group` whose operation has `digest`.
+    pub fn write_sent(
+        &mut self,
+        group: GroupId,
+        digest: u64,
+        client: cohort_messages::ClientId,
+        request: RequestNumber,
+    ) {
+        self.exactly_once.sent(group, digest, client, request);
+    }
+
+    /// M2: violations of the step gate that node `node`'s metadata applies showed.
+    pub fn step_gates(&mut self, tick: u64, node: usize, violations: impl IntoIterator<Item = String>) {
+        self.violations
+            .extend(violations.into_iter().map(|violation| format!("tick {tick}: node {node}: {violation}")));
+    }
+
+    /// R24: no confirmed primary on the running shard `shard` of node
+    /// `node` leads a view older than one whose primary was confirmed.
+    pub fn window(&mut self, tick: u64, node: usize, shard: &cohort_core::Shard) {
+        let violations = self.window.check(node, shard);
+        self.violations.extend(violations.into_iter().map(|violation| format!("tick {tick}: {violation}")));
+    }
+
+    /// Z3: every quiet rule (see [`quiet_rules`]) for the running shard
+    /// `shard` of node `node`.
+    pub fn quiet_rules(&mut self, tick: u64, node: usize, shard: &cohort_core::Shard) {
+        let pairs = shard.quiet_pairs();
+        let mut violations = self.quiet.check_contacts(node, pairs.shard_index(), pairs);
+        for replica in shard.replicas() {
+            violations.extend(self.quiet.check_follow(node, replica, &self.primaries));
+        }
+        self.violations.extend(violations.into_iter().map(|violation| format!("tick {tick}: {violation}")));
     }
 
     /// `node` reported applied ops of `group` for a custom group actor.
@@ -138,6 +193,7 @@ impl Checkers {
         violations.extend(self.owners.check(node, metadata, &self.primaries));
         violations.extend(owner_session::check(node, metadata));
         violations.extend(self.placement.check(node, metadata));
+        violations.extend(self.acks.observed(crate::node::node_id(node), metadata));
         self.violations.extend(violations.into_iter().map(|violation| format!("tick {tick}: {violation}")));
     }
 
@@ -159,6 +215,11 @@ impl Checkers {
         if let Err(violation) = self.replies.record(client, group, request) {
             self.violations.push(format!("tick {tick}: {violation}"));
         }
+    }
+
+    /// `client` goes on under a fresh id: its writes are numbered anew.
+    pub fn client_restarted(&mut self, client: usize) {
+        self.replies.restarted(client);
     }
 
     /// The digest agreed for `op` of `group`, if any member applied it.

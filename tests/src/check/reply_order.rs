@@ -25,4 +25,10 @@ impl ReplyOrder {
             _ => Ok(()),
         }
     }
+
+    /// `client` goes on under a fresh id (its table entry was evicted):
+    /// its writes are numbered from 1 again.
+    pub fn restarted(&mut self, client: usize) {
+        self.last.retain(|(owner, _, read), _| *owner != client || *read);
+    }
 }

@@ -223,7 +223,7 @@ impl Replica {
         } else {
             RoleState::Learner
         };
-        let clients = ClientTable::new(config.clients_max);
+        let clients = ClientTable::new(config.clients_max).with_mutant(&config);
         Replica {
             role,
             view: View(0),

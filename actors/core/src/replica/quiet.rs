@@ -42,6 +42,12 @@ impl Replica {
         }
     }
 
+    /// The primary this backup follows quiesced, and the view it quiesced
+    /// in; None when it does not. For checkers.
+    pub fn quiet_follow(&self) -> Option<(NodeId, cohort_messages::View)> {
+        self.follow_quiet.map(|follow| (follow.primary, follow.view))
+    }
+
     /// True if the primary holds the group quiesced for `member`.
     pub(crate) fn quiet_member(&self, member: MemberIndex) -> bool {
         self.quiet_members & bit(member) != 0
@@ -62,6 +68,9 @@ impl Replica {
 
     /// The backup still follows the view it quiesced in.
     fn follow_holds(&self, primary: NodeId, view: cohort_messages::View) -> bool {
+        if self.config.mutated(crate::mutants::Mutant::QuietFollowAcrossViews) {
+            return self.status() == Status::Normal && !self.is_learner();
+        }
         self.status() == Status::Normal
             && !self.is_learner()
             && self.view == view

@@ -285,8 +285,10 @@ impl Replica {
         self.reply_error(request, ReplyError::ViewChange, detail, out);
     }
 
-    /// True if requests must be refused because the incarnation is sealed.
-    pub(crate) fn is_sealing(&self) -> bool {
+    /// True if requests must be refused because the incarnation is sealed
+    /// (the seal is in the log, or applied): a sealing primary serves no
+    /// reads, so its leases no longer hold anyone back.
+    pub fn is_sealing(&self) -> bool {
         self.sealed.is_some() || self.seal_in_log()
     }
 

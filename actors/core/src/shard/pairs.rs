@@ -166,6 +166,7 @@ impl Shard {
         }
         let now = self.now();
         let epoch = self.quiet.epoch;
+        let contact_without_match = self.config().mutated(crate::mutants::Mutant::PairContactWithoutMatch);
         let Some(pair) = self.quiet.lead.get_mut(&from) else {
             return self.refused.count(Refusal::PairHeartbeatStale);
         };
@@ -174,6 +175,9 @@ impl Shard {
         }
         pair.answered_tick = reply.tick;
         pair.heard_tick = now;
+        if contact_without_match {
+            pair.contact_tick = pair.contact_tick.max(reply.tick);
+        }
         // Leaves carried by this heartbeat or an earlier one have reached the peer.
         pair.leaves.retain(|_, (_, sent)| *sent == 0 || *sent > reply.tick);
         if !reply.matched {

@@ -168,8 +168,7 @@ impl Recovered {
     /// joining member's first superblock was durable: a member missing
     /// from it may have lost its data as much as the others.
     pub fn may_have_lost_data(&self) -> bool {
-        self.formatted
-            || self.groups.values().all(|group| group.superblock.as_ref().is_none_or(|sb| sb.recovering))
+        self.formatted || self.groups.values().all(|group| group.superblock.as_ref().is_none_or(|sb| sb.recovering))
     }
 }
 
