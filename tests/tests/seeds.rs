@@ -119,6 +119,13 @@ fn driver_regression_seeds() {
         SimConfig::metadata(909_467),
         SimConfig { scenario: Scenario::Reconfigure, ..SimConfig::new(906_519) },
         quiesced,
+        // H1: a node crashed again after its disk was wiped, before every
+        // joining member's first superblock was durable (docs/replication.md).
+        SimConfig::new(940_440),
+        SimConfig::new(944_276),
+        SimConfig::new(945_800),
+        SimConfig::new(946_515),
+        SimConfig::new(949_721),
     ];
     for config in configs {
         let command = reproduce(&config);
