@@ -195,7 +195,9 @@ mod tests {
         assert_eq!(Command::from_u8(0), None);
         assert_eq!(Command::from_u8(22), Some(Command::ViewChangeBatch));
         assert_eq!(Command::from_u8(24), Some(Command::PairHeartbeatReply));
-        assert_eq!(Command::from_u8(25), None);
+        assert_eq!(Command::from_u8(25), Some(Command::RecoveryQuery));
+        assert_eq!(Command::from_u8(26), Some(Command::RecoveryAnswer));
+        assert_eq!(Command::from_u8(27), None);
         assert_eq!(Command::from_u8(255), None);
     }
 }
