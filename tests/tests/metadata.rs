@@ -305,7 +305,10 @@ fn s4_regression_seed_12639_stale_metadata_never_replaces_a_newer_replica() {
     let config = SimConfig::metadata(12639);
     let report = run_catching(config.clone()).unwrap_or_else(|panic| panic!("{panic}"));
     assert!(report.violations.is_empty(), "{:?} ({})", report.violations, reproduce(&config));
-    assert!(report.operations.completed > 0, "the run completes operations");
+    // Since every voter recovers at the start (H1) and the operator
+    // re-creates what it deletes (H3), this seed's operator only has its
+    // operations refused; it still acts.
+    assert!(report.operations.started + report.operations.refused > 0, "the operator acts in the run");
 }
 
 #[test]

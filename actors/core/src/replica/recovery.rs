@@ -16,12 +16,13 @@
 //! timeout it asks every other voter for its state ([`RecoveryQuery`]),
 //! under a nonce of this round, and decides from the answers:
 //!
-//! - **Every other voter answered, and every answer is blank** (no op in
-//!   its log, none committed; recovering or not, in any view): no member
-//!   but this one ever held an op, so none was ever committed (with a
-//!   replication quorum of two or more) and the group starts here as a new
-//!   group does, in view 0 (member 0 leads it unless an election of a
-//!   later view, with no op in it, is already under way). A group created while one
+//! - **Every other voter answered, and every answer is blank** (it is
+//!   recovering, or holds no op and knows none committed; in any view): no
+//!   member but this one holds an op that ever counted toward a commit, so
+//!   none was ever committed (with a replication quorum of two or more),
+//!   and the group starts here as a new group does, in view 0, without the
+//!   ops this member holds itself (member 0 leads it unless an election of
+//!   a later view, with no op in it, is already under way). A group created while one
 //!   of its members is down therefore starts only once that member answers:
 //!   no member can tell a new group from one whose history is on the
 //!   member that is missing.
@@ -34,10 +35,9 @@
 //!   the log no longer reaches back to op 1. That log holds every op
 //!   committed, and every op this member acknowledged in that view. Only
 //!   then does it stop recovering, in the same flush as that log.
-//! - **Every other voter answered, at least one holds data, and the others
-//!   that recover hold nothing**: the same, from the holders. A member
-//!   that recovers and holds nothing never voted or acknowledged with the
-//!   data it has now (its election messages and acknowledgements wait for
+//! - **Every other voter answered and at least one holds data**: the
+//!   same, from the holders. A member
+//!   that recovers never voted or acknowledged with the data it has now (its election messages and acknowledgements wait for
 //!   the superblock that ends its recovery), so every election quorum this
 //!   member joined had its other voters among the holders, unless more
 //!   members lost their data than the group tolerates. This is what lets
@@ -93,11 +93,16 @@ impl Recovery {
     }
 }
 
-/// True if `answer` says its member holds nothing of the group: no op in
-/// its log, none committed. (Its view may have moved: an election with no
-/// op anywhere changes nothing a new member could lose.)
+/// True if `answer` says its member holds nothing of the group that ever
+/// counted toward a commit: no op in its log and none committed, or it is
+/// recovering itself. (A recovering member's ops never counted: a backup
+/// acknowledges, and a primary counts its own copy, only after the flush
+/// that also made the superblock ending its recovery durable; a crash that
+/// kept the ops but not that superblock left them uncounted. Its view may
+/// have moved too: an election with no op anywhere changes nothing a new
+/// member could lose.)
 fn blank(answer: &RecoveryAnswer) -> bool {
-    answer.op == Op(0) && answer.commit == Op(0)
+    answer.recovering || (answer.op == Op(0) && answer.commit == Op(0))
 }
 
 impl Replica {
@@ -196,8 +201,13 @@ impl Replica {
         let others = recovery.answers.iter().enumerate().filter(|(index, _)| *index != me.0 as usize);
         let answered: Vec<RecoveryAnswer> = others.filter_map(|(_, answer)| *answer).collect();
         let all_blank = answered.len() == voters - 1 && answered.iter().all(blank);
-        if all_blank && self.view == View(0) && self.log.op() == Op(0) && self.commit_min == Op(0) {
-            // A new group: every voter holds nothing. It starts here.
+        if all_blank && self.view == View(0) && self.log_view == View(0) && self.commit_min == Op(0) {
+            // A new group: no voter holds anything that counted. It starts
+            // here, without the ops it holds itself (they never counted
+            // either, and a primary of view 0 may put others at their ops).
+            if self.log.op() > Op(0) {
+                self.stage_truncate(Op(0), cx.out);
+            }
             cx.metrics.recoveries_founded += 1;
             self.recovery = None;
             self.lease_expiry = now;
@@ -206,13 +216,12 @@ impl Replica {
             return;
         }
         let everyone = answered.len() == voters - 1;
-        let recovering_blank = answered.iter().filter(|answer| answer.recovering).all(blank);
         let holders: Vec<RecoveryAnswer> = answered.into_iter().filter(|answer| !answer.recovering).collect();
         // Enough holders meet every election quorum this member joined; or
-        // every voter answered and the others that recover hold nothing
-        // (they never voted: see the module docs), so the holders are all
-        // the voters that can have been in one.
-        let enough = holders.len() >= needed || (everyone && recovering_blank);
+        // every voter answered, and those that recover never voted (see
+        // the module docs), so the holders are all the voters that can
+        // have been in one.
+        let enough = holders.len() >= needed || everyone;
         if holders.is_empty() || !enough {
             return;
         }
@@ -223,8 +232,8 @@ impl Replica {
         recovery.target = Some(target);
         if holders.len() < needed && !primary_known {
             // The holders alone are too few to elect a primary whose log it
-            // could take, and the others that recover hold nothing: it
-            // votes with what it holds. Safe here: every op committed with
+            // could take, and the others recover: it votes with what it
+            // holds. Safe here: every op committed with
             // its acknowledgement was acknowledged by holders too, and any
             // election quorum with it meets them (see the module docs).
             self.end_recovery(cx);
