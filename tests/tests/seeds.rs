@@ -126,6 +126,10 @@ fn driver_regression_seeds() {
         SimConfig::new(945_800),
         SimConfig::new(946_515),
         SimConfig::new(949_721),
+        // H1: all five members recovering, one holding an op that never
+        // counted; and a blank member that started view 0 behind a later one.
+        SimConfig { nodes: 5, ..SimConfig::new(961_904) },
+        SimConfig::new(980_225),
     ];
     for config in configs {
         let command = reproduce(&config);

@@ -212,7 +212,22 @@ impl Replica {
             self.recovery = None;
             self.lease_expiry = now;
             self.role = RoleState::Backup(super::Backup::new(now, self.config.timing.commit_heartbeat_timeout_ticks));
-            self.start_view_zero(now, cx);
+            // The group may have moved past view 0 with no op (an election
+            // among the others): it joins that view, never leads view 0
+            // behind a primary of a later one (R24).
+            let highest = answered.iter().map(|answer| answer.view).max().unwrap_or(View(0));
+            if highest == View(0) {
+                self.start_view_zero(now, cx);
+            } else if self.primary_index_of(highest) == self.spec.me {
+                self.start_view_change(highest, now, cx);
+            } else {
+                // A backup of that view still to take its primary's log:
+                // it asks for the StartView at its next tick.
+                self.view = highest;
+                self.repair_deadline = now;
+                self.stage_superblock(cx.out);
+                self.report_role(cx.out);
+            }
             return;
         }
         let everyone = answered.len() == voters - 1;
