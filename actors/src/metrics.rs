@@ -1376,6 +1376,8 @@ mod tests {
             &mut metrics.quiet_woken,
             &mut metrics.quiet_mismatches,
             &mut metrics.start_views_withheld,
+            &mut metrics.recoveries_founded,
+            &mut metrics.recoveries_done,
         ];
         for (index, field) in fields.into_iter().enumerate() {
             *field = base + index as u64;
