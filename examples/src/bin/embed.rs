@@ -39,11 +39,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .group_kind("total", |_| Box::new(Total::default()))
             .groups("total", (0..4).map(GroupId))
             .start()?;
-        let mut roles = cluster.handles()[0].subscribe(GroupId(0)).await.ok_or("group 0 is not on node 1")?;
         let client = cluster.client();
         for amount in 1..=100u64 {
             client.write(GroupId(amount % 4), Bytes::copy_from_slice(&amount.to_le_bytes())).await?;
         }
+        let mut roles = cluster.handles()[0].subscribe(GroupId(0)).await.ok_or("group 0 is not on node 1")?;
         for group in (0..4).map(GroupId) {
             let total = client.read(group, Bytes::new()).await?.result;
             println!("{group}: total {}", u64::from_le_bytes(total[..].try_into()?));
