@@ -822,6 +822,9 @@ impl Replica {
             if self.state_transfer.is_some() && now >= self.repair_deadline {
                 self.retry_state_transfer(now, cx.out);
             }
+            if self.spec.members.len() == 1 {
+                return self.recover_alone(now, cx);
+            }
             return self.recovery_tick(now, cx.out);
         }
         let timing = self.config.timing.clone();

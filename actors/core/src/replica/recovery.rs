@@ -160,6 +160,25 @@ impl Replica {
         assert!(self.recovery.as_ref().is_some_and(|r| r.next_query_tick > now), "the next round waits a timeout");
     }
 
+    /// H1: the only voter of its group has no one to ask: what it lost,
+    /// no copy elsewhere holds. It starts the group again with what it
+    /// holds: a new group in view 0, or, holding anything, as the primary
+    /// of its next view (its own vote elects it).
+    pub(crate) fn recover_alone(&mut self, now: u64, cx: &mut Context<'_>) {
+        assert_eq!(self.spec.members.len(), 1, "{self:?}: only a lone voter decides alone");
+        cx.metrics.recoveries_founded += 1;
+        self.recovery = None;
+        self.lease_expiry = now;
+        let fresh = self.view == View(0) && self.log_view == View(0) && self.log.op() == Op(0);
+        if fresh && self.commit_min == Op(0) {
+            self.role = RoleState::Backup(super::Backup::new(now, self.config.timing.commit_heartbeat_timeout_ticks));
+            self.start_view_zero(now, cx);
+        } else {
+            self.start_view_change(self.view.next(), now, cx);
+        }
+        assert!(self.recovery.is_none(), "{self:?}: a lone voter decides at once");
+    }
+
     /// Any member answers a recovering one with its state; a normal
     /// primary sends its view's StartView along (the log it is to take).
     pub(crate) fn on_recovery_query(&mut self, query: RecoveryQuery, now: u64, cx: &mut Context<'_>) {
