@@ -474,7 +474,10 @@ fn group_actors_report_typed_roles_and_commits_to_subscribers() {
         let addresses = free_addresses(3);
         let mut nodes: Vec<Option<Node>> = (0..3).map(|i| Some(start_node(i, &addresses, &dir, 3))).collect();
         let handles: Vec<NodeHandle> = nodes.iter().flatten().map(Node::handle).collect();
-        // Group 0's members are nodes 1, 2, 3: node 1 leads view 0.
+        // Group 0's members are nodes 1, 2, 3: node 1 leads view 0, once
+        // every member has heard the others (H1: each started on a new
+        // disk, so each recovers first); a write waits for that.
+        write(&handles, GroupId(0), b"started").await.expect("the group started");
         let mut events = Vec::new();
         for handle in &handles {
             events.push(handle.subscribe(GroupId(0)).await.expect("group 0 is hosted everywhere"));
