@@ -305,6 +305,10 @@ impl Replica {
         replica.stage_superblock(cx.out);
         replica.report_role(cx.out);
         assert!(replica.superblock_saved.as_ref().is_some_and(|sb| sb.recovering), "H1: recovering, durably");
+        if replica.spec.members.len() == 1 {
+            // The only voter has no one to ask: it decides at once.
+            replica.recover_alone(now, cx);
+        }
         replica
     }
 
