@@ -202,6 +202,9 @@ fn v5_v4_three_node_processes_redirect_fail_over_and_restart() {
         client += 1;
         assert_eq!(write(&ports, GroupId(g), client, b"one"), Op(1), "{g}");
     }
+    // H1: on new disks every member recovers first; give the members that
+    // did not acknowledge the first writes the round trips to take the log.
+    std::thread::sleep(Duration::from_secs(2));
     // SIGKILL node 1: the groups it led fail over to the others.
     children[0].kill().expect("SIGKILL");
     let _ = children[0].wait();
