@@ -133,6 +133,9 @@ pub enum ShardError {
     UnknownGroup(GroupId),
 }
 
+/// How an empty replica is made: `Replica::create` or `Replica::join`.
+type BuildEmpty = fn(GroupSpec, std::sync::Arc<CoreConfig>, Box<dyn StateMachine>, u64, &mut Context<'_>) -> Replica;
+
 impl Shard {
     /// An empty shard of `node`.
     pub fn new(node: NodeId, config: CoreConfig) -> Shard {
@@ -199,13 +202,7 @@ impl Shard {
     /// of an existing group (P4): it starts empty at view 0 and catches up by
     /// repair and state transfer once it hears the primary.
     pub fn create_group(&mut self, spec: GroupSpec, state: Box<dyn StateMachine>) -> Result<(), ShardError> {
-        self.check_spec(&spec)?;
-        let group = spec.group;
-        let (config, now) = (std::sync::Arc::clone(&self.config), self.now);
-        let (_, mut cx, _) = self.parts();
-        let replica = Replica::create(spec, config, state, now, &mut cx);
-        self.insert(group, replica);
-        Ok(())
+        self.host_empty(spec, state, Replica::create)
     }
 
     /// H1: host a voter created without its data, which cannot tell
@@ -213,11 +210,22 @@ impl Shard {
     /// acknowledges anything (see `replica::recovery`). A learner's index
     /// makes a learner replica, as [`Shard::create_group`] does.
     pub fn join_group(&mut self, spec: GroupSpec, state: Box<dyn StateMachine>) -> Result<(), ShardError> {
+        self.host_empty(spec, state, Replica::join)
+    }
+
+    /// Host a replica `build` makes empty (`BuildEmpty`): [`Shard::create_group`] and
+    /// [`Shard::join_group`] differ only in that.
+    fn host_empty(
+        &mut self,
+        spec: GroupSpec,
+        state: Box<dyn StateMachine>,
+        build: BuildEmpty,
+    ) -> Result<(), ShardError> {
         self.check_spec(&spec)?;
         let group = spec.group;
         let (config, now) = (std::sync::Arc::clone(&self.config), self.now);
         let (_, mut cx, _) = self.parts();
-        let replica = Replica::join(spec, config, state, now, &mut cx);
+        let replica = build(spec, config, state, now, &mut cx);
         self.insert(group, replica);
         Ok(())
     }

@@ -166,12 +166,9 @@ impl Replica {
     /// of its next view (its own vote elects it).
     pub(crate) fn recover_alone(&mut self, now: u64, cx: &mut Context<'_>) {
         assert_eq!(self.spec.members.len(), 1, "{self:?}: only a lone voter decides alone");
-        cx.metrics.recoveries_founded += 1;
-        self.recovery = None;
-        self.lease_expiry = now;
+        self.start_as_new(now, cx);
         let fresh = self.view == View(0) && self.log_view == View(0) && self.log.op() == Op(0);
         if fresh && self.commit_min == Op(0) {
-            self.role = RoleState::Backup(super::Backup::new(now, self.config.timing.commit_heartbeat_timeout_ticks));
             self.start_view_zero(now, cx);
         } else {
             self.start_view_change(self.view.next(), now, cx);
@@ -227,10 +224,7 @@ impl Replica {
             if self.log.op() > Op(0) {
                 self.stage_truncate(Op(0), cx.out);
             }
-            cx.metrics.recoveries_founded += 1;
-            self.recovery = None;
-            self.lease_expiry = now;
-            self.role = RoleState::Backup(super::Backup::new(now, self.config.timing.commit_heartbeat_timeout_ticks));
+            self.start_as_new(now, cx);
             // The group may have moved past view 0 with no op (an election
             // among the others): it joins that view, never leads view 0
             // behind a primary of a later one (R24).
@@ -280,6 +274,15 @@ impl Replica {
     /// it decided, of its target view or a later one.
     pub(crate) fn recovery_takes_start_view(&self, view: View) -> bool {
         self.recovery.as_ref().is_none_or(|recovery| recovery.target.is_some_and(|target| view >= target))
+    }
+
+    /// Stop recovering to start the group as new: a follower with no lease
+    /// granted, whose next step the caller takes.
+    fn start_as_new(&mut self, now: u64, cx: &mut Context<'_>) {
+        cx.metrics.recoveries_founded += 1;
+        self.recovery = None;
+        self.lease_expiry = now;
+        self.role = RoleState::Backup(super::Backup::new(now, self.config.timing.commit_heartbeat_timeout_ticks));
     }
 
     /// The member took a primary's whole log at or past its target view:
