@@ -43,7 +43,8 @@ Runs seeds S..S+N of the deterministic simulator and checks every run.
                             log-selection-by-op, view-change-quorum-short, commit-quorum-short,
                             inherited-ops-not-first, stale-view-accepted, other-incarnation-accepted,
                             read-without-quorum, quorum-window-too-long, lease-ignored,
-                            lease-released-by-next-primary, recovery-ignored, step-gate-without-acks,
+                            lease-released-by-next-primary, recovery-ignored,
+                            recovery-votes-with-its-log, step-gate-without-acks,
                             pair-contact-without-match, quiet-follow-across-views,
                             evicted-client-admitted
   --forger F                T6: a forging peer joins the run: non-member, a node outside every group

@@ -107,6 +107,10 @@ pub struct StartFailure {
 
 /// One node.
 pub struct SimNode {
+    /// H5: its disk (or a shard's directory) was replaced while it held
+    /// data, and some replica of it has not yet durably taken its
+    /// primary's log back (the fault injector clears it).
+    pub lost_data: bool,
     /// Index and node id (`NodeId(index + 1)`).
     pub index: usize,
     /// The shards of the running process; empty while it is down.
@@ -220,6 +224,7 @@ impl SimNode {
             StorageKind::File => Vec::new(),
         };
         let mut node = SimNode {
+            lost_data: false,
             index,
             shards: Vec::new(),
             setup,

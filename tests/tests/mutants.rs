@@ -661,6 +661,66 @@ fn h1_rebuilt_empty_control_is_clean() {
     assert_control_clean(rebuilt_empty);
 }
 
+/// H1, two members without their data and one holder: the third member's
+/// disk goes while it is down; a write is then acknowledged by the primary
+/// and the holder; the primary's disk goes too, and both come back empty,
+/// while the holder, once they heard it, goes down. The two recovering
+/// members are too few holders to wait for a primary: they may only lend
+/// their votes to the holder's election. Voting with their own (empty)
+/// logs, they elect each other and put new writes at the acknowledged
+/// write's op, which the checkers see once the holder returns.
+fn two_without_data(seed: u64, mutant: Option<Mutant>) -> Vec<String> {
+    let mut sim = Sim::new(scenario_config(seed, mutant, 0));
+    let Some((primary, _)) = warmed_up(&mut sim) else { return found(&mut sim) };
+    let (holder, late) = ((primary + 1) % 3, (primary + 2) % 3);
+    steps(&mut sim, 20);
+    sim.crash_node(late, 100_000);
+    sim.nodes[late].wipe(None);
+    let mut value = 0;
+    let write = put(&mut sim, 0, &mut value, primary);
+    if !sim.run_until(200, |sim| answered(sim, write)) {
+        return settle(sim);
+    }
+    steps(&mut sim, 20);
+    sim.crash_node(primary, 5);
+    sim.nodes[primary].wipe(None);
+    sim.nodes[late].down_until = sim.now + 5;
+    // The holder stays until a recovering member stopped recovering (the
+    // mutant) or long enough to have heard everyone.
+    let recovered = |sim: &Sim| {
+        [primary, late]
+            .iter()
+            .any(|&node| sim.nodes[node].is_up() && sim.nodes[node].replicas().any(|replica| !replica.is_recovering()))
+    };
+    sim.run_until(60, recovered);
+    sim.crash_node(holder, 100_000);
+    for _ in 0..400u64 {
+        if sim.now.is_multiple_of(10) {
+            write_to_primary(&mut sim, &mut value, primary);
+        }
+        sim.step(false);
+    }
+    sim.heal();
+    for _ in 0..300u64 {
+        if sim.now.is_multiple_of(10) {
+            let to = sim.primary_of(G).unwrap_or(holder);
+            read(&mut sim, to);
+        }
+        sim.step(false);
+    }
+    found(&mut sim)
+}
+
+#[test]
+fn h1_recovery_votes_with_its_log_is_caught() {
+    assert_caught(Mutant::RecoveryVotesWithItsLog, two_without_data);
+}
+
+#[test]
+fn h1_two_without_data_control_is_clean() {
+    assert_control_clean(two_without_data);
+}
+
 /// The metadata scenario's default run of `seed` (M2: operations run
 /// under the swarm's faults; the step-gate checker judges every step).
 fn metadata_swarm(seed: u64, mutant: Option<Mutant>) -> Vec<String> {

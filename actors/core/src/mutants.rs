@@ -58,6 +58,11 @@ pub enum Mutant {
     /// holds nothing starts as a new member of view 0 (it votes, and member
     /// 0 leads) instead of recovering first.
     RecoveryIgnored,
+    /// H1, the ballot: a recovering member whose holders are too few to
+    /// elect alone stops recovering and votes with the log it holds (it
+    /// may lead, and two such members may elect each other) instead of
+    /// lending an empty vote to the holder with the best log.
+    RecoveryVotesWithItsLog,
     /// M2, the step gate: an operation's next step applies (and the
     /// metadata primary proposes it) without a majority of the previous
     /// step's group replicas having acked its epoch. The metadata holds no
@@ -77,7 +82,7 @@ pub enum Mutant {
 
 impl Mutant {
     /// Every mutant, in the order of the table in docs/simulator.md.
-    pub const ALL: [Mutant; 17] = [
+    pub const ALL: [Mutant; 18] = [
         Mutant::AckBeforeDurable,
         Mutant::ViewChangeBeforeDurable,
         Mutant::LogSelectionByOp,
@@ -91,6 +96,7 @@ impl Mutant {
         Mutant::LeaseIgnored,
         Mutant::LeaseReleasedByNextPrimary,
         Mutant::RecoveryIgnored,
+        Mutant::RecoveryVotesWithItsLog,
         Mutant::StepGateWithoutAcks,
         Mutant::PairContactWithoutMatch,
         Mutant::QuietFollowAcrossViews,
@@ -113,6 +119,7 @@ impl Mutant {
             Mutant::LeaseIgnored => "lease-ignored",
             Mutant::LeaseReleasedByNextPrimary => "lease-released-by-next-primary",
             Mutant::RecoveryIgnored => "recovery-ignored",
+            Mutant::RecoveryVotesWithItsLog => "recovery-votes-with-its-log",
             Mutant::StepGateWithoutAcks => "step-gate-without-acks",
             Mutant::PairContactWithoutMatch => "pair-contact-without-match",
             Mutant::QuietFollowAcrossViews => "quiet-follow-across-views",

@@ -286,23 +286,41 @@ impl Sim {
         if self.faults.wipe_per_mille > 0 && self.rng.chance(self.faults.wipe_per_mille) && self.may_wipe(index) {
             let shard = self.rng.chance(500).then(|| self.rng.below(self.nodes[index].shard_count() as u64) as usize);
             self.nodes[index].wipe(shard);
+            self.nodes[index].lost_data = true;
             self.wipes += 1;
         }
     }
 
-    /// H5: a node's data may go only while every other node runs and
-    /// holds all of its own: one member without its data at a time, which
-    /// a group must survive (two at once may take an acknowledged write
-    /// with them, as in any replication scheme that tolerates one).
-    fn may_wipe(&self, index: usize) -> bool {
+    /// H5: a node's data may go only while every other node runs, and
+    /// fewer than `min(Qr, Qv) − 1` other nodes are still without data
+    /// they held (their disk went and some replica of theirs has not yet
+    /// durably taken its primary's log back; a recovery that ended only in
+    /// memory starts again after a crash). Beyond that, losing a write is
+    /// allowed to any replication scheme: every node that acknowledged it
+    /// may be among them. Members that recover without ever having held
+    /// data (a new group's, a first flush lost) do not count: they are the
+    /// case the ballot of a recovering member exists for.
+    fn may_wipe(&mut self, index: usize) -> bool {
         // Not yet where the metadata places and moves replicas (metadata,
         // reconfigure): a wiped node there re-hosts what its agent learns,
         // which the simulator does not model yet (see docs/simulator.md).
-        self.config.scenario == super::Scenario::Default
-            && (0..self.nodes.len()).filter(|other| *other != index).all(|other| {
-                let node = &self.nodes[other];
-                node.is_up() && node.replicas().all(|replica| !replica.is_recovering())
-            })
+        if self.config.scenario != super::Scenario::Default {
+            return false;
+        }
+        let quorums = self.specs[0].quorums;
+        let tolerated = quorums.replication.min(quorums.view_change).saturating_sub(1);
+        let mut without_data = 0;
+        for other in (0..self.nodes.len()).filter(|other| *other != index) {
+            let node = &mut self.nodes[other];
+            if !node.is_up() {
+                return false;
+            }
+            if node.lost_data && node.replicas().all(|replica| !replica.recovering_durably()) {
+                node.lost_data = false;
+            }
+            without_data += usize::from(node.lost_data);
+        }
+        without_data < tolerated
     }
 
     pub(super) fn inject_faults(&mut self) {

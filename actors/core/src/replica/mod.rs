@@ -177,6 +177,10 @@ pub struct Replica {
     /// in this view"; it may leave only once this is the replica's log view,
     /// or a crash could take the view back after the primary counted it (V2).
     pub(crate) superblock_durable_log_view: Option<View>,
+    /// H1: whether the newest durable superblock says this member is
+    /// recovering (or none is durable yet for a member that joined without
+    /// its data): a crash now would leave it recovering.
+    pub(crate) superblock_durable_recovering: bool,
     /// R25: per member (voters, then learners), whether the last Commit
     /// batch to it went to a connected link.
     pub(crate) link_connected: Vec<bool>,
@@ -254,6 +258,7 @@ impl Replica {
             outpaced: false,
             superblock_durable_commit: Op(0),
             superblock_durable_log_view: None,
+            superblock_durable_recovering: false,
             link_connected: vec![true; spec.total()],
             quiet_members: 0,
             quiet_proposed: 0,
@@ -302,6 +307,8 @@ impl Replica {
             return replica;
         }
         replica.begin_recovery(now);
+        // Nothing of it is durable yet: a crash now leaves it joining again.
+        replica.superblock_durable_recovering = true;
         replica.stage_superblock(cx.out);
         replica.report_role(cx.out);
         assert!(replica.superblock_saved.as_ref().is_some_and(|sb| sb.recovering), "H1: recovering, durably");
@@ -406,6 +413,7 @@ impl Replica {
         // acknowledged anything here: it starts as before. The caller
         // joins one on a storage it just created: `Shard::join_group`.)
         let was_recovering = recovered.superblock.as_ref().is_some_and(|sb| sb.recovering);
+        replica.superblock_durable_recovering = was_recovering;
         if replica.spec.is_voter(replica.spec.me) && was_recovering {
             replica.begin_recovery(now);
             replica.apply_committed(cx.out);
@@ -711,6 +719,7 @@ impl Replica {
         {
             self.superblock_durable_commit = saved.commit;
             self.superblock_durable_log_view = Some(saved.log_view);
+            self.superblock_durable_recovering = saved.recovering;
         }
         let view_became_durable = self.superblock_durable_log_view != durable_log_view_before
             && self.superblock_durable_log_view == Some(self.log_view);

@@ -10,7 +10,8 @@
 //!
 //! So such a member starts *recovering*, durably (a flag in its
 //! superblock, so a crash in the middle does not end it). While recovering
-//! it sends no StartViewChange, DoViewChange, PrepareOk or CommitReply,
+//! it sends no StartViewChange, DoViewChange (but the empty vote it may
+//! lend, below), PrepareOk or CommitReply,
 //! starts no election, takes part in no quiescence, serves nothing, and
 //! takes no Prepare or Commit: it counts toward no quorum. Every repair
 //! timeout it asks every other voter for its state ([`RecoveryQuery`]),
@@ -36,19 +37,27 @@
 //!   committed, and every op this member acknowledged in that view. Only
 //!   then does it stop recovering, in the same flush as that log.
 //! - **Every other voter answered and at least one holds data**: the
-//!   same, from the holders. A member
-//!   that recovers never voted or acknowledged with the data it has now (its election messages and acknowledgements wait for
-//!   the superblock that ends its recovery), so every election quorum this
-//!   member joined had its other voters among the holders, unless more
-//!   members lost their data than the group tolerates. This is what lets
-//!   a group whose members all started empty go on when some of them lost
-//!   their first flush to a power cut after another had started it. When
-//!   the holders are fewer than `n − Qv + 1` and none of them is a normal
-//!   primary, they cannot elect one alone; the member then stops
-//!   recovering and joins an election with what it holds: an election
-//!   quorum with it has `Qv − 1` holders, and an op committed with its
-//!   acknowledgement has `Qr − 1` more among the holders, and there are at
-//!   most `n − Qv` holders, so the two sets meet (`Qr + Qv > n`, `Qv ≥ 2`).
+//!   same, from the holders. A member that recovers never voted or
+//!   acknowledged with the data it has now (its election messages and
+//!   acknowledgements wait for the superblock that ends its recovery), so
+//!   the holders are all the voters that can have been in an election
+//!   quorum with it. When the holders are fewer than `n − Qv + 1` and none
+//!   of them is a normal primary, they may be too few to elect one alone
+//!   (a new group whose founder restarted before the others took its log;
+//!   a member rebuilt while another had not yet recovered). The member
+//!   then *lends its vote*, still recovering: it moves, durably, to the
+//!   first view past every view answered whose primary is the holder with
+//!   the best log (highest log view, then op), and sends that primary a
+//!   DoViewChange holding nothing (log view 0, op 0), which never chooses
+//!   the log. That primary's own log is in its election; as long as one
+//!   member that acknowledged an op still holds its data (fewer than `Qr`
+//!   lost what they acknowledged), that log holds every op committed: the
+//!   best of the holders' logs does (a committed op is in every log of
+//!   its view from that op on and in every log of a later view). The
+//!   member takes that view's StartView like any other and so recovers.
+//!   Voting with its own log instead is what two recovering members must
+//!   not do: they could elect each other without the holder, and with it
+//!   the acknowledged write (mutant `RecoveryVotesWithItsLog`).
 //! - Otherwise it waits and asks again: with fewer than that many voters
 //!   holding data, the group stays unavailable rather than lose a write.
 //!
@@ -85,11 +94,21 @@ pub(crate) struct Recovery {
     pub next_query_tick: u64,
     /// Decided: the lowest view whose primary's log it takes.
     pub target: Option<View>,
+    /// The view it voted in while still recovering (see `cast_ballot`).
+    pub ballot: Option<View>,
 }
 
 impl Recovery {
     pub(crate) fn new(voters: usize) -> Recovery {
-        Recovery { nonce: 0, first_nonce: 0, rounds: 0, answers: vec![None; voters], next_query_tick: 0, target: None }
+        Recovery {
+            nonce: 0,
+            first_nonce: 0,
+            rounds: 0,
+            answers: vec![None; voters],
+            next_query_tick: 0,
+            target: None,
+            ballot: None,
+        }
     }
 }
 
@@ -122,6 +141,14 @@ impl Replica {
     /// H1: whether this member is recovering (see the module docs).
     pub fn is_recovering(&self) -> bool {
         self.recovery.is_some()
+    }
+
+    /// H1: whether a crash now would leave this member recovering: it is
+    /// recovering, or the superblock that ended its recovery is not durable
+    /// yet. (The simulator replaces a disk only while no other member is
+    /// recovering in this sense: one member without its data at a time.)
+    pub fn recovering_durably(&self) -> bool {
+        self.recovery.is_some() || self.superblock_durable_recovering
     }
 
     /// Start recovering: no lease granted, no follower's timeout; the first
@@ -157,6 +184,7 @@ impl Replica {
                 out.send(node, Message::RecoveryQuery(query));
             }
         }
+        self.send_ballot(out);
         assert!(self.recovery.as_ref().is_some_and(|r| r.next_query_tick > now), "the next round waits a timeout");
     }
 
@@ -260,14 +288,80 @@ impl Replica {
         recovery.target = Some(target);
         if holders.len() < needed && !primary_known {
             // The holders alone are too few to elect a primary whose log it
-            // could take, and the others recover: it votes with what it
-            // holds. Safe here: every op committed with
-            // its acknowledgement was acknowledged by holders too, and any
-            // election quorum with it meets them (see the module docs).
-            self.end_recovery(cx);
-            let view = if target > self.view { target } else { self.view.next() };
-            self.start_view_change(view, now, cx);
+            // could take, and the others recover: it lends its vote to the
+            // holder with the best log (see the module docs).
+            if self.config.mutated(crate::mutants::Mutant::RecoveryVotesWithItsLog) {
+                self.end_recovery(cx);
+                let view = if target > self.view { target } else { self.view.next() };
+                return self.start_view_change(view, now, cx);
+            }
+            self.cast_ballot(&holders, highest, cx.out);
         }
+    }
+
+    /// H1: vote, still recovering, for the view led by the holder with the
+    /// best log among the answers: the first view past every view answered
+    /// (and its own) whose primary that holder is. The view is made durable
+    /// (the superblock, still recovering, goes before the vote), and the
+    /// vote is a DoViewChange holding nothing (log view 0, op 0), so it
+    /// never chooses the log: the holder's own log is in its election, and
+    /// it holds every op committed (see the module docs). The vote is sent
+    /// again every round until a StartView of that view or a later one
+    /// arrives; a new best holder, or one already past the view, gets a
+    /// vote for a later view.
+    fn cast_ballot(&mut self, holders: &[RecoveryAnswer], highest: View, out: &mut Effects) {
+        let best =
+            holders.iter().max_by_key(|answer| (answer.log_view, answer.op, std::cmp::Reverse(answer.replica.0)));
+        let Some(best) = best.map(|answer| answer.replica) else { return };
+        let current = self.recovery.as_ref().and_then(|recovery| recovery.ballot);
+        let view = match current {
+            Some(view) if self.primary_index_of(view) == best && view >= highest => view,
+            _ => {
+                let mut view = self.view.max(highest).next();
+                while self.primary_index_of(view) != best {
+                    view = view.next();
+                }
+                view
+            }
+        };
+        if current == Some(view) {
+            return;
+        }
+        assert!(view > self.view, "{self:?}: a ballot moves to a later view");
+        self.view = view;
+        self.svc_view_seen = self.svc_view_seen.max(view);
+        if let Some(recovery) = self.recovery.as_mut() {
+            recovery.ballot = Some(view);
+            recovery.target = Some(recovery.target.map_or(view, |target| target.max(view)));
+        }
+        self.stage_superblock(out);
+        self.send_ballot(out);
+        assert!(self.is_recovering() && !self.is_primary(), "{self:?}: a ballot leaves it recovering");
+    }
+
+    /// The ballot of [`Replica::cast_ballot`]: a StartViewChange to every
+    /// other voter (the holders join the view) and the empty DoViewChange
+    /// to the view's primary, once the view is durable.
+    fn send_ballot(&self, out: &mut Effects) {
+        let Some(view) = self.recovery.as_ref().and_then(|recovery| recovery.ballot) else { return };
+        let (group, incarnation, me) = (self.spec.group, self.spec.incarnation, self.spec.me);
+        let svc = cohort_messages::StartViewChange { group, incarnation, view, replica: me };
+        for member in self.others() {
+            if self.spec.is_voter(member) {
+                self.send_view_change(self.node_of(member), Message::StartViewChange(svc), out);
+            }
+        }
+        let dvc = cohort_messages::DoViewChange {
+            group,
+            incarnation,
+            view,
+            log_view: View(0),
+            op: Op(0),
+            commit: Op(0),
+            replica: me,
+            log: Vec::new(),
+        };
+        self.send_view_change(self.node_of(self.primary_index_of(view)), Message::DoViewChange(dvc), out);
     }
 
     /// Whether a recovering member may take `view`'s StartView: only once
