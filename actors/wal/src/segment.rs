@@ -38,11 +38,11 @@ use cohort_core::storage::{StorageError, Superblock};
 use cohort_messages::{GroupId, LogEntry, Op, View};
 
 use super::disk::{Disk, FileSystem, OpenMode, SyncOf, io_error};
-use super::snapshot::TMP_SUFFIX;
 use super::format::{
     RECORD_HEADER_SIZE_BYTES, RecordHeader, RecordKind, SEGMENT_HEADER_SIZE_BYTES, SegmentHeader, encode_record,
     encode_segment_header, entry_record, entry_record_size_bytes, superblock_payload_size_bytes, superblock_record,
 };
+use super::snapshot::TMP_SUFFIX;
 
 /// The file name of the segment whose first record has `base_lsn`.
 pub(crate) fn segment_file_name(base_lsn: u64) -> String {
