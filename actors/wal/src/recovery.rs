@@ -18,9 +18,24 @@
 //!    durable and has been damaged since. Corruption stops recovery with
 //!    [`StorageError::Corrupt`] naming the file and offset; a torn tail is
 //!    cut off.
-//! 5. Every superblock and snapshot records the log position it was written
-//!    after; if the log now ends before that position, records that were
-//!    acknowledged are missing: corruption.
+//! 5. H2: records lost after they were synced are told from a torn tail.
+//!    Every superblock and snapshot records the log position it was written
+//!    after; if the log now ends before it, acknowledged records are
+//!    missing. And with preallocation on, a segment is created at its whole
+//!    size, recorded in its header, and named only once that is durable
+//!    (`segment.rs`); a newest segment never shrinks afterwards (a torn tail
+//!    is overwritten with zeros), so one shorter than its created size was
+//!    cut, and unless a record header's worth of zeros still follows its
+//!    last record, synced records may have gone with the cut. A crash
+//!    cannot do that; only damage can. Either way the shard neither refuses
+//!    to start (the data left is sound) nor starts silently: every group's
+//!    superblock is marked recovering and made durable *before* the log is
+//!    cut at the last good record, so its replicas take their primaries'
+//!    logs before they vote or acknowledge again (H1's path), and the loss
+//!    is reported ([`RecoveryReport::lost`], naming the file and offset).
+//!    Damage inside the log (a closed segment, a later flush's record after
+//!    a bad one) stays a refusal: it may be a bad read, and what follows it
+//!    may be there. docs/storage.md lists what is not detectable.
 //! 6. Finish removals a crash interrupted (a superblock or snapshot older
 //!    than its group's last RemoveGroup record), sync what was read (after a
 //!    process crash it may still be only in the page cache), and remove the
