@@ -710,7 +710,8 @@ fn gauge_value(count: u64) -> i64 {
 ///   request and each error answer: [`NodeMetrics::inc_client_request`],
 ///   [`NodeMetrics::inc_client_error`];
 /// - each storage worker, after a batch of jobs: [`NodeMetrics::add_syncs`]
-///   and [`NodeMetrics::set_wal_size_bytes`];
+///   and [`NodeMetrics::set_wal_size_bytes`]; after its recovery:
+///   [`NodeMetrics::add_wal_losses`];
 /// - the node, once started: [`NodeMetrics::watch_node`], after which each
 ///   scrape also reads the process, the disk and the metadata copy
 ///   (`scraped.rs`).
@@ -735,6 +736,7 @@ pub struct NodeMetrics {
     client_errors: Family<ClientKindLabels, Counter>,
     client_redirects: Counter,
     wal_size: Family<ShardLabels, Gauge>,
+    wal_losses: Family<ShardLabels, Counter>,
     node_sources: Arc<OnceLock<NodeSources>>,
     flushes: Counter,
     view_change_messages_sent: Counter,
@@ -915,6 +917,13 @@ impl NodeMetrics {
             Unit::Bytes,
             wal_size.clone(),
         );
+        let wal_losses = Family::<ShardLabels, Counter>::default();
+        registry.register(
+            "wal_losses",
+            "Recoveries of the shard's write-ahead log that found records missing after they had been synced \
+             (H2): every group of the shard then recovers from its peers",
+            wal_losses.clone(),
+        );
         let build_info = Family::<BuildLabels, Gauge>::default();
         registry.register(
             "build_info",
@@ -988,6 +997,7 @@ impl NodeMetrics {
             client_errors,
             client_redirects,
             wal_size,
+            wal_losses,
             node_sources,
             flushes,
             view_change_messages_sent,
@@ -1244,6 +1254,17 @@ impl NodeMetrics {
     /// Set the bytes shard `shard`'s write-ahead log takes on disk now.
     pub fn set_wal_size_bytes(&self, shard: usize, bytes: u64) {
         self.wal_size.get_or_create(&ShardLabels { shard }).set(gauge_value(bytes));
+    }
+
+    /// H2: shard `shard`'s recovery found synced records lost `count`
+    /// times (0 or 1; called after every recovery, so the series exists).
+    pub fn add_wal_losses(&self, shard: usize, count: u64) {
+        self.wal_losses.get_or_create(&ShardLabels { shard }).inc_by(count);
+    }
+
+    /// How many recoveries of shard `shard` found synced records lost.
+    pub fn wal_losses(&self, shard: usize) -> u64 {
+        self.wal_losses.get_or_create(&ShardLabels { shard }).get()
     }
 
     /// The bytes shard `shard`'s write-ahead log took on disk at its last publish.

@@ -20,7 +20,7 @@ use cohort_core::driver::{SnapshotSteps, StorageJob, run_jobs};
 use cohort_core::storage::{Recovered, Storage, StorageError};
 use cohort_messages::GroupId;
 
-use cohort_wal::{FileStorage, FileStorageConfig, FileStorageStats};
+use cohort_wal::{FileStorage, FileStorageConfig, FileStorageStats, LostRecords};
 
 use crate::metrics::{NodeMetrics, SyncKind};
 
@@ -121,6 +121,11 @@ impl StorageWorker {
                 match storage.recover() {
                     Ok(recovered) => {
                         log_recovered(&name, &dir, &recovered, began.elapsed());
+                        let lost = storage.recovery_report().and_then(|report| report.lost.as_ref());
+                        if let Some(lost) = lost {
+                            log_lost(&name, lost);
+                        }
+                        metrics.add_wal_losses(shard, u64::from(lost.is_some()));
                         let _ = ready_tx.send(Ok(recovered));
                     }
                     Err(error) => {
@@ -176,6 +181,18 @@ fn log_recovered(name: &str, dir: &std::path::Path, recovered: &Recovered, took:
         "storage recovered in {took_ms} ms: {groups} groups, {log_entries} log entries, {snapshots} snapshots, \
          {bytes_on_disk} bytes on disk in {}",
         dir.display()
+    );
+}
+
+/// H2: say, at error level, which file lost synced records, and what the
+/// node does about it.
+fn log_lost(name: &str, lost: &LostRecords) {
+    tracing::error!(
+        storage = %name,
+        path = %lost.path,
+        offset = lost.offset,
+        "{lost}; the log was cut there and every group of this shard recovers from its peers before it votes or \
+         acknowledges again (docs/storage.md, \"Lost synced records\")"
     );
 }
 

@@ -30,7 +30,17 @@ impl ShardActor {
         for hosted in groups {
             let group = hosted.spec.group;
             let kind = hosted.kind.clone();
-            match self.host(hosted.clone(), recovered.groups.remove(&group)) {
+            let mut data = recovered.groups.remove(&group);
+            if recovered.lost_synced_records && data.as_ref().is_some_and(|data| data.superblock.is_none()) {
+                // H2: its superblock may be among the lost records; with
+                // none to mark recovering, it starts empty and recovers
+                // (`storage_formatted` is set), its leftovers removed.
+                if !self.storage.remove_group(group) {
+                    return Err(format!("shard {}: the storage worker stopped", self.index));
+                }
+                data = None;
+            }
+            match self.host(hosted.clone(), data) {
                 Ok(()) => self.built.push((group, kind)),
                 Err(error @ ShardError::EarlierLife { .. }) => {
                     // H3: left from a replica hosted before this one was

@@ -120,19 +120,31 @@ impl DecodedRecord<'_> {
     }
 }
 
-/// The segment header for a segment whose first record has `base_lsn`.
-pub fn encode_segment_header(base_lsn: u64) -> [u8; SEGMENT_HEADER_SIZE_BYTES] {
-    let mut header = [0u8; SEGMENT_HEADER_SIZE_BYTES];
-    header[4..12].copy_from_slice(&SEGMENT_MAGIC);
-    header[12..14].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
-    header[16..24].copy_from_slice(&base_lsn.to_le_bytes());
-    let checksum = crc32c::crc32c(&header[4..]);
-    header[0..4].copy_from_slice(&checksum.to_le_bytes());
-    header
+/// What a segment header says.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct SegmentHeader {
+    /// The LSN of the segment's first record.
+    pub base_lsn: u64,
+    /// H2: the file's length as created, durable before the segment got
+    /// its name (so never shorter unless the file was cut); 0 when not
+    /// known (preallocation off, or a segment written before this field).
+    pub created_size_bytes: u64,
 }
 
-/// Decode a segment header; returns its base LSN.
-pub fn decode_segment_header(file: &[u8]) -> Result<u64, &'static str> {
+/// The segment header of `header`.
+pub fn encode_segment_header(header: SegmentHeader) -> [u8; SEGMENT_HEADER_SIZE_BYTES] {
+    let mut raw = [0u8; SEGMENT_HEADER_SIZE_BYTES];
+    raw[4..12].copy_from_slice(&SEGMENT_MAGIC);
+    raw[12..14].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+    raw[16..24].copy_from_slice(&header.base_lsn.to_le_bytes());
+    raw[24..32].copy_from_slice(&header.created_size_bytes.to_le_bytes());
+    let checksum = crc32c::crc32c(&raw[4..]);
+    raw[0..4].copy_from_slice(&checksum.to_le_bytes());
+    raw
+}
+
+/// Decode a segment header.
+pub fn decode_segment_header(file: &[u8]) -> Result<SegmentHeader, &'static str> {
     let header: &[u8; SEGMENT_HEADER_SIZE_BYTES] = file
         .get(..SEGMENT_HEADER_SIZE_BYTES)
         .and_then(|bytes| bytes.try_into().ok())
@@ -146,10 +158,14 @@ pub fn decode_segment_header(file: &[u8]) -> Result<u64, &'static str> {
     if u16_at(header, 12) != FORMAT_VERSION {
         return Err("unknown segment format version");
     }
-    if header[14..16] != [0, 0] || header[24..32] != [0; 8] {
+    if header[14..16] != [0, 0] {
         return Err("reserved segment header bytes are not zero");
     }
-    Ok(u64_at(header, 16))
+    let created_size_bytes = u64_at(header, 24);
+    if created_size_bytes != 0 && created_size_bytes < SEGMENT_HEADER_SIZE_BYTES as u64 {
+        return Err("segment created shorter than its header");
+    }
+    Ok(SegmentHeader { base_lsn: u64_at(header, 16), created_size_bytes })
 }
 
 /// Append one record to `buf`: the header, then `payload_parts` in order.
@@ -416,8 +432,9 @@ mod tests {
 
     #[test]
     fn segment_header_roundtrips_and_rejects_damage() {
-        let header = encode_segment_header(12345);
-        assert_eq!(decode_segment_header(&header), Ok(12345));
+        let fields = SegmentHeader { base_lsn: 12345, created_size_bytes: 4096 };
+        let header = encode_segment_header(fields);
+        assert_eq!(decode_segment_header(&header), Ok(fields));
         let mut damaged = header;
         damaged[20] ^= 4;
         assert!(decode_segment_header(&damaged).is_err());

@@ -38,6 +38,6 @@ pub use config::{
 };
 pub use disk::{FileStorageStats, FileSystem, InjectedFault, OpenMode, OsFileSystem};
 pub use file::FileStorage;
-pub use recovery::RecoveryReport;
+pub use recovery::{LostRecords, RecoveryReport};
 pub use snapshot::SNAPSHOT_HEADER_SIZE_BYTES;
 pub use superblock::{SUPERBLOCK_COPY_SIZE_BYTES, SUPERBLOCK_FILE_NAME};

@@ -18,9 +18,24 @@
 //!    durable and has been damaged since. Corruption stops recovery with
 //!    [`StorageError::Corrupt`] naming the file and offset; a torn tail is
 //!    cut off.
-//! 5. Every superblock and snapshot records the log position it was written
-//!    after; if the log now ends before that position, records that were
-//!    acknowledged are missing: corruption.
+//! 5. H2: records lost after they were synced are told from a torn tail.
+//!    Every superblock and snapshot records the log position it was written
+//!    after; if the log now ends before it, acknowledged records are
+//!    missing. And with preallocation on, a segment is created at its whole
+//!    size, recorded in its header, and named only once that is durable
+//!    (`segment.rs`); a newest segment never shrinks afterwards (a torn tail
+//!    is overwritten with zeros), so one shorter than its created size was
+//!    cut, and unless a record header's worth of zeros still follows its
+//!    last record, synced records may have gone with the cut. A crash
+//!    cannot do that; only damage can. Either way the shard neither refuses
+//!    to start (the data left is sound) nor starts silently: every group's
+//!    superblock is marked recovering and made durable *before* the log is
+//!    cut at the last good record, so its replicas take their primaries'
+//!    logs before they vote or acknowledge again (H1's path), and the loss
+//!    is reported ([`RecoveryReport::lost`], naming the file and offset).
+//!    Damage inside the log (a closed segment, a later flush's record after
+//!    a bad one) stays a refusal: it may be a bad read, and what follows it
+//!    may be there. docs/storage.md lists what is not detectable.
 //! 6. Finish removals a crash interrupted (a superblock or snapshot older
 //!    than its group's last RemoveGroup record), sync what was read (after a
 //!    process crash it may still be only in the page cache), and remove the
@@ -74,6 +89,32 @@ pub struct RecoveryReport {
     pub segments_removed: usize,
     /// H1: the directory held no storage: this recovery created it.
     pub formatted: bool,
+    /// H2: records that had been synced are missing (see the module
+    /// docs); every group was marked recovering before the log was cut.
+    pub lost: Option<LostRecords>,
+}
+
+/// H2: where synced records were found missing, and why recovery knows.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LostRecords {
+    /// The segment (or the directory, if no segment is left).
+    pub path: String,
+    /// The offset the log now ends at: everything after it is gone.
+    pub offset: u64,
+    /// The LSN the log now ends before.
+    pub next_lsn: u64,
+    /// How recovery knows the records had been synced.
+    pub reason: String,
+}
+
+impl std::fmt::Display for LostRecords {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "synced log records lost in {} after offset {} (the log now ends before LSN {}): {}",
+            self.path, self.offset, self.next_lsn, self.reason
+        )
+    }
 }
 
 /// Everything the file storage needs after recovery.
@@ -101,6 +142,8 @@ struct Scanned {
     /// The file's length: past the valid part, zeros (K3, preallocated)
     /// or a torn tail that recovery cuts off.
     file_len_bytes: u64,
+    /// H2: the length it was created with (0: not known).
+    created_size_bytes: u64,
     summary: SegmentSummary,
 }
 
@@ -114,6 +157,9 @@ enum Tail {
     },
     /// The last segment has no valid header and no records: delete it.
     TornCreation(PathBuf),
+    /// H2: the last segment was cut below its header, though segments are
+    /// named only once their header is durable: delete it, and report.
+    Headless(PathBuf),
 }
 
 /// The replayed log.
@@ -157,14 +203,16 @@ pub(crate) fn run<F: FileSystem>(
     report.records_replayed = replay.records;
     report.preallocated_tail_bytes = replay.zeros_bytes;
     let torn_base = match &tail {
-        Tail::TornCreation(path) => path.file_name().and_then(|name| name.to_str()).and_then(parse_segment_file_name),
+        Tail::TornCreation(path) | Tail::Headless(path) => {
+            path.file_name().and_then(|name| name.to_str()).and_then(parse_segment_file_name)
+        }
         _ => None,
     };
     let next_lsn = replay.next_lsn.or(torn_base).unwrap_or(1);
-    check_log_reaches(dir, &replay, &tail, next_lsn, &loaded_superblocks, &snapshots)?;
+    let lost = lost_by_cut(&replay, &tail, next_lsn)
+        .or_else(|| lost_before_checkpoint(dir, &replay, &tail, next_lsn, &loaded_superblocks, &snapshots));
     let log_only_groups = replay.superblocks.keys().filter(|group| !loaded_superblocks.contains_key(group)).count();
     superblocks.check_unreadable(log_only_groups)?;
-    repair_tail(dir, &mut replay, tail, disk, &mut report)?;
     finish_removals(
         dir,
         &replay,
@@ -175,9 +223,17 @@ pub(crate) fn run<F: FileSystem>(
         disk,
         &mut report,
     )?;
-    let logged = newer_in_log(&mut replay, &mut loaded_superblocks);
+    let mut logged = newer_in_log(&mut replay, &mut loaded_superblocks);
+    if lost.is_some() {
+        // H2: every group recovers, durably, before the log is cut.
+        mark_recovering(dir, &mut loaded_superblocks, &mut snapshots, &mut superblocks, next_lsn, disk)?;
+        logged.clear();
+    }
+    repair_tail(dir, &mut replay, tail, disk, &mut report)?;
     let mut recovered = assemble(&mut replay, &loaded_superblocks, &snapshots);
     recovered.formatted = formatted;
+    recovered.lost_synced_records = lost.is_some();
+    report.lost = lost;
     let cursors = AppendCursor::all_recovered(&recovered).into_iter().collect();
     let snapshot_ops: HashMap<GroupId, Op> =
         snapshots.iter().map(|(group, loaded)| (*group, loaded.snapshot.op)).collect();
@@ -235,16 +291,23 @@ impl Replay {
                 return Err(corrupt(path, 0, format!("segment of {length} bytes exceeds SEGMENT_SIZE_LIMIT_BYTES")));
             }
             let bytes = disk.read(path, "reading a segment")?;
-            match decode_segment_header(&bytes) {
-                Ok(found) if found == *base_lsn => {}
-                Ok(found) => {
+            // A segment of this version with preallocation on is named
+            // only once its header is durable: one this short was cut (H2).
+            let named_when_whole = self.segments.last().is_some_and(|segment| segment.created_size_bytes > 0);
+            let header = match decode_segment_header(&bytes) {
+                Ok(header) if header.base_lsn == *base_lsn => header,
+                Ok(header) => {
+                    let found = header.base_lsn;
                     return Err(corrupt(path, 0, format!("segment header says base LSN {found}, the name {base_lsn}")));
                 }
-                Err(_) if is_last && bytes.len() <= SEGMENT_HEADER_SIZE_BYTES => {
+                Err(_) if is_last && bytes.len() <= SEGMENT_HEADER_SIZE_BYTES && !named_when_whole => {
                     return Ok(Tail::TornCreation(path.clone()));
                 }
+                Err(_) if is_last && bytes.len() <= SEGMENT_HEADER_SIZE_BYTES => {
+                    return Ok(Tail::Headless(path.clone()));
+                }
                 Err(reason) => return Err(corrupt(path, 0, reason.to_string())),
-            }
+            };
             let expected = *self.next_lsn.get_or_insert(*base_lsn);
             if expected != *base_lsn {
                 let reason =
@@ -255,6 +318,7 @@ impl Replay {
                 path: path.clone(),
                 valid_len_bytes: 0,
                 file_len_bytes: bytes.len() as u64,
+                created_size_bytes: header.created_size_bytes,
                 summary: SegmentSummary::default(),
             });
             if let Some(tail) = self.scan_records(&bytes, path, is_last)? {
@@ -373,21 +437,50 @@ fn later_flush_record(bytes: &[u8], from: usize, lsn: u64) -> Option<usize> {
     })
 }
 
-/// Check that the log reaches every position a superblock or snapshot was
-/// written after (they are written only after the log was synced).
-fn check_log_reaches(
+/// H2: the newest segment was cut, if it is shorter than it was created
+/// (a segment keeps its created length: see `segment.rs`) and the cut
+/// may have taken records: unless at least a record header's worth of
+/// zeros (a record's checksum and batch LSN are never zero) still follows
+/// the last record, in which case the cut took only zeros.
+fn lost_by_cut(replay: &Replay, tail: &Tail, next_lsn: u64) -> Option<LostRecords> {
+    if let Tail::Headless(path) = tail {
+        let reason = "the newest segment is shorter than its header, though a segment is named only once its \
+                      header is durable: it was cut"
+            .to_string();
+        return Some(LostRecords { path: path.display().to_string(), offset: 0, next_lsn, reason });
+    }
+    let last = replay.segments.last()?;
+    if last.created_size_bytes == 0 || last.file_len_bytes >= last.created_size_bytes {
+        return None;
+    }
+    let zeros_after_bytes = last.file_len_bytes - last.valid_len_bytes;
+    if matches!(tail, Tail::Clean) && zeros_after_bytes >= RECORD_HEADER_SIZE_BYTES as u64 {
+        return None;
+    }
+    let reason = format!(
+        "the newest segment is {} bytes long but was created {} bytes long (durably, before it got its name): \
+         it was cut, and records synced after offset {} may be gone",
+        last.file_len_bytes, last.created_size_bytes, last.valid_len_bytes
+    );
+    Some(LostRecords { path: last.path.display().to_string(), offset: last.valid_len_bytes, next_lsn, reason })
+}
+
+/// H2: the log ends before a position a superblock or snapshot was written
+/// after (they are written only after the log was synced): acknowledged
+/// records are missing.
+fn lost_before_checkpoint(
     dir: &Path,
     replay: &Replay,
     tail: &Tail,
     next_lsn: u64,
     superblocks: &HashMap<GroupId, LoadedSuperblock>,
     snapshots: &HashMap<GroupId, LoadedSnapshot>,
-) -> Result<(), StorageError> {
+) -> Option<LostRecords> {
     let newest_superblock = superblocks.iter().map(|(group, loaded)| (loaded.log_lsn, *group, "superblock")).max();
     let newest_snapshot = snapshots.iter().map(|(group, loaded)| (loaded.log_lsn, *group, "snapshot")).max();
-    let Some((log_lsn, group, what)) = newest_superblock.max(newest_snapshot) else { return Ok(()) };
+    let (log_lsn, group, what) = newest_superblock.max(newest_snapshot)?;
     if log_lsn <= next_lsn {
-        return Ok(());
+        return None;
     }
     let (path, offset) = match (replay.segments.last(), tail) {
         (Some(segment), Tail::Cut { offset, .. }) => (segment.path.clone(), *offset),
@@ -395,14 +488,52 @@ fn check_log_reaches(
         (None, _) => (dir.to_path_buf(), 0),
     };
     let reason = format!(
-        "the log ends before LSN {next_lsn}, but the {what} of {group} was written after LSN {} was durable: \
-         acknowledged log records are missing",
+        "the {what} of {group} was written after LSN {} was durable: acknowledged log records are missing",
         log_lsn - 1
     );
-    Err(corrupt(&path, offset, reason))
+    Some(LostRecords { path: path.display().to_string(), offset, next_lsn, reason })
+}
+
+/// H2: mark every group's superblock recovering and make it durable (one
+/// write and sync of the superblock file), so that no replica of the
+/// shard votes or acknowledges until it took its primary's log: whatever
+/// it acknowledged may be among the lost records. Snapshots written after
+/// the lost records are rewritten as written at `next_lsn`, where the log
+/// now goes on, so that positions keep meaning "written after".
+fn mark_recovering<F: FileSystem>(
+    dir: &Path,
+    loaded: &mut HashMap<GroupId, LoadedSuperblock>,
+    snapshots: &mut HashMap<GroupId, LoadedSnapshot>,
+    superblocks: &mut SuperblockFile<F>,
+    next_lsn: u64,
+    disk: &mut Disk<F>,
+) -> Result<(), StorageError> {
+    let mut marked = BTreeMap::new();
+    for (group, copy) in loaded.iter_mut() {
+        copy.superblock.recovering = true;
+        copy.log_lsn = next_lsn;
+        marked.insert(*group, copy.superblock.clone());
+    }
+    superblocks.write(&marked, next_lsn, disk)?;
+    let mut rewritten = false;
+    for (group, copy) in snapshots.iter_mut().filter(|(_, copy)| copy.log_lsn > next_lsn) {
+        snapshot::write_file(dir, *group, &copy.snapshot, next_lsn, disk)?;
+        copy.log_lsn = next_lsn;
+        rewritten = true;
+    }
+    if rewritten {
+        disk.sync_dir(dir)?;
+    }
+    assert!(loaded.values().all(|copy| copy.superblock.recovering), "H2: every group recovers");
+    Ok(())
 }
 
 /// Cut a torn tail off, or delete a segment whose creation was interrupted.
+/// A segment that keeps its created length (H2) keeps it: its torn tail is
+/// overwritten with zeros (synced with the rest at the end of recovery;
+/// should that be lost, the tail is found torn again), and a cut one gets
+/// its length back (after `mark_recovering`, so that a crash in between
+/// still finds the loss recorded).
 fn repair_tail<F: FileSystem>(
     dir: &Path,
     replay: &mut Replay,
@@ -411,27 +542,69 @@ fn repair_tail<F: FileSystem>(
     report: &mut RecoveryReport,
 ) -> Result<(), StorageError> {
     match tail {
-        Tail::Clean => Ok(()),
+        Tail::Clean => restore_created_size(replay, disk),
         Tail::Cut { offset, file_len_bytes } => {
-            let Some(segment) = replay.segments.last() else { return Ok(()) };
+            let Some(segment) = replay.segments.last_mut() else { return Ok(()) };
             let file = disk
                 .fs
                 .open(&segment.path, OpenMode::Existing)
                 .map_err(|error| io_error("opening a segment to cut its torn tail", &segment.path, &error))?;
-            disk.set_len(&file, &segment.path, offset, "cutting a torn tail")?;
-            if let Some(segment) = replay.segments.last_mut() {
+            let created = segment.created_size_bytes;
+            if created > offset {
+                write_zeros(disk, &file, &segment.path, offset, file_len_bytes.min(created))?;
+                if file_len_bytes > created {
+                    disk.set_len(&file, &segment.path, created, "cutting a torn tail")?;
+                }
+                segment.file_len_bytes = file_len_bytes.min(created);
+            } else {
+                disk.set_len(&file, &segment.path, offset, "cutting a torn tail")?;
                 segment.file_len_bytes = offset;
             }
             report.torn_tail_bytes = file_len_bytes - offset;
             report.torn_tail_offset = Some(offset);
-            Ok(())
+            restore_created_size(replay, disk)
         }
-        Tail::TornCreation(path) => {
+        Tail::TornCreation(path) | Tail::Headless(path) => {
             disk.fs.remove_file(&path).map_err(|error| io_error("removing a torn segment", &path, &error))?;
             report.torn_segment_removed = true;
             disk.sync_dir(dir)
         }
     }
+}
+
+/// Write zeros over `from..to` of `file`, 64 KiB at a time.
+fn write_zeros<F: FileSystem>(
+    disk: &mut Disk<F>,
+    file: &F::File,
+    path: &Path,
+    from: u64,
+    to: u64,
+) -> Result<(), StorageError> {
+    let zeros = vec![0u8; (to.saturating_sub(from)).min(64 * 1024) as usize];
+    let mut at = from;
+    while at < to {
+        let piece = (to - at).min(zeros.len() as u64) as usize;
+        disk.write_at(file, path, &zeros[..piece], at, "zeroing a torn tail")?;
+        at += piece as u64;
+    }
+    Ok(())
+}
+
+/// H2: a newest segment shorter than it was created (cut, or its torn
+/// tail just cut off) gets its created length back, zeros past its
+/// records, so that only a new cut shows next time.
+fn restore_created_size<F: FileSystem>(replay: &mut Replay, disk: &mut Disk<F>) -> Result<(), StorageError> {
+    let Some(segment) = replay.segments.last_mut() else { return Ok(()) };
+    if segment.file_len_bytes >= segment.created_size_bytes {
+        return Ok(());
+    }
+    let file = disk
+        .fs
+        .open(&segment.path, OpenMode::Existing)
+        .map_err(|error| io_error("opening a cut segment", &segment.path, &error))?;
+    disk.set_len(&file, &segment.path, segment.created_size_bytes, "sizing a log segment")?;
+    segment.file_len_bytes = segment.created_size_bytes;
+    Ok(())
 }
 
 /// Complete removals a crash interrupted: a superblock or snapshot written
@@ -499,7 +672,7 @@ fn assemble(
             .map(|recovered| (group, recovered))
         })
         .collect();
-    Recovered { groups, formatted: false }
+    Recovered { groups, ..Recovered::default() }
 }
 
 /// Open the log for writing: the last surviving segment is the active one.
@@ -517,8 +690,15 @@ fn open_wal<F: FileSystem>(
     };
     let active = match segments.pop() {
         Some(last) => {
-            let allocated = last.file_len_bytes.min(config.segment_size_max_bytes).max(last.valid_len_bytes);
-            Some(ActiveSegment::reopen(last.path, last.valid_len_bytes, allocated, last.summary, disk)?)
+            // K3: the zeros written ahead of the records. In a segment
+            // created at its full length (H2) the rest may be a hole: none
+            // are known, and the next flush writes them again.
+            let allocated = match last.created_size_bytes {
+                0 => last.file_len_bytes.min(config.segment_size_max_bytes).max(last.valid_len_bytes),
+                _ => last.valid_len_bytes,
+            };
+            let created = last.created_size_bytes;
+            Some(ActiveSegment::reopen(last.path, last.valid_len_bytes, allocated, created, last.summary, disk)?)
         }
         None => None,
     };

@@ -37,11 +37,12 @@ use std::path::{Path, PathBuf};
 use cohort_core::storage::{StorageError, Superblock};
 use cohort_messages::{GroupId, LogEntry, Op, View};
 
-use super::disk::{Disk, FileSystem, OpenMode, SyncOf};
+use super::disk::{Disk, FileSystem, OpenMode, SyncOf, io_error};
 use super::format::{
-    RECORD_HEADER_SIZE_BYTES, RecordHeader, RecordKind, SEGMENT_HEADER_SIZE_BYTES, encode_record,
+    RECORD_HEADER_SIZE_BYTES, RecordHeader, RecordKind, SEGMENT_HEADER_SIZE_BYTES, SegmentHeader, encode_record,
     encode_segment_header, entry_record, entry_record_size_bytes, superblock_payload_size_bytes, superblock_record,
 };
+use super::snapshot::TMP_SUFFIX;
 
 /// The file name of the segment whose first record has `base_lsn`.
 pub(crate) fn segment_file_name(base_lsn: u64) -> String {
@@ -98,27 +99,53 @@ pub(crate) struct ActiveSegment<F: FileSystem> {
     /// K3: the bytes from `len_bytes` up to here are zeros already written
     /// (the file may be longer, with zeros too, after a failed extension).
     allocated_bytes: u64,
+    /// H2: the length the file was created with and keeps (0: none, it
+    /// grows with its records). See [`ActiveSegment::create`].
+    created_size_bytes: u64,
     summary: SegmentSummary,
 }
 
 impl<F: FileSystem> ActiveSegment<F> {
-    /// Create a segment whose first record will have `base_lsn`; its header
-    /// and directory entry are durable on return.
-    fn create(dir: &Path, base_lsn: u64, disk: &mut Disk<F>) -> Result<Self, StorageError> {
+    /// Create a segment whose first record will have `base_lsn`; its header,
+    /// its length and its directory entry are durable on return.
+    ///
+    /// H2: with preallocation on, the file is created `size_bytes` long
+    /// (sparse: the zeros ahead of the records are still written as K3
+    /// asks) and says so in its header, and it gets its name only once
+    /// that is durable (written under a temporary name, synced, renamed,
+    /// directory synced: the same two syncs as before). So a segment file
+    /// is never shorter than its header says unless something cut it, and
+    /// recovery can tell records lost to a cut from a torn tail.
+    fn create(dir: &Path, base_lsn: u64, size_bytes: u64, disk: &mut Disk<F>) -> Result<Self, StorageError> {
         let path = dir.join(segment_file_name(base_lsn));
-        let file = disk.open(&path, OpenMode::CreateNew, "creating a log segment")?;
-        let header = encode_segment_header(base_lsn);
-        if let Err(error) = disk.write_at(&file, &path, &header, 0, "writing a segment header") {
-            // Leave no half-made segment behind; if even that fails the
-            // recovery scan treats a header-only tail segment as torn.
-            let _ = disk.fs.remove_file(&path);
+        let tmp = PathBuf::from(format!("{}{TMP_SUFFIX}", path.display()));
+        let header = encode_segment_header(SegmentHeader { base_lsn, created_size_bytes: size_bytes });
+        let file = disk.open(&tmp, OpenMode::CreateTruncate, "creating a log segment")?;
+        let written = disk
+            .write_at(&file, &tmp, &header, 0, "writing a segment header")
+            .and_then(|()| match size_bytes {
+                0 => Ok(()),
+                _ => disk.set_len(&file, &tmp, size_bytes, "sizing a log segment"),
+            })
+            .and_then(|()| disk.sync_data(&file, &tmp, SyncOf::SegmentHeader));
+        if let Err(error) = written {
+            // Leave no half-made segment behind (recovery removes a
+            // leftover temporary file too).
+            let _ = disk.fs.remove_file(&tmp);
             return Err(error);
         }
-        disk.sync_data(&file, &path, SyncOf::SegmentHeader)?;
+        disk.fs.rename(&tmp, &path).map_err(|error| io_error("naming a log segment", &path, &error))?;
         disk.sync_dir(dir)?;
         disk.stats.segments_created += 1;
         let len_bytes = SEGMENT_HEADER_SIZE_BYTES as u64;
-        Ok(Self { file, path, len_bytes, allocated_bytes: len_bytes, summary: SegmentSummary::default() })
+        Ok(Self {
+            file,
+            path,
+            len_bytes,
+            allocated_bytes: len_bytes,
+            created_size_bytes: size_bytes,
+            summary: SegmentSummary::default(),
+        })
     }
 
     /// Reopen the newest segment found by recovery, to append at
@@ -127,18 +154,25 @@ impl<F: FileSystem> ActiveSegment<F> {
         path: PathBuf,
         len_bytes: u64,
         allocated_bytes: u64,
+        created_size_bytes: u64,
         summary: SegmentSummary,
         disk: &mut Disk<F>,
     ) -> Result<Self, StorageError> {
         assert!(allocated_bytes >= len_bytes, "a segment's zeros start after its records");
         let file = disk.open(&path, OpenMode::Existing, "opening the active log segment")?;
-        Ok(Self { file, path, len_bytes, allocated_bytes, summary })
+        Ok(Self { file, path, len_bytes, allocated_bytes, created_size_bytes, summary })
     }
 
     /// The file's length as written: its records, and the zeros ahead of
     /// them (none written when preallocation is off).
     fn size_bytes(&self) -> u64 {
         self.allocated_bytes.max(self.len_bytes)
+    }
+
+    /// The file's length: its records and zeros, or the length it was
+    /// created with if larger (sparse, H2).
+    fn file_len_bytes(&self) -> u64 {
+        self.size_bytes().max(self.created_size_bytes)
     }
 }
 
@@ -210,6 +244,14 @@ pub(crate) struct WalLimits {
     pub(crate) preallocation_size_bytes: u64,
 }
 
+impl WalLimits {
+    /// H2: the length a new segment file is created with: its whole size
+    /// when preallocation is on, none (it grows) when it is off.
+    pub(crate) fn created_size_bytes(&self) -> u64 {
+        if self.preallocation_size_bytes == 0 { 0 } else { self.segment_size_max_bytes }
+    }
+}
+
 impl<F: FileSystem> Wal<F> {
     /// The log as recovery left it: `closed` segments oldest first, the
     /// `active` one (or none yet: then one is created at `next_lsn`).
@@ -223,7 +265,7 @@ impl<F: FileSystem> Wal<F> {
     ) -> Result<Self, StorageError> {
         let active = match active {
             Some(active) => active,
-            None => ActiveSegment::create(&dir, next_lsn, disk)?,
+            None => ActiveSegment::create(&dir, next_lsn, limits.created_size_bytes(), disk)?,
         };
         Ok(Self {
             dir,
@@ -320,6 +362,11 @@ impl<F: FileSystem> Wal<F> {
             // garbage in the middle of the segment, nor records of the
             // failed write beyond it). The zeros ahead go with it.
             disk.set_len(&active.file, &active.path, offset, "cutting back a failed log write")?;
+            if active.created_size_bytes > offset {
+                // H2: back to the length it was created with (the cut
+                // freed the failed write's blocks; this adds none).
+                disk.set_len(&active.file, &active.path, active.created_size_bytes, "sizing a log segment")?;
+            }
             active.allocated_bytes = offset;
             return Err(error);
         }
@@ -369,19 +416,25 @@ impl<F: FileSystem> Wal<F> {
                 path: self.dir.display().to_string(),
             });
         }
-        // The closing segment's zeros are cut off: a closed segment holds
+        let limits = WalLimits {
+            segment_size_max_bytes: self.segment_size_max_bytes,
+            segments_open_max: self.segments_open_max,
+            preallocation_size_bytes: self.preallocation_size_bytes,
+        };
+        let next = ActiveSegment::create(&self.dir, self.next_lsn, limits.created_size_bytes(), disk)?;
+        let old = std::mem::replace(&mut self.active, next);
+        // The closed segment's zeros are cut off: a closed segment holds
         // whole records only. Not synced: should the cut be lost, recovery
         // reads the zeros as the end of that segment's records, and the
-        // next segment's base LSN shows that none is missing.
-        let active = &self.active;
-        let mut size_bytes = active.size_bytes();
-        if active.allocated_bytes > active.len_bytes
-            && disk.set_len(&active.file, &active.path, active.len_bytes, "cutting a closed segment's zeros").is_ok()
+        // next segment's base LSN shows that none is missing. Cut only once
+        // the next segment is durable (H2): a newest segment shorter than
+        // it was created is one whose end was lost.
+        let mut size_bytes = old.size_bytes();
+        if old.file_len_bytes() > old.len_bytes
+            && disk.set_len(&old.file, &old.path, old.len_bytes, "cutting a closed segment's zeros").is_ok()
         {
-            size_bytes = active.len_bytes;
+            size_bytes = old.len_bytes;
         }
-        let next = ActiveSegment::create(&self.dir, self.next_lsn, disk)?;
-        let old = std::mem::replace(&mut self.active, next);
         self.closed.push_back(ClosedSegment { path: old.path, summary: old.summary, size_bytes });
         Ok(())
     }

@@ -13,7 +13,10 @@ use cohort_core::storage::{Recovered, Storage, StorageError};
 use cohort_messages::{GroupId, LogEntry, Op};
 use cohort_wal::{FileStorage, FileStorageConfig, InjectedFault, SUPERBLOCK_FILE_NAME};
 
-use common::{copy_dir, exact_roomy_config, exact_small_config, open_recover, segments, temp_dir};
+use common::{
+    copy_dir, exact_roomy_config, exact_small_config, open_recover, roomy_config, segments, small_segments_config,
+    temp_dir,
+};
 
 /// Payload tag giving 40-byte operations (112-byte records).
 const TAG: u64 = 40;
@@ -250,7 +253,7 @@ fn v4_damage_followed_only_by_its_own_flush_is_a_torn_tail() {
 }
 
 #[test]
-fn v4_log_ending_before_a_durable_superblock_is_corrupt() {
+fn h2_a_log_ending_before_a_durable_superblock_is_lost_synced_records() {
     let dir = temp_dir("lost-acked");
     let (mut storage, _) = open_recover(dir.path(), &exact_roomy_config());
     for op in 1..=3 {
@@ -264,9 +267,161 @@ fn v4_log_ending_before_a_durable_superblock_is_corrupt() {
     drop(open_recover(dir.path(), &exact_roomy_config()));
     let segment = segments(dir.path()).pop().expect("a segment");
     cut(&segment, file_len(&segment) - 5);
-    let (path, _, reason) = expect_corrupt(dir.path(), &exact_roomy_config());
-    assert_eq!(PathBuf::from(path), segment);
-    assert!(reason.contains("acknowledged log records are missing"), "{reason}");
+    let (storage, recovered) = open_recover(dir.path(), &exact_roomy_config());
+    let lost = lost_of(&storage);
+    assert_eq!(PathBuf::from(&lost.path), segment);
+    assert!(lost.reason.contains("acknowledged log records are missing"), "{lost}");
+    assert_recovering(&recovered);
+    assert_eq!(entries_of(&recovered, 1).len(), 3, "cut inside the superblock record: the entries stay");
+}
+
+/// The loss a recovery reported, or a panic.
+fn lost_of(storage: &FileStorage) -> cohort_wal::LostRecords {
+    match storage.recovery_report().and_then(|report| report.lost.clone()) {
+        Some(lost) => lost,
+        None => panic!("no loss reported: {:?}", storage.recovery_report()),
+    }
+}
+
+/// H2: the storage says so, and every group it holds comes back recovering.
+fn assert_recovering(recovered: &Recovered) {
+    assert!(recovered.lost_synced_records && recovered.may_have_lost_data());
+    for (group, state) in &recovered.groups {
+        let superblock = state.superblock.as_ref().unwrap_or_else(|| panic!("{group} has a superblock"));
+        assert!(superblock.recovering, "{group} recovers");
+    }
+}
+
+/// A preallocating storage whose groups 1 and 2 were checkpointed (not
+/// recovering) after ops 1..=4, then got ops 5..=12 of group 1 in one
+/// flush each, acknowledged. Returns the offsets where ops 5..=12 start,
+/// and the end of op 12.
+fn checkpointed_then_acknowledged(dir: &Path) -> Vec<u64> {
+    let (mut storage, _) = open_recover(dir, &roomy_config());
+    for op in 1..=4 {
+        ok(storage.append(GroupId(1), &entry(op, 1, TAG)));
+        ok(storage.append(GroupId(2), &entry(op, 1, TAG)));
+    }
+    ok(storage.stage_superblock(GroupId(1), &superblock(1, 4)));
+    ok(storage.stage_superblock(GroupId(2), &superblock(2, 4)));
+    ok(storage.flush());
+    drop(storage);
+    // The last checkpoint: recovery writes the superblock file.
+    let (mut storage, recovered) = open_recover(dir, &roomy_config());
+    assert!(recovered.groups.values().all(|state| state.superblock.as_ref().is_some_and(|sb| !sb.recovering)));
+    let mut offset = SEGMENT_HEADER_BYTES + 8 * RECORD_BYTES + superblock_records_bytes(&recovered);
+    let mut offsets = Vec::new();
+    for op in 5..=12 {
+        offsets.push(offset);
+        ok(storage.append(GroupId(1), &entry(op, 1, TAG)));
+        ok(storage.flush());
+        offset += RECORD_BYTES;
+    }
+    offsets.push(offset);
+    offsets
+}
+
+const SEGMENT_HEADER_BYTES: u64 = 32;
+const RECORD_BYTES: u64 = 112;
+
+/// The bytes the groups' superblock records take (a 48-byte header and
+/// the payload).
+fn superblock_records_bytes(recovered: &Recovered) -> u64 {
+    let superblocks = recovered.groups.values().filter_map(|state| state.superblock.as_ref());
+    superblocks.map(|sb| 48 + cohort_wal::format::superblock_payload_size_bytes(sb) as u64).sum()
+}
+
+#[test]
+fn h2_a_segment_cut_after_the_last_checkpoint_is_lost_synced_records_naming_the_file() {
+    let source = temp_dir("h2-cut-source");
+    let offsets = checkpointed_then_acknowledged(source.path());
+    let segment_name = segments(source.path()).pop().expect("a segment").file_name().map(|name| name.to_owned());
+    // At a record boundary, inside a record, and inside a record header.
+    for (cut_at, kept) in [(offsets[4], 4), (offsets[6] + 60, 6), (offsets[7] + 3, 7)] {
+        let copy = temp_dir("h2-cut");
+        copy_dir(source.path(), copy.path());
+        let segment = segments(copy.path()).pop().expect("a segment");
+        assert_eq!(segment.file_name().map(|name| name.to_owned()), segment_name);
+        let created = file_len(&segment);
+        assert!(created > offsets[8], "the segment was created larger than its records");
+        cut(&segment, cut_at);
+        let (mut storage, recovered) = open_recover(copy.path(), &roomy_config());
+        let lost = lost_of(&storage);
+        assert_eq!(PathBuf::from(&lost.path), segment, "the loss names the file: {lost}");
+        assert_eq!(lost.offset, offsets[kept], "the log ends at the last whole record: {lost}");
+        assert!(lost.reason.contains("was cut"), "{lost}");
+        assert_eq!(entries_of(&recovered, 1).len(), 4 + kept, "cut at {cut_at}");
+        assert_eq!(entries_of(&recovered, 2).len(), 4, "cut at {cut_at}");
+        assert_recovering(&recovered);
+        assert_eq!(file_len(&segment), created, "the segment gets its length back");
+        // The log goes on after the cut, and the next start is quiet but
+        // still recovering (the flag is durable, the loss was reported once).
+        ok(storage.append(GroupId(1), &entry(5 + kept as u64, 2, TAG)));
+        ok(storage.flush());
+        drop(storage);
+        let (storage, recovered) = open_recover(copy.path(), &roomy_config());
+        assert_eq!(storage.recovery_report().and_then(|report| report.lost.clone()), None);
+        assert!(!recovered.lost_synced_records);
+        assert!(recovered.groups.values().all(|state| state.superblock.as_ref().is_some_and(|sb| sb.recovering)));
+        assert_eq!(entries_of(&recovered, 1).len(), 5 + kept, "cut at {cut_at}");
+    }
+}
+
+#[test]
+fn h2_a_torn_tail_after_a_crash_is_still_cut_silently() {
+    // A crash in the middle of the last flush: its record reached the disk
+    // in part, over the zeros written ahead of it. The file keeps its size.
+    let source = temp_dir("h2-torn-source");
+    let offsets = checkpointed_then_acknowledged(source.path());
+    let (start, end) = (offsets[7], offsets[8]);
+    for kept in [1u64, 47, 48, 100] {
+        let copy = temp_dir("h2-torn");
+        copy_dir(source.path(), copy.path());
+        let segment = segments(copy.path()).pop().expect("a segment");
+        let created = file_len(&segment);
+        write_bytes(&segment, start + kept, &vec![0u8; (end - start - kept) as usize]);
+        let (storage, recovered) = open_recover(copy.path(), &roomy_config());
+        let report = storage.recovery_report().cloned().expect("a report");
+        assert_eq!(report.lost, None, "{kept} bytes of the last record kept: a torn tail");
+        assert_eq!(report.torn_tail_offset, Some(start), "{kept} bytes kept");
+        assert!(!recovered.lost_synced_records && !recovered.may_have_lost_data());
+        assert!(recovered.groups.values().all(|state| state.superblock.as_ref().is_some_and(|sb| !sb.recovering)));
+        assert_eq!(entries_of(&recovered, 1).len(), 11, "{kept} bytes kept");
+        assert_eq!(file_len(&segment), created, "{kept} bytes kept: the segment keeps its size");
+    }
+}
+
+#[test]
+fn h2_a_cut_through_zeros_alone_loses_nothing() {
+    let dir = temp_dir("h2-zeros");
+    let offsets = checkpointed_then_acknowledged(dir.path());
+    let segment = segments(dir.path()).pop().expect("a segment");
+    let created = file_len(&segment);
+    cut(&segment, offsets[8] + 1000);
+    let (storage, recovered) = open_recover(dir.path(), &roomy_config());
+    assert_eq!(storage.recovery_report().and_then(|report| report.lost.clone()), None);
+    assert_eq!(entries_of(&recovered, 1).len(), 12);
+    assert!(!recovered.lost_synced_records);
+    assert_eq!(file_len(&segment), created, "the length is restored");
+}
+
+#[test]
+fn h2_a_newest_segment_cut_below_its_header_is_lost_synced_records() {
+    let dir = temp_dir("h2-headless");
+    let (mut storage, _) = open_recover(dir.path(), &small_segments_config());
+    ok(storage.stage_superblock(GroupId(1), &superblock(1, 0)));
+    ok(storage.flush());
+    for op in 1..=40 {
+        ok(storage.append(GroupId(1), &entry(op, 1, TAG)));
+        ok(storage.flush());
+    }
+    drop(storage);
+    let files = segments(dir.path());
+    assert!(files.len() >= 2, "the log rotated");
+    let newest = files.last().expect("a segment");
+    cut(newest, 0);
+    let (_, recovered) = open_recover(dir.path(), &small_segments_config());
+    assert_recovering(&recovered);
 }
 
 /// Offset of copy `copy` of superblock slot `slot`.

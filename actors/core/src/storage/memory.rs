@@ -186,7 +186,7 @@ impl MemoryStorage {
                 .map(|recovered| (*group, recovered))
             })
             .collect();
-        Recovered { groups, formatted: !self.recovered_once }
+        Recovered { groups, formatted: !self.recovered_once, lost_synced_records: false }
     }
 
     /// A snapshot on the disk; the entries it covers go.

@@ -157,18 +157,25 @@ pub struct Recovered {
     /// first (`Shard::join_group`). On a storage that was already there, a
     /// group with no durable superblock never acknowledged anything here.
     pub formatted: bool,
+    /// H2: records that had been synced were found missing (a cut log).
+    /// The storage marked every superblock it holds recovering, durably;
+    /// a group it holds with no superblock, or a voter hosted empty, may
+    /// have lost what it acknowledged as much, and recovers too.
+    pub lost_synced_records: bool,
 }
 
 impl Recovered {
     /// H1: whether a voter hosted empty on this storage may have lost what
     /// it acknowledged, and must recover first (`Shard::join_group`): the
-    /// storage was formatted by this recovery, or every group it holds is
-    /// still recovering (or has no superblock). The second case is a
+    /// storage was formatted by this recovery, lost synced records (H2),
+    /// or every group it holds is still recovering (or has no superblock). The second case is a
     /// storage formatted by an earlier process that crashed before every
     /// joining member's first superblock was durable: a member missing
     /// from it may have lost its data as much as the others.
     pub fn may_have_lost_data(&self) -> bool {
-        self.formatted || self.groups.values().all(|group| group.superblock.as_ref().is_none_or(|sb| sb.recovering))
+        self.formatted
+            || self.lost_synced_records
+            || self.groups.values().all(|group| group.superblock.as_ref().is_none_or(|sb| sb.recovering))
     }
 }
 

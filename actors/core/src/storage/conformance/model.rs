@@ -76,7 +76,7 @@ impl Model {
                 .map(|recovered| (*group, recovered))
             })
             .collect();
-        Recovered { groups, formatted: false }
+        Recovered { groups, formatted: false, lost_synced_records: false }
     }
 
     /// The model as it would be if only the first `count` staged log calls
