@@ -74,6 +74,8 @@ pub struct DiskStats {
     pub power_losses: u64,
     /// Directories wiped (H5: a new disk, an emptied directory).
     pub wipes: u64,
+    /// Newest log segments cut short, synced records with them (H2, H5).
+    pub segments_cut: u64,
     /// Unsynced file changes a power loss dropped or tore.
     pub changes_lost: u64,
     /// Writes a power loss kept in part (torn).
@@ -111,6 +113,12 @@ struct Inode {
     durable: Vec<u8>,
     /// What reads see.
     current: Vec<u8>,
+    /// The bytes of `current` that take room on the disk: those up to the
+    /// end of the furthest write. A file made longer by `set_len` has a
+    /// hole there (sparse, as on a real file system), which takes no room
+    /// until it is written: the full-disk fault hits a preallocated
+    /// segment's zeros and records as it would on a real disk.
+    allocated_bytes: u64,
     /// Changes since the last sync, in order.
     pending: Vec<Change>,
     /// The lowest offset written before the last sync that made writes
@@ -221,15 +229,19 @@ impl Inode {
         self.pending.clear();
         self.current.clone_from(&content);
         self.durable = content;
+        self.allocated_bytes = self.allocated_bytes.min(self.current.len() as u64);
     }
 
     fn sync(&mut self) {
         // Writes that a later cut shortened do not count: a failed write
-        // the storage cut back holds no record (a full disk).
+        // the storage cut back holds no record (a full disk). Nor do
+        // writes of zeros alone: they hold no record either (a torn tail
+        // recovery overwrote, H2), so no later flush's records follow
+        // what is below them.
         let mut written: Vec<(u64, u64)> = Vec::new();
         for change in &self.pending {
             match change {
-                Change::Write { offset, data } if !data.is_empty() => {
+                Change::Write { offset, data } if data.iter().any(|byte| *byte != 0) => {
                     written.push((*offset, *offset + data.len() as u64));
                 }
                 Change::Write { .. } => {}
@@ -292,7 +304,7 @@ impl DiskState {
         let mut linked: Vec<u64> = self.dirs.values().flat_map(|dir| dir.current.values().copied()).collect();
         linked.sort_unstable();
         linked.dedup();
-        linked.iter().filter_map(|inode| self.inodes.get(inode)).map(|inode| inode.current.len() as u64).sum()
+        linked.iter().filter_map(|inode| self.inodes.get(inode)).map(|inode| inode.allocated_bytes).sum()
     }
 
     /// One sync call: a power cut or an injected failure may stop it.
@@ -433,6 +445,39 @@ impl SimDisk {
     }
 }
 
+impl SimDisk {
+    /// H2, H5: the newest log segment of directory `dir` loses its end,
+    /// durably, records that had been synced with it: the file is cut at
+    /// a random offset past its header and before its last byte that is
+    /// not zero (a cut inside the zeros ahead of the records loses
+    /// nothing). Only while the node is down. False if `dir` has no
+    /// segment with records.
+    pub fn cut_newest_segment(&self, dir: &Path, rng: &mut Rng) -> bool {
+        let mut state = self.0.borrow_mut();
+        let state = &mut *state;
+        let Some(directory) = state.dirs.get(dir) else { return false };
+        let newest =
+            directory.current.iter().filter(|(name, _)| name.starts_with("wal-") && name.ends_with(".seg")).next_back();
+        let Some((_, &inode)) = newest else { return false };
+        let Some(file) = state.inodes.get_mut(&inode) else { return false };
+        let header = cohort_wal::format::SEGMENT_HEADER_SIZE_BYTES as u64;
+        let end = file.current.iter().rposition(|byte| *byte != 0).map_or(0, |last| last as u64 + 1);
+        if end <= header {
+            return false;
+        }
+        let offset = rng.range(header, end) as usize;
+        file.current.truncate(offset);
+        file.allocated_bytes = file.allocated_bytes.min(offset as u64);
+        file.durable = file.current.clone();
+        file.pending.clear();
+        // No later flush's records follow any of its bytes now: a corrupt
+        // read could not be told from the cut (see the module docs).
+        file.checked_below_bytes = 0;
+        state.stats.segments_cut += 1;
+        true
+    }
+}
+
 impl FileSystem for SimDisk {
     type File = SimFile;
     type Dir = SimDir;
@@ -453,6 +498,7 @@ impl FileSystem for SimDisk {
             (OpenMode::CreateTruncate, Some(inode)) => {
                 let file = state.inode(SimFile(inode))?;
                 file.current.clear();
+                file.allocated_bytes = 0;
                 file.pending.push(Change::SetLen(0));
                 Ok(SimFile(inode))
             }
@@ -472,9 +518,9 @@ impl FileSystem for SimDisk {
         let mut data = buf;
         let mut full = false;
         if let Some(capacity) = state.faults.capacity_bytes {
-            let len = state.inode(*file)?.current.len() as u64;
+            let allocated = state.inode(*file)?.allocated_bytes;
             let room = capacity.saturating_sub(state.used_bytes());
-            let end_max = len + room;
+            let end_max = allocated + room;
             let end = offset + buf.len() as u64;
             if end > end_max {
                 full = true;
@@ -484,6 +530,7 @@ impl FileSystem for SimDisk {
         state.stats.writes += 1;
         let inode = state.inode(*file)?;
         write_into(&mut inode.current, offset, data);
+        inode.allocated_bytes = inode.allocated_bytes.max(offset + data.len() as u64);
         inode.pending.push(Change::Write { offset, data: data.to_vec() });
         if full {
             state.stats.writes_refused_full += 1;
@@ -497,6 +544,7 @@ impl FileSystem for SimDisk {
         state.check_alive()?;
         let inode = state.inode(*file)?;
         inode.current.resize(len_bytes as usize, 0);
+        inode.allocated_bytes = inode.allocated_bytes.min(len_bytes);
         inode.pending.push(Change::SetLen(len_bytes));
         Ok(())
     }
@@ -669,37 +717,68 @@ mod tests {
 
     #[test]
     fn corrupt_reads_hit_only_checked_bytes() {
+        const RECORD: u8 = 0x11;
         let (mut disk, dir) = disk_with_dir();
         let path = dir.join("f.seg");
         let file = disk.open(&path, OpenMode::CreateNew).expect("created");
-        disk.write_all_at(&file, &[0; 64], 0).expect("written");
+        let mut expected = vec![RECORD; 64];
+        disk.write_all_at(&file, &expected, 0).expect("written");
         disk.sync_data(&file).expect("synced");
+        let flipped = |bytes: &[u8], expected: &[u8]| -> Vec<usize> {
+            (0..bytes.len()).filter(|at| bytes[*at] != expected[*at]).collect()
+        };
         disk.set_faults(DiskFaults { corrupt_next_read: true, ..DiskFaults::default() });
-        assert_eq!(disk.read(&path).expect("read"), vec![0; 64], "nothing below the last sync's data yet");
-        disk.write_all_at(&file, &[0; 64], 64).expect("written");
+        assert_eq!(disk.read(&path).expect("read"), expected, "nothing below the last sync's data yet");
+        disk.write_all_at(&file, &[RECORD; 64], 64).expect("written");
+        expected.extend([RECORD; 64]);
         disk.sync_data(&file).expect("synced");
         let bytes = disk.read(&path).expect("read");
-        let flipped: Vec<usize> = (0..bytes.len()).filter(|at| bytes[*at] != 0).collect();
-        assert_eq!(flipped.len(), 1, "one bit");
-        assert!(flipped[0] < 64, "below the data of the last sync");
+        let at = flipped(&bytes, &expected);
+        assert_eq!(at.len(), 1, "one bit");
+        assert!(at[0] < 64, "below the data of the last sync");
         assert_eq!(disk.stats().corrupt_reads, 1);
-        assert_eq!(disk.read(&path).expect("read"), vec![0; 128], "one read only");
+        assert_eq!(disk.read(&path).expect("read"), expected, "one read only");
         // A sync of data written over bytes the file had (K3: records over
         // preallocated zeros) moves the mark down to where that data starts.
-        disk.write_all_at(&file, &[0; 8], 16).expect("written");
+        disk.write_all_at(&file, &[RECORD; 8], 16).expect("written");
         disk.sync_data(&file).expect("synced");
         disk.set_faults(DiskFaults { corrupt_next_read: true, ..DiskFaults::default() });
-        let bytes = disk.read(&path).expect("read");
-        let flipped: Vec<usize> = (0..bytes.len()).filter(|at| bytes[*at] != 0).collect();
-        assert!(flipped.len() == 1 && flipped[0] < 16, "below the data of the last sync: {flipped:?}");
+        let at = flipped(&disk.read(&path).expect("read"), &expected);
+        assert!(at.len() == 1 && at[0] < 16, "below the data of the last sync: {at:?}");
         // A write the storage cut back (a full disk) holds no record: a
         // sync of it and its cut leaves the mark where it was.
-        disk.write_all_at(&file, &[0; 8], 128).expect("written");
+        disk.write_all_at(&file, &[RECORD; 8], 128).expect("written");
         disk.set_len(&file, 128).expect("cut back");
         disk.sync_data(&file).expect("synced");
         disk.set_faults(DiskFaults { corrupt_next_read: true, ..DiskFaults::default() });
-        let bytes = disk.read(&path).expect("read");
-        let flipped: Vec<usize> = (0..bytes.len()).filter(|at| bytes[*at] != 0).collect();
-        assert!(flipped.len() == 1 && flipped[0] < 16, "a cut-back write moves nothing: {flipped:?}");
+        let at = flipped(&disk.read(&path).expect("read"), &expected);
+        assert!(at.len() == 1 && at[0] < 16, "a cut-back write moves nothing: {at:?}");
+        // Nor does a write of zeros alone (H2: a torn tail zeroed by
+        // recovery holds no record that could follow what is below it).
+        disk.write_all_at(&file, &[0; 8], 8).expect("written");
+        expected[8..16].fill(0);
+        disk.sync_data(&file).expect("synced");
+        disk.set_faults(DiskFaults { corrupt_next_read: true, ..DiskFaults::default() });
+        let at = flipped(&disk.read(&path).expect("read"), &expected);
+        assert!(at.len() == 1 && at[0] < 16, "a write of zeros moves nothing: {at:?}");
+    }
+
+    #[test]
+    fn h2_a_cut_segment_loses_its_end_durably_and_a_hole_takes_no_room() {
+        let (mut disk, dir) = disk_with_dir();
+        let file = disk.open(&dir.join("wal-00000000000000000001.seg"), OpenMode::CreateNew).expect("created");
+        disk.write_all_at(&file, &[7; 200], 0).expect("written");
+        disk.set_len(&file, 4096).expect("sized");
+        disk.sync_data(&file).expect("synced");
+        let handle = disk.open_dir(&dir).expect("dir");
+        disk.sync_dir(&handle).expect("dir synced");
+        assert_eq!(disk.used_bytes(), 200, "the hole past the records takes no room");
+        assert!(disk.cut_newest_segment(&dir, &mut Rng::new(3)), "a segment with records is cut");
+        let path = dir.join("wal-00000000000000000001.seg");
+        let len = disk.len(&path).expect("len");
+        assert!((32..200).contains(&len), "cut past its header, before its last record byte: {len}");
+        disk.crash(true, &mut Rng::new(4));
+        assert_eq!(disk.len(&path).expect("len"), len, "durably");
+        assert_eq!(disk.stats().segments_cut, 1);
     }
 }

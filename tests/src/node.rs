@@ -429,7 +429,16 @@ impl SimNode {
             let index = self.shard_index(group_id);
             let state = self.state_machine(group_id);
             let spec_again = spec.clone();
-            let hosted = match recovered_groups[index].groups.remove(&group_id) {
+            let mut data = recovered_groups[index].groups.remove(&group_id);
+            if recovered_groups[index].lost_synced_records
+                && data.as_ref().is_some_and(|data| data.superblock.is_none())
+            {
+                // H2: its superblock may be among the lost records: its
+                // leftovers go and it is hosted empty, as a node's shard does.
+                shards[index].worker.queue(StorageJob::RemoveGroup(group_id));
+                data = None;
+            }
+            let hosted = match data {
                 Some(group) => shards[index].driver.recover_group(spec, state, group),
                 // H1: nothing of it here; as a node's shard hosts it.
                 None if shards[index].formatted => shards[index].driver.join_group(spec, state),
@@ -473,6 +482,14 @@ impl SimNode {
                 *memory = None;
             }
         }
+    }
+
+    /// H2, H5: the newest log segment of shard `shard` is cut short while
+    /// the node is down (see [`SimDisk::cut_newest_segment`]). False with
+    /// memory storage, or with no records to cut.
+    pub fn cut_newest_segment(&mut self, shard: usize, rng: &mut Rng) -> bool {
+        assert!(self.shards.is_empty(), "H5: a segment is cut only while its node is down");
+        self.memory.is_empty() && self.disk.cut_newest_segment(&shard_dir(shard), rng)
     }
 
     /// The process dies until `until`. A flush in flight is cut: its writes

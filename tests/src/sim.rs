@@ -785,6 +785,7 @@ impl Sim {
             total.io_errors += stats.io_errors;
             total.corrupt_reads += stats.corrupt_reads;
             total.wipes += stats.wipes;
+            total.segments_cut += stats.segments_cut;
         }
         total
     }

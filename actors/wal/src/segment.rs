@@ -364,8 +364,12 @@ impl<F: FileSystem> Wal<F> {
             disk.set_len(&active.file, &active.path, offset, "cutting back a failed log write")?;
             if active.created_size_bytes > offset {
                 // H2: back to the length it was created with (the cut
-                // freed the failed write's blocks; this adds none).
+                // freed the failed write's blocks; this adds none), and
+                // that durably: a crash that kept only the cut would read
+                // as synced records lost. One more sync, on a failed
+                // write only.
                 disk.set_len(&active.file, &active.path, active.created_size_bytes, "sizing a log segment")?;
+                disk.sync_data(&active.file, &active.path, SyncOf::SegmentHeader)?;
             }
             active.allocated_bytes = offset;
             return Err(error);

@@ -103,6 +103,7 @@ fn main() -> ExitCode {
                 disks.writes_torn += report.disks.writes_torn;
                 disks.corrupt_reads += report.disks.corrupt_reads;
                 disks.wipes += report.disks.wipes;
+                disks.segments_cut += report.disks.segments_cut;
                 disks.writes_refused_full += report.disks.writes_refused_full;
                 disks.io_errors += report.disks.io_errors;
                 starts_refused += report.starts_refused;
@@ -134,14 +135,15 @@ fn main() -> ExitCode {
     eprintln!("{} seeds in {elapsed:.1} s: {:.1} seeds/s", args.seeds, args.seeds as f64 / elapsed.max(1e-9));
     let mut last = format!(
         "seeds={} violations={violations} ops_committed={ops} view_changes={views} seeds_failed={seeds_failed} \
-         power_losses={} writes_torn={} corrupt_reads={} disk_full_writes={} disk_io_errors={} disks_wiped={} starts_refused={starts_refused}",
+         power_losses={} writes_torn={} corrupt_reads={} disk_full_writes={} disk_io_errors={} disks_wiped={} segments_cut={} starts_refused={starts_refused}",
         args.seeds,
         disks.power_losses,
         disks.writes_torn,
         disks.corrupt_reads,
         disks.writes_refused_full,
         disks.io_errors,
-        disks.wipes
+        disks.wipes,
+        disks.segments_cut
     );
     if args.scenario == Scenario::Metadata {
         last.push_str(&format!(

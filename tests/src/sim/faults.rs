@@ -284,8 +284,20 @@ impl Sim {
         self.nodes[index].crash(until, power_loss);
         self.crashes += 1;
         if self.faults.wipe_per_mille > 0 && self.rng.chance(self.faults.wipe_per_mille) && self.may_wipe(index) {
-            let shard = self.rng.chance(500).then(|| self.rng.below(self.nodes[index].shard_count() as u64) as usize);
-            self.nodes[index].wipe(shard);
+            // A new disk, one shard's directory emptied, or (H2) one
+            // shard's newest segment cut, a third of the time each.
+            let shard = self.rng.below(self.nodes[index].shard_count() as u64) as usize;
+            let cut = match self.rng.below(3) {
+                0 => false,
+                1 => {
+                    self.nodes[index].wipe(Some(shard));
+                    true
+                }
+                _ => self.nodes[index].cut_newest_segment(shard, &mut self.rng),
+            };
+            if !cut {
+                self.nodes[index].wipe(None);
+            }
             self.nodes[index].lost_data = true;
             self.wipes += 1;
         }
