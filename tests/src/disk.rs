@@ -456,8 +456,7 @@ impl SimDisk {
         let mut state = self.0.borrow_mut();
         let state = &mut *state;
         let Some(directory) = state.dirs.get(dir) else { return false };
-        let newest =
-            directory.current.iter().filter(|(name, _)| name.starts_with("wal-") && name.ends_with(".seg")).next_back();
+        let newest = directory.current.iter().rfind(|(name, _)| name.starts_with("wal-") && name.ends_with(".seg"));
         let Some((_, &inode)) = newest else { return false };
         let Some(file) = state.inodes.get_mut(&inode) else { return false };
         let header = cohort_wal::format::SEGMENT_HEADER_SIZE_BYTES as u64;
