@@ -6,9 +6,28 @@
 //! recently active client is evicted, and a client the table does not know
 //! may only start at request number 1, so that a retry from an evicted client
 //! is refused instead of applied twice.
+//!
+//! Request 1 is therefore the one request the table cannot protect: a retry
+//! of it after an eviction looks like a new client's first request. So
+//! request 1 of a client is a *registration* ([`REGISTRATION`]): it goes
+//! through the log and puts the client in the table, and applies nothing to
+//! the state machine, so applying it twice is harmless. Writes are numbered
+//! from 2, and every one of them is protected: a retry from an evicted
+//! client is refused as unknown (H5; the client's side is
+//! [`crate::client`]).
 
 use bytes::Bytes;
 use cohort_messages::{ClientId, Op, RequestNumber};
+
+/// The request number of a client's registration: the only one at which the
+/// table admits a client it does not know, and one that applies nothing.
+pub const REGISTRATION: RequestNumber = RequestNumber(1);
+
+/// True if a write numbered `request` is a registration: it records its
+/// client in the table and is not applied to the state machine.
+pub fn is_registration(request: RequestNumber) -> bool {
+    request == REGISTRATION
+}
 
 /// What the table remembers of one client.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -30,7 +49,7 @@ pub enum Admission {
     Duplicate(ClientEntry),
     /// Older than the latest applied request.
     Superseded,
-    /// Unknown client with a request number other than 1 (evicted or forged).
+    /// Unknown client past its registration (evicted, or forged).
     UnknownClient,
 }
 
@@ -95,7 +114,7 @@ impl ClientTable {
     /// Decide about a request.
     pub fn admit(&self, client: ClientId, request: RequestNumber) -> Admission {
         match self.get(client) {
-            None if request.0 <= 1 || self.unknown_admitted() => Admission::New,
+            None if is_registration(request) || self.unknown_admitted() => Admission::New,
             None => Admission::UnknownClient,
             Some(entry) if request == entry.request => Admission::Duplicate(entry.clone()),
             Some(entry) if request < entry.request => Admission::Superseded,
@@ -186,6 +205,32 @@ mod tests {
         assert!(matches!(table.admit(client, RequestNumber(1)), Admission::Duplicate(_)));
         assert_eq!(table.admit(client, RequestNumber(0)), Admission::Superseded);
         assert_eq!(table.admit(client, RequestNumber(2)), Admission::New);
+    }
+
+    #[test]
+    fn h5_an_unknown_client_past_its_registration_is_refused() {
+        let table = ClientTable::new(4);
+        assert_eq!(table.admit(ClientId(3), REGISTRATION), Admission::New, "a registration is always admitted");
+        for request in [0, 2, 3, 900] {
+            assert_eq!(table.admit(ClientId(3), RequestNumber(request)), Admission::UnknownClient, "request {request}");
+        }
+    }
+
+    #[test]
+    fn h5_a_retried_write_after_eviction_is_refused_and_a_retried_registration_is_harmless() {
+        let mut table = ClientTable::new(1);
+        table.record(ClientId(1), REGISTRATION, Op(1), Bytes::new());
+        table.record(ClientId(1), RequestNumber(2), Op(2), Bytes::from_static(b"first write"));
+        table.record(ClientId(2), REGISTRATION, Op(3), Bytes::new());
+        assert_eq!(table.get(ClientId(1)), None, "evicted");
+        assert_eq!(
+            table.admit(ClientId(1), RequestNumber(2)),
+            Admission::UnknownClient,
+            "the first write is protected"
+        );
+        // The registration itself may come again: it is admitted, and it
+        // registers the client again, which changes nothing but the table.
+        assert_eq!(table.admit(ClientId(1), REGISTRATION), Admission::New);
     }
 
     #[test]

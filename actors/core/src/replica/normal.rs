@@ -19,7 +19,9 @@ use super::{Replica, RoleState, Status};
 /// low part (saturating), the tick is the high part.
 pub(crate) const TIMESTAMP_PER_TICK: u64 = 16;
 use super::Context;
-use crate::client_table::Admission;
+use bytes::Bytes;
+
+use crate::client_table::{Admission, is_registration};
 use crate::effect::{AppliedOp, Effect};
 use crate::effects::Effects;
 use crate::mutants::Mutant;
@@ -147,6 +149,16 @@ impl Replica {
         debug_assert!(self.is_primary(), "only the primary writes");
         if self.is_sealing() {
             return self.refuse_sealed(&request, cx.out);
+        }
+        // H5: request 1 registers the client and applies nothing; one that
+        // carries an operation comes from a client that skipped its
+        // registration, and is refused rather than written unprotected.
+        if is_registration(request.request) && !request.operation.is_empty() {
+            let detail = format!(
+                "{}: request 1 of {} is its registration and carries no operation; register with an empty write, then number writes from 2",
+                self.spec.group, request.client
+            );
+            return self.reply_error(&request, ReplyError::Rejected, detail, cx.out);
         }
         match self.clients.admit(request.client, request.request) {
             Admission::Duplicate(entry) => {
@@ -486,7 +498,16 @@ impl Replica {
                 continue;
             }
             let (client, request) = (entry.client, entry.request);
-            let result = if self.clients.should_apply(client, request) {
+            let result = if !self.clients.should_apply(client, request) {
+                self.clients.get(client).filter(|e| e.request == request).map(|e| e.result.clone())
+            } else if is_registration(request) {
+                // H5: a registration puts the client in the table and applies
+                // nothing, so a second one (a retry after an eviction) is
+                // harmless. The rule holds whatever the entry carries, on
+                // every member alike.
+                self.clients.record(client, request, op, Bytes::new());
+                Some(Bytes::new())
+            } else {
                 let operation = entry.operation.clone();
                 let result = self.state.apply(op, &operation);
                 self.clients.record(client, request, op, result.clone());
@@ -494,8 +515,6 @@ impl Replica {
                     applied.push(AppliedOp { op, operation, result: result.clone() });
                 }
                 Some(result)
-            } else {
-                self.clients.get(client).filter(|e| e.request == request).map(|e| e.result.clone())
             };
             self.commit_min = op;
             let acknowledged = self.spec.write_mode == super::WriteMode::Async && op <= async_acked_op;
