@@ -318,7 +318,7 @@ impl Cluster {
 
     /// Node `index` sends `command` to the metadata primary as a `Request`
     /// frame, as its agent would. False if every client of the node waits
-    /// for an answer.
+    /// for an answer, or if the client it took sent its registration instead.
     fn ask(&mut self, index: usize, command: &MetadataCommand) -> bool {
         let node = &mut self.nodes[index];
         let Some((client, next, outstanding)) = node.clients.iter_mut().find(|(_, _, outstanding)| !*outstanding)
@@ -326,16 +326,19 @@ impl Cluster {
             return false;
         };
         *outstanding = true;
+        // H5: a client's request 1 is its registration, which carries no
+        // command; the command waits for the client's next turn.
+        let registering = *next == 1;
         let request = Request {
             client: *client,
             request: RequestNumber(*next),
             group: GroupId::METADATA,
             kind: RequestKind::Write,
-            operation: command.encode(),
+            operation: if registering { Bytes::new() } else { command.encode() },
         };
         *next += 1;
         self.send(index, 0, Message::Request(request));
-        true
+        !registering
     }
 
     /// Every node without a replica reads the whole state from the primary,

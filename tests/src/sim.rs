@@ -26,6 +26,7 @@ pub use transfers::TransferCounts;
 
 use std::collections::BTreeMap;
 
+use cohort_core::client_table::is_registration;
 use cohort_core::driver::{ClientAnswer, LinkStatus, Links, Note, Turn};
 use cohort_core::metadata::{AgentCounters, ExpiredPolicy};
 use cohort_core::{CoreConfig, GroupSpec, Quorums, Role, TimingConfig};
@@ -1038,7 +1039,8 @@ impl Sim {
     }
 
     fn send_request(&mut self, client: usize, send: Send) {
-        if send.request.kind == RequestKind::Write {
+        // A registration (H5) is no kv write: it applies nothing.
+        if send.request.kind == RequestKind::Write && !is_registration(send.request.request) {
             let request = &send.request;
             self.checkers.write_sent(request.group, digest(&request.operation), request.client, request.request);
         }

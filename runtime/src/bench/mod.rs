@@ -212,8 +212,11 @@ impl Bench {
         let deadline = Instant::now() + Duration::from_secs(30);
         for group in 0..self.options.groups {
             let client = cohort_client::fresh_client_id().map_err(|error| error.to_string())?;
-            let mut writes = Sequence::new(client, GroupId(group as u64));
-            let request = writes.write(Bytes::new());
+            // A fresh client's registration (H5) goes through the log as a
+            // write does, and applies nothing.
+            let request = Sequence::new(client, GroupId(group as u64))
+                .registration()
+                .ok_or_else(|| "a fresh client id is not registered yet".to_string())?;
             while !self.attempt(&request).await {
                 if Instant::now() > deadline {
                     return Err(format!("group:{group} elected no primary within 30 s"));
@@ -276,6 +279,11 @@ impl Bench {
         let group = GroupId((writer % self.options.groups) as u64);
         let mut writes = Sequence::new(client, group);
         let operation = Bytes::from(vec![0x5A; self.options.op_size_bytes]);
+        // H5: the registration first, not counted as a write.
+        if let Some(registration) = writes.registration() {
+            while !self.stopping.get() && !self.attempt(&registration).await {}
+            writes.registered();
+        }
         while !self.stopping.get() {
             let request = writes.write(operation.clone());
             let started = Instant::now();

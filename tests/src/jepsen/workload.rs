@@ -3,7 +3,8 @@
 //! random keys, and records each in the history.
 //!
 //! Exactly-once is the core's client logic ([`cohort_core::client`]): every
-//! write comes from a [`Sequence`] per (client id, group), numbered from 1; a
+//! write comes from a [`Sequence`] per (client id, group), whose id registers
+//! with the group first (request 1, H5) and numbers its writes from 2; a
 //! retry resends the very same request (same id and number) to the next node
 //! or to the primary a Redirect names; [`verdict`] says whether an answer is
 //! final. A write with no definite answer before the op timeout is `info`,
@@ -203,8 +204,33 @@ impl Process {
     /// Write `value` to `key`.
     pub fn write(&mut self, key: u64, value: u64, clock: &Clock, timeouts: Timeouts) -> OpRecord {
         let sequence = self.sequences.entry(key).or_insert_with(|| Sequence::new(random_client_id(), GroupId(key)));
-        let request = sequence.write(Bytes::from(value.to_string()));
         let invoke_ns = clock.now_ns();
+        if let Some(registration) = sequence.registration() {
+            // H5: a fresh id registers before its first write. The write is
+            // not sent unless the registration was answered, so it failed;
+            // the registration itself is harmless either way and is simply
+            // sent again before the next write.
+            let reason = match self.router.execute(&registration, timeouts) {
+                Outcome::Done { .. } => None,
+                Outcome::Refused { code, detail } => Some(format!("registration {code:?}: {detail}")),
+                Outcome::Unknown { reason } => Some(format!("registration: {reason}")),
+            };
+            if let Some(reason) = reason {
+                let complete_ns = clock.now_ns().max(invoke_ns + 1);
+                let completion = Completion::Fail { reason };
+                return OpRecord {
+                    process: self.index,
+                    key,
+                    kind: OpKind::Write { value },
+                    invoke_ns,
+                    complete_ns,
+                    completion,
+                    node: None,
+                };
+            }
+            sequence.registered();
+        }
+        let request = sequence.write(Bytes::from(value.to_string()));
         let outcome = self.router.execute(&request, timeouts);
         let complete_ns = clock.now_ns().max(invoke_ns + 1);
         let (completion, node) = match outcome {

@@ -17,6 +17,7 @@
 
 use std::collections::BTreeMap;
 
+use cohort_core::client_table::REGISTRATION;
 use cohort_messages::metadata::{MetadataCommand, MetadataResult, OperationSpec};
 use cohort_messages::{
     ClientId, GroupId, Incarnation, Message, NodeId, OperationId, Outcome, Redirect, Reply, ReplyError, Request,
@@ -74,7 +75,8 @@ pub(crate) struct Operator {
     /// H3: probe writes sent so far (each value is distinct).
     probe_writes: u32,
     /// H3: the client id the probes of each life of a group use, and its
-    /// next request number (a new life knows no client: each starts at 1).
+    /// next request number (a new life knows no client: each starts at 1,
+    /// its registration).
     probe_clients: BTreeMap<(GroupId, Incarnation), (ClientId, u64)>,
     /// H3: groups created again under the id of a deleted one.
     pub groups_recreated: u64,
@@ -170,6 +172,18 @@ impl Sim {
             }
             return;
         }
+        if self.operator.next == REGISTRATION.0 {
+            // H5: the operator's client id registers before its first command.
+            let registration = Request {
+                client: self.operator.client,
+                request: REGISTRATION,
+                group: GroupId::METADATA,
+                kind: RequestKind::Write,
+                operation: bytes::Bytes::new(),
+            };
+            self.operator.next += 1;
+            return self.send_outstanding(registration);
+        }
         let command = if faults {
             if let Some((group, deleted)) = self.operator.recreate
                 && now >= deleted + RECREATE_AFTER_TICKS
@@ -240,6 +254,11 @@ impl Sim {
     fn probe(&mut self) -> Request {
         let groups: Vec<(GroupId, Incarnation)> = self.operator.probed.iter().map(|(g, i)| (*g, *i)).collect();
         let (group, life) = groups[self.rng.below(groups.len() as u64) as usize];
+        let (client, request) = self.operator.probe_client(group, life);
+        if request == REGISTRATION {
+            // H5: a life's probe client registers with it first.
+            return Request { client, request, group, kind: RequestKind::Write, operation: bytes::Bytes::new() };
+        }
         let (kind, operation) = if self.rng.chance(500) {
             self.operator.probe_writes += 1;
             let value = crate::check::incarnations::tag(life, self.operator.probe_writes);
@@ -247,7 +266,6 @@ impl Sim {
         } else {
             (RequestKind::Read, KvOp::Get { key: PROBE_KEY }.encode())
         };
-        let (client, request) = self.operator.probe_client(group, life);
         Request { client, request, group, kind, operation }
     }
 
