@@ -248,7 +248,10 @@ mod tests {
             outcome: Outcome::Ok(bytes::Bytes::new()),
         };
         let first = client.on_reply(&registered).expect("the command follows the registration");
-        assert_eq!((first.client, first.request, first.operation.clone()), (registration.client, RequestNumber(2), command().encode()));
+        assert_eq!(
+            (first.client, first.request, first.operation.clone()),
+            (registration.client, RequestNumber(2), command().encode())
+        );
         client.sent(NodeId(1), true, now);
         let (busy, mut busy_answer) = oneshot::channel();
         assert!(client.start(&command(), now + Duration::from_secs(5), busy, now).is_none());

@@ -112,7 +112,13 @@ fn request(client: u128, number: u64, kind: RequestKind, operation: Bytes) -> Me
 async fn store_value(cluster: &LocalCluster) -> Bytes {
     let value = Bytes::from((0..VALUE_SIZE_BYTES).map(|index| (index % 251) as u8).collect::<Vec<u8>>());
     let mut writer = RawClient::connect(cluster).await;
-    writer.send(&[request(1, 1, RequestKind::Write, value.clone())]).await;
+    // Client 1's registration (H5: request 1, no operation), then the write.
+    writer.send(&[request(1, 1, RequestKind::Write, Bytes::new())]).await;
+    match writer.next().await {
+        Some(Message::Reply(reply)) => assert!(matches!(reply.outcome, Outcome::Ok(_)), "{reply:?}"),
+        other => panic!("the registration's reply, not {other:?}"),
+    }
+    writer.send(&[request(1, 2, RequestKind::Write, value.clone())]).await;
     match writer.next().await {
         Some(Message::Reply(reply)) => assert!(matches!(reply.outcome, Outcome::Ok(_)), "{reply:?}"),
         other => panic!("the write's reply, not {other:?}"),

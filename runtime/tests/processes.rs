@@ -151,20 +151,28 @@ impl Client {
     }
 }
 
-/// Write `value` to `group` through the client ports, following redirects, for up to 20 s.
+/// Write `value` to `group` through the client ports as a fresh `client`
+/// (its registration first, H5), following redirects, for up to 20 s each.
 fn write(ports: &[Ports], group: GroupId, client: u128, value: &'static [u8]) -> Op {
-    let request = Request {
+    let registration = Request {
         client: ClientId(client),
         request: RequestNumber(1),
         group,
         kind: RequestKind::Write,
-        operation: Bytes::from_static(value),
+        operation: Bytes::new(),
     };
+    call_until_ok(ports, &registration);
+    call_until_ok(ports, &Request { request: RequestNumber(2), operation: Bytes::from_static(value), ..registration })
+}
+
+/// Send `request` until it is answered Ok, following redirects, for up to 20 s.
+fn call_until_ok(ports: &[Ports], request: &Request) -> Op {
+    let group = request.group;
     let deadline = Instant::now() + Duration::from_secs(20);
     let mut target = group.0 as usize % ports.len();
     while Instant::now() < deadline {
         let answer =
-            Client::connect(ports[target].client, &ports[target].tls).and_then(|mut client| client.call(&request));
+            Client::connect(ports[target].client, &ports[target].tls).and_then(|mut client| client.call(request));
         match answer {
             Some(Message::Reply(reply)) => match reply.outcome {
                 Outcome::Ok(_) => return reply.op,
@@ -420,6 +428,15 @@ struct Acked {
 
 /// One attempt at a write (or read) through the client ports, following
 /// redirects, for up to `budget`. `None`: no definite answer.
+/// A fresh client's write `request` (numbered 2) within `budget`: its
+/// registration (request 1, H5) first, then the write.
+fn try_write(ports: &[Ports], request: &Request, budget: Duration) -> Option<(Op, Bytes)> {
+    let deadline = Instant::now() + budget;
+    let registration = Request { request: RequestNumber(1), operation: Bytes::new(), ..request.clone() };
+    try_call(ports, &registration, budget)?;
+    try_call(ports, request, deadline.saturating_duration_since(Instant::now()))
+}
+
 fn try_call(ports: &[Ports], request: &Request, budget: Duration) -> Option<(Op, Bytes)> {
     let deadline = Instant::now() + budget;
     let mut target = request.group.0 as usize % ports.len();
@@ -483,12 +500,12 @@ fn s5_sigstop_primary_longer_than_session_timeout_never_commits_twice() {
                     let value = format!("g{g}-w{k}").into_bytes();
                     let request = Request {
                         client: ClientId((u128::from(g) << 64) | u128::from(k) | (1 << 100)),
-                        request: RequestNumber(1),
+                        request: RequestNumber(2),
                         group: GroupId(g),
                         kind: RequestKind::Write,
                         operation: Bytes::from(value.clone()),
                     };
-                    if let Some((op, replaced)) = try_call(&ports, &request, Duration::from_secs(3)) {
+                    if let Some((op, replaced)) = try_write(&ports, &request, Duration::from_secs(3)) {
                         acked.push(Acked { group: g, op, value, replaced: replaced.to_vec(), at: Instant::now() });
                     }
                 }
@@ -537,12 +554,12 @@ fn s5_sigstop_primary_longer_than_session_timeout_never_commits_twice() {
         let last = ops.last().expect("acked");
         let request = Request {
             client: ClientId((u128::from(g) << 64) | (1 << 101)),
-            request: RequestNumber(1),
+            request: RequestNumber(2),
             group: GroupId(g),
             kind: RequestKind::Write,
             operation: Bytes::from(format!("final-{g}")),
         };
-        let (op, replaced) = try_call(&ports, &request, Duration::from_secs(10)).expect("final write");
+        let (op, replaced) = try_write(&ports, &request, Duration::from_secs(10)).expect("final write");
         assert!(op > last.op, "group {g}: the final write follows every acknowledged one");
         if op.0 == last.op.0 + 1 {
             assert_eq!(replaced.to_vec(), last.value, "group {g}: the last acknowledged write is read back");
@@ -556,12 +573,13 @@ fn s5_sigstop_primary_longer_than_session_timeout_never_commits_twice() {
     // sent to it directly is redirected, or answered consistently (at an op
     // after every acknowledged one).
     let last_op = acked.iter().filter(|a| a.group == group).map(|a| a.op).max().expect("acked");
+    // A fresh client's registration: a write through the log that applies nothing.
     let probe = Request {
         client: ClientId((u128::from(group) << 64) | (1 << 103)),
         request: RequestNumber(1),
         group: GroupId(group),
         kind: RequestKind::Write,
-        operation: Bytes::from_static(b"probe"),
+        operation: Bytes::new(),
     };
     match Client::connect(ports[victim].client, &ports[victim].tls).and_then(|mut client| client.call(&probe)) {
         Some(Message::Redirect(redirect)) => {
@@ -811,12 +829,12 @@ fn rebuild_run(run: usize) {
         next_client += 1;
         let request = Request {
             client: ClientId(next_client),
-            request: RequestNumber(1),
+            request: RequestNumber(2),
             group,
             kind: RequestKind::Write,
             operation: Bytes::from(value.clone()),
         };
-        try_call(ports, &request, budget).map(|(op, _)| (op, Bytes::from(value)))
+        try_write(ports, &request, budget).map(|(op, _)| (op, Bytes::from(value)))
     };
     // Node 3 down; the write is acknowledged by nodes 1 and 2.
     let _ = children[2].kill();

@@ -221,14 +221,20 @@ fn client_cluster() -> LocalCluster {
         .expect("cluster starts")
 }
 
-fn write(client: u128, value: &'static str) -> Request {
+/// `client`'s registration with group 1 (H5: request 1, no operation).
+fn register(client: u128) -> Request {
     Request {
         client: ClientId(client),
         request: RequestNumber(1),
         group: GroupId(1),
         kind: RequestKind::Write,
-        operation: Bytes::from_static(value.as_bytes()),
+        operation: Bytes::new(),
     }
+}
+
+/// `client`'s first write to group 1, after its registration.
+fn write(client: u128, value: &'static str) -> Request {
+    Request { request: RequestNumber(2), operation: Bytes::from_static(value.as_bytes()), ..register(client) }
 }
 
 #[actix_rt::test]
@@ -266,7 +272,7 @@ async fn t2_a_client_without_credentials_or_with_another_cas_is_refused() {
     assert!(counted >= 2, "both are counted ({counted})");
     // The cluster's own client works.
     let mut own = PortClient::connect(address, &credentials(&cluster.certs().client)).await.expect("own client");
-    assert!(matches!(own.call(&write(7, "x")).await, Some(Message::Reply(_))), "and is served");
+    assert!(matches!(own.call(&register(7)).await, Some(Message::Reply(_))), "and is served");
 }
 
 #[actix_rt::test]
@@ -289,7 +295,7 @@ async fn t3_requests_to_the_metadata_group_are_refused_on_the_client_port_and_th
         handle.submit(GroupId::METADATA, RequestKind::Write, Bytes::new(), Duration::from_secs(1)).await;
     assert!(matches!(through_handle, Err(SubmitError::Reserved { .. })), "the in-process path refuses too");
     // The partition group was not touched: it still serves.
-    assert!(matches!(client.call(&write(10, "still here")).await, Some(Message::Reply(_))));
+    assert!(matches!(client.call(&register(10)).await, Some(Message::Reply(_))));
 }
 
 #[actix_rt::test]
@@ -304,9 +310,11 @@ async fn t2_one_client_cannot_answer_for_another_clients_request_numbers() {
     let mut mallory = PortClient::connect(address, &other).await.expect("mallory");
     // Mallory sends Alice's (client id, request number) first.
     let id = 0xA11CE;
+    assert!(matches!(mallory.call(&register(id)).await, Some(Message::Reply(_))), "mallory registers");
     let stolen = mallory.call(&write(id, "mallory's")).await;
     assert!(matches!(stolen, Some(Message::Reply(_))), "mallory's write is served as mallory's own");
     // Alice's write with that id is hers: applied, not a duplicate of mallory's.
+    assert!(matches!(alice.call(&register(id)).await, Some(Message::Reply(_))), "alice registers");
     let Some(Message::Reply(first)) = alice.call(&write(id, "alice's")).await else { panic!("alice's reply") };
     let Some(Message::Reply(retry)) = alice.call(&write(id, "alice's")).await else { panic!("alice's retry") };
     assert_eq!(first.client, ClientId(id), "answers name the id the client chose");

@@ -51,7 +51,8 @@ fn h5_a_retry_of_a_first_write_after_eviction_is_not_applied_again() {
                 }
                 if writer == 100
                     && let Some(write) = write
-                    && let Some(request) = sim.outstanding_request(write).filter(|request| !is_registration(request.request))
+                    && let Some(request) =
+                        sim.outstanding_request(write).filter(|request| !is_registration(request.request))
                 {
                     retried = Some((write, request));
                 }

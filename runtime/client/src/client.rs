@@ -349,9 +349,13 @@ impl ClusterClient {
 /// timeout carries no request to resubmit (its outcome is known: not applied).
 fn unsent(error: ClientError) -> ClientError {
     match error {
-        ClientError::Timeout { group, waited, attempts, last, .. } => {
-            ClientError::Timeout { group, waited, attempts, last: format!("registering the client: {last}"), request: None }
-        }
+        ClientError::Timeout { group, waited, attempts, last, .. } => ClientError::Timeout {
+            group,
+            waited,
+            attempts,
+            last: format!("registering the client: {last}"),
+            request: None,
+        },
         ClientError::Busy { group, waited, reason, .. } => {
             ClientError::Busy { group, waited, reason: format!("registering the client: {reason}"), request: None }
         }
