@@ -24,7 +24,7 @@ pub use faults::{FaultProfile, Faults};
 pub use forger::ForgerMode;
 pub use transfers::TransferCounts;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use cohort_core::client_table::is_registration;
 use cohort_core::driver::{ClientAnswer, LinkStatus, Links, Note, Turn};
@@ -268,6 +268,10 @@ pub struct Report {
 pub struct Sim {
     /// The configuration.
     pub config: SimConfig,
+    /// H5: per (node, group), the applied point up to which the log was
+    /// read for registrations (they apply nothing, so the state machine
+    /// never reports them to the agreement checker).
+    registrations_read: HashMap<(usize, GroupId), Op>,
     faults: Faults,
     specs: Vec<GroupSpec>,
     /// Metadata scenario: the metadata group (every node a member).
@@ -429,6 +433,7 @@ impl Sim {
             frames_rejected: 0,
             entries_rejected: 0,
             writes_acknowledged: 0,
+            registrations_read: HashMap::new(),
             value_counter: 0,
             forger: None,
             footprints: crate::check::footprint::FootprintBounds::default(),
@@ -798,6 +803,21 @@ impl Sim {
             for (op, digest) in sink.borrow_mut().drain(..) {
                 self.checkers.applied(now, index, *group, incarnation, op, digest);
             }
+            // H5: a registration is agreed on like any op, read from the log.
+            let Some(replica) = self.nodes[index].replica(*group) else { continue };
+            let read = self.registrations_read.entry((index, *group)).or_insert(Op(0));
+            let applied = replica.commit_min();
+            let from = if *read > applied { replica.log_base() } else { (*read).max(replica.log_base()) };
+            for op in (from.0 + 1)..=applied.0 {
+                let Some(entry) = replica.entry(Op(op)) else { continue };
+                if entry.client != cohort_messages::ClientId::SEAL && is_registration(entry.request) {
+                    let mut bytes = b"registration".to_vec();
+                    bytes.extend_from_slice(&entry.client.0.to_le_bytes());
+                    let incarnation = replica.incarnation();
+                    self.checkers.registration_applied(now, index, *group, incarnation, Op(op), digest(&bytes));
+                }
+            }
+            *read = applied;
         }
         let step_gates: Vec<String> = self.nodes[index].step_gates.borrow_mut().drain(..).collect();
         self.checkers.step_gates(now, index, step_gates);
