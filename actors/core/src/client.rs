@@ -10,16 +10,20 @@
 //!   writes to: request 1 is a write with an empty operation
 //!   ([`Sequence::registration`]), which the group puts through its log and
 //!   records in its client table without applying anything to the state
-//!   machine. A registration's answer is an empty result; its retries, even
-//!   after an eviction, are harmless. The group refuses a request 1 that
+//!   machine. A registration's answer is an empty result at the op it
+//!   committed at; its retries, even after an eviction, are harmless. The group refuses a request 1 that
 //!   carries an operation (`Rejected`), so a client that skips this step
 //!   fails at once instead of writing unprotected.
-//! - **Numbering.** After its registration a client id numbers its writes
-//!   to the group from 2, one more per write ([`Sequence`]). A retry reuses
-//!   the id and the number. The table admits a client it does not know only
-//!   at request 1, so a retry of a write from a client it evicted is refused
-//!   (`Superseded`, "is not known") rather than applied twice (H5): every
-//!   write, the first included, is past the registration.
+//! - **Numbering.** A registration's answer carries the op it committed at,
+//!   R; the client id numbers its writes to the group after it: R + 1, then
+//!   one more per write ([`Sequence`]). A retry reuses the id and the
+//!   number. The table admits a client it does not know only at request 1,
+//!   so a retry of a write from a client it evicted is refused (`Superseded`,
+//!   "is not known") rather than applied twice (H5): every write, the first
+//!   included, is past the registration. And it refuses a write numbered at
+//!   or below its client's registration op, so a late copy of a registration
+//!   that registers an evicted client again (at a later op) does not reopen
+//!   the writes made before.
 //! - **Matching.** An answer belongs to the request in flight only if its
 //!   client, group and number match ([`answers`]); a late answer to an
 //!   earlier request is ignored.
@@ -125,20 +129,20 @@ pub fn redirects(request: &Request, redirect: &Redirect) -> bool {
 }
 
 /// One client id's writes to one group: its registration (request 1), then
-/// its writes, numbered from 2.
+/// its writes, numbered after the op the registration committed at.
 ///
 /// ```
 /// use bytes::Bytes;
 /// use cohort_core::client::Sequence;
-/// use cohort_messages::{ClientId, GroupId, RequestNumber};
+/// use cohort_messages::{ClientId, GroupId, Op, RequestNumber};
 /// let mut writes = Sequence::new(ClientId(9), GroupId(2));
 /// let registration = writes.registration().expect("a fresh id registers first");
 /// assert_eq!((registration.request, registration.operation.len()), (RequestNumber(1), 0));
-/// // ... sent until the group answers it (an empty Ok), then:
-/// writes.registered();
+/// // ... sent until the group answers it (an empty Ok at op 41), then:
+/// writes.registered(Op(41));
 /// assert_eq!(writes.registration(), None);
-/// assert_eq!(writes.write(Bytes::from_static(b"a")).request, RequestNumber(2));
-/// assert_eq!(writes.write(Bytes::from_static(b"b")).request, RequestNumber(3));
+/// assert_eq!(writes.write(Bytes::from_static(b"a")).request, RequestNumber(42));
+/// assert_eq!(writes.write(Bytes::from_static(b"b")).request, RequestNumber(43));
 /// writes.restart(ClientId(10));
 /// assert_eq!(writes.registration().map(|request| (request.client, request.request)), Some((ClientId(10), RequestNumber(1))));
 /// ```
@@ -153,7 +157,7 @@ pub struct Sequence {
 
 impl Sequence {
     /// The writes of `client` to `group`: first its registration, then
-    /// writes from request 2.
+    /// writes numbered after the registration's op.
     pub fn new(client: ClientId, group: GroupId) -> Sequence {
         Sequence { client, group, registered: false, next: RequestNumber(REGISTRATION.0 + 1) }
     }
@@ -175,11 +179,15 @@ impl Sequence {
         })
     }
 
-    /// The group answered the registration (a [`Verdict::Done`]): writes may
-    /// follow.
-    pub fn registered(&mut self) {
-        debug_assert_eq!(self.next, RequestNumber(REGISTRATION.0 + 1), "registered once, before any write");
+    /// The group answered the registration (a [`Verdict::Done`]) at `op`:
+    /// writes follow, numbered from `op` + 1, since the group refuses a
+    /// write of this client numbered at or below the op of its registration.
+    pub fn registered(&mut self, op: Op) {
+        debug_assert!(!self.registered, "registered once, before any write");
+        assert!(op > Op(0), "{:?}: a registration commits at an op of the log", self.client);
         self.registered = true;
+        self.next = RequestNumber(op.0 + 1);
+        debug_assert!(!is_registration(self.next), "writes follow the registration");
     }
 
     /// True once the registration was answered.
@@ -251,7 +259,7 @@ mod tests {
     fn v1_only_the_request_in_flight_is_answered() {
         let mut writes = Sequence::new(ClientId(1), GroupId(2));
         let first = writes.registration().expect("unregistered");
-        writes.registered();
+        writes.registered(Op(1));
         let second = writes.write(Bytes::new());
         let third = writes.write(Bytes::new());
         let late = reply(Outcome::Ok(Bytes::new()));
@@ -276,13 +284,13 @@ mod tests {
             }
         );
         assert_eq!(writes.registration(), Some(registration), "sent again until answered");
-        writes.registered();
-        assert_eq!(writes.write(Bytes::from_static(b"w")).request, RequestNumber(2));
+        writes.registered(Op(6));
+        assert_eq!(writes.write(Bytes::from_static(b"w")).request, RequestNumber(7));
         writes.restart(ClientId(5));
         assert!(!writes.is_registered());
         assert_eq!(writes.registration().map(|request| request.client), Some(ClientId(5)));
-        writes.registered();
-        assert_eq!(writes.write(Bytes::from_static(b"w")).request, RequestNumber(2));
+        writes.registered(Op(9));
+        assert_eq!(writes.write(Bytes::from_static(b"w")).request, RequestNumber(10));
     }
 
     #[test]

@@ -11,10 +11,18 @@
 //! of it after an eviction looks like a new client's first request. So
 //! request 1 of a client is a *registration* ([`REGISTRATION`]): it goes
 //! through the log and puts the client in the table, and applies nothing to
-//! the state machine, so applying it twice is harmless. Writes are numbered
-//! from 2, and every one of them is protected: a retry from an evicted
-//! client is refused as unknown (H5; the client's side is
+//! the state machine, so applying it twice is harmless. A retry from an
+//! evicted client is refused as unknown (H5; the client's side is
 //! [`crate::client`]).
+//!
+//! A late copy of a registration, though, arrives after the eviction and
+//! registers the client again; the writes it made before would then look
+//! new. So the table records the op each client registered at, and a client
+//! numbers its writes after it (the first is that op + 1): a write numbered
+//! at or below its client's registration op is refused as superseded. Every
+//! write applied before an eviction was numbered at or below its own op,
+//! which is below the op of any later registration, so none of them can be
+//! applied again.
 
 use bytes::Bytes;
 use cohort_messages::{ClientId, Op, RequestNumber};
@@ -32,6 +40,10 @@ pub fn is_registration(request: RequestNumber) -> bool {
 /// What the table remembers of one client.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ClientEntry {
+    /// The op its registration was applied at (the latest one, if the
+    /// client registered again after an eviction): its writes are numbered
+    /// above it.
+    pub registered: Op,
     /// The latest applied request.
     pub request: RequestNumber,
     /// Its op.
@@ -47,7 +59,9 @@ pub enum Admission {
     New,
     /// Already applied: answer with this.
     Duplicate(ClientEntry),
-    /// Older than the latest applied request.
+    /// Older than the latest applied request, or a write numbered at or
+    /// below its client's registration op (a write of an earlier
+    /// registration, before an eviction).
     Superseded,
     /// Unknown client past its registration (evicted, or forged).
     UnknownClient,
@@ -118,6 +132,7 @@ impl ClientTable {
             None => Admission::UnknownClient,
             Some(entry) if request == entry.request => Admission::Duplicate(entry.clone()),
             Some(entry) if request < entry.request => Admission::Superseded,
+            Some(entry) if !is_registration(request) && request.0 <= entry.registered.0 => Admission::Superseded,
             Some(_) => Admission::New,
         }
     }
@@ -127,10 +142,23 @@ impl ClientTable {
         matches!(self.admit(client, request), Admission::New)
     }
 
-    /// Record an applied request.
+    /// Record an applied request: a registration records its op as the
+    /// client's registration op; a write keeps the one it has.
     pub fn record(&mut self, client: ClientId, request: RequestNumber, op: Op, result: Bytes) {
-        let entry = ClientEntry { request, op, result };
-        let mut at = match self.find(client) {
+        let known = self.find(client);
+        let registered = match (is_registration(request), known) {
+            (true, _) => op,
+            (false, Ok(at)) => self.clients[at].1.registered,
+            // Only the mutant `EvictedClientAdmitted` applies a write of a
+            // client the table does not know.
+            (false, Err(_)) => Op(0),
+        };
+        debug_assert!(
+            is_registration(request) || request.0 > registered.0 || registered == Op(0),
+            "{client:?}: write {request:?} numbered at or below its registration at {registered:?}"
+        );
+        let entry = ClientEntry { registered, request, op, result };
+        let mut at = match known {
             Ok(at) => {
                 self.clients[at].1 = entry;
                 return;
@@ -234,6 +262,32 @@ mod tests {
     }
 
     #[test]
+    fn h5_writes_are_numbered_after_the_registration_op_so_a_late_registration_closes_old_ones() {
+        let mut table = ClientTable::new(1);
+        table.record(ClientId(1), REGISTRATION, Op(4), Bytes::new());
+        assert_eq!(table.get(ClientId(1)).map(|entry| entry.registered), Some(Op(4)));
+        for request in [2, 3, 4] {
+            assert_eq!(
+                table.admit(ClientId(1), RequestNumber(request)),
+                Admission::Superseded,
+                "write {request} is at or below the registration at op 4"
+            );
+        }
+        assert_eq!(table.admit(ClientId(1), RequestNumber(5)), Admission::New, "the first write is op + 1");
+        table.record(ClientId(1), RequestNumber(5), Op(6), Bytes::from_static(b"w"));
+        assert_eq!(table.get(ClientId(1)).map(|entry| entry.registered), Some(Op(4)), "a write keeps it");
+        // Evicted, then a late copy of the registration registers it again
+        // at a later op: the write it made before is refused, not reopened.
+        table.record(ClientId(2), REGISTRATION, Op(7), Bytes::new());
+        assert_eq!(table.admit(ClientId(1), RequestNumber(5)), Admission::UnknownClient);
+        assert_eq!(table.admit(ClientId(1), REGISTRATION), Admission::New);
+        table.record(ClientId(1), REGISTRATION, Op(8), Bytes::new());
+        assert_eq!(table.admit(ClientId(1), RequestNumber(5)), Admission::Superseded, "applied before the eviction");
+        assert_eq!(table.admit(ClientId(1), RequestNumber(9)), Admission::New);
+        assert!(matches!(table.admit(ClientId(1), REGISTRATION), Admission::Duplicate(entry) if entry.op == Op(8)));
+    }
+
+    #[test]
     fn evicted_client_retry_is_refused_not_reapplied() {
         let mut table = ClientTable::new(1);
         table.record(ClientId(1), RequestNumber(5), Op(1), Bytes::new());
@@ -249,14 +303,14 @@ mod tests {
         }
         let clients: Vec<_> = table.encode().into_iter().map(|(id, entry)| (id.0, entry.op.0)).collect();
         assert_eq!(clients, vec![(3, 4), (7, 5), (9, 3)], "the two oldest were evicted, the rest sorted by id");
-        table.record(ClientId(9), RequestNumber(2), Op(6), Bytes::new());
-        assert_eq!(table.get(ClientId(9)).map(|entry| entry.request), Some(RequestNumber(2)));
+        table.record(ClientId(9), RequestNumber(4), Op(6), Bytes::new());
+        assert_eq!(table.get(ClientId(9)).map(|entry| entry.request), Some(RequestNumber(4)));
         assert_eq!(table.len(), 3);
     }
 
     #[test]
     fn a_snapshot_listing_a_client_twice_restores_its_later_entry() {
-        let entry = |op| ClientEntry { request: RequestNumber(op), op: Op(op), result: Bytes::new() };
+        let entry = |op| ClientEntry { registered: Op(0), request: RequestNumber(op), op: Op(op), result: Bytes::new() };
         let mut table = ClientTable::new(8);
         table.restore(vec![(ClientId(4), entry(1)), (ClientId(2), entry(2)), (ClientId(4), entry(3))]);
         assert_eq!(table.len(), 2);

@@ -103,7 +103,8 @@ impl Harness {
                         request: request.request,
                         group: request.group,
                         view: View(0),
-                        op: Op(self.metadata.epoch.0),
+                        // The op the registration would take in the log.
+                        op: Op(self.metadata.epoch.0 + 1),
                         outcome: Outcome::Ok(bytes::Bytes::new()),
                     };
                     outputs.extend(self.agent.on_reply(self.now, &reply));

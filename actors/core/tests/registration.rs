@@ -1,11 +1,13 @@
 //! H5: a client's request 1 is its registration, on one shard driven by
 //! hand. The registration goes through the log, records the client in the
 //! group's client table and applies nothing to the state machine, so a
-//! second one is harmless; writes are numbered from 2, and a client the
-//! table no longer knows is refused past its registration, so a retry of
-//! any write after an eviction is never applied again. A request 1 that
-//! carries an operation comes from a client that skipped its registration
-//! and is refused.
+//! second one is harmless; writes are numbered after the op the
+//! registration committed at, and a client the table no longer knows is
+//! refused past its registration, so a retry of any write after an
+//! eviction is never applied again, even once a late copy of the
+//! registration registered the client again. A request 1 that carries an
+//! operation comes from a client that skipped its registration and is
+//! refused.
 
 mod common;
 use common::{Counter, plain_spec};
@@ -109,8 +111,9 @@ fn h5_a_registration_applies_nothing_and_twice_is_harmless() {
     ok(&harness.send(8, 1, b""));
     assert_eq!(ok(&harness.send(7, 1, b"")), (Op(3), Bytes::new()), "registered again, at a new op");
     assert_eq!(harness.applied(), 0, "three registrations, nothing applied");
-    let (op, result) = ok(&harness.send(7, 2, b"w"));
-    assert_eq!((op, result.as_ref()), (Op(4), &1u64.to_le_bytes()[..]), "the first write applies");
+    assert_eq!(refused(&harness.send(7, 3, b"w")).0, ReplyError::Superseded, "at or below the registration's op");
+    let (op, result) = ok(&harness.send(7, 4, b"w"));
+    assert_eq!((op, result.as_ref()), (Op(4), &1u64.to_le_bytes()[..]), "the first write, op + 1, applies");
 }
 
 #[test]
@@ -128,7 +131,7 @@ fn h5_a_first_request_that_carries_an_operation_is_rejected() {
 fn h5_an_unknown_client_past_its_registration_is_refused() {
     let mut harness = Harness::new(2);
     ok(&harness.send(7, 1, b""));
-    assert_eq!(ok(&harness.send(7, 2, b"w")).0, Op(2), "7's first write");
+    assert_eq!(ok(&harness.send(7, 2, b"w")).0, Op(2), "7's first write, after its registration at op 1");
     // 8 and 9 register: 7, least recently active, is evicted.
     ok(&harness.send(8, 1, b""));
     ok(&harness.send(9, 1, b""));
@@ -139,22 +142,23 @@ fn h5_an_unknown_client_past_its_registration_is_refused() {
     assert_eq!(harness.applied(), 1, "applied once");
 }
 
-/// The limit of a registration the client names itself: a copy of it that
-/// arrives after the client was evicted (held by the network, or a resend
-/// that overtook its answer) registers the client again, and a retry of a
-/// write it had applied before the eviction is then admitted as new. The
-/// fix is a session the group names: numbering writes after the op the
-/// registration was applied at, so that a write of an earlier registration
-/// is older than the latest one (see docs/protocol.md, "Client table").
+/// A copy of a registration that arrives after the client was evicted
+/// (held by the network, or a resend that overtook its answer) registers the
+/// client again, at a later op. Writes are numbered after the op of their
+/// registration, and the table refuses a write at or below the op of the
+/// client's latest registration: every write applied before the eviction
+/// is, so a retry of one is refused, not applied again (see
+/// docs/protocol.md, "Requests and the client table").
 #[test]
-#[ignore = "H5 limit: a late copy of a registration after an eviction opens the client again"]
 fn h5_a_late_copy_of_a_registration_after_an_eviction_does_not_reopen_old_writes() {
     let mut harness = Harness::new(2);
-    ok(&harness.send(7, 1, b""));
+    assert_eq!(ok(&harness.send(7, 1, b"")).0, Op(1), "registered at op 1: writes from 2");
     ok(&harness.send(7, 2, b"w"));
     ok(&harness.send(8, 1, b""));
     ok(&harness.send(9, 1, b""));
-    ok(&harness.send(7, 1, b"")); // the late copy of 7's registration
-    let retry = harness.send(7, 2, b"w");
-    assert_eq!(harness.applied(), 1, "7's first write applied once: {retry:?}");
+    assert_eq!(ok(&harness.send(7, 1, b"")).0, Op(5), "the late copy of 7's registration registers it again");
+    let (code, detail) = refused(&harness.send(7, 2, b"w"));
+    assert_eq!(code, ReplyError::Superseded);
+    assert!(detail.contains("registration"), "{detail}");
+    assert_eq!(harness.applied(), 1, "7's first write applied once");
 }

@@ -298,7 +298,7 @@ mod tests {
         if let Some(registration) = sequence.registration().filter(|_| number == 1) {
             return registration;
         }
-        sequence.registered();
+        sequence.registered(cohort_messages::Op(1));
         (2..number).for_each(|_| drop(sequence.write(operation.clone())));
         sequence.write(operation)
     }

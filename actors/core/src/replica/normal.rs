@@ -155,7 +155,7 @@ impl Replica {
         // registration, and is refused rather than written unprotected.
         if is_registration(request.request) && !request.operation.is_empty() {
             let detail = format!(
-                "{}: request 1 of {} is its registration and carries no operation; register with an empty write, then number writes from 2",
+                "{}: request 1 of {} is its registration and carries no operation; register with an empty write, then number writes after the op it commits at",
                 self.spec.group, request.client
             );
             return self.reply_error(&request, ReplyError::Rejected, detail, cx.out);
@@ -173,7 +173,7 @@ impl Replica {
             }
             Admission::Superseded => {
                 let detail =
-                    format!("{}: {} is older than the client's latest request", self.spec.group, request.request);
+                    format!("{}: {} is older than the client's latest request, or not past the op of its registration; start a new client", self.spec.group, request.request);
                 return self.reply_error(&request, ReplyError::Superseded, detail, cx.out);
             }
             // The table only knows applied ops. An earlier request of this

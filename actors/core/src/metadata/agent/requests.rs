@@ -133,14 +133,14 @@ impl Requests {
                 self.in_flight = None;
                 None
             }
-            Verdict::Done { result, .. } => {
+            Verdict::Done { op, result } => {
                 let asking = in_flight.asking.clone();
                 self.in_flight = None;
                 match asking {
                     Asking::RecordRead => Some(Answered::RecordRead(super::super::decode_record_read(result))),
                     Asking::Command(command) => Some(Answered::Command(command, MetadataResult::decode(result))),
                     Asking::Registration(command) => {
-                        self.sequence.registered();
+                        self.sequence.registered(op);
                         self.submit(command, now, out);
                         None
                     }
@@ -192,7 +192,7 @@ mod tests {
     fn h5_the_first_command_follows_the_registration() {
         let command = MetadataCommand::OpenSession { node: cohort_messages::NodeId(1) };
         let (_, first) = registered(command);
-        assert_eq!(first.request, RequestNumber(2));
+        assert_eq!(first.request, RequestNumber(2), "numbered after the registration's op, 1");
     }
 
     #[test]
