@@ -13,7 +13,8 @@
 //! The rules are the client table's, kept by [`cohort_core::client`]: one
 //! client id registers with the metadata group before its first command
 //! (request 1, which applies nothing: the command follows as soon as it is
-//! answered, within the same deadline), then numbers its writes from 2;
+//! answered, within the same deadline), then numbers its writes after the
+//! op the registration committed at;
 //! every re-send of a write carries the same id and number, so the group
 //! applies it at most once and answers a re-send of an applied write from
 //! its client table, and a re-send the group no longer knows the client of
@@ -179,8 +180,8 @@ impl OperatorClient {
     /// the command's write, to send at once.
     pub(crate) fn on_reply(&mut self, reply: &Reply) -> Option<Request> {
         let in_flight = self.in_flight.as_mut().filter(|f| client::answers(&f.request, reply))?;
-        if let (Verdict::Done { .. }, Some(command)) = (client::verdict(reply), &in_flight.held) {
-            self.requests.registered();
+        if let (Verdict::Done { op, .. }, Some(command)) = (client::verdict(reply), &in_flight.held) {
+            self.requests.registered(op);
             in_flight.request = self.requests.write(command.clone());
             in_flight.held = None;
             in_flight.last = "registered; the command sent".into();
@@ -250,7 +251,8 @@ mod tests {
         let first = client.on_reply(&registered).expect("the command follows the registration");
         assert_eq!(
             (first.client, first.request, first.operation.clone()),
-            (registration.client, RequestNumber(2), command().encode())
+            (registration.client, RequestNumber(9), command().encode()),
+            "numbered after the registration's op, 8"
         );
         client.sent(NodeId(1), true, now);
         let (busy, mut busy_answer) = oneshot::channel();

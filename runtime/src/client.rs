@@ -11,8 +11,10 @@
 //! A client has an id, registers it with each group before its first write
 //! there (request 1: a write with no operation, which the group records in
 //! its client table and applies nothing for), and numbers its writes per
-//! group from 2 (the client table's rules: a client it does not know may
-//! only start at request 1, and numbers increase). Every retry of a write
+//! group after the op the registration committed at (the client table's
+//! rules: a client it does not know may only start at request 1, numbers
+//! increase, and a write numbered at or below its registration's op is
+//! refused, so a late copy of a registration cannot reopen old writes). Every retry of a write
 //! reuses its client id and request number, so the group applies it at most
 //! once and answers a retry of an applied write from its client table; if
 //! the group evicted the client meanwhile, the retry is refused
@@ -353,7 +355,7 @@ impl Client {
             // registration whose outcome is unknown changes nothing but the
             // client table: the next write sends it again, under the same id.
             match self.run_by(registration, started, deadline).await {
-                Ok(_) => session.writes.registered(),
+                Ok(registered) => session.writes.registered(registered.op),
                 Err(ClientError::Timeout { group, waited, attempts, last, .. }) => {
                     let last = format!("registering the client: {last}");
                     return Err(ClientError::Timeout { group, waited, attempts, last, request: None });
@@ -374,8 +376,8 @@ impl Client {
     /// answer is its original result. Also for hosts that number their own
     /// requests (the client table's rules apply, see
     /// [`cohort_core::client`]: a new client id registers with request 1,
-    /// which carries no operation, then numbers its writes from 2, one
-    /// more per write, per group).
+    /// which carries no operation, then numbers its writes after the op the
+    /// registration committed at, one more per write, per group).
     ///
     /// ```no_run
     /// use cohort_runtime::prelude::*;
@@ -388,10 +390,10 @@ impl Client {
     ///     kind: RequestKind::Write,
     ///     operation: Bytes::new(),
     /// };
-    /// client.retry(registration).await?;
+    /// let registered = client.retry(registration).await?;
     /// let request = cohort_messages::Request {
     ///     client: ClientId(0xfeed),
-    ///     request: RequestNumber(2),
+    ///     request: RequestNumber(registered.op.0 + 1),
     ///     group: GroupId(0),
     ///     kind: RequestKind::Write,
     ///     operation: Bytes::from_static(b"credit 5"),

@@ -165,8 +165,8 @@ fn two_kinds_one_client_failover_and_exactly_once() {
             kind: RequestKind::Write,
             operation: Bytes::new(),
         };
-        client.retry(registration.clone()).await.expect("registered");
-        let request = cohort_runtime::client::Request { request: RequestNumber(2), ..registration };
+        let registered = client.retry(registration.clone()).await.expect("registered");
+        let request = cohort_runtime::client::Request { request: RequestNumber(registered.op.0 + 1), ..registration };
         let first = client.retry(request.clone()).await.expect("applied");
         let again = client.retry(request).await.expect("answered again");
         assert_eq!((first.op, count(&first.result)), (again.op, count(&again.result)), "applied once");

@@ -161,8 +161,10 @@ fn write(ports: &[Ports], group: GroupId, client: u128, value: &'static [u8]) ->
         kind: RequestKind::Write,
         operation: Bytes::new(),
     };
-    call_until_ok(ports, &registration);
-    call_until_ok(ports, &Request { request: RequestNumber(2), operation: Bytes::from_static(value), ..registration })
+    let registered = call_until_ok(ports, &registration);
+    let first =
+        Request { request: RequestNumber(registered.0 + 1), operation: Bytes::from_static(value), ..registration };
+    call_until_ok(ports, &first)
 }
 
 /// Send `request` until it is answered Ok, following redirects, for up to 20 s.
@@ -431,11 +433,13 @@ struct Acked {
 /// redirects, for up to `budget`. `None`: no definite answer.
 /// A fresh client's write `request` (numbered 2) within `budget`: its
 /// registration (request 1, H5) first, then the write.
-fn try_write(ports: &[Ports], request: &Request, budget: Duration) -> Option<(Op, Bytes)> {
+fn try_write(ports: &[Ports], client: ClientId, group: GroupId, value: Bytes, budget: Duration) -> Option<(Op, Bytes)> {
     let deadline = Instant::now() + budget;
-    let registration = Request { request: RequestNumber(1), operation: Bytes::new(), ..request.clone() };
-    try_call(ports, &registration, budget)?;
-    try_call(ports, request, deadline.saturating_duration_since(Instant::now()))
+    let mut writes = cohort_core::client::Sequence::new(client, group);
+    let registration = writes.registration().expect("a fresh id registers first");
+    let (registered, _) = try_call(ports, &registration, budget)?;
+    writes.registered(registered);
+    try_call(ports, &writes.write(value), deadline.saturating_duration_since(Instant::now()))
 }
 
 fn try_call(ports: &[Ports], request: &Request, budget: Duration) -> Option<(Op, Bytes)> {
@@ -499,14 +503,10 @@ fn s5_sigstop_primary_longer_than_session_timeout_never_commits_twice() {
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                     k += 1;
                     let value = format!("g{g}-w{k}").into_bytes();
-                    let request = Request {
-                        client: ClientId((u128::from(g) << 64) | u128::from(k) | (1 << 100)),
-                        request: RequestNumber(2),
-                        group: GroupId(g),
-                        kind: RequestKind::Write,
-                        operation: Bytes::from(value.clone()),
-                    };
-                    if let Some((op, replaced)) = try_write(&ports, &request, Duration::from_secs(3)) {
+                    let client = ClientId((u128::from(g) << 64) | u128::from(k) | (1 << 100));
+                    let written = Bytes::from(value.clone());
+                    if let Some((op, replaced)) = try_write(&ports, client, GroupId(g), written, Duration::from_secs(3))
+                    {
                         acked.push(Acked { group: g, op, value, replaced: replaced.to_vec(), at: Instant::now() });
                     }
                 }
@@ -553,20 +553,21 @@ fn s5_sigstop_primary_longer_than_session_timeout_never_commits_twice() {
         // Read back: a final write replaces exactly the last acknowledged value
         // (or one written after it whose answer was lost), and a read sees it.
         let last = ops.last().expect("acked");
-        let request = Request {
-            client: ClientId((u128::from(g) << 64) | (1 << 101)),
-            request: RequestNumber(2),
-            group: GroupId(g),
-            kind: RequestKind::Write,
-            operation: Bytes::from(format!("final-{g}")),
-        };
-        let (op, replaced) = try_write(&ports, &request, Duration::from_secs(10)).expect("final write");
+        let client = ClientId((u128::from(g) << 64) | (1 << 101));
+        let final_value = Bytes::from(format!("final-{g}"));
+        let (op, replaced) =
+            try_write(&ports, client, GroupId(g), final_value, Duration::from_secs(10)).expect("final write");
         assert!(op > last.op, "group {g}: the final write follows every acknowledged one");
         if op.0 == last.op.0 + 1 {
             assert_eq!(replaced.to_vec(), last.value, "group {g}: the last acknowledged write is read back");
         }
-        let read = Request { kind: RequestKind::Read, operation: Bytes::new(), ..request.clone() };
-        let read = Request { client: ClientId((u128::from(g) << 64) | (1 << 102)), ..read };
+        let read = Request {
+            client: ClientId((u128::from(g) << 64) | (1 << 102)),
+            request: RequestNumber(1),
+            group: GroupId(g),
+            kind: RequestKind::Read,
+            operation: Bytes::new(),
+        };
         let (_, value) = try_call(&ports, &read, Duration::from_secs(10)).expect("read");
         assert_eq!(value, Bytes::from(format!("final-{g}")), "group {g}: read back");
     }
@@ -828,14 +829,8 @@ fn rebuild_run(run: usize) {
     let mut next_client = 1u128 << 90 | (run as u128) << 32;
     let mut put = |ports: &[Ports], value: String, budget: Duration| {
         next_client += 1;
-        let request = Request {
-            client: ClientId(next_client),
-            request: RequestNumber(2),
-            group,
-            kind: RequestKind::Write,
-            operation: Bytes::from(value.clone()),
-        };
-        try_write(ports, &request, budget).map(|(op, _)| (op, Bytes::from(value)))
+        try_write(ports, ClientId(next_client), group, Bytes::from(value.clone()), budget)
+            .map(|(op, _)| (op, Bytes::from(value)))
     };
     // Node 3 down; the write is acknowledged by nodes 1 and 2.
     let _ = children[2].kill();

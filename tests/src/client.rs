@@ -201,10 +201,10 @@ impl SimClient {
         match client::verdict(reply) {
             // The registration was answered: the write goes at the next
             // retry pass (its first send), to the same node.
-            Verdict::Done { .. } if outstanding.held.is_some() => {
+            Verdict::Done { op, .. } if outstanding.held.is_some() => {
                 let group = outstanding.request.group;
                 let writes = self.writes.get_mut(&group)?;
-                writes.registered();
+                writes.registered(op);
                 let outstanding = self.outstanding.as_mut()?;
                 let operation = outstanding.held.take()?;
                 outstanding.request = writes.write(operation);

@@ -61,7 +61,7 @@ fn h5_a_retry_of_a_first_write_after_eviction_is_not_applied_again() {
             assert!(answered(&sim), "seed {seed}: writer {writer} not answered");
         }
         let (write, request) = retried.expect("the first writer's write");
-        assert_eq!(request.request, RequestNumber(2), "seed {seed}: the first write follows the registration");
+        assert!(request.request > RequestNumber(1), "seed {seed}: the first write follows the registration");
         let evicted = sim.client_id(write);
         sim.send_raw(write, sim.primary_of(G).unwrap_or(primary), request);
         for _ in 0..50 {

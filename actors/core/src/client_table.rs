@@ -310,7 +310,8 @@ mod tests {
 
     #[test]
     fn a_snapshot_listing_a_client_twice_restores_its_later_entry() {
-        let entry = |op| ClientEntry { registered: Op(0), request: RequestNumber(op), op: Op(op), result: Bytes::new() };
+        let entry =
+            |op| ClientEntry { registered: Op(0), request: RequestNumber(op), op: Op(op), result: Bytes::new() };
         let mut table = ClientTable::new(8);
         table.restore(vec![(ClientId(4), entry(1)), (ClientId(2), entry(2)), (ClientId(4), entry(3))]);
         assert_eq!(table.len(), 2);

@@ -6,7 +6,8 @@
 //! The client registers its client id with each group before its first
 //! write there (request 1, which carries no operation and applies nothing;
 //! one extra round trip per id per group) and numbers its writes per group
-//! from 2 under that id ([`cohort_core::client::Sequence`], the rules every
+//! after the op the registration committed at, under that id
+//! ([`cohort_core::client::Sequence`], the rules every
 //! cohort client shares), and sends one write per group at a time: a group's client
 //! table admits a client's request numbers in order, so a second write
 //! must not overtake the first. Writes to different groups, and reads, run
@@ -222,8 +223,8 @@ impl ClusterClient {
             // H5: a fresh id registers first, within the write's timeout. A
             // registration whose outcome is unknown changes nothing but the
             // client table: the next write sends it again, under the same id.
-            call::run(&self.inner, registration, self.timeout).await.map_err(unsent)?;
-            session.writes.registered();
+            let registered = call::run(&self.inner, registration, self.timeout).await.map_err(unsent)?;
+            session.writes.registered(registered.op);
         }
         let request = session.writes.write(operation);
         // Cleared only on success, so a caller that stops waiting leaves it set.
@@ -239,7 +240,8 @@ impl ClusterClient {
     /// and number: it applies at most once, and if it already did, the
     /// answer is its original result. Also for callers that number their
     /// own requests (a new id registers with request 1, which carries no
-    /// operation, then numbers its writes from 2, per group; see
+    /// operation, then numbers its writes after the op the registration
+    /// committed at, per group; see
     /// [`cohort_core::client`]).
     /// It must go out under the same certificate as the first attempt: the
     /// nodes bind ids to it.

@@ -384,21 +384,17 @@ impl Demo {
 
     /// One write until it commits (or the demo stops); returns when done.
     /// Each write is a fresh client: its registration (H5: request 1, no
-    /// operation) first, then the write as request 2, timed from its send.
+    /// operation) first, then the write numbered after the registration's
+    /// op, timed from its send.
     async fn write(&self, group: GroupId, writer: u64, probe: bool) -> Option<Duration> {
         let id = self.next_id.get();
         self.next_id.set(id + 1);
         let mut writes = Sequence::new(ClientId((u128::from(writer) << 64) | u128::from(id)), group);
         let registration = writes.registration()?;
-        if !self.commit(&registration).await {
-            return None;
-        }
-        writes.registered();
+        writes.registered(self.commit(&registration).await?);
         let request = writes.write(Bytes::copy_from_slice(&id.to_le_bytes()));
         let started = Instant::now();
-        if !self.commit(&request).await {
-            return None;
-        }
+        self.commit(&request).await?;
         let latency = started.elapsed();
         if self.first_write.get().is_none() {
             self.first_write.set(Some(self.launched.elapsed()));
@@ -412,8 +408,9 @@ impl Demo {
         Some(latency)
     }
 
-    /// Send `request` until it commits (true) or the demo stops (false).
-    async fn commit(&self, request: &Request) -> bool {
+    /// Send `request` until it commits (the op it committed at) or the demo
+    /// stops (`None`).
+    async fn commit(&self, request: &Request) -> Option<cohort_messages::Op> {
         let group = request.group;
         let nodes = self.options.nodes;
         while !self.stopping.get() {
@@ -424,7 +421,7 @@ impl Demo {
                 continue;
             };
             match handle.submit_as(request.clone(), Duration::from_secs(2)).await {
-                Ok(_) => return true,
+                Ok(committed) => return Some(committed.op),
                 Err(SubmitError::NotPrimary { primary: Some(primary), .. })
                     if (primary.0 as usize) <= nodes
                         && primary.0 as usize - 1 != target
@@ -438,7 +435,7 @@ impl Demo {
                 }
             }
         }
-        false
+        None
     }
 
     async fn write_loop(&self, writer: u64) {

@@ -146,7 +146,8 @@ impl NodeHandle {
     /// Each call is its own client, so concurrent calls never supersede each
     /// other. A write registers that client first (H5: request 1, no
     /// operation, nothing applied; one more round trip through the log) and
-    /// is then sent as request 2, both within `timeout`; an error of the
+    /// is then sent numbered after the registration's op, both within
+    /// `timeout`; an error of the
     /// registration is returned as is (the write was not sent). A host that
     /// retries its writes numbers them itself with [`NodeHandle::submit_as`]
     /// (or uses [`crate::client::Client`]).
@@ -165,10 +166,12 @@ impl NodeHandle {
                 .await;
         }
         let started = Instant::now();
-        let registration = Request { client, request: RequestNumber(1), group, kind, operation: Bytes::new() };
-        self.submit_as(registration, timeout).await?;
+        let mut writes = cohort_core::client::Sequence::new(client, group);
+        let registration = writes.registration().expect("a fresh id registers first");
+        let registered = self.submit_as(registration, timeout).await?;
+        writes.registered(registered.op);
         let left = timeout.saturating_sub(started.elapsed());
-        self.submit_as(Request { client, request: RequestNumber(2), group, kind, operation }, left).await
+        self.submit_as(writes.write(operation), left).await
     }
 
     /// Submit a request with an explicit client and request number (retries).

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use cohort_core::client::{Sequence, Verdict, read, verdict};
-use cohort_messages::{ClientId, GroupId, ReplyError, Request, RequestNumber};
+use cohort_messages::{ClientId, GroupId, Op, ReplyError, Request, RequestNumber};
 
 use crate::jepsen::history::{Clock, Completion, History, OpKind, OpRecord};
 use crate::jepsen::port::Endpoint;
@@ -52,6 +52,8 @@ pub enum Outcome {
     Done {
         /// The node.
         node: usize,
+        /// The op it committed at (for a read, the applied point it saw).
+        op: Op,
         /// The state machine's result.
         result: Bytes,
     },
@@ -111,9 +113,9 @@ impl Router {
                     target = (target + 1) % n;
                 }
                 Ok(Answer::Reply(reply)) => match verdict(&reply) {
-                    Verdict::Done { result, .. } => {
+                    Verdict::Done { op, result } => {
                         self.primaries.insert(request.group, target);
-                        return Outcome::Done { node: target + 1, result: result.clone() };
+                        return Outcome::Done { node: target + 1, op, result: result.clone() };
                     }
                     Verdict::Refused { code, detail } => {
                         return Outcome::Refused { code, detail: detail.to_string() };
@@ -211,7 +213,10 @@ impl Process {
             // the registration itself is harmless either way and is simply
             // sent again before the next write.
             let reason = match self.router.execute(&registration, timeouts) {
-                Outcome::Done { .. } => None,
+                Outcome::Done { op, .. } => {
+                    sequence.registered(op);
+                    None
+                }
                 Outcome::Refused { code, detail } => Some(format!("registration {code:?}: {detail}")),
                 Outcome::Unknown { reason } => Some(format!("registration: {reason}")),
             };
@@ -228,13 +233,12 @@ impl Process {
                     node: None,
                 };
             }
-            sequence.registered();
         }
         let request = sequence.write(Bytes::from(value.to_string()));
         let outcome = self.router.execute(&request, timeouts);
         let complete_ns = clock.now_ns().max(invoke_ns + 1);
         let (completion, node) = match outcome {
-            Outcome::Done { node, result } => (Completion::Ok { value: decode_value(&result) }, Some(node)),
+            Outcome::Done { node, result, .. } => (Completion::Ok { value: decode_value(&result) }, Some(node)),
             Outcome::Refused { code: ReplyError::Rejected, detail } => {
                 (Completion::Fail { reason: format!("Rejected: {detail}") }, None)
             }
@@ -256,7 +260,7 @@ impl Process {
         let outcome = self.router.execute(&request, timeouts);
         let complete_ns = clock.now_ns().max(invoke_ns + 1);
         let (completion, node) = match outcome {
-            Outcome::Done { node, result } => (Completion::Ok { value: decode_value(&result) }, Some(node)),
+            Outcome::Done { node, result, .. } => (Completion::Ok { value: decode_value(&result) }, Some(node)),
             Outcome::Refused { code, detail } => (Completion::Fail { reason: format!("{code:?}: {detail}") }, None),
             Outcome::Unknown { reason } => (Completion::Fail { reason: format!("no answer: {reason}") }, None),
         };

@@ -172,8 +172,10 @@ impl Replica {
                 }));
             }
             Admission::Superseded => {
-                let detail =
-                    format!("{}: {} is older than the client's latest request, or not past the op of its registration; start a new client", self.spec.group, request.request);
+                let detail = format!(
+                    "{}: {} is older than the client's latest request, or not past the op of its registration; start a new client",
+                    self.spec.group, request.request
+                );
                 return self.reply_error(&request, ReplyError::Superseded, detail, cx.out);
             }
             // The table only knows applied ops. An earlier request of this

@@ -205,8 +205,8 @@ async fn write_loop(shared: Arc<Shared>, group: GroupId) -> Result<(), ClientErr
         let started = Instant::now();
         loop {
             match shared.client.retry(request.clone()).await {
-                Ok(_) if registering => {
-                    writes.registered();
+                Ok(registered) if registering => {
+                    writes.registered(registered.op);
                     break;
                 }
                 Ok(_) => {
