@@ -223,14 +223,15 @@ where
         }
     }
     // Re-creations on the rate chart only (its y axis is linear).
-    for recreation in report.recreations.iter().filter(|_| labels) {
+    for (index, recreation) in report.recreations.iter().enumerate().filter(|_| labels) {
         let (start_s, end_s) = (seconds(recreation.invoke_ns), seconds(recreation.complete_ns));
         let strip = low + (high - low) * 0.04;
         let band = Rectangle::new([(start_s, low), (end_s.max(start_s + 0.2), strip)], RECREATE.mix(0.6).filled());
         chart.draw_series(std::iter::once(band)).map_err(failed)?;
         let text = Text::new(
             format!("re-create g{}", recreation.key),
-            (start_s, low + (high - low) * 0.06),
+            // Two rows, so labels of neighbouring re-creations do not overlap.
+            (start_s, low + (high - low) * (0.06 + 0.05 * (index % 2) as f64)),
             ("sans-serif", 12).into_font().color(&RECREATE),
         );
         chart.draw_series(std::iter::once(text)).map_err(failed)?;
