@@ -138,6 +138,9 @@ fn driver_regression_seeds() {
         SimConfig::new(2_006_976),
         SimConfig { profile: Some(FaultProfile::Durability), ..SimConfig::new(2_007_055) },
         SimConfig { storage: StorageKind::Memory, ..SimConfig::new(2_002_878) },
+        // H3: a role report of a replica replaced by the group id's next
+        // life was judged by the next life's members.
+        SimConfig::metadata(2_001_036),
     ];
     for config in configs {
         let command = reproduce(&config);
