@@ -141,6 +141,9 @@ fn driver_regression_seeds() {
         // H3: a role report of a replica replaced by the group id's next
         // life was judged by the next life's members.
         SimConfig::metadata(2_001_036),
+        // H2: a cut log's superblock claimed a commit point over entries
+        // older than those the lost records had put there.
+        SimConfig { profile: Some(FaultProfile::Durability), ..SimConfig::new(3_002_506) },
     ];
     for config in configs {
         let command = reproduce(&config);
