@@ -36,6 +36,9 @@ struct Cluster {
     client: Vec<SocketAddr>,
     admin: Vec<SocketAddr>,
     children: Vec<Child>,
+    /// A node the others do not list among their peers (it still lists
+    /// them): a node of another cluster that dials in.
+    outsider: Option<usize>,
 }
 
 impl Cluster {
@@ -54,6 +57,7 @@ impl Cluster {
             client: addresses[NODES..2 * NODES].to_vec(),
             admin: addresses[2 * NODES..].to_vec(),
             children: Vec::new(),
+            outsider: None,
         }
     }
 
@@ -74,7 +78,7 @@ impl Cluster {
             self.dir.join(format!("data-{}", index + 1)).display()
         );
         for (peer, address) in self.listen.iter().enumerate() {
-            if peer != index {
+            if peer != index && (self.outsider != Some(peer) || self.outsider == Some(index)) {
                 text.push_str(&format!("\n[[node.peers]]\nid = {}\naddress = \"{address}\"\n", peer + 1));
             }
         }
@@ -217,8 +221,10 @@ fn up(admin: SocketAddr, nodes: usize, groups: bool) -> bool {
 }
 
 /// O1 on three processes, node 3 on another cluster id (run with
-/// `COHORT_LOG=warn`), node 2 writing JSON (the groups with node 3 among
-/// their members are never created: it never registers):
+/// `COHORT_LOG=warn`), node 2 writing JSON. Nodes 1 and 2 form the
+/// cluster and do not list node 3; node 3 lists them and dials in. (A
+/// cluster on new disks starts its metadata group only once every voter
+/// has answered, H1: with node 3 among the voters it would never start.)
 /// - the peers refuse node 3 and say so with its address, once per window
 ///   with a count of the rest, and no side dials more than a backoff
 ///   allows (the issue this answers: 12,226 reconnects and ~13,500 lines
@@ -230,6 +236,7 @@ fn up(admin: SocketAddr, nodes: usize, groups: bool) -> bool {
 #[test]
 fn o1_a_node_on_another_cluster_costs_its_peers_few_lines_and_few_dials() {
     let mut cluster = Cluster::new("o1");
+    cluster.outsider = Some(2);
     let started = Instant::now();
     cluster.start(0, CLUSTER, "", &[]);
     cluster.start(1, CLUSTER, "\n[log]\nformat = \"json\"\n", &[]);

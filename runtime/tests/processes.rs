@@ -810,12 +810,66 @@ fn z6_a_dead_metadata_voter_is_replaced_and_the_metadata_outlives_three_of_its_f
 fn h1_a_node_rebuilt_empty_loses_no_acknowledged_write() {
     let runs: usize = std::env::var("COHORT_REBUILD_RUNS").ok().and_then(|runs| runs.parse().ok()).unwrap_or(1);
     for run in 0..runs {
-        rebuild_run(run);
+        rebuild_run(run, Loss::Wiped);
     }
 }
 
-fn rebuild_run(run: usize) {
-    let dir = std::env::temp_dir().join(format!("cohort-h1-{}-{run}", std::process::id()));
+/// H2, the same scenario with node 1's data cut instead of moved away:
+/// the newest log segment of each of its shards is cut inside its last
+/// records (synced and acknowledged ones among them). Node 1 must not
+/// start as if it held them: its log names the file, its groups recover
+/// from their peers, and no acknowledged write is lost.
+/// `COHORT_REBUILD_RUNS` runs it that many times too.
+#[test]
+fn h2_a_node_whose_log_was_cut_loses_no_acknowledged_write() {
+    let runs: usize = std::env::var("COHORT_REBUILD_RUNS").ok().and_then(|runs| runs.parse().ok()).unwrap_or(1);
+    for run in 0..runs {
+        rebuild_run(run, Loss::SegmentCut);
+    }
+}
+
+/// How node 1 loses its data in [`rebuild_run`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Loss {
+    /// Its data directory is moved away (H1).
+    Wiped,
+    /// The newest segment of each of its shards is cut inside its records (H2).
+    SegmentCut,
+}
+
+/// Cut the newest `wal-*.seg` of every shard directory under `data` a
+/// few bytes before the end of its records (the zeros ahead of them do
+/// not count), so that its last records are gone.
+fn cut_newest_segments(data: &Path) -> usize {
+    let mut cut = 0;
+    let shards = std::fs::read_dir(data).expect("node 1's data directory").flatten().map(|entry| entry.path());
+    for shard in shards.filter(|path| path.is_dir()) {
+        let mut segments: Vec<PathBuf> = std::fs::read_dir(&shard)
+            .expect("a shard directory")
+            .flatten()
+            .map(|entry| entry.path())
+            .filter(|path| {
+                path.file_name()
+                    .and_then(|name| name.to_str())
+                    .is_some_and(|name| name.starts_with("wal-") && name.ends_with(".seg"))
+            })
+            .collect();
+        segments.sort();
+        let Some(newest) = segments.last() else { continue };
+        let bytes = std::fs::read(newest).expect("the newest segment");
+        let Some(last) = bytes.iter().rposition(|byte| *byte != 0) else { continue };
+        // Past the 32-byte segment header, inside the last record.
+        let at = (last as u64).saturating_sub(8).max(33);
+        let file = std::fs::OpenOptions::new().write(true).open(newest).expect("open the newest segment");
+        file.set_len(at).expect("cut the newest segment");
+        file.sync_all().expect("sync the cut");
+        cut += 1;
+    }
+    cut
+}
+
+fn rebuild_run(run: usize, loss: Loss) {
+    let dir = std::env::temp_dir().join(format!("cohort-{loss:?}-{}-{run}", std::process::id()));
     let (ports, mut children) = start_cluster(&dir, 3, "");
     let logs = |dir: &Path| {
         (1..=3)
@@ -844,7 +898,10 @@ fn rebuild_run(run: usize) {
         let _ = children[node].kill();
         let _ = children[node].wait();
     }
-    std::fs::rename(dir.join("data-1"), dir.join("data-1.broken")).expect("move node 1's data away");
+    match loss {
+        Loss::Wiped => std::fs::rename(dir.join("data-1"), dir.join("data-1.broken")).expect("move node 1's data away"),
+        Loss::SegmentCut => assert!(cut_newest_segments(&dir.join("data-1")) > 0, "run {run}: node 1 has segments"),
+    }
     children[0] = spawn_node(&dir, 0);
     children[2] = spawn_node(&dir, 2);
     std::thread::sleep(Duration::from_secs(4));
@@ -872,6 +929,13 @@ fn rebuild_run(run: usize) {
     };
     let (_, value) = try_call(&ports, &read, Duration::from_secs(20)).expect("read");
     assert_eq!(value, acked.last().expect("acked").1, "run {run}: the register reads the last acknowledged write");
+    if loss == Loss::SegmentCut {
+        let log = std::fs::read_to_string(dir.join("node-1.log")).unwrap_or_default();
+        assert!(
+            log.contains("synced log records lost in") && log.contains("wal-"),
+            "run {run}: node 1's log names the cut segment\n{log}"
+        );
+    }
     for child in children.iter_mut() {
         let _ = child.kill();
         let _ = child.wait();

@@ -136,6 +136,15 @@ impl Network {
         self.in_flight.insert((tick, self.sequence), packet);
     }
 
+    /// Drop every frame `from` sent that is still in flight: its machine
+    /// went down with the connections' buffers (H1, H5: a disk replaced).
+    /// Returns how many.
+    pub fn drop_from(&mut self, from: Endpoint) -> usize {
+        let before = self.in_flight.len();
+        self.in_flight.retain(|_, packet| packet.from != from);
+        before - self.in_flight.len()
+    }
+
     /// Frames in flight.
     pub fn in_flight(&self) -> usize {
         self.in_flight.len()

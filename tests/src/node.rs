@@ -418,6 +418,11 @@ impl SimNode {
             // A new process starts at the present, as a node's clock starts at its start.
             running.driver.start_at(now);
             running.formatted = recovered.may_have_lost_data();
+            // H2: records the storage reports lost count as a lost disk for
+            // the fault injector's tolerance, whatever lost them (a cut it
+            // made, or a crash that kept a failed write's cut-back but not
+            // the length restored after it: see docs/storage.md).
+            self.lost_data |= recovered.lost_synced_records;
             shards.push(running);
             recovered_groups.push(recovered);
         }

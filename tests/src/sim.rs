@@ -887,8 +887,15 @@ impl Sim {
                 }
                 Note::WaitDone { wait, result } => self.wait_results.push((index, wait, result)),
                 Note::Role { group, incarnation, view, role } => {
-                    let learner = self.is_learner_node(group, index);
-                    self.checkers.role(self.now, group, index, role, learner);
+                    // H3: a report of a replica since replaced by another
+                    // life of the group id (re-created with other members)
+                    // is judged by the members it was given, which are gone.
+                    let replaced =
+                        self.replica(index, group).is_some_and(|replica| replica.incarnation() != incarnation);
+                    if !replaced {
+                        let learner = self.is_learner_node(group, index);
+                        self.checkers.role(self.now, group, index, role, learner);
+                    }
                     if role == Role::Primary {
                         self.checkers.primary(self.now, group, incarnation, view, index);
                     }

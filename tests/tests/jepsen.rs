@@ -1,6 +1,8 @@
 //! The Jepsen-style fault test (docs/faults.md): a short run of three real
 //! `cohort node` processes in network namespaces under a seeded nemesis
-//! must be linearizable on every key and lose no acknowledged write. It
+//! that also wipes a node's data (H1), while a group is deleted and created
+//! again (H3), must be linearizable on every key, lose no acknowledged
+//! write and never read an earlier life of the re-created group. It
 //! needs root (network namespaces, nftables rules), `ip` (iproute2) and
 //! `nft` (nftables): as root with apt it installs what is missing, as
 //! `.ci/run` does; anyone else gets the run skipped with a printed reason
@@ -12,13 +14,14 @@ use std::time::Duration;
 
 use cohort_sim::host_package::{self, IPROUTE2, NFTABLES};
 use cohort_sim::jepsen::checker::{self, Verdict};
-use cohort_sim::jepsen::history::{Completion, OpKind, OpRecord};
+use cohort_sim::jepsen::history::{Completion, OpKind, OpRecord, Recreation};
+use cohort_sim::jepsen::lifecycle;
 use cohort_sim::jepsen::nemesis::{self, Fault, PhaseKind};
 use cohort_sim::jepsen::{self, Config, preflight};
 
 /// The test's seed; `COHORT_JEPSEN_SEED` picks another.
 const SEED: u64 = 1;
-/// The short run's length: six fault phases (one of each kind) and the final heal.
+/// The short run's length: seven fault phases (one of each kind) and the final heal.
 const SECONDS: u64 = 105;
 
 fn op(process: usize, kind: OpKind, invoke_ms: u64, complete_ms: u64, completion: Completion) -> OpRecord {
@@ -49,7 +52,74 @@ fn info_write(process: usize, value: u64, invoke_ms: u64, complete_ms: u64) -> O
 const FINAL_MS: u64 = 1000;
 
 fn check(history: &[OpRecord]) -> checker::CheckReport {
-    checker::check(history, &[0], FINAL_MS * 1_000_000, Duration::from_secs(10))
+    check_lives(history, &[])
+}
+
+fn check_lives(history: &[OpRecord], recreations: &[Recreation]) -> checker::CheckReport {
+    checker::check(history, recreations, &[0], FINAL_MS * 1_000_000, Duration::from_secs(10))
+}
+
+/// Key 0 deleted from `invoke_ms` on and created again by `complete_ms`
+/// (`done`: recorded; else the operator gave up).
+fn recreation(invoke_ms: u64, complete_ms: u64, done: bool) -> Recreation {
+    Recreation {
+        key: 0,
+        invoke_ns: invoke_ms * 1_000_000,
+        deleted_ns: Some((invoke_ms + 1) * 1_000_000),
+        create_invoke_ns: Some((complete_ms - 1) * 1_000_000),
+        complete_ns: complete_ms * 1_000_000,
+        incarnation: done.then_some(2),
+        commands: 2,
+        detail: None,
+    }
+}
+
+#[test]
+fn h3_checker_on_synthetic_histories_with_recreations() {
+    // Key 0 is re-created over 100..200 ms. A read inside that interval may
+    // still see the old life; one after it sees the new, empty life; a
+    // write in flight across it may land in the new life.
+    let lives = vec![
+        write(0, 1, 0, 10, 0),
+        read(1, 120, 130, 1),
+        write(2, 2, 90, 250, 0),
+        read(1, 260, 270, 2),
+        write(0, 3, 300, 310, 2),
+        read(2, FINAL_MS, FINAL_MS + 5, 3),
+    ];
+    let report = check_lives(&lives, &[recreation(100, 200, true)]);
+    assert!(report.passed(), "{report:#?}");
+    assert_eq!(report.keys[0].recreations, (1, 0));
+    // Without the re-creation the same history is not linearizable: write
+    // 2 replaced 0 although 1 was there.
+    assert_eq!(check(&lives).linearizable, Verdict::No);
+
+    // A read after the re-creation that returns the old life's value.
+    let stale = vec![write(0, 1, 0, 10, 0), read(1, 220, 230, 1), read(2, FINAL_MS, FINAL_MS + 5, 0)];
+    let report = check_lives(&stale, &[recreation(100, 200, true)]);
+    assert_eq!(report.earlier_life_reads, 1, "{report:#?}");
+    assert_eq!(report.keys[0].earlier_life_reads, vec![(1, 0.22)]);
+    assert_eq!(report.linearizable, Verdict::No, "{report:#?}");
+    assert!(!report.passed());
+
+    // The final read of a re-created key: writes of the old life are gone
+    // by design; a write acknowledged in the new life must still be there.
+    let emptied = vec![write(0, 1, 0, 10, 0), read(2, FINAL_MS, FINAL_MS + 5, 0)];
+    let report = check_lives(&emptied, &[recreation(100, 200, true)]);
+    assert!(report.passed(), "{report:#?}");
+    let lost = vec![write(0, 1, 0, 10, 0), write(1, 2, 300, 310, 0), read(2, FINAL_MS, FINAL_MS + 5, 0)];
+    let report = check_lives(&lost, &[recreation(100, 200, true)]);
+    assert_eq!(report.lost_acked_writes, 1, "{report:#?}");
+    assert_eq!(report.keys[0].lost_acked_writes, vec![2]);
+
+    // A re-creation given up on may have emptied the register at any time
+    // after it began, or never: both final reads pass, and no write counts as lost.
+    for final_value in [0, 1] {
+        let unknown = vec![write(0, 1, 0, 10, 0), read(2, FINAL_MS, FINAL_MS + 5, final_value)];
+        let report = check_lives(&unknown, &[recreation(100, 200, false)]);
+        assert!(report.passed(), "final read {final_value}: {report:#?}");
+        assert_eq!(report.keys[0].recreations, (0, 1));
+    }
 }
 
 #[test]
@@ -123,18 +193,36 @@ fn nemesis_schedule_is_a_function_of_the_seed() {
     assert_ne!(once, nemesis::schedule(SEED + 1, SECONDS, 3, timing), "another seed, another schedule");
     assert_eq!(once.last().map(|phase| phase.kind), Some(PhaseKind::FinalHeal));
     assert!(once.windows(2).all(|pair| pair[0].end_ms == pair[1].start_ms), "phases tile the run");
-    let faults: Vec<Fault> = once
-        .iter()
-        .filter_map(|phase| match phase.kind {
-            PhaseKind::Fault(fault) => Some(fault),
-            _ => None,
-        })
-        .collect();
+    let faults = nemesis::faults(&once);
     // The short run sees each kind of fault once.
     assert!(faults.iter().any(|f| matches!(f, Fault::Kill { .. })), "{faults:?}");
     assert!(faults.iter().any(|f| matches!(f, Fault::Pause { .. })), "{faults:?}");
     assert!(faults.iter().any(|f| matches!(f, Fault::Isolate { .. })), "{faults:?}");
     assert!(faults.iter().any(|f| matches!(f, Fault::OneWay { .. } | Fault::Mute { .. })), "{faults:?}");
+    assert!(faults.iter().any(|f| matches!(f, Fault::Wipe { .. })), "{faults:?}");
+    // And the group of the workload is re-created during it, more than once.
+    let recreate = short_config(SEED).recreate.expect("the short run re-creates a group");
+    let heal_at_ms = once.last().map_or(0, |phase| phase.start_ms);
+    let times = lifecycle::schedule(SEED, heal_at_ms, &recreate);
+    assert!(times.len() >= 2, "{times:?}");
+    assert_eq!(times, lifecycle::schedule(SEED, heal_at_ms, &recreate), "same seed, same re-creations");
+}
+
+#[test]
+fn h1_never_two_wipes_in_a_row() {
+    // Over many seeds and long runs (many rounds of the shuffle), a wipe
+    // is never the fault right after another wipe: a group of three
+    // tolerates one member without its data.
+    let timing = short_config(SEED).timing;
+    let mut wipes = 0;
+    for seed in 0..200 {
+        let faults = nemesis::faults(&nemesis::schedule(seed, 900, 3, timing));
+        wipes += faults.iter().filter(|f| matches!(f, Fault::Wipe { .. })).count();
+        for pair in faults.windows(2) {
+            assert!(!matches!(pair, [Fault::Wipe { .. }, Fault::Wipe { .. }]), "seed {seed}: {faults:?}");
+        }
+    }
+    assert!(wipes > 1000, "the seeds wipe ({wipes} wipes)");
 }
 
 /// The short run's settings; the output directory is per process, so two
@@ -183,6 +271,26 @@ fn jepsen_short_run_is_linearizable_and_loses_no_acknowledged_write() {
     assert_eq!(report.lost_acked_writes, 0, "seed {seed}: lost acknowledged writes; see {}", report.summary);
     assert!(report.keys_without_final_read.is_empty(), "seed {seed}: every key is read after the final heal");
     assert!(report.ops.ok > 1000, "seed {seed}: the workload ran ({} ok ops)", report.ops.ok);
+    // H3: the group was deleted and created again, and no read saw an earlier life.
+    assert_eq!(report.earlier_life_reads, 0, "seed {seed}: reads of an earlier life; see {}", report.summary);
+    assert!(
+        report.recreations.iter().any(|recreation| recreation.is_done()),
+        "seed {seed}: a group was deleted and created again: {:?}",
+        report.recreations
+    );
+    // H1: a node was wiped, and every wiped node took its groups back.
+    if std::env::var("COHORT_JEPSEN_SEED").is_err() {
+        assert!(!report.wipes.is_empty(), "seed {seed}: a node was wiped; see {}", report.summary);
+    }
+    for wipe in &report.wipes {
+        assert!(
+            wipe.recovered_after_s.is_some(),
+            "seed {seed}: n{} wiped at {:.1} s recovered every member; see {}",
+            wipe.node,
+            wipe.at_s,
+            report.summary
+        );
+    }
     // The picture exists, is a whole SVG document and names every fault phase.
     let svg = std::fs::read_to_string(&report.svg).expect("the SVG picture");
     assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"), "a whole SVG document");
@@ -191,8 +299,15 @@ fn jepsen_short_run_is_linearizable_and_loses_no_acknowledged_write() {
         assert!(svg.contains(&label), "the picture labels phase {label}");
     }
     // Passed: keep the summary, history and picture, drop the nodes' data.
-    for node in 1..=config.nodes {
-        let _ = std::fs::remove_dir_all(config.out.join(format!("data-{node}")));
+    remove_data(&config.out);
+}
+
+/// Remove the nodes' data directories (and those a wipe moved away) from `out`.
+fn remove_data(out: &std::path::Path) {
+    for entry in std::fs::read_dir(out).into_iter().flatten().flatten() {
+        if entry.file_name().to_string_lossy().starts_with("data-") {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
     }
 }
 
@@ -220,6 +335,8 @@ fn f1_after_a_30_s_isolation_heals_every_group_writes_within_its_failover_bound(
     // 2.73 s). Twice the rate and fewer reads keep that under ~0.1 s.
     config.rate_per_s = 300.0;
     config.reads_per_mille = 200;
+    // What is measured is every configured key's failover; no group is re-created.
+    config.recreate = None;
     let phase =
         |kind, start_s: u64, end_s: u64| nemesis::Phase { kind, start_ms: start_s * 1000, end_ms: end_s * 1000 };
     config.phases = Some(vec![
@@ -253,7 +370,5 @@ fn f1_after_a_30_s_isolation_heals_every_group_writes_within_its_failover_bound(
         );
     }
     assert!(report.node_exits.iter().all(|exit| exit.by_nemesis), "no node stopped itself: {:?}", report.node_exits);
-    for node in 1..=config.nodes {
-        let _ = std::fs::remove_dir_all(config.out.join(format!("data-{node}")));
-    }
+    remove_data(&config.out);
 }

@@ -12,7 +12,8 @@
 use std::ops::Range;
 
 use cohort_sim::cli::{reproduce, run_catching};
-use cohort_sim::{Scenario, SimConfig};
+use cohort_sim::storage::StorageKind;
+use cohort_sim::{FaultProfile, Scenario, SimConfig};
 
 /// Seeds per shape: 4 shapes × 50 = 200 seeds.
 const SEEDS_PER_SHAPE: u64 = 50;
@@ -130,6 +131,19 @@ fn driver_regression_seeds() {
         // counted; and a blank member that started view 0 behind a later one.
         SimConfig { nodes: 5, ..SimConfig::new(961_904) },
         SimConfig::new(980_225),
+        // H1: a kept DoViewChange of a member's earlier life elected a log
+        // without ops the rebuilt member acknowledged; and a lost-records
+        // report that was no injected fault, beside a cut on another node.
+        SimConfig::new(2_000_400),
+        SimConfig::new(2_006_976),
+        SimConfig { profile: Some(FaultProfile::Durability), ..SimConfig::new(2_007_055) },
+        SimConfig { storage: StorageKind::Memory, ..SimConfig::new(2_002_878) },
+        // H3: a role report of a replica replaced by the group id's next
+        // life was judged by the next life's members.
+        SimConfig::metadata(2_001_036),
+        // H2: a cut log's superblock claimed a commit point over entries
+        // older than those the lost records had put there.
+        SimConfig { profile: Some(FaultProfile::Durability), ..SimConfig::new(3_002_506) },
     ];
     for config in configs {
         let command = reproduce(&config);

@@ -511,6 +511,12 @@ fn mark_recovering<F: FileSystem>(
     let mut marked = BTreeMap::new();
     for (group, copy) in loaded.iter_mut() {
         copy.superblock.recovering = true;
+        // What the log holds at or below the commit point may be older
+        // versions of entries the lost records replaced (a view change's
+        // adoption rewrites uncommitted ops): only the snapshot is known to
+        // be applied state. The replica takes the rest from its primary.
+        let applied = snapshots.get(group).map_or(Op(0), |loaded| loaded.snapshot.op);
+        copy.superblock.commit = copy.superblock.commit.min(applied);
         copy.log_lsn = next_lsn;
         marked.insert(*group, copy.superblock.clone());
     }

@@ -2,7 +2,8 @@
 //! processes in network namespaces (needs root, `ip` and `nft`). Prints the
 //! seed first and a summary table at the end (with `--json`, one JSON object
 //! as the last line); writes summary.json, history.jsonl and run.svg into
-//! `--out`. Exit code 0: linearizable and nothing lost; 1: an anomaly; 2:
+//! `--out`. Exit code 0: linearizable, nothing lost, no read of an earlier
+//! life of the re-created group; 1: an anomaly; 2:
 //! usage or setup; 3: inconclusive (a search timed out or a final read got
 //! no answer). See docs/faults.md.
 
@@ -83,7 +84,7 @@ fn main() -> ExitCode {
     if args.json {
         println!("{}", report.json());
     }
-    if report.linearizable == Verdict::No || report.lost_acked_writes > 0 {
+    if report.linearizable == Verdict::No || report.lost_acked_writes > 0 || report.earlier_life_reads > 0 {
         ExitCode::from(1)
     } else if !report.passed {
         ExitCode::from(3)

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::jepsen::lifecycle;
 use crate::jepsen::nemesis::{Phase, Timing};
 use crate::jepsen::nodes::SessionSettings;
 use crate::jepsen::workload::Timeouts;
@@ -17,15 +18,19 @@ pub struct Config {
     pub seconds: u64,
     /// Nodes (processes, namespaces).
     pub nodes: usize,
-    /// Keys = partition groups `0..groups` (`[groups] partitions`).
+    /// Keys = partition groups `0..groups` (`[groups] partitions`), and
+    /// the group of `recreate`.
     pub groups: u64,
+    /// H3: a group created at run time, then deleted and created again
+    /// during the workload; `None`: no such group.
+    pub recreate: Option<lifecycle::Settings>,
     /// Where the configs, data, logs, history, summary and picture go.
     pub out: PathBuf,
     /// The `cohort` binary; `None`: see [`crate::jepsen::preflight::find_binary`].
     pub binary: Option<PathBuf>,
-    /// Logical clients.
+    /// Logical clients of the configured groups.
     pub processes: usize,
-    /// Target ops/s over all clients.
+    /// Target ops/s over those clients.
     pub rate_per_s: f64,
     /// Reads per thousand ops.
     pub reads_per_mille: u64,
@@ -50,6 +55,17 @@ pub struct Config {
 }
 
 impl Config {
+    /// The workload's keys: the configured groups, then the re-created one.
+    pub fn keys(&self) -> Vec<u64> {
+        let recreated = self.recreate.map(|recreate| recreate.group);
+        (0..self.groups).chain(recreated).collect()
+    }
+
+    /// Logical clients over all keys (those of the re-created group too).
+    pub fn clients(&self) -> usize {
+        self.processes + self.recreate.map_or(0, |recreate| recreate.clients)
+    }
+
     /// The defaults for a `seconds`-long run of `seed` writing into `out`.
     pub fn new(seed: u64, seconds: u64, out: PathBuf) -> Config {
         let session = SessionSettings { timeout_ms: 2000, keepalive_interval_ms: 250, reconnect_attempts: 3 };
@@ -58,6 +74,18 @@ impl Config {
             seconds,
             nodes: 3,
             groups: 6,
+            recreate: Some(lifecycle::Settings {
+                group: 100,
+                clients: 2,
+                // About what each configured group gets (150 ops/s over 6).
+                rate_per_s: 25.0,
+                first_ms: (12_000, 20_000),
+                interval_ms: (20_000, 30_000),
+                before_heal_ms: 10_000,
+                // Past an old primary's quorum window (the 2 s heartbeat timeout).
+                gap_ms: 3_000,
+                give_up_ms: 60_000,
+            }),
             out,
             binary: None,
             processes: 6,

@@ -1,6 +1,7 @@
 //! The run's history: every client operation as Jepsen records it, an
 //! invocation and then one completion (`ok`, `fail` or `info`), with times
-//! from one monotonic clock. The checker, the report and the picture all
+//! from one monotonic clock, and every delete and re-creation of a group
+//! (H3) on the same clock. The checker, the report and the picture all
 //! read this one record, so they cannot disagree about what happened.
 
 use std::sync::Mutex;
@@ -128,10 +129,46 @@ impl OpRecord {
     }
 }
 
+/// H3: one delete of a group and its creation again under the same id,
+/// by the operator of [`crate::jepsen::lifecycle`]. Between `invoke_ns`
+/// and `complete_ns` the group's old life ends and its new one starts
+/// empty; the checker takes the pair as one operation that empties the
+/// register at some point in that interval.
+#[derive(Clone, Debug, Serialize)]
+pub struct Recreation {
+    /// The group (= key).
+    pub key: u64,
+    /// The first delete was sent (clock ns).
+    pub invoke_ns: u64,
+    /// The metadata recorded the delete (clock ns), if it did.
+    pub deleted_ns: Option<u64>,
+    /// The first create was sent (clock ns), if one was.
+    pub create_invoke_ns: Option<u64>,
+    /// The metadata recorded the creation, or the operator gave up (clock ns).
+    pub complete_ns: u64,
+    /// The new life's incarnation, once the creation is recorded; `None`:
+    /// the operator gave up (whether the group was deleted or created is
+    /// then unknown: the checker lets the re-creation happen at any time
+    /// after `invoke_ns`, or never).
+    pub incarnation: Option<u64>,
+    /// `cohort admin` commands sent (deletes and creates).
+    pub commands: u32,
+    /// What went wrong on the way, if anything (the last refusal or timeout).
+    pub detail: Option<String>,
+}
+
+impl Recreation {
+    /// True if the new life's creation is known to be recorded.
+    pub fn is_done(&self) -> bool {
+        self.incarnation.is_some()
+    }
+}
+
 /// The shared history the client threads append to.
 #[derive(Debug, Default)]
 pub struct History {
     ops: Mutex<Vec<OpRecord>>,
+    recreations: Mutex<Vec<Recreation>>,
 }
 
 impl History {
@@ -147,12 +184,48 @@ impl History {
         ops.sort_by_key(|op| (op.invoke_ns, op.process));
         ops
     }
+
+    /// Append one finished re-creation.
+    pub fn push_recreation(&self, recreation: Recreation) {
+        debug_assert!(recreation.complete_ns >= recreation.invoke_ns, "a re-creation ends after it starts");
+        self.recreations.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(recreation);
+    }
+
+    /// Every re-creation so far, in invocation order.
+    pub fn recreations(&self) -> Vec<Recreation> {
+        let mut recreations = self.recreations.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        recreations.sort_by_key(|recreation| recreation.invoke_ns);
+        recreations
+    }
 }
 
+/// The process number of the operator's delete/re-create pairs in the
+/// event lines (the clients are numbered from 0).
+pub const OPERATOR_PROCESS: &str = "operator";
+
 /// The history as Jepsen's event lines: one JSON object per invocation and
-/// per completion, in time order (`{"type":"invoke","process":0,...}`).
-pub fn jepsen_lines(ops: &[OpRecord]) -> String {
-    let mut events: Vec<(u64, u8, serde_json::Value)> = Vec::with_capacity(ops.len() * 2);
+/// per completion, in time order (`{"type":"invoke","process":0,...}`). A
+/// re-creation is `f` `recreate` of process `operator`, its completion
+/// `ok` with the new incarnation as its value, or `info`.
+pub fn jepsen_lines(ops: &[OpRecord], recreations: &[Recreation]) -> String {
+    let mut events: Vec<(u64, u8, serde_json::Value)> = Vec::with_capacity(ops.len() * 2 + recreations.len() * 2);
+    for recreation in recreations {
+        events.push((
+            recreation.invoke_ns,
+            0,
+            serde_json::json!({"type": "invoke", "process": OPERATOR_PROCESS, "key": recreation.key,
+                "f": "recreate", "value": null, "time": recreation.invoke_ns}),
+        ));
+        let kind = if recreation.is_done() { "ok" } else { "info" };
+        events.push((
+            recreation.complete_ns,
+            1,
+            serde_json::json!({"type": kind, "process": OPERATOR_PROCESS, "key": recreation.key,
+                "f": "recreate", "value": recreation.incarnation, "time": recreation.complete_ns,
+                "deleted": recreation.deleted_ns, "create_invoked": recreation.create_invoke_ns,
+                "error": recreation.detail}),
+        ));
+    }
     for op in ops {
         let (f, value) = match op.kind {
             OpKind::Read => ("read", serde_json::Value::Null),

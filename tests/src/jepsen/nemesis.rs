@@ -2,8 +2,15 @@
 //! the same seed gives the same faults at the same times. Phases alternate
 //! between a fault and a healthy period; the last phase heals everything
 //! and lasts long enough to measure recovery. The fault kinds come in a
-//! seeded shuffled order, so a run of five or more faults sees each kind.
+//! seeded shuffled order, so a run of seven or more faults sees each kind.
 //! Applying a phase is the runner's job ([`crate::jepsen::runner`]).
+//!
+//! A wipe (H1) takes a node's data, and a group of three tolerates one
+//! member without its data, so the schedule never puts two wipes in fault
+//! phases next to each other: between two wipes at least one other fault
+//! and two healthy phases pass, time for the first wiped node to take its
+//! groups' logs back. The runner checks that it did before it wipes
+//! another ([`crate::jepsen::runner`]).
 
 use serde::Serialize;
 
@@ -50,10 +57,20 @@ pub enum Fault {
         /// How long it stays stopped.
         pause_ms: u64,
     },
+    /// H1: kill -9 `node`, move its whole data directory away (as
+    /// docs/storage.md's rebuild procedure has an operator do) and start it
+    /// at once on an empty one, with the same config and certificates. Its
+    /// replicas recover from their peers during the phase.
+    Wipe {
+        /// The wiped node (0-based).
+        node: usize,
+    },
 }
 
 /// The fault kinds, in the order a seed shuffles.
-const KINDS: usize = 6;
+const KINDS: usize = 7;
+/// The kind number of [`Fault::Wipe`] in [`draw`].
+const KIND_WIPE: usize = 6;
 
 impl Fault {
     /// The node-to-node cuts of a partition fault (none for the others).
@@ -66,7 +83,7 @@ impl Fault {
             Fault::CutLink { a, b } => vec![Cut { from: a, to: b }, Cut { from: b, to: a }],
             Fault::OneWay { from, to } => vec![Cut { from, to }],
             Fault::Mute { node } => others(node).map(|other| Cut { from: node, to: other }).collect(),
-            Fault::Kill { .. } | Fault::Pause { .. } => Vec::new(),
+            Fault::Kill { .. } | Fault::Pause { .. } | Fault::Wipe { .. } => Vec::new(),
         }
     }
 
@@ -79,6 +96,15 @@ impl Fault {
             Fault::Mute { node } => format!("mute n{}", node + 1),
             Fault::Kill { node } => format!("kill -9 n{}", node + 1),
             Fault::Pause { node, pause_ms } => format!("SIGSTOP n{} {:.1}s", node + 1, pause_ms as f64 / 1000.0),
+            Fault::Wipe { node } => format!("wipe n{}", node + 1),
+        }
+    }
+
+    /// The node this fault takes down or stops, if it is one of those.
+    pub fn node_down(&self) -> Option<usize> {
+        match *self {
+            Fault::Kill { node } | Fault::Pause { node, .. } | Fault::Wipe { node } => Some(node),
+            _ => None,
         }
     }
 }
@@ -150,11 +176,21 @@ pub fn schedule(seed: u64, seconds: u64, nodes: usize, timing: Timing) -> Vec<Ph
         phases.push(Phase { kind: PhaseKind::Healthy, start_ms: 0, end_ms: at });
     }
     let mut kinds: Vec<usize> = Vec::new();
+    let mut last_kind = None;
     while at < heal_at {
         if kinds.is_empty() {
             kinds = shuffled(&mut rng);
         }
-        let kind = kinds.pop().expect("refilled");
+        let mut kind = kinds.pop().expect("refilled");
+        if kind == KIND_WIPE && last_kind == Some(KIND_WIPE) {
+            // Never two wipes in a row (see the module docs). Only a new
+            // round can open with the kind the last one closed with, so six
+            // other kinds are left: take the next and wipe after it.
+            let next = kinds.pop().expect("a new round holds six other kinds");
+            kinds.push(kind);
+            kind = next;
+        }
+        last_kind = Some(kind);
         let fault = draw(kind, &mut rng, nodes, timing.pause_ms);
         let fault_end = (at + rng.range(timing.fault_ms.0, timing.fault_ms.1)).min(heal_at);
         phases.push(Phase { kind: PhaseKind::Fault(fault), start_ms: at, end_ms: fault_end });
@@ -168,7 +204,22 @@ pub fn schedule(seed: u64, seconds: u64, nodes: usize, timing: Timing) -> Vec<Ph
     }
     phases.push(Phase { kind: PhaseKind::FinalHeal, start_ms: heal_at, end_ms: total_ms });
     debug_assert!(phases.windows(2).all(|pair| pair[0].end_ms == pair[1].start_ms), "phases tile the run");
+    debug_assert!(
+        faults(&phases).windows(2).all(|pair| !matches!((pair[0], pair[1]), (Fault::Wipe { .. }, Fault::Wipe { .. }))),
+        "never two wipes in a row"
+    );
     phases
+}
+
+/// The faults of `phases`, in order.
+pub fn faults(phases: &[Phase]) -> Vec<Fault> {
+    phases
+        .iter()
+        .filter_map(|phase| match phase.kind {
+            PhaseKind::Fault(fault) => Some(fault),
+            _ => None,
+        })
+        .collect()
 }
 
 fn shuffled(rng: &mut Rng) -> Vec<usize> {
@@ -188,6 +239,7 @@ fn draw(kind: usize, rng: &mut Rng, nodes: usize, pause_ms: u64) -> Fault {
         2 => Fault::OneWay { from: node, to: other },
         3 => Fault::Mute { node },
         4 => Fault::Kill { node },
-        _ => Fault::Pause { node, pause_ms },
+        5 => Fault::Pause { node, pause_ms },
+        _ => Fault::Wipe { node },
     }
 }

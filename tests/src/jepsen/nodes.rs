@@ -1,9 +1,9 @@
 //! The `cohort node` processes under test: one per network namespace, each
-//! with its own config file, data directory (kept across restarts) and
-//! stderr log (appended across restarts, with a marker line per start).
-//! This file starts, kills, pauses and resumes them, and notices when one
-//! exits, with its exit code and last stderr lines: a node that stops
-//! itself is a finding, not noise.
+//! with its own config file, data directory (kept across restarts, moved
+//! away by a wipe) and stderr log (appended across restarts, with a marker
+//! line per start). This file starts, kills, pauses, resumes and wipes
+//! them, and notices when one exits, with its exit code and last stderr
+//! lines: a node that stops itself is a finding, not noise.
 
 use std::fs::OpenOptions;
 use std::io::Write as _;
@@ -30,6 +30,8 @@ pub const ADMIN_PORT: u16 = 7301;
 const STDERR_LINES_MAX: usize = 12;
 /// The exit code of `cohort node` when its session policy stopped it (S3).
 pub const EXIT_SESSION_STOPPED: i32 = 3;
+/// Every node's `[admin] token` (T4), for the harness's admin calls.
+pub const ADMIN_TOKEN: &str = "cohort-jepsen-admin-token";
 
 /// The session settings of every node (`[session]`).
 #[derive(Clone, Copy, Debug, Serialize)]
@@ -53,7 +55,7 @@ pub struct NodeExit {
     pub code: Option<i32>,
     /// The signal that ended it, if one did.
     pub signal: Option<i32>,
-    /// True if the nemesis killed it (kill -9): expected.
+    /// True if the nemesis killed it (kill -9, also to wipe it): expected.
     pub by_nemesis: bool,
     /// What the exit means.
     pub cause: String,
@@ -64,6 +66,15 @@ pub struct NodeExit {
 struct NodeProcess {
     child: Option<Child>,
     paused: bool,
+}
+
+/// What a wipe did.
+#[derive(Clone, Debug)]
+pub struct Wiped {
+    /// Where the node's data directory was moved (kept for a post-mortem).
+    pub moved_to: PathBuf,
+    /// Its size in bytes when it was moved.
+    pub size_bytes: u64,
 }
 
 /// The node processes of a run.
@@ -124,6 +135,16 @@ impl Cluster {
         self.processes.is_empty()
     }
 
+    /// Every node's admin port.
+    pub fn admin_addresses(&self) -> Vec<SocketAddr> {
+        self.addresses.iter().map(|address| SocketAddr::from((*address, ADMIN_PORT))).collect()
+    }
+
+    /// Node `index`'s data directory.
+    pub fn data_dir(&self, index: usize) -> PathBuf {
+        self.dir.join(format!("data-{}", index + 1))
+    }
+
     /// Every node's client port.
     pub fn client_addresses(&self) -> Vec<crate::jepsen::port::Endpoint> {
         self.addresses
@@ -179,6 +200,26 @@ impl Cluster {
             self.record(index, at_s, status, true);
         }
         self.processes[index].paused = false;
+    }
+
+    /// H1: kill -9 node `index`, move its data directory to
+    /// `data-N.wiped-K` (K counts this node's wipes) and start it again on
+    /// an empty one: same config, same certificates, same node id.
+    pub fn wipe(&mut self, index: usize, at_s: f64) -> Result<Wiped, Error> {
+        self.kill(index, at_s);
+        let data = self.data_dir(index);
+        let moved_to = (1..)
+            .map(|wipe| self.dir.join(format!("data-{}.wiped-{wipe}", index + 1)))
+            .find(|path| !path.exists())
+            .expect("some wipe number is free");
+        let size_bytes = dir_size_bytes(&data);
+        if data.exists() {
+            std::fs::rename(&data, &moved_to)
+                .map_err(|error| Error::new(format!("move {} to {}: {error}", data.display(), moved_to.display())))?;
+        }
+        debug_assert!(!data.exists(), "the node starts on an empty data directory");
+        self.start(index, at_s)?;
+        Ok(Wiped { moved_to, size_bytes })
     }
 
     /// SIGSTOP node `index`.
@@ -272,7 +313,18 @@ pub fn last_lines(path: &Path, n: usize) -> Vec<String> {
     lines[lines.len().saturating_sub(n)..].iter().map(|line| line.to_string()).collect()
 }
 
-/// A node's config: fast timing as in `runtime/tests/processes.rs`.
+/// The bytes of the files under `dir` (0 if it does not exist).
+fn dir_size_bytes(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    entries
+        .flatten()
+        .map(|entry| match entry.file_type() {
+            Ok(kind) if kind.is_dir() => dir_size_bytes(&entry.path()),
+            _ => entry.metadata().map_or(0, |metadata| metadata.len()),
+        })
+        .sum()
+}
+
 /// Run the `cohort` binary with `args` (outside the namespaces) and wait.
 fn run_binary(binary: &Path, args: &[&str]) -> Result<(), Error> {
     let output = Command::new(binary)
@@ -290,6 +342,7 @@ fn run_binary(binary: &Path, args: &[&str]) -> Result<(), Error> {
     Ok(())
 }
 
+/// A node's config: fast timing as in `runtime/tests/processes.rs`.
 fn config(
     index: usize,
     addresses: &[Ipv4Addr],
@@ -313,6 +366,7 @@ fn config(
             text.push_str(&format!("\n[[node.peers]]\nid = {}\naddress = \"{address}:{PEER_PORT}\"\n", peer + 1));
         }
     }
+    text.push_str(&format!("\n[admin]\ntoken = \"{ADMIN_TOKEN}\"\n"));
     text.push_str(&format!(
         "\n[tls]\nca = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\n",
         certs.join("ca.pem").display(),

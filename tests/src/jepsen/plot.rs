@@ -1,8 +1,10 @@
 //! The run as a picture, drawn the way Jepsen draws its rate and latency
 //! graphs: ok/fail/info completions per second on top, latency below (ok
 //! ops as per-second p50/p95/max lines, fail and info ops as points), time
-//! on the x axis, each nemesis phase shaded and labeled, and node exits
-//! marked. SVG only (plotters' SVG backend, no system libraries).
+//! on the x axis, each nemesis phase shaded and labeled, each re-creation
+//! of a group (from its first delete to its creation) marked by a band at
+//! the bottom, and node exits marked. SVG only (plotters' SVG backend, no
+//! system libraries).
 
 use std::path::Path;
 
@@ -23,6 +25,8 @@ const FAIL: RGBColor = RGBColor(0xFF, 0x1E, 0x90);
 const PARTITION: RGBColor = RGBColor(0x90, 0x90, 0x90);
 const CRASH: RGBColor = RGBColor(0xE0, 0x60, 0x60);
 const PAUSE: RGBColor = RGBColor(0x9A, 0x70, 0xD0);
+const WIPE: RGBColor = RGBColor(0xA0, 0x40, 0x20);
+const RECREATE: RGBColor = RGBColor(0x20, 0x60, 0xC0);
 const HEAL: RGBColor = RGBColor(0x70, 0xC0, 0x70);
 
 fn failed(error: impl std::fmt::Debug) -> Error {
@@ -58,6 +62,7 @@ fn phase_colour(kind: &PhaseKind) -> Option<RGBColor> {
         PhaseKind::FinalHeal => Some(HEAL),
         PhaseKind::Fault(Fault::Kill { .. }) => Some(CRASH),
         PhaseKind::Fault(Fault::Pause { .. }) => Some(PAUSE),
+        PhaseKind::Fault(Fault::Wipe { .. }) => Some(WIPE),
         PhaseKind::Fault(_) => Some(PARTITION),
     }
 }
@@ -216,6 +221,20 @@ where
             let text = Text::new(phase.label.clone(), (phase.start_s + 0.3, high * row), ("sans-serif", 12));
             chart.draw_series(std::iter::once(text)).map_err(failed)?;
         }
+    }
+    // Re-creations on the rate chart only (its y axis is linear).
+    for (index, recreation) in report.recreations.iter().enumerate().filter(|_| labels) {
+        let (start_s, end_s) = (seconds(recreation.invoke_ns), seconds(recreation.complete_ns));
+        let strip = low + (high - low) * 0.04;
+        let band = Rectangle::new([(start_s, low), (end_s.max(start_s + 0.2), strip)], RECREATE.mix(0.6).filled());
+        chart.draw_series(std::iter::once(band)).map_err(failed)?;
+        let text = Text::new(
+            format!("re-create g{}", recreation.key),
+            // Two rows, so labels of neighbouring re-creations do not overlap.
+            (start_s, low + (high - low) * (0.06 + 0.05 * (index % 2) as f64)),
+            ("sans-serif", 12).into_font().color(&RECREATE),
+        );
+        chart.draw_series(std::iter::once(text)).map_err(failed)?;
     }
     for exit in report.node_exits.iter().filter(|exit| !exit.by_nemesis) {
         let line = PathElement::new(vec![(exit.at_s, low), (exit.at_s, high)], FAIL.stroke_width(2));

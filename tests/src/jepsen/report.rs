@@ -10,6 +10,10 @@
 //!   the time from its start to the first `ok` op on every key
 //!   (the largest over keys); `None` if some key had none in the phase. The
 //!   final heal's is the run's recovery time.
+//!
+//! These figures are over the configured groups: the re-created group is
+//! out of service between its delete and its creation by design. Its
+//! re-creations (H3) and the wipes (H1) have their own lists.
 
 use std::path::{Path, PathBuf};
 
@@ -17,10 +21,11 @@ use serde::Serialize;
 
 use crate::jepsen::checker::{CheckReport, KeyCheck, Verdict};
 use crate::jepsen::config::Config;
-use crate::jepsen::history::{OpRecord, seconds};
+use crate::jepsen::history::{OpRecord, Recreation, seconds};
 use crate::jepsen::nemesis::{Phase, PhaseKind};
 use crate::jepsen::nodes::NodeExit;
 use crate::jepsen::runner::NemesisEvent;
+use crate::jepsen::wipe::WipeReport;
 
 /// Ops by completion.
 #[derive(Clone, Copy, Debug, Default, Serialize)]
@@ -94,9 +99,11 @@ pub struct Report {
     pub seconds: u64,
     /// Nodes.
     pub nodes: usize,
-    /// Keys (= groups).
+    /// Configured keys (= groups `0..groups`).
     pub groups: u64,
-    /// Logical clients.
+    /// The group deleted and created again during the run (H3), a key too.
+    pub recreated_group: Option<u64>,
+    /// Logical clients, over all keys.
     pub processes: usize,
     /// The node binary.
     pub binary: String,
@@ -110,6 +117,12 @@ pub struct Report {
     pub lost_acked_writes: usize,
     /// Keys whose final read got no answer.
     pub keys_without_final_read: Vec<u64>,
+    /// H3: reads of a re-created group that returned a value of an earlier life.
+    pub earlier_life_reads: usize,
+    /// H3: the group deleted and created again, each time.
+    pub recreations: Vec<Recreation>,
+    /// H1: the nodes wiped, and how long each took to recover.
+    pub wipes: Vec<WipeReport>,
     /// Per key.
     pub keys: Vec<KeyCheck>,
     /// Per phase.
@@ -130,7 +143,7 @@ pub struct Report {
     pub history: String,
     /// This summary as JSON.
     pub summary: String,
-    /// Linearizable, nothing lost, every key read at the end.
+    /// Linearizable, nothing lost, no earlier life seen, every key read at the end.
     pub passed: bool,
 }
 
@@ -146,6 +159,10 @@ pub struct Facts<'a> {
     pub phases: &'a [Phase],
     /// The history.
     pub ops: &'a [OpRecord],
+    /// The re-creations.
+    pub recreations: Vec<Recreation>,
+    /// The wipes.
+    pub wipes: Vec<WipeReport>,
     /// The nemesis's events.
     pub events: Vec<NemesisEvent>,
     /// Node exits.
@@ -184,13 +201,17 @@ pub fn build(facts: Facts<'_>) -> Report {
         seconds: facts.config.seconds,
         nodes: facts.config.nodes,
         groups: facts.config.groups,
-        processes: facts.config.processes,
+        recreated_group: facts.config.recreate.map(|recreate| recreate.group),
+        processes: facts.config.clients(),
         binary: facts.binary.display().to_string(),
         subnet: facts.subnet,
         ops: OpCounts::of(facts.ops),
         linearizable: facts.check.linearizable,
         lost_acked_writes: facts.check.lost_acked_writes,
         keys_without_final_read: facts.check.keys_without_final_read.clone(),
+        earlier_life_reads: facts.check.earlier_life_reads,
+        recreations: facts.recreations,
+        wipes: facts.wipes,
         passed: facts.check.passed(),
         keys: facts.check.keys,
         phases,
@@ -207,8 +228,10 @@ pub fn build(facts: Facts<'_>) -> Report {
 
 fn phase_report(phase: &Phase, ops: &[OpRecord], keys: &[u64], after_fault: bool) -> PhaseReport {
     let (start_ns, end_ns) = (phase.start_ms * 1_000_000, phase.end_ms * 1_000_000);
-    let inside: Vec<&OpRecord> =
-        ops.iter().filter(|op| op.complete_ns >= start_ns && op.complete_ns < end_ns).collect();
+    let inside: Vec<&OpRecord> = ops
+        .iter()
+        .filter(|op| op.complete_ns >= start_ns && op.complete_ns < end_ns && keys.contains(&op.key))
+        .collect();
     let counts = OpCounts::of(inside.iter().copied());
     let mut latencies: Vec<f64> = inside.iter().filter(|op| op.is_ok()).map(|op| op.latency_s() * 1000.0).collect();
     latencies.sort_by(f64::total_cmp);
@@ -304,13 +327,61 @@ impl Report {
         line(
             &mut text,
             "duration",
-            format!("{} s, {} nodes, {} keys, {} clients", self.seconds, self.nodes, self.groups, self.processes),
+            format!(
+                "{} s, {} nodes, {} keys{}, {} clients",
+                self.seconds,
+                self.nodes,
+                self.groups,
+                self.recreated_group.map_or(String::new(), |group| format!(" and the re-created group {group}")),
+                self.processes
+            ),
         );
         line(&mut text, "ops ok / fail / info", format!("{} / {} / {}", self.ops.ok, self.ops.fail, self.ops.info));
         let per_key: Vec<String> =
             self.keys.iter().map(|key| format!("{}:{}", key.key, key.linearizable.word())).collect();
         line(&mut text, "linearizable", format!("{} ({})", self.linearizable.word(), per_key.join(" ")));
         line(&mut text, "lost acknowledged writes", self.lost_acked_writes.to_string());
+        line(&mut text, "reads of an earlier life (H3)", self.earlier_life_reads.to_string());
+        let given_up = self.recreations.iter().filter(|recreation| !recreation.is_done()).count();
+        line(
+            &mut text,
+            "re-creations (H3)",
+            format!("{} done, {given_up} given up", self.recreations.len() - given_up),
+        );
+        for recreation in &self.recreations {
+            let time = |ns: Option<u64>| or_dash(ns.map(seconds), " s");
+            text.push_str(&format!(
+                "    group {} at {:.1} s: deleted {}, create sent {}, {} {} ({} commands){}\n",
+                recreation.key,
+                seconds(recreation.invoke_ns),
+                time(recreation.deleted_ns),
+                time(recreation.create_invoke_ns),
+                if recreation.is_done() { "created at" } else { "given up at" },
+                time(Some(recreation.complete_ns)),
+                recreation.commands,
+                match (recreation.incarnation, &recreation.detail) {
+                    (Some(incarnation), _) => format!(", incarnation {incarnation}"),
+                    (None, Some(detail)) => format!(": {detail}"),
+                    (None, None) => String::new(),
+                }
+            ));
+        }
+        line(&mut text, "wipes (H1)", self.wipes.len().to_string());
+        for wipe in &self.wipes {
+            text.push_str(&format!(
+                "    n{} at {:.1} s ({} bytes moved): {}\n",
+                wipe.node,
+                wipe.at_s,
+                wipe.size_bytes,
+                match wipe.recovered_after_s {
+                    Some(after) => format!("every member recovered after {after:.2} s ({} groups)", wipe.groups_hosted),
+                    None => format!(
+                        "not seen recovered ({} of {} members when last asked)",
+                        wipe.members_recovered, wipe.groups_hosted
+                    ),
+                }
+            ));
+        }
         if !self.keys_without_final_read.is_empty() {
             line(&mut text, "keys without a final read", format!("{:?}", self.keys_without_final_read));
         }
@@ -349,13 +420,16 @@ impl Report {
                 }
             }
         }
-        for key in self.keys.iter().filter(|key| key.detail.is_some() || !key.lost_acked_writes.is_empty()) {
+        for key in self.keys.iter().filter(|key| {
+            key.detail.is_some() || !key.lost_acked_writes.is_empty() || !key.earlier_life_reads.is_empty()
+        }) {
             text.push_str(&format!(
-                "  key {}: {} lost {:?} final read {:?}\n",
+                "  key {}: {} lost {:?} final read {:?} earlier-life reads (value, s) {:?}\n",
                 key.key,
                 key.detail.as_deref().unwrap_or(""),
                 key.lost_acked_writes,
-                key.final_read
+                key.final_read,
+                key.earlier_life_reads
             ));
         }
         line(&mut text, "picture", self.svg.clone());

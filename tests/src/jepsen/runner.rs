@@ -1,11 +1,15 @@
 //! One run, start to end: check the machine, build the network, start the
-//! nodes, wait until every key answers, run the workload under the
+//! nodes, create the group that will be re-created, wait until every key
+//! answers, run the workload and the operator's re-creations under the
 //! nemesis's schedule, heal, read every key, check, report, clean up.
 //!
 //! At every phase boundary the nemesis first heals everything (clears the
 //! cuts, SIGCONTs a paused node, restarts every node that is down, with its
 //! data directory) and then applies the new phase's fault, so a node that
 //! stopped itself comes back at the next boundary and its exit is reported.
+//! A wipe waits for the previous wiped node to have recovered
+//! ([`crate::jepsen::wipe`]); if it has not, the phase passes without a
+//! fault and the nemesis says why.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -14,16 +18,19 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use crate::jepsen::admin::Operator;
 use crate::jepsen::checker;
 use crate::jepsen::config::Config;
 use crate::jepsen::error::Error;
-use crate::jepsen::history::{Clock, History, OpRecord, jepsen_lines, seconds};
+use crate::jepsen::history::{Clock, History, OpRecord, Recreation, jepsen_lines, seconds};
+use crate::jepsen::lifecycle;
 use crate::jepsen::nemesis::{self, Fault, Phase, PhaseKind};
 use crate::jepsen::net::Network;
 use crate::jepsen::nodes::Cluster;
 use crate::jepsen::plot;
 use crate::jepsen::preflight;
 use crate::jepsen::report::{self, Report};
+use crate::jepsen::wipe::{WipeReport, Wipes};
 use crate::jepsen::workload::{self, Process, Settings, Shared, Timeouts};
 
 /// How often the nemesis looks at the nodes.
@@ -81,7 +88,13 @@ pub fn run(config: &Config) -> Result<Report, Error> {
         cluster.start(index, 0.0)?;
     }
     let addresses = cluster.client_addresses();
-    wait_ready(config, &addresses, &mut cluster)?;
+    let operator = Operator::new(&binary, cluster.admin_addresses());
+    if let Some(recreate) = &config.recreate {
+        let incarnation = lifecycle::create_first(&operator, recreate.group, config.ready_timeout)?;
+        say(config, &format!("cohort-jepsen: created group {} (incarnation {incarnation})", recreate.group));
+    }
+    let keys = config.keys();
+    wait_ready(config, &keys, &addresses, &mut cluster)?;
 
     let shared = Arc::new(Shared {
         clock: Clock::start(),
@@ -90,49 +103,75 @@ pub fn run(config: &Config) -> Result<Report, Error> {
         next_value: AtomicU64::new(1),
     });
     let settings = Settings {
+        first_process: 0,
         processes: config.processes,
-        keys: config.groups,
+        keys: (0..config.groups).collect(),
         rate_per_s: config.rate_per_s,
         reads_per_mille: config.reads_per_mille,
         timeouts: config.timeouts,
     };
-    let threads = workload::start(&shared, &addresses, settings, config.seed);
+    let mut threads = workload::start(&shared, &addresses, settings, config.seed);
+    if let Some(recreate) = config.recreate {
+        let settings = Settings {
+            first_process: config.processes,
+            processes: recreate.clients,
+            keys: vec![recreate.group],
+            rate_per_s: recreate.rate_per_s,
+            reads_per_mille: config.reads_per_mille,
+            timeouts: config.timeouts,
+        };
+        threads.extend(workload::start(&shared, &addresses, settings, config.seed));
+        let heal_at_ms = phases.iter().find(|phase| phase.kind == PhaseKind::FinalHeal).map_or(0, |p| p.start_ms);
+        let times = lifecycle::schedule(config.seed, heal_at_ms, &recreate);
+        threads.push(lifecycle::start(&shared, operator.clone(), recreate, times));
+    }
     let mut events = Vec::new();
-    let nemesis_result = run_phases(config, &phases, &shared.clock, &mut cluster, &network, &mut events);
+    let mut wipes = Wipes::default();
+    let mut nemesis = Nemesis { config, clock: &shared.clock, cluster: &mut cluster, network: &network, operator };
+    let nemesis_result = nemesis.run_phases(&phases, &mut events, &mut wipes);
     shared.stop.store(true, Ordering::Relaxed);
     for thread in threads {
         let _ = thread.join();
     }
     nemesis_result?;
     let final_after_ns = shared.clock.now_ns();
-    final_reads(config, &shared, &addresses);
+    final_reads(config, &keys, &shared, &addresses);
     let end_s = seconds(shared.clock.now_ns());
     for index in cluster.poll(end_s) {
         events.push(NemesisEvent { at_s: end_s, what: format!("n{} exited after the run: see node exits", index + 1) });
     }
+    let wipes = wipes.finish();
     cluster.stop_all();
     network.cleanup();
 
     let ops = shared.history.snapshot();
+    let recreations = shared.history.recreations();
     say(config, &format!("cohort-jepsen: {} ops; checking linearizability per key", ops.len()));
-    let keys: Vec<u64> = (0..config.groups).collect();
-    let check = checker::check(&ops, &keys, final_after_ns, config.check_timeout);
-    write_outputs(config, &binary, &network, &phases, &ops, events, cluster.exits().to_vec(), check)
+    let check = checker::check(&ops, &recreations, &keys, final_after_ns, config.check_timeout);
+    let run = RunFacts { phases: &phases, ops: &ops, recreations, wipes, events, exits: cluster.exits().to_vec() };
+    write_outputs(config, &binary, &network, run, check)
 }
 
-#[allow(clippy::too_many_arguments)]
+/// What a run did, for the outputs.
+struct RunFacts<'a> {
+    phases: &'a [Phase],
+    ops: &'a [OpRecord],
+    recreations: Vec<Recreation>,
+    wipes: Vec<WipeReport>,
+    events: Vec<NemesisEvent>,
+    exits: Vec<crate::jepsen::nodes::NodeExit>,
+}
+
 fn write_outputs(
     config: &Config,
     binary: &std::path::Path,
     network: &Network,
-    phases: &[Phase],
-    ops: &[OpRecord],
-    events: Vec<NemesisEvent>,
-    exits: Vec<crate::jepsen::nodes::NodeExit>,
+    run: RunFacts<'_>,
     check: checker::CheckReport,
 ) -> Result<Report, Error> {
+    let RunFacts { phases, ops, recreations, wipes, events, exits } = run;
     let history_path = config.out.join("history.jsonl");
-    write(&history_path, &jepsen_lines(ops))?;
+    write(&history_path, &jepsen_lines(ops, &recreations))?;
     let svg_path = config.out.join("run.svg");
     let summary_path = config.out.join("summary.json");
     let facts = report::Facts {
@@ -141,6 +180,8 @@ fn write_outputs(
         subnet: network.subnet(),
         phases,
         ops,
+        recreations,
+        wipes,
         events,
         exits,
         check,
@@ -205,6 +246,7 @@ fn prepare_out_dir(config: &Config) -> Result<OutLock, Error> {
 /// Wait until a read of every key is answered.
 fn wait_ready(
     config: &Config,
+    keys: &[u64],
     addresses: &[crate::jepsen::port::Endpoint],
     cluster: &mut Cluster,
 ) -> Result<(), Error> {
@@ -212,7 +254,7 @@ fn wait_ready(
     let clock = Clock::start();
     let timeouts = Timeouts { op: Duration::from_secs(2), attempt: Duration::from_secs(1) };
     let mut process = Process::new(usize::MAX, addresses.to_vec());
-    for key in 0..config.groups {
+    for key in keys.iter().copied() {
         loop {
             if process.read(key, &clock, timeouts).is_ok() {
                 break;
@@ -244,54 +286,87 @@ fn wait_ready(
     Ok(())
 }
 
-/// Walk the schedule: heal and apply each phase at its start, watch the nodes.
-fn run_phases(
-    config: &Config,
-    phases: &[Phase],
-    clock: &Clock,
-    cluster: &mut Cluster,
-    network: &Network,
-    events: &mut Vec<NemesisEvent>,
-) -> Result<(), Error> {
-    for phase in phases {
-        sleep_until(clock, phase.start_ms, cluster, events);
-        let at_s = seconds(clock.now_ns());
-        heal(cluster, network, at_s, events)?;
-        say(config, &format!("cohort-jepsen: {at_s:7.1} s  {}", phase.label()));
-        events.push(NemesisEvent { at_s, what: format!("phase: {}", phase.label()) });
-        if let PhaseKind::Fault(fault) = phase.kind {
-            apply(fault, config.nodes, cluster, network, at_s, events)?;
-            if let Fault::Pause { node, pause_ms } = fault {
-                let resume_ms = (phase.start_ms + pause_ms).min(phase.end_ms);
-                sleep_until(clock, resume_ms, cluster, events);
-                cluster.resume(node);
-                events.push(NemesisEvent { at_s: seconds(clock.now_ns()), what: format!("SIGCONT n{}", node + 1) });
-            }
-        }
-    }
-    sleep_until(clock, phases.last().map_or(0, |phase| phase.end_ms), cluster, events);
-    Ok(())
+/// What the nemesis acts on.
+struct Nemesis<'a> {
+    config: &'a Config,
+    clock: &'a Clock,
+    cluster: &'a mut Cluster,
+    network: &'a Network,
+    operator: Operator,
 }
 
-fn apply(
-    fault: Fault,
-    nodes: usize,
-    cluster: &mut Cluster,
-    network: &Network,
-    at_s: f64,
-    events: &mut Vec<NemesisEvent>,
-) -> Result<(), Error> {
-    let cuts = fault.cuts(nodes);
-    if !cuts.is_empty() {
-        network.set_cuts(&cuts)?;
+impl Nemesis<'_> {
+    /// Walk the schedule: heal and apply each phase at its start, watch the nodes.
+    fn run_phases(&mut self, phases: &[Phase], events: &mut Vec<NemesisEvent>, wipes: &mut Wipes) -> Result<(), Error> {
+        for phase in phases {
+            sleep_until(self.clock, phase.start_ms, self.cluster, events);
+            let at_s = seconds(self.clock.now_ns());
+            heal(self.cluster, self.network, at_s, events)?;
+            say(self.config, &format!("cohort-jepsen: {at_s:7.1} s  {}", phase.label()));
+            events.push(NemesisEvent { at_s, what: format!("phase: {}", phase.label()) });
+            if let PhaseKind::Fault(fault) = phase.kind {
+                self.apply(fault, at_s, events, wipes)?;
+                if let Fault::Pause { node, pause_ms } = fault {
+                    let resume_ms = (phase.start_ms + pause_ms).min(phase.end_ms);
+                    sleep_until(self.clock, resume_ms, self.cluster, events);
+                    self.cluster.resume(node);
+                    events.push(NemesisEvent {
+                        at_s: seconds(self.clock.now_ns()),
+                        what: format!("SIGCONT n{}", node + 1),
+                    });
+                }
+            }
+        }
+        sleep_until(self.clock, phases.last().map_or(0, |phase| phase.end_ms), self.cluster, events);
+        Ok(())
     }
-    match fault {
-        Fault::Kill { node } => cluster.kill(node, at_s),
-        Fault::Pause { node, .. } => cluster.pause(node),
-        _ => {}
+
+    fn apply(
+        &mut self,
+        fault: Fault,
+        at_s: f64,
+        events: &mut Vec<NemesisEvent>,
+        wipes: &mut Wipes,
+    ) -> Result<(), Error> {
+        let cuts = fault.cuts(self.config.nodes);
+        if !cuts.is_empty() {
+            self.network.set_cuts(&cuts)?;
+        }
+        match fault {
+            Fault::Kill { node } => self.cluster.kill(node, at_s),
+            Fault::Pause { node, .. } => self.cluster.pause(node),
+            Fault::Wipe { node } => {
+                // H1: one member without its data at a time (see `wipe`).
+                if let Some(earlier) = wipes.unrecovered() {
+                    let what = format!(
+                        "{} skipped: n{} (wiped at {:.1} s) is not known to have recovered ({} of {} members)",
+                        fault.label(),
+                        earlier.node,
+                        earlier.at_s,
+                        earlier.members_recovered,
+                        earlier.groups_hosted
+                    );
+                    say(self.config, &format!("cohort-jepsen: {what}"));
+                    events.push(NemesisEvent { at_s, what });
+                    return Ok(());
+                }
+                let wiped = self.cluster.wipe(node, at_s)?;
+                events.push(NemesisEvent {
+                    at_s,
+                    what: format!(
+                        "n{} killed, its data ({} bytes) moved to {}, started again empty",
+                        node + 1,
+                        wiped.size_bytes,
+                        wiped.moved_to.display()
+                    ),
+                });
+                wipes.watch(self.operator.clone(), node, at_s, wiped, *self.clock, self.config.groups);
+            }
+            _ => {}
+        }
+        events.push(NemesisEvent { at_s, what: fault.label() });
+        Ok(())
     }
-    events.push(NemesisEvent { at_s, what: fault.label() });
-    Ok(())
 }
 
 /// Clear every cut, resume paused nodes, restart nodes that are down.
@@ -328,13 +403,16 @@ fn sleep_until(clock: &Clock, ms: u64, cluster: &mut Cluster, events: &mut Vec<N
 }
 
 /// Read every key once more after the workload, in parallel; recorded in the history.
-fn final_reads(config: &Config, shared: &Arc<Shared>, addresses: &[crate::jepsen::port::Endpoint]) {
+fn final_reads(config: &Config, keys: &[u64], shared: &Arc<Shared>, addresses: &[crate::jepsen::port::Endpoint]) {
     let timeouts = Timeouts { op: config.final_read_timeout, attempt: Duration::from_secs(1) };
-    let threads: Vec<_> = (0..config.groups)
-        .map(|key| {
+    let threads: Vec<_> = keys
+        .iter()
+        .copied()
+        .enumerate()
+        .map(|(index, key)| {
             let shared = Arc::clone(shared);
             let addresses = addresses.to_vec();
-            let process = config.processes + key as usize;
+            let process = config.clients() + index;
             std::thread::spawn(move || {
                 let mut reader = Process::new(process, addresses);
                 let op = reader.read(key, &shared.clock, timeouts);

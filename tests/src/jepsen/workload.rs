@@ -288,13 +288,15 @@ pub struct Shared {
     pub next_value: AtomicU64,
 }
 
-/// The workload's shape.
-#[derive(Clone, Copy, Debug)]
+/// The workload's shape: one set of clients over one set of keys.
+#[derive(Clone, Debug)]
 pub struct Settings {
+    /// The first client's process number (each set of clients its own range).
+    pub first_process: usize,
     /// Logical clients.
     pub processes: usize,
-    /// Keys (= groups 0..keys).
-    pub keys: u64,
+    /// Keys (= group ids), each picked alike.
+    pub keys: Vec<u64>,
     /// Target operations per second over all clients.
     pub rate_per_s: f64,
     /// Reads per thousand ops.
@@ -305,12 +307,16 @@ pub struct Settings {
 
 /// Start the client threads; they run until `shared.stop`.
 pub fn start(shared: &Arc<Shared>, addresses: &[Endpoint], settings: Settings, seed: u64) -> Vec<JoinHandle<()>> {
+    assert!(!settings.keys.is_empty(), "a workload needs a key");
+    let reads_per_mille = settings.reads_per_mille;
     let interval = Duration::from_secs_f64(settings.processes as f64 / settings.rate_per_s.max(0.1));
-    (0..settings.processes)
+    (settings.first_process..settings.first_process + settings.processes)
         .map(|index| {
             let shared = Arc::clone(shared);
             let addresses = addresses.to_vec();
             let mut rng = Rng::new(seed ^ (0xC11E_0000 + index as u64));
+            let keys = settings.keys.clone();
+            let timeouts = settings.timeouts;
             std::thread::spawn(move || {
                 let mut process = Process::new(index, addresses);
                 let mut next = Instant::now();
@@ -320,12 +326,12 @@ pub fn start(shared: &Arc<Shared>, addresses: &[Endpoint], settings: Settings, s
                         std::thread::sleep(next - now);
                     }
                     next = Instant::now().max(next) + interval;
-                    let key = rng.below(settings.keys);
-                    let op = if rng.chance(settings.reads_per_mille) {
-                        process.read(key, &shared.clock, settings.timeouts)
+                    let key = keys[rng.below(keys.len() as u64) as usize];
+                    let op = if rng.chance(reads_per_mille) {
+                        process.read(key, &shared.clock, timeouts)
                     } else {
                         let value = shared.next_value.fetch_add(1, Ordering::Relaxed);
-                        process.write(key, value, &shared.clock, settings.timeouts)
+                        process.write(key, value, &shared.clock, timeouts)
                     };
                     shared.history.push(op);
                 }

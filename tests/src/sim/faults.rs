@@ -300,6 +300,14 @@ impl Sim {
             }
             self.nodes[index].lost_data = true;
             self.wipes += 1;
+            // The machine went down with its disk: what its old process
+            // sent and the network still holds (a stalled link) is gone
+            // with its connections' buffers. Election messages of that
+            // process, delivered after its data went, would count promises
+            // the rebuilt member no longer keeps (seed 2000400: a stale
+            // DoViewChange for view 2 elected a log without an op the
+            // rebuilt member then acknowledged in view 1).
+            self.network.drop_from(crate::network::Endpoint::Node(index));
         }
     }
 

@@ -211,6 +211,18 @@ impl Replica {
         if query.replica == self.spec.me || !self.spec.is_voter(query.replica) {
             return;
         }
+        // The asker lost its data: what its earlier life promised in
+        // elections is void, as is the durable view behind it. A vote of
+        // that life kept here (a DoViewChange held for a view this member
+        // is to lead, or counted in its election under way) would elect a
+        // log without the ops the new life acknowledges in the view it
+        // recovers into (seed 2000400). Only what it sends from now on counts.
+        self.early_dvcs.retain(|dvc| dvc.replica != query.replica);
+        if let Some(election) = self.election_mut()
+            && let Some(vote) = election.dvcs.get_mut(query.replica.0 as usize)
+        {
+            *vote = None;
+        }
         let primary = self.is_primary() && self.status() == super::Status::Normal && self.recovery.is_none();
         let answer = RecoveryAnswer {
             group: self.spec.group,
