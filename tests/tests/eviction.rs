@@ -8,7 +8,7 @@
 //! hold for request 1 itself: a retry of a client's first write, once the
 //! client was evicted, was indistinguishable from a new client's first
 //! write and was applied again. Request 1 is now a registration that
-//! applies nothing, and writes are numbered from 2 (see `cohort_core::client`
+//! applies nothing, and writes are numbered after its op (see `cohort_core::client`
 //! and docs/simulator.md, "The eviction workload"); the test below sets the
 //! old failure up by hand.
 
