@@ -1032,15 +1032,18 @@ impl Sim {
     /// write the group still owes it. So is a refusal as unknown, unless
     /// the run has more clients than a group's client table holds (H5's
     /// eviction workload, `--clients-max`): then the table may have evicted
-    /// the client, which starts again under a fresh id.
+    /// the client, which starts again under a fresh id. A refusal of a write
+    /// numbered at or below the op the client registered at again (a late
+    /// copy of its registration after the eviction) is the same case.
     fn check_not_refused(&mut self, index: usize, reply: &Reply) {
         let Outcome::Error { code: ReplyError::Superseded, detail } = &reply.outcome else { return };
         let Some(outstanding) = &self.clients[index].outstanding else { return };
         if outstanding.request.request != reply.request || outstanding.request.group != reply.group {
             return;
         }
-        // The core's words for a client its table does not know.
-        if self.evictions_possible() && detail.contains("is not known") {
+        // The core's words for a client its table does not know, or knows
+        // only from a registration after its eviction (a late copy).
+        if self.evictions_possible() && (detail.contains("is not known") || detail.contains("registered again")) {
             self.evicted_clients += 1;
             self.clients[index].evicted(self.now, &mut self.history);
             self.checkers.client_restarted(index);

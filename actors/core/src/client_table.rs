@@ -59,10 +59,15 @@ pub enum Admission {
     New,
     /// Already applied: answer with this.
     Duplicate(ClientEntry),
-    /// Older than the latest applied request, or a write numbered at or
-    /// below its client's registration op (a write of an earlier
-    /// registration, before an eviction).
+    /// Older than the latest applied request.
     Superseded,
+    /// A write numbered at or below the op its client registered at: the
+    /// client was evicted and registered again (a late copy of its
+    /// registration), and this write belongs to the earlier registration.
+    BeforeRegistration {
+        /// The op of the client's latest registration.
+        registered: Op,
+    },
     /// Unknown client past its registration (evicted, or forged).
     UnknownClient,
 }
@@ -132,7 +137,9 @@ impl ClientTable {
             None => Admission::UnknownClient,
             Some(entry) if request == entry.request => Admission::Duplicate(entry.clone()),
             Some(entry) if request < entry.request => Admission::Superseded,
-            Some(entry) if !is_registration(request) && request.0 <= entry.registered.0 => Admission::Superseded,
+            Some(entry) if !is_registration(request) && request.0 <= entry.registered.0 => {
+                Admission::BeforeRegistration { registered: entry.registered }
+            }
             Some(_) => Admission::New,
         }
     }
@@ -269,7 +276,7 @@ mod tests {
         for request in [2, 3, 4] {
             assert_eq!(
                 table.admit(ClientId(1), RequestNumber(request)),
-                Admission::Superseded,
+                Admission::BeforeRegistration { registered: Op(4) },
                 "write {request} is at or below the registration at op 4"
             );
         }
@@ -282,7 +289,11 @@ mod tests {
         assert_eq!(table.admit(ClientId(1), RequestNumber(5)), Admission::UnknownClient);
         assert_eq!(table.admit(ClientId(1), REGISTRATION), Admission::New);
         table.record(ClientId(1), REGISTRATION, Op(8), Bytes::new());
-        assert_eq!(table.admit(ClientId(1), RequestNumber(5)), Admission::Superseded, "applied before the eviction");
+        assert_eq!(
+            table.admit(ClientId(1), RequestNumber(5)),
+            Admission::BeforeRegistration { registered: Op(8) },
+            "applied before the eviction"
+        );
         assert_eq!(table.admit(ClientId(1), RequestNumber(9)), Admission::New);
         assert!(matches!(table.admit(ClientId(1), REGISTRATION), Admission::Duplicate(entry) if entry.op == Op(8)));
     }

@@ -159,6 +159,6 @@ fn h5_a_late_copy_of_a_registration_after_an_eviction_does_not_reopen_old_writes
     assert_eq!(ok(&harness.send(7, 1, b"")).0, Op(5), "the late copy of 7's registration registers it again");
     let (code, detail) = refused(&harness.send(7, 2, b"w"));
     assert_eq!(code, ReplyError::Superseded);
-    assert!(detail.contains("registration"), "{detail}");
+    assert!(detail.contains("registered again"), "{detail}");
     assert_eq!(harness.applied(), 1, "7's first write applied once");
 }

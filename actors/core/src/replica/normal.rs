@@ -173,8 +173,17 @@ impl Replica {
             }
             Admission::Superseded => {
                 let detail = format!(
-                    "{}: {} is older than the client's latest request, or not past the op of its registration; start a new client",
+                    "{}: {} is older than the client's latest request; start a new client",
                     self.spec.group, request.request
+                );
+                return self.reply_error(&request, ReplyError::Superseded, detail, cx.out);
+            }
+            // H5: evicted, then registered again by a late copy of its
+            // registration: this write belongs to the earlier registration.
+            Admission::BeforeRegistration { registered } => {
+                let detail = format!(
+                    "{}: {} of {} is not past {registered}, where the client registered again (evicted from the client table, then a late copy of its registration arrived); start a new client at request 1",
+                    self.spec.group, request.request, request.client
                 );
                 return self.reply_error(&request, ReplyError::Superseded, detail, cx.out);
             }
