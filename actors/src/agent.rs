@@ -573,7 +573,10 @@ impl MetadataAgentActor {
 
     fn on_reply(&mut self, reply: Reply, ctx: &mut Context<Self>) {
         if self.operator.owns(reply.client) {
-            self.operator.on_reply(&reply);
+            if let Some(request) = self.operator.on_reply(&reply) {
+                // H5: the registration was answered; the command goes now.
+                self.send_operator(request, false, ctx);
+            }
             return;
         }
         if reply.client == self.reader {

@@ -11,9 +11,14 @@
 //! numbering.
 //!
 //! The rules are the client table's, kept by [`cohort_core::client`]: one
-//! client id numbers its writes from 1; every re-send of a write carries the
-//! same id and number, so the group applies it at most once and answers a
-//! re-send of an applied write from its client table. One operator command is in flight
+//! client id registers with the metadata group before its first command
+//! (request 1, which applies nothing: the command follows as soon as it is
+//! answered, within the same deadline), then numbers its writes after the
+//! op the registration committed at;
+//! every re-send of a write carries the same id and number, so the group
+//! applies it at most once and answers a re-send of an applied write from
+//! its client table, and a re-send the group no longer knows the client of
+//! is refused rather than applied again (H5). One operator command is in flight
 //! per node; a second one is answered [`OperatorFailure::Busy`] at once.
 //! When a command's deadline passes without an answer its outcome is
 //! unknown, and the next command takes a fresh client id, so that it never
@@ -72,7 +77,10 @@ pub(crate) type OperatorAnswer = oneshot::Sender<Result<MetadataResult, Operator
 
 /// The command in flight.
 struct InFlight {
+    /// The command's write, or the registration that goes first.
     request: Request,
+    /// The command, while `request` is the registration (H5).
+    held: Option<bytes::Bytes>,
     started: Instant,
     deadline: Instant,
     sent: Instant,
@@ -119,9 +127,13 @@ impl OperatorClient {
             let _ = answer.send(Err(OperatorFailure::Busy));
             return None;
         }
-        let request = self.requests.write(command.encode());
+        let (request, held) = match self.requests.registration() {
+            Some(registration) => (registration, Some(command.encode())),
+            None => (self.requests.write(command.encode()), None),
+        };
         self.in_flight = Some(InFlight {
             request: request.clone(),
+            held,
             started: now,
             deadline,
             sent: now,
@@ -164,9 +176,17 @@ impl OperatorClient {
     }
 
     /// An answer for this client: complete the command if it is the one in
-    /// flight and the answer is definite.
-    pub(crate) fn on_reply(&mut self, reply: &Reply) {
-        let Some(in_flight) = self.in_flight.as_mut().filter(|f| client::answers(&f.request, reply)) else { return };
+    /// flight and the answer is definite. An answered registration returns
+    /// the command's write, to send at once.
+    pub(crate) fn on_reply(&mut self, reply: &Reply) -> Option<Request> {
+        let in_flight = self.in_flight.as_mut().filter(|f| client::answers(&f.request, reply))?;
+        if let (Verdict::Done { op, .. }, Some(command)) = (client::verdict(reply), &in_flight.held) {
+            self.requests.registered(op);
+            in_flight.request = self.requests.write(command.clone());
+            in_flight.held = None;
+            in_flight.last = "registered; the command sent".into();
+            return Some(in_flight.request.clone());
+        }
         let result = match client::verdict(reply) {
             Verdict::Done { result, .. } => match MetadataResult::decode(result) {
                 Ok(result) => Ok(result),
@@ -180,12 +200,13 @@ impl OperatorClient {
                 // Busy, a view change, an expired quorum window or an
                 // unknown group here: the tick sends it again.
                 in_flight.last = format!("{code:?}: {detail}");
-                return;
+                return None;
             }
         };
         if let Some(in_flight) = self.in_flight.take() {
             let _ = in_flight.answer.send(result);
         }
+        None
     }
 
     /// A redirect for this client: the request in flight, if the redirect
@@ -216,8 +237,23 @@ mod tests {
         let now = Instant::now();
         let mut client = OperatorClient::new();
         let (answer, mut answered) = oneshot::channel();
-        let first = client.start(&command(), now + Duration::from_secs(5), answer, now).expect("sent");
-        assert_eq!(first.request, RequestNumber(1));
+        let registration = client.start(&command(), now + Duration::from_secs(5), answer, now).expect("sent");
+        assert_eq!((registration.request, registration.operation.len()), (RequestNumber(1), 0), "H5");
+        client.sent(NodeId(1), true, now);
+        let registered = Reply {
+            client: registration.client,
+            request: registration.request,
+            group: GroupId::METADATA,
+            view: View(1),
+            op: Op(8),
+            outcome: Outcome::Ok(bytes::Bytes::new()),
+        };
+        let first = client.on_reply(&registered).expect("the command follows the registration");
+        assert_eq!(
+            (first.client, first.request, first.operation.clone()),
+            (registration.client, RequestNumber(9), command().encode()),
+            "numbered after the registration's op, 8"
+        );
         client.sent(NodeId(1), true, now);
         let (busy, mut busy_answer) = oneshot::channel();
         assert!(client.start(&command(), now + Duration::from_secs(5), busy, now).is_none());

@@ -8,11 +8,19 @@
 //!
 //! # Exactly once
 //!
-//! A client has an id and numbers its writes per group from 1 (the client
-//! table's rule: a client it does not know may only start at request 1, and
-//! numbers increase). Every retry of a write reuses its client id and request
-//! number, so the group applies it at most once and answers a retry of an
-//! applied write from its client table. A client sends one write at a time
+//! A client has an id, registers it with each group before its first write
+//! there (request 1: a write with no operation, which the group records in
+//! its client table and applies nothing for), and numbers its writes per
+//! group after the op the registration committed at (the client table's
+//! rules: a client it does not know may only start at request 1, numbers
+//! increase, and a write numbered at or below its registration's op is
+//! refused, so a late copy of a registration cannot reopen old writes). Every retry of a write
+//! reuses its client id and request number, so the group applies it at most
+//! once and answers a retry of an applied write from its client table; if
+//! the group evicted the client meanwhile, the retry is refused
+//! ([`ClientError::Refused`], `Superseded`) rather than applied again (H5).
+//! The registration costs one extra round trip per client id per group: on
+//! the first write, and on the first write after each change of id below. A client sends one write at a time
 //! per group; concurrent writes to one group through one client wait for each
 //! other (use more clients, they are cheap, for parallel writes to a group).
 //!
@@ -102,6 +110,9 @@ pub enum ClientError {
         /// What the last attempt got.
         last: String,
         /// For a write: the request, to resubmit with [`Client::retry`].
+        /// `None` for a read, and for a write whose client's registration
+        /// got no answer in time: the write itself was not sent, so it did
+        /// not apply.
         request: Option<Box<Request>>,
     },
     /// Until the timeout, the nodes this client knows named as primary a node
@@ -337,10 +348,25 @@ impl Client {
             // longer usable): start a new client (see the module docs).
             session.writes.restart(fresh_client_id()?);
         }
+        let started = Instant::now();
+        let deadline = started + self.timeout;
+        if let Some(registration) = session.writes.registration() {
+            // H5: a fresh id registers first, within the write's timeout. A
+            // registration whose outcome is unknown changes nothing but the
+            // client table: the next write sends it again, under the same id.
+            match self.run_by(registration, started, deadline).await {
+                Ok(registered) => session.writes.registered(registered.op),
+                Err(ClientError::Timeout { group, waited, attempts, last, .. }) => {
+                    let last = format!("registering the client: {last}");
+                    return Err(ClientError::Timeout { group, waited, attempts, last, request: None });
+                }
+                Err(error) => return Err(error),
+            }
+        }
         let request = session.writes.write(operation);
         // Cleared only on success, so a caller that stops waiting leaves it set.
         session.in_doubt = true;
-        let result = self.run(request).await;
+        let result = self.run_by(request, started, deadline).await;
         session.in_doubt = result.is_err();
         result
     }
@@ -348,16 +374,26 @@ impl Client {
     /// Resubmit a write whose outcome is unknown, with its own client id and
     /// request number: it applies at most once, and if it already did, the
     /// answer is its original result. Also for hosts that number their own
-    /// requests (the client table's rules apply: a new client id starts at
-    /// request 1, and numbers increase per group).
+    /// requests (the client table's rules apply, see
+    /// [`cohort_core::client`]: a new client id registers with request 1,
+    /// which carries no operation, then numbers its writes after the op the
+    /// registration committed at, one more per write, per group).
     ///
     /// ```no_run
     /// use cohort_runtime::prelude::*;
     ///
     /// # async fn example(client: Client) -> Result<(), ClientError> {
-    /// let request = cohort_messages::Request {
+    /// let registration = cohort_messages::Request {
     ///     client: ClientId(0xfeed),
     ///     request: RequestNumber(1),
+    ///     group: GroupId(0),
+    ///     kind: RequestKind::Write,
+    ///     operation: Bytes::new(),
+    /// };
+    /// let registered = client.retry(registration).await?;
+    /// let request = cohort_messages::Request {
+    ///     client: ClientId(0xfeed),
+    ///     request: RequestNumber(registered.op.0 + 1),
     ///     group: GroupId(0),
     ///     kind: RequestKind::Write,
     ///     operation: Bytes::from_static(b"credit 5"),
@@ -432,10 +468,14 @@ impl Client {
     /// Submit `request` until a definite answer or the timeout, following
     /// redirects; every attempt carries the same client id and number.
     async fn run(&self, request: Request) -> Result<Committed, ClientError> {
+        let started = Instant::now();
+        self.run_by(request, started, started + self.timeout).await
+    }
+
+    /// [`Client::run`] of a call that started at `started`, until `deadline`.
+    async fn run_by(&self, request: Request, started: Instant, deadline: Instant) -> Result<Committed, ClientError> {
         let nodes = &self.inner.nodes;
         let group = request.group;
-        let started = Instant::now();
-        let deadline = started + self.timeout;
         let hint = self.primary_hint(group);
         if let Some(network) = &self.inner.network
             && (nodes.is_empty() || hint == Some(Hint::Remote))

@@ -112,7 +112,14 @@ fn request(client: u128, number: u64, kind: RequestKind, operation: Bytes) -> Me
 async fn store_value(cluster: &LocalCluster) -> Bytes {
     let value = Bytes::from((0..VALUE_SIZE_BYTES).map(|index| (index % 251) as u8).collect::<Vec<u8>>());
     let mut writer = RawClient::connect(cluster).await;
-    writer.send(&[request(1, 1, RequestKind::Write, value.clone())]).await;
+    // Client 1's registration (H5: request 1, no operation), then the write.
+    writer.send(&[request(1, 1, RequestKind::Write, Bytes::new())]).await;
+    let registered = match writer.next().await {
+        Some(Message::Reply(reply)) if matches!(reply.outcome, Outcome::Ok(_)) => reply.op,
+        other => panic!("the registration's answer, not {other:?}"),
+    };
+    // H5: the write is numbered after the registration's op.
+    writer.send(&[request(1, registered.0 + 1, RequestKind::Write, value.clone())]).await;
     match writer.next().await {
         Some(Message::Reply(reply)) => assert!(matches!(reply.outcome, Outcome::Ok(_)), "{reply:?}"),
         other => panic!("the write's reply, not {other:?}"),

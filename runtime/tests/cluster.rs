@@ -75,6 +75,8 @@ fn build_node(index: usize, addresses: &[SocketAddr], dir: &std::path::Path, gro
 }
 
 /// Submit to the group's primary, following redirects, for up to 15 s.
+/// Each `submit` is a fresh client: its registration (H5) takes an op, and
+/// the write the next, so a group's n-th write here commits at op 2n.
 async fn write(handles: &[NodeHandle], group: GroupId, value: &'static [u8]) -> Result<Op, SubmitError> {
     let deadline = std::time::Instant::now() + Duration::from_secs(15);
     let mut target = 0;
@@ -122,7 +124,7 @@ fn v1_three_nodes_replicate_over_tcp() {
         for g in 0..8 {
             let first = write(&handles, GroupId(g), b"one").await.expect("first write commits");
             let second = write(&handles, GroupId(g), b"two").await.expect("second write commits");
-            assert_eq!((first, second), (Op(1), Op(2)), "{g}");
+            assert_eq!((first, second), (Op(2), Op(4)), "{g}");
         }
         for node in nodes {
             node.stop();
@@ -150,7 +152,7 @@ fn v2_v3_v4_failover_then_restart_and_catch_up() {
         let survivors = &handles[1..];
         for g in 0..6 {
             let op = write(survivors, GroupId(g), b"after").await.expect("the group fails over and commits");
-            assert_eq!(op, Op(2), "{g}: the write before the crash was kept");
+            assert_eq!(op, Op(4), "{g}: the write before the crash was kept");
         }
         let failover = started.elapsed();
         assert!(failover < Duration::from_secs(10), "failover took {failover:?}");
@@ -160,7 +162,7 @@ fn v2_v3_v4_failover_then_restart_and_catch_up() {
         let all = vec![restarted.clone(), handles[1].clone(), handles[2].clone()];
         for g in 0..6 {
             let op = write(&all, GroupId(g), b"third").await.expect("writes go on with the restarted node");
-            assert_eq!(op, Op(3), "{g}");
+            assert_eq!(op, Op(6), "{g}");
         }
         for node in nodes.into_iter().flatten() {
             node.stop();
@@ -329,7 +331,7 @@ fn a_supervisor_restarts_a_crashed_outbox_and_shard_and_traffic_resumes() {
         assert!(handles[0].restarts() >= 5, "four outboxes and a shard restarted, got {}", handles[0].restarts());
         for g in 0..6 {
             let op = write(&handles, GroupId(g), b"two").await.expect("traffic resumes after the restarts");
-            assert_eq!(op, Op(2), "{g}: the restarted shard recovered its log");
+            assert_eq!(op, Op(4), "{g}: the restarted shard recovered its log");
         }
         for node in nodes {
             node.stop();
@@ -376,7 +378,7 @@ fn r20_r24_an_idle_primary_whose_thread_stalls_past_its_send_ticks_keeps_its_win
         assert_eq!(after, before, "no view change: every idle heartbeat left, late, and was answered");
         for g in 0..3 {
             let op = write(&handles, GroupId(g), b"two").await.expect("write after the stalls");
-            assert_eq!(op, Op(2), "{g}: the same primary's log goes on");
+            assert_eq!(op, Op(4), "{g}: the same primary's log goes on");
         }
         for node in nodes {
             node.stop();
@@ -416,7 +418,7 @@ fn z1_idle_group_actors_retire_and_later_callers_are_answered() {
         let nodes: Vec<Node> = (0..3).map(|i| start_node(i, &addresses, &dir, 6)).collect();
         let handles: Vec<NodeHandle> = nodes.iter().map(Node::handle).collect();
         for g in 0..6 {
-            assert_eq!(write(&handles, GroupId(g), b"one").await.expect("first write"), Op(1), "{g}");
+            assert_eq!(write(&handles, GroupId(g), b"one").await.expect("first write"), Op(2), "{g}");
         }
         let all = |handles: &[NodeHandle]| handles.iter().map(group_actors).collect::<Vec<_>>();
         assert!(
@@ -436,14 +438,14 @@ fn z1_idle_group_actors_retire_and_later_callers_are_answered() {
         for round in 0..3u64 {
             for g in 0..6 {
                 let op = write(&handles, GroupId(g), b"again").await.expect("a write to a retired group's actor");
-                assert_eq!(op, Op(2 + round), "{g}");
+                assert_eq!(op, Op(4 + 2 * round), "{g}");
             }
             tokio::time::sleep(Duration::from_millis(700 * round)).await;
         }
         let committed = tokio::time::timeout(Duration::from_secs(2), async {
             loop {
                 match events.recv().await {
-                    Some(GroupEvent::Committed { op, .. }) if op == Op(4) => return op,
+                    Some(GroupEvent::Committed { op, .. }) if op == Op(8) => return op,
                     Some(_) => {}
                     None => panic!("the subscription ended"),
                 }
@@ -451,7 +453,7 @@ fn z1_idle_group_actors_retire_and_later_callers_are_answered() {
         })
         .await
         .expect("the follower of group 0 heard every commit");
-        assert_eq!(committed, Op(4));
+        assert_eq!(committed, Op(8));
         drop(events);
         assert!(
             eventually(Duration::from_secs(10), || all(&handles) == [0, 0, 0]).await,
@@ -498,7 +500,9 @@ fn group_actors_report_typed_roles_and_commits_to_subscribers() {
         })
         .await
         .expect("a backup hears the commit");
-        assert_eq!(committed, Op(1));
+        // The first write's op (its registration took op 1), which the
+        // backup learns is committed only after it subscribed.
+        assert_eq!(committed, Op(2));
         // The primary's node dies: node 2 becomes primary of a later view.
         if let Some(node) = nodes[0].take() {
             node.stop();

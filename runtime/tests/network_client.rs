@@ -35,13 +35,24 @@ fn network(cluster: &LocalCluster, addresses: &[std::net::SocketAddr]) -> Cluste
         .expect("a network client")
 }
 
-fn write_request(group: GroupId, value: &'static str) -> Request {
+/// A fresh client's registration with `group` (H5).
+fn registration(group: GroupId) -> Request {
     Request {
         client: fresh_client_id().expect("randomness"),
         request: RequestNumber(1),
         group,
         kind: RequestKind::Write,
+        operation: Bytes::new(),
+    }
+}
+
+/// The first write after `registration`, answered at `registered`:
+/// numbered after that op (H5).
+fn first_write(registration: &Request, registered: Op, value: &'static str) -> Request {
+    Request {
+        request: RequestNumber(registered.0 + 1),
         operation: Bytes::from_static(value.as_bytes()),
+        ..registration.clone()
     }
 }
 
@@ -139,7 +150,9 @@ async fn c1_a_retry_through_another_client_with_the_same_certificate_applies_onc
     reversed.reverse();
     // Another process with the same certificate and no cached routes.
     let second = network(&cluster, &reversed);
-    let request = write_request(GroupId(2), "once");
+    let registration = registration(GroupId(2));
+    let registered = first.retry(registration.clone()).await.expect("the registration");
+    let request = first_write(&registration, registered.op, "once");
     let applied = first.retry(request.clone()).await.expect("the write");
     let again = second.retry(request.clone()).await.expect("its retry");
     assert_eq!(applied, again, "answered from the client table: the same op and result");
@@ -223,12 +236,16 @@ async fn c1_embedded_client_keeps_exactly_once_across_the_local_and_network_path
         .timeout(Duration::from_secs(20));
     let network = client.network_client().expect("the network client").clone();
     // Local first (node 1 leads `here`), then the same request over the network.
-    let request = write_request(here, "local first");
+    let local_registration = registration(here);
+    let registered = client.retry(local_registration.clone()).await.expect("the registration");
+    let request = first_write(&local_registration, registered.op, "local first");
     let local = client.retry(request.clone()).await.expect("through node 1's handle");
     let remote = network.retry(request).await.expect("the same request over the client port");
     assert_eq!((local.op, local.result.clone()), (remote.op, remote.result), "one op, answered twice");
     // Network first, then the local path.
-    let request = write_request(here, "network first");
+    let network_registration = registration(here);
+    let registered = network.retry(network_registration.clone()).await.expect("the registration");
+    let request = first_write(&network_registration, registered.op, "network first");
     let remote = network.retry(request.clone()).await.expect("over the client port");
     let local = client.retry(request).await.expect("the same request through the handle");
     assert_eq!((local.op, local.result), (remote.op, remote.result), "one op, answered twice");

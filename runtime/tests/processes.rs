@@ -151,20 +151,30 @@ impl Client {
     }
 }
 
-/// Write `value` to `group` through the client ports, following redirects, for up to 20 s.
+/// Write `value` to `group` through the client ports as a fresh `client`
+/// (its registration first, H5), following redirects, for up to 20 s each.
 fn write(ports: &[Ports], group: GroupId, client: u128, value: &'static [u8]) -> Op {
-    let request = Request {
+    let registration = Request {
         client: ClientId(client),
         request: RequestNumber(1),
         group,
         kind: RequestKind::Write,
-        operation: Bytes::from_static(value),
+        operation: Bytes::new(),
     };
+    let registered = call_until_ok(ports, &registration);
+    let first =
+        Request { request: RequestNumber(registered.0 + 1), operation: Bytes::from_static(value), ..registration };
+    call_until_ok(ports, &first)
+}
+
+/// Send `request` until it is answered Ok, following redirects, for up to 20 s.
+fn call_until_ok(ports: &[Ports], request: &Request) -> Op {
+    let group = request.group;
     let deadline = Instant::now() + Duration::from_secs(20);
     let mut target = group.0 as usize % ports.len();
     while Instant::now() < deadline {
         let answer =
-            Client::connect(ports[target].client, &ports[target].tls).and_then(|mut client| client.call(&request));
+            Client::connect(ports[target].client, &ports[target].tls).and_then(|mut client| client.call(request));
         match answer {
             Some(Message::Reply(reply)) => match reply.outcome {
                 Outcome::Ok(_) => return reply.op,
@@ -200,7 +210,8 @@ fn v5_v4_three_node_processes_redirect_fail_over_and_restart() {
     let mut client = 1u128;
     for g in 0..GROUPS {
         client += 1;
-        assert_eq!(write(&ports, GroupId(g), client, b"one"), Op(1), "{g}");
+        // A fresh client each time: its registration takes an op (H5).
+        assert_eq!(write(&ports, GroupId(g), client, b"one"), Op(2), "{g}");
     }
     // H1: on new disks every member recovers first; give the members that
     // did not acknowledge the first writes the round trips to take the log.
@@ -210,13 +221,13 @@ fn v5_v4_three_node_processes_redirect_fail_over_and_restart() {
     let _ = children[0].wait();
     for g in 0..GROUPS {
         client += 1;
-        assert_eq!(write(&ports, GroupId(g), client, b"two"), Op(2), "{g}: the first write survived");
+        assert_eq!(write(&ports, GroupId(g), client, b"two"), Op(4), "{g}: the first write survived");
     }
     // Restart node 1 from its data directory; writes go on with it.
     children[0] = spawn_node(&dir, 0);
     for g in 0..GROUPS {
         client += 1;
-        assert_eq!(write(&ports, GroupId(g), client, b"three"), Op(3), "{g}");
+        assert_eq!(write(&ports, GroupId(g), client, b"three"), Op(6), "{g}");
     }
     // SIGTERM stops a node cleanly.
     let pid = children[1].id();
@@ -420,6 +431,17 @@ struct Acked {
 
 /// One attempt at a write (or read) through the client ports, following
 /// redirects, for up to `budget`. `None`: no definite answer.
+/// A fresh client's write `request` (numbered 2) within `budget`: its
+/// registration (request 1, H5) first, then the write.
+fn try_write(ports: &[Ports], client: ClientId, group: GroupId, value: Bytes, budget: Duration) -> Option<(Op, Bytes)> {
+    let deadline = Instant::now() + budget;
+    let mut writes = cohort_core::client::Sequence::new(client, group);
+    let registration = writes.registration().expect("a fresh id registers first");
+    let (registered, _) = try_call(ports, &registration, budget)?;
+    writes.registered(registered);
+    try_call(ports, &writes.write(value), deadline.saturating_duration_since(Instant::now()))
+}
+
 fn try_call(ports: &[Ports], request: &Request, budget: Duration) -> Option<(Op, Bytes)> {
     let deadline = Instant::now() + budget;
     let mut target = request.group.0 as usize % ports.len();
@@ -481,14 +503,10 @@ fn s5_sigstop_primary_longer_than_session_timeout_never_commits_twice() {
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                     k += 1;
                     let value = format!("g{g}-w{k}").into_bytes();
-                    let request = Request {
-                        client: ClientId((u128::from(g) << 64) | u128::from(k) | (1 << 100)),
-                        request: RequestNumber(1),
-                        group: GroupId(g),
-                        kind: RequestKind::Write,
-                        operation: Bytes::from(value.clone()),
-                    };
-                    if let Some((op, replaced)) = try_call(&ports, &request, Duration::from_secs(3)) {
+                    let client = ClientId((u128::from(g) << 64) | u128::from(k) | (1 << 100));
+                    let written = Bytes::from(value.clone());
+                    if let Some((op, replaced)) = try_write(&ports, client, GroupId(g), written, Duration::from_secs(3))
+                    {
                         acked.push(Acked { group: g, op, value, replaced: replaced.to_vec(), at: Instant::now() });
                     }
                 }
@@ -535,20 +553,21 @@ fn s5_sigstop_primary_longer_than_session_timeout_never_commits_twice() {
         // Read back: a final write replaces exactly the last acknowledged value
         // (or one written after it whose answer was lost), and a read sees it.
         let last = ops.last().expect("acked");
-        let request = Request {
-            client: ClientId((u128::from(g) << 64) | (1 << 101)),
-            request: RequestNumber(1),
-            group: GroupId(g),
-            kind: RequestKind::Write,
-            operation: Bytes::from(format!("final-{g}")),
-        };
-        let (op, replaced) = try_call(&ports, &request, Duration::from_secs(10)).expect("final write");
+        let client = ClientId((u128::from(g) << 64) | (1 << 101));
+        let final_value = Bytes::from(format!("final-{g}"));
+        let (op, replaced) =
+            try_write(&ports, client, GroupId(g), final_value, Duration::from_secs(10)).expect("final write");
         assert!(op > last.op, "group {g}: the final write follows every acknowledged one");
         if op.0 == last.op.0 + 1 {
             assert_eq!(replaced.to_vec(), last.value, "group {g}: the last acknowledged write is read back");
         }
-        let read = Request { kind: RequestKind::Read, operation: Bytes::new(), ..request.clone() };
-        let read = Request { client: ClientId((u128::from(g) << 64) | (1 << 102)), ..read };
+        let read = Request {
+            client: ClientId((u128::from(g) << 64) | (1 << 102)),
+            request: RequestNumber(1),
+            group: GroupId(g),
+            kind: RequestKind::Read,
+            operation: Bytes::new(),
+        };
         let (_, value) = try_call(&ports, &read, Duration::from_secs(10)).expect("read");
         assert_eq!(value, Bytes::from(format!("final-{g}")), "group {g}: read back");
     }
@@ -556,12 +575,13 @@ fn s5_sigstop_primary_longer_than_session_timeout_never_commits_twice() {
     // sent to it directly is redirected, or answered consistently (at an op
     // after every acknowledged one).
     let last_op = acked.iter().filter(|a| a.group == group).map(|a| a.op).max().expect("acked");
+    // A fresh client's registration: a write through the log that applies nothing.
     let probe = Request {
         client: ClientId((u128::from(group) << 64) | (1 << 103)),
         request: RequestNumber(1),
         group: GroupId(group),
         kind: RequestKind::Write,
-        operation: Bytes::from_static(b"probe"),
+        operation: Bytes::new(),
     };
     match Client::connect(ports[victim].client, &ports[victim].tls).and_then(|mut client| client.call(&probe)) {
         Some(Message::Redirect(redirect)) => {
@@ -863,14 +883,8 @@ fn rebuild_run(run: usize, loss: Loss) {
     let mut next_client = 1u128 << 90 | (run as u128) << 32;
     let mut put = |ports: &[Ports], value: String, budget: Duration| {
         next_client += 1;
-        let request = Request {
-            client: ClientId(next_client),
-            request: RequestNumber(1),
-            group,
-            kind: RequestKind::Write,
-            operation: Bytes::from(value.clone()),
-        };
-        try_call(ports, &request, budget).map(|(op, _)| (op, Bytes::from(value)))
+        try_write(ports, ClientId(next_client), group, Bytes::from(value.clone()), budget)
+            .map(|(op, _)| (op, Bytes::from(value)))
     };
     // Node 3 down; the write is acknowledged by nodes 1 and 2.
     let _ = children[2].kill();

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 // The wire, spoken by hand: what an outsider would send.
-use cohort_messages::{Handshake, LinkMode, LinkShard, Message, Preamble, TraceContext, WIRE_REVISION};
+use cohort_messages::{Handshake, LinkMode, LinkShard, Message, Preamble, Reply, TraceContext, WIRE_REVISION};
 use cohort_runtime::client::Request;
 use cohort_runtime::metrics::Port;
 use cohort_runtime::prelude::*;
@@ -221,13 +221,24 @@ fn client_cluster() -> LocalCluster {
         .expect("cluster starts")
 }
 
-fn write(client: u128, value: &'static str) -> Request {
+/// `client`'s registration with group 1 (H5: request 1, no operation).
+fn register(client: u128) -> Request {
     Request {
         client: ClientId(client),
         request: RequestNumber(1),
         group: GroupId(1),
         kind: RequestKind::Write,
+        operation: Bytes::new(),
+    }
+}
+
+/// The first write to group 1 of the client whose registration was
+/// answered with `registered`: numbered after the registration's op (H5).
+fn write(registered: &Reply, value: &'static str) -> Request {
+    Request {
+        request: RequestNumber(registered.op.0 + 1),
         operation: Bytes::from_static(value.as_bytes()),
+        ..register(registered.client.0)
     }
 }
 
@@ -266,7 +277,7 @@ async fn t2_a_client_without_credentials_or_with_another_cas_is_refused() {
     assert!(counted >= 2, "both are counted ({counted})");
     // The cluster's own client works.
     let mut own = PortClient::connect(address, &credentials(&cluster.certs().client)).await.expect("own client");
-    assert!(matches!(own.call(&write(7, "x")).await, Some(Message::Reply(_))), "and is served");
+    assert!(matches!(own.call(&register(7)).await, Some(Message::Reply(_))), "and is served");
 }
 
 #[actix_rt::test]
@@ -275,7 +286,12 @@ async fn t3_requests_to_the_metadata_group_are_refused_on_the_client_port_and_th
     let node = cluster.node(NodeId(1)).expect("node 1");
     let address = node.client_address().expect("a client port");
     let mut client = PortClient::connect(address, &credentials(&cluster.certs().client)).await.expect("client");
-    let to_metadata = Request { group: GroupId::METADATA, ..write(9, "DeleteGroup") };
+    let to_metadata = Request {
+        group: GroupId::METADATA,
+        request: RequestNumber(2),
+        operation: Bytes::from_static(b"DeleteGroup"),
+        ..register(9)
+    };
     match client.call(&to_metadata).await {
         Some(Message::Reply(reply)) => assert!(
             matches!(reply.outcome, cohort_messages::Outcome::Error { code: ReplyError::Forbidden, .. }),
@@ -289,7 +305,7 @@ async fn t3_requests_to_the_metadata_group_are_refused_on_the_client_port_and_th
         handle.submit(GroupId::METADATA, RequestKind::Write, Bytes::new(), Duration::from_secs(1)).await;
     assert!(matches!(through_handle, Err(SubmitError::Reserved { .. })), "the in-process path refuses too");
     // The partition group was not touched: it still serves.
-    assert!(matches!(client.call(&write(10, "still here")).await, Some(Message::Reply(_))));
+    assert!(matches!(client.call(&register(10)).await, Some(Message::Reply(_))));
 }
 
 #[actix_rt::test]
@@ -304,14 +320,24 @@ async fn t2_one_client_cannot_answer_for_another_clients_request_numbers() {
     let mut mallory = PortClient::connect(address, &other).await.expect("mallory");
     // Mallory sends Alice's (client id, request number) first.
     let id = 0xA11CE;
-    let stolen = mallory.call(&write(id, "mallory's")).await;
+    let Some(Message::Reply(mallory_registered)) = mallory.call(&register(id)).await else {
+        panic!("mallory registers")
+    };
+    let stolen = mallory.call(&write(&mallory_registered, "mallory's")).await;
     assert!(matches!(stolen, Some(Message::Reply(_))), "mallory's write is served as mallory's own");
     // Alice's write with that id is hers: applied, not a duplicate of mallory's.
-    let Some(Message::Reply(first)) = alice.call(&write(id, "alice's")).await else { panic!("alice's reply") };
-    let Some(Message::Reply(retry)) = alice.call(&write(id, "alice's")).await else { panic!("alice's retry") };
+    let Some(Message::Reply(alice_registered)) = alice.call(&register(id)).await else { panic!("alice registers") };
+    let Some(Message::Reply(first)) = alice.call(&write(&alice_registered, "alice's")).await else {
+        panic!("alice's reply")
+    };
+    let Some(Message::Reply(retry)) = alice.call(&write(&alice_registered, "alice's")).await else {
+        panic!("alice's retry")
+    };
     assert_eq!(first.client, ClientId(id), "answers name the id the client chose");
     assert_eq!(first.op, retry.op, "alice's retry is answered as the same op (exactly once)");
-    let Some(Message::Reply(mallorys)) = mallory.call(&write(id, "mallory's")).await else { panic!("mallory again") };
+    let Some(Message::Reply(mallorys)) = mallory.call(&write(&mallory_registered, "mallory's")).await else {
+        panic!("mallory again")
+    };
     assert_ne!(mallorys.op, first.op, "the same id from two clients is two ops");
 }
 
@@ -340,7 +366,7 @@ async fn t5_two_thousand_connections_that_send_a_header_and_stall_cost_little_me
     // A valid frame header that declares a 1 MiB Request body, then nothing.
     let cluster_id = cohort_runtime::local::LOCAL_CLUSTER_ID;
     let header = {
-        let request = write(1, "x");
+        let request = register(1);
         let frame = Message::Request(Request { operation: Bytes::from(vec![0u8; 1 << 20]), ..request })
             .encode(cluster_id, NodeId(0), TraceContext::NONE)
             .to_bytes();

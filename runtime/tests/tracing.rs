@@ -281,8 +281,11 @@ fn one_write_is_one_trace_across_three_nodes() {
         );
         assert!(span.node() != 0, "every span names its node: {span:?}");
     }
-    let submits: Vec<&Received> = received.iter().filter(|span| span.name == "submit").collect();
-    assert_eq!(submits.len(), 1, "one submit: {submits:#?}");
+    // `submit` registers its one-shot client first (H5: request 1, a trace
+    // of its own); the write is request 2.
+    let submits: Vec<&Received> =
+        received.iter().filter(|span| span.name == "submit" && span.attribute("cohort.request") == Some("2")).collect();
+    assert_eq!(submits.len(), 1, "one submit of the write: {submits:#?}");
     let submit = submits[0];
     let trace: Vec<Received> = received.iter().filter(|span| span.trace_id == submit.trace_id).cloned().collect();
     println!("the write's trace ({} spans):\n{}", trace.len(), draw(&trace));

@@ -1,7 +1,12 @@
 //! Simulated clients: one outstanding request each, retries that reuse the
 //! request number, redirects followed, and a history for the checkers. The
-//! exactly-once rules (numbering, matching answers, judging them) are the
-//! core's own (`cohort_core::client`), as in every client of a node.
+//! exactly-once rules (registration, numbering, matching answers, judging
+//! them) are the core's own (`cohort_core::client`), as in every client of
+//! a node. A client's first write to a group (and its first after a fresh
+//! id) is preceded by the id's registration (H5): the history op is invoked
+//! when the registration is sent, as a host's `Client::write` call is, and
+//! the registration itself is no kv operation, so it enters no history and
+//! no checker's list of writes.
 
 use std::collections::HashMap;
 
@@ -38,8 +43,12 @@ pub struct HistoryOp {
 /// A request waiting for its reply.
 #[derive(Clone, Debug)]
 pub struct Outstanding {
-    /// The request (resent as is on retry).
+    /// The request (resent as is on retry): the write, or the registration
+    /// that goes before it.
     pub request: Request,
+    /// While `request` is the registration: the write's operation, sent once
+    /// the registration is answered.
+    pub held: Option<bytes::Bytes>,
     /// Index in the history.
     pub history: usize,
     /// Tick of the last send.
@@ -57,8 +66,8 @@ pub struct SimClient {
     pub index: usize,
     /// Its id.
     pub id: ClientId,
-    /// Its writes per group (each group's client table numbers a client's
-    /// requests from 1).
+    /// Its writes per group (each group's client table takes a client's
+    /// registration as request 1, then its writes from 2).
     pub writes: HashMap<GroupId, Sequence>,
     /// The request in flight.
     pub outstanding: Option<Outstanding>,
@@ -102,8 +111,8 @@ impl SimClient {
 
     /// The group's client table no longer knows this client (it was
     /// evicted: more clients wrote to the group than it holds) and refused
-    /// the write in flight. The client goes on under a fresh id from
-    /// request 1 for every group, as `cohort_core::client` says. A write
+    /// the write in flight. The client goes on under a fresh id, which
+    /// registers anew with every group, as `cohort_core::client` says. A write
     /// refused on its first send was never applied (the table refuses
     /// before the log); one sent before may have been, so its outcome
     /// stays unknown.
@@ -130,15 +139,20 @@ impl SimClient {
         if self.outstanding.is_some() || now < self.wait_until {
             return None;
         }
-        // Writes are numbered per group from 1; reads never enter the client
-        // table, so they consume nothing there. Each read still gets a number
-        // of its own (top bit set, then its history index): a late or
-        // duplicated reply to an earlier read must not answer this one.
-        let request = if matches!(op, KvOp::Get { .. }) {
-            client::read(self.id, RequestNumber((1 << 63) | history.len() as u64), group, op.encode())
+        // Writes are numbered per group from 2, after the registration;
+        // reads never enter the client table, so they consume nothing there.
+        // Each read still gets a number of its own (top bit set, then its
+        // history index): a late or duplicated reply to an earlier read must
+        // not answer this one.
+        let (request, held) = if matches!(op, KvOp::Get { .. }) {
+            (client::read(self.id, RequestNumber((1 << 63) | history.len() as u64), group, op.encode()), None)
         } else {
             let id = self.id;
-            self.writes.entry(group).or_insert_with(|| Sequence::new(id, group)).write(op.encode())
+            let writes = self.writes.entry(group).or_insert_with(|| Sequence::new(id, group));
+            match writes.registration() {
+                Some(registration) => (registration, Some(op.encode())),
+                None => (writes.write(op.encode()), None),
+            }
         };
         history.push(HistoryOp {
             client: self.index,
@@ -153,6 +167,7 @@ impl SimClient {
         let target = self.guess.get(&group).copied().unwrap_or_else(|| rng.below(nodes as u64) as usize);
         self.outstanding = Some(Outstanding {
             request: request.clone(),
+            held,
             history: history.len() - 1,
             sent_tick: now,
             target,
@@ -169,7 +184,11 @@ impl SimClient {
         }
         outstanding.sent_tick = now;
         outstanding.sends += 1;
-        outstanding.target = rng.below(nodes as u64) as usize;
+        // A write that follows its registration goes where the registration
+        // was answered; a resend tries another node.
+        if outstanding.sends > 1 {
+            outstanding.target = rng.below(nodes as u64) as usize;
+        }
         Some(Send { to: outstanding.target, request: outstanding.request.clone() })
     }
 
@@ -180,6 +199,19 @@ impl SimClient {
             return None; // A late duplicate of an older answer.
         }
         match client::verdict(reply) {
+            // The registration was answered: the write goes at the next
+            // retry pass (its first send), to the same node.
+            Verdict::Done { op, .. } if outstanding.held.is_some() => {
+                let group = outstanding.request.group;
+                let writes = self.writes.get_mut(&group)?;
+                writes.registered(op);
+                let outstanding = self.outstanding.as_mut()?;
+                let operation = outstanding.held.take()?;
+                outstanding.request = writes.write(operation);
+                outstanding.sent_tick = 0;
+                outstanding.sends = 0;
+                None
+            }
             Verdict::Done { op, result } => {
                 let index = outstanding.history;
                 let entry = &mut history[index];

@@ -28,6 +28,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::rc::Rc;
 
 use bytes::Bytes;
+use cohort_core::client::Sequence;
 use cohort_core::driver::{DriverConfig, LinksUp, ShardDriver, StorageJob, route_peer_frame};
 use cohort_core::metadata::{MetadataStateMachine, metadata_learners, metadata_members};
 use cohort_core::replica::Placement;
@@ -248,16 +249,15 @@ struct Follower {
 /// and the client ids its commands go out under.
 struct FollowNode {
     replica: Option<Follower>,
-    /// Each client id with its next request number and whether a request
-    /// of it is unanswered.
-    clients: Vec<(ClientId, u64, bool)>,
+    /// Each client id's writes, and whether a request of it is unanswered.
+    clients: Vec<(Sequence, bool)>,
     /// A node without a replica: its polled read's client id and next number.
     reader: (ClientId, u64),
 }
 
 impl FollowNode {
     fn idle(&self) -> bool {
-        self.clients.iter().all(|(_, _, outstanding)| !outstanding)
+        self.clients.iter().all(|(_, outstanding)| !outstanding)
     }
 }
 
@@ -299,7 +299,9 @@ impl Cluster {
                     Follower { driver, storage, worker: StorageWorker::default(), state }
                 });
                 let client = |number: usize| ClientId((1 << 100) | ((index as u128) << 16) | number as u128);
-                let clients = (0..CLIENTS_PER_NODE).map(|number| (client(number), 1, false)).collect();
+                let clients = (0..CLIENTS_PER_NODE)
+                    .map(|number| (Sequence::new(client(number), GroupId::METADATA), false))
+                    .collect();
                 FollowNode { replica, clients, reader: (client(CLIENTS_PER_NODE), 1) }
             })
             .collect();
@@ -318,24 +320,20 @@ impl Cluster {
 
     /// Node `index` sends `command` to the metadata primary as a `Request`
     /// frame, as its agent would. False if every client of the node waits
-    /// for an answer.
+    /// for an answer, or if the client it took sent its registration instead.
     fn ask(&mut self, index: usize, command: &MetadataCommand) -> bool {
         let node = &mut self.nodes[index];
-        let Some((client, next, outstanding)) = node.clients.iter_mut().find(|(_, _, outstanding)| !*outstanding)
-        else {
+        let Some((writes, outstanding)) = node.clients.iter_mut().find(|(_, outstanding)| !*outstanding) else {
             return false;
         };
         *outstanding = true;
-        let request = Request {
-            client: *client,
-            request: RequestNumber(*next),
-            group: GroupId::METADATA,
-            kind: RequestKind::Write,
-            operation: command.encode(),
-        };
-        *next += 1;
+        // H5: a client's request 1 is its registration, which carries no
+        // command; the command waits for the client's next turn.
+        let registration = writes.registration();
+        let registering = registration.is_some();
+        let request = registration.unwrap_or_else(|| writes.write(command.encode()));
         self.send(index, 0, Message::Request(request));
-        true
+        !registering
     }
 
     /// Every node without a replica reads the whole state from the primary,
@@ -406,8 +404,13 @@ impl Cluster {
             }
             assert!(matches!(reply.outcome, Outcome::Ok(_)), "a metadata write failed: {reply:?}");
             let clients = self.nodes[to].clients.iter_mut();
-            if let Some((_, _, outstanding)) = clients.into_iter().find(|(id, _, _)| *id == reply.client) {
+            if let Some((writes, outstanding)) = clients.into_iter().find(|(writes, _)| writes.client() == reply.client)
+            {
                 *outstanding = false;
+                // H5: writes are numbered after the op of the registration.
+                if writes.registration().is_some_and(|registration| registration.request == reply.request) {
+                    writes.registered(reply.op);
+                }
             }
             return;
         }

@@ -24,8 +24,9 @@ pub use faults::{FaultProfile, Faults};
 pub use forger::ForgerMode;
 pub use transfers::TransferCounts;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
+use cohort_core::client_table::is_registration;
 use cohort_core::driver::{ClientAnswer, LinkStatus, Links, Note, Turn};
 use cohort_core::metadata::{AgentCounters, ExpiredPolicy};
 use cohort_core::{CoreConfig, GroupSpec, Quorums, Role, TimingConfig};
@@ -267,6 +268,10 @@ pub struct Report {
 pub struct Sim {
     /// The configuration.
     pub config: SimConfig,
+    /// H5: per (node, group), the applied point up to which the log was
+    /// read for registrations (they apply nothing, so the state machine
+    /// never reports them to the agreement checker).
+    registrations_read: HashMap<(usize, GroupId), Op>,
     faults: Faults,
     specs: Vec<GroupSpec>,
     /// Metadata scenario: the metadata group (every node a member).
@@ -428,6 +433,7 @@ impl Sim {
             frames_rejected: 0,
             entries_rejected: 0,
             writes_acknowledged: 0,
+            registrations_read: HashMap::new(),
             value_counter: 0,
             forger: None,
             footprints: crate::check::footprint::FootprintBounds::default(),
@@ -797,6 +803,21 @@ impl Sim {
             for (op, digest) in sink.borrow_mut().drain(..) {
                 self.checkers.applied(now, index, *group, incarnation, op, digest);
             }
+            // H5: a registration is agreed on like any op, read from the log.
+            let Some(replica) = self.nodes[index].replica(*group) else { continue };
+            let read = self.registrations_read.entry((index, *group)).or_insert(Op(0));
+            let applied = replica.commit_min();
+            let from = if *read > applied { replica.log_base() } else { (*read).max(replica.log_base()) };
+            for op in (from.0 + 1)..=applied.0 {
+                let Some(entry) = replica.entry(Op(op)) else { continue };
+                if entry.client != cohort_messages::ClientId::SEAL && is_registration(entry.request) {
+                    let mut bytes = b"registration".to_vec();
+                    bytes.extend_from_slice(&entry.client.0.to_le_bytes());
+                    let incarnation = replica.incarnation();
+                    self.checkers.registration_applied(now, index, *group, incarnation, Op(op), digest(&bytes));
+                }
+            }
+            *read = applied;
         }
         let step_gates: Vec<String> = self.nodes[index].step_gates.borrow_mut().drain(..).collect();
         self.checkers.step_gates(now, index, step_gates);
@@ -1011,15 +1032,18 @@ impl Sim {
     /// write the group still owes it. So is a refusal as unknown, unless
     /// the run has more clients than a group's client table holds (H5's
     /// eviction workload, `--clients-max`): then the table may have evicted
-    /// the client, which starts again under a fresh id.
+    /// the client, which starts again under a fresh id. A refusal of a write
+    /// numbered at or below the op the client registered at again (a late
+    /// copy of its registration after the eviction) is the same case.
     fn check_not_refused(&mut self, index: usize, reply: &Reply) {
         let Outcome::Error { code: ReplyError::Superseded, detail } = &reply.outcome else { return };
         let Some(outstanding) = &self.clients[index].outstanding else { return };
         if outstanding.request.request != reply.request || outstanding.request.group != reply.group {
             return;
         }
-        // The core's words for a client its table does not know.
-        if self.evictions_possible() && detail.contains("is not known") {
+        // The core's words for a client its table does not know, or knows
+        // only from a registration after its eviction (a late copy).
+        if self.evictions_possible() && (detail.contains("is not known") || detail.contains("registered again")) {
             self.evicted_clients += 1;
             self.clients[index].evicted(self.now, &mut self.history);
             self.checkers.client_restarted(index);
@@ -1045,7 +1069,8 @@ impl Sim {
     }
 
     fn send_request(&mut self, client: usize, send: Send) {
-        if send.request.kind == RequestKind::Write {
+        // A registration (H5) is no kv write: it applies nothing.
+        if send.request.kind == RequestKind::Write && !is_registration(send.request.request) {
             let request = &send.request;
             self.checkers.write_sent(request.group, digest(&request.operation), request.client, request.request);
         }

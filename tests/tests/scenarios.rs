@@ -30,6 +30,8 @@ fn done(sim: &Sim, op: usize) -> bool {
     sim.history[op].returned_tick.is_some()
 }
 
+/// A write by a fresh client: its registration (H5) takes an op, the write
+/// the next, so the n-th write of a run commits at op 2n.
 fn write(sim: &mut Sim, key: u64, value: u64) -> usize {
     let primary = sim.primary_of(G).expect("a primary");
     let op = sim.submit(G, KvOp::Put { key, value }, primary);
@@ -53,8 +55,8 @@ fn v1_writes_commit_in_op_order_and_reads_see_them() {
     let mut sim = cluster(3, None);
     let first = write(&mut sim, 1, 10);
     let second = write(&mut sim, 1, 11);
-    assert_eq!(sim.history[first].committed_op, Some(Op(1)));
-    assert_eq!(sim.history[second].committed_op, Some(Op(2)));
+    assert_eq!(sim.history[first].committed_op, Some(Op(2)));
+    assert_eq!(sim.history[second].committed_op, Some(Op(4)));
     assert_eq!(sim.history[second].output, Some(10), "a put returns the value it replaced");
     assert_eq!(read(&mut sim, 1), 11);
     assert_clean(&sim);
@@ -78,9 +80,13 @@ fn v1_retry_is_applied_once() {
     let applied = digest(&KvOp::Put { key: 5, value: 50 }.encode());
     let committed: Vec<Op> =
         (1..=5).map(Op).filter(|op| sim.checkers.committed_digest(G, *op) == Some(applied)).collect();
-    assert_eq!(committed, vec![Op(1)], "the write is applied at one op only");
+    assert_eq!(committed, vec![Op(2)], "the write is applied at one op only");
     for node in 0..3 {
-        assert_eq!(sim.replica(node, G).expect("up").commit_min(), Op(1), "node {node} applied one op");
+        assert_eq!(
+            sim.replica(node, G).expect("up").commit_min(),
+            Op(2),
+            "node {node} applied one op after the registration"
+        );
     }
     assert_clean(&sim);
 }
@@ -155,7 +161,7 @@ fn q3_new_primary_commits_inherited_ops() {
     sim.block(old, 1);
     sim.block(old, 2);
     let op = write(&mut sim, 7, 70);
-    assert_eq!(sim.history[op].committed_op, Some(Op(1)));
+    assert_eq!(sim.history[op].committed_op, Some(Op(2)));
     for node in [1, 2] {
         assert_eq!(sim.replica(node, G).expect("up").op(), Op(0), "node {node} never saw the write");
     }
@@ -377,7 +383,7 @@ fn q4_async_write_is_acknowledged_before_the_quorum() {
     sim.crash_node((primary + 2) % 3, 100_000);
     let op = sim.submit(G, KvOp::Put { key: 1, value: 1 }, primary);
     assert!(sim.run_until(40, |sim| done(sim, op)), "acknowledged on the primary's durable copy");
-    assert_eq!(sim.history[op].committed_op, Some(Op(1)));
+    assert_eq!(sim.history[op].committed_op, Some(Op(2)), "after the registration at op 1");
     assert_eq!(sim.replica(primary, G).expect("up").commit_max(), Op(0), "not committed yet");
 }
 
@@ -398,8 +404,8 @@ fn q4_async_client_may_write_again_before_its_first_write_commits() {
     let second = sim.submit_as(0, G, KvOp::Put { key: 1, value: 2 }, primary).expect("client 0 is idle again");
     assert!(sim.run_until(40, |sim| done(sim, second)), "second write acknowledged, not refused");
     assert_eq!(sim.replica(primary, G).expect("up").commit_max(), Op(0), "neither committed yet");
-    assert_eq!(sim.history[second].committed_op, Some(Op(2)));
-    assert!(sim.run_until(2000, |sim| sim.replica(primary, G).is_some_and(|r| r.commit_max() >= Op(2))));
+    assert_eq!(sim.history[second].committed_op, Some(Op(3)), "after the registration at op 1");
+    assert!(sim.run_until(2000, |sim| sim.replica(primary, G).is_some_and(|r| r.commit_max() >= Op(3))));
     assert_eq!(read(&mut sim, 1), 2, "both applied, in order");
     assert_clean(&sim);
 }
@@ -471,7 +477,8 @@ fn k4_prepares_to_a_congested_backup_are_held_back_and_sent_once_it_drains() {
     let lagging = (primary + 1) % 3;
     sim.congest_links(primary, lagging, u64::MAX);
     sim.step(false);
-    for value in 0..5 {
+    // Three fresh writers: six ops with their registrations (H5).
+    for value in 0..3 {
         write(&mut sim, 1, value);
     }
     let head = sim.replica(primary, G).expect("primary replica").op();

@@ -1,6 +1,7 @@
 //! The node's metadata agent against a metadata group that applies what it
 //! is sent (S1, S3, S4). The simulator runs the same agent under faults.
 
+use cohort_core::client_table::REGISTRATION;
 use cohort_core::metadata::{
     AgentConfig, AgentOutput, BootstrapGroup, ExpiredPolicy, HostedReplica, Metadata, MetadataAgent,
 };
@@ -88,9 +89,26 @@ impl Harness {
     fn run(&mut self, ticks: u64) {
         for _ in 0..ticks {
             self.now += 1;
-            let outputs = self.agent.on_tick(self.now, &self.metadata, true, &self.hosted);
-            for output in outputs {
+            let mut outputs: std::collections::VecDeque<AgentOutput> =
+                self.agent.on_tick(self.now, &self.metadata, true, &self.hosted).into();
+            while let Some(output) = outputs.pop_front() {
+                // H5: the agent's registration applies nothing; the command it
+                // held back follows its answer.
                 if let AgentOutput::Submit(request) = &output
+                    && self.answering
+                    && request.request == REGISTRATION
+                {
+                    let reply = Reply {
+                        client: request.client,
+                        request: request.request,
+                        group: request.group,
+                        view: View(0),
+                        // The op the registration would take in the log.
+                        op: Op(self.metadata.epoch.0 + 1),
+                        outcome: Outcome::Ok(bytes::Bytes::new()),
+                    };
+                    outputs.extend(self.agent.on_reply(self.now, &reply));
+                } else if let AgentOutput::Submit(request) = &output
                     && self.answering
                 {
                     let command = MetadataCommand::decode(&request.operation).expect("the agent sends valid commands");

@@ -67,13 +67,15 @@ fn flush_all(driver: &mut ShardDriver, links: &impl Links) {
     }
 }
 
+/// Request `request` of `client`: request 1 is the client's registration
+/// (H5), which goes through the log as a write does and applies nothing.
 fn write(client: u128, request: u64) -> Request {
     Request {
         client: ClientId(client),
         request: RequestNumber(request),
         group: G,
         kind: RequestKind::Write,
-        operation: Bytes::from_static(b"add"),
+        operation: if request == 1 { Bytes::new() } else { Bytes::from_static(b"add") },
     }
 }
 

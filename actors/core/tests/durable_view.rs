@@ -180,12 +180,13 @@ fn v2_a_new_primary_sends_the_prepares_of_its_view_behind_its_start_view() {
     assert_eq!(node.shard.replica(G).map(|replica| replica.is_primary()), Some(true), "node 2 leads view 1");
     assert!(node.sent.is_empty(), "the StartView waits for view 1 to be durable: {:?}", node.sent);
 
+    // Client 5's registration (H5): a write through the log like any other.
     node.shard.on_request(cohort_messages::Request {
         client: ClientId(5),
         request: RequestNumber(1),
         group: G,
         kind: cohort_messages::RequestKind::Write,
-        operation: Bytes::from_static(b"w"),
+        operation: Bytes::new(),
     });
     node.drain();
     assert!(node.sent.is_empty(), "no Prepare before the StartView: {:?}", node.sent);

@@ -257,13 +257,14 @@ fn t5_only_the_primary_serves_state_transfer() {
     assert_eq!(chunks(&member), 1);
     // The primary serves.
     let mut primary = Harness::new(0);
+    // Client 5's registration (H5), then a write.
     for request in 1..=2 {
         primary.shard.on_request(Request {
             client: ClientId(5),
             request: RequestNumber(request),
             group: G,
             kind: RequestKind::Write,
-            operation: Bytes::from_static(b"w"),
+            operation: if request == 1 { Bytes::new() } else { Bytes::from_static(b"w") },
         });
         primary.drain();
         let ok =

@@ -94,13 +94,15 @@ impl Harness {
         }
     }
 
+    /// Request `request` of `client` to `group`: request 1 is the client's
+    /// registration (H5), which goes through the log as a write does.
     fn write(&mut self, group: u64, client: u128, request: u64) {
         self.shard.on_request(Request {
             client: ClientId(client),
             request: RequestNumber(request),
             group: GroupId(group),
             kind: RequestKind::Write,
-            operation: Bytes::from_static(b"w"),
+            operation: if request == 1 { Bytes::new() } else { Bytes::from_static(b"w") },
         });
         self.drain();
     }

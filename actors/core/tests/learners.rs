@@ -72,13 +72,15 @@ impl Harness {
         }
     }
 
+    /// Request `request` of client 1: request 1 is its registration (H5),
+    /// which goes through the log as a write does.
     fn write(&mut self, request: u64) {
         self.shard.on_request(Request {
             client: ClientId(1),
             request: RequestNumber(request),
             group: G,
             kind: RequestKind::Write,
-            operation: Bytes::from_static(b"w"),
+            operation: if request == 1 { Bytes::new() } else { Bytes::from_static(b"w") },
         });
         self.drain();
     }

@@ -158,13 +158,10 @@ impl Cluster {
     fn write(&mut self, node: NodeId) -> RequestNumber {
         let request = RequestNumber(self.next_request);
         self.next_request += 1;
-        self.shard(node).on_request(Request {
-            client: CLIENT,
-            request,
-            group: G,
-            kind: RequestKind::Write,
-            operation: Bytes::from_static(b"w"),
-        });
+        // Request 1 is the client's registration (H5): through the log as a
+        // write, applying nothing.
+        let operation = if request.0 == 1 { Bytes::new() } else { Bytes::from_static(b"w") };
+        self.shard(node).on_request(Request { client: CLIENT, request, group: G, kind: RequestKind::Write, operation });
         self.drain(node);
         self.deliver_all();
         request

@@ -3,9 +3,12 @@
 //!
 //! # Exactly once
 //!
-//! The client numbers its writes per group from 1 under one client id
-//! ([`cohort_core::client::Sequence`], the rules every cohort client
-//! shares), and sends one write per group at a time: a group's client
+//! The client registers its client id with each group before its first
+//! write there (request 1, which carries no operation and applies nothing;
+//! one extra round trip per id per group) and numbers its writes per group
+//! after the op the registration committed at, under that id
+//! ([`cohort_core::client::Sequence`], the rules every
+//! cohort client shares), and sends one write per group at a time: a group's client
 //! table admits a client's request numbers in order, so a second write
 //! must not overtake the first. Writes to different groups, and reads, run
 //! concurrently and share the connections. Every retry of a write (after a
@@ -215,10 +218,19 @@ impl ClusterClient {
         if session.in_doubt {
             session.writes.restart(fresh_client_id()?);
         }
+        let started = std::time::Instant::now();
+        if let Some(registration) = session.writes.registration() {
+            // H5: a fresh id registers first, within the write's timeout. A
+            // registration whose outcome is unknown changes nothing but the
+            // client table: the next write sends it again, under the same id.
+            let registered = call::run(&self.inner, registration, self.timeout).await.map_err(unsent)?;
+            session.writes.registered(registered.op);
+        }
         let request = session.writes.write(operation);
         // Cleared only on success, so a caller that stops waiting leaves it set.
         session.in_doubt = true;
-        let result = call::run(&self.inner, request, self.timeout).await;
+        let left = self.timeout.saturating_sub(started.elapsed());
+        let result = call::run(&self.inner, request, left).await;
         session.in_doubt = result.is_err();
         result
     }
@@ -227,7 +239,10 @@ impl ClusterClient {
     /// [`ClientError::Timeout`] or [`ClientError::Busy`]) with its own id
     /// and number: it applies at most once, and if it already did, the
     /// answer is its original result. Also for callers that number their
-    /// own requests (a new id starts at request 1; numbers grow per group).
+    /// own requests (a new id registers with request 1, which carries no
+    /// operation, then numbers its writes after the op the registration
+    /// committed at, per group; see
+    /// [`cohort_core::client`]).
     /// It must go out under the same certificate as the first attempt: the
     /// nodes bind ids to it.
     pub async fn retry(&self, request: Request) -> Result<Committed, ClientError> {
@@ -329,6 +344,24 @@ impl ClusterClient {
         let session = Arc::new(tokio::sync::Mutex::new(session));
         sessions.insert(group, Arc::clone(&session));
         Ok(session)
+    }
+}
+
+/// A registration's error as the write's: the write was not sent, so a
+/// timeout carries no request to resubmit (its outcome is known: not applied).
+fn unsent(error: ClientError) -> ClientError {
+    match error {
+        ClientError::Timeout { group, waited, attempts, last, .. } => ClientError::Timeout {
+            group,
+            waited,
+            attempts,
+            last: format!("registering the client: {last}"),
+            request: None,
+        },
+        ClientError::Busy { group, waited, reason, .. } => {
+            ClientError::Busy { group, waited, reason: format!("registering the client: {reason}"), request: None }
+        }
+        other => other,
     }
 }
 

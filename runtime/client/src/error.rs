@@ -36,6 +36,8 @@ pub enum ClientError {
         /// What the last attempt got.
         last: String,
         /// For a write: the request, to resubmit with `ClusterClient::retry`.
+        /// `None` for a read, and for a write whose client's registration
+        /// got no definite answer: the write itself was not sent.
         request: Option<Box<Request>>,
     },
     /// Until the timeout no node named a primary for the group, and none
@@ -99,6 +101,8 @@ pub enum ClientError {
         /// The last answer's detail.
         reason: String,
         /// For a write: the request, to resubmit with `ClusterClient::retry`.
+        /// `None` for a read, and for a write whose client's registration
+        /// got no definite answer: the write itself was not sent.
         request: Option<Box<Request>>,
     },
     /// Until the timeout no node of the list could be reached (connect,

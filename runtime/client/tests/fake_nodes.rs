@@ -188,7 +188,8 @@ async fn c1_pipelined_answers_in_reverse_order_reach_their_callers() {
         assert_eq!(written.op, Op(group + 100), "group {group} got its own answer");
         assert_eq!(written.result, Bytes::from(format!("value {group}")));
     }
-    assert_eq!(node.seen.lock().expect("seen").len(), 8, "each write was sent once");
+    // Each group's client id registers first (H5), then writes.
+    assert_eq!(node.seen.lock().expect("seen").len(), 16, "each registration and each write was sent once");
     assert_eq!(client.connections_open(), 1, "all on one connection");
 }
 
@@ -200,15 +201,18 @@ async fn c1_a_redirect_is_followed_and_the_route_cached() {
     let second =
         fake_node(2, |_| Some(NodeId(1)), 1, |request, count| Action::Answer(ok(request, count as u64 + 1))).await;
     let client = client(&[&first, &second], Duration::from_secs(5));
+    // The registration (H5) is redirected; it and both writes then go to
+    // node 2, which answers them at ops 1, 2 and 3.
     let written = client.write(GroupId(5), "a").await.expect("the write");
-    assert_eq!(written.op, Op(1));
+    assert_eq!(written.op, Op(2));
     assert_eq!(client.route(GroupId(5)).map(|route| route.node), Some(NodeId(2)), "the redirect was cached");
     client.write(GroupId(5), "b").await.expect("the second write");
-    assert_eq!(first.seen.lock().expect("seen").len(), 1, "the second write went straight to the primary");
+    assert_eq!(first.seen.lock().expect("seen").len(), 1, "only the registration went to node 1");
     let seen = second.seen.lock().expect("seen").clone();
-    assert_eq!(seen.len(), 2);
-    assert_eq!(seen[0].client, seen[1].client, "one client id per group");
-    assert_eq!((seen[0].request.0, seen[1].request.0), (1, 2), "numbered in order");
+    assert_eq!(seen.len(), 3);
+    assert!(seen.iter().all(|request| request.client == seen[0].client), "one client id per group");
+    let numbers: Vec<u64> = seen.iter().map(|request| request.request.0).collect();
+    assert_eq!(numbers, [1, 2, 3], "the registration, then writes numbered after its op (1)");
 }
 
 #[tokio::test]
@@ -217,34 +221,48 @@ async fn c1_after_a_lost_connection_the_retry_carries_the_same_id_and_number() {
         1,
         |_| Some(NodeId(1)),
         1,
-        |request, count| {
-            if count == 0 { Action::Close } else { Action::Answer(ok(request, 7)) }
+        |request, count| match count {
+            // The registration (H5), answered at op 3; the write's first
+            // attempt loses its connection.
+            0 => Action::Answer(ok(request, 3)),
+            1 => Action::Close,
+            _ => Action::Answer(ok(request, 7)),
         },
     )
     .await;
     let client = client(&[&node], Duration::from_secs(5));
     assert_eq!(client.write(GroupId(1), "x").await.expect("the write").op, Op(7));
     let seen = node.seen.lock().expect("seen").clone();
-    assert_eq!(seen.len(), 2, "one lost attempt, one answered");
-    assert_eq!((seen[0].client, seen[0].request), (seen[1].client, seen[1].request), "the same request");
+    assert_eq!(seen.len(), 3, "the registration, one lost attempt, one answered");
+    assert_eq!(seen[1].request.0, 4, "numbered after the registration's op");
+    assert_eq!((seen[1].client, seen[1].request), (seen[2].client, seen[2].request), "the same request");
 }
 
 #[tokio::test]
 async fn c1_a_node_that_never_answers_times_out_with_the_request_to_retry() {
-    let node = fake_node(1, |_| Some(NodeId(1)), 1, |_, _| Action::Silent).await;
+    // Registrations (request 1, H5) are answered at op 1; writes never.
+    let node = fake_node(
+        1,
+        |_| Some(NodeId(1)),
+        1,
+        |request, _| {
+            if request.request.0 == 1 { Action::Answer(ok(request, 1)) } else { Action::Silent }
+        },
+    )
+    .await;
     let client = client(&[&node], Duration::from_millis(900));
     let started = std::time::Instant::now();
     let error = client.write(GroupId(1), "x").await.expect_err("no answer");
     assert!(started.elapsed() < Duration::from_secs(3), "the timeout holds");
     assert!(error.may_have_applied(), "{error}");
     let request = error.request().expect("the request to resubmit");
-    assert_eq!(request.request.0, 1);
-    // The next write of the group moves to a fresh id (the lost one may apply).
+    assert_eq!(request.request.0, 2, "the write after the registration at op 1");
+    // The next write of the group moves to a fresh id (the lost one may
+    // apply), which registers first.
     let _ = client.write(GroupId(1), "y").await;
     let seen = node.seen.lock().expect("seen").clone();
-    let after = seen.last().expect("a later request");
-    assert_ne!(after.client, request.client, "a fresh id after a write in doubt");
-    assert_eq!(after.request.0, 1);
+    let after = seen.iter().find(|sent| sent.client != request.client).expect("a later request");
+    assert_eq!(after.request.0, 1, "a fresh id after a write in doubt, registered first");
 }
 
 #[tokio::test]

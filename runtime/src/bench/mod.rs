@@ -212,9 +212,12 @@ impl Bench {
         let deadline = Instant::now() + Duration::from_secs(30);
         for group in 0..self.options.groups {
             let client = cohort_client::fresh_client_id().map_err(|error| error.to_string())?;
-            let mut writes = Sequence::new(client, GroupId(group as u64));
-            let request = writes.write(Bytes::new());
-            while !self.attempt(&request).await {
+            // A fresh client's registration (H5) goes through the log as a
+            // write does, and applies nothing.
+            let request = Sequence::new(client, GroupId(group as u64))
+                .registration()
+                .ok_or_else(|| "a fresh client id is not registered yet".to_string())?;
+            while self.attempt(&request).await.is_none() {
                 if Instant::now() > deadline {
                     return Err(format!("group:{group} elected no primary within 30 s"));
                 }
@@ -276,11 +279,23 @@ impl Bench {
         let group = GroupId((writer % self.options.groups) as u64);
         let mut writes = Sequence::new(client, group);
         let operation = Bytes::from(vec![0x5A; self.options.op_size_bytes]);
+        // H5: the registration first, not counted as a write.
+        if let Some(registration) = writes.registration() {
+            let mut registered = None;
+            while !self.stopping.get() && registered.is_none() {
+                registered = self.attempt(&registration).await;
+            }
+            // A registration refused for good (counted) ends the writer.
+            match registered {
+                Some(op) if op > cohort_messages::Op(0) => writes.registered(op),
+                _ => return,
+            }
+        }
         while !self.stopping.get() {
             let request = writes.write(operation.clone());
             let started = Instant::now();
             // The same request until it is answered: it applies once.
-            while !self.stopping.get() && !self.attempt(&request).await {}
+            while !self.stopping.get() && self.attempt(&request).await.is_none() {}
             if self.stopping.get() {
                 return;
             }
@@ -291,32 +306,33 @@ impl Bench {
         }
     }
 
-    /// Send `request` once to its group's primary as last heard of; true
-    /// once it is acknowledged. A refusal for good (which a healthy run never
-    /// sees) is counted and ends the write as done.
-    async fn attempt(&self, request: &cohort_messages::Request) -> bool {
+    /// Send `request` once to its group's primary as last heard of; the op
+    /// it committed at once it is acknowledged, `None` to send it again. A
+    /// refusal for good (which a healthy run never sees) is counted and ends
+    /// the write as done, at op 0.
+    async fn attempt(&self, request: &cohort_messages::Request) -> Option<cohort_messages::Op> {
         let index = request.group.0 as usize;
         let target = self.guess.borrow()[index];
         match self.handles[target].submit_as(request.clone(), ATTEMPT_TIMEOUT).await {
-            Ok(_) => true,
+            Ok(committed) => Some(committed.op),
             Err(SubmitError::NotPrimary { primary: Some(primary), .. })
                 if primary.0 >= 1 && (primary.0 as usize) <= self.handles.len() =>
             {
                 self.guess.borrow_mut()[index] = primary.0 as usize - 1;
-                false
+                None
             }
             Err(SubmitError::Refused { code, .. }) if !cohort_core::client::retryable(code) => {
                 self.refused.set(self.refused.get() + 1);
-                true
+                Some(cohort_messages::Op(0))
             }
             Err(SubmitError::Refused { code: ReplyError::Busy, .. } | SubmitError::Busy { .. }) => {
                 tokio::time::sleep(Duration::from_micros(200)).await;
-                false
+                None
             }
             Err(_) => {
                 self.guess.borrow_mut()[index] = (target + 1) % self.handles.len();
                 tokio::time::sleep(Duration::from_millis(5)).await;
-                false
+                None
             }
         }
     }

@@ -21,7 +21,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use cohort_core::WriteMode;
-use cohort_messages::{ClientId, ClusterId, GroupId, Incarnation, NodeId, Request, RequestKind, RequestNumber};
+use cohort_core::client::Sequence;
+use cohort_messages::{ClientId, ClusterId, GroupId, Incarnation, NodeId, Request, RequestKind};
 use indicatif::{ProgressBar, ProgressStyle};
 
 pub(crate) use ledger::Ledger;
@@ -382,17 +383,35 @@ impl Demo {
     }
 
     /// One write until it commits (or the demo stops); returns when done.
+    /// Each write is a fresh client: its registration (H5: request 1, no
+    /// operation) first, then the write numbered after the registration's
+    /// op, timed from its send.
     async fn write(&self, group: GroupId, writer: u64, probe: bool) -> Option<Duration> {
         let id = self.next_id.get();
         self.next_id.set(id + 1);
-        let request = Request {
-            client: ClientId((u128::from(writer) << 64) | u128::from(id)),
-            request: RequestNumber(1),
-            group,
-            kind: RequestKind::Write,
-            operation: Bytes::copy_from_slice(&id.to_le_bytes()),
-        };
+        let mut writes = Sequence::new(ClientId((u128::from(writer) << 64) | u128::from(id)), group);
+        let registration = writes.registration()?;
+        writes.registered(self.commit(&registration).await?);
+        let request = writes.write(Bytes::copy_from_slice(&id.to_le_bytes()));
         let started = Instant::now();
+        self.commit(&request).await?;
+        let latency = started.elapsed();
+        if self.first_write.get().is_none() {
+            self.first_write.set(Some(self.launched.elapsed()));
+        }
+        self.acked.borrow_mut()[group.0 as usize].push(id);
+        if probe {
+            self.probe_commits.set(self.probe_commits.get() + 1);
+        } else {
+            self.latencies_us.borrow_mut().push(latency.as_micros() as u64);
+        }
+        Some(latency)
+    }
+
+    /// Send `request` until it commits (the op it committed at) or the demo
+    /// stops (`None`).
+    async fn commit(&self, request: &Request) -> Option<cohort_messages::Op> {
+        let group = request.group;
         let nodes = self.options.nodes;
         while !self.stopping.get() {
             let target = self.guess.borrow()[group.0 as usize];
@@ -402,19 +421,7 @@ impl Demo {
                 continue;
             };
             match handle.submit_as(request.clone(), Duration::from_secs(2)).await {
-                Ok(_) => {
-                    let latency = started.elapsed();
-                    if self.first_write.get().is_none() {
-                        self.first_write.set(Some(self.launched.elapsed()));
-                    }
-                    self.acked.borrow_mut()[group.0 as usize].push(id);
-                    if probe {
-                        self.probe_commits.set(self.probe_commits.get() + 1);
-                    } else {
-                        self.latencies_us.borrow_mut().push(latency.as_micros() as u64);
-                    }
-                    return Some(latency);
-                }
+                Ok(committed) => return Some(committed.op),
                 Err(SubmitError::NotPrimary { primary: Some(primary), .. })
                     if (primary.0 as usize) <= nodes
                         && primary.0 as usize - 1 != target

@@ -143,9 +143,14 @@ impl NodeHandle {
 
     /// Submit `operation` to `group` and wait up to `timeout` for its result.
     ///
-    /// Each call is its own client (request number 1), so concurrent calls
-    /// never supersede each other; a retry of the same write must reuse the
-    /// returned client and request (see [`NodeHandle::submit_as`]).
+    /// Each call is its own client, so concurrent calls never supersede each
+    /// other. A write registers that client first (H5: request 1, no
+    /// operation, nothing applied; one more round trip through the log) and
+    /// is then sent numbered after the registration's op, both within
+    /// `timeout`; an error of the
+    /// registration is returned as is (the write was not sent). A host that
+    /// retries its writes numbers them itself with [`NodeHandle::submit_as`]
+    /// (or uses [`crate::client::Client`]).
     pub async fn submit(
         &self,
         group: GroupId,
@@ -155,8 +160,18 @@ impl NodeHandle {
     ) -> Result<Committed, SubmitError> {
         // T2: unguessable, so no client elsewhere can answer for this one.
         let client = cohort_client::fresh_client_id().map_err(|source| SubmitError::NoRandomness { group, source })?;
-        let request = Request { client, request: RequestNumber(1), group, kind, operation };
-        self.submit_as(request, timeout).await
+        if kind == RequestKind::Read {
+            return self
+                .submit_as(Request { client, request: RequestNumber(1), group, kind, operation }, timeout)
+                .await;
+        }
+        let started = Instant::now();
+        let mut writes = cohort_core::client::Sequence::new(client, group);
+        let registration = writes.registration().expect("a fresh id registers first");
+        let registered = self.submit_as(registration, timeout).await?;
+        writes.registered(registered.op);
+        let left = timeout.saturating_sub(started.elapsed());
+        self.submit_as(writes.write(operation), left).await
     }
 
     /// Submit a request with an explicit client and request number (retries).

@@ -109,6 +109,24 @@ impl Checkers {
         }
     }
 
+    /// H5: `node`'s replica of `group` applied the registration at `op`
+    /// (`digest` names its client): agreed on like any op, but no state
+    /// machine apply, so no other checker hears of it.
+    pub fn registration_applied(
+        &mut self,
+        tick: u64,
+        node: usize,
+        group: GroupId,
+        incarnation: Incarnation,
+        op: Op,
+        digest: u64,
+    ) {
+        let key = self.lives.agreement_key(group, incarnation);
+        if let Err(violation) = self.agreement.record(node, key, op, digest) {
+            self.violations.push(format!("tick {tick}: {violation}"));
+        }
+    }
+
     /// `client` sent as `request` a write of `group` whose operation has `digest`.
     pub fn write_sent(
         &mut self,

@@ -3,7 +3,8 @@
 //! random keys, and records each in the history.
 //!
 //! Exactly-once is the core's client logic ([`cohort_core::client`]): every
-//! write comes from a [`Sequence`] per (client id, group), numbered from 1; a
+//! write comes from a [`Sequence`] per (client id, group), whose id registers
+//! with the group first (request 1, H5) and numbers its writes from 2; a
 //! retry resends the very same request (same id and number) to the next node
 //! or to the primary a Redirect names; [`verdict`] says whether an answer is
 //! final. A write with no definite answer before the op timeout is `info`,
@@ -19,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use cohort_core::client::{Sequence, Verdict, read, verdict};
-use cohort_messages::{ClientId, GroupId, ReplyError, Request, RequestNumber};
+use cohort_messages::{ClientId, GroupId, Op, ReplyError, Request, RequestNumber};
 
 use crate::jepsen::history::{Clock, Completion, History, OpKind, OpRecord};
 use crate::jepsen::port::Endpoint;
@@ -51,6 +52,8 @@ pub enum Outcome {
     Done {
         /// The node.
         node: usize,
+        /// The op it committed at (for a read, the applied point it saw).
+        op: Op,
         /// The state machine's result.
         result: Bytes,
     },
@@ -110,9 +113,9 @@ impl Router {
                     target = (target + 1) % n;
                 }
                 Ok(Answer::Reply(reply)) => match verdict(&reply) {
-                    Verdict::Done { result, .. } => {
+                    Verdict::Done { op, result } => {
                         self.primaries.insert(request.group, target);
-                        return Outcome::Done { node: target + 1, result: result.clone() };
+                        return Outcome::Done { node: target + 1, op, result: result.clone() };
                     }
                     Verdict::Refused { code, detail } => {
                         return Outcome::Refused { code, detail: detail.to_string() };
@@ -203,12 +206,39 @@ impl Process {
     /// Write `value` to `key`.
     pub fn write(&mut self, key: u64, value: u64, clock: &Clock, timeouts: Timeouts) -> OpRecord {
         let sequence = self.sequences.entry(key).or_insert_with(|| Sequence::new(random_client_id(), GroupId(key)));
-        let request = sequence.write(Bytes::from(value.to_string()));
         let invoke_ns = clock.now_ns();
+        if let Some(registration) = sequence.registration() {
+            // H5: a fresh id registers before its first write. The write is
+            // not sent unless the registration was answered, so it failed;
+            // the registration itself is harmless either way and is simply
+            // sent again before the next write.
+            let reason = match self.router.execute(&registration, timeouts) {
+                Outcome::Done { op, .. } => {
+                    sequence.registered(op);
+                    None
+                }
+                Outcome::Refused { code, detail } => Some(format!("registration {code:?}: {detail}")),
+                Outcome::Unknown { reason } => Some(format!("registration: {reason}")),
+            };
+            if let Some(reason) = reason {
+                let complete_ns = clock.now_ns().max(invoke_ns + 1);
+                let completion = Completion::Fail { reason };
+                return OpRecord {
+                    process: self.index,
+                    key,
+                    kind: OpKind::Write { value },
+                    invoke_ns,
+                    complete_ns,
+                    completion,
+                    node: None,
+                };
+            }
+        }
+        let request = sequence.write(Bytes::from(value.to_string()));
         let outcome = self.router.execute(&request, timeouts);
         let complete_ns = clock.now_ns().max(invoke_ns + 1);
         let (completion, node) = match outcome {
-            Outcome::Done { node, result } => (Completion::Ok { value: decode_value(&result) }, Some(node)),
+            Outcome::Done { node, result, .. } => (Completion::Ok { value: decode_value(&result) }, Some(node)),
             Outcome::Refused { code: ReplyError::Rejected, detail } => {
                 (Completion::Fail { reason: format!("Rejected: {detail}") }, None)
             }
@@ -230,7 +260,7 @@ impl Process {
         let outcome = self.router.execute(&request, timeouts);
         let complete_ns = clock.now_ns().max(invoke_ns + 1);
         let (completion, node) = match outcome {
-            Outcome::Done { node, result } => (Completion::Ok { value: decode_value(&result) }, Some(node)),
+            Outcome::Done { node, result, .. } => (Completion::Ok { value: decode_value(&result) }, Some(node)),
             Outcome::Refused { code, detail } => (Completion::Fail { reason: format!("{code:?}: {detail}") }, None),
             Outcome::Unknown { reason } => (Completion::Fail { reason: format!("no answer: {reason}") }, None),
         };

@@ -17,10 +17,11 @@
 
 use std::collections::BTreeMap;
 
+use cohort_core::client::{self, Sequence};
 use cohort_messages::metadata::{MetadataCommand, MetadataResult, OperationSpec};
 use cohort_messages::{
-    ClientId, GroupId, Incarnation, Message, NodeId, OperationId, Outcome, Redirect, Reply, ReplyError, Request,
-    RequestKind, RequestNumber, TraceContext,
+    ClientId, GroupId, Incarnation, Message, NodeId, Op, OperationId, Outcome, Redirect, Reply, ReplyError, Request,
+    RequestNumber, TraceContext,
 };
 
 use super::Sim;
@@ -62,7 +63,8 @@ fn operator_node() -> NodeId {
 pub(crate) struct Operator {
     /// Its client id (distinct from every simulated client and agent).
     pub client: ClientId,
-    next: u64,
+    /// Its commands to the metadata group, after its registration (H5).
+    requests: Sequence,
     outstanding: Option<(Request, u64, usize)>,
     /// How many times the outstanding request was sent.
     sends: u32,
@@ -73,9 +75,12 @@ pub(crate) struct Operator {
     probed: BTreeMap<GroupId, Incarnation>,
     /// H3: probe writes sent so far (each value is distinct).
     probe_writes: u32,
-    /// H3: the client id the probes of each life of a group use, and its
-    /// next request number (a new life knows no client: each starts at 1).
-    probe_clients: BTreeMap<(GroupId, Incarnation), (ClientId, u64)>,
+    /// H3: the client id the probes of each life of a group use, with its
+    /// writes (a new life knows no client: each registers first).
+    probe_clients: BTreeMap<(GroupId, Incarnation), Sequence>,
+    /// H3: probe reads sent so far (reads take no number of a sequence;
+    /// theirs only tell their answers apart).
+    probe_reads: u64,
     /// H3: groups created again under the id of a deleted one.
     pub groups_recreated: u64,
     /// H3: probes answered.
@@ -110,13 +115,14 @@ impl Operator {
         let client = ClientId((u128::from(seed) << 64) | (3 << 62) | 1);
         Operator {
             client,
-            next: 1,
+            requests: Sequence::new(client, GroupId::METADATA),
             outstanding: None,
             sends: 0,
             recreate: None,
             probed: BTreeMap::new(),
             probe_writes: 0,
             probe_clients: BTreeMap::new(),
+            probe_reads: 0,
             groups_recreated: 0,
             probes_answered: 0,
             probes_given_up: 0,
@@ -136,18 +142,29 @@ impl Operator {
 impl Operator {
     /// True if `id` is the operator's, or one of its probes'.
     pub(crate) fn owns(&self, id: ClientId) -> bool {
-        id == self.client || self.probe_clients.values().any(|(probe, _)| *probe == id)
+        id == self.client || self.probe_clients.values().any(|probe| probe.client() == id)
     }
 
-    /// The client id and next request number of a probe of `group` in the
-    /// life created at `life`.
-    fn probe_client(&mut self, group: GroupId, life: Incarnation) -> (ClientId, RequestNumber) {
+    /// The writes of the probes of `group` in the life created at `life`.
+    fn probe_client(&mut self, group: GroupId, life: Incarnation) -> &mut Sequence {
         let count = self.probe_clients.len() as u128;
         let base = self.client.0;
-        let (client, next) =
-            self.probe_clients.entry((group, life)).or_insert_with(|| (ClientId(base + ((count + 1) << 16)), 1));
-        *next += 1;
-        (*client, RequestNumber(*next - 1))
+        self.probe_clients
+            .entry((group, life))
+            .or_insert_with(|| Sequence::new(ClientId(base + ((count + 1) << 16)), group))
+    }
+
+    /// H5: a registration answered at `op`: the sequence it belongs to
+    /// numbers its writes after it.
+    fn registered(&mut self, request: &Request, op: Op) {
+        let sequence = if request.group == GroupId::METADATA {
+            Some(&mut self.requests)
+        } else {
+            self.probe_clients.values_mut().find(|probe| probe.client() == request.client)
+        };
+        if let Some(sequence) = sequence.filter(|sequence| sequence.registration().as_ref() == Some(request)) {
+            sequence.registered(op);
+        }
     }
 }
 
@@ -169,6 +186,10 @@ impl Sim {
                 self.send_operator(target, request);
             }
             return;
+        }
+        if let Some(registration) = self.operator.requests.registration() {
+            // H5: the operator's client id registers before its first command.
+            return self.send_outstanding(registration);
         }
         let command = if faults {
             if let Some((group, deleted)) = self.operator.recreate
@@ -198,14 +219,7 @@ impl Sim {
         {
             return; // H3: not while a probe (or any frame of it) may still arrive.
         }
-        let request = Request {
-            client: self.operator.client,
-            request: RequestNumber(self.operator.next),
-            group: GroupId::METADATA,
-            kind: RequestKind::Write,
-            operation: command.encode(),
-        };
-        self.operator.next += 1;
+        let request = self.operator.requests.write(command.encode());
         self.send_outstanding(request);
     }
 
@@ -240,15 +254,22 @@ impl Sim {
     fn probe(&mut self) -> Request {
         let groups: Vec<(GroupId, Incarnation)> = self.operator.probed.iter().map(|(g, i)| (*g, *i)).collect();
         let (group, life) = groups[self.rng.below(groups.len() as u64) as usize];
-        let (kind, operation) = if self.rng.chance(500) {
+        if let Some(registration) = self.operator.probe_client(group, life).registration() {
+            // H5: a life's probe client registers with it first.
+            return registration;
+        }
+        if self.rng.chance(500) {
             self.operator.probe_writes += 1;
             let value = crate::check::incarnations::tag(life, self.operator.probe_writes);
-            (RequestKind::Write, KvOp::Put { key: PROBE_KEY, value }.encode())
+            self.operator.probe_client(group, life).write(KvOp::Put { key: PROBE_KEY, value }.encode())
         } else {
-            (RequestKind::Read, KvOp::Get { key: PROBE_KEY }.encode())
-        };
-        let (client, request) = self.operator.probe_client(group, life);
-        Request { client, request, group, kind, operation }
+            // Numbered apart from the writes (from 2^62), so that a late
+            // answer to a write is never taken for a read's.
+            self.operator.probe_reads += 1;
+            let number = RequestNumber((1 << 62) + self.operator.probe_reads);
+            let client = self.operator.probe_client(group, life).client();
+            client::read(client, number, group, KvOp::Get { key: PROBE_KEY }.encode())
+        }
     }
 
     /// A creation of `group` on up to three random registered nodes.
@@ -350,7 +371,15 @@ impl Sim {
             return;
         }
         match message {
-            Message::Reply(Reply { request: number, outcome, .. }) if number == request.request => match outcome {
+            Message::Reply(Reply { request: number, outcome, op, .. }) if number == request.request => match outcome {
+                // H5: a registration answered: writes follow, numbered after its op.
+                Outcome::Ok(_) if cohort_core::client_table::is_registration(request.request) => {
+                    self.operator.outstanding = None;
+                    self.operator.registered(&request, op);
+                    if request.group != GroupId::METADATA {
+                        self.operator.probes_answered += 1;
+                    }
+                }
                 // H3: a probe's answer was judged when its replica gave it.
                 Outcome::Ok(_) if request.group != GroupId::METADATA => {
                     self.operator.outstanding = None;

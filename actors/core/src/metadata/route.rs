@@ -290,11 +290,16 @@ mod tests {
         assert_eq!(route.destination(&voters, false), Destination::Node(NodeId(4)));
     }
 
+    /// Request `number` of one client: 1 is its registration, writes follow.
     fn request(number: u64) -> Request {
-        let operation = bytes::Bytes::new();
+        let operation = bytes::Bytes::from_static(b"command");
         let group = cohort_messages::GroupId::METADATA;
         let mut sequence = client::Sequence::new(cohort_messages::ClientId(5), group);
-        (1..number).for_each(|_| drop(sequence.write(operation.clone())));
+        if let Some(registration) = sequence.registration().filter(|_| number == 1) {
+            return registration;
+        }
+        sequence.registered(cohort_messages::Op(1));
+        (2..number).for_each(|_| drop(sequence.write(operation.clone())));
         sequence.write(operation)
     }
 

@@ -19,7 +19,9 @@ use super::{Replica, RoleState, Status};
 /// low part (saturating), the tick is the high part.
 pub(crate) const TIMESTAMP_PER_TICK: u64 = 16;
 use super::Context;
-use crate::client_table::Admission;
+use bytes::Bytes;
+
+use crate::client_table::{Admission, is_registration};
 use crate::effect::{AppliedOp, Effect};
 use crate::effects::Effects;
 use crate::mutants::Mutant;
@@ -148,6 +150,16 @@ impl Replica {
         if self.is_sealing() {
             return self.refuse_sealed(&request, cx.out);
         }
+        // H5: request 1 registers the client and applies nothing; one that
+        // carries an operation comes from a client that skipped its
+        // registration, and is refused rather than written unprotected.
+        if is_registration(request.request) && !request.operation.is_empty() {
+            let detail = format!(
+                "{}: request 1 of {} is its registration and carries no operation; register with an empty write, then number writes after the op it commits at",
+                self.spec.group, request.client
+            );
+            return self.reply_error(&request, ReplyError::Rejected, detail, cx.out);
+        }
         match self.clients.admit(request.client, request.request) {
             Admission::Duplicate(entry) => {
                 return cx.out.push(Effect::Reply(Reply {
@@ -160,8 +172,19 @@ impl Replica {
                 }));
             }
             Admission::Superseded => {
-                let detail =
-                    format!("{}: {} is older than the client's latest request", self.spec.group, request.request);
+                let detail = format!(
+                    "{}: {} is older than the client's latest request; start a new client",
+                    self.spec.group, request.request
+                );
+                return self.reply_error(&request, ReplyError::Superseded, detail, cx.out);
+            }
+            // H5: evicted, then registered again by a late copy of its
+            // registration: this write belongs to the earlier registration.
+            Admission::BeforeRegistration { registered } => {
+                let detail = format!(
+                    "{}: {} of {} is not past {registered}, where the client registered again (evicted from the client table, then a late copy of its registration arrived); start a new client at request 1",
+                    self.spec.group, request.request, request.client
+                );
                 return self.reply_error(&request, ReplyError::Superseded, detail, cx.out);
             }
             // The table only knows applied ops. An earlier request of this
@@ -486,7 +509,16 @@ impl Replica {
                 continue;
             }
             let (client, request) = (entry.client, entry.request);
-            let result = if self.clients.should_apply(client, request) {
+            let result = if !self.clients.should_apply(client, request) {
+                self.clients.get(client).filter(|e| e.request == request).map(|e| e.result.clone())
+            } else if is_registration(request) {
+                // H5: a registration puts the client in the table and applies
+                // nothing, so a second one (a retry after an eviction) is
+                // harmless. The rule holds whatever the entry carries, on
+                // every member alike.
+                self.clients.record(client, request, op, Bytes::new());
+                Some(Bytes::new())
+            } else {
                 let operation = entry.operation.clone();
                 let result = self.state.apply(op, &operation);
                 self.clients.record(client, request, op, result.clone());
@@ -494,8 +526,6 @@ impl Replica {
                     applied.push(AppliedOp { op, operation, result: result.clone() });
                 }
                 Some(result)
-            } else {
-                self.clients.get(client).filter(|e| e.request == request).map(|e| e.result.clone())
             };
             self.commit_min = op;
             let acknowledged = self.spec.write_mode == super::WriteMode::Async && op <= async_acked_op;

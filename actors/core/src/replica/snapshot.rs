@@ -6,12 +6,13 @@
 //! what state transfer sends to a member that lags behind it.
 //!
 //! Encoding of `Snapshot::data` (little-endian): magic `b"COHS"`, format u8
-//! (2), state size u32, state bytes, client count u32, then per client: id
-//! u128, request u64, op u64, result size u32, result bytes; then the group's
-//! membership when the snapshot was taken: incarnation u64, replication
-//! quorum u8, member count u8, member node ids u64 each. Format 1 has no
-//! membership. It comes from the network in state transfer, so decoding
-//! checks every length.
+//! (3), state size u32, state bytes, client count u32, then per client: id
+//! u128, registration op u64, request u64, op u64, result size u32, result
+//! bytes; then the group's membership when the snapshot was taken:
+//! incarnation u64, replication quorum u8, member count u8, member node ids
+//! u64 each. Formats 1 and 2 (no registration op; 1 without membership) were
+//! never released and are refused. It comes from the network in state
+//! transfer, so decoding checks every length.
 //!
 //! The membership makes a snapshot self-describing: the snapshot a member
 //! change saves at the seal is the first durable record of the new
@@ -29,7 +30,7 @@ use crate::log::Log;
 use crate::storage::Snapshot;
 
 const MAGIC: &[u8; 4] = b"COHS";
-const FORMAT: u8 = 2;
+const FORMAT: u8 = 3;
 
 /// The group's membership as a snapshot records it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -44,7 +45,7 @@ pub(crate) struct SnapshotMembership {
 
 /// Encode a state machine snapshot, client table and membership.
 pub(crate) fn encode(state: &[u8], clients: &[(ClientId, ClientEntry)], membership: &SnapshotMembership) -> Bytes {
-    let mut out = BytesMut::with_capacity(13 + state.len() + clients.len() * 40);
+    let mut out = BytesMut::with_capacity(13 + state.len() + clients.len() * 48);
     out.put_slice(MAGIC);
     out.put_u8(FORMAT);
     out.put_u32_le(u32::try_from(state.len()).expect("state snapshot over 4 GiB"));
@@ -52,6 +53,7 @@ pub(crate) fn encode(state: &[u8], clients: &[(ClientId, ClientEntry)], membersh
     out.put_u32_le(clients.len() as u32);
     for (id, entry) in clients {
         out.put_u128_le(id.0);
+        out.put_u64_le(entry.registered.0);
         out.put_u64_le(entry.request.0);
         out.put_u64_le(entry.op.0);
         out.put_u32_le(entry.result.len() as u32);
@@ -66,7 +68,7 @@ pub(crate) fn encode(state: &[u8], clients: &[(ClientId, ClientEntry)], membersh
     out.freeze()
 }
 
-/// The membership a snapshot records (`None` for format 1 or bad data).
+/// The membership a snapshot records (`None` for bad data).
 pub(crate) fn snapshot_membership(data: &[u8]) -> Option<SnapshotMembership> {
     decode(data).ok()?.2
 }
@@ -100,7 +102,8 @@ impl<'a> Cursor<'a> {
     }
 }
 
-/// What a snapshot holds: state, clients, and (format 2) membership.
+/// What a snapshot holds: state, clients, and membership (always there
+/// since format 2).
 type Decoded = (Bytes, Vec<(ClientId, ClientEntry)>, Option<SnapshotMembership>);
 
 /// Decode; every length is checked against what is left.
@@ -110,40 +113,37 @@ pub(crate) fn decode(data: &[u8]) -> Result<Decoded, String> {
         return Err("snapshot has a bad magic".into());
     }
     let format = cursor.take(1)?[0];
-    if format != 1 && format != FORMAT {
-        return Err(format!("snapshot format {format} is neither 1 nor {FORMAT}"));
+    if format != FORMAT {
+        return Err(format!("snapshot format {format} is not {FORMAT}"));
     }
     let state_len = cursor.u32()? as usize;
     let state = Bytes::copy_from_slice(cursor.take(state_len)?);
     let count = cursor.u32()? as usize;
-    // Each client takes at least 36 bytes: refuse counts the data cannot hold.
-    if count > cursor.bytes.len() / 36 {
+    // Each client takes at least 44 bytes: refuse counts the data cannot hold.
+    if count > cursor.bytes.len() / 44 {
         return Err(format!("snapshot claims {count} clients in {} bytes", cursor.bytes.len()));
     }
     let mut clients = Vec::with_capacity(count);
     for _ in 0..count {
         let id = ClientId(u128::from_le_bytes(cursor.array()?));
+        let registered = Op(cursor.u64()?);
         let request = RequestNumber(cursor.u64()?);
         let op = Op(cursor.u64()?);
         let result_len = cursor.u32()? as usize;
         let result = Bytes::copy_from_slice(cursor.take(result_len)?);
-        clients.push((id, ClientEntry { request, op, result }));
+        clients.push((id, ClientEntry { registered, request, op, result }));
     }
-    let membership = if format == FORMAT {
-        let incarnation = Incarnation(cursor.u64()?);
-        let replication_quorum = cursor.take(1)?[0];
-        let count = usize::from(cursor.take(1)?[0]);
-        if count == 0 || count > cohort_messages::GROUP_MEMBERS_MAX {
-            return Err(format!("snapshot membership of {count} members"));
-        }
-        let mut members = Vec::with_capacity(count);
-        for _ in 0..count {
-            members.push(NodeId(cursor.u64()?));
-        }
-        Some(SnapshotMembership { incarnation, replication_quorum, members })
-    } else {
-        None
-    };
+    let incarnation = Incarnation(cursor.u64()?);
+    let replication_quorum = cursor.take(1)?[0];
+    let member_count = usize::from(cursor.take(1)?[0]);
+    if member_count == 0 || member_count > cohort_messages::GROUP_MEMBERS_MAX {
+        return Err(format!("snapshot membership of {member_count} members"));
+    }
+    let mut members = Vec::with_capacity(member_count);
+    for _ in 0..member_count {
+        members.push(NodeId(cursor.u64()?));
+    }
+    let membership = Some(SnapshotMembership { incarnation, replication_quorum, members });
     if !cursor.bytes.is_empty() {
         return Err(format!("snapshot has {} trailing bytes", cursor.bytes.len()));
     }
@@ -219,7 +219,7 @@ mod tests {
     fn v6_snapshot_data_round_trips() {
         let clients = vec![(
             ClientId(9),
-            ClientEntry { request: RequestNumber(3), op: Op(12), result: Bytes::from_static(b"ok") },
+            ClientEntry { registered: Op(2), request: RequestNumber(3), op: Op(12), result: Bytes::from_static(b"ok") },
         )];
         let membership = SnapshotMembership {
             incarnation: Incarnation(3),

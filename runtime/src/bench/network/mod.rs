@@ -11,8 +11,9 @@
 //!
 //! How it drives: one [`ClusterClient`] (one pipelined connection per
 //! node) and `writers` writers, writer `w` on group `w % groups`, each with
-//! its own exactly-once client id, one write at a time, numbered by
-//! [`Sequence`] and sent with [`ClusterClient::retry`], so writers of one
+//! its own exactly-once client id (registered with its group first, H5;
+//! the registration is not counted as a write), one write at a time,
+//! numbered by [`Sequence`] and sent with [`ClusterClient::retry`], so writers of one
 //! group run in parallel and a write whose answer was lost is resent with
 //! its id and number (it applies once). First every group commits one write
 //! (the cluster is up, the routes cached); then a warm-up; then the
@@ -197,10 +198,17 @@ async fn wait_ready(client: &ClusterClient, groups: usize) -> Result<(), ClientE
 async fn write_loop(shared: Arc<Shared>, group: GroupId) -> Result<(), ClientError> {
     let mut writes = Sequence::new(fresh_client_id()?, group);
     while !shared.stopping.load(Ordering::Relaxed) {
-        let request = writes.write(shared.operation.clone());
+        // H5: a fresh id (the first, or one after a refusal) registers first.
+        let registration = writes.registration();
+        let registering = registration.is_some();
+        let request = registration.unwrap_or_else(|| writes.write(shared.operation.clone()));
         let started = Instant::now();
         loop {
             match shared.client.retry(request.clone()).await {
+                Ok(registered) if registering => {
+                    writes.registered(registered.op);
+                    break;
+                }
                 Ok(_) => {
                     shared.acknowledged.fetch_add(1, Ordering::Relaxed);
                     if shared.measuring.load(Ordering::Relaxed) {

@@ -96,6 +96,7 @@ mod tests {
         let mut agent = MetadataAgent::new(config);
         for now in 1..=2 {
             let out = agent.on_tick(now, metadata, false, &[]);
+            let out = fixture::past_registration(&mut agent, now, out);
             let mut replies = Vec::new();
             for output in &out {
                 if let AgentOutput::Submit(request) = output {

@@ -118,11 +118,50 @@ pub(super) fn metadata_replica(primary: bool, members: &[u64], learners: &[u64])
     }
 }
 
-/// The `number`th write of the agent (client 77), carrying `command`.
+/// The agent's registration (client 77's request 1, H5).
+pub(super) fn registration() -> super::AgentOutput {
+    super::AgentOutput::Submit(cohort_messages::Request {
+        client: ClientId(77),
+        request: crate::client_table::REGISTRATION,
+        group: GroupId::METADATA,
+        kind: cohort_messages::RequestKind::Write,
+        operation: bytes::Bytes::new(),
+    })
+}
+
+/// `out` with the agent's registration, if it holds it, answered: in its
+/// place, what the agent sends then (the command it held back).
+pub(super) fn past_registration(
+    agent: &mut super::MetadataAgent,
+    now: u64,
+    out: Vec<super::AgentOutput>,
+) -> Vec<super::AgentOutput> {
+    let mut past = Vec::new();
+    for output in out {
+        match &output {
+            super::AgentOutput::Submit(request) if output == registration() => {
+                let answer = cohort_messages::Reply {
+                    client: request.client,
+                    request: request.request,
+                    group: request.group,
+                    view: View(0),
+                    op: cohort_messages::Op(1),
+                    outcome: cohort_messages::Outcome::Ok(bytes::Bytes::new()),
+                };
+                past.extend(agent.on_reply(now, &answer));
+            }
+            _ => past.push(output),
+        }
+    }
+    past
+}
+
+/// The `number`th write of the agent (client 77), carrying `command`: its
+/// request `number + 1`, after the registration.
 pub(super) fn write(number: u64, command: &MetadataCommand) -> super::AgentOutput {
     super::AgentOutput::Submit(cohort_messages::Request {
         client: ClientId(77),
-        request: cohort_messages::RequestNumber(number),
+        request: cohort_messages::RequestNumber(number + 1),
         group: GroupId::METADATA,
         kind: cohort_messages::RequestKind::Write,
         operation: command.encode(),

@@ -248,7 +248,7 @@ impl MetadataAgent {
     /// The answer to one of this agent's requests (others are ignored).
     pub fn on_reply(&mut self, now: u64, reply: &Reply) -> Vec<AgentOutput> {
         let mut out = Vec::new();
-        match self.requests.on_reply(now, reply) {
+        match self.requests.on_reply(now, reply, &mut out) {
             None => {}
             Some(Answered::RecordRead(read)) => self.record_read.on_read(read, &mut self.counters),
             Some(Answered::Command(
@@ -444,6 +444,7 @@ mod tests {
     fn step(agent: &mut MetadataAgent, now: u64, metadata: &mut Metadata) -> (Vec<AgentOutput>, Vec<AgentOutput>) {
         let hosted = [hosted(0, true, 2), hosted(1, false, 0), fixture::metadata_replica(true, &[1], &[])];
         let out = agent.on_tick(now, metadata, true, &hosted);
+        let out = fixture::past_registration(agent, now, out);
         let mut answered = Vec::new();
         for output in &out {
             if let AgentOutput::Submit(request) = output {
@@ -497,9 +498,11 @@ mod tests {
         let mut agent = MetadataAgent::new(fixture::config());
         let metadata = Metadata::default();
         let register = MetadataCommand::RegisterNode { node: NODE, address: "n1".into() };
-        assert_eq!(agent.on_tick(1, &metadata, false, &[]), vec![fixture::write(1, &register)]);
+        assert_eq!(agent.on_tick(1, &metadata, false, &[]), vec![fixture::registration()]);
         assert!(agent.in_flight() && agent.timed_work(1) && agent.wants_scan());
         let idle: Vec<Vec<AgentOutput>> = (2..=5).map(|now| agent.on_idle_tick(now, &metadata, false)).collect();
-        assert_eq!(idle, vec![vec![], vec![], vec![], vec![fixture::write(1, &register)]]);
+        assert_eq!(idle, vec![vec![], vec![], vec![], vec![fixture::registration()]]);
+        let sent = fixture::past_registration(&mut agent, 5, vec![fixture::registration()]);
+        assert_eq!(sent, vec![fixture::write(1, &register)], "H5: the command the registration held back");
     }
 }

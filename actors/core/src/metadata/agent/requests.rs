@@ -4,6 +4,10 @@
 //! [`crate::client`]). What to ask next is never queued here: the agent
 //! decides it afresh from the applied metadata once this is idle, so a lost
 //! answer or a refusal is simply tried again from the current state.
+//!
+//! The agent's client id registers with the metadata group before its first
+//! command (H5): the first [`Requests::submit`] sends the registration, and
+//! the command goes out as soon as the registration is answered.
 
 use cohort_messages::metadata::{MetadataCommand, MetadataResult};
 use cohort_messages::{ClientId, GroupId, Reply, Request, RequestNumber};
@@ -16,9 +20,20 @@ use crate::client::{self, Sequence, Verdict};
 #[derive(Clone, Debug)]
 struct InFlight {
     request: Request,
-    /// The command, or `None` for the read of the metadata group's record (Z6).
-    command: Option<MetadataCommand>,
+    asking: Asking,
     sent_tick: u64,
+}
+
+/// What a request in flight asks.
+#[derive(Clone, Debug)]
+enum Asking {
+    /// The client id's registration (H5), and the command to send once it is
+    /// answered.
+    Registration(MetadataCommand),
+    /// A command.
+    Command(MetadataCommand),
+    /// The read of the metadata group's record (Z6).
+    RecordRead,
 }
 
 /// The one stream of requests (see the module docs).
@@ -64,12 +79,16 @@ impl Requests {
         self.in_flight = None;
     }
 
-    /// Send `command` as the next write.
+    /// Send `command` as the next write (after the registration, if the
+    /// client id has not registered yet).
     pub(super) fn submit(&mut self, command: MetadataCommand, now: u64, out: &mut Vec<AgentOutput>) {
         assert!(self.in_flight.is_none(), "one request in flight at a time");
-        let request = self.sequence.write(command.encode());
+        let (request, asking) = match self.sequence.registration() {
+            Some(registration) => (registration, Asking::Registration(command)),
+            None => (self.sequence.write(command.encode()), Asking::Command(command)),
+        };
         out.push(AgentOutput::Submit(request.clone()));
-        self.in_flight = Some(InFlight { request, command: Some(command), sent_tick: now });
+        self.in_flight = Some(InFlight { request, asking, sent_tick: now });
     }
 
     /// Z6: ask the metadata primary for the metadata group's record (a
@@ -80,7 +99,7 @@ impl Requests {
         let query = super::super::record_query(self.metadata_group);
         let request = client::read(self.client, RequestNumber(0), self.metadata_group, query);
         out.push(AgentOutput::Submit(request.clone()));
-        self.in_flight = Some(InFlight { request, command: None, sent_tick: now });
+        self.in_flight = Some(InFlight { request, asking: Asking::RecordRead, sent_tick: now });
     }
 
     /// Send the request in flight again if it had no answer for a retry
@@ -97,7 +116,8 @@ impl Requests {
     /// `reply`, if it answers the request in flight. A busy answer (view
     /// change, quorum window) keeps the request and sends it again soon; a
     /// refusal for good drops it, and so does an answer, which is returned.
-    pub(super) fn on_reply(&mut self, now: u64, reply: &Reply) -> Option<Answered> {
+    /// An answered registration sends its command into `out`.
+    pub(super) fn on_reply(&mut self, now: u64, reply: &Reply, out: &mut Vec<AgentOutput>) -> Option<Answered> {
         let in_flight = self.in_flight.as_mut()?;
         if !client::answers(&in_flight.request, reply) {
             return None;
@@ -113,13 +133,18 @@ impl Requests {
                 self.in_flight = None;
                 None
             }
-            Verdict::Done { result, .. } => {
-                let answered = match in_flight.command.take() {
-                    None => Answered::RecordRead(super::super::decode_record_read(result)),
-                    Some(command) => Answered::Command(command, MetadataResult::decode(result)),
-                };
+            Verdict::Done { op, result } => {
+                let asking = in_flight.asking.clone();
                 self.in_flight = None;
-                Some(answered)
+                match asking {
+                    Asking::RecordRead => Some(Answered::RecordRead(super::super::decode_record_read(result))),
+                    Asking::Command(command) => Some(Answered::Command(command, MetadataResult::decode(result))),
+                    Asking::Registration(command) => {
+                        self.sequence.registered(op);
+                        self.submit(command, now, out);
+                        None
+                    }
+                }
             }
         }
     }
@@ -148,13 +173,32 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_request_is_resent_with_its_number_after_each_retry_period() {
+    /// Requests whose registration was sent and answered at tick 10: the
+    /// command, sent then, is returned.
+    fn registered(command: MetadataCommand) -> (Requests, Request) {
         let mut requests = Requests::new(ClientId(5), GroupId::METADATA, 4);
         let mut out = Vec::new();
-        requests.submit(MetadataCommand::OpenSession { node: cohort_messages::NodeId(1) }, 10, &mut out);
-        let first = submitted(&out);
-        assert_eq!(first.request, RequestNumber(1));
+        requests.submit(command.clone(), 10, &mut out);
+        let registration = submitted(&out);
+        assert_eq!((registration.request, registration.operation.len()), (RequestNumber(1), 0));
+        let mut sent = Vec::new();
+        assert!(requests.on_reply(10, &reply(&registration, Outcome::Ok(bytes::Bytes::new())), &mut sent).is_none());
+        let request = submitted(&sent);
+        assert_eq!(request.operation, command.encode());
+        (requests, request)
+    }
+
+    #[test]
+    fn h5_the_first_command_follows_the_registration() {
+        let command = MetadataCommand::OpenSession { node: cohort_messages::NodeId(1) };
+        let (_, first) = registered(command);
+        assert_eq!(first.request, RequestNumber(2), "numbered after the registration's op, 1");
+    }
+
+    #[test]
+    fn a_request_is_resent_with_its_number_after_each_retry_period() {
+        let (mut requests, first) = registered(MetadataCommand::OpenSession { node: cohort_messages::NodeId(1) });
+        assert_eq!(first.request, RequestNumber(2));
         let mut resent = Vec::new();
         for now in 11..=18 {
             assert!(requests.retry(now, &mut resent));
@@ -164,33 +208,30 @@ mod tests {
 
     #[test]
     fn a_busy_answer_brings_the_resend_forward_and_a_refusal_drops_the_request() {
-        let mut requests = Requests::new(ClientId(5), GroupId::METADATA, 4);
+        let (mut requests, request) = registered(MetadataCommand::OpenSession { node: cohort_messages::NodeId(1) });
         let mut out = Vec::new();
-        requests.submit(MetadataCommand::OpenSession { node: cohort_messages::NodeId(1) }, 10, &mut out);
-        let request = submitted(&out);
         let busy = reply(&request, Outcome::Error { code: ReplyError::Busy, detail: String::new() });
-        assert!(requests.on_reply(11, &busy).is_none());
+        assert!(requests.on_reply(11, &busy, &mut out).is_none());
         let mut resent = Vec::new();
         requests.retry(12, &mut resent);
         assert_eq!(resent, Vec::new(), "half a retry period back from tick 11 is tick 9: due at 13");
         requests.retry(13, &mut resent);
         assert_eq!(resent, vec![AgentOutput::Submit(request.clone())]);
         let refused = reply(&request, Outcome::Error { code: ReplyError::Rejected, detail: String::new() });
-        assert!(requests.on_reply(14, &refused).is_none());
+        assert!(requests.on_reply(14, &refused, &mut out).is_none());
+        assert_eq!(out, Vec::new());
         assert!(!requests.busy());
     }
 
     #[test]
     fn an_answer_returns_the_command_and_frees_the_stream() {
-        let mut requests = Requests::new(ClientId(5), GroupId::METADATA, 4);
-        let mut out = Vec::new();
         let command = MetadataCommand::OpenSession { node: cohort_messages::NodeId(1) };
-        requests.submit(command.clone(), 10, &mut out);
-        let request = submitted(&out);
+        let (mut requests, request) = registered(command.clone());
+        let mut out = Vec::new();
         let other = Reply { request: RequestNumber(9), ..reply(&request, Outcome::Ok(bytes::Bytes::new())) };
-        assert!(requests.on_reply(11, &other).is_none(), "not the request in flight");
+        assert!(requests.on_reply(11, &other, &mut out).is_none(), "not the request in flight");
         let result = MetadataResult::Done { epoch: cohort_messages::Epoch(3) };
-        let answered = requests.on_reply(11, &reply(&request, Outcome::Ok(result.encode())));
+        let answered = requests.on_reply(11, &reply(&request, Outcome::Ok(result.encode())), &mut out);
         assert!(
             matches!(&answered, Some(Answered::Command(c, Ok(r))) if *c == command && *r == result),
             "{answered:?}"

@@ -517,6 +517,7 @@ mod tests {
         agent = MetadataAgent::new(config);
         let mut metadata = fixture::metadata(&[1], &[]);
         let out = agent.on_tick(1, &metadata, false, &[]);
+        let out = fixture::past_registration(&mut agent, 1, out);
         let session_open = MetadataCommand::OpenSession { node: fixture::NODE };
         let result = fixture::apply(&mut metadata, session_open);
         let AgentOutput::Submit(request) = &out[0] else { panic!("{out:?}") };

@@ -181,6 +181,8 @@ mod tests {
         let mut metadata = Metadata::default();
         let register = MetadataCommand::RegisterNode { node: NODE, address: "n1".into() };
         let out = tick(&mut agent, 1, &metadata);
+        assert_eq!(out, vec![fixture::registration()]);
+        let out = fixture::past_registration(&mut agent, 1, out);
         assert_eq!(out, vec![fixture::write(1, &register)]);
         let result = fixture::apply(&mut metadata, register);
         assert_eq!(agent.on_reply(1, &fixture::reply(request(&out[0]), &result)), Vec::new());
@@ -233,6 +235,7 @@ mod tests {
         let mut agent = MetadataAgent::new(config);
         let mut metadata = fixture::metadata(&[1], &[]);
         let out = tick(&mut agent, 1, &metadata);
+        let out = fixture::past_registration(&mut agent, 1, out);
         let open = MetadataCommand::OpenSession { node: NODE };
         let result = fixture::apply(&mut metadata, open.clone());
         assert_eq!(out, vec![fixture::write(1, &open)]);
