@@ -144,6 +144,9 @@ fn driver_regression_seeds() {
         // H2: a cut log's superblock claimed a commit point over entries
         // older than those the lost records had put there.
         SimConfig { profile: Some(FaultProfile::Durability), ..SimConfig::new(3_002_506) },
+        // H3: a revert judged by the group id's next life (the checker's
+        // mistake).
+        SimConfig::metadata(5_004_386),
     ];
     for config in configs {
         let command = reproduce(&config);

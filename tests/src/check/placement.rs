@@ -10,12 +10,14 @@
 use std::collections::HashMap;
 
 use cohort_core::metadata::{Metadata, OperationRecord};
-use cohort_messages::OperationId;
+use cohort_messages::{GroupId, Incarnation, OperationId};
 
 /// What one node's metadata last showed of each operation.
 #[derive(Debug, Default)]
 pub struct Placement {
-    seen: HashMap<(usize, OperationId), OperationRecord>,
+    /// Each operation as the node's metadata last showed it, with the life
+    /// (incarnation created at, H3) of each group it had touched then.
+    seen: HashMap<(usize, OperationId), (OperationRecord, HashMap<GroupId, Incarnation>)>,
     /// Per node, at its last look: operations reverted, operations
     /// completed, and the last operation started.
     totals_seen: HashMap<usize, (u64, u64, OperationId)>,
@@ -65,7 +67,7 @@ impl Placement {
             .map(|(_, id)| *id)
             .collect();
         for id in gone {
-            let Some(last) = self.seen.remove(&(node, id)) else { continue };
+            let Some((last, lives)) = self.seen.remove(&(node, id)) else { continue };
             // Only a revert that finished just now can be judged exactly.
             if !last.cancelled || reverted <= before || jumped_over_others {
                 continue;
@@ -77,6 +79,11 @@ impl Placement {
                     continue;
                 }
                 let Some(now) = metadata.groups.get(group) else { continue };
+                // H3: the group id was deleted and created again since: the
+                // revert owes the new life nothing.
+                if lives.get(group).is_some_and(|created| *created != now.created) {
+                    continue;
+                }
                 if &now.members != members || &now.learners != learners {
                     violations.push(format!(
                         "M5 broken: node {node}'s metadata ({}): reverting {id} left {group} with members {:?} \
@@ -87,7 +94,12 @@ impl Placement {
             }
         }
         for (id, record) in &metadata.operations {
-            self.seen.insert((node, *id), record.clone());
+            let lives = record
+                .placement_before
+                .keys()
+                .filter_map(|group| metadata.groups.get(group).map(|live| (*group, live.created)))
+                .collect();
+            self.seen.insert((node, *id), (record.clone(), lives));
         }
         violations
     }
@@ -193,5 +205,26 @@ mod tests {
         later.last_operation = OperationId(2);
         later.operation_totals.completed += 1;
         assert_eq!(placement.check(0, &later), Vec::<String>::new());
+    }
+
+    /// Seed 5004386 of the metadata shape: the group id was deleted and
+    /// created again (on other members) between two looks, while a revert
+    /// of an operation on its earlier life finished; the new life's members
+    /// are not the revert's to restore.
+    #[test]
+    fn h3_a_revert_over_a_group_created_again_is_not_judged_by_the_new_life() {
+        let mut placement = Placement::default();
+        let metadata = with_revert_in_flight();
+        assert!(placement.check(0, &metadata).is_empty());
+        let mut later = reverted(metadata.clone(), &[2, 3, 4], &[]);
+        if let Some(group) = later.groups.get_mut(&G) {
+            group.created = Incarnation(group.created.0 + 3);
+            group.incarnation = group.created;
+        }
+        assert_eq!(placement.check(0, &later), Vec::<String>::new());
+        // The same placement in the same life is still a violation.
+        let mut again = Placement::default();
+        assert!(again.check(0, &metadata).is_empty());
+        assert_eq!(again.check(0, &reverted(metadata, &[2, 3, 4], &[])).len(), 1);
     }
 }
