@@ -22,7 +22,15 @@ struct Script {
 }
 
 impl Script {
-    /// A write of `client`'s request number `request` (1 to 7) on the client port.
+    /// `client`'s registration (request 1, no operation, H5) on the client port.
+    fn client_register(&mut self, group: u8, client: u8) -> &mut Script {
+        // group, client, request number 1, kind (even: write), length 0.
+        self.bytes.extend_from_slice(&[STEP_CLIENT_REQUEST, group, client, 1, 0, 0]);
+        self
+    }
+
+    /// A write of `client`'s request number `request` (2 to 7) on the client
+    /// port; after its registration, numbered past the op it took.
     fn client_write(&mut self, group: u8, client: u8, request: u8) -> &mut Script {
         // group, client, request number, kind (even: write), length 1, the byte.
         self.bytes.extend_from_slice(&[STEP_CLIENT_REQUEST, group, client, request, 0, 1, b'w']);
@@ -57,7 +65,13 @@ impl Script {
 }
 
 fn primary_writes(script: &mut Script, group: u8, clients: u8) {
-    for request in 1..=6 {
+    // The clients register first (ops 1 and 2 at most), so their writes are
+    // numbered from 3 (H5: past the op of the registration).
+    for client in 1..=clients {
+        script.client_register(group, client);
+    }
+    script.turn().tick(1).turn();
+    for request in 3..=7 {
         for client in 1..=clients {
             script.client_write(group, client, request);
         }
