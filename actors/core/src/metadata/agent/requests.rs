@@ -134,8 +134,7 @@ impl Requests {
                 None
             }
             Verdict::Done { op, result } => {
-                let asking = in_flight.asking.clone();
-                self.in_flight = None;
+                let asking = self.in_flight.take().map(|in_flight| in_flight.asking)?;
                 match asking {
                     Asking::RecordRead => Some(Answered::RecordRead(super::super::decode_record_read(result))),
                     Asking::Command(command) => Some(Answered::Command(command, MetadataResult::decode(result))),
