@@ -46,7 +46,7 @@ Runs seeds S..S+N of the deterministic simulator and checks every run.
                             lease-released-by-next-primary, recovery-ignored,
                             recovery-votes-with-its-log, step-gate-without-acks,
                             pair-contact-without-match, quiet-follow-across-views,
-                            evicted-client-admitted
+                            evicted-client-admitted, unload-before-replayable
   --forger F                T6: a forging peer joins the run: non-member, a node outside every group
                             that sends random well-formed messages of every command to every node;
                             or replay, a member that resends genuine frames it saw earlier, to any node

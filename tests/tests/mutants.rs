@@ -863,3 +863,15 @@ fn h5_evicted_client_admitted_is_caught() {
 fn h5_evicted_writer_retries_control_is_clean() {
     assert_control_clean(evicted_writer_retries);
 }
+
+/// H3: a replica removed on metadata a restart does not replay. The two
+/// metadata seeds that found it (a node restarted right after removing a
+/// deleted group's replica, its replayed copy placed the group there
+/// again, and it served that life empty) catch it through the R24 window
+/// checker; the fix's control is `driver_regression_seeds`.
+#[test]
+fn h3_unload_before_replayable_is_caught() {
+    for seed in [5_001_364, 5_006_819] {
+        assert_caught_in(Mutant::UnloadBeforeReplayable, seed..seed + 1, metadata_swarm);
+    }
+}

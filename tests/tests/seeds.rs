@@ -147,6 +147,10 @@ fn driver_regression_seeds() {
         // H3: a revert judged by the group id's next life (the checker's
         // mistake).
         SimConfig::metadata(5_004_386),
+        // H3: a node removed a deleted group's replica on metadata its
+        // restart did not replay, and hosted that life again, empty.
+        SimConfig::metadata(5_001_364),
+        SimConfig::metadata(5_006_819),
     ];
     for config in configs {
         let command = reproduce(&config);

@@ -78,11 +78,16 @@ pub enum Mutant {
     /// Exactly-once under eviction: a client the table does not know (it
     /// was evicted) is admitted at any request number, not only at 1.
     EvictedClientAdmitted,
+    /// H3, removal on replayable metadata: a node's agent removes a
+    /// deleted or misplaced group's replica as soon as its copy of the
+    /// metadata shows it, before a restart of the node would replay that
+    /// copy (switched per thread, like [`Mutant::StepGateWithoutAcks`]).
+    UnloadBeforeReplayable,
 }
 
 impl Mutant {
     /// Every mutant, in the order of the table in docs/simulator.md.
-    pub const ALL: [Mutant; 18] = [
+    pub const ALL: [Mutant; 19] = [
         Mutant::AckBeforeDurable,
         Mutant::ViewChangeBeforeDurable,
         Mutant::LogSelectionByOp,
@@ -101,6 +106,7 @@ impl Mutant {
         Mutant::PairContactWithoutMatch,
         Mutant::QuietFollowAcrossViews,
         Mutant::EvictedClientAdmitted,
+        Mutant::UnloadBeforeReplayable,
     ];
 
     /// The name on the simulator's command line.
@@ -124,6 +130,7 @@ impl Mutant {
             Mutant::PairContactWithoutMatch => "pair-contact-without-match",
             Mutant::QuietFollowAcrossViews => "quiet-follow-across-views",
             Mutant::EvictedClientAdmitted => "evicted-client-admitted",
+            Mutant::UnloadBeforeReplayable => "unload-before-replayable",
         }
     }
 

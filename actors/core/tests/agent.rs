@@ -57,6 +57,7 @@ impl Harness {
                 caught_up: Vec::new(),
                 members: Vec::new(),
                 outpaced: false,
+                durable_commit: Op(0),
             },
             HostedReplica {
                 group: GroupId(1),
@@ -69,6 +70,7 @@ impl Harness {
                 caught_up: Vec::new(),
                 members: Vec::new(),
                 outpaced: false,
+                durable_commit: Op(0),
             },
         ];
         Harness {

@@ -11,7 +11,7 @@ use cohort_core::metadata::{
 use cohort_messages::metadata::{
     GroupCreation, METADATA_BATCH_ENTRIES_MAX, MetadataCommand, MetadataResult, OperationSpec, OwnedGroup,
 };
-use cohort_messages::{ClientId, Epoch, GroupId, Incarnation, NodeId, SessionId, View};
+use cohort_messages::{ClientId, Epoch, GroupId, Incarnation, NodeId, Op, SessionId, View};
 
 /// A metadata state that applies commands at increasing epochs.
 struct Log {
@@ -110,6 +110,7 @@ fn hosted(group: u64, primary: bool, view: u32) -> HostedReplica {
         caught_up: Vec::new(),
         members: Vec::new(),
         outpaced: false,
+        durable_commit: Op(0),
     }
 }
 

@@ -384,7 +384,9 @@ impl Replica {
             replica.log_view = superblock.log_view;
             replica.commit_max = superblock.commit.max(base);
             replica.superblock_saved = Some(superblock.clone());
-            replica.superblock_durable_commit = superblock.commit;
+            // A recovered snapshot is a durable commit point too: the next
+            // restart replays at least through it.
+            replica.superblock_durable_commit = superblock.commit.max(base);
         }
         // The log becomes durable before the superblock that describes it,
         // so a crash between the two leaves entries of a newer view than the
@@ -717,7 +719,8 @@ impl Replica {
         if id >= self.superblock_flush
             && let Some(saved) = &self.superblock_saved
         {
-            self.superblock_durable_commit = saved.commit;
+            // Never down: a recovered snapshot may be past the saved commit.
+            self.superblock_durable_commit = self.superblock_durable_commit.max(saved.commit);
             self.superblock_durable_log_view = Some(saved.log_view);
             self.superblock_durable_recovering = saved.recovering;
         }

@@ -3,7 +3,7 @@
 
 use cohort_messages::metadata::{MetadataCommand, MetadataResult};
 use cohort_messages::seal::Seal;
-use cohort_messages::{ClientId, Epoch, GroupId, Incarnation, NodeId, View};
+use cohort_messages::{ClientId, Epoch, GroupId, Incarnation, NodeId, Op, View};
 
 use super::super::{ExpiredPolicy, Metadata};
 use super::{AgentConfig, BootstrapGroup, HostedReplica};
@@ -51,6 +51,7 @@ pub(super) fn hosted(group: u64, primary: bool, view: u32) -> HostedReplica {
         caught_up: Vec::new(),
         members: Vec::new(),
         outpaced: false,
+        durable_commit: Op(0),
     }
 }
 

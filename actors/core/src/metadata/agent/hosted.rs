@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 use cohort_messages::pair_heartbeat::mix64;
 use cohort_messages::seal::Seal;
-use cohort_messages::{GroupId, Incarnation, NodeId, View};
+use cohort_messages::{GroupId, Incarnation, NodeId, Op, View};
 
 /// A group this node hosts, as its replica sees itself now
 /// ([`crate::Shard::hosted_replica`] fills it from the replica).
@@ -39,6 +39,11 @@ pub struct HostedReplica {
     /// Z6: the next incarnation ran without this replica
     /// ([`crate::Replica::outpaced`]).
     pub outpaced: bool,
+    /// For the metadata group only: the commit point its durable
+    /// superblock holds, the metadata a restart of this node replays at
+    /// least (H3: the agent removes a replica only on metadata a restart
+    /// keeps). `Op(0)` for every other group.
+    pub durable_commit: Op,
 }
 
 impl HostedReplica {
@@ -52,7 +57,8 @@ impl HostedReplica {
             replica.sealed().is_some(),
             replica.seal_durable().is_some(),
         ) | u64::from(replica.outpaced()) << 3;
-        let mut hash = digest_start(replica.group(), replica.incarnation(), replica.view(), flags);
+        let durable_commit = metadata_durable_commit(replica);
+        let mut hash = digest_start(replica.group(), replica.incarnation(), replica.view(), flags, durable_commit);
         for node in replica.learner_nodes() {
             hash = digest_learner(hash, *node, replica.learner_caught_up(*node));
         }
@@ -64,7 +70,7 @@ impl HostedReplica {
     pub fn digest(&self) -> u64 {
         let flags =
             digest_flags(self.primary, self.sealed.is_some(), self.seal_durable) | u64::from(self.outpaced) << 3;
-        let mut hash = digest_start(self.group, self.incarnation, self.view, flags);
+        let mut hash = digest_start(self.group, self.incarnation, self.view, flags, self.durable_commit);
         for node in &self.learners {
             hash = digest_learner(hash, *node, self.caught_up.contains(node));
         }
@@ -89,6 +95,7 @@ impl HostedReplica {
                 .collect(),
             members: if replica.group() == GroupId::METADATA { replica.spec.members.clone() } else { Vec::new() },
             outpaced: replica.outpaced(),
+            durable_commit: metadata_durable_commit(replica),
         };
         debug_assert!(hosted.caught_up.iter().all(|node| hosted.learners.contains(node)), "caught up: a learner");
         debug_assert!(!hosted.seal_durable || hosted.sealed.is_some(), "a durable seal is an applied one");
@@ -100,9 +107,15 @@ fn digest_flags(primary: bool, sealed: bool, seal_durable: bool) -> u64 {
     u64::from(primary) | u64::from(sealed) << 1 | u64::from(seal_durable) << 2
 }
 
-fn digest_start(group: GroupId, incarnation: Incarnation, view: View, flags: u64) -> u64 {
+/// The metadata group's durable commit point; `Op(0)` for any other group,
+/// whose commit points move too often to hash for the agent's sake (Z3).
+fn metadata_durable_commit(replica: &crate::Replica) -> Op {
+    if replica.group() == GroupId::METADATA { replica.superblock_durable_commit } else { Op(0) }
+}
+
+fn digest_start(group: GroupId, incarnation: Incarnation, view: View, flags: u64, durable_commit: Op) -> u64 {
     let mut hash = mix64(group.0 ^ 0x9e37_79b9_7f4a_7c15);
-    for field in [incarnation.0, u64::from(view.0), flags] {
+    for field in [incarnation.0, u64::from(view.0), flags, durable_commit.0] {
         hash = mix64(hash ^ field);
     }
     hash
@@ -145,6 +158,7 @@ mod tests {
             r.caught_up = vec![NodeId(3)];
         });
         changed(&|r| r.outpaced = true);
+        changed(&|r| r.durable_commit = Op(9));
         let mut distinct = seen.clone();
         distinct.sort_unstable();
         distinct.dedup();

@@ -14,7 +14,7 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use cohort_messages::metadata::{METADATA_BATCH_ENTRIES_MAX, MetadataCommand, MetadataResult, OwnedGroup};
-use cohort_messages::{GroupId, SessionId, View};
+use cohort_messages::{Epoch, GroupId, SessionId, View};
 
 use super::super::{GroupRecord, Metadata, Ownership as OwnerRecord};
 use super::asked::Asked;
@@ -30,6 +30,10 @@ pub(super) struct Ownership {
     /// H3: replicas whose life is over, unloaded at once: asked again only
     /// after a retry period while a scan still shows them.
     ended: Asked,
+    /// H3: the metadata's epoch when a scan first found a hosted group
+    /// ended or misplaced. Its removal waits until a restart of this node
+    /// would replay the metadata at least that far ([`replayed_through`]).
+    seen_at: BTreeMap<GroupId, Epoch>,
 }
 
 impl Ownership {
@@ -41,7 +45,7 @@ impl Ownership {
     /// True while a misplaced group waits out its grace, or an ended one
     /// may be asked for again (timed work).
     pub(super) fn unload_waiting(&self) -> bool {
-        !self.misplaced_since.is_empty() || !self.ended.is_empty()
+        !self.misplaced_since.is_empty() || !self.ended.is_empty() || !self.seen_at.is_empty()
     }
 
     /// The groups this node leads whose ownership record is not this node
@@ -133,7 +137,8 @@ impl Ownership {
 
     /// Unload the hosted groups the metadata has placed elsewhere, once
     /// that has held for the grace period, and those whose life is over
-    /// at once (H3, [`life_over`]).
+    /// at once (H3, [`life_over`]); either only once a restart of this
+    /// node would replay the metadata that showed it ([`replayed_through`]).
     pub(super) fn unload_misplaced(
         &mut self,
         now: u64,
@@ -144,14 +149,21 @@ impl Ownership {
         out: &mut Vec<AgentOutput>,
     ) {
         let node = config.node;
+        let replayed = replayed_through(config, hosted)
+            .filter(|_| !crate::mutants::Mutant::UnloadBeforeReplayable.metadata_mutated());
         let mut misplaced: Vec<GroupId> = Vec::new();
         let mut ended: Vec<GroupId> = Vec::new();
         for hosted in hosted.iter().filter(|hosted| hosted.group != config.metadata_group) {
             let Some(record) = metadata.groups.get(&hosted.group) else { continue };
             if life_over(record, hosted) {
-                // Nothing to wait for: the delete committed, and whatever
-                // this replica holds must not be served again.
+                // Nothing to wait for but this node's own copy: the delete
+                // committed, and whatever this replica holds must not be
+                // served again.
                 ended.push(hosted.group);
+                let seen = *self.seen_at.entry(hosted.group).or_insert(metadata.epoch);
+                if replayed.is_some_and(|replayed| replayed < seen) {
+                    continue;
+                }
                 if self.ended.again(hosted.group, now, config.request_retry_ticks) {
                     counters.groups_unloaded += 1;
                     out.push(AgentOutput::Unload(hosted.group));
@@ -169,16 +181,33 @@ impl Ownership {
         }
         self.ended.retain(|group| ended.contains(&group));
         self.misplaced_since.retain(|group, _| misplaced.contains(group));
+        self.seen_at.retain(|group, _| ended.contains(group) || misplaced.contains(group));
         for group in misplaced {
             let since = *self.misplaced_since.entry(group).or_insert(now);
+            let seen = *self.seen_at.entry(group).or_insert(metadata.epoch);
+            if replayed.is_some_and(|replayed| replayed < seen) {
+                continue;
+            }
             if now >= since.saturating_add(config.unload_grace_ticks) {
                 self.misplaced_since.remove(&group);
+                self.seen_at.remove(&group);
                 counters.groups_unloaded += 1;
                 out.push(AgentOutput::Unload(group));
             }
         }
         debug_assert!(self.misplaced_since.values().all(|since| *since <= now), "a grace starts in the past");
     }
+}
+
+/// H3: how far a restart of this node would replay the metadata, if this
+/// node hosts a replica of it: through its durable commit point (epochs are
+/// the metadata's ops). A replica removed on metadata past that point could
+/// be hosted again, empty, by a restart whose copy never saw why it went.
+/// `None` without a replica here: the copy is read whole from the metadata
+/// group, after a restart too, not replayed from this node's disk.
+fn replayed_through(config: &AgentConfig, hosted: &[HostedReplica]) -> Option<Epoch> {
+    let metadata = hosted.iter().find(|hosted| hosted.group == config.metadata_group)?;
+    Some(Epoch(metadata.durable_commit.0))
 }
 
 /// H3: whether `hosted` belongs to a life of its group id that the metadata
@@ -220,7 +249,7 @@ fn to_report(
 
 #[cfg(test)]
 mod tests {
-    use cohort_messages::{Epoch, Incarnation, NodeId};
+    use cohort_messages::{Epoch, Incarnation, NodeId, Op};
 
     use super::super::fixture::{self, NODE, hosted};
     use super::*;
@@ -324,7 +353,8 @@ mod tests {
             hosted(2, false, 0),
             hosted(3, false, 0),
             hosted(4, false, 0),
-            fixture::metadata_replica(false, &[2], &[]),
+            // A restart of this node would replay all of it.
+            HostedReplica { durable_commit: Op(metadata.epoch.0), ..fixture::metadata_replica(false, &[2], &[]) },
         ];
         let mut ownership = Ownership::default();
         let mut counters = AgentCounters::default();
@@ -411,6 +441,37 @@ mod tests {
         assert_eq!(again, Vec::new());
         assert!(!ownership.unload_waiting());
         assert_eq!(counters.groups_unloaded, 4);
+    }
+
+    #[test]
+    fn h3_a_removal_waits_until_a_restart_would_replay_the_metadata_that_showed_it() {
+        let config = fixture::config();
+        // Group 5 was deleted and group 6 placed on node 2 alone; this
+        // node's metadata replica applied both, but its durable commit point
+        // is still before them: a restart now would replay a copy that
+        // places both here, and would host them again, empty.
+        let mut metadata = fixture::metadata(&[1, 2], &[(5, &[1, 2]), (6, &[2])]);
+        fixture::apply(&mut metadata, MetadataCommand::DeleteGroup { group: GroupId(5) });
+        let shown = metadata.epoch;
+        let behind =
+            HostedReplica { durable_commit: Op(shown.0 - 1), ..fixture::metadata_replica(false, &[1, 2], &[]) };
+        let mut ownership = Ownership::default();
+        let mut counters = AgentCounters::default();
+        let mut out = Vec::new();
+        for now in 100..=120 {
+            let hosted = [hosted(5, false, 0), hosted(6, false, 0), behind.clone()];
+            ownership.unload_misplaced(now, &config, &metadata, &hosted, &mut counters, &mut out);
+        }
+        assert_eq!(out, Vec::new(), "nothing removed on metadata a restart would not replay");
+        assert!(ownership.unload_waiting(), "timed work: the durable point moves on its own");
+        // The metadata moves on (commits keep coming); once the point that
+        // showed both is durable, both go, the misplaced one past its grace.
+        fixture::apply(&mut metadata, MetadataCommand::DeleteGroup { group: GroupId(9) });
+        let durable = HostedReplica { durable_commit: Op(shown.0), ..behind };
+        let hosted = [hosted(5, false, 0), hosted(6, false, 0), durable];
+        ownership.unload_misplaced(121, &config, &metadata, &hosted, &mut counters, &mut out);
+        assert_eq!(out, vec![AgentOutput::Unload(GroupId(5)), AgentOutput::Unload(GroupId(6))]);
+        assert_eq!(counters.groups_unloaded, 2);
     }
 
     #[test]
