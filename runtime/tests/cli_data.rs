@@ -135,6 +135,27 @@ async fn c2_cli_failures_name_the_group_or_the_address_and_exit_non_zero() {
     assert_eq!(code, Some(1), "{stderr}");
     assert!(stderr.contains(&format!("{port}: ")), "{stderr}");
 
+    // O5: another cluster id than the nodes': a usage error at once, both
+    // ids named (a timeout would say "no definite answer within"; this one
+    // is a minute long, so only the nodes' answer ends the command).
+    let mut other = tls_flags(&cluster, false);
+    let id = other.iter().position(|flag| flag == "--cluster-id").expect("a cluster id flag");
+    other[id + 1] = "c0ffee".into();
+    let at = other.iter().position(|flag| flag == "--timeout-secs").expect("a timeout flag");
+    other[at + 1] = "60".into();
+    let wrong = args("write", &["--cluster", &cluster_flag(&cluster, 0), "--group", "0", "--value", "x"], &other);
+    let (code, stdout, stderr) = cohort(wrong).await;
+    assert_eq!(code, Some(2), "{stdout}{stderr}");
+    let nodes =
+        format!("the node is in cluster {}", cohort_client::format_cluster_id(cohort_runtime::local::LOCAL_CLUSTER_ID));
+    assert!(stderr.contains(&nodes), "{stderr}");
+    assert!(stderr.contains("this client in cluster 00000000000000000000000000c0ffee"), "{stderr}");
+    assert!(stderr.contains("--cluster-id"), "{stderr}");
+    let json = args("read", &["--cluster", &cluster_flag(&cluster, 1), "--group", "0", "--json"], &other);
+    let (code, stdout, _) = cohort(json).await;
+    let error: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
+    assert_eq!((code, error["result"].as_str()), (Some(2), Some("usage")), "{error}");
+
     // No client certificate where --certs points: a usage error saying how to make one.
     let dir = tempfile::tempdir().expect("temp dir");
     let missing = args(

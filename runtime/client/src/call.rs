@@ -197,6 +197,9 @@ impl Call<'_> {
                 Err(DialError::Tls { detail }) => {
                     return Err(ClientError::Tls { address: self.inner.pool.address(index).to_string(), detail });
                 }
+                Err(DialError::Mismatch { detail }) => {
+                    return Err(ClientError::Mismatch { address: self.inner.pool.address(index).to_string(), detail });
+                }
                 Err(DialError::Io { kind, detail }) => {
                     self.failed[index] = true;
                     self.last = Last::Io { address: self.inner.pool.address(index).to_string(), kind, detail };
@@ -226,6 +229,9 @@ impl Call<'_> {
             Ok(connection) => connection,
             Err(DialError::Tls { detail }) => {
                 return Next::Done(Err(ClientError::Tls { address: pool.address(target).to_string(), detail }));
+            }
+            Err(DialError::Mismatch { detail }) => {
+                return Next::Done(Err(ClientError::Mismatch { address: pool.address(target).to_string(), detail }));
             }
             Err(DialError::Io { kind, detail }) => {
                 self.last = Last::Io { address: pool.address(target).to_string(), kind, detail };

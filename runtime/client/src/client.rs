@@ -290,6 +290,9 @@ impl ClusterClient {
                     Some((index, crate::connection::DialError::Tls { detail })) => {
                         ClientError::Tls { address: self.inner.pool.address(index).to_string(), detail }
                     }
+                    Some((index, crate::connection::DialError::Mismatch { detail })) => {
+                        ClientError::Mismatch { address: self.inner.pool.address(index).to_string(), detail }
+                    }
                     Some((index, crate::connection::DialError::Io { kind, detail })) => {
                         ClientError::Io { address: self.inner.pool.address(index).to_string(), kind, detail }
                     }

@@ -23,8 +23,8 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use cohort_messages::{
-    ClientId, ClusterId, Command, FrameDecoder, GroupId, Handshake, Message, NodeId, Redirect, Reply, Request,
-    RequestNumber, RouteQuery, Routes, TraceContext, WIRE_REVISION,
+    ClientId, ClusterId, Command, FrameDecoder, FrameError, GroupId, Handshake, Message, NodeId, Redirect, Reply,
+    Request, RequestNumber, RouteQuery, Routes, TraceContext, WIRE_REVISION,
 };
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::net::TcpStream;
@@ -32,6 +32,7 @@ use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio::task::AbortHandle;
 use tokio::time::{Instant, timeout_at};
 
+use crate::cluster_id::format_cluster_id;
 use crate::config::ClientLimits;
 use crate::tls::{ClientTls, tls_failure};
 
@@ -71,6 +72,9 @@ pub(crate) enum DialError {
     Io { kind: std::io::ErrorKind, detail: String },
     /// TLS refused a certificate: trying again will not help.
     Tls { detail: String },
+    /// The node is of another cluster or speaks another wire revision (its
+    /// Handshake said so, R18): trying again will not help.
+    Mismatch { detail: String },
 }
 
 /// Which request an answer is for (the exactly-once key, per connection).
@@ -374,6 +378,19 @@ async fn greeting(
                 };
             }
             Ok(None) => {}
+            // O5: a node answers a Handshake of another cluster or revision
+            // with its own, whose header this decoder refuses.
+            Err(FrameError::ClusterMismatch { got, expected }) => {
+                let (node, ours) = (format_cluster_id(ClusterId(got)), format_cluster_id(ClusterId(expected)));
+                return Err(DialError::Mismatch {
+                    detail: format!("the node is in cluster {node}, this client in cluster {ours}"),
+                });
+            }
+            Err(FrameError::Revision { got, expected }) => {
+                return Err(DialError::Mismatch {
+                    detail: format!("the node speaks wire revision {got}, this client revision {expected}"),
+                });
+            }
             Err(error) => return Err(refused(format!("the node's first frame: {error}: is this a client port?"))),
         }
         buffer.reserve(READ_CHUNK_BYTES);
@@ -515,6 +532,49 @@ mod tests {
         shared.deliver(Message::Reply(reply(7, 1)));
         assert_eq!(first.try_recv(), Ok(Answer::Reply(reply(7, 1))));
         assert!(shared.pending().calls.is_empty(), "answered waiters leave nothing behind");
+    }
+
+    /// What `greeting` makes of `answer`, the node's first bytes.
+    fn greeted_by(answer: Bytes) -> Result<NodeId, DialError> {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+        runtime.block_on(async {
+            let (near, mut far) = tokio::io::duplex(64 * 1024);
+            far.write_all(&answer).await.expect("written");
+            drop(far);
+            let mut stream: Stream = Box::new(near);
+            greeting(&mut stream, &mut decoder(ClusterId(0xc0ffee)), &mut BytesMut::new(), ClusterId(0xc0ffee)).await
+        })
+    }
+
+    fn node_handshake(cluster: ClusterId) -> Message {
+        Message::Handshake(Handshake { revision: WIRE_REVISION, cluster, node: NodeId(3), shard_count: 1 })
+    }
+
+    #[test]
+    fn o5_a_node_of_another_cluster_or_revision_is_a_final_answer_naming_both() {
+        let ours = node_handshake(ClusterId(0xc0ffee)).encode(ClusterId(0xc0ffee), NodeId(3), TraceContext::NONE);
+        assert!(matches!(greeted_by(ours.to_bytes()), Ok(NodeId(3))));
+        let other = node_handshake(ClusterId(0xbeef)).encode(ClusterId(0xbeef), NodeId(3), TraceContext::NONE);
+        let Err(DialError::Mismatch { detail }) = greeted_by(other.to_bytes()) else { panic!("a mismatch") };
+        assert_eq!(
+            detail,
+            "the node is in cluster 0000000000000000000000000000beef, this client in cluster \
+             00000000000000000000000000c0ffee"
+        );
+        // The revision is at bytes 60..62 of the header; the header's
+        // checksum covers it, so a frame of revision 3 is built whole.
+        let mut future =
+            cohort_messages::Header::new(ClusterId(0xc0ffee), NodeId(3), Command::Handshake, TraceContext::NONE);
+        future.revision = WIRE_REVISION + 1;
+        let body = node_handshake(ClusterId(0xc0ffee)).encode_body();
+        let frame = cohort_messages::EncodedFrame::new(future, body);
+        let Err(DialError::Mismatch { detail }) = greeted_by(frame.to_bytes()) else { panic!("a mismatch") };
+        assert_eq!(
+            detail,
+            format!("the node speaks wire revision {}, this client revision {WIRE_REVISION}", WIRE_REVISION + 1)
+        );
+        // A node that closes without a word is still worth trying again.
+        assert!(matches!(greeted_by(Bytes::new()), Err(DialError::Io { .. })));
     }
 
     #[test]

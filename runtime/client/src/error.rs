@@ -129,6 +129,18 @@ pub enum ClientError {
         /// What rustls said.
         detail: String,
     },
+    /// A node answered that it is of another cluster or speaks another
+    /// wire revision (R18): retrying will not help, so the call fails at
+    /// once. Nothing reached a node's state machine.
+    #[error(
+        "{address}: {detail}: give the nodes' cluster id (their `[node] cluster_id`, or the `cluster-id` file `cohort certs init` wrote), and a client of the nodes' release"
+    )]
+    Mismatch {
+        /// The node's address.
+        address: String,
+        /// Which side has which cluster id or revision.
+        detail: String,
+    },
     /// The client could not be set up: files, addresses, limits.
     #[error("{what}: {reason}")]
     Config {
@@ -195,6 +207,8 @@ mod tests {
         let tls = ClientError::Tls { address: "a:1".into(), detail: "unknown CA".into() };
         assert!(tls.to_string().contains("cohort certs client"));
         assert!(!tls.may_have_applied() && tls.request().is_none());
+        let mismatch = ClientError::Mismatch { address: "a:1".into(), detail: "the node is in cluster 2".into() };
+        assert!(mismatch.to_string().contains("cluster-id") && !mismatch.may_have_applied());
         let refused = ClientError::Refused { group: GroupId(2), code: ReplyError::Rejected, reason: "no".into() };
         assert!(!refused.may_have_applied());
     }

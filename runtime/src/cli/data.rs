@@ -10,7 +10,8 @@
 //! spoken are in [`super::operation`].
 //!
 //! Exit codes, for scripts: 0 done; 1 failed, and nothing was applied; 2 a
-//! usage error (a flag, a certificate or the cluster id); 3 a write whose
+//! usage error (a flag, a certificate or the cluster id, the last also when
+//! a node answers that it is of another cluster); 3 a write whose
 //! outcome is unknown (no definite answer in time: it may still commit,
 //! and `cohort read` shows whether it did).
 
@@ -71,7 +72,8 @@ pub(crate) enum DataError {
     /// A flag's value is unusable (exit 2).
     #[error("{0}")]
     Usage(String),
-    /// The call failed (exit 1; 3 if a write may still commit).
+    /// The call failed (exit 1; 3 if a write may still commit; 2 if the
+    /// node is of another cluster id or wire revision).
     #[error("{what} group:{group} through {addresses}: {message}")]
     Failed {
         /// `write to` or `read of`.
@@ -96,6 +98,7 @@ impl DataError {
     pub(crate) fn exit_code(&self) -> u8 {
         match self {
             DataError::Connect(_) | DataError::Usage(_) => 2,
+            DataError::Failed { source, .. } if matches!(**source, ClientError::Mismatch { .. }) => 2,
             DataError::Failed { source, .. } if source.may_have_applied() => 3,
             DataError::Failed { .. } | DataError::Runtime(_) => 1,
         }
@@ -169,11 +172,14 @@ pub(crate) fn shell_message(error: &ClientError, group: u64, write: bool) -> Str
             seconds(waited),
             crate::config::ClusterConfig::default().idle_failover_bound().as_secs()
         ),
-        // A node closes, without a word, a connection whose Handshake names
-        // another cluster (R18): the one mistake this error hides most often.
+        // O5: the node answered with its own Handshake, of another cluster.
+        ClientError::Mismatch { .. } => {
+            format!("{error} (here: --cluster-id, the profile's cluster_id, or the cluster-id file in --certs)")
+        }
+        // A node that closes the connection before its Handshake without
+        // one (a plaintext client on a TLS port, say).
         ClientError::Io { detail, .. } if detail.contains("Handshake") => format!(
-            "{error} (a node that closes the connection before its Handshake most often has another cluster id: \
-             check --cluster-id or the cluster-id file in --certs)"
+            "{error} (check --cluster-id or the cluster-id file in --certs, and --insecure against the nodes' TLS)"
         ),
         other => other.to_string(),
     }

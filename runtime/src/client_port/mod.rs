@@ -4,7 +4,11 @@
 //! A client connects with a certificate signed by the cluster CA (`cohort
 //! certs client`), sends a Handshake (its node id is 0; revision and cluster
 //! are checked as for peers, R18) and gets this node's Handshake back (so it
-//! learns which node an address is), then sends Request frames, as many at
+//! learns which node an address is). A first frame of another cluster or
+//! wire revision is answered with this node's Handshake too, and the
+//! connection closes: the client reads in it what it got wrong and fails at
+//! once instead of retrying until its timeout (O5). After the Handshake a
+//! client sends Request frames, as many at
 //! once as it likes up to [`ClientPortLimits::in_flight_max`]: they are
 //! served concurrently and each answer names its client id and request
 //! number, so answers may come back in any order. A non-primary answers with
@@ -50,8 +54,8 @@ use cohort_actors::{NodeMetrics, Port};
 use cohort_actors::{NodeTls, Stream};
 use cohort_core::routing::shard_of;
 use cohort_messages::{
-    ClusterId, Command, Frame, FrameDecoder, GroupId, Handshake, Message, NodeId, Outcome, Reply, ReplyError, Request,
-    TraceContext, WIRE_REVISION,
+    ClusterId, Command, Frame, FrameDecoder, FrameError, GroupId, Handshake, Message, NodeId, Outcome, Reply,
+    ReplyError, Request, TraceContext, WIRE_REVISION,
 };
 use tokio::io::{AsyncReadExt, ReadHalf};
 use tokio::net::{TcpListener, TcpStream};
@@ -264,6 +268,11 @@ impl Connection {
                     Err(error) => {
                         self.port.refuse(self.remote, if error.closes_connection() { "bad_frame" } else { "bad_body" });
                         if error.closes_connection() {
+                            if !self.greeted && names_another_cluster(&error) {
+                                // O5: say who we are; the client's decoder
+                                // refuses this frame, naming both sides.
+                                let _ = self.send(Message::Handshake(self.handshake())).await;
+                            }
                             return;
                         }
                         continue;
@@ -303,13 +312,7 @@ impl Connection {
             return match message {
                 Message::Handshake(handshake) if handshake.check_peer(self.port.cluster).is_ok() => {
                     self.greeted = true;
-                    let ours = Handshake {
-                        revision: WIRE_REVISION,
-                        cluster: self.port.cluster,
-                        node: self.port.node,
-                        shard_count: u16::try_from(self.port.shards.shard_count()).unwrap_or(u16::MAX),
-                    };
-                    self.send(Message::Handshake(ours)).await
+                    self.send(Message::Handshake(self.handshake())).await
                 }
                 _ => {
                     self.port.refuse(self.remote, "not_a_handshake");
@@ -378,6 +381,23 @@ impl Connection {
     async fn send(&self, message: Message) -> bool {
         queue(&self.port, &self.budget, &self.answers, message).await
     }
+
+    /// This node's Handshake.
+    fn handshake(&self) -> Handshake {
+        Handshake {
+            revision: WIRE_REVISION,
+            cluster: self.port.cluster,
+            node: self.port.node,
+            shard_count: u16::try_from(self.port.shards.shard_count()).unwrap_or(u16::MAX),
+        }
+    }
+}
+
+/// True for a frame refused for its cluster id or wire revision (R18): a
+/// client set up for another cluster, or of another release, that learns
+/// which from this node's Handshake.
+fn names_another_cluster(error: &FrameError) -> bool {
+    matches!(error, FrameError::ClusterMismatch { .. } | FrameError::Revision { .. })
 }
 
 fn refused(request: &Request, code: ReplyError, detail: String) -> Reply {
