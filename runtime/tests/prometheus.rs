@@ -10,7 +10,13 @@
 //! - every query of every dashboard panel, sent to Prometheus's HTTP API,
 //!   returns at least one series with a number while a client writes, no
 //!   alert fires, and once a node is stopped `CohortNodeDown` is pending
-//!   for it alone.
+//!   for it alone;
+//! - before that, every panel's series since Prometheus started
+//!   (`/api/v1/query_range`) are drawn as the dashboard lays them out
+//!   (`dashboard_render`), and the page is checked: every panel's title
+//!   once, a line in every timeseries panel, no `NaN`. With
+//!   `COHORT_DASHBOARD_SCREENSHOT=<file.png>`, headless Chromium also
+//!   screenshots the page there (docs/images/dashboard.png comes from it).
 //!
 //! Prometheus comes from Debian's `prometheus` package. When `prometheus`
 //! or `promtool` is missing, a root user with apt gets it installed here
@@ -23,11 +29,14 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use cohort_runtime::prelude::*;
-use cohort_sim::host_package::{self, PROMETHEUS, Provided};
+use cohort_sim::host_package::{self, CHROMIUM, PROMETHEUS, Provided};
+use dashboard_render::{Page, Series, Window};
 use serde_json::Value;
+
+mod dashboard_render;
 
 /// How long Prometheus has to start answering.
 const READY_WAIT_MAX: Duration = Duration::from_secs(60);
@@ -40,6 +49,20 @@ const DATA_WAIT_MAX: Duration = Duration::from_secs(90);
 /// What the dashboard's `$__rate_interval` stands for in these queries
 /// (Grafana puts four scrape intervals or more there).
 const RATE_INTERVAL: &str = "30s";
+
+/// The step between the samples the dashboard's charts draw.
+const CHART_STEP: Duration = Duration::from_secs(1);
+
+/// With a screenshot asked for, how much history the charts show at least,
+/// so that the lines have a shape (a plain run has 10–20 s).
+const SCREENSHOT_HISTORY_MIN: Duration = Duration::from_secs(60);
+
+/// Names the PNG file to screenshot the drawn dashboard into; a relative
+/// path is taken from the workspace's root.
+const SCREENSHOT_ENV: &str = "COHORT_DASHBOARD_SCREENSHOT";
+
+/// How long Chromium has to take the screenshot.
+const BROWSER_WAIT_MAX: Duration = Duration::from_secs(90);
 
 fn monitoring_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/monitoring")
@@ -139,7 +162,12 @@ async fn get(url: String) -> Option<(u16, Value)> {
 
 /// An instant query's result vector (empty on any error).
 async fn query(prometheus: &Prometheus, expr: &str) -> Vec<Value> {
-    let Ok(url) = reqwest::Url::parse_with_params(&prometheus.url("/api/v1/query"), [("query", expr)]) else {
+    api(prometheus, "/api/v1/query", &[("query", expr)]).await
+}
+
+/// The `data.result` of a query API at `path` with `parameters` (empty on any error).
+async fn api(prometheus: &Prometheus, path: &str, parameters: &[(&str, &str)]) -> Vec<Value> {
+    let Ok(url) = reqwest::Url::parse_with_params(&prometheus.url(path), parameters) else {
         return Vec::new();
     };
     match get(url.to_string()).await {
@@ -166,6 +194,105 @@ fn panel_queries(dashboard: &Value) -> Vec<(String, String)> {
         }
     }
     queries
+}
+
+/// Now, in Unix seconds.
+fn unix_now_s() -> f64 {
+    SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0.0, |since| since.as_secs_f64())
+}
+
+/// Every panel's series over `window`, fetched as Grafana fetches them: a
+/// range query per target, or an instant query at the window's end for a
+/// target marked `instant`; named by the target's `legendFormat`. One list
+/// per panel, in the dashboard's order (empty for a row).
+async fn panel_series(prometheus: &Prometheus, dashboard: &Value, window: Window) -> Vec<Vec<Series>> {
+    let (start, end, step) = (window.start_s.to_string(), window.end_s.to_string(), window.step_s.to_string());
+    let mut data = Vec::new();
+    for panel in dashboard["panels"].as_array().into_iter().flatten() {
+        let mut series = Vec::new();
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            let expr = target["expr"].as_str().unwrap_or_default().replace("$__rate_interval", RATE_INTERVAL);
+            let result = if target["instant"].as_bool() == Some(true) {
+                api(prometheus, "/api/v1/query", &[("query", &expr), ("time", &end)]).await
+            } else {
+                let parameters = [("query", expr.as_str()), ("start", &start), ("end", &end), ("step", &step)];
+                api(prometheus, "/api/v1/query_range", &parameters).await
+            };
+            series.extend(dashboard_render::series_of(&result, target["legendFormat"].as_str()));
+        }
+        data.push(series);
+    }
+    data
+}
+
+/// Draw the dashboard from what Prometheus holds since `ready_s` and check
+/// the page's structure, fetching again while a panel still lacks a line
+/// (a series may have one sample only just after the first scrapes). With
+/// [`SCREENSHOT_ENV`] set, wait for [`SCREENSHOT_HISTORY_MIN`] of history
+/// first and screenshot the page.
+async fn draw_dashboard(prometheus: &Prometheus, dashboard: &Value, ready_s: f64) {
+    let screenshot = std::env::var_os(SCREENSHOT_ENV).map(|path| workspace_dir().join(path));
+    if screenshot.is_some() {
+        let history = Duration::from_secs_f64((ready_s + SCREENSHOT_HISTORY_MIN.as_secs_f64() - unix_now_s()).max(0.0));
+        actix_rt::time::sleep(history).await;
+    }
+    let deadline = Instant::now() + DATA_WAIT_MAX;
+    let page = loop {
+        let window = Window { start_s: ready_s.floor(), end_s: unix_now_s().floor(), step_s: CHART_STEP.as_secs_f64() };
+        let page = dashboard_render::render(dashboard, &panel_series(prometheus, dashboard, window).await, window);
+        let problems = dashboard_render::structural_problems(&page.html, dashboard);
+        if problems.is_empty() {
+            break page;
+        }
+        assert!(Instant::now() < deadline, "the drawn dashboard within {DATA_WAIT_MAX:?}: {problems:#?}");
+        actix_rt::time::sleep(CHART_STEP).await;
+    };
+    if let Some(png) = screenshot {
+        take_screenshot(page, png.clone()).await;
+        let bytes = std::fs::read(&png).expect("the screenshot");
+        assert!(bytes.starts_with(b"\x89PNG"), "a PNG at {}", png.display());
+        eprintln!("dashboard screenshot: {} ({} bytes)", png.display(), bytes.len());
+    }
+}
+
+fn workspace_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// Screenshot `page` into `png` with headless Chromium (installed with apt
+/// when it is missing and this runs as root), off the actors' thread,
+/// killed if it outlives [`BROWSER_WAIT_MAX`].
+async fn take_screenshot(page: Page, png: PathBuf) {
+    if let Err(why) = host_package::ensure(&[CHROMIUM]) {
+        panic!("{SCREENSHOT_ENV} asks for a screenshot: {why}");
+    }
+    let _ = std::fs::remove_file(&png);
+    tokio::task::spawn_blocking(move || {
+        let dir = tempfile::Builder::new().prefix("cohort-dashboard-").tempdir().expect("a temp dir");
+        let file = dir.path().join("dashboard.html");
+        std::fs::write(&file, &page.html).expect("write the page");
+        let mut child = Command::new("chromium")
+            .args(["--headless", "--disable-gpu", "--no-sandbox", "--no-first-run", "--hide-scrollbars"])
+            .arg(format!("--user-data-dir={}", dir.path().join("profile").display()))
+            .arg(format!("--screenshot={}", png.display()))
+            .arg(format!("--window-size={},{}", dashboard_render::PAGE_WIDTH_PX, page.height_px))
+            .arg(format!("file://{}", file.display()))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("chromium starts");
+        let deadline = Instant::now() + BROWSER_WAIT_MAX;
+        while child.try_wait().expect("wait for chromium").is_none() {
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("chromium ran longer than {BROWSER_WAIT_MAX:?}");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    })
+    .await
+    .expect("the browser's thread");
 }
 
 #[actix_rt::test]
@@ -223,6 +350,7 @@ async fn o3_alerts_and_dashboard_work_against_a_real_prometheus_and_cluster() {
         assert!(Instant::now() < deadline, "prometheus ready within {READY_WAIT_MAX:?}:\n{}", prometheus.log());
         actix_rt::time::sleep(Duration::from_millis(200)).await;
     }
+    let ready_s = unix_now_s();
 
     let deadline = Instant::now() + DATA_WAIT_MAX;
     let mut waiting: Vec<(String, String)> = vec![("every node up".into(), "up{job=\"cohort\"} == 1".into())];
@@ -270,6 +398,7 @@ async fn o3_alerts_and_dashboard_work_against_a_real_prometheus_and_cluster() {
     }
     let firing = query(&prometheus, "ALERTS{alertstate=\"firing\"}").await;
     assert!(firing.is_empty(), "a healthy cluster fires no alert: {firing:#?}");
+    draw_dashboard(&prometheus, &dashboard, ready_s).await;
 
     // A stopped node: CohortNodeDown picks it out of the live series (it
     // waits a minute before firing, so pending is what this test sees).
@@ -286,4 +415,53 @@ async fn o3_alerts_and_dashboard_work_against_a_real_prometheus_and_cluster() {
     writing.store(false, Ordering::Relaxed);
     drop(prometheus);
     cluster.stop();
+}
+
+/// O3's drawing of the dashboard on made-up series, so that it is checked
+/// where Prometheus is missing too: every panel is drawn, a `NaN` sample or
+/// a missing step breaks a line instead of showing, legends follow
+/// `legendFormat`, and text from the data is escaped.
+#[test]
+fn o3_dashboard_drawing_shows_every_panel_and_escapes_data() {
+    let dashboard: Value =
+        serde_json::from_str(&std::fs::read_to_string(monitoring_dir().join("dashboard.json")).expect("dashboard"))
+            .expect("the dashboard is JSON");
+    let window = Window { start_s: 1_800_000_000.0, end_s: 1_800_000_060.0, step_s: 1.0 };
+    let made_up = |node: u64| {
+        let values: Vec<Value> = (0..=60_u32)
+            .filter(|second| !(40..45).contains(second))
+            .map(|second| {
+                let value = if second == 30 { f64::NAN } else { f64::from(second).mul_add(0.1 * node as f64, 1.0) };
+                serde_json::json!([window.start_s + f64::from(second), value.to_string()])
+            })
+            .collect();
+        let labels = serde_json::json!({"instance": format!("127.0.0.1:900{node}"), "node": node.to_string(),
+            "kind": "<b>hostile</b>", "__name__": "cohort_build_info"});
+        serde_json::json!({"metric": labels, "values": values})
+    };
+    let data: Vec<Vec<Series>> = dashboard["panels"]
+        .as_array()
+        .expect("panels")
+        .iter()
+        .map(|panel| {
+            let targets = panel["targets"].as_array().into_iter().flatten();
+            targets
+                .flat_map(|target| {
+                    dashboard_render::series_of(&[made_up(1), made_up(2)], target["legendFormat"].as_str())
+                })
+                .collect()
+        })
+        .collect();
+    let page = dashboard_render::render(&dashboard, &data, window);
+    let problems = dashboard_render::structural_problems(&page.html, &dashboard);
+    assert!(problems.is_empty(), "{problems:#?}");
+    assert!(page.html.contains("&lt;b&gt;hostile&lt;/b&gt;") && !page.html.contains("<b>hostile"), "escaped");
+    assert!(page.html.contains("</span>node 2</li>") && page.html.contains("</span>127.0.0.1:9001 limit</li>"));
+    assert!(!page.html.contains("<script") && !page.html.contains("http"), "self-contained");
+    assert!(page.height_px > 2000, "{} px", page.height_px);
+
+    let labels = [("instance".to_owned(), "a:1".to_owned())].into_iter().collect();
+    assert_eq!(dashboard_render::legend_name(Some("{{ instance }} {{missing}}x"), &labels), "a:1 x");
+    assert_eq!(dashboard_render::legend_name(Some("{{instance"), &labels), "{{instance");
+    assert_eq!(dashboard_render::legend_name(None, &labels), "{instance=\"a:1\"}");
 }

@@ -40,7 +40,7 @@ pub const PROMETHEUS: Package = Package { name: "prometheus", programs: &["prome
 pub const NFTABLES: Package = Package { name: "nftables", programs: &["nft"] };
 /// `ip` (the Jepsen-style fault test's network namespaces).
 pub const IPROUTE2: Package = Package { name: "iproute2", programs: &["ip"] };
-/// `chromium` (the O6 web console's browser test).
+/// `chromium` (the O6 web console's browser test; the O3 dashboard screenshot).
 pub const CHROMIUM: Package = Package { name: "chromium", programs: &["chromium"] };
 /// `zsh` (the completion scripts' test).
 pub const ZSH: Package = Package { name: "zsh", programs: &["zsh"] };
