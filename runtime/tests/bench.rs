@@ -5,7 +5,7 @@
 use std::process::Command;
 
 /// Every key the JSON line must have.
-const KEYS: [&str; 19] = [
+const KEYS: [&str; 25] = [
     "writes",
     "writes_per_sec",
     "latency_p50_us",
@@ -25,6 +25,12 @@ const KEYS: [&str; 19] = [
     "writers",
     "rss_after_start_bytes",
     "memory_bytes_per_replica",
+    "mb_per_sec",
+    "state_bytes",
+    "rss_bytes",
+    "disk_synced_mb_per_sec",
+    "bytes_floor_mb_per_sec",
+    "mb_per_sec_of_floor",
 ];
 
 #[test]
@@ -43,4 +49,8 @@ fn k1_bench_prints_every_key() {
     assert!(report["writes"].as_u64().is_some_and(|writes| writes > 0), "{report}");
     assert!(report["latency_p50_us"].as_u64() <= report["latency_p99_us"].as_u64(), "{report}");
     assert!(report["dropped_by_reason"].is_object(), "{report}");
+    // D5: the default is today's register, and a 2 s window with the
+    // default 5 s timeline gets one sample, at its end.
+    assert_eq!(report["state"], "register", "{report}");
+    assert_eq!(report["timeline"].as_array().map(Vec::len), Some(1), "{report}");
 }

@@ -11,14 +11,23 @@
 //! physical floor measured in the same run (see [`floor`]). Speed is a
 //! benchmark's business: no test asserts a figure from here.
 //!
+//! `--state log` makes the groups' state grow with every write (D5,
+//! [`state`]), and a [`timeline`] samples the window every
+//! `--timeline-secs`, so that a run of minutes shows how the figures move
+//! as the state grows. The bench's own bookkeeping stays the same size
+//! however long it runs: latencies go into fixed histograms ([`latency`]).
+//!
 //! The figures, and how to read them on a shared machine, are in
 //! `docs/benchmarks.md`. `cohort bench --cluster` drives a running cluster
 //! over the network instead ([`network`]).
 
 pub(crate) mod floor;
+mod latency;
 pub(crate) mod network;
 pub(crate) mod process;
 mod report;
+pub(crate) mod state;
+mod timeline;
 
 use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
@@ -33,9 +42,13 @@ use cohort_messages::{ClusterId, GroupId, Incarnation, NodeId, ReplyError};
 use indicatif::{ProgressBar, ProgressStyle};
 
 pub(crate) use report::BenchReport;
+pub(crate) use state::StateShape;
 
+use self::latency::LatencyHistogram;
 use self::process::ProcessUsage;
-use crate::node::{GroupKind, GroupPlacement, Node, NodeBuilder, NodeHandle, Register, SubmitError};
+use self::state::StateSizes;
+use self::timeline::{Schedule, TIMELINE_SAMPLES_MAX, TimelineSample};
+use crate::node::{GroupKind, GroupPlacement, Node, NodeBuilder, NodeHandle, SubmitError};
 
 /// The bench's cluster id.
 pub(crate) const BENCH_CLUSTER: ClusterId = ClusterId(0xC0_4087_BE4C);
@@ -63,6 +76,10 @@ pub(crate) struct BenchOptions {
     /// Where the nodes' logs go (`None`: a fresh directory under the
     /// system's temp dir, removed afterwards).
     pub data_dir: Option<PathBuf>,
+    /// What the groups' state machines keep (D5).
+    pub state: StateShape,
+    /// A timeline sample every this many seconds of the window (0: none).
+    pub timeline_secs: u64,
     /// Draw the progress bar.
     pub progress: bool,
 }
@@ -78,6 +95,8 @@ impl Default for BenchOptions {
             op_size_bytes: 8,
             shards: 1,
             data_dir: None,
+            state: StateShape::Register,
+            timeline_secs: 5,
             progress: true,
         }
     }
@@ -95,6 +114,10 @@ impl BenchOptions {
                 self.op_size_bytes <= cohort_messages::OPERATION_SIZE_MAX_BYTES,
                 "--op-size-bytes exceeds the operation limit",
             ),
+            (
+                self.timeline_secs == 0 || self.seconds / self.timeline_secs <= TIMELINE_SAMPLES_MAX,
+                "--seconds / --timeline-secs exceeds the timeline's sample limit",
+            ),
         ];
         match rules.iter().find(|(holds, _)| !holds) {
             Some((_, rule)) => Err(rule.to_string()),
@@ -111,7 +134,7 @@ pub(crate) fn run(options: BenchOptions) -> Result<BenchReport, String> {
     let parent = options.data_dir.clone().unwrap_or_else(std::env::temp_dir);
     let dir = parent.join(format!("cohort-bench-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let floor = floor::measure(&dir)?;
+    let floor = floor::measure(&dir, options.op_size_bytes, options.nodes)?;
     let system = actix_rt::System::new();
     let result = system.block_on(Bench::run(options, dir.clone(), floor));
     let _ = std::fs::remove_dir_all(&dir);
@@ -135,7 +158,11 @@ struct Bench {
     /// Per group, the index of the node that last answered as its primary.
     guess: RefCell<Vec<usize>>,
     /// Latencies of the writes acknowledged inside the window.
-    latencies_us: RefCell<Vec<u64>>,
+    latencies: RefCell<LatencyHistogram>,
+    /// The same, since the last timeline sample.
+    interval_latencies: RefCell<LatencyHistogram>,
+    /// Every replica's state size.
+    sizes: StateSizes,
     measuring: Cell<bool>,
     stopping: Cell<bool>,
     /// Writes acknowledged so far, window or not (for the progress bar).
@@ -150,14 +177,17 @@ impl Bench {
         // The nodes talk mTLS, as a production cluster does (T1).
         let certs = cohort_actors::local_cluster(&dir.join("certs"), (1..=options.nodes as u64).map(NodeId))
             .map_err(|error| format!("throwaway certificates: {error}"))?;
+        let sizes = StateSizes::default();
         let mut nodes = Vec::new();
         for index in 0..options.nodes {
-            nodes.push(start_node(&options, index, &addresses, &dir, &certs)?);
+            nodes.push(start_node(&options, index, &addresses, &dir, &certs, &sizes)?);
         }
         let bench = Rc::new(Bench {
             handles: nodes.iter().map(Node::handle).collect(),
             guess: RefCell::new((0..options.groups).map(|g| g % options.nodes).collect()),
-            latencies_us: RefCell::new(Vec::new()),
+            latencies: RefCell::new(LatencyHistogram::default()),
+            interval_latencies: RefCell::new(LatencyHistogram::default()),
+            sizes,
             measuring: Cell::new(false),
             stopping: Cell::new(false),
             acknowledged: Cell::new(0),
@@ -174,14 +204,17 @@ impl Bench {
             writers.push(actix_rt::spawn(async move { bench.write_loop(writer, client).await }));
         }
         let warmup = Duration::from_secs(bench.options.warmup_secs);
-        bench.tick_bar(&bar, "warming up", warmup).await;
+        bench.tick_bar(&bar, "warming up", warmup, None).await;
         let before = bench.counters();
         let started = Instant::now();
         bench.measuring.set(true);
-        bench.tick_bar(&bar, "measuring", Duration::from_secs(bench.options.seconds)).await;
+        let mut timeline = Vec::new();
+        let schedule = Schedule::new(bench.options.timeline_secs).map(|schedule| (schedule, &mut timeline));
+        bench.tick_bar(&bar, "measuring", Duration::from_secs(bench.options.seconds), schedule).await;
         bench.measuring.set(false);
         let window = started.elapsed();
         let after = bench.counters();
+        let (state_bytes, rss_bytes) = (bench.sizes.largest_bytes(), process::resident_bytes());
         bench.stopping.set(true);
         for writer in writers {
             let _ = writer.await;
@@ -192,7 +225,7 @@ impl Bench {
             &bench.options,
             floor,
             window,
-            bench.latencies_us.take(),
+            &bench.latencies.borrow(),
             (before, after),
             bench.refused.get(),
             dropped_by_reason,
@@ -200,6 +233,9 @@ impl Bench {
         // Every node hosts every group (and its metadata replica).
         let replicas = (bench.options.groups + 1) * bench.options.nodes;
         report.rss_after_start_bytes = rss_after_start_bytes;
+        report.state_bytes = state_bytes;
+        report.rss_bytes = rss_bytes;
+        report.timeline = timeline;
         report.memory_bytes_per_replica = rss_after_start_bytes / replicas.max(1) as u64;
         for node in nodes {
             node.stop();
@@ -236,16 +272,49 @@ impl Bench {
         bar
     }
 
-    /// Update the bar every 200 ms for `length`.
-    async fn tick_bar(&self, bar: &ProgressBar, phase: &str, length: Duration) {
+    /// Update the bar every 200 ms for `length`, and take the timeline's
+    /// samples into `timeline` as they fall due.
+    async fn tick_bar(
+        &self,
+        bar: &ProgressBar,
+        phase: &str,
+        length: Duration,
+        mut timeline: Option<(Schedule, &mut Vec<TimelineSample>)>,
+    ) {
         let started = Instant::now();
         let acknowledged = self.acknowledged.get();
-        while started.elapsed() < length {
+        // One reading of the clock per tick: the tick that ends the loop
+        // is the one that sees the window over.
+        let mut elapsed = Duration::ZERO;
+        while elapsed < length {
             tokio::time::sleep(Duration::from_millis(200).min(length)).await;
             bar.inc(200);
-            let rate = (self.acknowledged.get() - acknowledged) as f64 / started.elapsed().as_secs_f64().max(0.001);
+            elapsed = started.elapsed();
+            let rate = (self.acknowledged.get() - acknowledged) as f64 / elapsed.as_secs_f64().max(0.001);
             bar.set_message(format!("{phase} | {rate:.0} writes/s"));
+            if let Some((schedule, samples)) = &mut timeline
+                && let Some(interval) = schedule.due(elapsed, elapsed >= length)
+            {
+                let sample = self.sample(interval);
+                // Above the bar on a terminal, a plain line when piped.
+                bar.suspend(|| eprintln!("{}", sample.line()));
+                samples.push(sample);
+            }
         }
+    }
+
+    /// The timeline's sample of `interval`; starts the next interval's latencies.
+    fn sample(&self, interval: timeline::Interval) -> TimelineSample {
+        let mut latencies = self.interval_latencies.borrow_mut();
+        let sample = TimelineSample::new(
+            interval,
+            &latencies,
+            self.options.op_size_bytes,
+            self.sizes.largest_bytes(),
+            process::resident_bytes(),
+        );
+        latencies.clear();
+        sample
     }
 
     fn counters(&self) -> Counters {
@@ -301,7 +370,9 @@ impl Bench {
             }
             self.acknowledged.set(self.acknowledged.get() + 1);
             if self.measuring.get() {
-                self.latencies_us.borrow_mut().push(started.elapsed().as_micros() as u64);
+                let latency_us = started.elapsed().as_micros() as u64;
+                self.latencies.borrow_mut().record(latency_us);
+                self.interval_latencies.borrow_mut().record(latency_us);
             }
         }
     }
@@ -344,6 +415,7 @@ fn start_node(
     addresses: &[SocketAddr],
     dir: &std::path::Path,
     certs: &cohort_actors::LocalCerts,
+    sizes: &StateSizes,
 ) -> Result<Node, String> {
     let node = NodeId(index as u64 + 1);
     let files = certs.node(node).ok_or_else(|| format!("no certificate for node {}", node.0))?;
@@ -352,7 +424,10 @@ fn start_node(
         .listen(addresses[index])
         .data_dir(dir.join(format!("node-{}", node.0)))
         .shards(options.shards)
-        .state_machine(|_| Box::new(Register::default()));
+        .state_machine({
+            let (shape, sizes) = (options.state, sizes.clone());
+            move |_| shape.state_machine(&sizes)
+        });
     for (peer, address) in addresses.iter().enumerate() {
         if peer != index {
             builder = builder.peer(NodeId(peer as u64 + 1), *address);

@@ -6,7 +6,9 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::floor::Floor;
-use super::{BenchOptions, Counters};
+use super::latency::LatencyHistogram;
+use super::timeline::{BYTES_PER_MB, TimelineSample, rates};
+use super::{BenchOptions, Counters, StateShape};
 
 /// The bench's figures over its measured window.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -21,12 +23,18 @@ pub(crate) struct BenchReport {
     pub shards: usize,
     /// Bytes per write.
     pub op_size_bytes: usize,
+    /// What the groups' state machines keep.
+    pub state: StateShape,
+    /// Seconds between timeline samples (0: no timeline).
+    pub timeline_secs: u64,
     /// Writes acknowledged in the window.
     pub writes: u64,
     /// The window's length.
     pub window_secs: f64,
     /// Writes per second of the window.
     pub writes_per_sec: f64,
+    /// Bytes of the writes' operations per second of the window, in MB (10^6).
+    pub mb_per_sec: f64,
     /// Median submit-to-acknowledgement latency.
     pub latency_p50_us: u64,
     /// 99th percentile.
@@ -56,6 +64,13 @@ pub(crate) struct BenchReport {
     pub round_trip_us: u64,
     /// The physical floor: the two above added.
     pub floor_us: u64,
+    /// The disk's bandwidth with an fdatasync after each write of the op
+    /// size, in MB/s.
+    pub disk_synced_mb_per_sec: f64,
+    /// The bytes floor: `disk_synced_mb_per_sec` over the nodes sharing the disk.
+    pub bytes_floor_mb_per_sec: f64,
+    /// `mb_per_sec` as a fraction of `bytes_floor_mb_per_sec` (0 without a floor).
+    pub mb_per_sec_of_floor: f64,
     /// The 1-minute load average when the window ended (the machine is shared).
     pub load_average: f64,
     /// The process's resident memory once every group had a primary.
@@ -63,6 +78,12 @@ pub(crate) struct BenchReport {
     /// `rss_after_start_bytes` over the group replicas of all nodes (the
     /// metadata group's included): an upper bound of one replica's cost.
     pub memory_bytes_per_replica: u64,
+    /// The largest state of any replica when the window ended.
+    pub state_bytes: u64,
+    /// The process's resident memory when the window ended.
+    pub rss_bytes: u64,
+    /// A sample every `timeline_secs` of the window.
+    pub timeline: Vec<TimelineSample>,
 }
 
 impl BenchReport {
@@ -71,13 +92,13 @@ impl BenchReport {
         options: &BenchOptions,
         floor: Floor,
         window: Duration,
-        mut latencies_us: Vec<u64>,
+        latencies: &LatencyHistogram,
         (before, after): (Counters, Counters),
         refused_writes: u64,
         dropped_by_reason: Vec<(String, u64)>,
     ) -> BenchReport {
-        latencies_us.sort_unstable();
-        let writes = latencies_us.len() as u64;
+        let writes = latencies.count();
+        let (writes_per_sec, mb_per_sec) = rates(writes, options.op_size_bytes, window);
         let per_write = |count: u64| count as f64 / writes.max(1) as f64;
         let usage = after.usage.since(before.usage);
         let syncs = after.syncs.saturating_sub(before.syncs);
@@ -89,12 +110,15 @@ impl BenchReport {
             writers: options.writers,
             shards: options.shards,
             op_size_bytes: options.op_size_bytes,
+            state: options.state,
+            timeline_secs: options.timeline_secs,
             writes,
             window_secs: window.as_secs_f64(),
-            writes_per_sec: writes as f64 / window.as_secs_f64().max(0.001),
-            latency_p50_us: percentile(&latencies_us, 50.0),
-            latency_p99_us: percentile(&latencies_us, 99.0),
-            latency_p999_us: percentile(&latencies_us, 99.9),
+            writes_per_sec,
+            mb_per_sec,
+            latency_p50_us: latencies.percentile(50.0),
+            latency_p99_us: latencies.percentile(99.0),
+            latency_p999_us: latencies.percentile(99.9),
             cpu_us_per_write: per_write(usage.cpu_us),
             socket_writes_per_write: per_write(after.socket_writes.saturating_sub(before.socket_writes)),
             fsyncs_per_write: per_write(syncs),
@@ -106,9 +130,15 @@ impl BenchReport {
             fdatasync_us: floor.fdatasync_us,
             round_trip_us: floor.round_trip_us,
             floor_us: floor.total_us(),
+            disk_synced_mb_per_sec: floor.disk_synced_bytes_per_sec as f64 / BYTES_PER_MB,
+            bytes_floor_mb_per_sec: floor.bytes_per_sec() / BYTES_PER_MB,
+            mb_per_sec_of_floor: floor.share_of_bytes(mb_per_sec * BYTES_PER_MB),
             load_average: load_average(),
             rss_after_start_bytes: 0,
             memory_bytes_per_replica: 0,
+            state_bytes: 0,
+            rss_bytes: 0,
+            timeline: Vec::new(),
         }
     }
 
@@ -122,9 +152,12 @@ impl BenchReport {
             "writers": self.writers,
             "shards": self.shards,
             "op_size_bytes": self.op_size_bytes,
+            "state": self.state.as_str(),
+            "timeline_secs": self.timeline_secs,
             "writes": self.writes,
             "window_secs": self.window_secs,
             "writes_per_sec": self.writes_per_sec,
+            "mb_per_sec": self.mb_per_sec,
             "latency_p50_us": self.latency_p50_us,
             "latency_p99_us": self.latency_p99_us,
             "latency_p999_us": self.latency_p999_us,
@@ -140,9 +173,15 @@ impl BenchReport {
             "fdatasync_us": self.fdatasync_us,
             "round_trip_us": self.round_trip_us,
             "floor_us": self.floor_us,
+            "disk_synced_mb_per_sec": self.disk_synced_mb_per_sec,
+            "bytes_floor_mb_per_sec": self.bytes_floor_mb_per_sec,
+            "mb_per_sec_of_floor": self.mb_per_sec_of_floor,
             "load_average": self.load_average,
             "rss_after_start_bytes": self.rss_after_start_bytes,
             "memory_bytes_per_replica": self.memory_bytes_per_replica,
+            "state_bytes": self.state_bytes,
+            "rss_bytes": self.rss_bytes,
+            "timeline": self.timeline.iter().map(sample_json).collect::<Vec<_>>(),
         })
         .to_string()
     }
@@ -153,12 +192,29 @@ impl BenchReport {
             (
                 "cluster",
                 format!(
-                    "{} nodes x {} shards, {} groups, {} writers, {} B writes",
-                    self.nodes, self.shards, self.groups, self.writers, self.op_size_bytes
+                    "{} nodes x {} shards, {} groups, {} writers, {} B writes, {} state",
+                    self.nodes,
+                    self.shards,
+                    self.groups,
+                    self.writers,
+                    self.op_size_bytes,
+                    self.state.as_str()
                 ),
             ),
             ("writes", format!("{} in {:.1} s", self.writes, self.window_secs)),
             ("writes/s", format!("{:.0} (load average {:.2})", self.writes_per_sec, self.load_average)),
+            (
+                "MB/s",
+                format!(
+                    "{:.2} ({:.2} of the bytes floor {:.2} MB/s: disk {:.2} MB/s synced per {} B write / {} nodes)",
+                    self.mb_per_sec,
+                    self.mb_per_sec_of_floor,
+                    self.bytes_floor_mb_per_sec,
+                    self.disk_synced_mb_per_sec,
+                    self.op_size_bytes,
+                    self.nodes
+                ),
+            ),
             (
                 "latency p50 / p99 / p99.9",
                 format!("{} / {} / {} us", self.latency_p50_us, self.latency_p99_us, self.latency_p999_us),
@@ -186,6 +242,15 @@ impl BenchReport {
                 ),
             ),
             (
+                "at the end",
+                format!(
+                    "state {} bytes ({:.1} MB, the largest replica's), RSS {:.1} MB",
+                    self.state_bytes,
+                    self.state_bytes as f64 / BYTES_PER_MB,
+                    self.rss_bytes as f64 / BYTES_PER_MB
+                ),
+            ),
+            (
                 "floor",
                 format!(
                     "{} us (fdatasync {} us + loopback round trip {} us)",
@@ -198,8 +263,49 @@ impl BenchReport {
         for (name, value) in rows {
             let _ = writeln!(out, "  {name:<width$}  {value}");
         }
+        if !self.timeline.is_empty() {
+            out.push_str(&timeline_table(&self.timeline, self.timeline_secs));
+        }
         out
     }
+}
+
+/// One timeline sample as a JSON object.
+fn sample_json(sample: &TimelineSample) -> serde_json::Value {
+    json!({
+        "elapsed_secs": sample.elapsed_secs,
+        "writes": sample.writes,
+        "writes_per_sec": sample.writes_per_sec,
+        "mb_per_sec": sample.mb_per_sec,
+        "latency_p50_us": sample.latency_p50_us,
+        "latency_p99_us": sample.latency_p99_us,
+        "state_bytes": sample.state_bytes,
+        "rss_bytes": sample.rss_bytes,
+    })
+}
+
+/// The timeline as a table, one row per sample.
+fn timeline_table(samples: &[TimelineSample], every_secs: u64) -> String {
+    let mut out = format!("  timeline, every {every_secs} s of the window:\n");
+    let _ = writeln!(
+        out,
+        "  {:>9}  {:>9}  {:>8}  {:>9}  {:>9}  {:>10}  {:>9}",
+        "elapsed s", "writes/s", "MB/s", "p50 us", "p99 us", "state MB", "RSS MB"
+    );
+    for sample in samples {
+        let _ = writeln!(
+            out,
+            "  {:>9.1}  {:>9.0}  {:>8.2}  {:>9}  {:>9}  {:>10.1}  {:>9.1}",
+            sample.elapsed_secs,
+            sample.writes_per_sec,
+            sample.mb_per_sec,
+            sample.latency_p50_us,
+            sample.latency_p99_us,
+            sample.state_bytes as f64 / BYTES_PER_MB,
+            sample.rss_bytes as f64 / BYTES_PER_MB,
+        );
+    }
+    out
 }
 
 /// The value at percentile `p` of sorted samples (0 if there are none).
@@ -217,4 +323,55 @@ pub(super) fn load_average() -> f64 {
         .ok()
         .and_then(|text| text.split_whitespace().next()?.parse().ok())
         .unwrap_or(0.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(elapsed_secs: f64, state_bytes: u64) -> TimelineSample {
+        TimelineSample {
+            elapsed_secs,
+            writes: 10,
+            writes_per_sec: 5.0,
+            mb_per_sec: 0.02,
+            latency_p50_us: 700,
+            latency_p99_us: 900,
+            state_bytes,
+            rss_bytes: 1 << 20,
+        }
+    }
+
+    #[test]
+    fn d5_the_report_carries_the_timeline_and_the_bytes_floor_in_json_and_table() {
+        let report = BenchReport {
+            state: StateShape::Log,
+            timeline_secs: 2,
+            mb_per_sec: 3.0,
+            bytes_floor_mb_per_sec: 6.0,
+            mb_per_sec_of_floor: 0.5,
+            state_bytes: 4_000_000,
+            timeline: vec![sample(2.0, 2_000_000), sample(4.0, 4_000_000)],
+            ..BenchReport::default()
+        };
+        let json: serde_json::Value = serde_json::from_str(&report.json()).expect("JSON");
+        assert_eq!((json["state"].as_str(), json["mb_per_sec_of_floor"].as_f64()), (Some("log"), Some(0.5)));
+        let timeline = json["timeline"].as_array().expect("an array");
+        assert_eq!(timeline.len(), 2);
+        assert_eq!(timeline[1]["state_bytes"], 4_000_000);
+        assert_eq!(timeline[0]["latency_p99_us"], 900);
+        let table = report.table();
+        assert!(table.contains("timeline, every 2 s of the window"), "{table}");
+        assert!(table.contains("state 4000000 bytes (4.0 MB"), "{table}");
+        assert_eq!(table.lines().filter(|line| line.trim_start().starts_with("4.0 ")).count(), 1, "{table}");
+    }
+
+    #[test]
+    fn d5_without_a_timeline_the_table_has_none_and_the_json_an_empty_array() {
+        let report = BenchReport::default();
+        assert!(!report.table().contains("timeline"));
+        let json: serde_json::Value = serde_json::from_str(&report.json()).expect("JSON");
+        assert_eq!(json["timeline"].as_array().map(Vec::len), Some(0));
+        assert_eq!(json["state"], "register");
+    }
 }

@@ -3,12 +3,12 @@
 //! a running cluster over its client ports ([`crate::bench::network`],
 //! C2). The shared flags (groups, writers, window, op size, `--json`) mean
 //! the same in both; the local cluster's shape (`--nodes`, `--shards`,
-//! `--data-dir`) conflicts with `--cluster`, and the network's (`--metrics`
-//! and the connection flags) needs it.
+//! `--data-dir`, `--state`, `--timeline-secs`) conflicts with `--cluster`,
+//! and the network's (`--metrics` and the connection flags) needs it.
 
 use super::connect::{ConnectArgs, ConnectError};
 use crate::bench::network::NetworkOptions;
-use crate::bench::{self, BenchOptions};
+use crate::bench::{self, BenchOptions, StateShape};
 
 /// `cohort bench`'s flags.
 #[derive(Clone, Debug, PartialEq, Eq, clap::Args)]
@@ -39,6 +39,15 @@ pub(crate) struct BenchArgs {
     /// cost away).
     #[arg(long, conflicts_with = "cluster")]
     pub data_dir: Option<std::path::PathBuf>,
+    /// What the groups of the cluster started in this process keep:
+    /// `register` replaces one value per write, `log` appends every write,
+    /// so the state grows for the whole run.
+    #[arg(long, value_enum, default_value_t = StateShape::Register, conflicts_with = "cluster")]
+    pub state: StateShape,
+    /// A timeline line (writes/s, MB/s, p50, p99, state bytes, RSS) every
+    /// this many seconds of the measured window; 0 turns it off.
+    #[arg(long, default_value_t = 5, conflicts_with = "cluster")]
+    pub timeline_secs: u64,
     /// Print one JSON object as the last line instead of the table (the
     /// global `--json`).
     #[arg(skip)]
@@ -91,8 +100,14 @@ pub(crate) fn bench_command(args: &BenchArgs) -> Result<String, BenchError> {
         None => {
             let options = local_options(args);
             eprintln!(
-                "cohort bench: {} nodes x {} shards, {} groups, {} writers; {} s warm-up, {} s measured",
-                options.nodes, options.shards, options.groups, options.writers, options.warmup_secs, options.seconds
+                "cohort bench: {} nodes x {} shards, {} groups ({} state), {} writers; {} s warm-up, {} s measured",
+                options.nodes,
+                options.shards,
+                options.groups,
+                options.state.as_str(),
+                options.writers,
+                options.warmup_secs,
+                options.seconds
             );
             let report = bench::run(options).map_err(BenchError::Local)?;
             Ok(if args.json { report.json() } else { report.table() })
@@ -128,6 +143,8 @@ fn local_options(args: &BenchArgs) -> BenchOptions {
         op_size_bytes: args.op_size_bytes,
         shards: args.shards,
         data_dir: args.data_dir.clone(),
+        state: args.state,
+        timeline_secs: args.timeline_secs,
         progress: true,
     }
 }
@@ -166,6 +183,18 @@ mod tests {
         assert_eq!(args.cluster, None);
         let options = local_options(&args);
         assert_eq!((options.nodes, options.shards, options.seconds, options.writers), (5, 2, 3, 256));
+        assert_eq!((options.state, options.timeline_secs), (StateShape::Register, 5), "today's bench by default");
+    }
+
+    #[test]
+    fn d5_state_and_timeline_choose_the_shape_and_the_sampling() {
+        let args = parse(&["--state", "log", "--timeline-secs", "10", "--op-size-bytes", "4096"]).expect("parses");
+        let options = local_options(&args);
+        assert_eq!((options.state, options.timeline_secs, options.op_size_bytes), (StateShape::Log, 10, 4096));
+        assert_eq!(local_options(&parse(&["--timeline-secs", "0"]).expect("parses")).timeline_secs, 0);
+        assert!(parse(&["--state", "kv"]).is_err(), "an unknown shape");
+        assert!(parse(&["--cluster", "a:1", "--state", "log"]).is_err(), "the local cluster's shape");
+        assert!(parse(&["--cluster", "a:1", "--timeline-secs", "1"]).is_err());
     }
 
     #[test]
