@@ -26,7 +26,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 /// The requirement families: letter and highest number (each starts at 1).
-const FAMILIES: [(char, u32); 12] = [
+const FAMILIES: [(char, u32); 14] = [
     ('R', 32),
     ('V', 7),
     ('Q', 4),
@@ -39,6 +39,8 @@ const FAMILIES: [(char, u32); 12] = [
     ('C', 5),
     ('Z', 6),
     ('O', 6),
+    ('H', 5),
+    ('D', 5),
 ];
 
 /// Workspace directories whose `*.rs` files are scanned.
