@@ -30,7 +30,6 @@ use std::collections::HashMap;
 use cohort_sim::host_package;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use cohort_runtime::admin::AdminToken;
@@ -156,35 +155,11 @@ async fn wait_ready(admin: SocketAddr, nodes: usize) {
 
 /// Run headless Chromium on `url` with `arguments`, off the actors'
 /// thread, killed if it outlives [`BROWSER_WAIT_MAX`]: its stdout.
-async fn chromium(url: String, arguments: Vec<String>) -> String {
+async fn chromium(url: String, mut arguments: Vec<String>) -> String {
+    arguments.push(format!("--virtual-time-budget={VIRTUAL_TIME_BUDGET_MS}"));
     tokio::task::spawn_blocking(move || {
         let profile = tempfile::tempdir().expect("a browser profile dir");
-        let mut child = Command::new("chromium")
-            .args(["--headless", "--disable-gpu", "--no-sandbox", "--no-first-run", "--disable-extensions"])
-            .arg(format!("--user-data-dir={}", profile.path().display()))
-            .arg(format!("--virtual-time-budget={VIRTUAL_TIME_BUDGET_MS}"))
-            .args(&arguments)
-            .arg(&url)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("chromium starts");
-        let mut stdout = child.stdout.take().expect("piped stdout");
-        let reader = std::thread::spawn(move || {
-            let mut text = String::new();
-            let _ = std::io::Read::read_to_string(&mut stdout, &mut text);
-            text
-        });
-        let deadline = Instant::now() + BROWSER_WAIT_MAX;
-        while child.try_wait().expect("wait for chromium").is_none() {
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("chromium ran longer than {BROWSER_WAIT_MAX:?} on {url}");
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        reader.join().expect("the reader thread")
+        cohort_sim::browser::headless(&url, &arguments, profile.path(), BROWSER_WAIT_MAX)
     })
     .await
     .expect("the browser's thread")

@@ -271,25 +271,13 @@ async fn take_screenshot(page: Page, png: PathBuf) {
         let dir = tempfile::Builder::new().prefix("cohort-dashboard-").tempdir().expect("a temp dir");
         let file = dir.path().join("dashboard.html");
         std::fs::write(&file, &page.html).expect("write the page");
-        let mut child = Command::new("chromium")
-            .args(["--headless", "--disable-gpu", "--no-sandbox", "--no-first-run", "--hide-scrollbars"])
-            .arg(format!("--user-data-dir={}", dir.path().join("profile").display()))
-            .arg(format!("--screenshot={}", png.display()))
-            .arg(format!("--window-size={},{}", dashboard_render::PAGE_WIDTH_PX, page.height_px))
-            .arg(format!("file://{}", file.display()))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("chromium starts");
-        let deadline = Instant::now() + BROWSER_WAIT_MAX;
-        while child.try_wait().expect("wait for chromium").is_none() {
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("chromium ran longer than {BROWSER_WAIT_MAX:?}");
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        let arguments = [
+            "--hide-scrollbars".to_string(),
+            format!("--screenshot={}", png.display()),
+            format!("--window-size={},{}", dashboard_render::PAGE_WIDTH_PX, page.height_px),
+        ];
+        let url = format!("file://{}", file.display());
+        cohort_sim::browser::headless(&url, &arguments, &dir.path().join("profile"), BROWSER_WAIT_MAX);
     })
     .await
     .expect("the browser's thread");

@@ -9,6 +9,7 @@
 
 #![warn(unreachable_pub)]
 
+pub mod browser;
 pub mod check;
 pub mod cli;
 pub mod client;

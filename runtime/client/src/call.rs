@@ -27,7 +27,7 @@ use cohort_messages::{GroupId, NodeId, Op, ReplyError, Request, RequestKind};
 use tokio::time::Instant;
 
 use crate::client::Inner;
-use crate::connection::{Answer, CallError, DialError};
+use crate::connection::{Answer, CallError};
 use crate::error::ClientError;
 
 /// A write's result, or a read's answer.
@@ -192,17 +192,13 @@ impl Call<'_> {
             if self.failed[index] || self.inner.pool.backing_off(index) {
                 continue;
             }
-            let connection = match self.inner.pool.connection(index).await {
+            let address = self.inner.pool.address(index);
+            let connection = match self.inner.pool.connection(index).await.map_err(|e| e.final_error(address)) {
                 Ok(connection) => connection,
-                Err(DialError::Tls { detail }) => {
-                    return Err(ClientError::Tls { address: self.inner.pool.address(index).to_string(), detail });
-                }
-                Err(DialError::Mismatch { detail }) => {
-                    return Err(ClientError::Mismatch { address: self.inner.pool.address(index).to_string(), detail });
-                }
-                Err(DialError::Io { kind, detail }) => {
+                Err(Ok(final_error)) => return Err(final_error),
+                Err(Err((kind, detail))) => {
                     self.failed[index] = true;
-                    self.last = Last::Io { address: self.inner.pool.address(index).to_string(), kind, detail };
+                    self.last = Last::Io { address: address.to_string(), kind, detail };
                     continue;
                 }
             };
@@ -225,16 +221,12 @@ impl Call<'_> {
         let group = self.request.group;
         self.attempts += 1;
         let pool = &self.inner.pool;
-        let connection = match pool.connection(target).await {
+        let address = pool.address(target);
+        let connection = match pool.connection(target).await.map_err(|e| e.final_error(address)) {
             Ok(connection) => connection,
-            Err(DialError::Tls { detail }) => {
-                return Next::Done(Err(ClientError::Tls { address: pool.address(target).to_string(), detail }));
-            }
-            Err(DialError::Mismatch { detail }) => {
-                return Next::Done(Err(ClientError::Mismatch { address: pool.address(target).to_string(), detail }));
-            }
-            Err(DialError::Io { kind, detail }) => {
-                self.last = Last::Io { address: pool.address(target).to_string(), kind, detail };
+            Err(Ok(final_error)) => return Next::Done(Err(final_error)),
+            Err(Err((kind, detail))) => {
+                self.last = Last::Io { address: address.to_string(), kind, detail };
                 return Next::Elsewhere;
             }
         };

@@ -287,15 +287,7 @@ impl ClusterClient {
             }
             if !answered {
                 return Err(match last.take() {
-                    Some((index, crate::connection::DialError::Tls { detail })) => {
-                        ClientError::Tls { address: self.inner.pool.address(index).to_string(), detail }
-                    }
-                    Some((index, crate::connection::DialError::Mismatch { detail })) => {
-                        ClientError::Mismatch { address: self.inner.pool.address(index).to_string(), detail }
-                    }
-                    Some((index, crate::connection::DialError::Io { kind, detail })) => {
-                        ClientError::Io { address: self.inner.pool.address(index).to_string(), kind, detail }
-                    }
+                    Some((index, error)) => error.into_client_error(self.inner.pool.address(index)),
                     None => ClientError::Io {
                         address: self.inner.pool.addresses().collect::<Vec<_>>().join(","),
                         kind: std::io::ErrorKind::TimedOut,

@@ -34,6 +34,7 @@ use tokio::time::{Instant, timeout_at};
 
 use crate::cluster_id::format_cluster_id;
 use crate::config::ClientLimits;
+use crate::error::ClientError;
 use crate::tls::{ClientTls, tls_failure};
 
 /// Bytes one writer turn puts in one socket write at most.
@@ -75,6 +76,28 @@ pub(crate) enum DialError {
     /// The node is of another cluster or speaks another wire revision (its
     /// Handshake said so, R18): trying again will not help.
     Mismatch { detail: String },
+}
+
+impl DialError {
+    /// The caller's error for this failure to dial `address` if trying
+    /// again will not help; otherwise the I/O failure's kind and detail.
+    pub(crate) fn final_error(self, address: &str) -> Result<ClientError, (std::io::ErrorKind, String)> {
+        let address = address.to_string();
+        match self {
+            DialError::Tls { detail } => Ok(ClientError::Tls { address, detail }),
+            DialError::Mismatch { detail } => Ok(ClientError::Mismatch { address, detail }),
+            DialError::Io { kind, detail } => Err((kind, detail)),
+        }
+    }
+
+    /// The caller's error for this failure to dial `address`, whatever it was.
+    pub(crate) fn into_client_error(self, address: &str) -> ClientError {
+        self.final_error(address).unwrap_or_else(|(kind, detail)| ClientError::Io {
+            address: address.to_string(),
+            kind,
+            detail,
+        })
+    }
 }
 
 /// Which request an answer is for (the exactly-once key, per connection).

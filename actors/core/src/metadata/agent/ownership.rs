@@ -160,8 +160,7 @@ impl Ownership {
                 // committed, and whatever this replica holds must not be
                 // served again.
                 ended.push(hosted.group);
-                let seen = *self.seen_at.entry(hosted.group).or_insert(metadata.epoch);
-                if replayed.is_some_and(|replayed| replayed < seen) {
+                if !self.replayable(hosted.group, metadata, replayed) {
                     continue;
                 }
                 if self.ended.again(hosted.group, now, config.request_retry_ticks) {
@@ -184,8 +183,7 @@ impl Ownership {
         self.seen_at.retain(|group, _| ended.contains(group) || misplaced.contains(group));
         for group in misplaced {
             let since = *self.misplaced_since.entry(group).or_insert(now);
-            let seen = *self.seen_at.entry(group).or_insert(metadata.epoch);
-            if replayed.is_some_and(|replayed| replayed < seen) {
+            if !self.replayable(group, metadata, replayed) {
                 continue;
             }
             if now >= since.saturating_add(config.unload_grace_ticks) {
@@ -196,6 +194,14 @@ impl Ownership {
             }
         }
         debug_assert!(self.misplaced_since.values().all(|since| *since <= now), "a grace starts in the past");
+    }
+
+    /// H3: whether a restart of this node, replaying its metadata through
+    /// `replayed`, would see what `metadata` showed of `group` when a scan
+    /// first found it ended or misplaced (remembered from now on).
+    fn replayable(&mut self, group: GroupId, metadata: &Metadata, replayed: Option<Epoch>) -> bool {
+        let seen = *self.seen_at.entry(group).or_insert(metadata.epoch);
+        replayed.is_none_or(|replayed| replayed >= seen)
     }
 }
 
