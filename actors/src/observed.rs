@@ -12,7 +12,7 @@ use std::rc::Rc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use cohort_core::StateMachine;
+use cohort_core::{Durability, StateMachine};
 use cohort_messages::{GroupId, Op};
 
 use crate::metrics::GroupKindMetrics;
@@ -68,5 +68,21 @@ impl StateMachine for ObservedStateMachine {
         operation: &[u8],
     ) -> Result<(), String> {
         self.inner.admit(sender, members, operation)
+    }
+
+    fn durability(&self) -> Durability {
+        self.inner.durability()
+    }
+
+    fn checkpoint(&mut self, record: &[u8]) -> Result<(), String> {
+        self.inner.checkpoint(record)
+    }
+
+    fn checkpointed(&self) -> Option<Bytes> {
+        self.inner.checkpointed()
+    }
+
+    fn clear(&mut self) -> Result<(), String> {
+        self.inner.clear()
     }
 }
