@@ -22,10 +22,11 @@ use cohort_messages::{ClusterId, GroupId, NodeId};
 use cohort_wal::FileStorage;
 
 use crate::disk::SimDisk;
+use crate::disk_kv::DiskKv;
 use crate::kv::{ApplySink, Kv};
 use crate::metadata::{AgentShell, MetadataMirror, MirroredMetadata, StepGateLog};
 use crate::rng::Rng;
-use crate::storage::{Backend, SimStorage, StorageKind, file_config};
+use crate::storage::{Backend, SimStorage, StateKind, StorageKind, file_config};
 use crate::worker::StorageWorker;
 
 /// The simulated cluster id.
@@ -94,6 +95,8 @@ pub struct NodeSetup {
     pub shards: usize,
     /// The storage each shard runs.
     pub storage: StorageKind,
+    /// D1: where the kv groups' state machines keep their state.
+    pub state: StateKind,
 }
 
 /// Why a node could not start: a storage refused to open or recover.
@@ -139,6 +142,9 @@ pub struct SimNode {
     pub sinks: HashMap<GroupId, ApplySink>,
     /// Times this node restarted.
     pub restarts: u64,
+    /// D1: its state machines' checkpoints, and replicas rebuilt for want
+    /// of one.
+    pub checkpoints: crate::disk_kv::CheckpointSink,
     /// The applied metadata of this node's metadata replica (metadata scenario).
     pub metadata: MetadataMirror,
     /// M2: step-gate violations its metadata replica's applies showed
@@ -239,6 +245,7 @@ impl SimNode {
             down_until: 0,
             sinks: HashMap::new(),
             restarts: 0,
+            checkpoints: Default::default(),
             metadata: MetadataMirror::default(),
             step_gates: StepGateLog::default(),
             agent: None,
@@ -361,6 +368,8 @@ impl SimNode {
         let sink = self.sink(group);
         if group == GroupId::METADATA {
             Box::new(MirroredMetadata::new(Rc::clone(&self.metadata), sink, Rc::clone(&self.step_gates)))
+        } else if self.setup.state == StateKind::Disk {
+            Box::new(DiskKv::open(self.disk.clone(), group, sink, Rc::clone(&self.checkpoints)))
         } else {
             Box::new(Kv::new(sink))
         }
@@ -464,6 +473,16 @@ impl SimNode {
                         panic!("node {} cannot host {group_id} empty: {error}", self.index);
                     }
                 }
+                // D1: the state machine lost state storage's log no longer
+                // holds: removed, and joined empty, as a node does.
+                Err(cohort_core::ShardError::StateMachineBehind { .. }) => {
+                    shards[index].worker.queue(StorageJob::RemoveGroup(group_id));
+                    let state = self.state_machine(group_id);
+                    if let Err(error) = shards[index].driver.join_group(spec_again, state) {
+                        panic!("node {} cannot join {group_id} empty: {error}", self.index);
+                    }
+                    self.checkpoints.borrow_mut().rebuilt += 1;
+                }
                 Err(error) => panic!("node {} cannot recover {group_id}: {error}", self.index),
             }
         }
@@ -487,6 +506,15 @@ impl SimNode {
                 *memory = None;
             }
         }
+        // A new disk takes the state machines' checkpoints (D1) with it.
+        if shard.is_none() && self.setup.state == StateKind::Disk {
+            self.disk.wipe(&crate::disk_kv::state_dir());
+        }
+    }
+
+    /// D1: where the kv groups' state machines keep their state.
+    pub fn state_kind(&self) -> StateKind {
+        self.setup.state
     }
 
     /// H2, H5: the newest log segment of shard `shard` is cut short while

@@ -125,6 +125,19 @@ pub enum ShardError {
         /// The incarnation of the spec.
         placed: cohort_messages::Incarnation,
     },
+    /// D1: storage's snapshot of the group needs state its persistent state
+    /// machine no longer has (its newest checkpoint is behind, or gone). The
+    /// host should remove the group's data and join it empty
+    /// ([`Shard::join_group`]): it is rebuilt from the other members (H1).
+    #[error("{group}: the state machine's newest checkpoint ({}) is behind the snapshot at op {} that storage holds", checkpoint.map_or("none".to_string(), |op| format!("op {}", op.0)), snapshot.0)]
+    StateMachineBehind {
+        /// The group.
+        group: GroupId,
+        /// The op of the state machine's newest checkpoint.
+        checkpoint: Option<Op>,
+        /// The op of storage's snapshot.
+        snapshot: Op,
+    },
     /// The spec (or a change of learners) is invalid.
     #[error(transparent)]
     Spec(#[from] crate::replica::SpecError),
@@ -222,6 +235,10 @@ impl Shard {
         build: BuildEmpty,
     ) -> Result<(), ShardError> {
         self.check_spec(&spec)?;
+        let mut state = state;
+        // D1: a replica that starts empty has no state, whatever a
+        // persistent state machine kept from an earlier one.
+        state.clear().map_err(|error| ShardError::Recovery(format!("{}: clearing its state machine: {error}", spec.group)))?;
         let group = spec.group;
         let (config, now) = (std::sync::Arc::clone(&self.config), self.now);
         let (_, mut cx, _) = self.parts();
@@ -238,6 +255,15 @@ impl Shard {
         state: Box<dyn StateMachine>,
         recovered: RecoveredGroup,
     ) -> Result<(), ShardError> {
+        let saved_op = recovered.snapshot.as_ref().map(|snapshot| snapshot.op);
+        let mut recovered = recovered;
+        if let Err((checkpoint, snapshot)) = crate::replica::with_checkpoint(state.as_ref(), &mut recovered) {
+            return Err(ShardError::StateMachineBehind { group: spec.group, checkpoint, snapshot });
+        }
+        // D1: a checkpoint past storage's snapshot (a crash before cohort
+        // saved its copy) is saved now, ahead of anything appended after it.
+        let checkpoint_ahead = recovered.snapshot.as_ref().filter(|snapshot| saved_op.is_none_or(|op| snapshot.op > op));
+        let checkpoint_ahead = checkpoint_ahead.cloned();
         if let Some(found) = spec.earlier_life(&recovered) {
             return Err(ShardError::EarlierLife { group: spec.group, found, placed: spec.incarnation });
         }
@@ -250,6 +276,9 @@ impl Shard {
         let group = spec.group;
         let (config, now) = (std::sync::Arc::clone(&self.config), self.now);
         let (_, mut cx, _) = self.parts();
+        if let Some(snapshot) = checkpoint_ahead {
+            cx.out.stage(group, crate::effect::Effect::SaveSnapshot { group, snapshot, deferrable: false });
+        }
         let replica = Replica::recover(spec, config, state, recovered, now, &mut cx).map_err(ShardError::Recovery)?;
         self.insert(group, replica);
         Ok(())
@@ -332,6 +361,10 @@ impl Shard {
         self.out.forget_group(group);
         match self.groups.remove(&group) {
             Some(mut replica) => {
+                // D1: a persistent state machine's state goes with the
+                // replica, as the group's storage does (a failure leaves
+                // files that the next replica hosted here clears).
+                let _ = replica.clear_state();
                 replica.settle_quiet(&self.quiet);
                 replica.leave_quiet(&mut self.quiet, &mut self.metrics);
                 debug_assert!(

@@ -76,7 +76,7 @@ impl Replica {
         }
         let to = self.node_of(request.replica);
         if request.op_min <= self.log.base() {
-            if let Some(snapshot) = self.snapshot.clone() {
+            if let Some(snapshot) = self.transfer_snapshot() {
                 self.send_chunk(&snapshot, 0, request.replica, cx.out);
             }
             return;
@@ -137,7 +137,7 @@ impl Replica {
             // or the view's chosen log, from an election since left.
             return cx.refuse(Refusal::StateTransferNotPrimary);
         }
-        let Some(snapshot) = self.snapshot.clone() else { return };
+        let Some(snapshot) = self.transfer_snapshot() else { return };
         let offset = if request.snapshot_op == snapshot.op { request.offset_bytes } else { 0 };
         self.send_chunk(&snapshot, offset, request.replica, cx.out);
     }
@@ -248,7 +248,7 @@ impl Replica {
         }
         let snapshot_op = snapshot.op;
         let kept: Vec<_> = self.log.entries_from(snapshot.op.next()).cloned().collect();
-        self.install_snapshot_state(&snapshot, cx.out)?;
+        let snapshot = self.install_snapshot_state(&snapshot, cx.out)?;
         // Keep what follows the snapshot only while views do not go
         // backwards: an entry of a view older than the snapshot's entry
         // cannot be committed (committed logs are prefixes, views in a log
