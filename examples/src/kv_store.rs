@@ -56,7 +56,7 @@ const FORMAT_KEY: &str = "format";
 const FORMAT: &[u8] = b"cohort-kv-store 1";
 /// Where `meta` holds the record of the newest checkpoint.
 const RECORD_KEY: &str = "checkpoint";
-/// The first bytes of a snapshot ([`encode_snapshot`]).
+/// The first bytes of a snapshot ([`decode_snapshot`]).
 const SNAPSHOT_MAGIC: &[u8; 8] = b"kvsnap01";
 /// What an operation that does not decode is answered.
 const MALFORMED: &[u8] = b"malformed";
@@ -104,9 +104,8 @@ fn take(input: &[u8], width: usize) -> Result<(Bytes, &[u8]), String> {
     Ok((Bytes::copy_from_slice(field), rest))
 }
 
-/// Encode entries in ascending key order: [`SNAPSHOT_MAGIC`], the entry
-/// count (`u64`), then per entry the key's length (`u16`), the key, the
-/// value's length (`u32`), the value; little-endian.
+/// Encode entries given in ascending key order, in [`decode_snapshot`]'s
+/// format.
 fn encode_snapshot<'a>(entries: impl Iterator<Item = (&'a [u8], &'a [u8])>) -> Bytes {
     let mut out = SNAPSHOT_MAGIC.to_vec();
     out.extend_from_slice(&0u64.to_le_bytes());
@@ -125,9 +124,13 @@ fn encode_snapshot<'a>(entries: impl Iterator<Item = (&'a [u8], &'a [u8])>) -> B
     out.into()
 }
 
-/// Decode a snapshot of [`encode_snapshot`]'s format, or say why it is
-/// not one: wrong magic, a truncated field, keys not strictly ascending (so
-/// no key twice), a count that differs from the entries, bytes after them.
+/// Decode a snapshot, or say why it is not one: wrong magic, a truncated
+/// field, keys not strictly ascending (so no key twice), a count that
+/// differs from the entries, bytes after them.
+///
+/// The format: `kvsnap01`, the entry count (`u64`), then per entry in
+/// ascending key order the key's length (`u16`), the key, the value's
+/// length (`u32`), the value; integers little-endian.
 pub fn decode_snapshot(snapshot: &[u8]) -> Result<BTreeMap<Bytes, Bytes>, String> {
     let rest = snapshot.strip_prefix(SNAPSHOT_MAGIC).ok_or("snapshot: not a kv snapshot (wrong magic)")?;
     let (count, mut rest) = rest.split_at_checked(8).ok_or("snapshot: truncated entry count")?;
