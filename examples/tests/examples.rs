@@ -165,3 +165,43 @@ fn kv_answers_curl_style_requests() {
     let _ = stdout.read_to_string(&mut rest);
     assert!(status.success() && rest.contains("kv: stopping"), "{status}: {rest}");
 }
+
+/// `kv` started with `args`, and the address it serves on.
+fn start_kv(args: &[&str]) -> (Kv, BufReader<std::process::ChildStdout>, String) {
+    let child = Command::new(env!("CARGO_BIN_EXE_kv")).args(args).stdout(Stdio::piped()).spawn().expect("kv starts");
+    let mut kv = Kv(child);
+    let mut stdout = BufReader::new(kv.0.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    stdout.read_line(&mut line).expect("kv says where it serves");
+    let address = line.split("http://").nth(1).and_then(|rest| rest.split_whitespace().next()).expect("address");
+    (kv, stdout, address.to_owned())
+}
+
+/// Stop `kv` with SIGTERM and wait for it to exit cleanly.
+fn stop_kv(mut kv: Kv, mut stdout: BufReader<std::process::ChildStdout>) {
+    let killed = Command::new("kill").args(["-TERM", &kv.0.id().to_string()]).status().expect("kill runs");
+    assert!(killed.success());
+    let status = kv.0.wait().expect("kv exits");
+    let mut rest = String::new();
+    let _ = stdout.read_to_string(&mut rest);
+    assert!(status.success() && rest.contains("kv: stopping"), "{status}: {rest}");
+}
+
+#[test]
+fn d1_kv_keeps_each_node_s_groups_in_redb_files_under_its_data_dir_across_a_restart() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let data_dir = dir.path().to_str().expect("utf-8 path");
+    let args = ["--http", "127.0.0.1:0", "--partitions", "2", "--data-dir", data_dir];
+    let (kv, stdout, address) = start_kv(&args);
+    assert_eq!(http(&address, &put("kept", b"across a restart")), (200, b"ok\n".to_vec()));
+    stop_kv(kv, stdout);
+    for node in 1..=3 {
+        for group in 0..2 {
+            let file = dir.path().join(format!("node-{node}/kv/group-{group}.redb"));
+            assert!(file.is_file(), "{} is there", file.display());
+        }
+    }
+    let (kv, stdout, address) = start_kv(&args);
+    assert_eq!(http(&address, &get("kept")), (200, b"across a restart".to_vec()));
+    stop_kv(kv, stdout);
+}
