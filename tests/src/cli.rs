@@ -602,7 +602,7 @@ mod tests {
 
     #[test]
     fn parses_every_flag() {
-        let line = "--seeds 200 --seed-start 7 --nodes 5 --groups 2 --shards 3 --storage memory \
+        let line = "--seeds 200 --seed-start 7 --nodes 5 --groups 2 --shards 3 --storage memory --state disk \
                     --replication-quorum 5 --fault-ticks 9 --liveness-ticks 8 --scenario metadata --profile durability \
                     --transfers off --quiesce-ticks 20 --json";
         assert_eq!(
@@ -615,6 +615,7 @@ mod tests {
                 groups: 2,
                 shards: 3,
                 storage: StorageKind::Memory,
+                state: StateKind::Disk,
                 mutant: None,
                 profile: Some(FaultProfile::Durability),
                 forger: None,
@@ -659,6 +660,7 @@ mod tests {
         assert!(parse("--learners 1 --scenario metadata").unwrap_err().contains("default scenario"));
         assert!(parse("--shards 0").unwrap_err().contains("1..=16"));
         assert!(parse("--storage disk").unwrap_err().contains("`file` or `memory`"));
+        assert!(parse("--state file").unwrap_err().contains("`memory` or `disk`"));
         assert!(parse("--mutant nothing").unwrap_err().contains("ack-before-durable"));
         assert!(parse("--forger member").unwrap_err().contains("`non-member` or `replay`"));
         assert!(parse("--transfers no").unwrap_err().contains("`on` or `off`"));

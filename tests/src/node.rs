@@ -512,6 +512,19 @@ impl SimNode {
         }
     }
 
+    /// D1: the state machines' checkpoints are gone while the node is
+    /// down (their directory emptied), its log and snapshots kept: every
+    /// replica whose snapshot needs its state machine's is rebuilt from
+    /// the other members. False unless the kv state is on disk.
+    pub fn wipe_state(&mut self) -> bool {
+        assert!(self.shards.is_empty(), "D1: state is lost only while its node is down");
+        if self.setup.state != StateKind::Disk {
+            return false;
+        }
+        self.disk.wipe(&crate::disk_kv::state_dir());
+        true
+    }
+
     /// D1: where the kv groups' state machines keep their state.
     pub fn state_kind(&self) -> StateKind {
         self.setup.state

@@ -257,8 +257,15 @@ impl Shard {
     ) -> Result<(), ShardError> {
         let saved_op = recovered.snapshot.as_ref().map(|snapshot| snapshot.op);
         let mut recovered = recovered;
-        if let Err((checkpoint, snapshot)) = crate::replica::with_checkpoint(state.as_ref(), &mut recovered) {
+        let ignored = self.config.mutated(crate::mutants::Mutant::CheckpointAheadIgnored);
+        let saved = if ignored { recovered.snapshot.clone() } else { None };
+        if let Err((checkpoint, snapshot)) = crate::replica::with_checkpoint(state.as_ref(), &mut recovered)
+            && !self.config.mutated(crate::mutants::Mutant::CheckpointBehindAccepted)
+        {
             return Err(ShardError::StateMachineBehind { group: spec.group, checkpoint, snapshot });
+        }
+        if saved.is_some() {
+            recovered.snapshot = saved;
         }
         // D1: a checkpoint past storage's snapshot (a crash before cohort
         // saved its copy) is saved now, ahead of anything appended after it.

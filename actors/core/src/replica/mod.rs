@@ -371,9 +371,20 @@ impl Replica {
         let switched = recovered.snapshot.is_some()
             && recovered.superblock.as_ref().is_none_or(|sb| sb.incarnation != replica.spec.incarnation);
         let entries = if switched { Vec::new() } else { recovered.entries };
+        // H2: a replica marked recovering lost records its storage had
+        // synced, a group's removal among them perhaps (its older entries
+        // then come back without the snapshot that covered them). What
+        // follows a gap cannot be trusted, and it is repaired from the
+        // other members anyway: its log ends before the gap.
+        let lost_records = recovered.superblock.as_ref().is_some_and(|sb| sb.recovering);
+        let mut cut_at_gap = false;
         for entry in entries {
             if entry.op <= base {
                 continue;
+            }
+            if entry.op != replica.log.op().next() && lost_records {
+                cut_at_gap = true;
+                break;
             }
             if entry.op != replica.log.op().next() {
                 return Err(format!("{}: recovered log has a gap before {}", replica.spec.group, entry.op));
@@ -386,6 +397,10 @@ impl Replica {
             replica.log.push(entry);
         }
         replica.durable_op = replica.log.op();
+        if cut_at_gap {
+            let op = replica.log.op();
+            replica.stage_truncate(op, cx.out);
+        }
         // A superblock of an earlier incarnation (a crash right after a
         // member change saved the new incarnation's snapshot) says nothing
         // about this one: it starts at view 0 from that snapshot.
