@@ -207,8 +207,12 @@ impl Replica {
         let Some(transfer) = self.state_transfer.take() else { return };
         let snapshot =
             Snapshot { op: transfer.snapshot_op, view: transfer.snapshot_view, data: Bytes::from(transfer.data) };
-        if self.install_snapshot(snapshot, now, cx).is_err() {
-            // A snapshot that does not decode is dropped; repair asks again.
+        // D1: a snapshot sent must carry its state; one that holds none is
+        // not installed (a persistent state machine would take it as its
+        // own checkpoint's).
+        if super::snapshot::state_is_held(&snapshot.data) || self.install_snapshot(snapshot, now, cx).is_err() {
+            // Dropped, and counted; repair asks again.
+            cx.refuse(Refusal::SnapshotUnusable);
             self.repair_deadline = now;
         }
     }

@@ -190,6 +190,12 @@ pub(crate) fn decode(data: &[u8]) -> Result<Decoded, String> {
     Ok((state, clients, membership))
 }
 
+/// D1: true if `data` decodes as a snapshot whose state a persistent state
+/// machine holds (none is in it).
+pub(crate) fn state_is_held(data: &[u8]) -> bool {
+    matches!(decode(data), Ok((SnapshotState::Held, ..)))
+}
+
 /// D1: the record a persistent state machine keeps with a checkpoint: the
 /// snapshot (its state held) cohort saves at the same op.
 pub(crate) fn encode_checkpoint(snapshot: &Snapshot) -> Bytes {
