@@ -799,6 +799,7 @@ impl Shard {
 
     /// End of a turn: everything to do, in order.
     pub fn drain_effects(&mut self) -> Vec<Effect> {
+        self.metrics.checkpoints_failed += self.out.take_checkpoint_failures();
         let effects = self.out.end_turn();
         for effect in &effects {
             if let Effect::QuorumWaitDone { wait, .. } = effect {

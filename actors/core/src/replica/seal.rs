@@ -392,7 +392,7 @@ impl Replica {
         // state encoded here if that fails).
         let snapshot = match next.persistent() {
             true => next.checkpoint(op, View(0)).unwrap_or_else(|_| {
-                next.checkpoint_failures += 1;
+                next.checkpoint_failed(cx.out);
                 next.encode_whole(op, View(0))
             }),
             false => next.encode_whole(op, View(0)),

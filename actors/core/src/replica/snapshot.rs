@@ -304,11 +304,11 @@ impl Replica {
                 // once the log is twice as long as it should be, snapshots
                 // the state here instead (correct, at the cost D1 avoids).
                 Err(_) if op.0 - self.log.base().0 >= 2 * self.config.snapshot_interval_ops => {
-                    self.checkpoint_failures += 1;
+                    self.checkpoint_failed(out);
                     self.encode_whole(op, view)
                 }
                 Err(_) => {
-                    self.checkpoint_failures += 1;
+                    self.checkpoint_failed(out);
                     self.checkpoint_retry_op = Op(op.0 + self.config.snapshot_interval_ops);
                     return;
                 }
@@ -327,6 +327,12 @@ impl Replica {
             self.served = None;
         }
         assert_eq!(self.log.base(), op, "V6: the log starts after the snapshot");
+    }
+
+    /// D1: count a checkpoint the state machine failed to take.
+    pub(crate) fn checkpoint_failed(&mut self, out: &mut Effects) {
+        self.checkpoint_failures += 1;
+        out.count_checkpoint_failure();
     }
 
     /// The state, client table and membership at `op` (the applied point),
@@ -403,7 +409,7 @@ impl Replica {
         // D1: a restored state is durable only with its checkpoint; if that
         // fails, cohort keeps the whole snapshot itself.
         Ok(self.checkpoint(snapshot.op, snapshot.view).unwrap_or_else(|_| {
-            self.checkpoint_failures += 1;
+            self.checkpoint_failed(out);
             snapshot.clone()
         }))
     }
