@@ -511,13 +511,16 @@ impl Sim {
             view_changes: self.checkers.view_changes,
             crashes: self.crashes,
             wipes: self.wipes,
-            checkpoints: self.nodes.iter().fold(Default::default(), |mut sum: crate::disk_kv::CheckpointCounts, node| {
-                let counts = *node.checkpoints.borrow();
-                sum.taken += counts.taken;
-                sum.failed += counts.failed;
-                sum.rebuilt += counts.rebuilt;
-                sum
-            }),
+            checkpoints: self.nodes.iter().fold(
+                Default::default(),
+                |mut sum: crate::disk_kv::CheckpointCounts, node| {
+                    let counts = *node.checkpoints.borrow();
+                    sum.taken += counts.taken;
+                    sum.failed += counts.failed;
+                    sum.rebuilt += counts.rebuilt;
+                    sum
+                },
+            ),
             frames_sent: self.network.stats.sent,
             frames_rejected: self.frames_rejected + self.entries_rejected,
             agents: self.agent_counters(),

@@ -238,7 +238,9 @@ impl Shard {
         let mut state = state;
         // D1: a replica that starts empty has no state, whatever a
         // persistent state machine kept from an earlier one.
-        state.clear().map_err(|error| ShardError::Recovery(format!("{}: clearing its state machine: {error}", spec.group)))?;
+        state
+            .clear()
+            .map_err(|error| ShardError::Recovery(format!("{}: clearing its state machine: {error}", spec.group)))?;
         let group = spec.group;
         let (config, now) = (std::sync::Arc::clone(&self.config), self.now);
         let (_, mut cx, _) = self.parts();
@@ -269,7 +271,8 @@ impl Shard {
         }
         // D1: a checkpoint past storage's snapshot (a crash before cohort
         // saved its copy) is saved now, ahead of anything appended after it.
-        let checkpoint_ahead = recovered.snapshot.as_ref().filter(|snapshot| saved_op.is_none_or(|op| snapshot.op > op));
+        let checkpoint_ahead =
+            recovered.snapshot.as_ref().filter(|snapshot| saved_op.is_none_or(|op| snapshot.op > op));
         let checkpoint_ahead = checkpoint_ahead.cloned();
         if let Some(found) = spec.earlier_life(&recovered) {
             return Err(ShardError::EarlierLife { group: spec.group, found, placed: spec.incarnation });

@@ -95,7 +95,12 @@ impl ShardActor {
 
     /// [`ShardActor::host`], or with `joins` (and nothing recovered) joined
     /// empty to recover from the other members (H1).
-    fn host_as(&mut self, hosted: HostedGroup, recovered: Option<RecoveredGroup>, joins: bool) -> Result<(), ShardError> {
+    fn host_as(
+        &mut self,
+        hosted: HostedGroup,
+        recovered: Option<RecoveredGroup>,
+        joins: bool,
+    ) -> Result<(), ShardError> {
         let HostedGroup { mut spec, kind } = hosted;
         let group = spec.group;
         let kind_spec = self.kinds.get(&kind).ok_or_else(|| {

@@ -234,7 +234,10 @@ pub(crate) fn decode_checkpoint(record: &[u8]) -> Result<Snapshot, String> {
 /// cohort saved its own copy, leaves it ahead). `Err` (with the two ops,
 /// `recovered` untouched) if the storage's snapshot needs state the state machine no longer has:
 /// a checkpoint behind it, none at all, or a record that does not decode.
-pub(crate) fn with_checkpoint(state: &dyn StateMachine, recovered: &mut RecoveredGroup) -> Result<(), (Option<Op>, Op)> {
+pub(crate) fn with_checkpoint(
+    state: &dyn StateMachine,
+    recovered: &mut RecoveredGroup,
+) -> Result<(), (Option<Op>, Op)> {
     if state.durability() != Durability::Persistent {
         return Ok(());
     }
@@ -377,7 +380,11 @@ impl Replica {
     /// Replace the state machine, client table and log with a snapshot;
     /// returns the snapshot to keep (D1: for a persistent state machine,
     /// the checkpoint it took of the restored state, its state held).
-    pub(crate) fn install_snapshot_state(&mut self, snapshot: &Snapshot, out: &mut Effects) -> Result<Snapshot, String> {
+    pub(crate) fn install_snapshot_state(
+        &mut self,
+        snapshot: &Snapshot,
+        out: &mut Effects,
+    ) -> Result<Snapshot, String> {
         let (state, clients, _) = decode(&snapshot.data)?;
         let held = state == SnapshotState::Held;
         let restored = match state {
