@@ -37,6 +37,15 @@ pub trait StateMachine {
     /// Apply a committed operation and return its result.
     fn apply(&mut self, op: Op, operation: &[u8]) -> Bytes;
 
+    /// D1: apply a run of committed operations, in op order, and return
+    /// one result per op, in the same order. cohort hands over runs of
+    /// ordinary writes (at most 64, no client twice); a state machine on a
+    /// storage engine can write a run in one transaction. Default: `apply`
+    /// for each.
+    fn apply_batch(&mut self, ops: &[(Op, Bytes)]) -> Vec<Bytes> {
+        ops.iter().map(|(op, operation)| self.apply(*op, operation)).collect()
+    }
+
     /// Answer a read from the current state (V7); never changes state.
     fn read(&self, query: &[u8]) -> Bytes;
 
