@@ -458,32 +458,48 @@ impl SimNode {
                 None if shards[index].formatted => shards[index].driver.join_group(spec, state),
                 None => shards[index].driver.recover_group(spec, state, RecoveredGroup::default()),
             };
+            let hosted = match hosted {
+                // H3: data left from before the replica was placed here
+                // empty: removed, and the replica hosted empty, as a node does.
+                Err(cohort_core::ShardError::EarlierLife { .. }) => {
+                    shards[index].worker.queue(StorageJob::RemoveGroup(group_id));
+                    let state = self.state_machine(group_id);
+                    shards[index].host_empty(spec_again, state)
+                }
+                // D1: the state machine lost state storage's log no longer
+                // holds: removed, and joined empty, as a node does.
+                Err(cohort_core::ShardError::StateMachineBehind { .. }) => {
+                    shards[index].worker.queue(StorageJob::RemoveGroup(group_id));
+                    self.checkpoints.borrow_mut().rebuilt += 1;
+                    let state = self.state_machine(group_id);
+                    shards[index].driver.join_group(spec_again, state)
+                }
+                other => other,
+            };
             match hosted {
                 Ok(()) => {}
                 // Switched away before the restart (a member change): drop it.
                 Err(cohort_core::ShardError::NotInIncarnation(_)) => {
                     self.unloaded.insert(group_id);
                 }
-                // H3: data left from before the replica was placed here
-                // empty: removed, and the replica hosted empty, as a node does.
-                Err(cohort_core::ShardError::EarlierLife { .. }) => {
-                    shards[index].worker.queue(StorageJob::RemoveGroup(group_id));
-                    let state = self.state_machine(group_id);
-                    if let Err(error) = shards[index].host_empty(spec_again, state) {
-                        panic!("node {} cannot host {group_id} empty: {error}", self.index);
+                // D1: a state machine that cannot clear (a disk fault) fails
+                // the start, as a node's shard does; it is tried again.
+                Err(error @ cohort_core::ShardError::StateMachine { .. }) => {
+                    for (shard, running) in shards.into_iter().enumerate() {
+                        self.put_back(running.storage, shard);
                     }
-                }
-                // D1: the state machine lost state storage's log no longer
-                // holds: removed, and joined empty, as a node does.
-                Err(cohort_core::ShardError::StateMachineBehind { .. }) => {
-                    shards[index].worker.queue(StorageJob::RemoveGroup(group_id));
-                    let state = self.state_machine(group_id);
-                    if let Err(error) = shards[index].driver.join_group(spec_again, state) {
-                        panic!("node {} cannot join {group_id} empty: {error}", self.index);
+                    // The replicas built so far replayed their logs into
+                    // state machines this failed start drops: those applies
+                    // are no process's that ran.
+                    for sink in self.sinks.values() {
+                        sink.borrow_mut().clear();
                     }
-                    self.checkpoints.borrow_mut().rebuilt += 1;
+                    self.step_gates.borrow_mut().clear();
+                    let (operation, path) = ("clearing a state machine", crate::disk_kv::state_dir());
+                    let io = StorageError::Io { operation, path: path.display().to_string(), reason: error.to_string() };
+                    return Err(StartFailure { shard: index, error: io });
                 }
-                Err(error) => panic!("node {} cannot recover {group_id}: {error}", self.index),
+                Err(error) => panic!("node {} cannot host {group_id}: {error}", self.index),
             }
         }
         self.shards = shards;

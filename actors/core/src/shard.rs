@@ -138,6 +138,16 @@ pub enum ShardError {
         /// The op of storage's snapshot.
         snapshot: Op,
     },
+    /// D1: the replica's state machine failed to clear its state (an I/O
+    /// error on its disk) before the replica was hosted empty. Nothing is
+    /// hosted; the host should fail the start and try again.
+    #[error("{group}: clearing its state machine: {reason}")]
+    StateMachine {
+        /// The group.
+        group: GroupId,
+        /// The state machine's error.
+        reason: String,
+    },
     /// The spec (or a change of learners) is invalid.
     #[error(transparent)]
     Spec(#[from] crate::replica::SpecError),
@@ -238,9 +248,7 @@ impl Shard {
         let mut state = state;
         // D1: a replica that starts empty has no state, whatever a
         // persistent state machine kept from an earlier one.
-        state
-            .clear()
-            .map_err(|error| ShardError::Recovery(format!("{}: clearing its state machine: {error}", spec.group)))?;
+        state.clear().map_err(|reason| ShardError::StateMachine { group: spec.group, reason })?;
         let group = spec.group;
         let (config, now) = (std::sync::Arc::clone(&self.config), self.now);
         let (_, mut cx, _) = self.parts();
