@@ -45,6 +45,31 @@ fn log_consumers_read_every_message_in_order() {
 }
 
 #[test]
+fn d1_log_keeps_each_node_s_partitions_in_segment_files_under_its_data_dir() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let out = run(env!("CARGO_BIN_EXE_log"), &["--messages", "20", "--data-dir", dir.path().to_str().expect("utf-8")]);
+    assert_eq!(out.lines().filter(|line| line.contains("in producer order")).count(), 4, "{out}");
+    for node in 1..=3 {
+        for partition in 0..4 {
+            let path = dir.path().join(format!("node-{node}/log/partition-{partition}"));
+            let generations = std::fs::read_dir(&path).unwrap_or_else(|error| panic!("{}: {error}", path.display()));
+            let first_segments = generations
+                .map(|entry| entry.expect("entry").path().join("00000000000000000000.log"))
+                .filter(|segment| segment.is_file());
+            assert_eq!(first_segments.count(), 1, "{} holds its first segment", path.display());
+        }
+    }
+}
+
+#[test]
+fn d1_log_consumers_skip_what_retention_dropped_and_still_check_the_order() {
+    let args = ["--messages", "100", "--retention-bytes", "64", "--segment-size-max-bytes", "32"];
+    let out = run(env!("CARGO_BIN_EXE_log"), &args);
+    assert_eq!(out.lines().filter(|line| line.contains("in producer order")).count(), 4, "{out}");
+    assert!(out.contains("400 messages (Sync writes), consumers read"), "{out}");
+}
+
+#[test]
 fn custom_actor_indexes_and_fails_over() {
     let out = run(env!("CARGO_BIN_EXE_custom_actor"), &[]);
     assert_eq!(out.matches("linearizable: [4]").count(), 3, "every node's index answers: {out}");
