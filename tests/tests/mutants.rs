@@ -902,7 +902,7 @@ fn d1_disk_state_swarm_controls_are_clean() {
 #[test]
 fn d1_checkpoint_behind_accepted_is_caught() {
     let run = disk_state_swarm(Some(FaultProfile::Durability));
-    assert_caught_in(Mutant::CheckpointBehindAccepted, 6_000_000..6_000_100, run);
+    assert_caught_in(Mutant::CheckpointBehindAccepted, 6_000_000..6_000_400, run);
 }
 
 /// D1: ops between storage's snapshot and the state machine's checkpoint
