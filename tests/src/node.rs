@@ -496,7 +496,8 @@ impl SimNode {
                     }
                     self.step_gates.borrow_mut().clear();
                     let (operation, path) = ("clearing a state machine", crate::disk_kv::state_dir());
-                    let io = StorageError::Io { operation, path: path.display().to_string(), reason: error.to_string() };
+                    let io =
+                        StorageError::Io { operation, path: path.display().to_string(), reason: error.to_string() };
                     return Err(StartFailure { shard: index, error: io });
                 }
                 Err(error) => panic!("node {} cannot host {group_id}: {error}", self.index),

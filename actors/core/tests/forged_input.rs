@@ -5,7 +5,7 @@
 //! (`tests/tests/forger.rs`).
 
 mod common;
-use common::{Counter, PersistentCounter};
+use common::Counter;
 
 use bytes::Bytes;
 use cohort_core::quorum::Quorums;
@@ -386,4 +386,39 @@ fn t5_the_door_counts_each_refusal_by_reason() {
     assert_eq!(counts, (1, 1, 1, 1));
     assert_eq!(backup.replica().op(), Op(0), "none of them was acted on");
     assert_eq!(backup.shard.refused().forged(), 1, "only the learner's election is never a correct peer's");
+}
+
+/// D1: a [`Counter`] that says it keeps its state on disk; its
+/// checkpoints are kept in memory (the tests never restart it).
+#[derive(Default)]
+struct PersistentCounter {
+    /// The count.
+    count: Counter,
+    /// The record of the last checkpoint.
+    record: Option<Bytes>,
+}
+
+impl cohort_core::StateMachine for PersistentCounter {
+    fn apply(&mut self, op: Op, operation: &[u8]) -> Bytes {
+        self.count.apply(op, operation)
+    }
+    fn read(&self, query: &[u8]) -> Bytes {
+        self.count.read(query)
+    }
+    fn snapshot(&self) -> Bytes {
+        self.count.snapshot()
+    }
+    fn restore(&mut self, snapshot: &[u8]) -> Result<(), String> {
+        self.count.restore(snapshot)
+    }
+    fn durability(&self) -> cohort_core::Durability {
+        cohort_core::Durability::Persistent
+    }
+    fn checkpoint(&mut self, record: &[u8]) -> Result<(), String> {
+        self.record = Some(Bytes::copy_from_slice(record));
+        Ok(())
+    }
+    fn checkpointed(&self) -> Option<Bytes> {
+        self.record.clone()
+    }
 }

@@ -24,6 +24,7 @@ pub fn plain_spec(group: GroupId, members: &[NodeId], me: u8) -> GroupSpec {
 }
 
 /// Counts applied ops; reads, snapshots and results are the count (u64 LE).
+#[allow(dead_code)] // Each test file compiles this module; not all use it.
 #[derive(Default)]
 pub struct Counter(pub u64);
 
@@ -41,40 +42,5 @@ impl StateMachine for Counter {
     fn restore(&mut self, snapshot: &[u8]) -> Result<(), String> {
         self.0 = u64::from_le_bytes(snapshot.try_into().map_err(|_| "bad snapshot".to_string())?);
         Ok(())
-    }
-}
-
-/// D1: a [`Counter`] that says it keeps its state on disk; its
-/// checkpoints are kept in memory (the tests never restart it).
-#[derive(Default)]
-pub struct PersistentCounter {
-    /// The count.
-    pub count: Counter,
-    /// The record of the last checkpoint.
-    pub record: Option<Bytes>,
-}
-
-impl StateMachine for PersistentCounter {
-    fn apply(&mut self, op: Op, operation: &[u8]) -> Bytes {
-        self.count.apply(op, operation)
-    }
-    fn read(&self, query: &[u8]) -> Bytes {
-        self.count.read(query)
-    }
-    fn snapshot(&self) -> Bytes {
-        self.count.snapshot()
-    }
-    fn restore(&mut self, snapshot: &[u8]) -> Result<(), String> {
-        self.count.restore(snapshot)
-    }
-    fn durability(&self) -> cohort_core::Durability {
-        cohort_core::Durability::Persistent
-    }
-    fn checkpoint(&mut self, record: &[u8]) -> Result<(), String> {
-        self.record = Some(Bytes::copy_from_slice(record));
-        Ok(())
-    }
-    fn checkpointed(&self) -> Option<Bytes> {
-        self.record.clone()
     }
 }
