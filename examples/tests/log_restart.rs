@@ -6,65 +6,13 @@
 //! (fewer than one snapshot interval), and its segment files hold the
 //! messages.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+mod restart;
 
 use cohort_examples::log_store::{Answer, LogStore, LogStoreConfig, decode_answer, fetch};
 use cohort_runtime::prelude::*;
-
-/// What the restarted node's store did.
-#[derive(Default)]
-struct Calls {
-    applies: AtomicU64,
-    restores: AtomicU64,
-}
-
-/// The store, with its applies and restores counted.
-struct Counted {
-    store: LogStore,
-    calls: Arc<Calls>,
-}
-
-impl StateMachine for Counted {
-    fn apply(&mut self, op: Op, operation: &[u8]) -> Bytes {
-        self.calls.applies.fetch_add(1, Ordering::Relaxed);
-        self.store.apply(op, operation)
-    }
-
-    fn read(&self, query: &[u8]) -> Bytes {
-        self.store.read(query)
-    }
-
-    fn snapshot(&self) -> Bytes {
-        self.store.snapshot()
-    }
-
-    fn restore(&mut self, snapshot: &[u8]) -> Result<(), String> {
-        self.calls.restores.fetch_add(1, Ordering::Relaxed);
-        self.store.restore(snapshot)
-    }
-
-    fn durability(&self) -> Durability {
-        self.store.durability()
-    }
-
-    fn checkpoint(&mut self, record: &[u8]) -> Result<(), String> {
-        self.store.checkpoint(record)
-    }
-
-    fn checkpointed(&self) -> Option<Bytes> {
-        self.store.checkpointed()
-    }
-
-    fn clear(&mut self) -> Result<(), String> {
-        self.store.clear()
-    }
-}
+use restart::{SNAPSHOT_INTERVAL_OPS, restart_node_3};
 
 const MESSAGES: u64 = 3_000;
-/// cohort's default `snapshot_interval_ops`.
-const SNAPSHOT_INTERVAL_OPS: u64 = 1_024;
 /// Small segments, so that the partition spans several files.
 const CONFIG: LogStoreConfig = LogStoreConfig { segment_size_max_bytes: 4 * 1024, retention_bytes: 1 << 30 };
 
@@ -76,55 +24,19 @@ fn message(i: u64) -> String {
 async fn d1_a_restarted_node_re_applies_only_the_messages_above_its_checkpoint() {
     let dir = tempfile::tempdir().expect("temporary directory");
     let files = dir.path().to_path_buf();
-    let calls: Arc<Vec<Arc<Calls>>> = Arc::new((0..3).map(|_| Arc::new(Calls::default())).collect());
-    let counted = Arc::clone(&calls);
-    let mut cluster = LocalCluster::builder(3)
-        .data_dir(dir.path())
-        .cluster_config(LocalCluster::fast_timing())
-        .group_kind_per_node("partition", move |node, group| {
-            let store = LogStore::open_or_empty(&files.join(format!("node-{}", node.0)).join("log"), group, CONFIG);
-            Box::new(Counted { store, calls: Arc::clone(&counted[node.0 as usize - 1]) })
-        })
-        .groups("partition", [GroupId(0)])
-        .start()
-        .expect("the cluster starts");
-    assert!(cluster.wait_connected(Duration::from_secs(20)).await, "the nodes connect");
-    let client = cluster.client();
-    for i in 0..MESSAGES {
-        client.write(GroupId(0), message(i)).await.expect("the append commits");
-    }
-    // Every member applied every message before the restart.
-    let applied = |node: usize| calls[node].applies.load(Ordering::Relaxed);
-    for _ in 0..200 {
-        if (0..3).all(|node| applied(node) >= MESSAGES) {
-            break;
-        }
-        actix_rt::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!((0..3).all(|node| applied(node) >= MESSAGES), "every member applied every message");
-    // Node 3 restarts from its disk.
-    cluster.stop_node(NodeId(3));
-    let restarted = &calls[2];
-    restarted.applies.store(0, Ordering::Relaxed);
-    cluster.restart_node(NodeId(3)).expect("node 3 restarts");
-    // It serves again: an append after the restart commits at the next
-    // offset, and node 3 applies it.
-    let written = client.write(GroupId(0), "after the restart").await.expect("an append after the restart commits");
-    assert_eq!(written.result.as_ref(), MESSAGES.to_le_bytes(), "offsets go on");
-    for _ in 0..400 {
-        if restarted.applies.load(Ordering::Relaxed) > 0 {
-            break;
-        }
-        actix_rt::time::sleep(Duration::from_millis(50)).await;
-    }
-    let replayed = restarted.applies.load(Ordering::Relaxed);
-    assert_eq!(restarted.restores.load(Ordering::Relaxed), 0, "D1: the restart restored no snapshot");
+    let open = move |node: NodeId, group| {
+        LogStore::open_or_empty(&files.join(format!("node-{}", node.0)).join("log"), group, CONFIG)
+    };
+    let after = Bytes::from_static(b"after the restart");
+    let restarted = restart_node_3(dir.path(), "partition", open, MESSAGES, |i| message(i).into(), after).await;
+    assert_eq!(restarted.after.as_ref(), MESSAGES.to_le_bytes(), "offsets go on after the restart");
+    assert_eq!(restarted.restores, 0, "D1: the restart restored no snapshot");
     assert!(
-        replayed <= SNAPSHOT_INTERVAL_OPS + 1,
-        "D1: the restart applied {replayed} ops again, more than lie above a checkpoint"
+        restarted.replayed <= SNAPSHOT_INTERVAL_OPS + 1,
+        "D1: the restart applied {} ops again, more than lie above a checkpoint",
+        restarted.replayed
     );
-    assert!(replayed > 0, "node 3 applied the append after its restart");
-    cluster.stop();
+    assert!(restarted.replayed > 0, "node 3 applied the append after its restart");
     // What node 3 keeps on disk holds the messages, in several segment
     // files (through its last checkpoint, at least the first snapshot
     // interval's).
