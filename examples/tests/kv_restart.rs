@@ -21,6 +21,7 @@ async fn d1_a_restarted_node_applies_only_what_lies_above_its_checkpoint() {
     let restarted =
         restart_node_3(dir.path(), "kv", open, 3_000, |i| put(key(i).as_bytes(), b"value"), put(b"after", b"restart"))
             .await;
+    assert_eq!(restarted.after.as_ref(), b"new", "the key written after the restart is new");
     assert_eq!(restarted.restores, 0, "D1: the restart restored no snapshot");
     assert!(
         restarted.replayed <= SNAPSHOT_INTERVAL_OPS + 1,
