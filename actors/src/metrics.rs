@@ -85,7 +85,7 @@ pub(crate) const APPLY_LATENCY_BUCKETS_SECONDS: [f64; 19] = [
 ];
 
 /// How many counters a [`ShardMetrics`] holds; one exported family each.
-const SHARD_COUNTER_COUNT: usize = 23;
+const SHARD_COUNTER_COUNT: usize = 24;
 
 /// Name (without prefix and without the `_total` the encoder appends) and help
 /// of each exported shard counter, in the order of [`shard_counter_values`].
@@ -128,6 +128,10 @@ const SHARD_COUNTER_SPECS: [(&str, &str); SHARD_COUNTER_COUNT] = [
         "recoveries_done",
         "Members created without data that took their primary's log before voting or acknowledging anything (H1)",
     ),
+    (
+        "checkpoints_failed",
+        "Checkpoints a state machine that keeps its state on disk failed to take; the group's log stays until one succeeds (D1)",
+    ),
 ];
 
 /// The counters of `metrics` in the order of [`SHARD_COUNTER_SPECS`].
@@ -159,6 +163,7 @@ fn shard_counter_values(metrics: &ShardMetrics) -> [u64; SHARD_COUNTER_COUNT] {
         start_views_withheld,
         recoveries_founded,
         recoveries_done,
+        checkpoints_failed,
     } = *metrics;
     [
         commit_batches_sent,
@@ -184,6 +189,7 @@ fn shard_counter_values(metrics: &ShardMetrics) -> [u64; SHARD_COUNTER_COUNT] {
         start_views_withheld,
         recoveries_founded,
         recoveries_done,
+        checkpoints_failed,
     ]
 }
 
@@ -1399,6 +1405,7 @@ mod tests {
             &mut metrics.start_views_withheld,
             &mut metrics.recoveries_founded,
             &mut metrics.recoveries_done,
+            &mut metrics.checkpoints_failed,
         ];
         for (index, field) in fields.into_iter().enumerate() {
             *field = base + index as u64;

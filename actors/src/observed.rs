@@ -12,7 +12,7 @@ use std::rc::Rc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use cohort_core::StateMachine;
+use cohort_core::{Durability, StateMachine};
 use cohort_messages::{GroupId, Op};
 
 use crate::metrics::GroupKindMetrics;
@@ -49,6 +49,21 @@ impl StateMachine for ObservedStateMachine {
         result
     }
 
+    /// A run's ops each get their `apply` span, open over the whole run,
+    /// and the run's time, split evenly, in the latency histogram.
+    fn apply_batch(&mut self, ops: &[(Op, Bytes)]) -> Vec<Bytes> {
+        let spans: Vec<tracing::Span> = ops.iter().map(|(op, _)| self.traces.on_apply(self.group, *op)).collect();
+        let started = Instant::now();
+        let results = self.inner.apply_batch(ops);
+        let elapsed = started.elapsed();
+        drop(spans);
+        let each = elapsed / u32::try_from(ops.len().max(1)).unwrap_or(u32::MAX);
+        for _ in ops {
+            self.metrics.observe_apply(each);
+        }
+        results
+    }
+
     fn read(&self, query: &[u8]) -> Bytes {
         self.inner.read(query)
     }
@@ -68,5 +83,21 @@ impl StateMachine for ObservedStateMachine {
         operation: &[u8],
     ) -> Result<(), String> {
         self.inner.admit(sender, members, operation)
+    }
+
+    fn durability(&self) -> Durability {
+        self.inner.durability()
+    }
+
+    fn checkpoint(&mut self, record: &[u8]) -> Result<(), String> {
+        self.inner.checkpoint(record)
+    }
+
+    fn checkpointed(&self) -> Option<Bytes> {
+        self.inner.checkpointed()
+    }
+
+    fn clear(&mut self) -> Result<(), String> {
+        self.inner.clear()
     }
 }

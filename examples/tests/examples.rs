@@ -45,6 +45,31 @@ fn log_consumers_read_every_message_in_order() {
 }
 
 #[test]
+fn d1_log_keeps_each_node_s_partitions_in_segment_files_under_its_data_dir() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let out = run(env!("CARGO_BIN_EXE_log"), &["--messages", "20", "--data-dir", dir.path().to_str().expect("utf-8")]);
+    assert_eq!(out.lines().filter(|line| line.contains("in producer order")).count(), 4, "{out}");
+    for node in 1..=3 {
+        for partition in 0..4 {
+            let path = dir.path().join(format!("node-{node}/log/partition-{partition}"));
+            let generations = std::fs::read_dir(&path).unwrap_or_else(|error| panic!("{}: {error}", path.display()));
+            let first_segments = generations
+                .map(|entry| entry.expect("entry").path().join("00000000000000000000.log"))
+                .filter(|segment| segment.is_file());
+            assert_eq!(first_segments.count(), 1, "{} holds its first segment", path.display());
+        }
+    }
+}
+
+#[test]
+fn d1_log_consumers_skip_what_retention_dropped_and_still_check_the_order() {
+    let args = ["--messages", "100", "--retention-bytes", "64", "--segment-size-max-bytes", "32"];
+    let out = run(env!("CARGO_BIN_EXE_log"), &args);
+    assert_eq!(out.lines().filter(|line| line.contains("in producer order")).count(), 4, "{out}");
+    assert!(out.contains("400 messages (Sync writes), consumers read"), "{out}");
+}
+
+#[test]
 fn custom_actor_indexes_and_fails_over() {
     let out = run(env!("CARGO_BIN_EXE_custom_actor"), &[]);
     assert_eq!(out.matches("linearizable: [4]").count(), 3, "every node's index answers: {out}");
@@ -164,4 +189,44 @@ fn kv_answers_curl_style_requests() {
     let mut rest = String::new();
     let _ = stdout.read_to_string(&mut rest);
     assert!(status.success() && rest.contains("kv: stopping"), "{status}: {rest}");
+}
+
+/// `kv` started with `args`, and the address it serves on.
+fn start_kv(args: &[&str]) -> (Kv, BufReader<std::process::ChildStdout>, String) {
+    let child = Command::new(env!("CARGO_BIN_EXE_kv")).args(args).stdout(Stdio::piped()).spawn().expect("kv starts");
+    let mut kv = Kv(child);
+    let mut stdout = BufReader::new(kv.0.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    stdout.read_line(&mut line).expect("kv says where it serves");
+    let address = line.split("http://").nth(1).and_then(|rest| rest.split_whitespace().next()).expect("address");
+    (kv, stdout, address.to_owned())
+}
+
+/// Stop `kv` with SIGTERM and wait for it to exit cleanly.
+fn stop_kv(mut kv: Kv, mut stdout: BufReader<std::process::ChildStdout>) {
+    let killed = Command::new("kill").args(["-TERM", &kv.0.id().to_string()]).status().expect("kill runs");
+    assert!(killed.success());
+    let status = kv.0.wait().expect("kv exits");
+    let mut rest = String::new();
+    let _ = stdout.read_to_string(&mut rest);
+    assert!(status.success() && rest.contains("kv: stopping"), "{status}: {rest}");
+}
+
+#[test]
+fn d1_kv_keeps_each_node_s_groups_in_redb_files_under_its_data_dir_across_a_restart() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let data_dir = dir.path().to_str().expect("utf-8 path");
+    let args = ["--http", "127.0.0.1:0", "--partitions", "2", "--data-dir", data_dir];
+    let (kv, stdout, address) = start_kv(&args);
+    assert_eq!(http(&address, &put("kept", b"across a restart")), (200, b"ok\n".to_vec()));
+    stop_kv(kv, stdout);
+    for node in 1..=3 {
+        for group in 0..2 {
+            let file = dir.path().join(format!("node-{node}/kv/group-{group}.redb"));
+            assert!(file.is_file(), "{} is there", file.display());
+        }
+    }
+    let (kv, stdout, address) = start_kv(&args);
+    assert_eq!(http(&address, &get("kept")), (200, b"across a restart".to_vec()));
+    stop_kv(kv, stdout);
 }

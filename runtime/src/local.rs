@@ -30,8 +30,13 @@ use cohort_actors::KindRegistrations;
 /// The cluster id of local clusters.
 pub const LOCAL_CLUSTER_ID: ClusterId = ClusterId(0x10CA_1C1A_57E2);
 
+/// Makes the state machine of a group on a given node
+/// ([`LocalClusterBuilder::group_kind_per_node`]).
+type NodeStateMachineFactory = std::sync::Arc<dyn Fn(NodeId, GroupId) -> Box<dyn StateMachine> + Send + Sync>;
+
 /// Builds a [`LocalCluster`]. Kinds and groups are as on [`NodeBuilder`];
-/// every node gets the same.
+/// every node gets the same (a factory registered with
+/// [`LocalClusterBuilder::group_kind_per_node`] is told the node).
 ///
 /// ```no_run
 /// use cohort_runtime::prelude::*;
@@ -52,6 +57,7 @@ pub struct LocalClusterBuilder {
     shards: usize,
     timing: ClusterConfig,
     kinds: KindRegistrations,
+    kinds_per_node: Vec<(GroupKind, NodeStateMachineFactory)>,
     groups: Vec<GroupPlacement>,
     data_dir: Option<PathBuf>,
     session: crate::config::SessionConfig,
@@ -117,6 +123,21 @@ impl LocalClusterBuilder {
         self
     }
 
+    /// Register a group kind whose factory is told which node it builds
+    /// for. The nodes share this process, so a state machine that keeps its
+    /// state on disk ([`cohort_core::Durability::Persistent`], D1) needs one
+    /// directory per node: node `N` keeps its log in `node-N` under
+    /// [`LocalClusterBuilder::data_dir`], and its state machines' files can
+    /// go beside it (the `kv` example puts them in `node-N/kv`).
+    pub fn group_kind_per_node(
+        mut self,
+        kind: impl Into<GroupKind>,
+        factory: impl Fn(NodeId, GroupId) -> Box<dyn StateMachine> + Send + Sync + 'static,
+    ) -> Self {
+        self.kinds_per_node.push((kind.into(), std::sync::Arc::new(factory)));
+        self
+    }
+
     /// Give a kind a custom group actor (see [`NodeBuilder::group_actor`]).
     pub fn group_actor<A, F>(mut self, kind: impl Into<GroupKind>, make: F) -> Self
     where
@@ -168,7 +189,8 @@ impl LocalClusterBuilder {
     }
 
     /// Keep the nodes' data here instead of a temporary directory that is
-    /// removed when the cluster is dropped.
+    /// removed when the cluster is dropped: node `N`'s in `node-N`, the
+    /// throwaway certificates in `certs`.
     pub fn data_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.data_dir = Some(dir.into());
         self
@@ -245,6 +267,7 @@ impl LocalCluster {
             shards: 1,
             timing: LocalCluster::fast_timing(),
             kinds: KindRegistrations::default(),
+            kinds_per_node: Vec::new(),
             groups: Vec::new(),
             data_dir: None,
             session: crate::config::SessionConfig::default(),
@@ -400,6 +423,11 @@ impl LocalCluster {
     fn node_builder(&self, index: usize) -> NodeBuilder {
         let template = &self.template;
         let node = NodeId(index as u64 + 1);
+        let mut kinds = template.kinds.clone();
+        for (kind, factory) in &template.kinds_per_node {
+            let factory = std::sync::Arc::clone(factory);
+            kinds.state_machines.push((kind.clone(), std::sync::Arc::new(move |group| factory(node, group))));
+        }
         let mut builder = NodeBuilder::new(LOCAL_CLUSTER_ID, node)
             .data_dir(self.dir.join(format!("node-{}", node.0)))
             .shards(template.shards)
@@ -410,7 +438,7 @@ impl LocalCluster {
                 None => crate::node::Security::Unset,
             })
             .session_config(template.session.clone())
-            .kinds(template.kinds.clone());
+            .kinds(kinds);
         if template.client_ports {
             builder = builder
                 .client_port(std::net::SocketAddr::from(([127, 0, 0, 1], 0)))

@@ -10,11 +10,11 @@ use std::panic::{self, AssertUnwindSafe};
 use cohort_core::mutants::Mutant;
 
 use crate::sim::{FaultProfile, ForgerMode, Report, Scenario, Sim, SimConfig};
-use crate::storage::StorageKind;
+use crate::storage::{StateKind, StorageKind};
 
 /// The usage text.
 pub const USAGE: &str = "usage: cohort-sim --seeds N [--seed-start S] [--nodes 3|5] [--learners C] [--groups G] \
-[--shards S] [--storage file|memory] [--replication-quorum Q] [--fault-ticks T] [--liveness-ticks T] \
+[--shards S] [--storage file|memory] [--state memory|disk] [--replication-quorum Q] [--fault-ticks T] [--liveness-ticks T] \
 [--scenario default|metadata|reconfigure] [--profile mixed|durability|partitions] [--mutant NAME] \
 [--forger non-member|replay] [--transfers on|off] [--quiesce-ticks T] [--metadata-voters V] \
 [--clients C] [--clients-max M] [--json]
@@ -29,6 +29,9 @@ Runs seeds S..S+N of the deterministic simulator and checks every run.
   --shards S                shards per node; groups go to shards as on a real node (default 2)
   --storage K               file: the real write-ahead log on a fault-injecting simulated disk
                             (default); memory: the core's in-memory storage
+  --state K                 D1: where the kv groups' state machines keep their state: memory
+                            (default; snapshotted whole) or disk (checkpointed to the simulated
+                            disk; applies since the last checkpoint are lost at any crash)
   --replication-quorum Q    Qr, acks needed to commit, 1..=nodes (default: majority)
   --fault-ticks T           ticks of the fault phase (default 1500)
   --liveness-ticks T        tick budget of the liveness phase (default 1500)
@@ -103,6 +106,8 @@ pub struct Args {
     pub shards: usize,
     /// The storage of every shard.
     pub storage: StorageKind,
+    /// D1: where the kv groups' state machines keep their state.
+    pub state: StateKind,
     /// The broken rule (the `mutants` feature only).
     pub mutant: Option<Mutant>,
     /// The fault family (None: each seed draws its own).
@@ -144,6 +149,7 @@ impl Default for Args {
             groups: shape.groups,
             shards: shape.shards,
             storage: shape.storage,
+            state: shape.state,
             mutant: None,
             profile: shape.profile,
             forger: shape.forger,
@@ -179,6 +185,7 @@ impl Args {
                 "--groups" => parsed.groups = number(&flag, args.next())?,
                 "--shards" => parsed.shards = number(&flag, args.next())?,
                 "--storage" => parsed.storage = storage(&flag, args.next())?,
+                "--state" => parsed.state = state(&flag, args.next())?,
                 "--mutant" => parsed.mutant = Some(mutant(&flag, args.next())?),
                 "--profile" => parsed.profile = Some(profile(&flag, args.next())?),
                 "--forger" => parsed.forger = Some(forger(&flag, args.next())?),
@@ -258,6 +265,7 @@ impl Args {
         config.groups = self.groups;
         config.shards = self.shards;
         config.storage = self.storage;
+        config.state = self.state;
         config.profile = self.profile;
         config.forger = self.forger;
         config.transfers = self.transfers;
@@ -305,6 +313,15 @@ fn storage(flag: &str, value: Option<String>) -> Result<StorageKind, String> {
         Some("file") => Ok(StorageKind::File),
         Some("memory") => Ok(StorageKind::Memory),
         Some(other) => Err(format!("{flag} must be `file` or `memory`, not `{other}`")),
+        None => Err(format!("{flag} needs a value")),
+    }
+}
+
+fn state(flag: &str, value: Option<String>) -> Result<StateKind, String> {
+    match value.as_deref() {
+        Some("memory") => Ok(StateKind::Memory),
+        Some("disk") => Ok(StateKind::Disk),
+        Some(other) => Err(format!("{flag} must be `memory` or `disk`, not `{other}`")),
         None => Err(format!("{flag} needs a value")),
     }
 }
@@ -373,6 +390,9 @@ pub fn reproduce(config: &SimConfig) -> String {
     }
     if config.storage != defaults.storage {
         let _ = write!(command, " --storage {}", config.storage.name());
+    }
+    if config.state != defaults.state {
+        let _ = write!(command, " --state {}", config.state.name());
     }
     if let Some(quorum) = config.replication_quorum {
         let _ = write!(command, " --replication-quorum {quorum}");
@@ -582,7 +602,7 @@ mod tests {
 
     #[test]
     fn parses_every_flag() {
-        let line = "--seeds 200 --seed-start 7 --nodes 5 --groups 2 --shards 3 --storage memory \
+        let line = "--seeds 200 --seed-start 7 --nodes 5 --groups 2 --shards 3 --storage memory --state disk \
                     --replication-quorum 5 --fault-ticks 9 --liveness-ticks 8 --scenario metadata --profile durability \
                     --transfers off --quiesce-ticks 20 --json";
         assert_eq!(
@@ -595,6 +615,7 @@ mod tests {
                 groups: 2,
                 shards: 3,
                 storage: StorageKind::Memory,
+                state: StateKind::Disk,
                 mutant: None,
                 profile: Some(FaultProfile::Durability),
                 forger: None,
@@ -639,6 +660,7 @@ mod tests {
         assert!(parse("--learners 1 --scenario metadata").unwrap_err().contains("default scenario"));
         assert!(parse("--shards 0").unwrap_err().contains("1..=16"));
         assert!(parse("--storage disk").unwrap_err().contains("`file` or `memory`"));
+        assert!(parse("--state file").unwrap_err().contains("`memory` or `disk`"));
         assert!(parse("--mutant nothing").unwrap_err().contains("ack-before-durable"));
         assert!(parse("--forger member").unwrap_err().contains("`non-member` or `replay`"));
         assert!(parse("--transfers no").unwrap_err().contains("`on` or `off`"));

@@ -106,6 +106,11 @@ impl Kv {
     pub fn get(&self, key: u64) -> u64 {
         self.map.get(&key).copied().unwrap_or(0)
     }
+
+    /// Where it reports its applies.
+    pub fn sink(&self) -> ApplySink {
+        Rc::clone(&self.sink)
+    }
 }
 
 fn value_bytes(value: u64) -> Bytes {

@@ -14,6 +14,7 @@ pub mod check;
 pub mod cli;
 pub mod client;
 pub mod disk;
+pub mod disk_kv;
 pub mod follow;
 pub mod host_package;
 pub mod jepsen;

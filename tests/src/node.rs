@@ -22,10 +22,11 @@ use cohort_messages::{ClusterId, GroupId, NodeId};
 use cohort_wal::FileStorage;
 
 use crate::disk::SimDisk;
+use crate::disk_kv::DiskKv;
 use crate::kv::{ApplySink, Kv};
 use crate::metadata::{AgentShell, MetadataMirror, MirroredMetadata, StepGateLog};
 use crate::rng::Rng;
-use crate::storage::{Backend, SimStorage, StorageKind, file_config};
+use crate::storage::{Backend, SimStorage, StateKind, StorageKind, file_config};
 use crate::worker::StorageWorker;
 
 /// The simulated cluster id.
@@ -94,6 +95,8 @@ pub struct NodeSetup {
     pub shards: usize,
     /// The storage each shard runs.
     pub storage: StorageKind,
+    /// D1: where the kv groups' state machines keep their state.
+    pub state: StateKind,
 }
 
 /// Why a node could not start: a storage refused to open or recover.
@@ -139,6 +142,9 @@ pub struct SimNode {
     pub sinks: HashMap<GroupId, ApplySink>,
     /// Times this node restarted.
     pub restarts: u64,
+    /// D1: its state machines' checkpoints, and replicas rebuilt for want
+    /// of one.
+    pub checkpoints: crate::disk_kv::CheckpointSink,
     /// The applied metadata of this node's metadata replica (metadata scenario).
     pub metadata: MetadataMirror,
     /// M2: step-gate violations its metadata replica's applies showed
@@ -239,6 +245,7 @@ impl SimNode {
             down_until: 0,
             sinks: HashMap::new(),
             restarts: 0,
+            checkpoints: Default::default(),
             metadata: MetadataMirror::default(),
             step_gates: StepGateLog::default(),
             agent: None,
@@ -361,6 +368,8 @@ impl SimNode {
         let sink = self.sink(group);
         if group == GroupId::METADATA {
             Box::new(MirroredMetadata::new(Rc::clone(&self.metadata), sink, Rc::clone(&self.step_gates)))
+        } else if self.setup.state == StateKind::Disk {
+            Box::new(DiskKv::open(self.disk.clone(), group, sink, Rc::clone(&self.checkpoints)))
         } else {
             Box::new(Kv::new(sink))
         }
@@ -449,22 +458,49 @@ impl SimNode {
                 None if shards[index].formatted => shards[index].driver.join_group(spec, state),
                 None => shards[index].driver.recover_group(spec, state, RecoveredGroup::default()),
             };
+            let hosted = match hosted {
+                // H3: data left from before the replica was placed here
+                // empty: removed, and the replica hosted empty, as a node does.
+                Err(cohort_core::ShardError::EarlierLife { .. }) => {
+                    shards[index].worker.queue(StorageJob::RemoveGroup(group_id));
+                    let state = self.state_machine(group_id);
+                    shards[index].host_empty(spec_again, state)
+                }
+                // D1: the state machine lost state storage's log no longer
+                // holds: removed, and joined empty, as a node does.
+                Err(cohort_core::ShardError::StateMachineBehind { .. }) => {
+                    shards[index].worker.queue(StorageJob::RemoveGroup(group_id));
+                    self.checkpoints.borrow_mut().rebuilt += 1;
+                    let state = self.state_machine(group_id);
+                    shards[index].driver.join_group(spec_again, state)
+                }
+                other => other,
+            };
             match hosted {
                 Ok(()) => {}
                 // Switched away before the restart (a member change): drop it.
                 Err(cohort_core::ShardError::NotInIncarnation(_)) => {
                     self.unloaded.insert(group_id);
                 }
-                // H3: data left from before the replica was placed here
-                // empty: removed, and the replica hosted empty, as a node does.
-                Err(cohort_core::ShardError::EarlierLife { .. }) => {
-                    shards[index].worker.queue(StorageJob::RemoveGroup(group_id));
-                    let state = self.state_machine(group_id);
-                    if let Err(error) = shards[index].host_empty(spec_again, state) {
-                        panic!("node {} cannot host {group_id} empty: {error}", self.index);
+                // D1: a state machine that cannot clear (a disk fault) fails
+                // the start, as a node's shard does; it is tried again.
+                Err(error @ cohort_core::ShardError::StateMachine { .. }) => {
+                    for (shard, running) in shards.into_iter().enumerate() {
+                        self.put_back(running.storage, shard);
                     }
+                    // The replicas built so far replayed their logs into
+                    // state machines this failed start drops: those applies
+                    // are no process's that ran.
+                    for sink in self.sinks.values() {
+                        sink.borrow_mut().clear();
+                    }
+                    self.step_gates.borrow_mut().clear();
+                    let (operation, path) = ("clearing a state machine", crate::disk_kv::state_dir());
+                    let io =
+                        StorageError::Io { operation, path: path.display().to_string(), reason: error.to_string() };
+                    return Err(StartFailure { shard: index, error: io });
                 }
-                Err(error) => panic!("node {} cannot recover {group_id}: {error}", self.index),
+                Err(error) => panic!("node {} cannot host {group_id}: {error}", self.index),
             }
         }
         self.shards = shards;
@@ -487,6 +523,28 @@ impl SimNode {
                 *memory = None;
             }
         }
+        // A new disk takes the state machines' checkpoints (D1) with it.
+        if shard.is_none() && self.setup.state == StateKind::Disk {
+            self.disk.wipe(&crate::disk_kv::state_dir());
+        }
+    }
+
+    /// D1: the state machines' checkpoints are gone while the node is
+    /// down (their directory emptied), its log and snapshots kept: every
+    /// replica whose snapshot needs its state machine's is rebuilt from
+    /// the other members. False unless the kv state is on disk.
+    pub fn wipe_state(&mut self) -> bool {
+        assert!(self.shards.is_empty(), "D1: state is lost only while its node is down");
+        if self.setup.state != StateKind::Disk {
+            return false;
+        }
+        self.disk.wipe(&crate::disk_kv::state_dir());
+        true
+    }
+
+    /// D1: where the kv groups' state machines keep their state.
+    pub fn state_kind(&self) -> StateKind {
+        self.setup.state
     }
 
     /// H2, H5: the newest log segment of shard `shard` is cut short while

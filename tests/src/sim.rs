@@ -41,7 +41,7 @@ use crate::kv::{KvOp, digest};
 use crate::network::{Endpoint, Network, NetworkFaults, Packet};
 use crate::node::{CLUSTER, NodeSetup, SimNode, node_id, node_index};
 use crate::rng::Rng;
-use crate::storage::StorageKind;
+use crate::storage::{StateKind, StorageKind};
 
 /// A shard's links as the simulator sees them at the end of a turn (see `Sim::links_of`).
 struct SimLinks(Vec<(NodeId, LinkStatus)>);
@@ -97,6 +97,8 @@ pub struct SimConfig {
     pub shards: usize,
     /// The storage every shard runs (F4: `FileStorage` on the simulated disk).
     pub storage: StorageKind,
+    /// D1: where the kv groups' state machines keep their state.
+    pub state: StateKind,
     /// Metadata scenario: voters of the metadata group, the first nodes
     /// (None: every node); the others follow its log as learners (M6).
     pub metadata_voters: Option<usize>,
@@ -141,6 +143,7 @@ impl SimConfig {
             groups: 4,
             shards: 2,
             storage: StorageKind::File,
+            state: StateKind::Memory,
             group_size: None,
             metadata_voters: None,
             replication_quorum: None,
@@ -223,6 +226,9 @@ pub struct Report {
     /// H5: crashes after which the node's data was gone (a new disk, or
     /// one shard's directory emptied).
     pub wipes: u64,
+    /// D1: the state machines' checkpoints (state on disk), summed over
+    /// nodes.
+    pub checkpoints: crate::disk_kv::CheckpointCounts,
     /// Frames sent.
     pub frames_sent: u64,
     /// Frames dropped by a receiver as bad.
@@ -382,7 +388,7 @@ impl Sim {
             let voters = config.metadata_voters.unwrap_or(config.nodes);
             crate::metadata::metadata_spec(config.nodes, voters, &specs[0])
         });
-        let setup = NodeSetup { shards: config.shards, storage: config.storage };
+        let setup = NodeSetup { shards: config.shards, storage: config.storage, state: config.state };
         let node_count = config.nodes + config.learners;
         let nodes = (0..node_count)
             .map(|index| {
@@ -505,6 +511,16 @@ impl Sim {
             view_changes: self.checkers.view_changes,
             crashes: self.crashes,
             wipes: self.wipes,
+            checkpoints: self.nodes.iter().fold(
+                Default::default(),
+                |mut sum: crate::disk_kv::CheckpointCounts, node| {
+                    let counts = *node.checkpoints.borrow();
+                    sum.taken += counts.taken;
+                    sum.failed += counts.failed;
+                    sum.rebuilt += counts.rebuilt;
+                    sum
+                },
+            ),
             frames_sent: self.network.stats.sent,
             frames_rejected: self.frames_rejected + self.entries_rejected,
             agents: self.agent_counters(),

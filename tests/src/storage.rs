@@ -36,6 +36,27 @@ impl StorageKind {
     }
 }
 
+/// D1: where the kv groups' state machines keep their state.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub enum StateKind {
+    /// In memory: cohort snapshots the map whole (the default).
+    #[default]
+    Memory,
+    /// On the node's simulated disk, checkpointed by cohort
+    /// ([`crate::disk_kv::DiskKv`]).
+    Disk,
+}
+
+impl StateKind {
+    /// The name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            StateKind::Memory => "memory",
+            StateKind::Disk => "disk",
+        }
+    }
+}
+
 /// The file storage's limits in the simulator: small segments, so that
 /// rotation, checkpoints and segment removal happen in ordinary runs, and
 /// zeros written ahead of the records a few flushes at a time (K3), so that

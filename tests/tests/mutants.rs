@@ -875,3 +875,39 @@ fn h3_unload_before_replayable_is_caught() {
         assert_caught_in(Mutant::UnloadBeforeReplayable, seed..seed + 1, metadata_swarm);
     }
 }
+
+/// D1: the binary's run of `seed` with the kv groups' state on the
+/// simulated disk (`--state disk`) in `profile` (None: the seed draws it):
+/// power losses and process crashes that take each state machine back to
+/// its last checkpoint, disk faults, and the state machines' checkpoints
+/// lost with a node (`SimNode::wipe_state`).
+fn disk_state_swarm(profile: Option<FaultProfile>) -> impl Fn(u64, Option<Mutant>) -> Vec<String> {
+    move |seed, mutant| {
+        let mut config = SimConfig::new(seed);
+        config.profile = profile;
+        config.state = cohort_sim::storage::StateKind::Disk;
+        config.core.mutant = mutant;
+        Sim::new(config).run().violations
+    }
+}
+
+#[test]
+fn d1_disk_state_swarm_controls_are_clean() {
+    assert_control_clean(disk_state_swarm(None));
+    assert_control_clean(disk_state_swarm(Some(FaultProfile::Durability)));
+}
+
+/// D1: a replica recovered from a snapshot whose state its state machine
+/// lost answers from a state missing committed ops.
+#[test]
+fn d1_checkpoint_behind_accepted_is_caught() {
+    let run = disk_state_swarm(Some(FaultProfile::Durability));
+    assert_caught_in(Mutant::CheckpointBehindAccepted, 6_000_000..6_000_400, run);
+}
+
+/// D1: ops between storage's snapshot and the state machine's checkpoint
+/// applied twice after a restart.
+#[test]
+fn d1_checkpoint_ahead_ignored_is_caught() {
+    assert_caught_in(Mutant::CheckpointAheadIgnored, 6_000_000..6_000_300, disk_state_swarm(None));
+}

@@ -64,12 +64,25 @@ pub struct Effects {
     /// never iterated, so the batches keep their order.
     commit_slots: std::collections::HashMap<(NodeId, GroupId), usize>,
     reply_queue: BTreeMap<NodeId, Vec<CommitReplyEntry>>,
+    /// D1: checkpoints that persistent state machines failed to take since
+    /// the shard last collected them (`ShardMetrics::checkpoints_failed`).
+    checkpoints_failed: u64,
 }
 
 impl Effects {
     /// A fresh buffer; flush ids start at 1.
     pub fn new() -> Effects {
         Effects { flush_next: 1, ..Effects::default() }
+    }
+
+    /// D1: a persistent state machine failed to take a checkpoint.
+    pub fn count_checkpoint_failure(&mut self) {
+        self.checkpoints_failed += 1;
+    }
+
+    /// D1: the checkpoint failures counted since the last call.
+    pub fn take_checkpoint_failures(&mut self) -> u64 {
+        std::mem::take(&mut self.checkpoints_failed)
     }
 
     /// Emit a effect now.

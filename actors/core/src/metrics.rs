@@ -59,6 +59,9 @@ pub struct ShardMetrics {
     pub recoveries_founded: u64,
     /// H1: recovering members that took a primary's log and recovered.
     pub recoveries_done: u64,
+    /// D1: checkpoints a persistent state machine failed to take (each
+    /// leaves the group's log in place until a later one succeeds).
+    pub checkpoints_failed: u64,
 }
 
 impl ShardMetrics {
@@ -88,6 +91,7 @@ impl ShardMetrics {
             start_views_withheld,
             recoveries_founded,
             recoveries_done,
+            checkpoints_failed,
         } = other;
         self.commit_batches_sent += commit_batches_sent;
         self.commit_entries_sent += commit_entries_sent;
@@ -112,6 +116,7 @@ impl ShardMetrics {
         self.start_views_withheld += start_views_withheld;
         self.recoveries_founded += recoveries_founded;
         self.recoveries_done += recoveries_done;
+        self.checkpoints_failed += checkpoints_failed;
     }
 }
 

@@ -83,11 +83,21 @@ pub enum Mutant {
     /// metadata shows it, before a restart of the node would replay that
     /// copy (switched per thread, like [`Mutant::StepGateWithoutAcks`]).
     UnloadBeforeReplayable,
+    /// D1, a state machine behind storage's snapshot: a replica whose
+    /// persistent state machine lost checkpoints that cohort's log no
+    /// longer holds recovers from storage's snapshot anyway, instead of
+    /// being rebuilt from the other members, its state missing the ops
+    /// in between.
+    CheckpointBehindAccepted,
+    /// D1, replay only above the checkpoint: a restarted replica recovers
+    /// from storage's snapshot although its persistent state machine's
+    /// checkpoint is past it, so the ops in between are applied twice.
+    CheckpointAheadIgnored,
 }
 
 impl Mutant {
     /// Every mutant, in the order of the table in docs/simulator.md.
-    pub const ALL: [Mutant; 19] = [
+    pub const ALL: [Mutant; 21] = [
         Mutant::AckBeforeDurable,
         Mutant::ViewChangeBeforeDurable,
         Mutant::LogSelectionByOp,
@@ -107,6 +117,8 @@ impl Mutant {
         Mutant::QuietFollowAcrossViews,
         Mutant::EvictedClientAdmitted,
         Mutant::UnloadBeforeReplayable,
+        Mutant::CheckpointBehindAccepted,
+        Mutant::CheckpointAheadIgnored,
     ];
 
     /// The name on the simulator's command line.
@@ -131,6 +143,8 @@ impl Mutant {
             Mutant::QuietFollowAcrossViews => "quiet-follow-across-views",
             Mutant::EvictedClientAdmitted => "evicted-client-admitted",
             Mutant::UnloadBeforeReplayable => "unload-before-replayable",
+            Mutant::CheckpointBehindAccepted => "checkpoint-behind-accepted",
+            Mutant::CheckpointAheadIgnored => "checkpoint-ahead-ignored",
         }
     }
 

@@ -81,6 +81,11 @@ pub enum Refusal {
     /// A StateChunk of a snapshot whose view is after the replica's view
     /// (the primary that answers may already lead a later view).
     SnapshotFromLaterView,
+    /// A whole transferred snapshot that does not decode or does not
+    /// install, or whose state the sender's state machine holds (D1: only
+    /// a replica's own saved snapshots hold no state; one sent must carry
+    /// it).
+    SnapshotUnusable,
     /// A CommitReply echoing a timestamp later than any this primary sent
     /// since it started. A correct one does after a restart: a member
     /// stranded in a later view answers a Commit of an earlier view with
@@ -104,7 +109,7 @@ pub enum Refusal {
 
 impl Refusal {
     /// Every reason, in the order of [`Refusals::by_reason`].
-    pub const ALL: [Refusal; 17] = [
+    pub const ALL: [Refusal; 18] = [
         Refusal::ViewOutOfRange,
         Refusal::OpOutOfRange,
         Refusal::LogRewritesApplied,
@@ -118,6 +123,7 @@ impl Refusal {
         Refusal::StateChunkNotFromSource,
         Refusal::StateTransferTooLarge,
         Refusal::SnapshotFromLaterView,
+        Refusal::SnapshotUnusable,
         Refusal::ReplyTimestampUnsent,
         Refusal::ReplyBatchFull,
         Refusal::PairHeartbeatStale,
@@ -140,6 +146,7 @@ impl Refusal {
             Refusal::StateChunkNotFromSource => "state_chunk_not_from_source",
             Refusal::StateTransferTooLarge => "state_transfer_too_large",
             Refusal::SnapshotFromLaterView => "snapshot_from_later_view",
+            Refusal::SnapshotUnusable => "snapshot_unusable",
             Refusal::ReplyTimestampUnsent => "reply_timestamp_unsent",
             Refusal::ReplyBatchFull => "reply_batch_full",
             Refusal::PairHeartbeatStale => "pair_heartbeat_stale",
@@ -207,6 +214,8 @@ pub struct Refusals {
     pub state_transfer_too_large: u64,
     /// [`Refusal::SnapshotFromLaterView`].
     pub snapshot_from_later_view: u64,
+    /// [`Refusal::SnapshotUnusable`].
+    pub snapshot_unusable: u64,
     /// [`Refusal::ReplyTimestampUnsent`].
     pub reply_timestamp_unsent: u64,
     /// [`Refusal::ReplyBatchFull`].
@@ -233,6 +242,7 @@ impl Refusals {
             Refusal::StateChunkNotFromSource => &mut self.state_chunk_not_from_source,
             Refusal::StateTransferTooLarge => &mut self.state_transfer_too_large,
             Refusal::SnapshotFromLaterView => &mut self.snapshot_from_later_view,
+            Refusal::SnapshotUnusable => &mut self.snapshot_unusable,
             Refusal::ReplyTimestampUnsent => &mut self.reply_timestamp_unsent,
             Refusal::ReplyBatchFull => &mut self.reply_batch_full,
             Refusal::PairHeartbeatStale => &mut self.pair_heartbeat_stale,
@@ -268,6 +278,7 @@ impl Refusals {
             state_chunk_not_from_source,
             state_transfer_too_large,
             snapshot_from_later_view,
+            snapshot_unusable,
             reply_timestamp_unsent,
             reply_batch_full,
             pair_heartbeat_stale,
@@ -287,6 +298,7 @@ impl Refusals {
             state_chunk_not_from_source,
             state_transfer_too_large,
             snapshot_from_later_view,
+            snapshot_unusable,
             reply_timestamp_unsent,
             reply_batch_full,
             pair_heartbeat_stale,

@@ -125,6 +125,29 @@ pub enum ShardError {
         /// The incarnation of the spec.
         placed: cohort_messages::Incarnation,
     },
+    /// D1: storage's snapshot of the group needs state its persistent state
+    /// machine no longer has (its newest checkpoint is behind, or gone). The
+    /// host should remove the group's data and join it empty
+    /// ([`Shard::join_group`]): it is rebuilt from the other members (H1).
+    #[error("{group}: the state machine's newest checkpoint ({}) is behind the snapshot at op {} that storage holds", checkpoint.map_or("none".to_string(), |op| format!("op {}", op.0)), snapshot.0)]
+    StateMachineBehind {
+        /// The group.
+        group: GroupId,
+        /// The op of the state machine's newest checkpoint.
+        checkpoint: Option<Op>,
+        /// The op of storage's snapshot.
+        snapshot: Op,
+    },
+    /// D1: the replica's state machine failed to clear its state (an I/O
+    /// error on its disk) before the replica was hosted empty. Nothing is
+    /// hosted; the host should fail the start and try again.
+    #[error("{group}: clearing its state machine: {reason}")]
+    StateMachine {
+        /// The group.
+        group: GroupId,
+        /// The state machine's error.
+        reason: String,
+    },
     /// The spec (or a change of learners) is invalid.
     #[error(transparent)]
     Spec(#[from] crate::replica::SpecError),
@@ -222,6 +245,10 @@ impl Shard {
         build: BuildEmpty,
     ) -> Result<(), ShardError> {
         self.check_spec(&spec)?;
+        let mut state = state;
+        // D1: a replica that starts empty has no state, whatever a
+        // persistent state machine kept from an earlier one.
+        state.clear().map_err(|reason| ShardError::StateMachine { group: spec.group, reason })?;
         let group = spec.group;
         let (config, now) = (std::sync::Arc::clone(&self.config), self.now);
         let (_, mut cx, _) = self.parts();
@@ -238,6 +265,23 @@ impl Shard {
         state: Box<dyn StateMachine>,
         recovered: RecoveredGroup,
     ) -> Result<(), ShardError> {
+        let saved_op = recovered.snapshot.as_ref().map(|snapshot| snapshot.op);
+        let mut recovered = recovered;
+        let ignored = self.config.mutated(crate::mutants::Mutant::CheckpointAheadIgnored);
+        let saved = if ignored { recovered.snapshot.clone() } else { None };
+        if let Err((checkpoint, snapshot)) = crate::replica::with_checkpoint(state.as_ref(), &mut recovered)
+            && !self.config.mutated(crate::mutants::Mutant::CheckpointBehindAccepted)
+        {
+            return Err(ShardError::StateMachineBehind { group: spec.group, checkpoint, snapshot });
+        }
+        if saved.is_some() {
+            recovered.snapshot = saved;
+        }
+        // D1: a checkpoint past storage's snapshot (a crash before cohort
+        // saved its copy) is saved now, ahead of anything appended after it.
+        let checkpoint_ahead =
+            recovered.snapshot.as_ref().filter(|snapshot| saved_op.is_none_or(|op| snapshot.op > op));
+        let checkpoint_ahead = checkpoint_ahead.cloned();
         if let Some(found) = spec.earlier_life(&recovered) {
             return Err(ShardError::EarlierLife { group: spec.group, found, placed: spec.incarnation });
         }
@@ -250,6 +294,9 @@ impl Shard {
         let group = spec.group;
         let (config, now) = (std::sync::Arc::clone(&self.config), self.now);
         let (_, mut cx, _) = self.parts();
+        if let Some(snapshot) = checkpoint_ahead {
+            cx.out.stage(group, crate::effect::Effect::SaveSnapshot { group, snapshot, deferrable: false });
+        }
         let replica = Replica::recover(spec, config, state, recovered, now, &mut cx).map_err(ShardError::Recovery)?;
         self.insert(group, replica);
         Ok(())
@@ -332,6 +379,10 @@ impl Shard {
         self.out.forget_group(group);
         match self.groups.remove(&group) {
             Some(mut replica) => {
+                // D1: a persistent state machine's state goes with the
+                // replica, as the group's storage does (a failure leaves
+                // files that the next replica hosted here clears).
+                let _ = replica.clear_state();
                 replica.settle_quiet(&self.quiet);
                 replica.leave_quiet(&mut self.quiet, &mut self.metrics);
                 debug_assert!(
@@ -759,6 +810,7 @@ impl Shard {
 
     /// End of a turn: everything to do, in order.
     pub fn drain_effects(&mut self) -> Vec<Effect> {
+        self.metrics.checkpoints_failed += self.out.take_checkpoint_failures();
         let effects = self.out.end_turn();
         for effect in &effects {
             if let Effect::QuorumWaitDone { wait, .. } = effect {

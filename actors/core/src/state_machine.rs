@@ -4,23 +4,94 @@
 //! every member; a retried client request is answered from the client table
 //! and never applied twice. The state machine must be deterministic: the same
 //! ops in the same order give the same state and results on every member.
+//!
+//! D1: a state machine either lives in memory ([`Durability::InMemory`],
+//! the default: cohort encodes it whole with [`StateMachine::snapshot`] at
+//! every snapshot point and rebuilds it with [`StateMachine::restore`] plus
+//! a replay of the log after a restart) or keeps its state on disk itself
+//! ([`Durability::Persistent`]: a storage engine, segment files). A
+//! persistent one is asked, at each snapshot point, to make what it applied
+//! durable together with a small record of cohort's
+//! ([`StateMachine::checkpoint`]); cohort then drops its log up to that
+//! op and, after a restart, replays only what lies above the record the
+//! state machine reports ([`StateMachine::checkpointed`]). Its state is
+//! never encoded whole except to serve a state transfer. The contract, with
+//! what is durable when, is in docs/embedding.md ("State on disk").
 
 use bytes::Bytes;
 use cohort_messages::{NodeId, Op};
+
+/// D1: where a state machine keeps its state.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Durability {
+    /// In memory: cohort snapshots it whole and replays its log after a
+    /// restart (the default).
+    InMemory,
+    /// On disk, the state machine's own: cohort asks it for checkpoints and
+    /// replays only what lies above its newest durable one.
+    Persistent,
+}
 
 /// A group's replicated state.
 pub trait StateMachine {
     /// Apply a committed operation and return its result.
     fn apply(&mut self, op: Op, operation: &[u8]) -> Bytes;
 
+    /// D1: apply a run of committed operations, in op order, and return
+    /// one result per op, in the same order. cohort hands over runs of
+    /// ordinary writes (at most 64, no client twice); a state machine on a
+    /// storage engine can write a run in one transaction. Default: `apply`
+    /// for each.
+    fn apply_batch(&mut self, ops: &[(Op, Bytes)]) -> Vec<Bytes> {
+        ops.iter().map(|(op, operation)| self.apply(*op, operation)).collect()
+    }
+
     /// Answer a read from the current state (V7); never changes state.
     fn read(&self, query: &[u8]) -> Bytes;
 
-    /// Encode the whole state.
+    /// Encode the whole state. In memory: at every snapshot point.
+    /// Persistent: only to serve a state transfer to a lagging member.
     fn snapshot(&self) -> Bytes;
 
-    /// Replace the whole state with a decoded snapshot.
+    /// Replace the whole state with a decoded snapshot (a state transfer,
+    /// or in memory a restart). Persistent: the new state need not be
+    /// durable before the [`StateMachine::checkpoint`] cohort asks for
+    /// right after.
     fn restore(&mut self, snapshot: &[u8]) -> Result<(), String>;
+
+    /// D1: where this state machine keeps its state. Default: in memory.
+    fn durability(&self) -> Durability {
+        Durability::InMemory
+    }
+
+    /// D1 (persistent only): make durable, in one atomic step, the state as
+    /// applied so far together with `record` (cohort's, a few hundred bytes
+    /// per client of the group), and return once both are. A crash at any
+    /// point leaves either the previous checkpoint or this one. `Err`
+    /// leaves the previous one: cohort keeps its log and asks again at the
+    /// next snapshot point.
+    fn checkpoint(&mut self, record: &[u8]) -> Result<(), String> {
+        let _ = record;
+        Err("this state machine keeps its state in memory: it takes no checkpoint".into())
+    }
+
+    /// D1 (persistent only): the `record` of the newest durable checkpoint,
+    /// `None` if there is none. After a restart the state must be exactly
+    /// that checkpoint's: what was applied after it must be gone (cohort
+    /// applies it again from its log). Called once, when the replica is
+    /// hosted, on a state machine just made by the host's factory.
+    fn checkpointed(&self) -> Option<Bytes> {
+        None
+    }
+
+    /// D1 (persistent only): drop the whole state and any checkpoint,
+    /// durably, before returning. Called when the replica starts empty: a
+    /// new group, a re-created one (H3), or one whose state machine lost
+    /// what cohort's log no longer holds (it is then rebuilt from the other
+    /// members).
+    fn clear(&mut self) -> Result<(), String> {
+        Ok(())
+    }
 
     /// T3: whether the primary may propose the write `operation` that node
     /// `sender` sent (the authenticated peer it came from, or this node for

@@ -35,6 +35,10 @@ struct Harness {
 
 impl Harness {
     fn new(me: u8) -> Harness {
+        Harness::hosting(me, Box::new(Counter(0)))
+    }
+
+    fn hosting(me: u8, state: Box<dyn cohort_core::StateMachine>) -> Harness {
         let spec = GroupSpec {
             group: G,
             incarnation: INCARNATION,
@@ -47,7 +51,7 @@ impl Harness {
         };
         let node = if me < 3 { NODES[me as usize] } else { LEARNER };
         let mut harness = Harness { shard: Shard::new(node, config()), now: 0, log: Vec::new() };
-        harness.shard.create_group(spec, Box::new(Counter(0))).expect("created");
+        harness.shard.create_group(spec, state).expect("created");
         harness.drain();
         harness
     }
@@ -302,6 +306,48 @@ fn t5_a_state_chunk_must_come_from_the_primary_and_fit_the_cap() {
     assert_eq!(backup.shard.footprint().state_transfer_bytes, 11, "the primary's chunk within the cap is kept");
 }
 
+/// D1: a snapshot sent must carry its state. One whose state the sender's
+/// state machine holds (only a replica's own saved snapshots hold none), or
+/// one that does not decode, is dropped whole and counted; nothing of it is
+/// installed.
+#[test]
+fn d1_a_transferred_snapshot_without_its_state_is_refused() {
+    for state in [Box::new(Counter(0)) as Box<dyn cohort_core::StateMachine>, Box::new(PersistentCounter::default())] {
+        a_transferred_snapshot_without_its_state_is_refused(Harness::hosting(1, state));
+    }
+}
+
+fn a_transferred_snapshot_without_its_state_is_refused(mut backup: Harness) {
+    let mut held = b"COHS".to_vec();
+    held.extend([4, 1]); // format 4, state held by the state machine
+    held.extend(0u32.to_le_bytes()); // no state bytes
+    held.extend(0u32.to_le_bytes()); // no clients
+    held.extend(INCARNATION.0.to_le_bytes());
+    held.extend([2, 3]); // replication quorum, members
+    for node in NODES {
+        held.extend(node.0.to_le_bytes());
+    }
+    let chunk = |data: Vec<u8>| {
+        Message::StateChunk(StateChunk {
+            group: G,
+            incarnation: INCARNATION,
+            view: View(0),
+            replica: MemberIndex(0),
+            snapshot_op: Op(5),
+            snapshot_view: View(0),
+            offset_bytes: 0,
+            total_size_bytes: data.len() as u64,
+            chunk: Bytes::from(data),
+        })
+    };
+    backup.deliver(NODES[0], chunk(held));
+    assert_eq!(backup.refused(Refusal::SnapshotUnusable), 1);
+    assert_eq!(backup.replica().commit_min(), Op(0), "nothing of it was installed");
+    backup.deliver(NODES[0], chunk(b"not a snapshot".to_vec()));
+    assert_eq!(backup.refused(Refusal::SnapshotUnusable), 2);
+    assert_eq!(backup.replica().commit_min(), Op(0));
+}
+
 #[test]
 fn t5_a_reply_echoing_a_timestamp_never_sent_does_not_confirm_the_primary() {
     let mut primary = Harness::new(0);
@@ -340,4 +386,39 @@ fn t5_the_door_counts_each_refusal_by_reason() {
     assert_eq!(counts, (1, 1, 1, 1));
     assert_eq!(backup.replica().op(), Op(0), "none of them was acted on");
     assert_eq!(backup.shard.refused().forged(), 1, "only the learner's election is never a correct peer's");
+}
+
+/// D1: a [`Counter`] that says it keeps its state on disk; its
+/// checkpoints are kept in memory (the tests never restart it).
+#[derive(Default)]
+struct PersistentCounter {
+    /// The count.
+    count: Counter,
+    /// The record of the last checkpoint.
+    record: Option<Bytes>,
+}
+
+impl cohort_core::StateMachine for PersistentCounter {
+    fn apply(&mut self, op: Op, operation: &[u8]) -> Bytes {
+        self.count.apply(op, operation)
+    }
+    fn read(&self, query: &[u8]) -> Bytes {
+        self.count.read(query)
+    }
+    fn snapshot(&self) -> Bytes {
+        self.count.snapshot()
+    }
+    fn restore(&mut self, snapshot: &[u8]) -> Result<(), String> {
+        self.count.restore(snapshot)
+    }
+    fn durability(&self) -> cohort_core::Durability {
+        cohort_core::Durability::Persistent
+    }
+    fn checkpoint(&mut self, record: &[u8]) -> Result<(), String> {
+        self.record = Some(Bytes::copy_from_slice(record));
+        Ok(())
+    }
+    fn checkpointed(&self) -> Option<Bytes> {
+        self.record.clone()
+    }
 }

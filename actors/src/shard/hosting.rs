@@ -53,6 +53,17 @@ impl ShardActor {
                     self.host(hosted, None).map_err(|error| format!("shard {}: {error}", self.index))?;
                     self.built.push((group, kind));
                 }
+                Err(error @ ShardError::StateMachineBehind { .. }) => {
+                    // D1: the state machine lost what storage's log no
+                    // longer holds: the replica is rebuilt from the others.
+                    let (node, shard) = (self.node.0, self.index);
+                    tracing::error!(node, shard, group = group.0, %error, "rebuilding {group} from its other members: {error}");
+                    if !self.storage.remove_group(group) {
+                        return Err(format!("shard {}: the storage worker stopped", self.index));
+                    }
+                    self.host_as(hosted, None, true).map_err(|error| format!("shard {}: {error}", self.index))?;
+                    self.built.push((group, kind));
+                }
                 Err(ShardError::NotInIncarnation(error)) => {
                     // Removed from the group before the restart: what is
                     // left here is not this node's any more (S4).
@@ -78,6 +89,18 @@ impl ShardActor {
     /// Host `hosted` in the core: recovered from `recovered` if storage
     /// holds the group, else created empty. See the module docs.
     fn host(&mut self, hosted: HostedGroup, recovered: Option<RecoveredGroup>) -> Result<(), ShardError> {
+        let joins = recovered.is_none() && self.storage_formatted;
+        self.host_as(hosted, recovered, joins)
+    }
+
+    /// [`ShardActor::host`], or with `joins` (and nothing recovered) joined
+    /// empty to recover from the other members (H1).
+    fn host_as(
+        &mut self,
+        hosted: HostedGroup,
+        recovered: Option<RecoveredGroup>,
+        joins: bool,
+    ) -> Result<(), ShardError> {
         let HostedGroup { mut spec, kind } = hosted;
         let group = spec.group;
         let kind_spec = self.kinds.get(&kind).ok_or_else(|| {
@@ -93,7 +116,7 @@ impl ShardActor {
             // new group from one whose history it lost: it recovers first.
             // On one that was there, no superblock means it never
             // acknowledged anything here: it starts empty, as ever.
-            None if self.storage_formatted => self.driver.join_group(spec, state),
+            None if joins => self.driver.join_group(spec, state),
             None => self.driver.create_group(spec, state),
         }
     }

@@ -2,8 +2,12 @@
 //! an actix-web app that embeds cohort, the shape most host apps of an
 //! actix library have.
 //!
-//! Three cohort nodes run in this process (loopback TCP, write-ahead logs in
-//! a temporary directory); keys are spread over `--partitions` groups by hash.
+//! Three cohort nodes run in this process (loopback TCP); keys are spread
+//! over `--partitions` groups by hash. Each group's keys are on disk, in a
+//! redb file of their own (`cohort_examples::kv_store`, D1). Under
+//! `--data-dir` (default: a temporary directory, removed on exit) node N
+//! keeps its write-ahead log in `node-N/` and its groups' files in
+//! `node-N/kv/group-<id>.redb`.
 //! The actix-web app (request head timeout, connection cap and body limit set
 //! below) turns requests into cohort writes and linearizable reads:
 //!
@@ -17,12 +21,13 @@
 //!
 //! It stops on Ctrl-C or SIGTERM.
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
 use clap::Parser;
+use cohort_examples::kv_store::{self, KvStore};
 use cohort_runtime::prelude::*;
 
 /// The example's flags.
@@ -35,76 +40,21 @@ struct Flags {
     /// Partition groups the keys are spread over.
     #[arg(long, default_value_t = 8)]
     partitions: u64,
+    /// Where the nodes keep their logs and key-value files (default: a
+    /// temporary directory, removed on exit).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
 }
 
 /// Keys may take this many bytes.
 const KEY_SIZE_MAX_BYTES: usize = 256;
+const _: () = assert!(KEY_SIZE_MAX_BYTES <= kv_store::KEY_SIZE_MAX_BYTES);
 /// A value (a PUT's body) may take this many bytes (`413` beyond).
 const BODY_SIZE_MAX_BYTES: usize = 64 * 1024;
 /// Connections served at once; more wait in the kernel's backlog.
 const CONNECTIONS_MAX: usize = 256;
 /// A connection must send its request head within this time (`408`).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// One partition's keys. Operations: `P` key-length(u16) key value, or `D`
-/// key. A read's query is the key; the answer is `1` value, or `0` if absent.
-#[derive(Default)]
-struct Kv(BTreeMap<Bytes, Bytes>);
-
-fn put(key: &[u8], value: &[u8]) -> Bytes {
-    [&b"P"[..], &(key.len() as u16).to_le_bytes(), key, value].concat().into()
-}
-
-/// Take a field prefixed by its little-endian length of `width` bytes.
-fn take(input: &mut &[u8], width: usize) -> Result<Bytes, String> {
-    let prefix = input.get(..width).ok_or("truncated length")?;
-    let length = prefix.iter().rev().fold(0usize, |n, byte| (n << 8) | usize::from(*byte));
-    let field = Bytes::copy_from_slice(input.get(width..width + length).ok_or("truncated field")?);
-    *input = &input[width + length..];
-    Ok(field)
-}
-
-impl StateMachine for Kv {
-    fn apply(&mut self, _op: Op, operation: &[u8]) -> Bytes {
-        let existed = match operation.split_first() {
-            Some((b'P', mut rest)) => match take(&mut rest, 2) {
-                Ok(key) => self.0.insert(key, Bytes::copy_from_slice(rest)).is_some(),
-                Err(_) => return Bytes::from_static(b"malformed"),
-            },
-            Some((b'D', key)) => self.0.remove(key).is_some(),
-            _ => return Bytes::from_static(b"malformed"),
-        };
-        Bytes::from_static(if existed { b"existed" } else { b"new" })
-    }
-
-    fn read(&self, key: &[u8]) -> Bytes {
-        match self.0.get(key) {
-            Some(value) => [&[1u8][..], value].concat().into(),
-            None => Bytes::from_static(&[0]),
-        }
-    }
-
-    fn snapshot(&self) -> Bytes {
-        let mut out = Vec::new();
-        for (key, value) in &self.0 {
-            out.extend_from_slice(&(key.len() as u16).to_le_bytes());
-            out.extend_from_slice(key);
-            out.extend_from_slice(&(value.len() as u32).to_le_bytes());
-            out.extend_from_slice(value);
-        }
-        out.into()
-    }
-
-    fn restore(&mut self, mut snapshot: &[u8]) -> Result<(), String> {
-        self.0.clear();
-        while !snapshot.is_empty() {
-            let key = take(&mut snapshot, 2)?;
-            let value = take(&mut snapshot, 4)?;
-            self.0.insert(key, value);
-        }
-        Ok(())
-    }
-}
 
 /// The partition of a key (FNV-1a, the same in every process).
 fn partition(key: &[u8], partitions: u64) -> GroupId {
@@ -113,10 +63,18 @@ fn partition(key: &[u8], partitions: u64) -> GroupId {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let Flags { http, partitions } = Flags::parse();
+    let Flags { http, partitions, data_dir } = Flags::parse();
+    let (dir, _removed_on_exit) = match data_dir {
+        Some(dir) => (dir, None),
+        None => tempfile::tempdir().map(|temporary| (temporary.path().to_owned(), Some(temporary)))?,
+    };
     actix_rt::System::new().block_on(async move {
+        let files = dir.clone();
         let cluster = LocalCluster::builder(3)
-            .group_kind("kv", |_| Box::new(Kv::default()))
+            .data_dir(dir)
+            .group_kind_per_node("kv", move |node, group| {
+                Box::new(KvStore::open_or_empty(&files.join(format!("node-{}", node.0)).join("kv"), group))
+            })
             .groups("kv", (0..partitions).map(GroupId))
             .start()?;
         let listener = std::net::TcpListener::bind(http)?;
@@ -178,10 +136,10 @@ async fn answer(request: HttpRequest, body: web::Bytes, store: web::Data<Store>)
     let (client, group) = (&store.client, partition(key.as_bytes(), store.partitions));
     let result = match *request.method() {
         Method::PUT => {
-            client.write(group, put(key.as_bytes(), &body)).await.map(|_| (StatusCode::OK, b"ok\n".to_vec()))
+            client.write(group, kv_store::put(key.as_bytes(), &body)).await.map(|_| (StatusCode::OK, b"ok\n".to_vec()))
         }
         Method::DELETE => {
-            client.write(group, [&b"D"[..], key.as_bytes()].concat()).await.map(|written| match &written.result[..] {
+            client.write(group, kv_store::delete(key.as_bytes())).await.map(|written| match &written.result[..] {
                 b"existed" => (StatusCode::OK, b"deleted\n".to_vec()),
                 _ => (StatusCode::NOT_FOUND, b"no such key\n".to_vec()),
             })

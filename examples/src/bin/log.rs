@@ -1,22 +1,39 @@
 //! A partitioned, append-only message log on cohort: each partition is a
-//! group whose state machine is the list of its messages. Producers append
-//! (the write's result is the message's offset); consumers read by offset
-//! with linearizable reads and check that they see every message exactly once
-//! and each producer's messages in the order it sent them.
+//! group whose state machine keeps its messages on disk, in segment files
+//! (`cohort_examples::log_store`, D1). Producers append (the write's result
+//! is the message's offset); consumers read by offset with linearizable
+//! reads, from the files, and check that they see every message exactly
+//! once and each producer's messages in the order it sent them.
+//!
+//! Under `--data-dir` (default: a temporary directory, removed on exit)
+//! node N keeps its write-ahead log in `node-N/` and its partitions in
+//! `node-N/log/partition-<id>/`. A partition keeps at most
+//! `--retention-bytes` of segments (`--segment-size-max-bytes` each): a
+//! consumer that asks for an offset retention has dropped is answered
+//! "trimmed" with the earliest kept offset, goes on from there, and counts
+//! what it missed. With the defaults (1 GiB, 64 MiB) nothing is dropped.
 //!
 //! ```text
 //! cargo run -p cohort-examples --bin log -- --partitions 4 --producers 4 --messages 100
 //! cargo run -p cohort-examples --bin log -- --async    # Q4: acknowledged before replication
+//! cargo run -p cohort-examples --bin log -- --data-dir /tmp/log --retention-bytes 4096 --segment-size-max-bytes 1024
 //! ```
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 
 use clap::Parser;
+use cohort_examples::log_store::{
+    Answer, FETCH_MESSAGES_MAX, LogStore, LogStoreConfig, RETENTION_BYTES_DEFAULT, SEGMENT_SIZE_MAX_BYTES_DEFAULT,
+    decode_answer, fetch,
+};
 use cohort_runtime::prelude::*;
 
 /// The example's flags.
 #[derive(Parser)]
-#[command(about = "A partitioned, append-only message log on cohort, with producers and consumers by offset")]
+#[command(
+    about = "A partitioned, append-only message log on cohort, kept on disk, with producers and consumers by offset"
+)]
 struct Flags {
     /// Partitions (one group each).
     #[arg(long, default_value_t = 4)]
@@ -30,57 +47,16 @@ struct Flags {
     /// Acknowledge appends once the primary's copy is durable (Q4), not after replication.
     #[arg(long = "async")]
     asynchronous: bool,
-}
-
-/// A consumer reads at most this many messages per read.
-const FETCH_MESSAGES_MAX: u32 = 64;
-
-/// One partition: its messages, by offset.
-#[derive(Default)]
-struct Partition(Vec<Bytes>);
-
-impl StateMachine for Partition {
-    /// Append; the result is the new message's offset.
-    fn apply(&mut self, _op: Op, message: &[u8]) -> Bytes {
-        self.0.push(Bytes::copy_from_slice(message));
-        Bytes::copy_from_slice(&(self.0.len() as u64 - 1).to_le_bytes())
-    }
-
-    /// Query: offset (u64) and count (u32). Answer: messages, each length-prefixed (u32).
-    fn read(&self, query: &[u8]) -> Bytes {
-        let (Some(offset), Some(count)) = (query.get(..8), query.get(8..12)) else { return Bytes::new() };
-        let offset = u64::from_le_bytes(offset.try_into().unwrap_or_default()) as usize;
-        let count = u32::from_le_bytes(count.try_into().unwrap_or_default()).min(FETCH_MESSAGES_MAX) as usize;
-        encode(self.0.iter().skip(offset).take(count))
-    }
-
-    fn snapshot(&self) -> Bytes {
-        encode(self.0.iter())
-    }
-
-    fn restore(&mut self, snapshot: &[u8]) -> Result<(), String> {
-        self.0 = decode(snapshot).ok_or("snapshot is truncated")?;
-        Ok(())
-    }
-}
-
-fn encode<'a>(messages: impl Iterator<Item = &'a Bytes>) -> Bytes {
-    let mut out = Vec::new();
-    for message in messages {
-        out.extend_from_slice(&(message.len() as u32).to_le_bytes());
-        out.extend_from_slice(message);
-    }
-    out.into()
-}
-
-fn decode(mut input: &[u8]) -> Option<Vec<Bytes>> {
-    let mut messages = Vec::new();
-    while !input.is_empty() {
-        let length = u32::from_le_bytes(input.get(..4)?.try_into().ok()?) as usize;
-        messages.push(Bytes::copy_from_slice(input.get(4..4 + length)?));
-        input = &input[4 + length..];
-    }
-    Some(messages)
+    /// Where the nodes keep their logs and partitions (default: a
+    /// temporary directory, removed on exit).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// A partition drops its oldest segments while it holds more than this.
+    #[arg(long, default_value_t = RETENTION_BYTES_DEFAULT)]
+    retention_bytes: u64,
+    /// A partition's segments are cut at this size.
+    #[arg(long, default_value_t = SEGMENT_SIZE_MAX_BYTES_DEFAULT)]
+    segment_size_max_bytes: u64,
 }
 
 /// Producer `producer` appends `messages` messages, spread over the partitions.
@@ -92,13 +68,33 @@ async fn produce(client: Client, producer: u64, messages: u64, partitions: u64) 
     Ok(messages)
 }
 
+/// What a consumer read of its partition.
+struct Consumed {
+    /// Messages read, each producer's in order.
+    read: u64,
+    /// Messages retention dropped before they were read.
+    trimmed: u64,
+}
+
 /// Read `partition` from offset 0 until `expected` messages; check each
-/// producer's messages arrive in order. Returns the messages read.
-async fn consume(client: Client, partition: GroupId, expected: usize) -> Result<usize, Box<dyn std::error::Error>> {
-    let (mut offset, mut next_of) = (0u64, HashMap::<u64, u64>::new());
-    while (offset as usize) < expected {
-        let query = [&offset.to_le_bytes()[..], &FETCH_MESSAGES_MAX.to_le_bytes()].concat();
-        let batch = decode(&client.read(partition, query).await?.result).ok_or("bad fetch answer")?;
+/// producer's messages arrive in order. An offset retention dropped is
+/// skipped (and counted): reading goes on at the earliest one kept.
+async fn consume(client: Client, partition: GroupId, expected: u64) -> Result<Consumed, Box<dyn std::error::Error>> {
+    let (mut offset, mut trimmed, mut next_of) = (0u64, 0u64, HashMap::<u64, u64>::new());
+    while offset < expected {
+        let answer = client.read(partition, fetch(offset, FETCH_MESSAGES_MAX)).await?.result;
+        let batch = match decode_answer(&answer)? {
+            Answer::Messages(batch) => batch,
+            Answer::Trimmed { earliest } if earliest > offset => {
+                trimmed += earliest - offset;
+                offset = earliest;
+                continue;
+            }
+            Answer::Trimmed { earliest } => {
+                return Err(format!("{partition}: {offset} trimmed below {earliest}").into());
+            }
+            Answer::Failed(reason) => return Err(format!("{partition} offset {offset}: {reason}").into()),
+        };
         for message in &batch {
             let text = std::str::from_utf8(message)?;
             let (producer, sequence) = text.split_once(':').ok_or("bad message")?;
@@ -114,22 +110,33 @@ async fn consume(client: Client, partition: GroupId, expected: usize) -> Result<
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
     }
-    Ok(offset as usize)
+    Ok(Consumed { read: offset - trimmed, trimmed })
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let Flags { partitions, producers, messages, asynchronous } = Flags::parse();
+    let Flags { partitions, producers, messages, asynchronous, data_dir, retention_bytes, segment_size_max_bytes } =
+        Flags::parse();
     let mode = if asynchronous { WriteMode::Async } else { WriteMode::Sync };
+    let config = LogStoreConfig { segment_size_max_bytes, retention_bytes };
+    config.check()?;
+    let (dir, _removed_on_exit) = match data_dir {
+        Some(dir) => (dir, None),
+        None => tempfile::tempdir().map(|temporary| (temporary.path().to_owned(), Some(temporary)))?,
+    };
     actix_rt::System::new().block_on(async move {
+        let files = dir.clone();
         let cluster = LocalCluster::builder(3)
-            .group_kind("partition", |_| Box::new(Partition::default()))
+            .data_dir(dir)
+            .group_kind_per_node("partition", move |node, group| {
+                Box::new(LogStore::open_or_empty(&files.join(format!("node-{}", node.0)).join("log"), group, config))
+            })
             .groups_with("partition", mode, (0..partitions).map(GroupId))
             .start()?;
         let started = std::time::Instant::now();
         let producing: Vec<_> = (0..producers)
             .map(|producer| actix_rt::spawn(produce(Client::new(cluster.handles()), producer, messages, partitions)))
             .collect();
-        let mut expected = vec![0usize; partitions as usize];
+        let mut expected = vec![0u64; partitions as usize];
         for producer in 0..producers {
             for sequence in 0..messages {
                 expected[((producer + sequence) % partitions) as usize] += 1;
@@ -141,17 +148,28 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         for producer in producing {
             producer.await??;
         }
-        let mut consumed = 0;
+        let (mut consumed, mut dropped) = (0, 0);
         for (partition, consumer) in consuming.into_iter().enumerate() {
-            let read = consumer.await??;
-            println!("partition {partition}: consumed {read} messages in producer order");
-            consumed += read;
+            let Consumed { read, trimmed } = consumer.await??;
+            match trimmed {
+                0 => println!("partition {partition}: consumed {read} messages in producer order"),
+                _ => println!(
+                    "partition {partition}: consumed {read} messages in producer order, {trimmed} dropped by retention first"
+                ),
+            }
+            (consumed, dropped) = (consumed + read, dropped + trimmed);
         }
-        println!(
-            "log: {producers} producers appended {} messages ({mode:?} writes), consumers read all {consumed} in order, in {:?}",
-            producers * messages,
-            started.elapsed()
-        );
+        let appended = producers * messages;
+        let elapsed = started.elapsed();
+        match dropped {
+            0 => println!(
+                "log: {producers} producers appended {appended} messages ({mode:?} writes), consumers read all {consumed} in order, in {elapsed:?}"
+            ),
+            _ => println!(
+                "log: {producers} producers appended {appended} messages ({mode:?} writes), consumers read {consumed} in order and skipped {dropped} dropped by retention, in {elapsed:?}"
+            ),
+        }
+        cluster.stop();
         Ok(())
     })
 }

@@ -426,7 +426,8 @@ fn start_node(
         .shards(options.shards)
         .state_machine({
             let (shape, sizes) = (options.state, sizes.clone());
-            move |_| shape.state_machine(&sizes)
+            let state_dir = dir.join(format!("node-{}", node.0)).join("state");
+            move |group| shape.state_machine(&sizes, group, &state_dir)
         });
     for (peer, address) in addresses.iter().enumerate() {
         if peer != index {

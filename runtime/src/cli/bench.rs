@@ -41,7 +41,8 @@ pub(crate) struct BenchArgs {
     pub data_dir: Option<std::path::PathBuf>,
     /// What the groups of the cluster started in this process keep:
     /// `register` replaces one value per write, `log` appends every write,
-    /// so the state grows for the whole run.
+    /// so the state grows for the whole run, and `disk-log` appends to a
+    /// file of its own that cohort checkpoints instead of snapshotting (D1).
     #[arg(long, value_enum, default_value_t = StateShape::Register, conflicts_with = "cluster")]
     pub state: StateShape,
     /// A timeline line (writes/s, MB/s, p50, p99, state bytes, RSS) every

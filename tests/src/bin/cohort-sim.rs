@@ -47,6 +47,7 @@ fn main() -> ExitCode {
     let (mut changes_started, mut changes_completed, mut seeds_changed) = (0u64, 0u64, 0u64);
     let (mut operations, mut seeds_operated) = (cohort_sim::sim::OperationCounts::default(), 0u64);
     let (mut disks, mut starts_refused, mut seeds_failed) = (cohort_sim::disk::DiskStats::default(), 0u64, 0u64);
+    let mut checkpoints = cohort_sim::disk_kv::CheckpointCounts::default();
     let (mut refusals, mut forged_frames) = (cohort_core::Refusals::default(), 0u64);
     let mut footprint = cohort_core::Footprint::default();
     let mut transfers = cohort_sim::sim::TransferCounts::default();
@@ -99,6 +100,9 @@ fn main() -> ExitCode {
                 changes_started += report.reconfigurations.0;
                 changes_completed += report.reconfigurations.1;
                 seeds_changed += u64::from(report.reconfigurations.1 > 0);
+                checkpoints.taken += report.checkpoints.taken;
+                checkpoints.failed += report.checkpoints.failed;
+                checkpoints.rebuilt += report.checkpoints.rebuilt;
                 disks.power_losses += report.disks.power_losses;
                 disks.writes_torn += report.disks.writes_torn;
                 disks.corrupt_reads += report.disks.corrupt_reads;
@@ -145,6 +149,12 @@ fn main() -> ExitCode {
         disks.wipes,
         disks.segments_cut
     );
+    if args.state == cohort_sim::storage::StateKind::Disk {
+        last.push_str(&format!(
+            " checkpoints_taken={} checkpoints_failed={} replicas_rebuilt={}",
+            checkpoints.taken, checkpoints.failed, checkpoints.rebuilt
+        ));
+    }
     if args.scenario == Scenario::Metadata {
         last.push_str(&format!(
             " sessions_opened={} sessions_expired={} seeds_with_expiry={seeds_expired} reports_accepted={} \

@@ -285,15 +285,19 @@ impl Sim {
         self.crashes += 1;
         if self.faults.wipe_per_mille > 0 && self.rng.chance(self.faults.wipe_per_mille) && self.may_wipe(index) {
             // A new disk, one shard's directory emptied, or (H2) one
-            // shard's newest segment cut, a third of the time each.
+            // shard's newest segment cut, a third of the time each; with
+            // the kv state on disk (D1), also the state machines'
+            // checkpoints lost, a quarter of the time each.
             let shard = self.rng.below(self.nodes[index].shard_count() as u64) as usize;
-            let cut = match self.rng.below(3) {
+            let ways = if self.nodes[index].state_kind() == crate::storage::StateKind::Disk { 4 } else { 3 };
+            let cut = match self.rng.below(ways) {
                 0 => false,
                 1 => {
                     self.nodes[index].wipe(Some(shard));
                     true
                 }
-                _ => self.nodes[index].cut_newest_segment(shard, &mut self.rng),
+                2 => self.nodes[index].cut_newest_segment(shard, &mut self.rng),
+                _ => self.nodes[index].wipe_state(),
             };
             if !cut {
                 self.nodes[index].wipe(None);

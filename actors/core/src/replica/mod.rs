@@ -72,6 +72,7 @@ pub(crate) use role::{Backup, Election, Primary, RoleState};
 /// later view before the group moves up to that view.
 const STRANDED_TIMEOUTS: u64 = 3;
 pub use seal::{SealError, Sealed};
+pub(crate) use snapshot::with_checkpoint;
 pub use transfer::TransferError;
 pub(crate) use view_change::DoViewChangeSummary;
 pub(crate) use wait::QuorumWait;
@@ -131,6 +132,13 @@ pub struct Replica {
     pub(crate) state: Box<dyn StateMachine>,
     pub(crate) clients: ClientTable,
     pub(crate) snapshot: Option<Snapshot>,
+    /// D1: the whole state a persistent state machine's replica encoded to
+    /// serve a state transfer (its saved snapshot holds no state).
+    pub(crate) served: Option<Box<Snapshot>>,
+    /// D1: no checkpoint is asked for below this op (one failed).
+    pub(crate) checkpoint_retry_op: Op,
+    /// D1: checkpoints the state machine failed to take.
+    pub(crate) checkpoint_failures: u32,
     /// Client requests waiting for room in a primary's pipeline. A primary
     /// that a StartView makes a backup keeps them until its next view
     /// change (or its seal) answers them.
@@ -240,6 +248,9 @@ impl Replica {
             state,
             clients,
             snapshot: None,
+            served: None,
+            checkpoint_retry_op: Op(0),
+            checkpoint_failures: 0,
             request_queue: VecDeque::new(),
             timestamp: Timestamp(0),
             lease_expiry: now + config.timing.commit_heartbeat_timeout_ticks,
@@ -348,8 +359,8 @@ impl Replica {
     ) -> Result<Replica, String> {
         let mut replica = Replica::blank(spec, config, state, now);
         if let Some(snapshot) = &recovered.snapshot {
-            replica.install_snapshot_state(snapshot, cx.out)?;
-            replica.snapshot = Some(snapshot.clone());
+            let kept = replica.install_snapshot_state(snapshot, cx.out)?;
+            replica.snapshot = Some(kept);
         }
         let base = replica.log.base();
         // A snapshot with no superblock of this incarnation is a switch's
@@ -360,9 +371,20 @@ impl Replica {
         let switched = recovered.snapshot.is_some()
             && recovered.superblock.as_ref().is_none_or(|sb| sb.incarnation != replica.spec.incarnation);
         let entries = if switched { Vec::new() } else { recovered.entries };
+        // H2: a replica marked recovering lost records its storage had
+        // synced, a group's removal among them perhaps (its older entries
+        // then come back without the snapshot that covered them). What
+        // follows a gap cannot be trusted, and it is repaired from the
+        // other members anyway: its log ends before the gap.
+        let lost_records = recovered.superblock.as_ref().is_some_and(|sb| sb.recovering);
+        let mut cut_at_gap = false;
         for entry in entries {
             if entry.op <= base {
                 continue;
+            }
+            if entry.op != replica.log.op().next() && lost_records {
+                cut_at_gap = true;
+                break;
             }
             if entry.op != replica.log.op().next() {
                 return Err(format!("{}: recovered log has a gap before {}", replica.spec.group, entry.op));
@@ -375,6 +397,10 @@ impl Replica {
             replica.log.push(entry);
         }
         replica.durable_op = replica.log.op();
+        if cut_at_gap {
+            let op = replica.log.op();
+            replica.stage_truncate(op, cx.out);
+        }
         // A superblock of an earlier incarnation (a crash right after a
         // member change saved the new incarnation's snapshot) says nothing
         // about this one: it starts at view 0 from that snapshot.
@@ -602,6 +628,17 @@ impl Replica {
     /// The state machine (for reads by tests and checkers).
     pub fn state_machine(&self) -> &dyn StateMachine {
         self.state.as_ref()
+    }
+
+    /// D1: checkpoints the persistent state machine failed to take (each
+    /// leaves cohort's log in place until a later one succeeds).
+    pub fn checkpoint_failures(&self) -> u32 {
+        self.checkpoint_failures
+    }
+
+    /// D1: drop a persistent state machine's state (the replica is removed).
+    pub(crate) fn clear_state(&mut self) -> Result<(), String> {
+        self.state.clear()
     }
 
     /// Other voters' indexes: who takes part in a view change.

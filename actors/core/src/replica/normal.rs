@@ -9,8 +9,8 @@
 //! (client, request number) apply once.
 
 use cohort_messages::{
-    CommitEntry, HeartbeatState, LogEntry, Message, Op, Outcome, Prepare, PrepareOk, Redirect, Reply, ReplyError,
-    Request, RequestKind,
+    ClientId, CommitEntry, HeartbeatState, LogEntry, Message, Op, Outcome, Prepare, PrepareOk, Redirect, Reply,
+    ReplyError, Request, RequestKind, RequestNumber,
 };
 
 use super::{Replica, RoleState, Status};
@@ -500,9 +500,28 @@ impl Replica {
         };
         let mut applied = Vec::new();
         while self.commit_min < target {
+            // D1: a run of ops the state machine applies goes to it in one
+            // call; anything else (a seal, a registration, a duplicate, a
+            // client's first write) alone, below.
+            let run = self.apply_run(target);
+            if !run.is_empty() {
+                let results = self.state.apply_batch(&run);
+                assert_eq!(results.len(), run.len(), "StateMachine::apply_batch returns one result per op");
+                for ((op, operation), result) in run.into_iter().zip(results) {
+                    let entry = self.log.get(op).expect("a run holds ops of the log");
+                    let (client, request) = (entry.client, entry.request);
+                    self.clients.record(client, request, op, result.clone());
+                    if self.spec.report_applied {
+                        applied.push(AppliedOp { op, operation, result: result.clone() });
+                    }
+                    self.commit_min = op;
+                    self.answer_applied(client, request, op, Some(result), primary, async_acked_op, out);
+                }
+                continue;
+            }
             let op = self.commit_min.next();
             let Some(entry) = self.log.get(op) else { break };
-            if entry.client == cohort_messages::ClientId::SEAL {
+            if entry.client == ClientId::SEAL {
                 let operation = entry.operation.clone();
                 self.commit_min = op;
                 self.apply_seal(op, &operation, out);
@@ -528,20 +547,7 @@ impl Replica {
                 Some(result)
             };
             self.commit_min = op;
-            let acknowledged = self.spec.write_mode == super::WriteMode::Async && op <= async_acked_op;
-            if primary
-                && !acknowledged
-                && let Some(result) = result
-            {
-                out.push(Effect::Reply(Reply {
-                    client,
-                    request,
-                    group: self.spec.group,
-                    view: self.view,
-                    op,
-                    outcome: Outcome::Ok(result),
-                }));
-            }
+            self.answer_applied(client, request, op, result, primary, async_acked_op, out);
         }
         debug_assert!(
             self.commit_min > applied_before && self.commit_min <= target,
@@ -556,4 +562,64 @@ impl Replica {
         self.stage_superblock(out);
         self.maybe_snapshot(out);
     }
+
+    /// D1: the committed ops from the next one up to `target` that go to
+    /// the state machine as one batch: writes of clients the table knows
+    /// that it has not applied, each client once (so the table's answer to
+    /// each is as it would be op by op, and no record of the run evicts a
+    /// client: only a client's first record does), at most
+    /// `APPLY_BATCH_OPS_MAX`. Empty if the next op is not such a write.
+    fn apply_run(&self, target: Op) -> Vec<(Op, Bytes)> {
+        let mut run: Vec<(Op, Bytes)> = Vec::new();
+        let mut op = self.commit_min.next();
+        while op <= target && run.len() < APPLY_BATCH_OPS_MAX {
+            let Some(entry) = self.log.get(op) else { break };
+            let (client, request) = (entry.client, entry.request);
+            let in_run = || run.iter().any(|(earlier, _)| self.log.get(*earlier).is_some_and(|e| e.client == client));
+            if client == ClientId::SEAL
+                || is_registration(request)
+                || self.clients.get(client).is_none()
+                || !self.clients.should_apply(client, request)
+                || in_run()
+            {
+                break;
+            }
+            run.push((op, entry.operation.clone()));
+            op = op.next();
+        }
+        run
+    }
+
+    /// The primary answers an applied op's client (Q4: unless an async
+    /// primary answered it already on its own durable copy). `result` is
+    /// `None` for a duplicate the table holds no answer for.
+    #[allow(clippy::too_many_arguments)]
+    fn answer_applied(
+        &self,
+        client: ClientId,
+        request: RequestNumber,
+        op: Op,
+        result: Option<Bytes>,
+        primary: bool,
+        async_acked_op: Op,
+        out: &mut Effects,
+    ) {
+        let acknowledged = self.spec.write_mode == super::WriteMode::Async && op <= async_acked_op;
+        if primary
+            && !acknowledged
+            && let Some(result) = result
+        {
+            out.push(Effect::Reply(Reply {
+                client,
+                request,
+                group: self.spec.group,
+                view: self.view,
+                op,
+                outcome: Outcome::Ok(result),
+            }));
+        }
+    }
 }
+
+/// D1: the most ops one [`StateMachine::apply_batch`](crate::StateMachine::apply_batch) call takes.
+const APPLY_BATCH_OPS_MAX: usize = 64;

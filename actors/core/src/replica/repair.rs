@@ -76,7 +76,7 @@ impl Replica {
         }
         let to = self.node_of(request.replica);
         if request.op_min <= self.log.base() {
-            if let Some(snapshot) = self.snapshot.clone() {
+            if let Some(snapshot) = self.transfer_snapshot() {
                 self.send_chunk(&snapshot, 0, request.replica, cx.out);
             }
             return;
@@ -137,7 +137,7 @@ impl Replica {
             // or the view's chosen log, from an election since left.
             return cx.refuse(Refusal::StateTransferNotPrimary);
         }
-        let Some(snapshot) = self.snapshot.clone() else { return };
+        let Some(snapshot) = self.transfer_snapshot() else { return };
         let offset = if request.snapshot_op == snapshot.op { request.offset_bytes } else { 0 };
         self.send_chunk(&snapshot, offset, request.replica, cx.out);
     }
@@ -207,8 +207,12 @@ impl Replica {
         let Some(transfer) = self.state_transfer.take() else { return };
         let snapshot =
             Snapshot { op: transfer.snapshot_op, view: transfer.snapshot_view, data: Bytes::from(transfer.data) };
-        if self.install_snapshot(snapshot, now, cx).is_err() {
-            // A snapshot that does not decode is dropped; repair asks again.
+        // D1: a snapshot sent must carry its state; one that holds none is
+        // not installed (a persistent state machine would take it as its
+        // own checkpoint's).
+        if super::snapshot::state_is_held(&snapshot.data) || self.install_snapshot(snapshot, now, cx).is_err() {
+            // Dropped, and counted; repair asks again.
+            cx.refuse(Refusal::SnapshotUnusable);
             self.repair_deadline = now;
         }
     }
@@ -248,7 +252,7 @@ impl Replica {
         }
         let snapshot_op = snapshot.op;
         let kept: Vec<_> = self.log.entries_from(snapshot.op.next()).cloned().collect();
-        self.install_snapshot_state(&snapshot, cx.out)?;
+        let snapshot = self.install_snapshot_state(&snapshot, cx.out)?;
         // Keep what follows the snapshot only while views do not go
         // backwards: an entry of a view older than the snapshot's entry
         // cannot be committed (committed logs are prefixes, views in a log

@@ -48,7 +48,7 @@ use crate::effect::Effect;
 use crate::effects::Effects;
 use crate::log::Log;
 use crate::quorum::Quorums;
-use crate::storage::{RecoveredGroup, Snapshot};
+use crate::storage::RecoveredGroup;
 use snapshot::SnapshotMembership;
 
 /// The seal a replica applied.
@@ -388,8 +388,15 @@ impl Replica {
         next.durable_op = op;
         // The new incarnation's recovery starts here: the old log's entries
         // belong to other views of another incarnation.
-        let data = snapshot::encode(&next.state.snapshot(), &next.clients.encode(), &next.membership());
-        let snapshot = Snapshot { op, view: View(0), data };
+        // D1: a persistent state machine takes it as a checkpoint (the
+        // state encoded here if that fails).
+        let snapshot = match next.persistent() {
+            true => next.checkpoint(op, View(0)).unwrap_or_else(|_| {
+                next.checkpoint_failed(cx.out);
+                next.encode_whole(op, View(0))
+            }),
+            false => next.encode_whole(op, View(0)),
+        };
         let save = Effect::SaveSnapshot { group: next.spec.group, snapshot: snapshot.clone(), deferrable: false };
         cx.out.stage(next.spec.group, save);
         next.snapshot = Some(snapshot);

@@ -24,6 +24,8 @@ pub fn plain_spec(group: GroupId, members: &[NodeId], me: u8) -> GroupSpec {
 }
 
 /// Counts applied ops; reads, snapshots and results are the count (u64 LE).
+#[allow(dead_code)] // Each test file compiles this module; not all use it.
+#[derive(Default)]
 pub struct Counter(pub u64);
 
 impl StateMachine for Counter {

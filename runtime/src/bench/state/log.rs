@@ -1,5 +1,6 @@
 //! `--state log`: a state machine that appends each write's bytes to its
-//! state, as a host's naive log would (the `log` example's partition). Its
+//! state in memory, as a host's naive log would (as the `log` example did
+//! before its messages went to segment files). Its
 //! snapshot encodes every entry and its restore decodes them all, so the
 //! cost of a snapshot grows with the state: that is what the setting
 //! measures.

@@ -6,23 +6,29 @@
 //! write path alone. `log` appends every write to the state, as a host's
 //! naive log does ([`log::AppendLog`]), so the state grows for the whole
 //! run and a run measures what a growing state costs: snapshots that
-//! encode all of it, memory, and the write path beside them. Today's
-//! state machines live in memory; the persistent state machine of D1 is
-//! what this setting is meant to measure next.
+//! encode all of it, memory, and the write path beside them. `disk-log`
+//! appends the same way to a file of the state machine's own, which
+//! cohort checkpoints instead of snapshotting (D1, [`disk_log::DiskLog`]):
+//! the same growth, without the whole-state snapshots.
 //!
 //! Each replica's state machine publishes its size through a
 //! [`StateBytes`] handle, one relaxed atomic store per apply; the bench
 //! reads the largest of them ([`StateSizes::largest_bytes`]) once per
 //! timeline sample.
 
+mod disk_log;
 mod log;
 mod register;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use cohort_core::StateMachine;
+use std::path::Path;
 
+use cohort_core::StateMachine;
+use cohort_messages::GroupId;
+
+use self::disk_log::DiskLog;
 use self::log::AppendLog;
 use self::register::SizedRegister;
 
@@ -34,6 +40,8 @@ pub(crate) enum StateShape {
     Register,
     /// Every write appended; the state grows by each write's bytes.
     Log,
+    /// As `log`, on a file of the state machine's own, checkpointed (D1).
+    DiskLog,
 }
 
 impl StateShape {
@@ -42,14 +50,23 @@ impl StateShape {
         match self {
             StateShape::Register => "register",
             StateShape::Log => "log",
+            StateShape::DiskLog => "disk-log",
         }
     }
 
-    /// A new replica's state machine, sized through `sizes`.
-    pub(crate) fn state_machine(self, sizes: &StateSizes) -> Box<dyn StateMachine> {
+    /// A new replica's state machine of `group`, sized through `sizes`;
+    /// `dir` is where its node keeps state machines' files.
+    ///
+    /// # Panics
+    /// If a `disk-log` cannot open its file (the bench's disk failed).
+    pub(crate) fn state_machine(self, sizes: &StateSizes, group: GroupId, dir: &Path) -> Box<dyn StateMachine> {
         match self {
             StateShape::Register => Box::new(SizedRegister::new(sizes.handle())),
             StateShape::Log => Box::new(AppendLog::new(sizes.handle())),
+            StateShape::DiskLog => match DiskLog::open(dir, group, sizes.handle()) {
+                Ok(log) => Box::new(log),
+                Err(error) => panic!("bench: the disk-log state machine of {group}: {error}"),
+            },
         }
     }
 }
@@ -116,16 +133,27 @@ mod tests {
     fn d5_each_shape_builds_its_state_machine_and_sizes_it() {
         use cohort_messages::Op;
 
+        let dir = tempfile::tempdir().expect("temporary directory");
         let sizes = StateSizes::default();
-        let mut register = StateShape::Register.state_machine(&sizes);
+        let mut register = StateShape::Register.state_machine(&sizes, GroupId(0), dir.path());
         register.apply(Op(1), &[1; 100]);
         register.apply(Op(2), &[2; 100]);
         assert_eq!(sizes.largest_bytes(), 100, "a register holds the last value");
-        let mut log = StateShape::Log.state_machine(&sizes);
+        let mut log = StateShape::Log.state_machine(&sizes, GroupId(0), dir.path());
         log.apply(Op(1), &[1; 100]);
         log.apply(Op(2), &[2; 100]);
         assert_eq!(sizes.largest_bytes(), log.snapshot().len() as u64, "a log holds every write");
         assert_eq!(sizes.largest_bytes(), 208);
-        assert_eq!((StateShape::default().as_str(), StateShape::Log.as_str()), ("register", "log"));
+        drop((register, log));
+        let mut on_disk = StateShape::DiskLog.state_machine(&sizes, GroupId(0), dir.path());
+        for op in 1..=3 {
+            on_disk.apply(Op(op), &[3; 100]);
+        }
+        assert_eq!(sizes.largest_bytes(), 312, "a disk log holds every write, as the log does");
+        assert_eq!(on_disk.durability(), cohort_core::Durability::Persistent);
+        assert_eq!(
+            (StateShape::default().as_str(), StateShape::Log.as_str(), StateShape::DiskLog.as_str()),
+            ("register", "log", "disk-log")
+        );
     }
 }
