@@ -505,7 +505,11 @@ impl Replica {
             // client's first write) alone, below.
             let run = self.apply_run(target);
             if !run.is_empty() {
-                let results = self.state.apply_batch(&run);
+                // A run of one is an ordinary apply: no batch to build.
+                let results = match run.as_slice() {
+                    [(op, operation)] => vec![self.state.apply(*op, operation)],
+                    _ => self.state.apply_batch(&run),
+                };
                 assert_eq!(results.len(), run.len(), "StateMachine::apply_batch returns one result per op");
                 for ((op, operation), result) in run.into_iter().zip(results) {
                     let entry = self.log.get(op).expect("a run holds ops of the log");
