@@ -18,7 +18,7 @@
 //! durable when), not the engine.
 
 use std::cell::RefCell;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::rc::Rc;
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -63,7 +63,7 @@ pub struct DiskKv {
 impl DiskKv {
     /// Open `group`'s state on `disk`: its newest checkpoint, or empty.
     pub fn open(disk: SimDisk, group: GroupId, sink: ApplySink, counts: CheckpointSink) -> DiskKv {
-        let path = state_dir().join(format!("group-{}", group.0));
+        let path = checkpoint_path(group);
         let mut kv = Kv::new(sink);
         let mut fs = disk.clone();
         let read = fs.read(&path).ok().and_then(|bytes| decode(&bytes));
@@ -178,14 +178,9 @@ impl StateMachine for DiskKv {
     }
 }
 
-/// The path of `group`'s checkpoint (for tests).
+/// The path of `group`'s checkpoint file.
 pub fn checkpoint_path(group: GroupId) -> PathBuf {
     state_dir().join(format!("group-{}", group.0))
-}
-
-/// True if `path` is one of the state machines' files.
-pub fn is_state_file(path: &Path) -> bool {
-    path.starts_with(state_dir())
 }
 
 #[cfg(test)]

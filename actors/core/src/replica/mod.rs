@@ -137,8 +137,6 @@ pub struct Replica {
     pub(crate) served: Option<Box<Snapshot>>,
     /// D1: no checkpoint is asked for below this op (one failed).
     pub(crate) checkpoint_retry_op: Op,
-    /// D1: checkpoints the state machine failed to take.
-    pub(crate) checkpoint_failures: u32,
     /// Client requests waiting for room in a primary's pipeline. A primary
     /// that a StartView makes a backup keeps them until its next view
     /// change (or its seal) answers them.
@@ -250,7 +248,6 @@ impl Replica {
             snapshot: None,
             served: None,
             checkpoint_retry_op: Op(0),
-            checkpoint_failures: 0,
             request_queue: VecDeque::new(),
             timestamp: Timestamp(0),
             lease_expiry: now + config.timing.commit_heartbeat_timeout_ticks,
@@ -628,12 +625,6 @@ impl Replica {
     /// The state machine (for reads by tests and checkers).
     pub fn state_machine(&self) -> &dyn StateMachine {
         self.state.as_ref()
-    }
-
-    /// D1: checkpoints the persistent state machine failed to take (each
-    /// leaves cohort's log in place until a later one succeeds).
-    pub fn checkpoint_failures(&self) -> u32 {
-        self.checkpoint_failures
     }
 
     /// D1: drop a persistent state machine's state (the replica is removed).
