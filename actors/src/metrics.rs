@@ -85,7 +85,7 @@ pub(crate) const APPLY_LATENCY_BUCKETS_SECONDS: [f64; 19] = [
 ];
 
 /// How many counters a [`ShardMetrics`] holds; one exported family each.
-const SHARD_COUNTER_COUNT: usize = 24;
+const SHARD_COUNTER_COUNT: usize = 28;
 
 /// Name (without prefix and without the `_total` the encoder appends) and help
 /// of each exported shard counter, in the order of [`shard_counter_values`].
@@ -132,6 +132,13 @@ const SHARD_COUNTER_SPECS: [(&str, &str); SHARD_COUNTER_COUNT] = [
         "checkpoints_failed",
         "Checkpoints a state machine that keeps its state on disk failed to take; the group's log stays until one succeeds (D1)",
     ),
+    (
+        "state_transfer_failures",
+        "Streamed state transfers a state machine failed to export, stage or install; each starts again (D3)",
+    ),
+    ("state_chunks_sent", "State transfer chunks sent to lagging members (D3)"),
+    ("state_chunk_bytes_sent", "Bytes of state transfer chunks sent to lagging members (D3)"),
+    ("state_streams_installed", "Streamed state transfers installed by this node's replicas (D3)"),
 ];
 
 /// The counters of `metrics` in the order of [`SHARD_COUNTER_SPECS`].
@@ -164,6 +171,10 @@ fn shard_counter_values(metrics: &ShardMetrics) -> [u64; SHARD_COUNTER_COUNT] {
         recoveries_founded,
         recoveries_done,
         checkpoints_failed,
+        state_transfer_failures,
+        state_chunks_sent,
+        state_chunk_bytes_sent,
+        state_streams_installed,
     } = *metrics;
     [
         commit_batches_sent,
@@ -190,6 +201,10 @@ fn shard_counter_values(metrics: &ShardMetrics) -> [u64; SHARD_COUNTER_COUNT] {
         recoveries_founded,
         recoveries_done,
         checkpoints_failed,
+        state_transfer_failures,
+        state_chunks_sent,
+        state_chunk_bytes_sent,
+        state_streams_installed,
     ]
 }
 
@@ -1406,6 +1421,10 @@ mod tests {
             &mut metrics.recoveries_founded,
             &mut metrics.recoveries_done,
             &mut metrics.checkpoints_failed,
+            &mut metrics.state_transfer_failures,
+            &mut metrics.state_chunks_sent,
+            &mut metrics.state_chunk_bytes_sent,
+            &mut metrics.state_streams_installed,
         ];
         for (index, field) in fields.into_iter().enumerate() {
             *field = base + index as u64;

@@ -100,4 +100,24 @@ impl StateMachine for ObservedStateMachine {
     fn clear(&mut self) -> Result<(), String> {
         self.inner.clear()
     }
+
+    fn export(&mut self) -> Result<Option<Box<dyn cohort_core::StateExport>>, String> {
+        self.inner.export()
+    }
+
+    fn import_begin(&mut self, key: &[u8]) -> Result<(), String> {
+        self.inner.import_begin(key)
+    }
+
+    fn import_write(&mut self, offset_bytes: u64, chunk: &[u8]) -> Result<(), String> {
+        self.inner.import_write(offset_bytes, chunk)
+    }
+
+    fn import_staged(&self) -> Option<(Bytes, u64)> {
+        self.inner.import_staged()
+    }
+
+    fn import_finish(&mut self, record: &[u8]) -> Result<(), String> {
+        self.inner.import_finish(record)
+    }
 }

@@ -9,7 +9,7 @@
 //! ```
 
 pub use bytes::Bytes;
-pub use cohort_core::{Durability, StateMachine, WriteMode};
+pub use cohort_core::{Durability, StateExport, StateMachine, WriteMode};
 pub use cohort_messages::{
     ClientId, ClusterId, GroupId, Incarnation, NodeId, Op, ReplyError, RequestKind, RequestNumber, SessionId, View,
 };

@@ -352,6 +352,11 @@ impl SimNode {
         self.shards.iter().flat_map(|shard| shard.core().replicas())
     }
 
+    /// D3: true if one of its state machines stages a streamed state.
+    pub fn staging_a_stream(&self) -> bool {
+        self.replicas().any(|replica| replica.state_machine().import_staged().is_some())
+    }
+
     fn sink(&mut self, group: GroupId) -> ApplySink {
         Rc::clone(self.sinks.entry(group).or_default())
     }

@@ -337,9 +337,19 @@ pub struct Sim {
 
 const RETRY_TICKS: u64 = 40;
 
+/// D3: the state chunk size of runs with `--state disk` (a simulated
+/// group's state is a few KiB).
+pub const SIM_STATE_CHUNK_SIZE_BYTES: usize = 64;
+
 impl Sim {
     /// Build the cluster of `config`.
-    pub fn new(config: SimConfig) -> Sim {
+    pub fn new(mut config: SimConfig) -> Sim {
+        if config.state == StateKind::Disk {
+            // D3: streamed transfers in many chunks, so that every fault
+            // (a dropped message, a crash, a disk error) can cut one
+            // between any two of them.
+            config.core.state_chunk_size_bytes = SIM_STATE_CHUNK_SIZE_BYTES;
+        }
         // The metadata code takes its mutant from the thread (M2's gate).
         cohort_core::mutants::Mutant::set_metadata(&config.core);
         let mut rng = Rng::new(config.seed);
@@ -518,6 +528,8 @@ impl Sim {
                     sum.taken += counts.taken;
                     sum.failed += counts.failed;
                     sum.rebuilt += counts.rebuilt;
+                    sum.streamed += counts.streamed;
+                    sum.resumed += counts.resumed;
                     sum
                 },
             ),

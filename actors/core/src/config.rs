@@ -164,6 +164,24 @@ pub struct CoreConfig {
     /// fell behind the snapshot can never catch up. Default 1 GiB; at least
     /// one chunk (`STATE_CHUNK_SIZE_MAX_BYTES`, 4 MiB).
     pub state_transfer_size_max_bytes: u64,
+    /// D3: the size of the chunks a state transfer sends, in bytes. The
+    /// receiver asks for one chunk at a time (its flow control), so this is
+    /// also what one transfer holds in flight. Default and most
+    /// `STATE_CHUNK_SIZE_MAX_BYTES` (4 MiB); at least 64 (the simulator
+    /// uses small chunks, so that its faults cut transfers at every chunk).
+    pub state_chunk_size_bytes: usize,
+    /// D3: while a replica streams its state to a member, the committed
+    /// entries its checkpoints drop from the log are kept beside the stream
+    /// (the receiver needs them after the streamed op), up to this many
+    /// bytes of operations; past it the stream is dropped and the member
+    /// starts over from a newer checkpoint. Bounds what one slow receiver
+    /// costs in memory. Default 512 MiB; at least `snapshot_interval_bytes`.
+    pub state_transfer_log_bytes_max: u64,
+    /// D3: a served stream (and the entries kept beside it) is dropped
+    /// once the receiver asked for nothing of it for this long: long
+    /// enough for a receiver to restart and resume. Default 300 (30 s at
+    /// 100 ms/tick); at least `repair_timeout_ticks`.
+    pub state_stream_patience_ticks: u64,
     /// Test builds only: the safety rule broken on purpose, for the
     /// simulator's mutation suite (see [`crate::mutants`]). The field does
     /// not exist in other builds.
@@ -182,6 +200,9 @@ impl Default for CoreConfig {
             request_queue_max: 1024,
             view_jump_max_views: VIEW_JUMP_DEFAULT_VIEWS,
             state_transfer_size_max_bytes: 1 << 30,
+            state_chunk_size_bytes: cohort_messages::STATE_CHUNK_SIZE_MAX_BYTES,
+            state_transfer_log_bytes_max: 512 << 20,
+            state_stream_patience_ticks: 300,
             #[cfg(any(test, feature = "mutants"))]
             mutant: None,
         }
@@ -231,9 +252,43 @@ impl CoreConfig {
                 ),
             });
         }
+        if !(STATE_CHUNK_SIZE_MIN_BYTES..=cohort_messages::STATE_CHUNK_SIZE_MAX_BYTES)
+            .contains(&self.state_chunk_size_bytes)
+        {
+            return Err(CoreConfigError {
+                field: "state_chunk_size_bytes",
+                rule: format!(
+                    "must be {STATE_CHUNK_SIZE_MIN_BYTES} to {} bytes, not {}",
+                    cohort_messages::STATE_CHUNK_SIZE_MAX_BYTES,
+                    self.state_chunk_size_bytes
+                ),
+            });
+        }
+        if self.state_transfer_log_bytes_max < self.snapshot_interval_bytes {
+            return Err(CoreConfigError {
+                field: "state_transfer_log_bytes_max",
+                rule: format!(
+                    "must be at least snapshot_interval_bytes ({}), not {}",
+                    self.snapshot_interval_bytes, self.state_transfer_log_bytes_max
+                ),
+            });
+        }
+        if self.state_stream_patience_ticks < self.timing.repair_timeout_ticks.max(1) {
+            return Err(CoreConfigError {
+                field: "state_stream_patience_ticks",
+                rule: format!(
+                    "must be at least repair_timeout_ticks ({}), not {}",
+                    self.timing.repair_timeout_ticks, self.state_stream_patience_ticks
+                ),
+            });
+        }
         Ok(())
     }
 }
+
+/// D3: the smallest `state_chunk_size_bytes`: a stream's first chunk holds
+/// its magic and header length.
+pub const STATE_CHUNK_SIZE_MIN_BYTES: usize = 64;
 
 #[cfg(test)]
 mod tests {

@@ -64,9 +64,9 @@ pub struct Effects {
     /// never iterated, so the batches keep their order.
     commit_slots: std::collections::HashMap<(NodeId, GroupId), usize>,
     reply_queue: BTreeMap<NodeId, Vec<CommitReplyEntry>>,
-    /// D1: checkpoints that persistent state machines failed to take since
-    /// the shard last collected them (`ShardMetrics::checkpoints_failed`).
-    checkpoints_failed: u64,
+    /// D1, D3: what replicas counted since the shard last collected it
+    /// (see [`Effects::take_counts`]).
+    counts: ShardMetrics,
 }
 
 impl Effects {
@@ -77,12 +77,28 @@ impl Effects {
 
     /// D1: a persistent state machine failed to take a checkpoint.
     pub fn count_checkpoint_failure(&mut self) {
-        self.checkpoints_failed += 1;
+        self.counts.checkpoints_failed += 1;
     }
 
-    /// D1: the checkpoint failures counted since the last call.
-    pub fn take_checkpoint_failures(&mut self) -> u64 {
-        std::mem::take(&mut self.checkpoints_failed)
+    /// D3: a state machine failed to export, stage or install a stream.
+    pub fn count_transfer_failure(&mut self) {
+        self.counts.state_transfer_failures += 1;
+    }
+
+    /// D3: a state chunk of `size_bytes` went out.
+    pub fn count_chunk_sent(&mut self, size_bytes: u64) {
+        self.counts.state_chunks_sent += 1;
+        self.counts.state_chunk_bytes_sent += size_bytes;
+    }
+
+    /// D3: a streamed state was installed.
+    pub fn count_stream_installed(&mut self) {
+        self.counts.state_streams_installed += 1;
+    }
+
+    /// Add what was counted since the last call to `metrics`.
+    pub fn take_counts(&mut self, metrics: &mut ShardMetrics) {
+        metrics.add(&std::mem::take(&mut self.counts));
     }
 
     /// Emit a effect now.

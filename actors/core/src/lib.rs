@@ -39,4 +39,4 @@ pub use quorum::Quorums;
 pub use refusal::{Refusal, Refusals};
 pub use replica::{GroupSpec, Replica, Status, TransferError, WriteMode};
 pub use shard::{Shard, ShardError};
-pub use state_machine::{Durability, StateMachine};
+pub use state_machine::{Durability, StateExport, StateMachine};

@@ -62,6 +62,15 @@ pub struct ShardMetrics {
     /// D1: checkpoints a persistent state machine failed to take (each
     /// leaves the group's log in place until a later one succeeds).
     pub checkpoints_failed: u64,
+    /// D3: exports, stagings or installs of a streamed state that a state
+    /// machine failed (each drops the transfer; it starts again).
+    pub state_transfer_failures: u64,
+    /// D3: state chunks sent.
+    pub state_chunks_sent: u64,
+    /// D3: the bytes of the state chunks sent.
+    pub state_chunk_bytes_sent: u64,
+    /// D3: streamed states installed.
+    pub state_streams_installed: u64,
 }
 
 impl ShardMetrics {
@@ -92,6 +101,10 @@ impl ShardMetrics {
             recoveries_founded,
             recoveries_done,
             checkpoints_failed,
+            state_transfer_failures,
+            state_chunks_sent,
+            state_chunk_bytes_sent,
+            state_streams_installed,
         } = other;
         self.commit_batches_sent += commit_batches_sent;
         self.commit_entries_sent += commit_entries_sent;
@@ -117,6 +130,10 @@ impl ShardMetrics {
         self.recoveries_founded += recoveries_founded;
         self.recoveries_done += recoveries_done;
         self.checkpoints_failed += checkpoints_failed;
+        self.state_transfer_failures += state_transfer_failures;
+        self.state_chunks_sent += state_chunks_sent;
+        self.state_chunk_bytes_sent += state_chunk_bytes_sent;
+        self.state_streams_installed += state_streams_installed;
     }
 }
 

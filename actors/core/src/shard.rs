@@ -580,8 +580,8 @@ impl Shard {
                 Message::StartViewChange(m) => replica.on_start_view_change(m, now, cx),
                 Message::DoViewChange(m) => replica.on_do_view_change(m, now, cx),
                 Message::StartView(m) => replica.on_start_view(m, now, cx),
-                Message::RequestPrepares(m) => replica.on_request_prepares(m, cx),
-                Message::RequestStateTransfer(m) => replica.on_request_state_transfer(m, cx),
+                Message::RequestPrepares(m) => replica.on_request_prepares(m, now, cx),
+                Message::RequestStateTransfer(m) => replica.on_request_state_transfer(m, now, cx),
                 Message::StateChunk(m) => replica.on_state_chunk(m, now, cx),
                 Message::Request(m) => replica.on_request(from, m, now, cx),
                 Message::RecoveryQuery(m) => replica.on_recovery_query(m, now, cx),
@@ -810,7 +810,7 @@ impl Shard {
 
     /// End of a turn: everything to do, in order.
     pub fn drain_effects(&mut self) -> Vec<Effect> {
-        self.metrics.checkpoints_failed += self.out.take_checkpoint_failures();
+        self.out.take_counts(&mut self.metrics);
         let effects = self.out.end_turn();
         for effect in &effects {
             if let Effect::QuorumWaitDone { wait, .. } = effect {

@@ -93,6 +93,47 @@ pub trait StateMachine {
         Ok(())
     }
 
+    /// D3 (persistent only): a point-in-time view of the state at the
+    /// newest checkpoint, to stream to a member that lags behind it.
+    /// `Ok(None)` (the default): cohort sends [`StateMachine::snapshot`]
+    /// whole instead, capped by `state_transfer_size_max_bytes`. The view
+    /// must not change while it lives, whatever is applied or checkpointed
+    /// after it (a read transaction of a storage engine, immutable files).
+    fn export(&mut self) -> Result<Option<Box<dyn StateExport>>, String> {
+        Ok(None)
+    }
+
+    /// D3 (persistent only): start staging a streamed state named `key`
+    /// (cohort's, a few hundred bytes per client), dropping whatever is
+    /// staged. Staging never touches the current state.
+    fn import_begin(&mut self, key: &[u8]) -> Result<(), String> {
+        let _ = key;
+        Err("this state machine takes no streamed state (it exports none)".into())
+    }
+
+    /// D3: append `chunk`, which starts at `offset_bytes` of the stream
+    /// (always the staged length so far), and make it durable before
+    /// returning: a transfer cut here resumes after it.
+    fn import_write(&mut self, offset_bytes: u64, chunk: &[u8]) -> Result<(), String> {
+        let _ = (offset_bytes, chunk);
+        Err("this state machine takes no streamed state".into())
+    }
+
+    /// D3: the key of the staged stream and its durable length, if any:
+    /// after a restart, a transfer resumes from there.
+    fn import_staged(&self) -> Option<(Bytes, u64)> {
+        None
+    }
+
+    /// D3: replace the state with the whole staged stream, together with
+    /// the checkpoint `record`, in one atomic, durable step (as
+    /// [`StateMachine::checkpoint`]), and drop the staging. `Err` leaves
+    /// the previous state and checkpoint.
+    fn import_finish(&mut self, record: &[u8]) -> Result<(), String> {
+        let _ = record;
+        Err("this state machine takes no streamed state".into())
+    }
+
     /// T3: whether the primary may propose the write `operation` that node
     /// `sender` sent (the authenticated peer it came from, or this node for
     /// a local submit). `members` are the group's voters. `Err` answers the
@@ -105,4 +146,23 @@ pub trait StateMachine {
         let _ = (sender, members, operation);
         Ok(())
     }
+}
+
+/// D3: a point-in-time view of a persistent state machine's state at its
+/// newest checkpoint, read in chunks by a state transfer. The state
+/// machine chooses the encoding; only its own `import_*` reads it.
+pub trait StateExport {
+    /// The checkpoint record of the state this view holds (what
+    /// [`StateMachine::checkpoint`] was given).
+    fn record(&self) -> Bytes;
+
+    /// The encoded state's whole size.
+    fn size_bytes(&self) -> u64;
+
+    /// The chunk that starts at `offset_bytes`, at most `size_max_bytes`
+    /// long and at least one byte before the end. The same offset always
+    /// gives the same chunk. `Ok(None)`: this view cannot start at that
+    /// offset (only offsets of chunks it returned are sure to work), and
+    /// the transfer starts again from the beginning.
+    fn read(&mut self, offset_bytes: u64, size_max_bytes: usize) -> Result<Option<Bytes>, String>;
 }

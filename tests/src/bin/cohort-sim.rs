@@ -103,6 +103,8 @@ fn main() -> ExitCode {
                 checkpoints.taken += report.checkpoints.taken;
                 checkpoints.failed += report.checkpoints.failed;
                 checkpoints.rebuilt += report.checkpoints.rebuilt;
+                checkpoints.streamed += report.checkpoints.streamed;
+                checkpoints.resumed += report.checkpoints.resumed;
                 disks.power_losses += report.disks.power_losses;
                 disks.writes_torn += report.disks.writes_torn;
                 disks.corrupt_reads += report.disks.corrupt_reads;
@@ -151,8 +153,8 @@ fn main() -> ExitCode {
     );
     if args.state == cohort_sim::storage::StateKind::Disk {
         last.push_str(&format!(
-            " checkpoints_taken={} checkpoints_failed={} replicas_rebuilt={}",
-            checkpoints.taken, checkpoints.failed, checkpoints.rebuilt
+            " checkpoints_taken={} checkpoints_failed={} replicas_rebuilt={} streams_installed={} streams_resumed={}",
+            checkpoints.taken, checkpoints.failed, checkpoints.rebuilt, checkpoints.streamed, checkpoints.resumed
         ));
     }
     if args.scenario == Scenario::Metadata {

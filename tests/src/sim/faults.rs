@@ -24,6 +24,10 @@ use crate::disk::DiskFaults;
 use crate::network::NetworkFaults;
 use crate::rng::Rng;
 
+/// D3: the chance per tick (per mille) that a node staging a streamed
+/// state crashes, in runs with crashes and the kv state on disk.
+const MID_TRANSFER_CRASH_PER_MILLE: u64 = 20;
+
 /// How much more often crashes, outages and partitions strike in a storm.
 const STORM_FACTOR: u64 = 10;
 /// The slowest flush (ticks) of a storm.
@@ -357,6 +361,18 @@ impl Sim {
             let index = self.rng.below(nodes) as usize;
             if self.nodes[index].is_up() {
                 self.kill(index, "crash fault");
+            }
+        }
+        if self.faults.crash_per_mille > 0 && self.config.state == crate::storage::StateKind::Disk {
+            // D3: a node that stages a streamed state crashes mid-transfer
+            // now and then; after its restart the transfer resumes.
+            for index in 0..self.nodes.len() {
+                if self.nodes[index].is_up()
+                    && self.nodes[index].staging_a_stream()
+                    && self.rng.chance(MID_TRANSFER_CRASH_PER_MILLE)
+                {
+                    self.kill(index, "crash mid-transfer");
+                }
             }
         }
         if self.rng.chance(scaled(self.faults.outage_per_mille)) {

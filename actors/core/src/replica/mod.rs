@@ -44,6 +44,7 @@ mod repair;
 mod role;
 mod seal;
 mod snapshot;
+mod stream;
 mod transfer;
 mod view_change;
 mod wait;
@@ -132,9 +133,9 @@ pub struct Replica {
     pub(crate) state: Box<dyn StateMachine>,
     pub(crate) clients: ClientTable,
     pub(crate) snapshot: Option<Snapshot>,
-    /// D1: the whole state a persistent state machine's replica encoded to
-    /// serve a state transfer (its saved snapshot holds no state).
-    pub(crate) served: Option<Box<Snapshot>>,
+    /// What a state transfer is served from (see `stream`): kept while
+    /// the log still joins it.
+    pub(crate) served: Option<stream::Served>,
     /// D1: no checkpoint is asked for below this op (one failed).
     pub(crate) checkpoint_retry_op: Op,
     /// Client requests waiting for room in a primary's pipeline. A primary
@@ -629,6 +630,8 @@ impl Replica {
 
     /// D1: drop a persistent state machine's state (the replica is removed).
     pub(crate) fn clear_state(&mut self) -> Result<(), String> {
+        // D3: a view of the state being served goes first.
+        self.served = None;
         self.state.clear()
     }
 
@@ -799,6 +802,10 @@ impl Replica {
     /// The earliest tick at which this replica has timed work.
     pub fn next_wakeup(&self) -> u64 {
         let mut wake = if self.superblock_retry { 0 } else { u64::MAX };
+        // D3: a stream served and no longer asked for is dropped.
+        if let Some(expiry) = self.stream_expiry_tick() {
+            wake = wake.min(expiry);
+        }
         if let Some(recovery) = &self.recovery {
             // H1: its rounds of questions, and a state transfer it fetches.
             wake = wake.min(recovery.next_query_tick);
@@ -862,6 +869,7 @@ impl Replica {
         if self.superblock_retry {
             self.stage_superblock(cx.out);
         }
+        self.expire_stream(now);
         if self.recovery.is_some() {
             if self.state_transfer.is_some() && now >= self.repair_deadline {
                 self.retry_state_transfer(now, cx.out);

@@ -20,8 +20,7 @@
 
 use bytes::Bytes;
 use cohort_messages::{
-    MemberIndex, Message, Op, REPAIR_OPS_MAX, RequestPrepares, RequestStateTransfer, STATE_CHUNK_SIZE_MAX_BYTES,
-    StateChunk, View,
+    MemberIndex, Message, Op, REPAIR_OPS_MAX, RequestPrepares, RequestStateTransfer, StateChunk, View,
 };
 
 use super::Context;
@@ -37,9 +36,14 @@ pub(crate) struct StateTransfer {
     pub snapshot_op: Op,
     pub snapshot_view: View,
     pub total_size_bytes: u64,
+    /// Taken so far: the offset asked for next.
+    pub received_bytes: u64,
+    /// A whole snapshot: all of it so far. D3, a stream: its header, until
+    /// whole (the rest goes to the state machine's staging).
     pub data: Vec<u8>,
+    /// D3: set once the first chunk shows a stream.
+    pub stream: Option<super::stream::Stream>,
 }
-
 impl Replica {
     /// True if this backup is missing ops it knows exist, or is fetching state.
     pub(crate) fn needs_repair(&self) -> bool {
@@ -69,17 +73,18 @@ impl Replica {
     }
 
     /// The primary answers a repair request.
-    pub(crate) fn on_request_prepares(&mut self, request: RequestPrepares, cx: &mut Context<'_>) {
+    pub(crate) fn on_request_prepares(&mut self, request: RequestPrepares, now: u64, cx: &mut Context<'_>) {
         debug_assert!(self.spec.node_at(request.replica).is_some(), "the door checked the sender");
         if !self.is_primary() || request.view != self.view || request.replica == self.spec.me {
             return;
         }
         let to = self.node_of(request.replica);
         if request.op_min <= self.log.base() {
-            if let Some(snapshot) = self.transfer_snapshot() {
-                self.send_chunk(&snapshot, 0, request.replica, cx.out);
+            // D3: after a streamed state, what followed it comes from the
+            // stream's tail, and the rest from the log.
+            if !self.serve_tail(request.op_min, request.op_max, to, now, cx) {
+                return self.serve_chunk(None, 0, request.replica, now, cx.out);
             }
-            return;
         }
         let last = request.op_max.min(self.log.op());
         let mut op = request.op_min;
@@ -95,13 +100,17 @@ impl Replica {
     pub(crate) fn request_state_transfer(&mut self, source: MemberIndex, now: u64, out: &mut Effects) {
         assert_ne!(source, self.spec.me, "{self:?}: a state transfer from itself");
         debug_assert!(self.spec.is_voter(source), "T5: only a voter serves a snapshot");
-        self.state_transfer = Some(Box::new(StateTransfer {
+        // D3: a stream staged from this source goes on where it stopped.
+        let transfer = self.resumed_transfer(source).unwrap_or(StateTransfer {
             source,
             snapshot_op: Op(0),
             snapshot_view: View(0),
             total_size_bytes: 0,
+            received_bytes: 0,
             data: Vec::new(),
-        }));
+            stream: None,
+        });
+        self.state_transfer = Some(Box::new(transfer));
         self.retry_state_transfer(now, out);
         assert!(self.state_transfer.as_ref().is_some_and(|transfer| transfer.source == source));
     }
@@ -116,7 +125,7 @@ impl Replica {
             view: self.view,
             replica: self.spec.me,
             snapshot_op: transfer.snapshot_op,
-            offset_bytes: transfer.data.len() as u64,
+            offset_bytes: transfer.received_bytes,
         };
         out.send(self.node_of(transfer.source), Message::RequestStateTransfer(request));
         assert!(self.repair_deadline > now, "the next chunk request waits a repair timeout");
@@ -124,7 +133,7 @@ impl Replica {
 
     /// The primary serves its snapshot, and so does a member in a view
     /// change to the member that is to lead it (T5: no other member does).
-    pub(crate) fn on_request_state_transfer(&mut self, request: RequestStateTransfer, cx: &mut Context<'_>) {
+    pub(crate) fn on_request_state_transfer(&mut self, request: RequestStateTransfer, now: u64, cx: &mut Context<'_>) {
         debug_assert!(self.spec.node_at(request.replica).is_some(), "the door checked the sender");
         if request.replica == self.spec.me {
             return;
@@ -137,27 +146,7 @@ impl Replica {
             // or the view's chosen log, from an election since left.
             return cx.refuse(Refusal::StateTransferNotPrimary);
         }
-        let Some(snapshot) = self.transfer_snapshot() else { return };
-        let offset = if request.snapshot_op == snapshot.op { request.offset_bytes } else { 0 };
-        self.send_chunk(&snapshot, offset, request.replica, cx.out);
-    }
-
-    fn send_chunk(&self, snapshot: &Snapshot, offset_bytes: u64, to: MemberIndex, out: &mut Effects) {
-        let total = snapshot.data.len() as u64;
-        let start = offset_bytes.min(total) as usize;
-        let end = (start + STATE_CHUNK_SIZE_MAX_BYTES).min(snapshot.data.len());
-        let chunk = StateChunk {
-            group: self.spec.group,
-            incarnation: self.spec.incarnation,
-            view: self.view,
-            replica: self.spec.me,
-            snapshot_op: snapshot.op,
-            snapshot_view: snapshot.view,
-            offset_bytes: start as u64,
-            total_size_bytes: total,
-            chunk: snapshot.data.slice(start..end),
-        };
-        out.send(self.node_of(to), Message::StateChunk(chunk));
+        self.serve_chunk(Some(request.snapshot_op), request.offset_bytes, request.replica, now, cx.out);
     }
 
     /// A chunk arrives (asked for, or as the answer to a repair request).
@@ -166,9 +155,12 @@ impl Replica {
         let applied_before = self.commit_min;
         self.take_chunk(chunk, now, cx);
         assert!(self.commit_min >= applied_before, "{self:?}: a snapshot never takes back applied ops");
-        // T5: no transfer buffers more than the cap allows.
+        // T5: no transfer buffers more than the cap allows (D3: a stream
+        // buffers its header alone).
         let cap = self.config.state_transfer_size_max_bytes;
-        assert!(self.state_transfer.as_ref().is_none_or(|transfer| transfer.total_size_bytes <= cap));
+        assert!(self.state_transfer.as_ref().is_none_or(|transfer| {
+            transfer.data.len() as u64 <= cap.max(super::stream::STREAM_RECORD_SIZE_MAX_BYTES as u64 + 9)
+        }));
     }
 
     /// [`Replica::on_state_chunk`]: check it, keep it, and install the
@@ -188,19 +180,68 @@ impl Replica {
             snapshot_op: chunk.snapshot_op,
             snapshot_view: chunk.snapshot_view,
             total_size_bytes: chunk.total_size_bytes,
+            received_bytes: 0,
             data: Vec::new(),
+            stream: None,
         };
+        if self.state_transfer.is_none()
+            && let Some(resumed) = self.resumed_transfer(chunk.replica).filter(|resumed| {
+                resumed.snapshot_op == chunk.snapshot_op && resumed.total_size_bytes == chunk.total_size_bytes
+            })
+        {
+            // D3: the first chunk of a stream this replica staged part of
+            // (before a restart, or a transfer it dropped): ask for the rest.
+            self.state_transfer = Some(Box::new(resumed));
+            return self.retry_state_transfer(now, cx.out);
+        }
         let transfer = self.state_transfer.get_or_insert_with(|| Box::new(fresh.clone()));
-        if transfer.snapshot_op != chunk.snapshot_op || transfer.source != chunk.replica {
+        // A chunk at 0 starts the transfer over: of a newer snapshot, or of
+        // the same one from a source that cannot resume where we stopped.
+        let other = transfer.snapshot_op != chunk.snapshot_op || transfer.source != chunk.replica;
+        if other || (chunk.offset_bytes == 0 && transfer.received_bytes > 0) {
             if chunk.offset_bytes != 0 {
                 return;
             }
             **transfer = fresh;
         }
-        if chunk.offset_bytes != transfer.data.len() as u64 || chunk.total_size_bytes != transfer.total_size_bytes {
+        if chunk.offset_bytes != transfer.received_bytes || chunk.total_size_bytes != transfer.total_size_bytes {
             return;
         }
+        let streamed = transfer.stream.is_some() || (chunk.offset_bytes == 0 && super::stream::is_stream(&chunk.chunk));
+        if !streamed {
+            return self.take_whole_chunk(chunk, now, cx);
+        }
+        match self.take_stream_chunk(&chunk, cx.out) {
+            Ok(super::stream::StreamStep::More) => self.retry_state_transfer(now, cx.out),
+            Ok(super::stream::StreamStep::Whole(snapshot)) => {
+                self.state_transfer = None;
+                if let Err(error) = self.install_snapshot(snapshot, now, cx) {
+                    // The state machine installed it; cohort could not take
+                    // its record. Counted; repair asks again.
+                    debug_assert!(false, "a checked stream record installs: {error}");
+                    cx.refuse(Refusal::SnapshotUnusable);
+                    self.repair_deadline = now;
+                }
+            }
+            Err(error) => {
+                if let super::stream::StreamError::Refused = error {
+                    cx.refuse(Refusal::SnapshotUnusable);
+                }
+                self.state_transfer = None;
+                self.repair_deadline = now;
+            }
+        }
+    }
+
+    /// A chunk of a whole snapshot: buffered, and installed once whole.
+    fn take_whole_chunk(&mut self, chunk: StateChunk, now: u64, cx: &mut Context<'_>) {
+        if chunk.total_size_bytes > self.config.state_transfer_size_max_bytes {
+            self.state_transfer = None;
+            return cx.refuse(Refusal::StateTransferTooLarge);
+        }
+        let Some(transfer) = self.state_transfer.as_deref_mut() else { return };
         transfer.data.extend_from_slice(&chunk.chunk);
+        transfer.received_bytes += chunk.chunk.len() as u64;
         if !chunk.is_last() {
             return self.retry_state_transfer(now, cx.out);
         }
@@ -225,9 +266,6 @@ impl Replica {
         let source = self.state_transfer.as_ref().map_or(self.primary_index(), |transfer| transfer.source);
         if chunk.replica != source {
             return Err(Refusal::StateChunkNotFromSource);
-        }
-        if chunk.total_size_bytes > self.config.state_transfer_size_max_bytes {
-            return Err(Refusal::StateTransferTooLarge);
         }
         // A snapshot's entries are committed, so of views we have reached;
         // one of a later view (its primary moved on and leads a view with

@@ -327,11 +327,14 @@ impl Replica {
         let save = Effect::SaveSnapshot { group: self.spec.group, snapshot: snapshot.clone(), deferrable: true };
         let flush = out.stage(self.spec.group, save);
         self.pending_durable.push_back((flush, self.log.op()));
+        if self.served.is_some() {
+            // D3: a stream being served keeps what the log drops.
+            let dropped: Vec<_> =
+                self.log.entries_from(self.log.base().next()).take_while(|entry| entry.op <= op).cloned().collect();
+            self.keep_tail(dropped.into_iter());
+        }
         self.log.discard_through(op, view);
         self.snapshot = Some(snapshot);
-        if self.served.as_ref().is_some_and(|served| served.op < op) {
-            self.served = None;
-        }
         assert_eq!(self.log.base(), op, "V6: the log starts after the snapshot");
     }
 
@@ -358,26 +361,6 @@ impl Replica {
         let snapshot = Snapshot { op, view, data };
         self.state.checkpoint(&encode_checkpoint(&snapshot))?;
         Ok(snapshot)
-    }
-
-    /// The snapshot a state transfer serves: the saved one, or for a
-    /// persistent state machine (whose saved snapshot holds no state) one
-    /// encoded at the applied point, kept while the log still joins it.
-    /// A sealed replica serves the state before its seal, which the
-    /// receiver must still apply.
-    pub(crate) fn transfer_snapshot(&mut self) -> Option<Snapshot> {
-        if !self.persistent() {
-            return self.snapshot.clone();
-        }
-        let base = self.log.base();
-        if self.served.as_ref().is_none_or(|served| served.op < base) {
-            let op = self.sealed.as_ref().map_or(self.commit_min, |sealed| Op(sealed.op.0 - 1).min(self.commit_min));
-            let view = self.log.view_at(op)?;
-            self.served = Some(Box::new(self.encode_whole(op, view)));
-        }
-        let served = self.served.as_deref().cloned();
-        assert!(served.as_ref().is_some_and(|served| served.op >= base), "a served snapshot joins the log");
-        served
     }
 
     /// Replace the state machine, client table and log with a snapshot;

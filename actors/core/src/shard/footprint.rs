@@ -24,8 +24,12 @@ impl Shard {
             footprint.do_view_changes_max = footprint.do_view_changes_max.max(dvcs);
             if let Some(transfer) = &replica.state_transfer {
                 footprint.state_transfer_bytes += transfer.data.len() as u64;
-                footprint.state_transfer_declared_max_bytes =
-                    footprint.state_transfer_declared_max_bytes.max(transfer.total_size_bytes);
+                // D3: a stream's size is the disk's business; only a whole
+                // snapshot is held here, and capped.
+                if transfer.stream.is_none() {
+                    footprint.state_transfer_declared_max_bytes =
+                        footprint.state_transfer_declared_max_bytes.max(transfer.total_size_bytes);
+                }
             }
         }
         footprint

@@ -3,26 +3,40 @@
 //! a growing state costs once cohort no longer snapshots it whole.
 //!
 //! Each replica appends every write (a 4-byte little-endian length and its
-//! bytes, the `log` shape's encoding) to its file `entries` through a
-//! 1 MiB buffer, with no sync. A checkpoint flushes and syncs that file,
-//! then writes `checkpoint` (the record, the file's length and entry
-//! count, and a digest) to a temporary file that it syncs and renames over
-//! the old one, and syncs the directory: the file's length at the rename is
-//! the durable state. Opening cuts `entries` back to the checkpoint's
-//! length, so the state after a restart is exactly the checkpoint's, as
-//! the contract asks. Memory per replica: the buffer, whatever the state.
+//! bytes, the `log` shape's encoding) to its file `entries-<generation>`
+//! through a 1 MiB buffer, with no sync. A checkpoint flushes and syncs
+//! that file, then writes `checkpoint` (the record, the generation, the
+//! file's length and entry count, and a digest) to a temporary file that
+//! it syncs and renames over the old one, and syncs the directory: the
+//! file's length at the rename is the durable state. Opening cuts the
+//! checkpoint's entries file back to its length, so the state after a
+//! restart is exactly the checkpoint's, as the contract asks. Memory per
+//! replica: the buffer, whatever the state.
 //!
-//! A state transfer reads the whole file into one snapshot (streamed
-//! snapshots are issue 34 item 3). An I/O error under an apply panics with
-//! the path: the bench's disk failed, and no figure is worth reporting.
+//! D3: an export reads the checkpoint's entries file up to the
+//! checkpoint's length with positioned reads, then an 8-byte trailer, the
+//! entry count; entries are only appended, so that prefix never changes
+//! while the export lives (a restore writes a new generation, and the old
+//! file stays readable until its last handle closes). Any offset can be
+//! read, so a transfer resumes after a restart of either side while the
+//! checkpoint is the same. The receiver stages the stream in
+//! `entries-<next generation>` (each chunk written and synced in place)
+//! and keeps the stream's key and staged length in `staging`
+//! (rewritten and synced after each chunk); the last chunk drops the
+//! trailer and the new checkpoint naming the new generation is the atomic
+//! step that installs it.
+//!
+//! An I/O error under an apply panics with the path: the bench's disk
+//! failed, and no figure is worth reporting.
 
 use std::cell::RefCell;
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
-use cohort_core::{Durability, StateMachine};
+use cohort_core::{Durability, StateExport, StateMachine};
 use cohort_messages::{GroupId, OPERATION_SIZE_MAX_BYTES, Op};
 
 use super::StateBytes;
@@ -31,7 +45,10 @@ use super::StateBytes;
 const LENGTH_PREFIX_BYTES: u64 = 4;
 /// Bytes buffered before a write reaches the file.
 const BUFFER_SIZE_BYTES: usize = 1 << 20;
-const CHECKPOINT_MAGIC: &[u8; 8] = b"cohbdlg1";
+const CHECKPOINT_MAGIC: &[u8; 8] = b"cohbdlg2";
+const STAGING_MAGIC: &[u8; 8] = b"cohbdls1";
+/// Bytes of the stream's trailer: the entry count.
+const TRAILER_BYTES: u64 = 8;
 
 /// One replica's entries on disk.
 pub(super) struct DiskLog {
@@ -42,6 +59,12 @@ pub(super) struct DiskLog {
     count: u64,
     record: Option<Bytes>,
     size: StateBytes,
+    /// The entries file in use is `entries-<generation>`.
+    generation: u64,
+    /// The checkpoint's generation, length and count (what an export reads).
+    checkpointed: (u64, u64, u64),
+    /// D3: the staged stream's key and durable length.
+    staging: Option<(Bytes, u64)>,
 }
 
 impl DiskLog {
@@ -51,29 +74,22 @@ impl DiskLog {
         let dir = dir.join(format!("group-{}", group.0));
         std::fs::create_dir_all(&dir).map_err(|error| format!("creating {}: {error}", dir.display()))?;
         let checkpoint = std::fs::read(dir.join("checkpoint")).ok().and_then(|bytes| decode_checkpoint(&bytes));
-        let (record, length_bytes, count) = match checkpoint {
-            Some((record, length, count)) => (Some(record), length, count),
-            None => (None, 0, 0),
+        let (record, generation, length_bytes, count) = match checkpoint {
+            Some(Checkpoint { record, generation, length_bytes, count }) => {
+                (Some(record), generation, length_bytes, count)
+            }
+            None => (None, 0, 0, 0),
         };
-        let path = dir.join("entries");
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .read(true)
-            .write(true)
-            .open(&path)
-            .map_err(|error| format!("opening {}: {error}", path.display()))?;
-        file.set_len(length_bytes).map_err(|error| format!("cutting {} to its checkpoint: {error}", path.display()))?;
-        let mut file = file;
-        std::io::Seek::seek(&mut file, std::io::SeekFrom::End(0))
-            .map_err(|error| format!("seeking {}: {error}", path.display()))?;
+        let staging = std::fs::read(dir.join("staging")).ok().and_then(|bytes| decode_staging(&bytes));
+        let file = open_entries(&entries_path(&dir, generation), length_bytes)?;
         size.set(length_bytes);
         let entries = RefCell::new(BufWriter::with_capacity(BUFFER_SIZE_BYTES, file));
-        Ok(DiskLog { dir, entries, length_bytes, count, record, size })
+        let checkpointed = (generation, length_bytes, count);
+        Ok(DiskLog { dir, entries, length_bytes, count, record, size, generation, checkpointed, staging })
     }
 
     fn entries_path(&self) -> PathBuf {
-        self.dir.join("entries")
+        entries_path(&self.dir, self.generation)
     }
 
     /// Flush the buffer and sync the file.
@@ -94,31 +110,155 @@ impl DiskLog {
         File::open(&self.dir).and_then(|dir| dir.sync_all()).map_err(|error| step("syncing the directory of", error))
     }
 
-    /// Write `entries` anew with the snapshot's contents.
+    /// Write the snapshot's contents as a new generation of entries (the
+    /// old file stays readable for an export that holds it).
     fn rewrite(&mut self, contents: &[u8], count: u64) -> Result<(), String> {
-        let mut entries = self.entries.borrow_mut();
-        let path = self.dir.join("entries");
-        entries.flush().map_err(|error| format!("writing {}: {error}", path.display()))?;
-        let file = entries.get_mut();
-        file.set_len(0).map_err(|error| format!("emptying {}: {error}", path.display()))?;
-        std::io::Seek::seek(file, std::io::SeekFrom::Start(0))
-            .map_err(|error| format!("seeking {}: {error}", path.display()))?;
-        entries.write_all(contents).map_err(|error| format!("writing {}: {error}", path.display()))?;
-        drop(entries);
-        self.length_bytes = contents.len() as u64;
-        self.count = count;
-        self.size.set(self.length_bytes);
+        let generation = self.next_generation();
+        let path = entries_path(&self.dir, generation);
+        let mut file = open_entries(&path, 0)?;
+        file.write_all(contents).map_err(|error| format!("writing {}: {error}", path.display()))?;
+        self.switch_to(generation, file, contents.len() as u64, count);
         Ok(())
+    }
+
+    /// A generation above both the one in use and any staged.
+    fn next_generation(&self) -> u64 {
+        self.generation.max(self.checkpointed.0) + 1
+    }
+
+    /// Use `entries-<generation>` from now on; the previous file is
+    /// removed (an export may still read it through its own handle).
+    fn switch_to(&mut self, generation: u64, file: File, length_bytes: u64, count: u64) {
+        let old = self.entries_path();
+        *self.entries.borrow_mut() = BufWriter::with_capacity(BUFFER_SIZE_BYTES, file);
+        if generation != self.generation && self.checkpointed.0 != self.generation {
+            let _ = std::fs::remove_file(&old);
+        }
+        self.generation = generation;
+        self.length_bytes = length_bytes;
+        self.count = count;
+        self.size.set(length_bytes);
+    }
+
+    /// D3: write the staging file (the stream's key and staged length).
+    fn write_staging(&self, key: &[u8], staged_bytes: u64) -> Result<(), String> {
+        let path = self.dir.join("staging");
+        let mut contents = Vec::with_capacity(32 + key.len());
+        contents.extend_from_slice(STAGING_MAGIC);
+        contents.extend_from_slice(&(key.len() as u32).to_le_bytes());
+        contents.extend_from_slice(key);
+        contents.extend_from_slice(&staged_bytes.to_le_bytes());
+        let sum = digest(&contents);
+        contents.extend_from_slice(&sum.to_le_bytes());
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|error| format!("opening {}: {error}", path.display()))?;
+        file.write_all_at(&contents, 0).map_err(|error| format!("writing {}: {error}", path.display()))?;
+        file.set_len(contents.len() as u64).map_err(|error| format!("sizing {}: {error}", path.display()))?;
+        file.sync_data().map_err(|error| format!("syncing {}: {error}", path.display()))
+    }
+
+    /// D3: the file a stream is staged in.
+    fn staging_entries_path(&self) -> PathBuf {
+        entries_path(&self.dir, self.next_generation())
+    }
+
+    /// D3: forget a staged stream, and its file.
+    fn drop_staging(&mut self) {
+        self.staging = None;
+        let _ = std::fs::remove_file(self.dir.join("staging"));
+        let _ = std::fs::remove_file(self.staging_entries_path());
     }
 }
 
-/// Checkpoint file: magic, record length u32, record, entries length u64,
-/// entry count u64, then an FNV-1a digest u64 of everything before it.
-fn encode_checkpoint(record: &[u8], length_bytes: u64, count: u64) -> Vec<u8> {
-    let mut out = Vec::with_capacity(36 + record.len());
+/// The entries file of `generation` under `dir`.
+fn entries_path(dir: &Path, generation: u64) -> PathBuf {
+    dir.join(format!("entries-{generation}"))
+}
+
+/// Open (or create) an entries file, cut to `length_bytes`, positioned at
+/// its end.
+fn open_entries(path: &Path, length_bytes: u64) -> Result<File, String> {
+    let mut file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(|error| format!("opening {}: {error}", path.display()))?;
+    file.set_len(length_bytes).map_err(|error| format!("cutting {} to its checkpoint: {error}", path.display()))?;
+    std::io::Seek::seek(&mut file, std::io::SeekFrom::End(0))
+        .map_err(|error| format!("seeking {}: {error}", path.display()))?;
+    Ok(file)
+}
+
+/// What a checkpoint file holds.
+#[derive(Debug, PartialEq, Eq)]
+struct Checkpoint {
+    record: Bytes,
+    generation: u64,
+    length_bytes: u64,
+    count: u64,
+}
+
+/// D3: a staging file: magic, key length u32, key, staged length u64,
+/// digest u64 of everything before it.
+fn decode_staging(bytes: &[u8]) -> Option<(Bytes, u64)> {
+    let (body, sum) = bytes.split_at_checked(bytes.len().checked_sub(8)?)?;
+    if digest(body) != u64::from_le_bytes(sum.try_into().ok()?) {
+        return None;
+    }
+    let rest = body.strip_prefix(STAGING_MAGIC)?;
+    let (length, rest) = rest.split_first_chunk::<4>()?;
+    let key = rest.get(..u32::from_le_bytes(*length) as usize)?;
+    let (staged, rest) = rest[key.len()..].split_first_chunk::<8>()?;
+    rest.is_empty().then(|| (Bytes::copy_from_slice(key), u64::from_le_bytes(*staged)))
+}
+
+/// D3: a checkpoint's entries, then its count, read by offset.
+struct EntriesView {
+    record: Bytes,
+    file: File,
+    length_bytes: u64,
+    count: u64,
+}
+
+impl StateExport for EntriesView {
+    fn record(&self) -> Bytes {
+        self.record.clone()
+    }
+
+    fn size_bytes(&self) -> u64 {
+        self.length_bytes + TRAILER_BYTES
+    }
+
+    fn read(&mut self, offset_bytes: u64, size_max_bytes: usize) -> Result<Option<Bytes>, String> {
+        if offset_bytes >= self.length_bytes {
+            let trailer = self.count.to_le_bytes();
+            let start = usize::try_from(offset_bytes - self.length_bytes).map_err(|error| error.to_string())?;
+            return Ok(trailer.get(start..).filter(|rest| !rest.is_empty()).map(Bytes::copy_from_slice));
+        }
+        let size = (self.length_bytes - offset_bytes).min(size_max_bytes as u64) as usize;
+        let mut chunk = vec![0u8; size];
+        self.file
+            .read_exact_at(&mut chunk, offset_bytes)
+            .map_err(|error| format!("reading entries at {offset_bytes}: {error}"))?;
+        Ok(Some(chunk.into()))
+    }
+}
+
+/// Checkpoint file: magic, record length u32, record, generation u64,
+/// entries length u64, entry count u64, then an FNV-1a digest u64 of
+/// everything before it.
+fn encode_checkpoint(record: &[u8], generation: u64, length_bytes: u64, count: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(44 + record.len());
     out.extend_from_slice(CHECKPOINT_MAGIC);
     out.extend_from_slice(&(record.len() as u32).to_le_bytes());
     out.extend_from_slice(record);
+    out.extend_from_slice(&generation.to_le_bytes());
     out.extend_from_slice(&length_bytes.to_le_bytes());
     out.extend_from_slice(&count.to_le_bytes());
     let sum = digest(&out);
@@ -126,7 +266,7 @@ fn encode_checkpoint(record: &[u8], length_bytes: u64, count: u64) -> Vec<u8> {
     out
 }
 
-fn decode_checkpoint(bytes: &[u8]) -> Option<(Bytes, u64, u64)> {
+fn decode_checkpoint(bytes: &[u8]) -> Option<Checkpoint> {
     let (body, sum) = bytes.split_at_checked(bytes.len().checked_sub(8)?)?;
     if digest(body) != u64::from_le_bytes(sum.try_into().ok()?) {
         return None;
@@ -136,10 +276,15 @@ fn decode_checkpoint(bytes: &[u8]) -> Option<(Bytes, u64, u64)> {
     let length = u32::from_le_bytes(*length) as usize;
     let record = rest.get(..length)?;
     let rest = &rest[length..];
+    let (generation, rest) = rest.split_first_chunk::<8>()?;
     let (entries_bytes, rest) = rest.split_first_chunk::<8>()?;
     let (count, rest) = rest.split_first_chunk::<8>()?;
-    rest.is_empty()
-        .then(|| (Bytes::copy_from_slice(record), u64::from_le_bytes(*entries_bytes), u64::from_le_bytes(*count)))
+    rest.is_empty().then(|| Checkpoint {
+        record: Bytes::copy_from_slice(record),
+        generation: u64::from_le_bytes(*generation),
+        length_bytes: u64::from_le_bytes(*entries_bytes),
+        count: u64::from_le_bytes(*count),
+    })
 }
 
 fn digest(bytes: &[u8]) -> u64 {
@@ -171,7 +316,7 @@ impl StateMachine for DiskLog {
         let written =
             entries.write_all(&(operation.len() as u32).to_le_bytes()).and_then(|()| entries.write_all(operation));
         if let Err(error) = written {
-            panic!("appending to {}: {error}", self.dir.join("entries").display());
+            panic!("appending to {}: {error}", self.entries_path().display());
         }
         drop(entries);
         self.length_bytes += LENGTH_PREFIX_BYTES + operation.len() as u64;
@@ -206,7 +351,11 @@ impl StateMachine for DiskLog {
 
     fn checkpoint(&mut self, record: &[u8]) -> Result<(), String> {
         self.sync()?;
-        self.write_checkpoint(&encode_checkpoint(record, self.length_bytes, self.count))?;
+        self.write_checkpoint(&encode_checkpoint(record, self.generation, self.length_bytes, self.count))?;
+        if self.checkpointed.0 != self.generation {
+            let _ = std::fs::remove_file(entries_path(&self.dir, self.checkpointed.0));
+        }
+        self.checkpointed = (self.generation, self.length_bytes, self.count);
         self.record = Some(Bytes::copy_from_slice(record));
         Ok(())
     }
@@ -225,8 +374,78 @@ impl StateMachine for DiskLog {
         File::open(&self.dir)
             .and_then(|dir| dir.sync_all())
             .map_err(|error| format!("syncing {}: {error}", self.dir.display()))?;
+        self.drop_staging();
         self.rewrite(&[], 0)?;
         self.record = None;
+        Ok(())
+    }
+
+    fn export(&mut self) -> Result<Option<Box<dyn StateExport>>, String> {
+        let Some(record) = self.record.clone() else { return Ok(None) };
+        let (generation, length_bytes, count) = self.checkpointed;
+        let path = entries_path(&self.dir, generation);
+        let file = File::open(&path).map_err(|error| format!("opening {} to export it: {error}", path.display()))?;
+        Ok(Some(Box::new(EntriesView { record, file, length_bytes, count })))
+    }
+
+    fn import_begin(&mut self, key: &[u8]) -> Result<(), String> {
+        self.drop_staging();
+        let path = self.staging_entries_path();
+        let file = open_entries(&path, 0)?;
+        file.sync_all().map_err(|error| format!("syncing {}: {error}", path.display()))?;
+        self.write_staging(key, 0)?;
+        self.staging = Some((Bytes::copy_from_slice(key), 0));
+        Ok(())
+    }
+
+    fn import_write(&mut self, offset_bytes: u64, chunk: &[u8]) -> Result<(), String> {
+        let (key, staged) = self.staging.clone().ok_or("no stream is staged")?;
+        if offset_bytes != staged {
+            return Err(format!("a chunk at {offset_bytes} after {staged} staged bytes"));
+        }
+        let path = self.staging_entries_path();
+        let file = OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .map_err(|error| format!("opening {}: {error}", path.display()))?;
+        file.write_all_at(chunk, offset_bytes).map_err(|error| format!("writing {}: {error}", path.display()))?;
+        file.sync_data().map_err(|error| format!("syncing {}: {error}", path.display()))?;
+        let staged = staged + chunk.len() as u64;
+        self.write_staging(&key, staged)?;
+        self.staging = Some((key, staged));
+        Ok(())
+    }
+
+    fn import_staged(&self) -> Option<(Bytes, u64)> {
+        self.staging.clone()
+    }
+
+    fn import_finish(&mut self, record: &[u8]) -> Result<(), String> {
+        let (_, staged) = self.staging.clone().ok_or("no stream is staged")?;
+        let length_bytes = staged.checked_sub(TRAILER_BYTES).ok_or("a stream shorter than its trailer")?;
+        let generation = self.next_generation();
+        let path = entries_path(&self.dir, generation);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(|error| format!("opening {}: {error}", path.display()))?;
+        let mut trailer = [0u8; TRAILER_BYTES as usize];
+        file.read_exact_at(&mut trailer, length_bytes)
+            .map_err(|error| format!("reading {}: {error}", path.display()))?;
+        let count = u64::from_le_bytes(trailer);
+        file.set_len(length_bytes).map_err(|error| format!("cutting {}: {error}", path.display()))?;
+        file.sync_all().map_err(|error| format!("syncing {}: {error}", path.display()))?;
+        // The atomic step: the checkpoint names the new generation.
+        self.write_checkpoint(&encode_checkpoint(record, generation, length_bytes, count))?;
+        let file = open_entries(&path, length_bytes)?;
+        let previous = self.checkpointed.0;
+        self.switch_to(generation, file, length_bytes, count);
+        let _ = std::fs::remove_file(entries_path(&self.dir, previous));
+        self.checkpointed = (generation, length_bytes, count);
+        self.record = Some(Bytes::copy_from_slice(record));
+        self.staging = None;
+        let _ = std::fs::remove_file(self.dir.join("staging"));
         Ok(())
     }
 }
@@ -263,13 +482,58 @@ mod tests {
 
     #[test]
     fn d1_disk_log_a_damaged_checkpoint_counts_as_none() {
-        let encoded = encode_checkpoint(b"record", 9, 1);
-        assert_eq!(decode_checkpoint(&encoded), Some((Bytes::from_static(b"record"), 9, 1)));
+        let encoded = encode_checkpoint(b"record", 2, 9, 1);
+        let expected = Checkpoint { record: Bytes::from_static(b"record"), generation: 2, length_bytes: 9, count: 1 };
+        assert_eq!(decode_checkpoint(&encoded), Some(expected));
         for at in 0..encoded.len() {
             let mut damaged = encoded.clone();
             damaged[at] ^= 0x40;
             assert_eq!(decode_checkpoint(&damaged), None, "a flipped bit at {at}");
         }
         assert_eq!(decode_checkpoint(&encoded[..encoded.len() - 1]), None);
+    }
+
+    #[test]
+    fn d3_disk_log_streams_its_checkpoint_and_a_staged_stream_resumes_after_a_reopen() {
+        let (from, to) = (tempfile::tempdir().expect("dir"), tempfile::tempdir().expect("dir"));
+        let sizes = StateSizes::default();
+        let mut source = DiskLog::open(from.path(), GroupId(1), sizes.handle()).expect("opens");
+        for op in 1..=100u64 {
+            source.apply(Op(op), &op.to_le_bytes().repeat(5));
+        }
+        source.checkpoint(b"at 100").expect("checkpoint");
+        source.apply(Op(101), b"after the checkpoint: not streamed");
+        let mut view = source.export().expect("exports").expect("a view");
+        assert_eq!(view.record(), Bytes::from_static(b"at 100"));
+        let size = view.size_bytes();
+        let mut target = DiskLog::open(to.path(), GroupId(1), sizes.handle()).expect("opens");
+        target.import_begin(b"key").expect("stages");
+        let mut offset = 0;
+        while offset < size / 2 {
+            let chunk = view.read(offset, 300).expect("reads").expect("a chunk");
+            target.import_write(offset, &chunk).expect("staged");
+            offset += chunk.len() as u64;
+        }
+        drop(target);
+        let mut target = DiskLog::open(to.path(), GroupId(1), sizes.handle()).expect("opens again");
+        assert_eq!(target.import_staged(), Some((Bytes::from_static(b"key"), offset)), "resumes where it stopped");
+        while offset < size {
+            let chunk = view.read(offset, 300).expect("reads").expect("a chunk");
+            target.import_write(offset, &chunk).expect("staged");
+            offset += chunk.len() as u64;
+        }
+        target.import_finish(b"at 100").expect("installs");
+        let mut expected = source.snapshot();
+        expected.truncate(expected.len() - (4 + b"after the checkpoint: not streamed".len()));
+        assert_eq!(target.snapshot(), expected, "the checkpoint's entries, none after");
+        assert_eq!(
+            target.apply(Op(101), b"next"),
+            Bytes::copy_from_slice(&100u64.to_le_bytes()),
+            "the count came along"
+        );
+        drop(target);
+        let reopened = DiskLog::open(to.path(), GroupId(1), sizes.handle()).expect("opens");
+        assert_eq!(reopened.checkpointed().as_deref(), Some(&b"at 100"[..]));
+        assert_eq!(reopened.import_staged(), None);
     }
 }

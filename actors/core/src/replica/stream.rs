@@ -1,0 +1,507 @@
+//! Streamed state transfer (D3): a persistent state machine's state sent
+//! in chunks from a point-in-time view, staged by the receiver's state
+//! machine, and installed in one step.
+//!
+//! A state machine that keeps its state in memory is sent as before: its
+//! saved snapshot, whole, in chunks, buffered by the receiver and capped
+//! by `state_transfer_size_max_bytes` (the receiver holds it in memory).
+//! A persistent state machine that offers an export
+//! ([`crate::StateMachine::export`]) is streamed instead, and then nothing
+//! on either side costs memory in proportion to the state:
+//!
+//! - The sender serves its newest checkpoint: the state machine's view of
+//!   it and cohort's saved snapshot (state held) are at the same op, the
+//!   log's base, so the log joins the state the receiver gets. The sender
+//!   goes on checkpointing while it streams (its log must stay short: a
+//!   view change carries it whole); the committed entries it drops from
+//!   the log meanwhile are kept beside the stream, its *tail*, and answer
+//!   the receiver's repair requests once the state is in, so the receiver
+//!   catches up from the streamed op however long the stream took. The
+//!   stream and its tail are dropped once nobody asked for either in
+//!   `state_stream_patience_ticks`, or once the tail holds
+//!   `state_transfer_log_bytes_max` (the receiver then starts over from a
+//!   newer checkpoint).
+//! - The stream is a header, then the state machine's bytes. Header
+//!   (little-endian): magic `b"COHX"`, version u8 (1), record size u32,
+//!   then the checkpoint record (`COHC`, see `snapshot`) of the state sent:
+//!   its op, view, client table and membership. The sender sends the
+//!   header in chunks of its own, so the state machine's chunks start
+//!   where it said they do.
+//! - The receiver keeps the header in memory (at most
+//!   [`STREAM_RECORD_SIZE_MAX_BYTES`]), then hands each chunk to its state
+//!   machine's staging, which makes it durable before the next is asked
+//!   for (the receiver pulls one chunk at a time: its flow control). The
+//!   last chunk installs the staged state and the record in one atomic
+//!   step, then the replica takes the record's snapshot as its own.
+//! - The staging is named by a key (the source's node, the stream's size,
+//!   the header). A transfer cut by a dropped link, a view change or a
+//!   restart of the receiver asks the same source for the same snapshot at
+//!   the staged length; if the source still serves that snapshot it goes
+//!   on from there, and otherwise it answers with the first chunk of what
+//!   it serves now and the receiver starts over.
+//!
+//! Every length and offset is checked: a forged or damaged stream is
+//! refused and counted (`snapshot_unusable`), never installed.
+
+use bytes::{BufMut, Bytes, BytesMut};
+use cohort_messages::{LogEntry, MemberIndex, Message, NodeId, Op, StateChunk, View};
+
+use std::collections::VecDeque;
+
+use super::repair::StateTransfer;
+use super::snapshot::{decode_checkpoint, state_is_held};
+use super::{Context, Replica};
+use crate::effects::Effects;
+
+use crate::state_machine::StateExport;
+use crate::storage::Snapshot;
+
+const MAGIC: &[u8; 4] = b"COHX";
+const VERSION: u8 = 1;
+/// Magic, version and record size.
+const HEADER_FIXED_BYTES: usize = 9;
+
+/// The largest checkpoint record a stream's header may declare: the
+/// receiver holds it in memory until the header is whole. A record is a
+/// few hundred bytes per client of the group (`clients_max`, 4,096 by
+/// default), so this leaves room for results of tens of KiB each.
+pub(crate) const STREAM_RECORD_SIZE_MAX_BYTES: usize = 64 << 20;
+
+/// What a replica serves a state transfer from.
+pub(crate) enum Served {
+    /// A snapshot whole: a persistent state machine's state encoded at
+    /// the applied point, for one that exports no view.
+    Whole(Box<Snapshot>),
+    /// D3: a stream of the newest checkpoint.
+    Stream(Box<Export>),
+}
+
+/// D3: a stream being served.
+pub(crate) struct Export {
+    /// The checkpoint's op and view.
+    pub op: Op,
+    pub view: View,
+    /// The stream's header (magic, version, record).
+    header: Bytes,
+    view_of_state: Box<dyn StateExport>,
+    /// Header and state.
+    size_bytes: u64,
+    /// After this tick without a chunk or tail entry asked for, the
+    /// stream is dropped.
+    pub expiry_tick: u64,
+    /// The committed entries after `op` that the log dropped since the
+    /// stream opened, in op order, and their operations' bytes.
+    tail: VecDeque<LogEntry>,
+    tail_bytes: u64,
+}
+
+impl std::fmt::Debug for Served {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Served::Whole(snapshot) => write!(f, "Whole({:?}, {} bytes)", snapshot.op, snapshot.data.len()),
+            Served::Stream(export) => write!(f, "Stream({:?}, {} bytes)", export.op, export.size_bytes),
+        }
+    }
+}
+
+impl Served {
+    /// The op the served state is at.
+    pub(crate) fn op(&self) -> Op {
+        match self {
+            Served::Whole(snapshot) => snapshot.op,
+            Served::Stream(export) => export.op,
+        }
+    }
+
+    /// The op the served state, with a stream's tail, reaches: the log
+    /// must start right after it.
+    fn reaches(&self) -> Op {
+        match self {
+            Served::Whole(snapshot) => snapshot.op,
+            Served::Stream(export) => Op(export.op.0 + export.tail.len() as u64),
+        }
+    }
+}
+
+/// The header of a stream carrying `record`.
+fn encode_header(record: &[u8]) -> Bytes {
+    let mut out = BytesMut::with_capacity(HEADER_FIXED_BYTES + record.len());
+    out.put_slice(MAGIC);
+    out.put_u8(VERSION);
+    out.put_u32_le(u32::try_from(record.len()).expect("a checkpoint record under 4 GiB"));
+    out.put_slice(record);
+    out.freeze()
+}
+
+/// True if `data` starts a stream (rather than a whole snapshot).
+pub(crate) fn is_stream(data: &[u8]) -> bool {
+    data.starts_with(MAGIC)
+}
+
+/// The whole header's size, once its fixed part is in `data`; `Err` for
+/// a header that is not one or too large.
+fn header_size(data: &[u8]) -> Result<Option<usize>, String> {
+    let Some(fixed) = data.get(..HEADER_FIXED_BYTES) else { return Ok(None) };
+    if &fixed[..4] != MAGIC || fixed[4] != VERSION {
+        return Err("stream header has a bad magic or version".into());
+    }
+    let record = u32::from_le_bytes([fixed[5], fixed[6], fixed[7], fixed[8]]) as usize;
+    if record > STREAM_RECORD_SIZE_MAX_BYTES {
+        return Err(format!("stream record of {record} bytes exceeds {STREAM_RECORD_SIZE_MAX_BYTES}"));
+    }
+    Ok(Some(HEADER_FIXED_BYTES + record))
+}
+
+/// The key a receiver names its staging by.
+fn encode_key(source: NodeId, total_size_bytes: u64, header: &[u8]) -> Bytes {
+    let mut out = BytesMut::with_capacity(16 + header.len());
+    out.put_u64_le(source.0);
+    out.put_u64_le(total_size_bytes);
+    out.put_slice(header);
+    out.freeze()
+}
+
+/// A staging key read back from the state machine: (source, total size,
+/// header); `None` if it does not decode (then it is not resumed).
+fn decode_key(key: &[u8]) -> Option<(NodeId, u64, &[u8])> {
+    let source = NodeId(u64::from_le_bytes(key.get(..8)?.try_into().ok()?));
+    let total = u64::from_le_bytes(key.get(8..16)?.try_into().ok()?);
+    let header = key.get(16..)?;
+    (header_size(header).ok()?? == header.len()).then_some((source, total, header))
+}
+
+/// The checkpoint snapshot a whole header names.
+fn header_snapshot(header: &[u8]) -> Result<Snapshot, String> {
+    let snapshot = decode_checkpoint(&header[HEADER_FIXED_BYTES..])?;
+    debug_assert!(state_is_held(&snapshot.data), "a checkpoint's state is held");
+    Ok(snapshot)
+}
+
+/// Where a receiving replica is within a stream.
+#[derive(Clone, Debug)]
+pub(crate) struct Stream {
+    /// The header's size; chunks past it go to the state machine.
+    pub header_size_bytes: u64,
+    /// The state machine stages it (`import_begin` was called).
+    pub staging: bool,
+}
+
+impl Replica {
+    /// D3: open a stream of the newest checkpoint if the state machine
+    /// offers a view of it at the log's base. `None`: it offers none (or
+    /// one of another op), and the transfer falls back to a whole
+    /// snapshot.
+    fn open_export(&mut self, now: u64, out: &mut Effects) -> Option<Served> {
+        let saved = self.snapshot.as_ref()?;
+        if saved.op != self.log.base() || !state_is_held(&saved.data) {
+            return None;
+        }
+        let view_of_state = match self.state.export() {
+            Ok(Some(view_of_state)) => view_of_state,
+            Ok(None) => return None,
+            Err(_) => {
+                out.count_transfer_failure();
+                return None;
+            }
+        };
+        let record = view_of_state.record();
+        let checkpoint = decode_checkpoint(&record).ok()?;
+        if checkpoint.op != saved.op {
+            // The state machine's newest checkpoint is not cohort's: a
+            // failed save, or one in flight. A whole snapshot serves.
+            return None;
+        }
+        let header = encode_header(&record);
+        let size_bytes = header.len() as u64 + view_of_state.size_bytes();
+        Some(Served::Stream(Box::new(Export {
+            op: checkpoint.op,
+            view: checkpoint.view,
+            header,
+            view_of_state,
+            size_bytes,
+            expiry_tick: now + self.config.state_stream_patience_ticks,
+            tail: VecDeque::new(),
+            tail_bytes: 0,
+        })))
+    }
+
+    /// What a state transfer serves now: a state machine in memory's saved
+    /// snapshot; for a persistent one a stream of its newest checkpoint,
+    /// or (with no export) its state encoded whole at the applied point,
+    /// kept while the log still joins it. A sealed replica serves the state
+    /// before its seal, which the receiver must still apply.
+    pub(crate) fn served(&mut self, now: u64, out: &mut Effects) -> Option<&mut Served> {
+        if !self.persistent() {
+            let snapshot = self.snapshot.clone()?;
+            self.served = Some(Served::Whole(Box::new(snapshot)));
+            return self.served.as_mut();
+        }
+        let base = self.log.base();
+        if self.served.as_ref().is_none_or(|served| served.reaches() != base) {
+            self.served = None;
+            if let Some(stream) = self.open_export(now, out) {
+                self.served = Some(stream);
+            } else if let Some(saved) = self.snapshot.as_ref().filter(|saved| !state_is_held(&saved.data)) {
+                // A checkpoint failed and cohort kept the state itself.
+                self.served = Some(Served::Whole(Box::new(saved.clone())));
+            } else {
+                let op =
+                    self.sealed.as_ref().map_or(self.commit_min, |sealed| Op(sealed.op.0 - 1).min(self.commit_min));
+                let view = self.log.view_at(op)?;
+                self.served = Some(Served::Whole(Box::new(self.encode_whole(op, view))));
+            }
+        }
+        assert!(
+            self.served.as_ref().is_some_and(|served| served.op() >= base || served.reaches() == base),
+            "a served state joins the log"
+        );
+        self.served.as_mut()
+    }
+
+    /// Send `to` the chunk at `offset_bytes` of what is served, if it is
+    /// of `snapshot_op`; otherwise (or if the offset cannot be served) the
+    /// first chunk of what is served now. `None`: the first chunk of
+    /// whatever is served (a repair request below the log). A request for
+    /// another snapshot than a served stream that only reaches the log
+    /// through its tail opens a new stream at the log's base: the member
+    /// asking (one electing a new primary, say) may already be past the
+    /// old one.
+    pub(crate) fn serve_chunk(
+        &mut self,
+        snapshot_op: Option<Op>,
+        offset_bytes: u64,
+        to: MemberIndex,
+        now: u64,
+        out: &mut Effects,
+    ) {
+        let base = self.log.base();
+        if let (Some(op), Some(Served::Stream(export))) = (snapshot_op, &self.served)
+            && op != export.op
+            && export.op < base
+        {
+            self.served = None;
+        }
+        let chunk_max = self.config.state_chunk_size_bytes;
+        let patience = self.config.state_stream_patience_ticks;
+        let Some(served) = self.served(now, out) else { return };
+        let offset = if Some(served.op()) == snapshot_op { offset_bytes } else { 0 };
+        let (op, view, total, piece) = match served {
+            Served::Whole(snapshot) => {
+                let total = snapshot.data.len();
+                let start = usize::try_from(offset).unwrap_or(usize::MAX).min(total);
+                let end = (start + chunk_max).min(total);
+                (snapshot.op, snapshot.view, total as u64, Some((start as u64, snapshot.data.slice(start..end))))
+            }
+            Served::Stream(export) => {
+                export.expiry_tick = now + patience;
+                let piece = export.chunk_at(offset, chunk_max).ok();
+                (export.op, export.view, export.size_bytes, piece)
+            }
+        };
+        let Some((offset_bytes, chunk)) = piece else {
+            // The state machine failed to read its view: counted, dropped;
+            // the receiver asks again and gets a fresh one.
+            out.count_transfer_failure();
+            self.served = None;
+            return;
+        };
+        out.count_chunk_sent(chunk.len() as u64);
+        let message = StateChunk {
+            group: self.spec.group,
+            incarnation: self.spec.incarnation,
+            view: self.view,
+            replica: self.spec.me,
+            snapshot_op: op,
+            snapshot_view: view,
+            offset_bytes,
+            total_size_bytes: total,
+            chunk,
+        };
+        debug_assert!(message.validate().is_ok(), "a served chunk is well formed: {message:?}");
+        out.send(self.node_of(to), Message::StateChunk(message));
+    }
+
+    /// D3: the log drops `dropped` (committed, in op order, right after
+    /// what the served state reaches): a served stream keeps them as its
+    /// tail, until the tail would pass `state_transfer_log_bytes_max`.
+    /// Any other served state no longer joins the log and is dropped.
+    pub(crate) fn keep_tail(&mut self, dropped: impl Iterator<Item = LogEntry>) {
+        let max = self.config.state_transfer_log_bytes_max;
+        let base = self.log.base();
+        let Some(Served::Stream(export)) = self.served.as_mut().filter(|served| served.reaches() == base) else {
+            // Not a stream, or one the log no longer joins (the log was
+            // replaced since: a StartView, an installed snapshot).
+            self.served = None;
+            return;
+        };
+        for entry in dropped {
+            assert_eq!(entry.op, Op(export.op.0 + export.tail.len() as u64).next(), "a tail has no gap");
+            export.tail_bytes += entry.operation.len() as u64;
+            export.tail.push_back(entry);
+        }
+        if export.tail_bytes > max {
+            self.served = None;
+        }
+    }
+
+    /// D3: a repair request from `op_min` that a served stream's tail
+    /// answers (the receiver installed the stream, and asks for what
+    /// followed it): send the tail's entries from `op_min` up to `op_max`
+    /// and true; false if the tail does not hold `op_min`.
+    pub(crate) fn serve_tail(&mut self, op_min: Op, op_max: Op, to: NodeId, now: u64, cx: &mut Context<'_>) -> bool {
+        let patience = self.config.state_stream_patience_ticks;
+        let Some(Served::Stream(export)) = &mut self.served else { return false };
+        if op_min <= export.op || op_min.0 > export.op.0 + export.tail.len() as u64 {
+            return false;
+        }
+        export.expiry_tick = now + patience;
+        let skip = (op_min.0 - export.op.0 - 1) as usize;
+        let count = (op_max.0.saturating_sub(op_min.0) + 1) as usize;
+        let entries: Vec<LogEntry> = export.tail.iter().skip(skip).take(count).cloned().collect();
+        for entry in entries {
+            self.send_prepare(to, self.prepare_message(entry), cx);
+        }
+        true
+    }
+
+    /// D3: a stream no chunk was asked for within its patience is dropped
+    /// (its view of the state released, checkpoints free to go on).
+    pub(crate) fn expire_stream(&mut self, now: u64) {
+        if matches!(&self.served, Some(Served::Stream(export)) if export.expiry_tick <= now) {
+            self.served = None;
+        }
+    }
+
+    /// The tick a served stream expires at, if one is served.
+    pub(crate) fn stream_expiry_tick(&self) -> Option<u64> {
+        match &self.served {
+            Some(Served::Stream(export)) => Some(export.expiry_tick),
+            _ => None,
+        }
+    }
+
+    /// D3: a transfer from `source` that resumes the stream the state
+    /// machine has staged from it, if any.
+    pub(crate) fn resumed_transfer(&self, source: MemberIndex) -> Option<StateTransfer> {
+        if !self.persistent() {
+            return None;
+        }
+        let (key, staged_bytes) = self.state.import_staged()?;
+        let (node, total, header) = decode_key(&key)?;
+        if node != self.node_of(source) {
+            return None;
+        }
+        let snapshot = header_snapshot(header).ok()?;
+        let received = (header.len() as u64).checked_add(staged_bytes).filter(|received| *received < total)?;
+        Some(StateTransfer {
+            source,
+            snapshot_op: snapshot.op,
+            snapshot_view: snapshot.view,
+            total_size_bytes: total,
+            received_bytes: received,
+            data: header.to_vec(),
+            stream: Some(Stream { header_size_bytes: header.len() as u64, staging: true }),
+        })
+    }
+
+    /// D3: take a chunk of a stream (already checked to be the next one of
+    /// the transfer). `Err` refuses the stream; the transfer is dropped.
+    pub(crate) fn take_stream_chunk(
+        &mut self,
+        chunk: &StateChunk,
+        out: &mut Effects,
+    ) -> Result<StreamStep, StreamError> {
+        if !self.persistent() {
+            return Err(StreamError::Refused);
+        }
+        let node = self.node_of(chunk.replica);
+        let transfer = self.state_transfer.as_deref_mut().expect("a chunk is taken into a transfer");
+        let stream = transfer.stream.get_or_insert(Stream { header_size_bytes: u64::MAX, staging: false });
+        if !stream.staging {
+            // The header: kept in memory until whole.
+            transfer.data.extend_from_slice(&chunk.chunk);
+            transfer.received_bytes += chunk.chunk.len() as u64;
+            let Some(size) = header_size(&transfer.data).map_err(|_| StreamError::Refused)? else {
+                return Ok(StreamStep::More);
+            };
+            if transfer.data.len() < size {
+                return Ok(StreamStep::More);
+            }
+            if transfer.data.len() > size || size as u64 > transfer.total_size_bytes {
+                return Err(StreamError::Refused);
+            }
+            let snapshot = header_snapshot(&transfer.data).map_err(|_| StreamError::Refused)?;
+            if snapshot.op != transfer.snapshot_op || snapshot.view != transfer.snapshot_view {
+                return Err(StreamError::Refused);
+            }
+            stream.header_size_bytes = size as u64;
+            let key = encode_key(node, transfer.total_size_bytes, &transfer.data);
+            self.state.import_begin(&key).map_err(|_| failed(out))?;
+            let transfer = self.state_transfer.as_deref_mut().expect("still fetching");
+            transfer.stream.as_mut().expect("a stream").staging = true;
+        } else {
+            let offset = transfer.received_bytes - stream.header_size_bytes;
+            transfer.received_bytes += chunk.chunk.len() as u64;
+            self.state.import_write(offset, &chunk.chunk).map_err(|_| failed(out))?;
+        }
+        let transfer = self.state_transfer.as_deref().expect("still fetching");
+        if transfer.received_bytes < transfer.total_size_bytes {
+            return Ok(StreamStep::More);
+        }
+        let record = &transfer.data[HEADER_FIXED_BYTES..];
+        let snapshot = decode_checkpoint(record).map_err(|_| StreamError::Refused)?;
+        self.state.import_finish(record).map_err(|_| failed(out))?;
+        out.count_stream_installed();
+        Ok(StreamStep::Whole(snapshot))
+    }
+}
+
+/// What a stream chunk led to.
+pub(crate) enum StreamStep {
+    /// Ask for the next chunk.
+    More,
+    /// The state machine installed the stream: the replica takes this
+    /// snapshot (its state held).
+    Whole(Snapshot),
+}
+
+/// Why a stream was dropped.
+pub(crate) enum StreamError {
+    /// It is not a stream this replica takes (counted as
+    /// `snapshot_unusable`).
+    Refused,
+    /// The state machine failed to stage or install it (counted as a
+    /// transfer failure).
+    Failed,
+}
+
+/// Count a state machine's failure to stage or install a stream.
+fn failed(out: &mut Effects) -> StreamError {
+    out.count_transfer_failure();
+    StreamError::Failed
+}
+
+impl Export {
+    /// The chunk at `offset` (the header's chunks, then the state
+    /// machine's), or the first one if the view cannot start there.
+    fn chunk_at(&mut self, offset: u64, chunk_max: usize) -> Result<(u64, Bytes), String> {
+        let header = self.header.len() as u64;
+        if offset < header || offset >= self.size_bytes {
+            let start = if offset < header { offset as usize } else { 0 };
+            let end = (start + chunk_max).min(self.header.len());
+            return Ok((start as u64, self.header.slice(start..end)));
+        }
+        let state_size = self.size_bytes - header;
+        match self.view_of_state.read(offset - header, chunk_max)? {
+            Some(chunk)
+                if !chunk.is_empty()
+                    && chunk.len() <= chunk_max
+                    && (offset - header).checked_add(chunk.len() as u64).is_some_and(|end| end <= state_size) =>
+            {
+                Ok((offset, chunk))
+            }
+            Some(chunk) => Err(format!("the state machine's view gave {} bytes at {offset}", chunk.len())),
+            None => Ok((0, self.header.slice(..chunk_max.min(self.header.len())))),
+        }
+    }
+}
