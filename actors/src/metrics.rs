@@ -85,7 +85,7 @@ pub(crate) const APPLY_LATENCY_BUCKETS_SECONDS: [f64; 19] = [
 ];
 
 /// How many counters a [`ShardMetrics`] holds; one exported family each.
-const SHARD_COUNTER_COUNT: usize = 28;
+const SHARD_COUNTER_COUNT: usize = 31;
 
 /// Name (without prefix and without the `_total` the encoder appends) and help
 /// of each exported shard counter, in the order of [`shard_counter_values`].
@@ -138,6 +138,15 @@ const SHARD_COUNTER_SPECS: [(&str, &str); SHARD_COUNTER_COUNT] = [
     ),
     ("state_chunks_sent", "State transfer chunks sent to lagging members (D3)"),
     ("state_chunk_bytes_sent", "Bytes of state transfer chunks sent to lagging members (D3)"),
+    (
+        "state_chunk_bytes_resent",
+        "Bytes of streamed state chunks sent again, below what their stream had already sent (D3)",
+    ),
+    (
+        "state_chunk_bytes_taken",
+        "Bytes of state transfer chunks this node's replicas took, each byte of a transfer once (D3)",
+    ),
+    ("state_streams_opened", "Streams of a checkpoint opened to serve state transfers (D3)"),
     ("state_streams_installed", "Streamed state transfers installed by this node's replicas (D3)"),
 ];
 
@@ -174,6 +183,9 @@ fn shard_counter_values(metrics: &ShardMetrics) -> [u64; SHARD_COUNTER_COUNT] {
         state_transfer_failures,
         state_chunks_sent,
         state_chunk_bytes_sent,
+        state_chunk_bytes_resent,
+        state_chunk_bytes_taken,
+        state_streams_opened,
         state_streams_installed,
     } = *metrics;
     [
@@ -204,6 +216,9 @@ fn shard_counter_values(metrics: &ShardMetrics) -> [u64; SHARD_COUNTER_COUNT] {
         state_transfer_failures,
         state_chunks_sent,
         state_chunk_bytes_sent,
+        state_chunk_bytes_resent,
+        state_chunk_bytes_taken,
+        state_streams_opened,
         state_streams_installed,
     ]
 }
@@ -1054,6 +1069,14 @@ impl NodeMetrics {
         }
     }
 
+    /// The shard counter `name` (a [`ShardMetrics`] field's name), summed
+    /// over this node's shards as last published; `None` for no such
+    /// counter.
+    pub fn shard_counter(&self, name: &str) -> Option<u64> {
+        let index = SHARD_COUNTER_SPECS.iter().position(|(counter, _)| *counter == name)?;
+        Some(self.applied().shards.values().map(|values| values[index]).sum())
+    }
+
     /// Publish the rejected-input totals of one source, typically a peer
     /// link, which decodes and validates what arrives. `source` names the
     /// owner of `counters` (the peer's node id, for instance); distinct owners
@@ -1424,6 +1447,9 @@ mod tests {
             &mut metrics.state_transfer_failures,
             &mut metrics.state_chunks_sent,
             &mut metrics.state_chunk_bytes_sent,
+            &mut metrics.state_chunk_bytes_resent,
+            &mut metrics.state_chunk_bytes_taken,
+            &mut metrics.state_streams_opened,
             &mut metrics.state_streams_installed,
         ];
         for (index, field) in fields.into_iter().enumerate() {

@@ -21,6 +21,22 @@
 //!   cohort asks for right after, empties the table and writes it with the
 //!   record in one transaction.
 //!
+//! **Streamed transfers (D3).** A member that lags behind the log gets
+//! the newest checkpoint streamed from a redb read transaction
+//! ([`StateMachine::export`]): the `entries` table in key order, each entry
+//! as in a snapshot (key length `u16`, key, value length `u32`, value),
+//! whole entries per chunk. The read transaction is the point-in-time view:
+//! later checkpoints commit around it. The stream's size is kept in `meta`
+//! (`encoded_bytes`, updated by each checkpoint from the old and new
+//! lengths of what it writes), so an export costs nothing before its first
+//! chunk. The receiver stages into `group-<id>.redb.staging`, a redb file
+//! of its own: each chunk's entries and the staged length in one
+//! transaction, committed synced, so a restart resumes after the last
+//! chunk; the last chunk writes the record, and renaming the staging file
+//! over the group's file is the atomic install. An export reads on from
+//! where its last chunk ended, or repeats its last chunk; any other offset
+//! (a resume after the sender restarted) starts the transfer over.
+//!
 //! **Memory.** cohort asks for a checkpoint at every snapshot point (every
 //! 1,024 applied ops or 8 MiB of log by default), so the overlay holds at
 //! most about that much; after a `restore` the whole state is in memory
@@ -41,9 +57,10 @@
 //! error rather than answer wrongly, which stops the group's shard.
 
 use std::collections::BTreeMap;
+use std::ops::Bound;
 use std::path::{Path, PathBuf};
 
-use cohort_runtime::prelude::{Bytes, Durability, GroupId, Op, StateMachine};
+use cohort_runtime::prelude::{Bytes, Durability, GroupId, Op, StateExport, StateMachine};
 use redb::{Database, DatabaseError, ReadableDatabase, ReadableTable, StorageError, TableDefinition};
 
 /// Key → value.
@@ -56,6 +73,12 @@ const FORMAT_KEY: &str = "format";
 const FORMAT: &[u8] = b"cohort-kv-store 1";
 /// Where `meta` holds the record of the newest checkpoint.
 const RECORD_KEY: &str = "checkpoint";
+/// `meta`: the checkpoint's entries encoded as a stream would carry them,
+/// in bytes (u64, little-endian).
+const ENCODED_KEY: &str = "encoded_bytes";
+/// `meta` of a staging file: the stream's key, and the bytes staged.
+const STREAM_KEY: &str = "stream_key";
+const STAGED_KEY: &str = "stream_staged";
 /// The first bytes of a snapshot ([`decode_snapshot`]).
 const SNAPSHOT_MAGIC: &[u8; 8] = b"kvsnap01";
 /// What an operation that does not decode is answered.
@@ -175,6 +198,17 @@ pub struct KvStore {
     replaced: bool,
     /// The newest durable checkpoint's record, as `meta` holds it.
     record: Option<Bytes>,
+    /// D3: the checkpoint's entries as a stream encodes them, in bytes.
+    encoded_bytes: u64,
+    /// D3: a stream being staged: its file, key and staged length.
+    staging: Option<Staging>,
+}
+
+/// D3: a stream staged in a redb file of its own.
+struct Staging {
+    database: Database,
+    key: Bytes,
+    staged_bytes: u64,
 }
 
 impl KvStore {
@@ -207,7 +241,12 @@ impl KvStore {
 
     fn new(path: &Path, file: File, record: Option<Bytes>) -> KvStore {
         let replaced = matches!(file, File::Unusable { .. });
-        KvStore { path: path.to_owned(), file, overlay: BTreeMap::new(), replaced, record }
+        let encoded_bytes = match &file {
+            File::Open(database) => encoded_size(database).unwrap_or(0),
+            File::Unusable { .. } => 0,
+        };
+        let staging = open_staging(&staging_path(path));
+        KvStore { path: path.to_owned(), file, overlay: BTreeMap::new(), replaced, record, encoded_bytes, staging }
     }
 
     /// The state's rules, checked in debug builds after every change.
@@ -267,19 +306,26 @@ impl KvStore {
         let path = &self.path;
         let mut transaction = database.begin_write().map_err(failure(path, "begin"))?;
         transaction.set_durability(redb::Durability::Immediate).map_err(failure(path, "durability"))?;
+        let mut encoded_bytes = self.encoded_bytes;
         if self.replaced || record.is_none() {
             transaction.delete_table(ENTRIES).map_err(failure(path, "empty the entries"))?;
+            encoded_bytes = 0;
         }
         {
             let mut entries = transaction.open_table(ENTRIES).map_err(failure(path, "entries"))?;
             for (key, value) in self.overlay.iter().filter(|_| record.is_some()) {
-                match value {
-                    Some(value) => entries.insert(key.as_ref(), value.as_ref()).map(drop),
-                    None => entries.remove(key.as_ref()).map(drop),
+                let old = match value {
+                    Some(value) => entries.insert(key.as_ref(), value.as_ref()),
+                    None => entries.remove(key.as_ref()),
                 }
                 .map_err(failure(path, "write an entry"))?;
+                if let Some(old) = old {
+                    encoded_bytes -= entry_bytes(key, old.value());
+                }
+                encoded_bytes += value.as_ref().map_or(0, |value| entry_bytes(key, value));
             }
             let mut meta = transaction.open_table(META).map_err(failure(path, "meta"))?;
+            meta.insert(ENCODED_KEY, &encoded_bytes.to_le_bytes()[..]).map_err(failure(path, "write the size"))?;
             match record {
                 Some(record) => meta.insert(RECORD_KEY, record).map(drop),
                 None => meta.remove(RECORD_KEY).map(drop),
@@ -290,8 +336,20 @@ impl KvStore {
         self.overlay.clear();
         self.replaced = false;
         self.record = record.map(Bytes::copy_from_slice);
+        self.encoded_bytes = encoded_bytes;
         self.invariants();
         Ok(())
+    }
+
+    /// D3: drop a staged stream and its file.
+    fn drop_staging(&mut self) -> Result<(), String> {
+        self.staging = None;
+        let path = staging_path(&self.path);
+        match std::fs::remove_file(&path) {
+            Ok(()) => Ok(()),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(error) => Err(format!("{}: remove: {error}", path.display())),
+        }
     }
 
     /// Every entry as applied so far, in key order.
@@ -383,6 +441,150 @@ fn sync_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
 }
 
+/// An entry's bytes in a snapshot or a stream.
+fn entry_bytes(key: &[u8], value: &[u8]) -> u64 {
+    (2 + key.len() + 4 + value.len()) as u64
+}
+
+/// Append an entry in the snapshot's (and the stream's) encoding.
+fn encode_entry(out: &mut Vec<u8>, key: &[u8], value: &[u8]) {
+    assert!(key.len() <= KEY_SIZE_MAX_BYTES && u32::try_from(value.len()).is_ok(), "entry fits its lengths");
+    out.extend_from_slice(&(key.len() as u16).to_le_bytes());
+    out.extend_from_slice(key);
+    out.extend_from_slice(&(value.len() as u32).to_le_bytes());
+    out.extend_from_slice(value);
+}
+
+/// D3: the checkpoint's stream size as `meta` holds it; a file of before
+/// `encoded_bytes` existed is measured once.
+fn encoded_size(database: &Database) -> Result<u64, redb::Error> {
+    let transaction = database.begin_read()?;
+    let meta = transaction.open_table(META)?;
+    if let Some(size) = meta.get(ENCODED_KEY)? {
+        return Ok(size.value().try_into().map(u64::from_le_bytes).unwrap_or(0));
+    }
+    let entries = transaction.open_table(ENTRIES)?;
+    let mut size = 0;
+    for entry in entries.iter()? {
+        let (key, value) = entry?;
+        size += entry_bytes(key.value(), value.value());
+    }
+    Ok(size)
+}
+
+/// D3: where `path`'s stream is staged.
+fn staging_path(path: &Path) -> PathBuf {
+    path.with_extension("redb.staging")
+}
+
+/// D3: a staging file left by an earlier process, if it holds a stream's
+/// key (one without is an install that finished, or a begin that did not:
+/// removed).
+fn open_staging(path: &Path) -> Option<Staging> {
+    if !path.exists() {
+        return None;
+    }
+    let opened = || -> Result<Option<Staging>, redb::Error> {
+        let database = Database::builder().set_check_integrity_on_open(true).create(path)?;
+        let (key, staged_bytes) = {
+            let transaction = database.begin_read()?;
+            let meta = transaction.open_table(META)?;
+            let key = meta.get(STREAM_KEY)?.map(|key| Bytes::copy_from_slice(key.value()));
+            let staged =
+                meta.get(STAGED_KEY)?.and_then(|staged| staged.value().try_into().ok()).map(u64::from_le_bytes);
+            (key, staged)
+        };
+        Ok(key.zip(staged_bytes).map(|(key, staged_bytes)| Staging { database, key, staged_bytes }))
+    };
+    match opened() {
+        Ok(Some(staging)) => Some(staging),
+        _ => {
+            let _ = std::fs::remove_file(path);
+            None
+        }
+    }
+}
+
+/// D3: the entries of a stream chunk (whole entries, keys ascending).
+fn decode_chunk(chunk: &[u8]) -> Result<Vec<(Bytes, Bytes)>, String> {
+    let mut rest = chunk;
+    let mut entries: Vec<(Bytes, Bytes)> = Vec::new();
+    while !rest.is_empty() {
+        let (key, after_key) = take(rest, 2).map_err(|error| format!("stream chunk: a key: {error}"))?;
+        let (value, after_value) = take(after_key, 4).map_err(|error| format!("stream chunk: a value: {error}"))?;
+        if entries.last().is_some_and(|(last, _)| *last >= key) {
+            return Err("stream chunk: keys not ascending".into());
+        }
+        entries.push((key, value));
+        rest = after_value;
+    }
+    Ok(entries)
+}
+
+/// D3: the checkpoint's entries, read from a redb read transaction.
+struct EntriesView {
+    record: Bytes,
+    table: redb::ReadOnlyTable<&'static [u8], &'static [u8]>,
+    size_bytes: u64,
+    /// Where the next chunk starts, and the last key before it.
+    next: (u64, Option<Bytes>),
+    /// The last chunk served, to serve it again.
+    last: Option<(u64, Bytes)>,
+}
+
+impl EntriesView {
+    fn chunk_after(&self, after: Option<&[u8]>, size_max_bytes: usize) -> Result<(Vec<u8>, Option<Bytes>), String> {
+        let bounds: (Bound<&[u8]>, Bound<&[u8]>) = match after {
+            Some(key) => (Bound::Excluded(key), Bound::Unbounded),
+            None => (Bound::Unbounded, Bound::Unbounded),
+        };
+        let mut chunk = Vec::new();
+        let mut last_key = None;
+        for entry in self.table.range(bounds).map_err(|error| error.to_string())? {
+            let (key, value) = entry.map_err(|error| error.to_string())?;
+            let size = entry_bytes(key.value(), value.value()) as usize;
+            if chunk.len() + size > size_max_bytes {
+                if chunk.is_empty() {
+                    return Err(format!("an entry of {size} bytes exceeds the chunk size {size_max_bytes}"));
+                }
+                break;
+            }
+            encode_entry(&mut chunk, key.value(), value.value());
+            last_key = Some(Bytes::copy_from_slice(key.value()));
+        }
+        Ok((chunk, last_key))
+    }
+}
+
+impl StateExport for EntriesView {
+    fn record(&self) -> Bytes {
+        self.record.clone()
+    }
+
+    fn size_bytes(&self) -> u64 {
+        self.size_bytes
+    }
+
+    fn read(&mut self, offset_bytes: u64, size_max_bytes: usize) -> Result<Option<Bytes>, String> {
+        if let Some((at, chunk)) = &self.last
+            && *at == offset_bytes
+        {
+            return Ok(Some(chunk.clone()));
+        }
+        if offset_bytes != self.next.0 || offset_bytes >= self.size_bytes {
+            return Ok(None);
+        }
+        let (chunk, last_key) = self.chunk_after(self.next.1.as_deref(), size_max_bytes)?;
+        if chunk.is_empty() {
+            return Err(format!("the entries end at {offset_bytes} bytes, short of {}", self.size_bytes));
+        }
+        let chunk = Bytes::from(chunk);
+        self.next = (offset_bytes + chunk.len() as u64, last_key);
+        self.last = Some((offset_bytes, chunk.clone()));
+        Ok(Some(chunk))
+    }
+}
+
 impl StateMachine for KvStore {
     fn apply(&mut self, _op: Op, operation: &[u8]) -> Bytes {
         let Ok((key, value)) = decode_operation(operation) else { return Bytes::from_static(MALFORMED) };
@@ -437,6 +639,112 @@ impl StateMachine for KvStore {
     }
 
     fn clear(&mut self) -> Result<(), String> {
+        self.drop_staging()?;
         self.commit(None)
+    }
+
+    fn export(&mut self) -> Result<Option<Box<dyn StateExport>>, String> {
+        let (File::Open(database), false, Some(record)) = (&self.file, self.replaced, &self.record) else {
+            return Ok(None);
+        };
+        let path = &self.path;
+        let transaction = database.begin_read().map_err(|error| format!("{}: export: {error}", path.display()))?;
+        let table = transaction.open_table(ENTRIES).map_err(|error| format!("{}: export: {error}", path.display()))?;
+        let view =
+            EntriesView { record: record.clone(), table, size_bytes: self.encoded_bytes, next: (0, None), last: None };
+        Ok(Some(Box::new(view)))
+    }
+
+    fn import_begin(&mut self, key: &[u8]) -> Result<(), String> {
+        if self.staging.as_ref().is_some_and(|staging| staging.key[..] == *key) {
+            return Ok(());
+        }
+        self.drop_staging()?;
+        let path = staging_path(&self.path);
+        let failed = |error: redb::Error| format!("{}: staging: {error}", path.display());
+        let database = Database::create(&path).map_err(|error| failed(error.into()))?;
+        let transaction = database.begin_write().map_err(|error| failed(error.into()))?;
+        {
+            transaction.open_table(ENTRIES).map_err(|error| failed(error.into()))?;
+            let mut meta = transaction.open_table(META).map_err(|error| failed(error.into()))?;
+            meta.insert(FORMAT_KEY, FORMAT).map_err(|error| failed(error.into()))?;
+            meta.insert(STREAM_KEY, key).map_err(|error| failed(error.into()))?;
+            meta.insert(STAGED_KEY, &0u64.to_le_bytes()[..]).map_err(|error| failed(error.into()))?;
+        }
+        transaction.commit().map_err(|error| failed(error.into()))?;
+        if let Some(dir) = self.path.parent() {
+            sync_dir(dir).map_err(|error| format!("{}: staging: sync the directory: {error}", path.display()))?;
+        }
+        self.staging = Some(Staging { database, key: Bytes::copy_from_slice(key), staged_bytes: 0 });
+        Ok(())
+    }
+
+    fn import_write(&mut self, offset_bytes: u64, chunk: &[u8]) -> Result<(), String> {
+        let path = staging_path(&self.path);
+        let staging = self.staging.as_mut().ok_or("no stream is staged")?;
+        if offset_bytes != staging.staged_bytes {
+            return Err(format!("a chunk at {offset_bytes} after {} staged bytes", staging.staged_bytes));
+        }
+        let entries = decode_chunk(chunk)?;
+        let failed = |error: redb::Error| format!("{}: staging a chunk: {error}", path.display());
+        let staged = offset_bytes + chunk.len() as u64;
+        let transaction = staging.database.begin_write().map_err(|error| failed(error.into()))?;
+        {
+            let mut table = transaction.open_table(ENTRIES).map_err(|error| failed(error.into()))?;
+            for (key, value) in &entries {
+                table.insert(key.as_ref(), value.as_ref()).map_err(|error| failed(error.into()))?;
+            }
+            let mut meta = transaction.open_table(META).map_err(|error| failed(error.into()))?;
+            meta.insert(STAGED_KEY, &staged.to_le_bytes()[..]).map_err(|error| failed(error.into()))?;
+        }
+        transaction.commit().map_err(|error| failed(error.into()))?;
+        staging.staged_bytes = staged;
+        Ok(())
+    }
+
+    fn import_staged(&self) -> Option<(Bytes, u64)> {
+        self.staging.as_ref().map(|staging| (staging.key.clone(), staging.staged_bytes))
+    }
+
+    fn import_finish(&mut self, record: &[u8]) -> Result<(), String> {
+        let staging = self.staging.take().ok_or("no stream is staged")?;
+        let staged_path = staging_path(&self.path);
+        let failed = |error: redb::Error| format!("{}: install: {error}", staged_path.display());
+        let transaction = staging.database.begin_write().map_err(|error| failed(error.into()))?;
+        {
+            let mut meta = transaction.open_table(META).map_err(|error| failed(error.into()))?;
+            meta.insert(RECORD_KEY, record).map_err(|error| failed(error.into()))?;
+            meta.insert(ENCODED_KEY, &staging.staged_bytes.to_le_bytes()[..]).map_err(|error| failed(error.into()))?;
+            meta.remove(STREAM_KEY).map_err(|error| failed(error.into()))?;
+            meta.remove(STAGED_KEY).map_err(|error| failed(error.into()))?;
+        }
+        transaction.commit().map_err(|error| failed(error.into()))?;
+        drop(staging);
+        // The atomic step: the staged file becomes the group's. The old
+        // file is closed first (an export may still read it: its pages stay
+        // until its read transaction ends).
+        self.file = File::Unusable { reason: "being replaced by a streamed state".into(), set_aside: false };
+        std::fs::rename(&staged_path, &self.path)
+            .map_err(|error| format!("{}: install over {}: {error}", staged_path.display(), self.path.display()))?;
+        if let Some(dir) = self.path.parent() {
+            sync_dir(dir).map_err(|error| format!("{}: install: sync the directory: {error}", self.path.display()))?;
+        }
+        let (database, installed) = open_database(&self.path).map_err(|(reason, _)| reason)?;
+        debug_assert_eq!(installed.as_deref(), Some(record), "the installed file holds the record");
+        self.file = File::Open(database);
+        self.overlay.clear();
+        self.replaced = false;
+        self.record = Some(Bytes::copy_from_slice(record));
+        self.encoded_bytes = staging_bytes_of(&self.file);
+        self.invariants();
+        Ok(())
+    }
+}
+
+/// The stream size an installed file records.
+fn staging_bytes_of(file: &File) -> u64 {
+    match file {
+        File::Open(database) => encoded_size(database).unwrap_or(0),
+        File::Unusable { .. } => 0,
     }
 }

@@ -354,3 +354,69 @@ proptest! {
         }
     }
 }
+
+/// D3: a checkpoint streamed from a read transaction, in chunks of at most
+/// `chunk_max` bytes, staged by another store that is reopened halfway (a
+/// restart of the receiver), and installed: the receiver holds exactly the
+/// checkpoint's entries, not what was applied after it, and its stream
+/// size agrees with the sender's.
+#[test]
+fn d3_kv_store_streams_its_checkpoint_and_a_staged_stream_resumes_after_a_reopen() {
+    let (from, to) = (tempfile::tempdir().expect("dir"), tempfile::tempdir().expect("dir"));
+    let mut source = open(from.path());
+    for index in 0..200 {
+        set(&mut source, &format!("key-{index:03}"), &"v".repeat(index % 37));
+    }
+    remove(&mut source, "key-007");
+    source.checkpoint(b"at 201").expect("checkpoint");
+    let checkpointed = contents(&source);
+    set(&mut source, "key-999", "after the checkpoint: not streamed");
+    let mut view = source.export().expect("exports").expect("a view of the checkpoint");
+    assert_eq!(view.record(), Bytes::from_static(b"at 201"));
+    let size = view.size_bytes();
+    let mut target = open(to.path());
+    set(&mut target, "stale", "replaced by the stream");
+    target.checkpoint(b"old").expect("checkpoint");
+    target.import_begin(b"stream key").expect("stages");
+    let mut offset = 0;
+    while offset < size / 2 {
+        let chunk = view.read(offset, 256).expect("reads").expect("a chunk");
+        assert!(chunk.len() <= 256);
+        assert_eq!(view.read(offset, 256).expect("again"), Some(chunk.clone()), "a chunk read again is the same");
+        target.import_write(offset, &chunk).expect("staged");
+        offset += chunk.len() as u64;
+    }
+    drop(target);
+    let mut target = open(to.path());
+    assert_eq!(target.import_staged(), Some((Bytes::from_static(b"stream key"), offset)), "resumes where it stopped");
+    assert_eq!(get(&target, "stale").as_deref(), Some("replaced by the stream"), "staging leaves the state alone");
+    assert!(target.import_write(offset + 1, b"x").is_err(), "a chunk past the staged length is refused");
+    while offset < size {
+        let chunk = view.read(offset, 256).expect("reads").expect("a chunk");
+        target.import_write(offset, &chunk).expect("staged");
+        offset += chunk.len() as u64;
+    }
+    target.import_finish(b"at 201").expect("installs");
+    assert_eq!(contents(&target), checkpointed, "the checkpoint's entries, none after it");
+    assert_eq!(target.checkpointed().as_deref(), Some(&b"at 201"[..]));
+    drop(target);
+    let mut reopened = open(to.path());
+    assert_eq!(contents(&reopened), checkpointed, "durable");
+    assert_eq!(reopened.import_staged(), None);
+    let mut again = reopened.export().expect("exports").expect("a view");
+    assert_eq!(again.size_bytes(), size, "the installed file records the stream's size");
+    assert!(again.read(17, 256).expect("reads").is_none(), "an offset no chunk started at starts over");
+}
+
+/// D3: a stream chunk that does not decode is refused, and nothing is
+/// staged from it.
+#[test]
+fn d3_kv_store_refuses_a_chunk_that_does_not_decode() {
+    let dir = tempfile::tempdir().expect("dir");
+    let mut store = open(dir.path());
+    store.import_begin(b"key").expect("stages");
+    for bad in [&[5u8, 0, b'a'][..], &[1, 0, b'b', 9, 0, 0, 0][..]] {
+        assert!(store.import_write(0, bad).is_err(), "{bad:?}");
+    }
+    assert_eq!(store.import_staged(), Some((Bytes::from_static(b"key"), 0)));
+}

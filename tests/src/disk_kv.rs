@@ -328,6 +328,9 @@ impl StateMachine for DiskKv {
     }
 
     fn import_begin(&mut self, key: &[u8]) -> Result<(), String> {
+        if self.staging.as_ref().is_some_and(|(staged, _)| staged[..] == *key) {
+            return Ok(());
+        }
         self.stage(key).map_err(|error| format!("staging a stream for {}: {error}", self.path.display()))
     }
 

@@ -85,10 +85,25 @@ impl Effects {
         self.counts.state_transfer_failures += 1;
     }
 
-    /// D3: a state chunk of `size_bytes` went out.
-    pub fn count_chunk_sent(&mut self, size_bytes: u64) {
+    /// D3: a state chunk of `size_bytes` went out; `again` if it starts
+    /// below the end of what its stream already sent.
+    pub fn count_chunk_sent(&mut self, size_bytes: u64, again: bool) {
         self.counts.state_chunks_sent += 1;
         self.counts.state_chunk_bytes_sent += size_bytes;
+        if again {
+            self.counts.state_chunk_bytes_resent += size_bytes;
+        }
+    }
+
+    /// D3: a state chunk of `size_bytes` was taken into a transfer (the
+    /// next one it needed).
+    pub fn count_chunk_taken(&mut self, size_bytes: u64) {
+        self.counts.state_chunk_bytes_taken += size_bytes;
+    }
+
+    /// D3: a stream of a checkpoint was opened to serve a transfer.
+    pub fn count_stream_opened(&mut self) {
+        self.counts.state_streams_opened += 1;
     }
 
     /// D3: a streamed state was installed.

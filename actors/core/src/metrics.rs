@@ -69,6 +69,15 @@ pub struct ShardMetrics {
     pub state_chunks_sent: u64,
     /// D3: the bytes of the state chunks sent.
     pub state_chunk_bytes_sent: u64,
+    /// D3: the bytes of stream chunks sent again: below the end of what
+    /// their stream had sent (a lost chunk, a receiver that restarted).
+    pub state_chunk_bytes_resent: u64,
+    /// D3: the bytes of the state chunks taken into transfers (each byte
+    /// of a transfer once; sent minus taken is what went out twice).
+    pub state_chunk_bytes_taken: u64,
+    /// D3: streams of a checkpoint opened to serve transfers (a transfer
+    /// whose stream was dropped, its tail full, goes on in a new one).
+    pub state_streams_opened: u64,
     /// D3: streamed states installed.
     pub state_streams_installed: u64,
 }
@@ -104,6 +113,9 @@ impl ShardMetrics {
             state_transfer_failures,
             state_chunks_sent,
             state_chunk_bytes_sent,
+            state_chunk_bytes_resent,
+            state_chunk_bytes_taken,
+            state_streams_opened,
             state_streams_installed,
         } = other;
         self.commit_batches_sent += commit_batches_sent;
@@ -133,6 +145,9 @@ impl ShardMetrics {
         self.state_transfer_failures += state_transfer_failures;
         self.state_chunks_sent += state_chunks_sent;
         self.state_chunk_bytes_sent += state_chunk_bytes_sent;
+        self.state_chunk_bytes_resent += state_chunk_bytes_resent;
+        self.state_chunk_bytes_taken += state_chunk_bytes_taken;
+        self.state_streams_opened += state_streams_opened;
         self.state_streams_installed += state_streams_installed;
     }
 }

@@ -104,8 +104,10 @@ pub trait StateMachine {
     }
 
     /// D3 (persistent only): start staging a streamed state named `key`
-    /// (cohort's, a few hundred bytes per client), dropping whatever is
-    /// staged. Staging never touches the current state.
+    /// (cohort's, opaque, a few hundred bytes at most). If the staging
+    /// holds a stream of this very key, keep it: the transfer resumes at
+    /// its staged length ([`StateMachine::import_staged`]). Otherwise drop
+    /// whatever is staged. Staging never touches the current state.
     fn import_begin(&mut self, key: &[u8]) -> Result<(), String> {
         let _ = key;
         Err("this state machine takes no streamed state (it exports none)".into())
@@ -158,6 +160,20 @@ pub trait StateExport {
 
     /// The encoded state's whole size.
     fn size_bytes(&self) -> u64;
+
+    /// Views of one *lineage* share their bytes up to the shorter one's
+    /// length: an append-only state (a log, a queue) whose later
+    /// checkpoints only add bytes at the end, until something replaces it
+    /// (a restore, an install), which starts a new lineage. A receiver
+    /// that staged part of one view then goes on with a later view of the
+    /// same lineage where it stopped, instead of starting over, so a
+    /// transfer converges while writes go on. Name it so that no other
+    /// state of this state machine ever had it (a random number drawn when
+    /// the lineage starts). Default: empty, no lineage: only the same view
+    /// resumes.
+    fn lineage(&self) -> Bytes {
+        Bytes::new()
+    }
 
     /// The chunk that starts at `offset_bytes`, at most `size_max_bytes`
     /// long and at least one byte before the end. The same offset always

@@ -348,6 +348,54 @@ fn a_transferred_snapshot_without_its_state_is_refused(mut backup: Harness) {
     assert_eq!(backup.replica().commit_min(), Op(0));
 }
 
+/// D3: stream headers that lie (a record or lineage past its limit, a
+/// header longer than the stream, a record that does not decode, a header
+/// naming another op than its chunks) are refused and counted, never
+/// installed and never held past the header's limit; a stream sent to a
+/// state machine in memory likewise.
+#[test]
+fn d3_a_forged_stream_header_is_refused() {
+    let header = |record_size: u32, lineage_size: u16, body: &[u8]| {
+        let mut data = b"COHX".to_vec();
+        data.push(1);
+        data.extend(record_size.to_le_bytes());
+        data.extend(lineage_size.to_le_bytes());
+        data.extend(body);
+        data
+    };
+    let mut checkpoint = b"COHC".to_vec();
+    checkpoint.push(1);
+    checkpoint.extend(9u64.to_le_bytes()); // op 9, while the chunks say 5
+    checkpoint.extend(0u32.to_le_bytes());
+    let forged = [
+        header(u32::MAX, 0, b""),
+        header(0, u16::MAX, b""),
+        header(4, 0, b"junk"),
+        header(checkpoint.len() as u32, 0, &checkpoint),
+    ];
+    for state in [Box::new(PersistentCounter::default()) as Box<dyn cohort_core::StateMachine>, Box::new(Counter(0))] {
+        let mut backup = Harness::hosting(1, state);
+        for (index, data) in forged.iter().enumerate() {
+            let chunk = StateChunk {
+                group: G,
+                incarnation: INCARNATION,
+                view: View(0),
+                replica: MemberIndex(0),
+                snapshot_op: Op(5),
+                snapshot_view: View(0),
+                offset_bytes: 0,
+                // Claims far more than the whole-snapshot cap: a stream has none.
+                total_size_bytes: 1 << 40,
+                chunk: Bytes::from(data.clone()),
+            };
+            backup.deliver(NODES[0], Message::StateChunk(chunk));
+            assert_eq!(backup.refused(Refusal::SnapshotUnusable), index as u64 + 1, "forged header {index}");
+            assert_eq!(backup.replica().commit_min(), Op(0), "nothing of it was installed");
+            assert!(backup.shard.footprint().state_transfer_bytes < 1024, "nothing of it is held");
+        }
+    }
+}
+
 #[test]
 fn t5_a_reply_echoing_a_timestamp_never_sent_does_not_confirm_the_primary() {
     let mut primary = Harness::new(0);

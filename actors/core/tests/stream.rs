@@ -32,12 +32,16 @@ struct Seen {
     staged_bytes: u64,
     /// Streams installed.
     installed: u64,
+    /// The state machine names its lineage (its state is append-only).
+    lineage: bool,
 }
 
 /// A log of every operation applied (so the state grows with the writes),
 /// kept "on disk" at each checkpoint: the checkpoint is what an export
 /// reads and what staging replaces.
 struct Appends {
+    /// Appends since the state was last replaced: the lineage (D3).
+    lineage: u64,
     applied: Vec<u8>,
     checkpoint: Option<(Bytes, Bytes)>,
     staging: Option<(Bytes, Vec<u8>)>,
@@ -46,7 +50,7 @@ struct Appends {
 
 impl Appends {
     fn new(seen: Rc<RefCell<Seen>>) -> Appends {
-        Appends { applied: Vec::new(), checkpoint: None, staging: None, seen }
+        Appends { lineage: 1, applied: Vec::new(), checkpoint: None, staging: None, seen }
     }
 }
 
@@ -55,6 +59,7 @@ impl Appends {
 struct View {
     record: Bytes,
     state: Bytes,
+    lineage: Option<u64>,
 }
 
 impl StateExport for View {
@@ -63,6 +68,9 @@ impl StateExport for View {
     }
     fn size_bytes(&self) -> u64 {
         self.state.len() as u64
+    }
+    fn lineage(&self) -> Bytes {
+        self.lineage.map_or_else(Bytes::new, |lineage| Bytes::copy_from_slice(&lineage.to_le_bytes()))
     }
     fn read(&mut self, offset_bytes: u64, size_max_bytes: usize) -> Result<Option<Bytes>, String> {
         let start = offset_bytes as usize;
@@ -84,6 +92,7 @@ impl StateMachine for Appends {
     }
     fn restore(&mut self, snapshot: &[u8]) -> Result<(), String> {
         self.applied = snapshot.to_vec();
+        self.lineage += 1;
         Ok(())
     }
     fn durability(&self) -> Durability {
@@ -98,10 +107,13 @@ impl StateMachine for Appends {
     }
     fn export(&mut self) -> Result<Option<Box<dyn StateExport>>, String> {
         let (record, state) = self.checkpoint.clone().ok_or("no checkpoint")?;
-        Ok(Some(Box::new(View { record, state })))
+        let lineage = self.seen.borrow().lineage.then_some(self.lineage);
+        Ok(Some(Box::new(View { record, state, lineage })))
     }
     fn import_begin(&mut self, key: &[u8]) -> Result<(), String> {
-        self.staging = Some((Bytes::copy_from_slice(key), Vec::new()));
+        if self.staging.as_ref().is_none_or(|(staged, _)| staged[..] != *key) {
+            self.staging = Some((Bytes::copy_from_slice(key), Vec::new()));
+        }
         Ok(())
     }
     fn import_write(&mut self, offset_bytes: u64, chunk: &[u8]) -> Result<(), String> {
@@ -117,6 +129,7 @@ impl StateMachine for Appends {
     fn import_finish(&mut self, record: &[u8]) -> Result<(), String> {
         let (_, staged) = self.staging.take().ok_or("nothing staged")?;
         self.applied = staged.clone();
+        self.lineage += 1;
         self.checkpoint = Some((Bytes::copy_from_slice(record), Bytes::from(staged)));
         self.seen.borrow_mut().installed += 1;
         Ok(())
@@ -148,7 +161,14 @@ struct Cluster {
 }
 
 fn config() -> CoreConfig {
+    config_with_tail(CoreConfig::default().state_transfer_log_bytes_max)
+}
+
+/// The tests' config, the stream's tail held to `tail_bytes_max`.
+fn config_with_tail(tail_bytes_max: u64) -> CoreConfig {
     CoreConfig {
+        snapshot_interval_bytes: 1024,
+        state_transfer_log_bytes_max: tail_bytes_max,
         snapshot_interval_ops: 16,
         state_chunk_size_bytes: CHUNK_BYTES,
         // Smaller than the state streamed: the whole-snapshot cap does
@@ -160,6 +180,11 @@ fn config() -> CoreConfig {
 
 impl Cluster {
     fn new() -> Cluster {
+        Cluster::with(config(), false)
+    }
+
+    /// Three shards of `config`; `lineage`: the state machines name theirs.
+    fn with(config: CoreConfig, lineage: bool) -> Cluster {
         let mut cluster = Cluster {
             shards: Vec::new(),
             seen: Vec::new(),
@@ -172,8 +197,8 @@ impl Cluster {
             slow: None,
         };
         for (me, node) in NODES.iter().enumerate() {
-            let seen = Rc::new(RefCell::new(Seen::default()));
-            let mut shard = Shard::new(*node, config());
+            let seen = Rc::new(RefCell::new(Seen { lineage, ..Seen::default() }));
+            let mut shard = Shard::new(*node, config.clone());
             shard
                 .create_group(plain_spec(G, &NODES, me as u8), Box::new(Appends::new(Rc::clone(&seen))))
                 .expect("created");
@@ -290,7 +315,11 @@ impl Cluster {
 
     /// Node 3 cut off while the group writes past several checkpoints.
     fn behind() -> Cluster {
-        let mut cluster = Cluster::new();
+        Cluster::behind_with(config(), false)
+    }
+
+    fn behind_with(config: CoreConfig, lineage: bool) -> Cluster {
+        let mut cluster = Cluster::with(config, lineage);
         cluster.write(0);
         cluster.cut.push(NODES[2]);
         for _ in 0..100 {
@@ -355,4 +384,49 @@ fn d3_writes_go_on_while_a_stream_is_served_and_the_tail_joins_it() {
     cluster.ticks(300);
     assert_eq!(cluster.state(NODES[2]), cluster.state(NODES[0]), "node 3 caught up to the last write");
     assert_eq!(cluster.seen[2].borrow().installed, 1, "one stream, then the tail and the log");
+}
+
+#[test]
+fn d3_a_stream_whose_tail_overflows_goes_on_in_a_later_view_of_its_lineage() {
+    // A tail of about two checkpoints' writes: the stream is dropped while
+    // the slow link carries it, and the receiver goes on in the next view
+    // where it stopped.
+    let mut cluster = Cluster::behind_with(config_with_tail(1024), true);
+    cluster.slow = Some(VecDeque::new());
+    for tick in 0..900 {
+        cluster.ticks(1);
+        if tick % 3 == 0 {
+            cluster.write(40);
+        }
+    }
+    cluster.ticks(300);
+    let state = cluster.state(NODES[0]);
+    assert_eq!(cluster.state(NODES[2]), state, "node 3 caught up");
+    assert!(cluster.shards[0].metrics().state_streams_opened >= 2, "the stream was dropped and opened again");
+    let seen = cluster.seen[2].borrow();
+    assert_eq!(seen.installed, 1);
+    assert!(
+        seen.staged_bytes <= state.len() as u64,
+        "D3: no byte staged twice: {} of {}",
+        seen.staged_bytes,
+        state.len()
+    );
+}
+
+#[test]
+fn d3_without_a_lineage_an_overflowing_tail_starts_the_stream_over() {
+    // The same run without a lineage: every new view starts from its first
+    // byte, and the transfer stages the state more than once.
+    let mut cluster = Cluster::behind_with(config_with_tail(1024), false);
+    cluster.slow = Some(VecDeque::new());
+    for tick in 0..300 {
+        cluster.ticks(1);
+        if tick % 3 == 0 {
+            cluster.write(40);
+        }
+    }
+    let state = cluster.state(NODES[0]);
+    assert!(cluster.shards[0].metrics().state_streams_opened > 2, "the stream was dropped and opened again");
+    assert_eq!(cluster.seen[2].borrow().installed, 0, "it never caught up with the writes");
+    assert!(cluster.seen[2].borrow().staged_bytes > state.len() as u64 / 2, "started over at least once");
 }

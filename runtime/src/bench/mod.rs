@@ -21,6 +21,7 @@
 //! `docs/benchmarks.md`. `cohort bench --cluster` drives a running cluster
 //! over the network instead ([`network`]).
 
+mod catch_up;
 pub(crate) mod floor;
 mod latency;
 pub(crate) mod network;
@@ -82,6 +83,11 @@ pub(crate) struct BenchOptions {
     pub timeline_secs: u64,
     /// Draw the progress bar.
     pub progress: bool,
+    /// After the window, wipe the last node and measure its catch-up
+    /// (D3, [`catch_up`]).
+    pub catch_up: bool,
+    /// With `catch_up`: stop and start the new node again halfway.
+    pub catch_up_interrupt: bool,
 }
 
 impl Default for BenchOptions {
@@ -98,6 +104,8 @@ impl Default for BenchOptions {
             state: StateShape::Register,
             timeline_secs: 5,
             progress: true,
+            catch_up: false,
+            catch_up_interrupt: false,
         }
     }
 }
@@ -118,6 +126,8 @@ impl BenchOptions {
                 self.timeline_secs == 0 || self.seconds / self.timeline_secs <= TIMELINE_SAMPLES_MAX,
                 "--seconds / --timeline-secs exceeds the timeline's sample limit",
             ),
+            (!self.catch_up || self.nodes >= 3, "--catch-up needs at least 3 nodes (a quorum while one rejoins)"),
+            (self.catch_up || !self.catch_up_interrupt, "--catch-up-interrupt needs --catch-up"),
         ];
         match rules.iter().find(|(holds, _)| !holds) {
             Some((_, rule)) => Err(rule.to_string()),
@@ -154,7 +164,8 @@ struct Counters {
 
 struct Bench {
     options: BenchOptions,
-    handles: Vec<NodeHandle>,
+    /// Per node; `--catch-up` replaces the last one's.
+    handles: RefCell<Vec<NodeHandle>>,
     /// Per group, the index of the node that last answered as its primary.
     guess: RefCell<Vec<usize>>,
     /// Latencies of the writes acknowledged inside the window.
@@ -183,7 +194,7 @@ impl Bench {
             nodes.push(start_node(&options, index, &addresses, &dir, &certs, &sizes)?);
         }
         let bench = Rc::new(Bench {
-            handles: nodes.iter().map(Node::handle).collect(),
+            handles: RefCell::new(nodes.iter().map(Node::handle).collect()),
             guess: RefCell::new((0..options.groups).map(|g| g % options.nodes).collect()),
             latencies: RefCell::new(LatencyHistogram::default()),
             interval_latencies: RefCell::new(LatencyHistogram::default()),
@@ -215,6 +226,26 @@ impl Bench {
         let window = started.elapsed();
         let after = bench.counters();
         let (state_bytes, rss_bytes) = (bench.sizes.largest_bytes(), process::resident_bytes());
+        let catch_up = if bench.options.catch_up {
+            bar.finish_and_clear();
+            let last = bench.options.nodes - 1;
+            let restart = |wipe: bool| -> Result<(), String> {
+                if let Some(node) = nodes.pop() {
+                    node.stop();
+                }
+                let data = dir.join(format!("node-{}", last + 1));
+                if wipe {
+                    std::fs::remove_dir_all(&data).map_err(|error| format!("wiping {}: {error}", data.display()))?;
+                }
+                let node = start_node(&bench.options, last, &addresses, &dir, &certs, &bench.sizes)?;
+                bench.handles.borrow_mut()[last] = node.handle();
+                nodes.push(node);
+                Ok(())
+            };
+            Some(bench.catch_up(&dir, bench.options.catch_up_interrupt, restart).await?)
+        } else {
+            None
+        };
         bench.stopping.set(true);
         for writer in writers {
             let _ = writer.await;
@@ -236,6 +267,7 @@ impl Bench {
         report.state_bytes = state_bytes;
         report.rss_bytes = rss_bytes;
         report.timeline = timeline;
+        report.catch_up = catch_up;
         report.memory_bytes_per_replica = rss_after_start_bytes / replicas.max(1) as u64;
         for node in nodes {
             node.stop();
@@ -319,7 +351,7 @@ impl Bench {
 
     fn counters(&self) -> Counters {
         let mut counters = Counters { usage: ProcessUsage::now().unwrap_or_default(), ..Counters::default() };
-        for handle in &self.handles {
+        for handle in self.handles.borrow().iter() {
             let metrics = handle.metrics();
             counters.socket_writes += metrics.socket_writes(Port::Peer);
             counters.syncs += SyncKind::ALL.iter().map(|kind| metrics.syncs(*kind)).sum::<u64>();
@@ -334,7 +366,8 @@ impl Bench {
         let mut by_reason = Vec::new();
         for mailbox in Mailbox::ALL {
             for reason in DropReason::ALL {
-                let count: u64 = self.handles.iter().map(|handle| handle.metrics().dropped(mailbox, reason)).sum();
+                let count: u64 =
+                    self.handles.borrow().iter().map(|handle| handle.metrics().dropped(mailbox, reason)).sum();
                 if count > 0 {
                     by_reason.push((format!("{}/{}", mailbox.as_str(), reason.as_str()), count));
                 }
@@ -384,10 +417,11 @@ impl Bench {
     async fn attempt(&self, request: &cohort_messages::Request) -> Option<cohort_messages::Op> {
         let index = request.group.0 as usize;
         let target = self.guess.borrow()[index];
-        match self.handles[target].submit_as(request.clone(), ATTEMPT_TIMEOUT).await {
+        let handle = self.handles.borrow()[target].clone();
+        match handle.submit_as(request.clone(), ATTEMPT_TIMEOUT).await {
             Ok(committed) => Some(committed.op),
             Err(SubmitError::NotPrimary { primary: Some(primary), .. })
-                if primary.0 >= 1 && (primary.0 as usize) <= self.handles.len() =>
+                if primary.0 >= 1 && (primary.0 as usize) <= self.options.nodes =>
             {
                 self.guess.borrow_mut()[index] = primary.0 as usize - 1;
                 None
@@ -401,7 +435,7 @@ impl Bench {
                 None
             }
             Err(_) => {
-                self.guess.borrow_mut()[index] = (target + 1) % self.handles.len();
+                self.guess.borrow_mut()[index] = (target + 1) % self.options.nodes;
                 tokio::time::sleep(Duration::from_millis(5)).await;
                 None
             }

@@ -84,6 +84,8 @@ pub(crate) struct BenchReport {
     pub rss_bytes: u64,
     /// A sample every `timeline_secs` of the window.
     pub timeline: Vec<TimelineSample>,
+    /// `--catch-up`: the new replica's transfer (D3).
+    pub catch_up: Option<super::catch_up::CatchUpReport>,
 }
 
 impl BenchReport {
@@ -139,6 +141,7 @@ impl BenchReport {
             state_bytes: 0,
             rss_bytes: 0,
             timeline: Vec::new(),
+            catch_up: None,
         }
     }
 
@@ -182,6 +185,7 @@ impl BenchReport {
             "state_bytes": self.state_bytes,
             "rss_bytes": self.rss_bytes,
             "timeline": self.timeline.iter().map(sample_json).collect::<Vec<_>>(),
+            "catch_up": self.catch_up.as_ref().map(super::catch_up::CatchUpReport::json),
         })
         .to_string()
     }
@@ -258,6 +262,10 @@ impl BenchReport {
                 ),
             ),
         ];
+        let mut rows = rows;
+        if let Some(catch_up) = &self.catch_up {
+            rows.push(("catch-up (D3)", catch_up.lines()));
+        }
         let width = rows.iter().map(|(name, _)| name.len()).max().unwrap_or(0);
         let mut out = String::new();
         for (name, value) in rows {

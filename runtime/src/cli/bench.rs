@@ -49,6 +49,17 @@ pub(crate) struct BenchArgs {
     /// this many seconds of the measured window; 0 turns it off.
     #[arg(long, default_value_t = 5, conflicts_with = "cluster")]
     pub timeline_secs: u64,
+    /// After the window, stop the last node, remove its data directory and
+    /// start it again: its replicas fetch the grown state from the
+    /// primaries while the writes go on, and the report gives the rate
+    /// beside the disk's floor (D3; with `--state disk-log` the state is
+    /// streamed).
+    #[arg(long, conflicts_with = "cluster")]
+    pub catch_up: bool,
+    /// With --catch-up: stop the new node again once half the state went
+    /// out, and start it at once (its disk kept): the transfer resumes.
+    #[arg(long, requires = "catch_up")]
+    pub catch_up_interrupt: bool,
     /// Print one JSON object as the last line instead of the table (the
     /// global `--json`).
     #[arg(skip)]
@@ -146,6 +157,8 @@ fn local_options(args: &BenchArgs) -> BenchOptions {
         data_dir: args.data_dir.clone(),
         state: args.state,
         timeline_secs: args.timeline_secs,
+        catch_up: args.catch_up,
+        catch_up_interrupt: args.catch_up_interrupt,
         progress: true,
     }
 }

@@ -43,6 +43,10 @@ pub(crate) struct StateTransfer {
     pub data: Vec<u8>,
     /// D3: set once the first chunk shows a stream.
     pub stream: Option<super::stream::Stream>,
+    /// D3: the source started this snapshot over from its first byte (it
+    /// cannot read on where we stopped): what is staged is dropped, not
+    /// resumed.
+    pub from_scratch: bool,
 }
 impl Replica {
     /// True if this backup is missing ops it knows exist, or is fetching state.
@@ -109,6 +113,7 @@ impl Replica {
             received_bytes: 0,
             data: Vec::new(),
             stream: None,
+            from_scratch: false,
         });
         self.state_transfer = Some(Box::new(transfer));
         self.retry_state_transfer(now, out);
@@ -159,7 +164,7 @@ impl Replica {
         // buffers its header alone).
         let cap = self.config.state_transfer_size_max_bytes;
         assert!(self.state_transfer.as_ref().is_none_or(|transfer| {
-            transfer.data.len() as u64 <= cap.max(super::stream::STREAM_RECORD_SIZE_MAX_BYTES as u64 + 9)
+            transfer.data.len() as u64 <= cap.max(super::stream::STREAM_HEADER_SIZE_MAX_BYTES as u64)
         }));
     }
 
@@ -183,6 +188,7 @@ impl Replica {
             received_bytes: 0,
             data: Vec::new(),
             stream: None,
+            from_scratch: false,
         };
         if self.state_transfer.is_none()
             && let Some(resumed) = self.resumed_transfer(chunk.replica).filter(|resumed| {
@@ -202,11 +208,12 @@ impl Replica {
             if chunk.offset_bytes != 0 {
                 return;
             }
-            **transfer = fresh;
+            **transfer = StateTransfer { from_scratch: !other, ..fresh };
         }
         if chunk.offset_bytes != transfer.received_bytes || chunk.total_size_bytes != transfer.total_size_bytes {
             return;
         }
+        cx.out.count_chunk_taken(chunk.chunk.len() as u64);
         let streamed = transfer.stream.is_some() || (chunk.offset_bytes == 0 && super::stream::is_stream(&chunk.chunk));
         if !streamed {
             return self.take_whole_chunk(chunk, now, cx);

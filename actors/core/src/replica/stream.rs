@@ -16,29 +16,32 @@
 //!   view change carries it whole); the committed entries it drops from
 //!   the log meanwhile are kept beside the stream, its *tail*, and answer
 //!   the receiver's repair requests once the state is in, so the receiver
-//!   catches up from the streamed op however long the stream took. The
-//!   stream and its tail are dropped once nobody asked for either in
-//!   `state_stream_patience_ticks`, or once the tail holds
-//!   `state_transfer_log_bytes_max` (the receiver then starts over from a
-//!   newer checkpoint).
+//!   catches up from the streamed op. The stream and its tail are dropped
+//!   once nobody asked for either in `state_stream_patience_ticks`, or once
+//!   the tail holds `state_transfer_log_bytes_max`.
 //! - The stream is a header, then the state machine's bytes. Header
 //!   (little-endian): magic `b"COHX"`, version u8 (1), record size u32,
-//!   then the checkpoint record (`COHC`, see `snapshot`) of the state sent:
-//!   its op, view, client table and membership. The sender sends the
-//!   header in chunks of its own, so the state machine's chunks start
-//!   where it said they do.
+//!   lineage size u16, the checkpoint record (`COHC`, see `snapshot`) of
+//!   the state sent (its op, view, client table and membership), then the
+//!   view's lineage ([`crate::StateExport::lineage`], at most
+//!   [`LINEAGE_SIZE_MAX_BYTES`]). The sender sends the header in chunks of
+//!   its own, so the state machine's chunks start where it said they do.
 //! - The receiver keeps the header in memory (at most
-//!   [`STREAM_RECORD_SIZE_MAX_BYTES`]), then hands each chunk to its state
+//!   [`STREAM_HEADER_SIZE_MAX_BYTES`]), then hands each chunk to its state
 //!   machine's staging, which makes it durable before the next is asked
 //!   for (the receiver pulls one chunk at a time: its flow control). The
 //!   last chunk installs the staged state and the record in one atomic
 //!   step, then the replica takes the record's snapshot as its own.
-//! - The staging is named by a key (the source's node, the stream's size,
-//!   the header). A transfer cut by a dropped link, a view change or a
-//!   restart of the receiver asks the same source for the same snapshot at
-//!   the staged length; if the source still serves that snapshot it goes
-//!   on from there, and otherwise it answers with the first chunk of what
-//!   it serves now and the receiver starts over.
+//! - The staging is named by a key: the source's node and the lineage, or
+//!   with no lineage the source, the stream's size and its header. Once a
+//!   header is whole the receiver begins staging under its key; a staging
+//!   of the same key goes on at its staged length. So a transfer cut by a
+//!   dropped link, a view change or a restart of the receiver goes on where
+//!   it stopped if the source still serves that stream, and, with a
+//!   lineage, also when the source moved on to a later checkpoint (its tail
+//!   full): only the new header is sent again. A source that cannot read on
+//!   where the receiver stopped answers with its first chunk, and the
+//!   receiver drops its staging and starts over.
 //!
 //! Every length and offset is checked: a forged or damaged stream is
 //! refused and counted (`snapshot_unusable`), never installed.
@@ -58,8 +61,17 @@ use crate::storage::Snapshot;
 
 const MAGIC: &[u8; 4] = b"COHX";
 const VERSION: u8 = 1;
-/// Magic, version and record size.
-const HEADER_FIXED_BYTES: usize = 9;
+/// Magic, version, record size and lineage size.
+const HEADER_FIXED_BYTES: usize = 11;
+/// The largest stream header: what a receiver holds in memory.
+pub(crate) const STREAM_HEADER_SIZE_MAX_BYTES: usize =
+    HEADER_FIXED_BYTES + STREAM_RECORD_SIZE_MAX_BYTES + LINEAGE_SIZE_MAX_BYTES;
+/// The longest lineage a header may carry.
+pub(crate) const LINEAGE_SIZE_MAX_BYTES: usize = 256;
+/// Staging keys: one stream (`KEY_STREAM`: source, total size, header), or
+/// a lineage (`KEY_LINEAGE`: source, lineage).
+const KEY_STREAM: u8 = 0;
+const KEY_LINEAGE: u8 = 1;
 
 /// The largest checkpoint record a stream's header may declare: the
 /// receiver holds it in memory until the header is whole. A record is a
@@ -93,6 +105,8 @@ pub(crate) struct Export {
     /// stream opened, in op order, and their operations' bytes.
     tail: VecDeque<LogEntry>,
     tail_bytes: u64,
+    /// The end of the furthest chunk sent (what lies below went out).
+    sent_end: u64,
 }
 
 impl std::fmt::Debug for Served {
@@ -123,14 +137,24 @@ impl Served {
     }
 }
 
-/// The header of a stream carrying `record`.
-fn encode_header(record: &[u8]) -> Bytes {
-    let mut out = BytesMut::with_capacity(HEADER_FIXED_BYTES + record.len());
+/// The header of a stream carrying `record`, of `lineage`.
+fn encode_header(record: &[u8], lineage: &[u8]) -> Bytes {
+    assert!(lineage.len() <= LINEAGE_SIZE_MAX_BYTES, "a lineage within its limit");
+    let mut out = BytesMut::with_capacity(HEADER_FIXED_BYTES + record.len() + lineage.len());
     out.put_slice(MAGIC);
     out.put_u8(VERSION);
     out.put_u32_le(u32::try_from(record.len()).expect("a checkpoint record under 4 GiB"));
+    out.put_u16_le(lineage.len() as u16);
     out.put_slice(record);
+    out.put_slice(lineage);
     out.freeze()
+}
+
+/// A whole header's record and lineage.
+fn header_parts(header: &[u8]) -> (&[u8], &[u8]) {
+    let record = u32::from_le_bytes([header[5], header[6], header[7], header[8]]) as usize;
+    let body = &header[HEADER_FIXED_BYTES..];
+    body.split_at(record.min(body.len()))
 }
 
 /// True if `data` starts a stream (rather than a whole snapshot).
@@ -146,33 +170,48 @@ fn header_size(data: &[u8]) -> Result<Option<usize>, String> {
         return Err("stream header has a bad magic or version".into());
     }
     let record = u32::from_le_bytes([fixed[5], fixed[6], fixed[7], fixed[8]]) as usize;
-    if record > STREAM_RECORD_SIZE_MAX_BYTES {
-        return Err(format!("stream record of {record} bytes exceeds {STREAM_RECORD_SIZE_MAX_BYTES}"));
+    let lineage = u16::from_le_bytes([fixed[9], fixed[10]]) as usize;
+    if record > STREAM_RECORD_SIZE_MAX_BYTES || lineage > LINEAGE_SIZE_MAX_BYTES {
+        return Err(format!("stream record of {record} bytes or lineage of {lineage} exceeds its limit"));
     }
-    Ok(Some(HEADER_FIXED_BYTES + record))
+    Ok(Some(HEADER_FIXED_BYTES + record + lineage))
 }
 
-/// The key a receiver names its staging by.
+/// The key a receiver names its staging by: the stream itself (source,
+/// size, header), or with a lineage, the source and the lineage (any view
+/// of it goes on with what was staged).
 fn encode_key(source: NodeId, total_size_bytes: u64, header: &[u8]) -> Bytes {
-    let mut out = BytesMut::with_capacity(16 + header.len());
-    out.put_u64_le(source.0);
-    out.put_u64_le(total_size_bytes);
-    out.put_slice(header);
+    let (_, lineage) = header_parts(header);
+    let mut out = BytesMut::with_capacity(17 + header.len());
+    if lineage.is_empty() {
+        out.put_u8(KEY_STREAM);
+        out.put_u64_le(source.0);
+        out.put_u64_le(total_size_bytes);
+        out.put_slice(header);
+    } else {
+        out.put_u8(KEY_LINEAGE);
+        out.put_u64_le(source.0);
+        out.put_slice(lineage);
+    }
     out.freeze()
 }
 
-/// A staging key read back from the state machine: (source, total size,
-/// header); `None` if it does not decode (then it is not resumed).
+/// A staging key of one stream read back from the state machine: (source,
+/// total size, header); `None` if it is not one or does not decode (then
+/// it is not resumed this way).
 fn decode_key(key: &[u8]) -> Option<(NodeId, u64, &[u8])> {
-    let source = NodeId(u64::from_le_bytes(key.get(..8)?.try_into().ok()?));
-    let total = u64::from_le_bytes(key.get(8..16)?.try_into().ok()?);
-    let header = key.get(16..)?;
+    if *key.first()? != KEY_STREAM {
+        return None;
+    }
+    let source = NodeId(u64::from_le_bytes(key.get(1..9)?.try_into().ok()?));
+    let total = u64::from_le_bytes(key.get(9..17)?.try_into().ok()?);
+    let header = key.get(17..)?;
     (header_size(header).ok()?? == header.len()).then_some((source, total, header))
 }
 
 /// The checkpoint snapshot a whole header names.
 fn header_snapshot(header: &[u8]) -> Result<Snapshot, String> {
-    let snapshot = decode_checkpoint(&header[HEADER_FIXED_BYTES..])?;
+    let snapshot = decode_checkpoint(header_parts(header).0)?;
     debug_assert!(state_is_held(&snapshot.data), "a checkpoint's state is held");
     Ok(snapshot)
 }
@@ -211,8 +250,14 @@ impl Replica {
             // failed save, or one in flight. A whole snapshot serves.
             return None;
         }
-        let header = encode_header(&record);
+        let lineage = view_of_state.lineage();
+        if lineage.len() > LINEAGE_SIZE_MAX_BYTES {
+            out.count_transfer_failure();
+            return None;
+        }
+        let header = encode_header(&record, &lineage);
         let size_bytes = header.len() as u64 + view_of_state.size_bytes();
+        out.count_stream_opened();
         Some(Served::Stream(Box::new(Export {
             op: checkpoint.op,
             view: checkpoint.view,
@@ -222,6 +267,7 @@ impl Replica {
             expiry_tick: now + self.config.state_stream_patience_ticks,
             tail: VecDeque::new(),
             tail_bytes: 0,
+            sent_end: 0,
         })))
     }
 
@@ -285,6 +331,7 @@ impl Replica {
         let patience = self.config.state_stream_patience_ticks;
         let Some(served) = self.served(now, out) else { return };
         let offset = if Some(served.op()) == snapshot_op { offset_bytes } else { 0 };
+        let mut again = false;
         let (op, view, total, piece) = match served {
             Served::Whole(snapshot) => {
                 let total = snapshot.data.len();
@@ -295,6 +342,10 @@ impl Replica {
             Served::Stream(export) => {
                 export.expiry_tick = now + patience;
                 let piece = export.chunk_at(offset, chunk_max).ok();
+                if let Some((start, chunk)) = &piece {
+                    again = *start < export.sent_end;
+                    export.sent_end = export.sent_end.max(start + chunk.len() as u64);
+                }
                 (export.op, export.view, export.size_bytes, piece)
             }
         };
@@ -305,7 +356,7 @@ impl Replica {
             self.served = None;
             return;
         };
-        out.count_chunk_sent(chunk.len() as u64);
+        out.count_chunk_sent(chunk.len() as u64, again);
         let message = StateChunk {
             group: self.spec.group,
             incarnation: self.spec.incarnation,
@@ -401,6 +452,7 @@ impl Replica {
             received_bytes: received,
             data: header.to_vec(),
             stream: Some(Stream { header_size_bytes: header.len() as u64, staging: true }),
+            from_scratch: false,
         })
     }
 
@@ -436,8 +488,21 @@ impl Replica {
             }
             stream.header_size_bytes = size as u64;
             let key = encode_key(node, transfer.total_size_bytes, &transfer.data);
+            if transfer.from_scratch {
+                // No key is empty: this drops what is staged.
+                self.state.import_begin(&[]).map_err(|_| failed(out))?;
+            }
             self.state.import_begin(&key).map_err(|_| failed(out))?;
+            // A staging of the same key (a view of the same lineage, or
+            // this very stream) goes on where it stopped.
+            let staged = self.state.import_staged().filter(|(staged, _)| *staged == key).map_or(0, |(_, bytes)| bytes);
             let transfer = self.state_transfer.as_deref_mut().expect("still fetching");
+            if staged > transfer.total_size_bytes - size as u64 {
+                // More than this view holds: the state machine broke its
+                // lineage's promise. Counted; the transfer starts again.
+                return Err(failed(out));
+            }
+            transfer.received_bytes += staged;
             transfer.stream.as_mut().expect("a stream").staging = true;
         } else {
             let offset = transfer.received_bytes - stream.header_size_bytes;
@@ -448,7 +513,7 @@ impl Replica {
         if transfer.received_bytes < transfer.total_size_bytes {
             return Ok(StreamStep::More);
         }
-        let record = &transfer.data[HEADER_FIXED_BYTES..];
+        let (record, _) = header_parts(&transfer.data);
         let snapshot = decode_checkpoint(record).map_err(|_| StreamError::Refused)?;
         self.state.import_finish(record).map_err(|_| failed(out))?;
         out.count_stream_installed();

@@ -14,17 +14,20 @@
 //! replica: the buffer, whatever the state.
 //!
 //! D3: an export reads the checkpoint's entries file up to the
-//! checkpoint's length with positioned reads, then an 8-byte trailer, the
-//! entry count; entries are only appended, so that prefix never changes
-//! while the export lives (a restore writes a new generation, and the old
-//! file stays readable until its last handle closes). Any offset can be
-//! read, so a transfer resumes after a restart of either side while the
-//! checkpoint is the same. The receiver stages the stream in
-//! `entries-<next generation>` (each chunk written and synced in place)
-//! and keeps the stream's key and staged length in `staging`
-//! (rewritten and synced after each chunk); the last chunk drops the
-//! trailer and the new checkpoint naming the new generation is the atomic
-//! step that installs it.
+//! checkpoint's length with positioned reads. Entries are only appended,
+//! so that prefix never changes while the export lives (a restore writes
+//! a new generation, and the old file stays readable until its last handle
+//! closes), and every later checkpoint of the same generation starts with
+//! the same bytes: the generation is the export's *lineage* (a random
+//! number drawn when the generation starts, kept in the checkpoint), so a
+//! receiver goes on with a later checkpoint where it stopped. Any offset
+//! can be read, so a transfer also resumes after a restart of either side.
+//! The receiver stages the stream in `entries-<its next generation>` (each
+//! chunk written and synced in place), and after each chunk rewrites and
+//! syncs `staging`: the key, the staged length, the entries counted so far
+//! and where the last one stands (the count is the receiver's own: it
+//! reads the length prefixes as the bytes go by). The install is the new
+//! checkpoint naming the new generation.
 //!
 //! An I/O error under an apply panics with the path: the bench's disk
 //! failed, and no figure is worth reporting.
@@ -45,10 +48,8 @@ use super::StateBytes;
 const LENGTH_PREFIX_BYTES: u64 = 4;
 /// Bytes buffered before a write reaches the file.
 const BUFFER_SIZE_BYTES: usize = 1 << 20;
-const CHECKPOINT_MAGIC: &[u8; 8] = b"cohbdlg2";
-const STAGING_MAGIC: &[u8; 8] = b"cohbdls1";
-/// Bytes of the stream's trailer: the entry count.
-const TRAILER_BYTES: u64 = 8;
+const CHECKPOINT_MAGIC: &[u8; 8] = b"cohbdlg3";
+const STAGING_MAGIC: &[u8; 8] = b"cohbdls2";
 
 /// One replica's entries on disk.
 pub(super) struct DiskLog {
@@ -61,10 +62,57 @@ pub(super) struct DiskLog {
     size: StateBytes,
     /// The entries file in use is `entries-<generation>`.
     generation: u64,
-    /// The checkpoint's generation, length and count (what an export reads).
-    checkpointed: (u64, u64, u64),
-    /// D3: the staged stream's key and durable length.
-    staging: Option<(Bytes, u64)>,
+    /// The current generation's lineage (D3).
+    lineage: u64,
+    /// The checkpoint's generation, length, count and lineage (what an
+    /// export reads).
+    checkpointed: (u64, u64, u64, u64),
+    /// D3: the stream being staged.
+    staging: Option<Staging>,
+}
+
+/// D3: a stream being staged, as the `staging` file holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Staging {
+    key: Bytes,
+    /// The generation whose entries file it is staged in.
+    generation: u64,
+    staged_bytes: u64,
+    /// Entries whose length prefix went by.
+    count: u64,
+    /// Bytes of the last entry still to come.
+    pending: u64,
+    /// The first bytes of a length prefix cut by the chunk's end.
+    prefix: Vec<u8>,
+}
+
+impl Staging {
+    /// Count the entries of `chunk`, the next bytes of the stream; `Err`
+    /// for an entry over the operation limit.
+    fn take(&mut self, chunk: &[u8]) -> Result<(), String> {
+        let mut at = 0;
+        while at < chunk.len() {
+            if self.pending > 0 {
+                let skip = self.pending.min((chunk.len() - at) as u64);
+                self.pending -= skip;
+                at += skip as usize;
+                continue;
+            }
+            self.prefix.push(chunk[at]);
+            at += 1;
+            if let Ok(prefix) = <[u8; 4]>::try_from(&self.prefix[..]) {
+                let length = u32::from_le_bytes(prefix) as usize;
+                if length > OPERATION_SIZE_MAX_BYTES {
+                    return Err(format!("a streamed entry of {length} bytes"));
+                }
+                self.prefix.clear();
+                self.pending = length as u64;
+                self.count += 1;
+            }
+        }
+        self.staged_bytes += chunk.len() as u64;
+        Ok(())
+    }
 }
 
 impl DiskLog {
@@ -74,18 +122,18 @@ impl DiskLog {
         let dir = dir.join(format!("group-{}", group.0));
         std::fs::create_dir_all(&dir).map_err(|error| format!("creating {}: {error}", dir.display()))?;
         let checkpoint = std::fs::read(dir.join("checkpoint")).ok().and_then(|bytes| decode_checkpoint(&bytes));
-        let (record, generation, length_bytes, count) = match checkpoint {
-            Some(Checkpoint { record, generation, length_bytes, count }) => {
-                (Some(record), generation, length_bytes, count)
+        let (record, generation, length_bytes, count, lineage) = match checkpoint {
+            Some(Checkpoint { record, generation, length_bytes, count, lineage }) => {
+                (Some(record), generation, length_bytes, count, lineage)
             }
-            None => (None, 0, 0, 0),
+            None => (None, 0, 0, 0, new_lineage()),
         };
         let staging = std::fs::read(dir.join("staging")).ok().and_then(|bytes| decode_staging(&bytes));
         let file = open_entries(&entries_path(&dir, generation), length_bytes)?;
         size.set(length_bytes);
         let entries = RefCell::new(BufWriter::with_capacity(BUFFER_SIZE_BYTES, file));
-        let checkpointed = (generation, length_bytes, count);
-        Ok(DiskLog { dir, entries, length_bytes, count, record, size, generation, checkpointed, staging })
+        let checkpointed = (generation, length_bytes, count, lineage);
+        Ok(DiskLog { dir, entries, length_bytes, count, record, size, generation, lineage, checkpointed, staging })
     }
 
     fn entries_path(&self) -> PathBuf {
@@ -123,7 +171,8 @@ impl DiskLog {
 
     /// A generation above both the one in use and any staged.
     fn next_generation(&self) -> u64 {
-        self.generation.max(self.checkpointed.0) + 1
+        let staged = self.staging.as_ref().map_or(0, |staging| staging.generation);
+        self.generation.max(self.checkpointed.0).max(staged) + 1
     }
 
     /// Use `entries-<generation>` from now on; the previous file is
@@ -135,21 +184,16 @@ impl DiskLog {
             let _ = std::fs::remove_file(&old);
         }
         self.generation = generation;
+        self.lineage = new_lineage();
         self.length_bytes = length_bytes;
         self.count = count;
         self.size.set(length_bytes);
     }
 
-    /// D3: write the staging file (the stream's key and staged length).
-    fn write_staging(&self, key: &[u8], staged_bytes: u64) -> Result<(), String> {
+    /// D3: write the staging file.
+    fn write_staging(&self, staging: &Staging) -> Result<(), String> {
         let path = self.dir.join("staging");
-        let mut contents = Vec::with_capacity(32 + key.len());
-        contents.extend_from_slice(STAGING_MAGIC);
-        contents.extend_from_slice(&(key.len() as u32).to_le_bytes());
-        contents.extend_from_slice(key);
-        contents.extend_from_slice(&staged_bytes.to_le_bytes());
-        let sum = digest(&contents);
-        contents.extend_from_slice(&sum.to_le_bytes());
+        let contents = encode_staging(staging);
         let file = OpenOptions::new()
             .create(true)
             .truncate(false)
@@ -161,17 +205,23 @@ impl DiskLog {
         file.sync_data().map_err(|error| format!("syncing {}: {error}", path.display()))
     }
 
-    /// D3: the file a stream is staged in.
-    fn staging_entries_path(&self) -> PathBuf {
-        entries_path(&self.dir, self.next_generation())
-    }
-
     /// D3: forget a staged stream, and its file.
     fn drop_staging(&mut self) {
-        self.staging = None;
+        if let Some(staging) = self.staging.take()
+            && staging.generation != self.generation
+            && staging.generation != self.checkpointed.0
+        {
+            let _ = std::fs::remove_file(entries_path(&self.dir, staging.generation));
+        }
         let _ = std::fs::remove_file(self.dir.join("staging"));
-        let _ = std::fs::remove_file(self.staging_entries_path());
     }
+}
+
+/// A lineage no other generation had: the clock's nanoseconds mixed with
+/// the process id.
+fn new_lineage() -> u64 {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    (nanos as u64) ^ (u64::from(std::process::id()) << 40)
 }
 
 /// The entries file of `generation` under `dir`.
@@ -202,11 +252,28 @@ struct Checkpoint {
     generation: u64,
     length_bytes: u64,
     count: u64,
+    lineage: u64,
 }
 
-/// D3: a staging file: magic, key length u32, key, staged length u64,
-/// digest u64 of everything before it.
-fn decode_staging(bytes: &[u8]) -> Option<(Bytes, u64)> {
+/// D3: a staging file: magic, key length u32, key, generation u64,
+/// staged length u64, count u64, pending u64, prefix length u8, prefix
+/// (up to 3 bytes), digest u64 of everything before it.
+fn encode_staging(staging: &Staging) -> Vec<u8> {
+    let mut out = Vec::with_capacity(64 + staging.key.len());
+    out.extend_from_slice(STAGING_MAGIC);
+    out.extend_from_slice(&(staging.key.len() as u32).to_le_bytes());
+    out.extend_from_slice(&staging.key);
+    for value in [staging.generation, staging.staged_bytes, staging.count, staging.pending] {
+        out.extend_from_slice(&value.to_le_bytes());
+    }
+    out.push(staging.prefix.len() as u8);
+    out.extend_from_slice(&staging.prefix);
+    let sum = digest(&out);
+    out.extend_from_slice(&sum.to_le_bytes());
+    out
+}
+
+fn decode_staging(bytes: &[u8]) -> Option<Staging> {
     let (body, sum) = bytes.split_at_checked(bytes.len().checked_sub(8)?)?;
     if digest(body) != u64::from_le_bytes(sum.try_into().ok()?) {
         return None;
@@ -214,16 +281,28 @@ fn decode_staging(bytes: &[u8]) -> Option<(Bytes, u64)> {
     let rest = body.strip_prefix(STAGING_MAGIC)?;
     let (length, rest) = rest.split_first_chunk::<4>()?;
     let key = rest.get(..u32::from_le_bytes(*length) as usize)?;
-    let (staged, rest) = rest[key.len()..].split_first_chunk::<8>()?;
-    rest.is_empty().then(|| (Bytes::copy_from_slice(key), u64::from_le_bytes(*staged)))
+    let rest = &rest[key.len()..];
+    let (generation, rest) = rest.split_first_chunk::<8>()?;
+    let (staged, rest) = rest.split_first_chunk::<8>()?;
+    let (count, rest) = rest.split_first_chunk::<8>()?;
+    let (pending, rest) = rest.split_first_chunk::<8>()?;
+    let (prefix_length, prefix) = rest.split_first()?;
+    (usize::from(*prefix_length) == prefix.len() && prefix.len() < 4).then(|| Staging {
+        key: Bytes::copy_from_slice(key),
+        generation: u64::from_le_bytes(*generation),
+        staged_bytes: u64::from_le_bytes(*staged),
+        count: u64::from_le_bytes(*count),
+        pending: u64::from_le_bytes(*pending),
+        prefix: prefix.to_vec(),
+    })
 }
 
-/// D3: a checkpoint's entries, then its count, read by offset.
+/// D3: a checkpoint's entries, read by offset.
 struct EntriesView {
     record: Bytes,
     file: File,
     length_bytes: u64,
-    count: u64,
+    lineage: u64,
 }
 
 impl StateExport for EntriesView {
@@ -232,14 +311,16 @@ impl StateExport for EntriesView {
     }
 
     fn size_bytes(&self) -> u64 {
-        self.length_bytes + TRAILER_BYTES
+        self.length_bytes
+    }
+
+    fn lineage(&self) -> Bytes {
+        Bytes::copy_from_slice(&self.lineage.to_le_bytes())
     }
 
     fn read(&mut self, offset_bytes: u64, size_max_bytes: usize) -> Result<Option<Bytes>, String> {
         if offset_bytes >= self.length_bytes {
-            let trailer = self.count.to_le_bytes();
-            let start = usize::try_from(offset_bytes - self.length_bytes).map_err(|error| error.to_string())?;
-            return Ok(trailer.get(start..).filter(|rest| !rest.is_empty()).map(Bytes::copy_from_slice));
+            return Ok(None);
         }
         let size = (self.length_bytes - offset_bytes).min(size_max_bytes as u64) as usize;
         let mut chunk = vec![0u8; size];
@@ -251,14 +332,16 @@ impl StateExport for EntriesView {
 }
 
 /// Checkpoint file: magic, record length u32, record, generation u64,
-/// entries length u64, entry count u64, then an FNV-1a digest u64 of
-/// everything before it.
-fn encode_checkpoint(record: &[u8], generation: u64, length_bytes: u64, count: u64) -> Vec<u8> {
-    let mut out = Vec::with_capacity(44 + record.len());
+/// entries length u64, entry count u64, lineage u64, then an FNV-1a
+/// digest u64 of everything before it.
+fn encode_checkpoint(checkpoint: &Checkpoint) -> Vec<u8> {
+    let Checkpoint { record, generation, length_bytes, count, lineage } = checkpoint;
+    let mut out = Vec::with_capacity(52 + record.len());
     out.extend_from_slice(CHECKPOINT_MAGIC);
     out.extend_from_slice(&(record.len() as u32).to_le_bytes());
     out.extend_from_slice(record);
     out.extend_from_slice(&generation.to_le_bytes());
+    out.extend_from_slice(&lineage.to_le_bytes());
     out.extend_from_slice(&length_bytes.to_le_bytes());
     out.extend_from_slice(&count.to_le_bytes());
     let sum = digest(&out);
@@ -277,6 +360,7 @@ fn decode_checkpoint(bytes: &[u8]) -> Option<Checkpoint> {
     let record = rest.get(..length)?;
     let rest = &rest[length..];
     let (generation, rest) = rest.split_first_chunk::<8>()?;
+    let (lineage, rest) = rest.split_first_chunk::<8>()?;
     let (entries_bytes, rest) = rest.split_first_chunk::<8>()?;
     let (count, rest) = rest.split_first_chunk::<8>()?;
     rest.is_empty().then(|| Checkpoint {
@@ -284,6 +368,7 @@ fn decode_checkpoint(bytes: &[u8]) -> Option<Checkpoint> {
         generation: u64::from_le_bytes(*generation),
         length_bytes: u64::from_le_bytes(*entries_bytes),
         count: u64::from_le_bytes(*count),
+        lineage: u64::from_le_bytes(*lineage),
     })
 }
 
@@ -351,11 +436,17 @@ impl StateMachine for DiskLog {
 
     fn checkpoint(&mut self, record: &[u8]) -> Result<(), String> {
         self.sync()?;
-        self.write_checkpoint(&encode_checkpoint(record, self.generation, self.length_bytes, self.count))?;
+        self.write_checkpoint(&encode_checkpoint(&Checkpoint {
+            record: Bytes::copy_from_slice(record),
+            generation: self.generation,
+            length_bytes: self.length_bytes,
+            count: self.count,
+            lineage: self.lineage,
+        }))?;
         if self.checkpointed.0 != self.generation {
             let _ = std::fs::remove_file(entries_path(&self.dir, self.checkpointed.0));
         }
-        self.checkpointed = (self.generation, self.length_bytes, self.count);
+        self.checkpointed = (self.generation, self.length_bytes, self.count, self.lineage);
         self.record = Some(Bytes::copy_from_slice(record));
         Ok(())
     }
@@ -382,70 +473,78 @@ impl StateMachine for DiskLog {
 
     fn export(&mut self) -> Result<Option<Box<dyn StateExport>>, String> {
         let Some(record) = self.record.clone() else { return Ok(None) };
-        let (generation, length_bytes, count) = self.checkpointed;
+        let (generation, length_bytes, _, lineage) = self.checkpointed;
         let path = entries_path(&self.dir, generation);
         let file = File::open(&path).map_err(|error| format!("opening {} to export it: {error}", path.display()))?;
-        Ok(Some(Box::new(EntriesView { record, file, length_bytes, count })))
+        Ok(Some(Box::new(EntriesView { record, file, length_bytes, lineage })))
     }
 
     fn import_begin(&mut self, key: &[u8]) -> Result<(), String> {
+        if self.staging.as_ref().is_some_and(|staging| staging.key[..] == *key) {
+            return Ok(());
+        }
         self.drop_staging();
-        let path = self.staging_entries_path();
+        let generation = self.next_generation();
+        let path = entries_path(&self.dir, generation);
         let file = open_entries(&path, 0)?;
         file.sync_all().map_err(|error| format!("syncing {}: {error}", path.display()))?;
-        self.write_staging(key, 0)?;
-        self.staging = Some((Bytes::copy_from_slice(key), 0));
+        let staging = Staging {
+            key: Bytes::copy_from_slice(key),
+            generation,
+            staged_bytes: 0,
+            count: 0,
+            pending: 0,
+            prefix: Vec::new(),
+        };
+        self.write_staging(&staging)?;
+        self.staging = Some(staging);
         Ok(())
     }
 
     fn import_write(&mut self, offset_bytes: u64, chunk: &[u8]) -> Result<(), String> {
-        let (key, staged) = self.staging.clone().ok_or("no stream is staged")?;
-        if offset_bytes != staged {
-            return Err(format!("a chunk at {offset_bytes} after {staged} staged bytes"));
+        let mut staging = self.staging.clone().ok_or("no stream is staged")?;
+        if offset_bytes != staging.staged_bytes {
+            return Err(format!("a chunk at {offset_bytes} after {} staged bytes", staging.staged_bytes));
         }
-        let path = self.staging_entries_path();
+        staging.take(chunk)?;
+        let path = entries_path(&self.dir, staging.generation);
         let file = OpenOptions::new()
             .write(true)
             .open(&path)
             .map_err(|error| format!("opening {}: {error}", path.display()))?;
         file.write_all_at(chunk, offset_bytes).map_err(|error| format!("writing {}: {error}", path.display()))?;
         file.sync_data().map_err(|error| format!("syncing {}: {error}", path.display()))?;
-        let staged = staged + chunk.len() as u64;
-        self.write_staging(&key, staged)?;
-        self.staging = Some((key, staged));
+        self.write_staging(&staging)?;
+        self.staging = Some(staging);
         Ok(())
     }
 
     fn import_staged(&self) -> Option<(Bytes, u64)> {
-        self.staging.clone()
+        self.staging.as_ref().map(|staging| (staging.key.clone(), staging.staged_bytes))
     }
 
     fn import_finish(&mut self, record: &[u8]) -> Result<(), String> {
-        let (_, staged) = self.staging.clone().ok_or("no stream is staged")?;
-        let length_bytes = staged.checked_sub(TRAILER_BYTES).ok_or("a stream shorter than its trailer")?;
-        let generation = self.next_generation();
+        let staging = self.staging.clone().ok_or("no stream is staged")?;
+        if staging.pending > 0 || !staging.prefix.is_empty() {
+            return Err(format!("the stream ends inside an entry ({} bytes short)", staging.pending));
+        }
+        let (generation, length_bytes, count) = (staging.generation, staging.staged_bytes, staging.count);
         let path = entries_path(&self.dir, generation);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&path)
-            .map_err(|error| format!("opening {}: {error}", path.display()))?;
-        let mut trailer = [0u8; TRAILER_BYTES as usize];
-        file.read_exact_at(&mut trailer, length_bytes)
-            .map_err(|error| format!("reading {}: {error}", path.display()))?;
-        let count = u64::from_le_bytes(trailer);
-        file.set_len(length_bytes).map_err(|error| format!("cutting {}: {error}", path.display()))?;
+        let file = open_entries(&path, length_bytes)?;
         file.sync_all().map_err(|error| format!("syncing {}: {error}", path.display()))?;
         // The atomic step: the checkpoint names the new generation.
-        self.write_checkpoint(&encode_checkpoint(record, generation, length_bytes, count))?;
-        let file = open_entries(&path, length_bytes)?;
+        let lineage = new_lineage();
+        let checkpoint =
+            Checkpoint { record: Bytes::copy_from_slice(record), generation, length_bytes, count, lineage };
+        self.write_checkpoint(&encode_checkpoint(&checkpoint))?;
         let previous = self.checkpointed.0;
-        self.switch_to(generation, file, length_bytes, count);
-        let _ = std::fs::remove_file(entries_path(&self.dir, previous));
-        self.checkpointed = (generation, length_bytes, count);
-        self.record = Some(Bytes::copy_from_slice(record));
         self.staging = None;
         let _ = std::fs::remove_file(self.dir.join("staging"));
+        self.switch_to(generation, file, length_bytes, count);
+        self.lineage = lineage;
+        let _ = std::fs::remove_file(entries_path(&self.dir, previous));
+        self.checkpointed = (generation, length_bytes, count, lineage);
+        self.record = Some(Bytes::copy_from_slice(record));
         Ok(())
     }
 }
@@ -482,8 +581,9 @@ mod tests {
 
     #[test]
     fn d1_disk_log_a_damaged_checkpoint_counts_as_none() {
-        let encoded = encode_checkpoint(b"record", 2, 9, 1);
-        let expected = Checkpoint { record: Bytes::from_static(b"record"), generation: 2, length_bytes: 9, count: 1 };
+        let expected =
+            Checkpoint { record: Bytes::from_static(b"record"), generation: 2, length_bytes: 9, count: 1, lineage: 7 };
+        let encoded = encode_checkpoint(&expected);
         assert_eq!(decode_checkpoint(&encoded), Some(expected));
         for at in 0..encoded.len() {
             let mut damaged = encoded.clone();
@@ -517,6 +617,14 @@ mod tests {
         drop(target);
         let mut target = DiskLog::open(to.path(), GroupId(1), sizes.handle()).expect("opens again");
         assert_eq!(target.import_staged(), Some((Bytes::from_static(b"key"), offset)), "resumes where it stopped");
+        target.import_begin(b"key").expect("the same key keeps the staging");
+        assert_eq!(target.import_staged(), Some((Bytes::from_static(b"key"), offset)));
+        // A later checkpoint of the same lineage starts with the same bytes.
+        source.checkpoint(b"at 101").expect("checkpoint");
+        let mut later = source.export().expect("exports").expect("a view");
+        assert_eq!(later.lineage(), view.lineage(), "one lineage while the generation lasts");
+        assert!(later.size_bytes() > size);
+        assert_eq!(later.read(0, 64).expect("reads"), view.read(0, 64).expect("reads"));
         while offset < size {
             let chunk = view.read(offset, 300).expect("reads").expect("a chunk");
             target.import_write(offset, &chunk).expect("staged");

@@ -1,0 +1,158 @@
+//! `cohort bench --catch-up`: a new replica of a grown state, while the
+//! writes go on (D3).
+//!
+//! After the measured window, the bench stops the last node, removes its
+//! whole data directory (log and state: a node that never held the
+//! groups), and starts it again. Each of its replicas recovers empty (H1)
+//! and fetches the group's state from the primary: with `--state
+//! disk-log` a stream of the primary's newest checkpoint, staged chunk by
+//! chunk on the new node's disk. The phase ends once every group streamed
+//! its state to the node, and reports the stream's bytes, how long they
+//! took, the rate beside the disk's floor for 4 MiB synced writes (the
+//! chunk size) measured in the same run, and the bytes the primaries sent
+//! beyond the stream's size. With `--catch-up-interrupt` the node is
+//! stopped again (its disk kept) once half the bytes went out, and started
+//! at once: the transfer resumes from its staged length, so the bytes sent
+//! twice stay within a chunk or two per group.
+
+use std::time::{Duration, Instant};
+
+use cohort_messages::STATE_CHUNK_SIZE_MAX_BYTES;
+
+use super::Bench;
+use super::floor;
+
+/// How long the phase may take before the bench gives up.
+const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(3600);
+
+/// What the phase measured.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct CatchUpReport {
+    /// The largest replica's state when the node was wiped.
+    pub state_bytes: u64,
+    /// Chunk bytes the primaries sent to the new node.
+    pub chunk_bytes_sent: u64,
+    /// Chunk bytes the new node took (each byte of its transfers once).
+    pub chunk_bytes_taken: u64,
+    /// Stream bytes the primaries sent twice.
+    pub chunk_bytes_resent: u64,
+    /// Seconds from the new node's start to the last stream installed.
+    pub seconds: f64,
+    /// `chunk_bytes_taken` over `seconds`.
+    pub bytes_per_sec: u64,
+    /// The disk's synced write rate for one 4 MiB chunk at a time.
+    pub floor_bytes_per_sec: u64,
+    /// The node was stopped and started again halfway.
+    pub interrupted: bool,
+    /// Resident memory of the process at the end of the phase.
+    pub rss_bytes: u64,
+}
+
+impl CatchUpReport {
+    /// The report as JSON.
+    pub(crate) fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "state_bytes": self.state_bytes,
+            "chunk_bytes_sent": self.chunk_bytes_sent,
+            "chunk_bytes_taken": self.chunk_bytes_taken,
+            "chunk_bytes_resent": self.chunk_bytes_resent,
+            "seconds": self.seconds,
+            "bytes_per_sec": self.bytes_per_sec,
+            "floor_bytes_per_sec": self.floor_bytes_per_sec,
+            "interrupted": self.interrupted,
+            "rss_bytes": self.rss_bytes,
+        })
+    }
+
+    /// The report's line.
+    pub(crate) fn lines(&self) -> String {
+        let ratio = self.bytes_per_sec as f64 / self.floor_bytes_per_sec.max(1) as f64;
+        format!(
+            "{:.1} MB transferred in {:.1} s = {:.1} MB/s ({:.0} % of the floor, {:.1} MB/s synced 4 MiB writes); \
+             {:.1} MB sent, {} bytes of it twice{}; RSS {:.0} MB",
+            self.chunk_bytes_taken as f64 / 1e6,
+            self.seconds,
+            self.bytes_per_sec as f64 / 1e6,
+            ratio * 100.0,
+            self.floor_bytes_per_sec as f64 / 1e6,
+            self.chunk_bytes_sent as f64 / 1e6,
+            self.chunk_bytes_resent,
+            if self.interrupted { ", receiver stopped and restarted halfway" } else { "" },
+            self.rss_bytes as f64 / 1e6,
+        )
+    }
+}
+
+impl Bench {
+    /// The phase (see the module docs); `restart` stops the last node and
+    /// starts it again, `wipe` first removing its data directory.
+    pub(super) async fn catch_up(
+        &self,
+        dir: &std::path::Path,
+        interrupt: bool,
+        mut restart: impl FnMut(bool) -> Result<(), String>,
+    ) -> Result<CatchUpReport, String> {
+        let floor = floor::measure(&dir.join("catch-up-floor"), STATE_CHUNK_SIZE_MAX_BYTES, 1)?;
+        let state_bytes = self.sizes.largest_bytes();
+        let groups = self.options.groups as u64;
+        let last = self.options.nodes - 1;
+        let sent_before = self.shard_counter_total("state_chunk_bytes_sent");
+        let resent_before = self.shard_counter_total("state_chunk_bytes_resent");
+        eprintln!(
+            "catch-up: node {} wiped and started again; {:.1} MB of state per group",
+            last + 1,
+            state_bytes as f64 / 1e6
+        );
+        restart(true)?;
+        let started = Instant::now();
+        // The new node's counters start at 0 with each of its processes.
+        let mut taken_before_restart = 0;
+        let mut interrupted = false;
+        loop {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let sent = self.shard_counter_total("state_chunk_bytes_sent").saturating_sub(sent_before);
+            let installed = self.node_counter(last, "state_streams_installed");
+            eprintln!(
+                "catch-up: {:.1} s, {:.1} MB sent, {installed}/{groups} streams installed",
+                started.elapsed().as_secs_f64(),
+                sent as f64 / 1e6
+            );
+            if installed >= groups {
+                let seconds = started.elapsed().as_secs_f64();
+                let taken = taken_before_restart + self.node_counter(last, "state_chunk_bytes_taken");
+                return Ok(CatchUpReport {
+                    state_bytes,
+                    chunk_bytes_sent: sent,
+                    chunk_bytes_taken: taken,
+                    chunk_bytes_resent: self
+                        .shard_counter_total("state_chunk_bytes_resent")
+                        .saturating_sub(resent_before),
+                    seconds,
+                    bytes_per_sec: (taken as f64 / seconds.max(0.001)) as u64,
+                    floor_bytes_per_sec: floor.disk_synced_bytes_per_sec,
+                    interrupted,
+                    rss_bytes: super::process::resident_bytes(),
+                });
+            }
+            if interrupt && !interrupted && sent >= state_bytes * groups / 2 {
+                eprintln!("catch-up: node {} stopped and started again, its disk kept", last + 1);
+                taken_before_restart += self.node_counter(last, "state_chunk_bytes_taken");
+                restart(false)?;
+                interrupted = true;
+            }
+            if started.elapsed() > CATCH_UP_TIMEOUT {
+                return Err(format!("catch-up: not done within {} s", CATCH_UP_TIMEOUT.as_secs()));
+            }
+        }
+    }
+
+    /// A shard counter summed over every node.
+    fn shard_counter_total(&self, name: &str) -> u64 {
+        (0..self.options.nodes).map(|index| self.node_counter(index, name)).sum()
+    }
+
+    /// A shard counter of node `index`.
+    fn node_counter(&self, index: usize, name: &str) -> u64 {
+        self.handles.borrow()[index].metrics().shard_counter(name).unwrap_or(0)
+    }
+}
