@@ -352,9 +352,10 @@ impl SimNode {
         self.shards.iter().flat_map(|shard| shard.core().replicas())
     }
 
-    /// D3: true if one of its state machines stages a streamed state.
+    /// D3: true if one of its replicas fetches a streamed state that its
+    /// state machine stages.
     pub fn staging_a_stream(&self) -> bool {
-        self.replicas().any(|replica| replica.state_machine().import_staged().is_some())
+        self.replicas().any(Replica::staging_a_stream)
     }
 
     fn sink(&mut self, group: GroupId) -> ApplySink {

@@ -164,9 +164,11 @@ pub struct CoreConfig {
     /// fell behind the snapshot can never catch up. Default 1 GiB; at least
     /// one chunk (`STATE_CHUNK_SIZE_MAX_BYTES`, 4 MiB).
     pub state_transfer_size_max_bytes: u64,
-    /// D3: the size of the chunks a state transfer sends, in bytes. The
-    /// receiver asks for one chunk at a time (its flow control), so this is
-    /// also what one transfer holds in flight. Default and most
+    /// D3: the size of the chunks a streamed state transfer sends, in
+    /// bytes (a whole snapshot, held in memory on both sides, always goes
+    /// in `STATE_CHUNK_SIZE_MAX_BYTES` chunks). The receiver asks for one
+    /// chunk at a time (its flow control), so this is also what one
+    /// transfer holds in flight. Default and most
     /// `STATE_CHUNK_SIZE_MAX_BYTES` (4 MiB); at least 64 (the simulator
     /// uses small chunks, so that its faults cut transfers at every chunk).
     pub state_chunk_size_bytes: usize,

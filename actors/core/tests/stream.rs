@@ -179,10 +179,6 @@ fn config_with_tail(tail_bytes_max: u64) -> CoreConfig {
 }
 
 impl Cluster {
-    fn new() -> Cluster {
-        Cluster::with(config(), false)
-    }
-
     /// Three shards of `config`; `lineage`: the state machines name theirs.
     fn with(config: CoreConfig, lineage: bool) -> Cluster {
         let mut cluster = Cluster {

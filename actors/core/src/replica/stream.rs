@@ -47,7 +47,7 @@
 //! refused and counted (`snapshot_unusable`), never installed.
 
 use bytes::{BufMut, Bytes, BytesMut};
-use cohort_messages::{LogEntry, MemberIndex, Message, NodeId, Op, StateChunk, View};
+use cohort_messages::{LogEntry, MemberIndex, Message, NodeId, Op, STATE_CHUNK_SIZE_MAX_BYTES, StateChunk, View};
 
 use std::collections::VecDeque;
 
@@ -334,9 +334,12 @@ impl Replica {
         let mut again = false;
         let (op, view, total, piece) = match served {
             Served::Whole(snapshot) => {
+                // A whole snapshot goes in the largest chunks (it is in
+                // memory on both sides anyway); the configured size is
+                // for streams.
                 let total = snapshot.data.len();
                 let start = usize::try_from(offset).unwrap_or(usize::MAX).min(total);
-                let end = (start + chunk_max).min(total);
+                let end = (start + STATE_CHUNK_SIZE_MAX_BYTES).min(total);
                 (snapshot.op, snapshot.view, total as u64, Some((start as u64, snapshot.data.slice(start..end))))
             }
             Served::Stream(export) => {
