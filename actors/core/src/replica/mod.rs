@@ -626,7 +626,9 @@ impl Replica {
     /// D3: true while this replica fetches a streamed state and its state
     /// machine stages it (for the simulator's faults).
     pub fn staging_a_stream(&self) -> bool {
-        self.state_transfer.as_ref().is_some_and(|transfer| transfer.stream.as_ref().is_some_and(|stream| stream.staging))
+        self.state_transfer
+            .as_ref()
+            .is_some_and(|transfer| transfer.stream.as_ref().is_some_and(|stream| stream.staging))
     }
 
     /// The state machine (for reads by tests and checkers).

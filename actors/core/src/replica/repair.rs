@@ -60,8 +60,12 @@ impl Replica {
         debug_assert!(self.needs_repair(), "{self:?}: only a follower missing something repairs");
         self.repair_deadline = now + self.config.timing.repair_timeout_ticks;
         assert!(self.repair_deadline > now, "the next repair request waits a repair timeout");
+        self.drop_stale_transfer();
         if self.state_transfer.is_some() {
             return self.retry_state_transfer(now, out);
+        }
+        if !self.needs_repair() {
+            return; // A stale transfer was all it missed.
         }
         let op_min = self.log.op().next();
         let op_max = Op(self.repair_target.0.min(op_min.0 + REPAIR_OPS_MAX - 1));
@@ -100,6 +104,20 @@ impl Replica {
         }
     }
 
+    /// A transfer of a snapshot this replica has applied past meanwhile
+    /// (the log brought it there while the chunks came: more likely the
+    /// more chunks a snapshot takes) has nothing left to give: dropped, so
+    /// repair goes on from the log. A transfer not started yet (op 0) stays.
+    fn drop_stale_transfer(&mut self) {
+        if self
+            .state_transfer
+            .as_ref()
+            .is_some_and(|transfer| transfer.snapshot_op > Op(0) && transfer.snapshot_op <= self.commit_min)
+        {
+            self.state_transfer = None;
+        }
+    }
+
     /// Start fetching the snapshot of `source`.
     pub(crate) fn request_state_transfer(&mut self, source: MemberIndex, now: u64, out: &mut Effects) {
         assert_ne!(source, self.spec.me, "{self:?}: a state transfer from itself");
@@ -122,6 +140,7 @@ impl Replica {
 
     /// Ask for the next chunk (or again for a lost one).
     pub(crate) fn retry_state_transfer(&mut self, now: u64, out: &mut Effects) {
+        self.drop_stale_transfer();
         let Some(transfer) = &self.state_transfer else { return };
         self.repair_deadline = now + self.config.timing.repair_timeout_ticks;
         let request = RequestStateTransfer {
@@ -171,6 +190,7 @@ impl Replica {
     /// [`Replica::on_state_chunk`]: check it, keep it, and install the
     /// snapshot once whole.
     fn take_chunk(&mut self, chunk: StateChunk, now: u64, cx: &mut Context<'_>) {
+        self.drop_stale_transfer();
         if chunk.replica == self.spec.me || chunk.snapshot_op <= self.commit_min {
             return;
         }

@@ -445,7 +445,7 @@ impl Replica {
         if node != self.node_of(source) {
             return None;
         }
-        let snapshot = header_snapshot(header).ok()?;
+        let snapshot = header_snapshot(header).ok().filter(|snapshot| snapshot.op > self.commit_min)?;
         let received = (header.len() as u64).checked_add(staged_bytes).filter(|received| *received < total)?;
         Some(StateTransfer {
             source,
