@@ -35,6 +35,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use cohort_messages::{ClientId, Incarnation, NodeId, Op, RequestNumber, View};
 
 use super::Replica;
+use super::stream::Served;
 use crate::client_table::ClientEntry;
 use crate::effect::Effect;
 use crate::effects::Effects;
@@ -327,11 +328,16 @@ impl Replica {
         let save = Effect::SaveSnapshot { group: self.spec.group, snapshot: snapshot.clone(), deferrable: true };
         let flush = out.stage(self.spec.group, save);
         self.pending_durable.push_back((flush, self.log.op()));
-        if self.served.is_some() {
+        match &self.served {
             // D3: a stream being served keeps what the log drops.
-            let dropped: Vec<_> =
-                self.log.entries_from(self.log.base().next()).take_while(|entry| entry.op <= op).cloned().collect();
-            self.keep_tail(dropped.into_iter());
+            Some(Served::Stream(_)) => {
+                let dropped: Vec<_> =
+                    self.log.entries_from(self.log.base().next()).take_while(|entry| entry.op <= op).cloned().collect();
+                self.keep_tail(dropped.into_iter());
+            }
+            // A whole state served is kept while the log still joins it.
+            Some(Served::Whole(whole)) if whole.op < op => self.served = None,
+            _ => {}
         }
         self.log.discard_through(op, view);
         self.snapshot = Some(snapshot);

@@ -283,7 +283,12 @@ impl Replica {
             return self.served.as_mut();
         }
         let base = self.log.base();
-        if self.served.as_ref().is_none_or(|served| served.reaches() != base) {
+        let joins = match &self.served {
+            Some(Served::Whole(whole)) => whole.op >= base,
+            Some(Served::Stream(_)) => self.served.as_ref().is_some_and(|served| served.reaches() == base),
+            None => false,
+        };
+        if !joins {
             self.served = None;
             if let Some(stream) = self.open_export(now, out) {
                 self.served = Some(stream);
