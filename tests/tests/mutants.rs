@@ -905,6 +905,13 @@ fn d1_checkpoint_behind_accepted_is_caught() {
     assert_caught_in(Mutant::CheckpointBehindAccepted, 6_000_000..6_000_400, run);
 }
 
+/// D3: a replica that installed part of a streamed state answers from a
+/// state missing committed ops.
+#[test]
+fn d3_stream_installed_short_is_caught() {
+    assert_caught_in(Mutant::StreamInstalledShort, 6_000_000..6_000_300, disk_state_swarm(None));
+}
+
 /// D1: ops between storage's snapshot and the state machine's checkpoint
 /// applied twice after a restart.
 #[test]

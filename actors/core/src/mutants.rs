@@ -93,11 +93,15 @@ pub enum Mutant {
     /// from storage's snapshot although its persistent state machine's
     /// checkpoint is past it, so the ops in between are applied twice.
     CheckpointAheadIgnored,
+    /// D3, a stream is installed only whole: a receiver installs a stream
+    /// once its header and first chunk of state are in, its state missing
+    /// the rest.
+    StreamInstalledShort,
 }
 
 impl Mutant {
     /// Every mutant, in the order of the table in docs/simulator.md.
-    pub const ALL: [Mutant; 21] = [
+    pub const ALL: [Mutant; 22] = [
         Mutant::AckBeforeDurable,
         Mutant::ViewChangeBeforeDurable,
         Mutant::LogSelectionByOp,
@@ -119,6 +123,7 @@ impl Mutant {
         Mutant::UnloadBeforeReplayable,
         Mutant::CheckpointBehindAccepted,
         Mutant::CheckpointAheadIgnored,
+        Mutant::StreamInstalledShort,
     ];
 
     /// The name on the simulator's command line.
@@ -145,6 +150,7 @@ impl Mutant {
             Mutant::UnloadBeforeReplayable => "unload-before-replayable",
             Mutant::CheckpointBehindAccepted => "checkpoint-behind-accepted",
             Mutant::CheckpointAheadIgnored => "checkpoint-ahead-ignored",
+            Mutant::StreamInstalledShort => "stream-installed-short",
         }
     }
 

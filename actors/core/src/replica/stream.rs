@@ -518,7 +518,9 @@ impl Replica {
             self.state.import_write(offset, &chunk.chunk).map_err(|_| failed(out))?;
         }
         let transfer = self.state_transfer.as_deref().expect("still fetching");
-        if transfer.received_bytes < transfer.total_size_bytes {
+        let short = self.config.mutated(crate::mutants::Mutant::StreamInstalledShort)
+            && transfer.received_bytes > transfer.stream.as_ref().map_or(u64::MAX, |stream| stream.header_size_bytes);
+        if transfer.received_bytes < transfer.total_size_bytes && !short {
             return Ok(StreamStep::More);
         }
         let (record, _) = header_parts(&transfer.data);
