@@ -708,13 +708,14 @@ impl StateMachine for KvStore {
 
     fn import_finish(&mut self, record: &[u8]) -> Result<(), String> {
         let staging = self.staging.take().ok_or("no stream is staged")?;
+        let encoded_bytes = staging.staged_bytes;
         let staged_path = staging_path(&self.path);
         let failed = |error: redb::Error| format!("{}: install: {error}", staged_path.display());
         let transaction = staging.database.begin_write().map_err(|error| failed(error.into()))?;
         {
             let mut meta = transaction.open_table(META).map_err(|error| failed(error.into()))?;
             meta.insert(RECORD_KEY, record).map_err(|error| failed(error.into()))?;
-            meta.insert(ENCODED_KEY, &staging.staged_bytes.to_le_bytes()[..]).map_err(|error| failed(error.into()))?;
+            meta.insert(ENCODED_KEY, &encoded_bytes.to_le_bytes()[..]).map_err(|error| failed(error.into()))?;
             meta.remove(STREAM_KEY).map_err(|error| failed(error.into()))?;
             meta.remove(STAGED_KEY).map_err(|error| failed(error.into()))?;
         }
@@ -735,16 +736,8 @@ impl StateMachine for KvStore {
         self.overlay.clear();
         self.replaced = false;
         self.record = Some(Bytes::copy_from_slice(record));
-        self.encoded_bytes = staging_bytes_of(&self.file);
+        self.encoded_bytes = encoded_bytes;
         self.invariants();
         Ok(())
-    }
-}
-
-/// The stream size an installed file records.
-fn staging_bytes_of(file: &File) -> u64 {
-    match file {
-        File::Open(database) => encoded_size(database).unwrap_or(0),
-        File::Unusable { .. } => 0,
     }
 }

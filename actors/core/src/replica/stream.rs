@@ -127,12 +127,20 @@ impl Served {
         }
     }
 
-    /// The op the served state, with a stream's tail, reaches: the log
-    /// must start right after it.
+    /// The op the served state, with a stream's tail, reaches.
     fn reaches(&self) -> Op {
         match self {
             Served::Whole(snapshot) => snapshot.op,
             Served::Stream(export) => Op(export.op.0 + export.tail.len() as u64),
+        }
+    }
+
+    /// Whether a log starting after `base` joins the served state: a whole
+    /// state at or past it, a stream whose tail ends right before it.
+    fn joins(&self, base: Op) -> bool {
+        match self {
+            Served::Whole(snapshot) => snapshot.op >= base,
+            Served::Stream(_) => self.reaches() == base,
         }
     }
 }
@@ -283,12 +291,7 @@ impl Replica {
             return self.served.as_mut();
         }
         let base = self.log.base();
-        let joins = match &self.served {
-            Some(Served::Whole(whole)) => whole.op >= base,
-            Some(Served::Stream(_)) => self.served.as_ref().is_some_and(|served| served.reaches() == base),
-            None => false,
-        };
-        if !joins {
+        if !self.served.as_ref().is_some_and(|served| served.joins(base)) {
             self.served = None;
             if let Some(stream) = self.open_export(now, out) {
                 self.served = Some(stream);
@@ -302,10 +305,7 @@ impl Replica {
                 self.served = Some(Served::Whole(Box::new(self.encode_whole(op, view))));
             }
         }
-        assert!(
-            self.served.as_ref().is_some_and(|served| served.op() >= base || served.reaches() == base),
-            "a served state joins the log"
-        );
+        assert!(self.served.as_ref().is_some_and(|served| served.joins(base)), "a served state joins the log");
         self.served.as_mut()
     }
 
@@ -387,7 +387,7 @@ impl Replica {
     pub(crate) fn keep_tail(&mut self, dropped: impl Iterator<Item = LogEntry>) {
         let max = self.config.state_transfer_log_bytes_max;
         let base = self.log.base();
-        let Some(Served::Stream(export)) = self.served.as_mut().filter(|served| served.reaches() == base) else {
+        let Some(Served::Stream(export)) = self.served.as_mut().filter(|served| served.joins(base)) else {
             // Not a stream, or one the log no longer joins (the log was
             // replaced since: a StartView, an installed snapshot).
             self.served = None;
