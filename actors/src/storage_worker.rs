@@ -147,7 +147,8 @@ impl StorageWorker {
         self.run(StorageJob::RemoveGroup(group))
     }
 
-    /// Queue a job (one turn's storage effects, in order). False if the worker stopped.
+    /// Queue a job (one turn's storage effects in order, a removal or a
+    /// reset). False if the worker stopped.
     pub fn run(&self, job: StorageJob) -> bool {
         self.jobs.send(Job::Storage(job)).is_ok()
     }

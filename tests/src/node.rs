@@ -473,12 +473,12 @@ impl SimNode {
                     shards[index].host_empty(spec_again, state)
                 }
                 // D1: the state machine lost state storage's log no longer
-                // holds: removed, and joined empty, as a node does.
+                // holds: joined empty, its storage reset to the superblock
+                // it staged, as a node does.
                 Err(cohort_core::ShardError::StateMachineBehind { .. }) => {
-                    shards[index].worker.queue(StorageJob::RemoveGroup(group_id));
                     self.checkpoints.borrow_mut().rebuilt += 1;
                     let state = self.state_machine(group_id);
-                    shards[index].driver.join_group(spec_again, state)
+                    shards[index].driver.rebuild_group(spec_again, state).map(|reset| shards[index].worker.queue(reset))
                 }
                 other => other,
             };

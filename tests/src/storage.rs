@@ -159,6 +159,11 @@ impl Storage for SimStorage {
         self.storage().remove_group(group)
     }
 
+    fn reset_group(&mut self, group: GroupId, superblock: &Superblock) -> Result<(), StorageError> {
+        self.superblock_failures.remove(&group);
+        self.storage().reset_group(group, superblock)
+    }
+
     fn recover(&mut self) -> Result<Recovered, StorageError> {
         self.storage().recover()
     }

@@ -1,6 +1,8 @@
-//! D3 in the simulator: streamed state transfers under the faults of
-//! `--state disk` (docs/simulator.md, "State on disk"): chunks of 64
-//! bytes, staging on the simulated disk, receivers crashed mid-transfer.
+//! D1 and D3 in the simulator: state on disk under the faults of
+//! `--state disk` (docs/simulator.md, "State on disk"): replicas rebuilt
+//! when their state machine came back behind, streamed state transfers in
+//! chunks of 64 bytes staged on the simulated disk, receivers crashed
+//! mid-transfer.
 
 use cohort_sim::cli::run_catching;
 use cohort_sim::storage::StateKind;
@@ -28,6 +30,21 @@ fn run_clean(config: SimConfig) -> cohort_sim::Report {
 #[test]
 fn d3_regression_seed_6008391_a_transfer_the_log_overtook_is_dropped() {
     run_clean(disk_run(6_008_391, Scenario::Reconfigure));
+}
+
+/// Quiesce-ticks-20 shape, seed 6007052: a replica whose state machine came
+/// back behind its storage was rebuilt: its storage removed, then joined
+/// empty. A crash after the removal was durable but before its recovering
+/// superblock was left no trace of the group, and the next start hosted it
+/// as a member that never acknowledged anything; it voted, and an
+/// acknowledged write was lost. The removal and the recovering superblock
+/// are now one step (`Storage::reset_group`).
+#[test]
+fn d1_regression_seed_6007052_a_rebuild_cut_by_a_crash_still_recovers() {
+    let mut config = disk_run(6_007_052, Scenario::Default);
+    config.core.timing.commit_quiesce_timeout_ticks = Some(20);
+    let report = run_clean(config);
+    assert!(report.checkpoints.rebuilt >= 1, "the seed rebuilds a replica");
 }
 
 /// Streams install, and some are resumed by a receiver that crashed

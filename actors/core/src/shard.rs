@@ -236,6 +236,31 @@ impl Shard {
         self.host_empty(spec, state, Replica::join)
     }
 
+    /// D1: host a replica rebuilt from the other members because its
+    /// state machine is behind what storage still holds
+    /// ([`ShardError::StateMachineBehind`]): joined empty, as by
+    /// [`Shard::join_group`]. Returns the superblock it staged (recovering,
+    /// for a voter), which the group's storage must be reset to
+    /// ([`crate::storage::Storage::reset_group`]) before anything staged
+    /// from now on is run: a removal alone would let a crash leave no trace
+    /// of the group, and the next start would host it as a member that never
+    /// acknowledged anything (seed 6007052).
+    pub fn rebuild_group(
+        &mut self,
+        spec: GroupSpec,
+        state: Box<dyn StateMachine>,
+    ) -> Result<crate::storage::Superblock, ShardError> {
+        let group = spec.group;
+        self.join_group(spec, state)?;
+        let replica = self.groups.get(&group).expect("a group just joined is hosted");
+        let superblock = replica.superblock();
+        assert!(
+            superblock.recovering || !replica.spec.is_voter(replica.spec.me) || replica.spec.members.len() == 1,
+            "H1: a rebuilt voter recovers before it votes"
+        );
+        Ok(superblock)
+    }
+
     /// Host a replica `build` makes empty (`BuildEmpty`): [`Shard::create_group`] and
     /// [`Shard::join_group`] differ only in that.
     fn host_empty(

@@ -337,3 +337,34 @@ fn s4_a_removed_group_s_role_reports_in_the_open_turn_are_dropped() {
     assert!(kept.end_turn(&LinksUp).notes.iter().any(is_role), "the view change is reported");
     assert!(!removed.end_turn(&LinksUp).notes.iter().any(is_role), "not once the group is gone");
 }
+
+#[test]
+fn d1_a_rebuilt_member_still_recovers_after_a_crash_right_after_its_reset() {
+    // Node 2's member of G was acknowledging writes; its state machine
+    // came back behind its storage, so it is rebuilt from the others. The
+    // reset is its first durable step: a crash right after it, before any
+    // flush, must find the member recovering, not a member that never
+    // acknowledged anything here (seed 6007052).
+    let mut storage = MemoryStorage::new();
+    storage.recover().expect("fresh");
+    let mut before = driver(1);
+    before.on_submit(write(9, 1));
+    let turn = before.end_turn(&LinksUp);
+    run_jobs(&mut storage, [StorageJob::Run(turn.storage)]).expect("its life before");
+    let mut driver =
+        ShardDriver::new(Shard::new(NODES[1], CoreConfig::default()), DriverConfig::for_tick(100_000), NODES);
+    let reset = driver.rebuild_group(plain_spec(G, &NODES, 1), Box::new(Counter(0))).expect("rebuilt");
+    let StorageJob::ResetGroup(group, superblock) = &reset else { panic!("a reset, not {reset:?}") };
+    assert_eq!(*group, G);
+    assert!(superblock.recovering, "H1: a rebuilt voter's superblock says it recovers");
+    assert!(driver.replica(G).is_some_and(|replica| replica.is_recovering()));
+    run_jobs(&mut storage, [reset]).expect("the reset");
+    storage.crash();
+    let recovered = storage.recover().expect("after the crash");
+    let data = recovered.groups.get(&G).cloned().expect("H1: the reset leaves a trace of the group");
+    assert!(data.entries.is_empty() && data.snapshot.is_none(), "its leftovers went: {data:?}");
+    let mut restarted = Shard::new(NODES[1], CoreConfig::default());
+    restarted.recover_group(plain_spec(G, &NODES, 1), Box::new(Counter(0)), data).expect("recovered");
+    let replica = restarted.replica(G).expect("hosted");
+    assert!(replica.is_recovering() && !replica.is_primary(), "H1: it recovers again, it does not vote");
+}

@@ -11,6 +11,7 @@ use std::rc::Rc;
 
 use actix::prelude::*;
 use cohort_core::ShardError;
+use cohort_core::driver::StorageJob;
 use cohort_core::replica::Placement;
 use cohort_core::storage::{Recovered, RecoveredGroup};
 use cohort_messages::seal::Seal;
@@ -22,6 +23,18 @@ use crate::kind::{GroupKind, HostedGroup};
 use crate::observed::ObservedStateMachine;
 use crate::placement_recorder::{RecordPlacement, RemovePlacement, SetRecordedLearners};
 use crate::placements::RecordedPlacement;
+
+/// How a group with nothing recovered is hosted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Hosting {
+    /// Empty, as a new member ([`cohort_core::Shard::create_group`]).
+    Created,
+    /// Empty and recovering first (H1, [`cohort_core::Shard::join_group`]).
+    Joined,
+    /// Joined, its storage's leftovers reset (D1,
+    /// [`cohort_core::Shard::rebuild_group`]).
+    Rebuilt,
+}
 
 impl ShardActor {
     /// Host every group of `groups`, recovering those `recovered` holds.
@@ -55,13 +68,18 @@ impl ShardActor {
                 }
                 Err(error @ ShardError::StateMachineBehind { .. }) => {
                     // D1: the state machine lost what storage's log no
-                    // longer holds: the replica is rebuilt from the others.
+                    // longer holds: the replica is rebuilt from the others,
+                    // its storage reset to its recovering superblock in one
+                    // step (a removal alone could leave no trace of it).
                     let (node, shard) = (self.node.0, self.index);
                     tracing::error!(node, shard, group = group.0, %error, "rebuilding {group} from its other members: {error}");
-                    if !self.storage.remove_group(group) {
+                    let reset = self.host_as(hosted, None, Hosting::Rebuilt);
+                    let reset = reset.map_err(|error| format!("shard {}: {error}", self.index))?;
+                    if let Some(job) = reset
+                        && !self.storage.run(job)
+                    {
                         return Err(format!("shard {}: the storage worker stopped", self.index));
                     }
-                    self.host_as(hosted, None, true).map_err(|error| format!("shard {}: {error}", self.index))?;
                     self.built.push((group, kind));
                 }
                 Err(ShardError::NotInIncarnation(error)) => {
@@ -89,18 +107,19 @@ impl ShardActor {
     /// Host `hosted` in the core: recovered from `recovered` if storage
     /// holds the group, else created empty. See the module docs.
     fn host(&mut self, hosted: HostedGroup, recovered: Option<RecoveredGroup>) -> Result<(), ShardError> {
-        let joins = recovered.is_none() && self.storage_formatted;
-        self.host_as(hosted, recovered, joins)
+        let how = if self.storage_formatted { Hosting::Joined } else { Hosting::Created };
+        self.host_as(hosted, recovered, how).map(|_| ())
     }
 
-    /// [`ShardActor::host`], or with `joins` (and nothing recovered) joined
-    /// empty to recover from the other members (H1).
+    /// [`ShardActor::host`], saying how a group with nothing `recovered` is
+    /// hosted. A rebuilt one returns the job that resets its storage,
+    /// which the caller queues before the next turn's.
     fn host_as(
         &mut self,
         hosted: HostedGroup,
         recovered: Option<RecoveredGroup>,
-        joins: bool,
-    ) -> Result<(), ShardError> {
+        how: Hosting,
+    ) -> Result<Option<StorageJob>, ShardError> {
         let HostedGroup { mut spec, kind } = hosted;
         let group = spec.group;
         let kind_spec = self.kinds.get(&kind).ok_or_else(|| {
@@ -110,14 +129,16 @@ impl ShardActor {
         let label = self.metrics.group_kind(kind.as_str());
         let state = (kind_spec.state_machines)(group);
         let state = Box::new(ObservedStateMachine::new(state, group, label, Rc::clone(&self.traces)));
-        match recovered {
-            Some(data) => self.driver.recover_group(spec, state, data),
+        match (recovered, how) {
+            (Some(data), _) => self.driver.recover_group(spec, state, data).map(|()| None),
             // H1: on a storage this process created, a voter cannot tell a
             // new group from one whose history it lost: it recovers first.
             // On one that was there, no superblock means it never
             // acknowledged anything here: it starts empty, as ever.
-            None if joins => self.driver.join_group(spec, state),
-            None => self.driver.create_group(spec, state),
+            (None, Hosting::Joined) => self.driver.join_group(spec, state).map(|()| None),
+            (None, Hosting::Created) => self.driver.create_group(spec, state).map(|()| None),
+            // D1: joined, its storage reset to the superblock it staged.
+            (None, Hosting::Rebuilt) => self.driver.rebuild_group(spec, state).map(Some),
         }
     }
 

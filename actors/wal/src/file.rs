@@ -316,12 +316,21 @@ impl<F: FileSystem> FileStorage<F> {
         Ok(live.deferred.len())
     }
 
+    /// Remove `group`, or with `reset` replace it by that superblock alone:
+    /// the removal and the superblock go in one record (see
+    /// [`Storage::reset_group`]).
     fn remove_group_live(
         dir: &Path,
         live: &mut Live<F>,
         disk: &mut Disk<F>,
         group: GroupId,
+        reset: Option<&Superblock>,
     ) -> Result<(), StorageError> {
+        if let Some(superblock) = reset {
+            // Checked before anything goes: the group is kept whole if it fails.
+            check_superblock_members(superblock)?;
+            live.superblocks.reserve(group)?;
+        }
         let before = live.staged.len();
         live.staged.retain(|staged| staged.group() != group);
         if live.staged.len() != before {
@@ -331,12 +340,21 @@ impl<F: FileSystem> FileStorage<F> {
         live.logged_superblocks.remove(&group);
         live.cursors.remove(&group);
         live.deferred.take(group);
-        // The RemoveGroup record first: once it is durable, recovery finishes
-        // the rest (superblock, snapshot) if a crash interrupts it.
-        let (_, result) = live.wal.append([LogRecord::RemoveGroup(group)], disk);
+        // The RemoveGroup (or ResetGroup) record first: once it is durable,
+        // recovery finishes the rest (superblock, snapshot) if a crash
+        // interrupts it.
+        let record = reset.map_or(LogRecord::RemoveGroup(group), |superblock| LogRecord::ResetGroup(group, superblock));
+        let (_, result) = live.wal.append([record], disk);
         result?;
         live.wal.forget_group(group);
-        live.superblocks.remove(group, live.wal.next_lsn(), disk)?;
+        match reset {
+            // The superblock file's copy, written after the record, is newer
+            // than it: the record may go with its segment from now on.
+            Some(superblock) => {
+                live.superblocks.write(&BTreeMap::from([(group, superblock.clone())]), live.wal.next_lsn(), disk)?
+            }
+            None => live.superblocks.remove(group, live.wal.next_lsn(), disk)?,
+        }
         snapshot::remove(dir, group, disk)?;
         live.snapshot_ops.remove(&group);
         Self::checkpoint_before_prune(live, disk)?;
@@ -368,13 +386,7 @@ impl<F: FileSystem> Storage for FileStorage<F> {
     }
 
     fn stage_superblock(&mut self, group: GroupId, superblock: &Superblock) -> Result<(), StorageError> {
-        if superblock.members.len() > GROUP_MEMBERS_MAX {
-            return Err(StorageError::TooLarge {
-                what: "superblock member list (8 bytes per member)",
-                size_bytes: superblock.members.len() as u64 * 8,
-                max_bytes: GROUP_MEMBERS_MAX as u64 * 8,
-            });
-        }
+        check_superblock_members(superblock)?;
         let (live, _) = self.live()?;
         live.superblocks.reserve(group)?;
         live.staged_superblocks.insert(group, superblock.clone());
@@ -415,7 +427,14 @@ impl<F: FileSystem> Storage for FileStorage<F> {
     fn remove_group(&mut self, group: GroupId) -> Result<(), StorageError> {
         let dir = self.dir.clone();
         let (live, disk) = self.live()?;
-        let result = Self::remove_group_live(&dir, live, disk, group);
+        let result = Self::remove_group_live(&dir, live, disk, group, None);
+        self.note(result)
+    }
+
+    fn reset_group(&mut self, group: GroupId, superblock: &Superblock) -> Result<(), StorageError> {
+        let dir = self.dir.clone();
+        let (live, disk) = self.live()?;
+        let result = Self::remove_group_live(&dir, live, disk, group, Some(superblock));
         self.note(result)
     }
 
@@ -440,4 +459,16 @@ impl<F: FileSystem> Storage for FileStorage<F> {
         self.report = Some(recovery.report);
         Ok(recovery.recovered)
     }
+}
+
+/// A superblock's members fit its record and its copy in the superblock file.
+fn check_superblock_members(superblock: &Superblock) -> Result<(), StorageError> {
+    if superblock.members.len() > GROUP_MEMBERS_MAX {
+        return Err(StorageError::TooLarge {
+            what: "superblock member list (8 bytes per member)",
+            size_bytes: superblock.members.len() as u64 * 8,
+            max_bytes: GROUP_MEMBERS_MAX as u64 * 8,
+        });
+    }
+    Ok(())
 }

@@ -49,6 +49,11 @@ pub enum RecordKind {
     /// same sync, as the log records it describes; the superblock file is a
     /// checkpoint). `op` is its commit point, `view` its view.
     Superblock = 4,
+    /// D1, H1: drop everything of the group written before this record and
+    /// take the superblock it carries (laid out as a Superblock record's):
+    /// a removal and the superblock that must outlive it in one checksummed
+    /// record, so no crash leaves the group gone in between.
+    ResetGroup = 5,
 }
 
 impl RecordKind {
@@ -58,6 +63,7 @@ impl RecordKind {
             2 => Some(RecordKind::TruncateAfter),
             3 => Some(RecordKind::RemoveGroup),
             4 => Some(RecordKind::Superblock),
+            5 => Some(RecordKind::ResetGroup),
             _ => None,
         }
     }
@@ -251,7 +257,7 @@ fn validate_header(raw: &[u8; RECORD_HEADER_SIZE_BYTES], payload_size: u32) -> R
         RecordKind::Entry => payload_size as usize >= ENTRY_FIXED_SIZE_BYTES && header.op.get() > 0,
         RecordKind::TruncateAfter => payload_size == 0 && header.view.get() == 0,
         RecordKind::RemoveGroup => payload_size == 0 && header.view.get() == 0 && header.op.get() == 0,
-        RecordKind::Superblock => {
+        RecordKind::Superblock | RecordKind::ResetGroup => {
             let members = (payload_size as usize).checked_sub(SUPERBLOCK_FIXED_SIZE_BYTES);
             members.is_some_and(|bytes| bytes.is_multiple_of(8) && bytes / 8 <= cohort_messages::GROUP_MEMBERS_MAX)
         }
@@ -308,7 +314,7 @@ pub fn superblock_payload_size_bytes(superblock: &Superblock) -> usize {
     SUPERBLOCK_FIXED_SIZE_BYTES + 8 * superblock.members.len()
 }
 
-/// The superblock a Superblock record holds.
+/// The superblock a Superblock or ResetGroup record holds.
 pub fn decode_superblock(record: &DecodedRecord<'_>) -> Result<Superblock, RecordFault> {
     let fixed: &[u8; SUPERBLOCK_FIXED_SIZE_BYTES] = record
         .payload

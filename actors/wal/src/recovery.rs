@@ -405,9 +405,14 @@ impl Replay {
                 let superblock = decode_superblock(record)?;
                 self.superblocks.insert(group, (superblock, header.lsn));
             }
-            RecordKind::RemoveGroup => {
+            RecordKind::RemoveGroup | RecordKind::ResetGroup => {
                 self.logs.remove(&group);
                 self.superblocks.remove(&group);
+                if header.kind == RecordKind::ResetGroup {
+                    // The removal and the superblock that outlives it.
+                    let superblock = decode_superblock(record)?;
+                    self.superblocks.insert(group, (superblock, header.lsn));
+                }
                 self.removed_at_lsn.insert(group, header.lsn);
                 for segment in &mut self.segments {
                     segment.summary.forget_group(group);

@@ -187,6 +187,7 @@ pub(crate) enum LogRecord<'a> {
     TruncateAfter(GroupId, Op),
     RemoveGroup(GroupId),
     Superblock(GroupId, &'a Superblock),
+    ResetGroup(GroupId, &'a Superblock),
 }
 
 impl LogRecord<'_> {
@@ -194,7 +195,7 @@ impl LogRecord<'_> {
         match self {
             LogRecord::Entry(_, entry) => entry_record_size_bytes(entry),
             LogRecord::TruncateAfter(..) | LogRecord::RemoveGroup(_) => RECORD_HEADER_SIZE_BYTES as u64,
-            LogRecord::Superblock(_, superblock) => {
+            LogRecord::Superblock(_, superblock) | LogRecord::ResetGroup(_, superblock) => {
                 (RECORD_HEADER_SIZE_BYTES + superblock_payload_size_bytes(superblock)) as u64
             }
         }
@@ -216,6 +217,11 @@ impl LogRecord<'_> {
             }
             LogRecord::Superblock(group, superblock) => {
                 let (header, payload) = superblock_record(*group, superblock, lsn, batch_lsn);
+                encode_record(buf, &header, &[&payload]);
+            }
+            LogRecord::ResetGroup(group, superblock) => {
+                let (header, payload) = superblock_record(*group, superblock, lsn, batch_lsn);
+                let header = RecordHeader { kind: RecordKind::ResetGroup, ..header };
                 encode_record(buf, &header, &[&payload]);
             }
         }

@@ -572,6 +572,64 @@ fn interrupted_remove_group_is_completed_by_recovery() {
     assert_eq!(again, recovered);
 }
 
+/// D1, H1: a reset interrupted at any point after its record synced (the
+/// superblock file and the snapshot still as before) recovers to the
+/// reset's recovering superblock alone; cut inside its record, to the group
+/// as it was. Never to no group at all, which would read as a member that
+/// never acknowledged anything here (seed 6007052).
+#[test]
+fn d1_an_interrupted_reset_leaves_the_group_whole_or_recovering() {
+    let dir = temp_dir("reset-interrupted");
+    let (mut storage, _) = open_recover(dir.path(), &exact_roomy_config());
+    for group in 1..=2 {
+        ok(storage.append(GroupId(group), &entry(1, 1, TAG)));
+        ok(storage.append(GroupId(group), &entry(2, 1, TAG)));
+        ok(storage.stage_superblock(GroupId(group), &superblock(1, 1)));
+    }
+    ok(storage.flush());
+    ok(storage.save_snapshot(GroupId(1), &snapshot(1, 1, 5)));
+    let before = temp_dir("reset-before");
+    copy_dir(dir.path(), before.path());
+    let log_before: Vec<u64> = segments(dir.path()).iter().map(|path| file_len(path)).collect();
+    let mut rebuilt = superblock(2, 0);
+    rebuilt.recovering = true;
+    ok(storage.reset_group(GroupId(1), &rebuilt));
+    drop(storage);
+    let after = temp_dir("reset-after");
+    copy_dir(dir.path(), after.path());
+
+    // The record synced, nothing after it: the old superblock and snapshot.
+    for name in [SUPERBLOCK_FILE_NAME, "snapshot-00000000000000000001.snap"] {
+        std::fs::copy(before.path().join(name), dir.path().join(name)).expect("restore an old file");
+    }
+    let (storage, recovered) = open_recover(dir.path(), &exact_roomy_config());
+    let group = &recovered.groups[&GroupId(1)];
+    assert_eq!(group.superblock.as_ref(), Some(&rebuilt), "{recovered:?}");
+    assert!(group.snapshot.is_none() && group.entries.is_empty(), "{group:?}");
+    assert_eq!(entries_of(&recovered, 2).len(), 2);
+    assert!(!dir.path().join("snapshot-00000000000000000001.snap").exists());
+    drop(storage);
+    let (_, again) = open_recover(dir.path(), &exact_roomy_config());
+    assert_eq!(again, recovered, "a second recovery changes nothing");
+
+    // The record cut anywhere inside: the group as it was.
+    let segment = segments(after.path()).pop().expect("a segment");
+    let record_start = *log_before.last().expect("a segment before");
+    let record_end = file_len(&segment);
+    assert!(record_end > record_start, "the reset wrote its record");
+    for len in record_start..record_end {
+        let cut_dir = temp_dir("reset-cut");
+        copy_dir(before.path(), cut_dir.path());
+        let cut_segment = segments(cut_dir.path()).pop().expect("a segment");
+        std::fs::copy(&segment, &cut_segment).expect("copy the segment");
+        cut(&cut_segment, len);
+        let (_, recovered) = open_recover(cut_dir.path(), &exact_roomy_config());
+        let group = &recovered.groups[&GroupId(1)];
+        assert_eq!(group.superblock, Some(superblock(1, 1)), "cut at {len}: {group:?}");
+        assert!(group.snapshot.is_some(), "cut at {len}: the snapshot went without the reset");
+    }
+}
+
 fn fill_groups(storage: &mut FileStorage, groups: u64, ops: u64) {
     for op in 1..=ops {
         for group in 1..=groups {

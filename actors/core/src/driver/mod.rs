@@ -243,6 +243,19 @@ impl ShardDriver {
         self.shard.join_group(spec, state)
     }
 
+    /// D1: host a replica rebuilt from the other members
+    /// ([`Shard::rebuild_group`]). Returns the job that resets its storage
+    /// ([`StorageJob::ResetGroup`]): the caller hands it to the storage
+    /// worker before the next turn's storage job.
+    pub fn rebuild_group(&mut self, spec: GroupSpec, state: Box<dyn StateMachine>) -> Result<StorageJob, ShardError> {
+        // A replay joins it, as here: the reset is storage's.
+        self.record_with(|| Input::Join { spec: spec.clone() });
+        self.counters.hosting_changes += 1;
+        let group = spec.group;
+        let superblock = self.shard.rebuild_group(spec, state)?;
+        Ok(StorageJob::ResetGroup(group, superblock))
+    }
+
     /// Host a group rebuilt from storage ([`Shard::recover_group`]).
     pub fn recover_group(
         &mut self,

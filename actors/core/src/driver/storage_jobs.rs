@@ -23,7 +23,7 @@ use cohort_messages::GroupId;
 
 use crate::effect::{Effect, FlushId};
 use crate::storage::deferred::{DEFERRED_SNAPSHOTS_PER_STEP, FLUSHES_PER_FORCED_SNAPSHOT_STEP};
-use crate::storage::{self, Executed, Storage, StorageError};
+use crate::storage::{self, Executed, Storage, StorageError, Superblock};
 
 /// One unit of a worker's work, in the order the shard handed it over.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -32,6 +32,9 @@ pub enum StorageJob {
     Run(Vec<Effect>),
     /// Remove everything of a group (an unload), after the jobs before it.
     RemoveGroup(GroupId),
+    /// D1: replace everything of a group by this superblock alone (a
+    /// replica rebuilt from the other members, [`Storage::reset_group`]).
+    ResetGroup(GroupId, Superblock),
 }
 
 /// What running a batch of jobs left to do.
@@ -68,6 +71,7 @@ pub fn run_jobs(
                 }
             }
             StorageJob::RemoveGroup(group) => storage.remove_group(group)?,
+            StorageJob::ResetGroup(group, superblock) => storage.reset_group(group, &superblock)?,
         }
     }
     Ok(ran)

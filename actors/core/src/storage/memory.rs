@@ -304,6 +304,14 @@ impl Storage for MemoryStorage {
         Ok(())
     }
 
+    fn reset_group(&mut self, group: GroupId, superblock: &Superblock) -> Result<(), StorageError> {
+        self.remove_group(group)?;
+        // One step of the durable map: nothing between the two to crash in.
+        self.durable
+            .insert(group, Arc::new(DurableGroup { superblock: Some(superblock.clone()), ..DurableGroup::default() }));
+        Ok(())
+    }
+
     fn recover(&mut self) -> Result<Recovered, StorageError> {
         let recovered = self.recovered();
         self.recovered_once = true;

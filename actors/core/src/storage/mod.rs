@@ -272,6 +272,15 @@ pub trait Storage {
     /// Durably remove everything of `group` (the group was deleted or moved away).
     fn remove_group(&mut self, group: GroupId) -> Result<(), StorageError>;
 
+    /// D1, H1: durably replace everything of `group` by `superblock` alone
+    /// (a replica rebuilt from the other members, its superblock marked
+    /// recovering). Atomic: a crash during it leaves either the group as it
+    /// was or `superblock` alone, never the group gone, which would read
+    /// as a member that never acknowledged anything here. Staged records
+    /// and a deferred snapshot of the group are dropped, as by
+    /// [`Storage::remove_group`].
+    fn reset_group(&mut self, group: GroupId, superblock: &Superblock) -> Result<(), StorageError>;
+
     /// Read back everything durable. Called once, before any other call.
     fn recover(&mut self) -> Result<Recovered, StorageError>;
 }

@@ -447,6 +447,35 @@ pub fn remove_group_discards_its_staged_calls_only<H: Harness>(harness: &mut H) 
     assert_eq!(group_of(&recovered, 2, name).entries.len(), 3, "{name}: group:2 entries");
 }
 
+/// D1, H1: `reset_group` durably leaves the given superblock alone (no
+/// entries, no snapshot), drops what was staged for the group, spares the
+/// other groups, and the group goes on from op 1 after it.
+pub fn reset_group_leaves_its_superblock_alone<H: Harness>(harness: &mut H) {
+    let name = "reset_group_leaves_its_superblock_alone";
+    let mut both = Both::new(harness, name);
+    for group in 1..=2 {
+        both.append_range(group, 1..=6, 2, group);
+        both.stage_superblock(group, superblock(2, 4));
+    }
+    both.flush();
+    both.save_snapshot(1, snapshot(3, 2, 1));
+    both.append_range(1, 7..=8, 2, 1);
+    both.stage_superblock(1, superblock(4, 6));
+    let mut rebuilt = superblock(1, 0);
+    rebuilt.recovering = true;
+    both.call("reset_group", |storage| storage.reset_group(GroupId(1), &rebuilt));
+    let recovered = both.crash("crash right after reset_group");
+    let state = group_of(&recovered, 1, name);
+    assert_eq!(state.superblock.as_ref(), Some(&rebuilt), "{name}: the reset superblock");
+    assert!(state.snapshot.is_none() && state.entries.is_empty(), "{name}: leftovers of group:1: {state:?}");
+    assert_eq!(group_of(&recovered, 2, name).entries.len(), 6, "{name}: group:2 entries");
+    both.append_range(1, 1..=2, 3, 9);
+    both.flush();
+    let recovered = both.crash("crash after writing on");
+    let want: Vec<LogEntry> = (1..=2).map(|op| entry(op, 3, 9)).collect();
+    assert_eq!(group_of(&recovered, 1, name).entries, want, "{name}: entries after the reset");
+}
+
 /// A removed group can be created again from op 1; nothing of its old
 /// incarnation comes back.
 pub fn removed_group_can_be_created_again<H: Harness>(harness: &mut H) {

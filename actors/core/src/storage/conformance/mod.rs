@@ -70,6 +70,7 @@ pub fn all_checks<H: Harness>() -> Vec<(&'static str, Check<H>)> {
         ("remove_group_is_durable_and_spares_other_groups", remove_group_is_durable_and_spares_other_groups::<H>),
         ("remove_group_discards_its_staged_calls_only", remove_group_discards_its_staged_calls_only::<H>),
         ("removed_group_can_be_created_again", removed_group_can_be_created_again::<H>),
+        ("reset_group_leaves_its_superblock_alone", reset_group_leaves_its_superblock_alone::<H>),
         ("repeated_crashes_change_nothing", repeated_crashes_change_nothing::<H>),
         ("writes_after_recovery_continue_the_log", writes_after_recovery_continue_the_log::<H>),
         ("entry_contents_roundtrip", entry_contents_roundtrip::<H>),

@@ -188,6 +188,12 @@ impl Storage for Model {
         Ok(())
     }
 
+    fn reset_group(&mut self, group: GroupId, superblock: &Superblock) -> Result<(), StorageError> {
+        self.remove_group(group)?;
+        self.durable.entry(group).or_default().superblock = Some(superblock.clone());
+        Ok(())
+    }
+
     fn recover(&mut self) -> Result<Recovered, StorageError> {
         Ok(self.recovered())
     }
