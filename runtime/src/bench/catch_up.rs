@@ -90,7 +90,7 @@ impl Bench {
         &self,
         dir: &std::path::Path,
         interrupt: bool,
-        mut restart: impl FnMut(bool) -> Result<(), String>,
+        restart: &mut impl FnMut(bool) -> Result<(), String>,
     ) -> Result<CatchUpReport, String> {
         let floor = floor::measure(&dir.join("catch-up-floor"), STATE_CHUNK_SIZE_MAX_BYTES, 1)?;
         let state_bytes = self.sizes.largest_bytes();
@@ -152,7 +152,7 @@ impl Bench {
     }
 
     /// A shard counter of node `index`.
-    fn node_counter(&self, index: usize, name: &str) -> u64 {
+    pub(super) fn node_counter(&self, index: usize, name: &str) -> u64 {
         self.handles.borrow()[index].metrics().shard_counter(name).unwrap_or(0)
     }
 }

@@ -27,6 +27,7 @@ mod latency;
 pub(crate) mod network;
 pub(crate) mod process;
 mod report;
+mod restart;
 pub(crate) mod state;
 mod timeline;
 
@@ -88,6 +89,9 @@ pub(crate) struct BenchOptions {
     pub catch_up: bool,
     /// With `catch_up`: stop and start the new node again halfway.
     pub catch_up_interrupt: bool,
+    /// After the window (and before a catch-up), stop the last node and
+    /// start it again, its disk kept (D1, [`restart`]).
+    pub restart: bool,
 }
 
 impl Default for BenchOptions {
@@ -106,6 +110,7 @@ impl Default for BenchOptions {
             progress: true,
             catch_up: false,
             catch_up_interrupt: false,
+            restart: false,
         }
     }
 }
@@ -128,6 +133,7 @@ impl BenchOptions {
             ),
             (!self.catch_up || self.nodes >= 3, "--catch-up needs at least 3 nodes (a quorum while one rejoins)"),
             (self.catch_up || !self.catch_up_interrupt, "--catch-up-interrupt needs --catch-up"),
+            (!self.restart || self.nodes >= 3, "--restart needs at least 3 nodes (a quorum while one restarts)"),
         ];
         match rules.iter().find(|(holds, _)| !holds) {
             Some((_, rule)) => Err(rule.to_string()),
@@ -226,23 +232,26 @@ impl Bench {
         let window = started.elapsed();
         let after = bench.counters();
         let (state_bytes, rss_bytes) = (bench.sizes.largest_bytes(), process::resident_bytes());
-        let catch_up = if bench.options.catch_up {
+        let last = bench.options.nodes - 1;
+        let mut restart = |wipe: bool| -> Result<(), String> {
+            if let Some(node) = nodes.pop() {
+                node.stop();
+            }
+            let data = dir.join(format!("node-{}", last + 1));
+            if wipe {
+                std::fs::remove_dir_all(&data).map_err(|error| format!("wiping {}: {error}", data.display()))?;
+            }
+            let node = start_node(&bench.options, last, &addresses, &dir, &certs, &bench.sizes)?;
+            bench.handles.borrow_mut()[last] = node.handle();
+            nodes.push(node);
+            Ok(())
+        };
+        if bench.options.restart || bench.options.catch_up {
             bar.finish_and_clear();
-            let last = bench.options.nodes - 1;
-            let restart = |wipe: bool| -> Result<(), String> {
-                if let Some(node) = nodes.pop() {
-                    node.stop();
-                }
-                let data = dir.join(format!("node-{}", last + 1));
-                if wipe {
-                    std::fs::remove_dir_all(&data).map_err(|error| format!("wiping {}: {error}", data.display()))?;
-                }
-                let node = start_node(&bench.options, last, &addresses, &dir, &certs, &bench.sizes)?;
-                bench.handles.borrow_mut()[last] = node.handle();
-                nodes.push(node);
-                Ok(())
-            };
-            Some(bench.catch_up(&dir, bench.options.catch_up_interrupt, restart).await?)
+        }
+        let restarted = if bench.options.restart { Some(bench.restart(&mut restart).await?) } else { None };
+        let catch_up = if bench.options.catch_up {
+            Some(bench.catch_up(&dir, bench.options.catch_up_interrupt, &mut restart).await?)
         } else {
             None
         };
@@ -268,6 +277,7 @@ impl Bench {
         report.rss_bytes = rss_bytes;
         report.timeline = timeline;
         report.catch_up = catch_up;
+        report.restart = restarted;
         report.memory_bytes_per_replica = rss_after_start_bytes / replicas.max(1) as u64;
         for node in nodes {
             node.stop();
@@ -459,7 +469,7 @@ fn start_node(
         .data_dir(dir.join(format!("node-{}", node.0)))
         .shards(options.shards)
         .state_machine({
-            let (shape, sizes) = (options.state, sizes.clone());
+            let (shape, sizes) = (options.state, sizes.of_node(index));
             let state_dir = dir.join(format!("node-{}", node.0)).join("state");
             move |group| shape.state_machine(&sizes, group, &state_dir)
         });

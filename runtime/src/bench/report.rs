@@ -86,6 +86,8 @@ pub(crate) struct BenchReport {
     pub timeline: Vec<TimelineSample>,
     /// `--catch-up`: the new replica's transfer (D3).
     pub catch_up: Option<super::catch_up::CatchUpReport>,
+    /// `--restart`: the last node stopped and started again (D1).
+    pub restart: Option<super::restart::RestartReport>,
 }
 
 impl BenchReport {
@@ -142,6 +144,7 @@ impl BenchReport {
             rss_bytes: 0,
             timeline: Vec::new(),
             catch_up: None,
+            restart: None,
         }
     }
 
@@ -186,6 +189,7 @@ impl BenchReport {
             "rss_bytes": self.rss_bytes,
             "timeline": self.timeline.iter().map(sample_json).collect::<Vec<_>>(),
             "catch_up": self.catch_up.as_ref().map(super::catch_up::CatchUpReport::json),
+            "restart": self.restart.as_ref().map(super::restart::RestartReport::json),
         })
         .to_string()
     }
@@ -263,6 +267,9 @@ impl BenchReport {
             ),
         ];
         let mut rows = rows;
+        if let Some(restart) = &self.restart {
+            rows.push(("restart (D1)", restart.lines()));
+        }
         if let Some(catch_up) = &self.catch_up {
             rows.push(("catch-up (D3)", catch_up.lines()));
         }

@@ -60,6 +60,12 @@ pub(crate) struct BenchArgs {
     /// out, and start it at once (its disk kept): the transfer resumes.
     #[arg(long, requires = "catch_up")]
     pub catch_up_interrupt: bool,
+    /// After the window (before --catch-up), stop the last node and start
+    /// it again with its disk: the report gives how long it took to open
+    /// and to hold again as much state as the other nodes, while the
+    /// writes go on (D1: a restart does not rebuild state that is on disk).
+    #[arg(long, conflicts_with = "cluster")]
+    pub restart: bool,
     /// Print one JSON object as the last line instead of the table (the
     /// global `--json`).
     #[arg(skip)]
@@ -159,6 +165,7 @@ fn local_options(args: &BenchArgs) -> BenchOptions {
         timeline_secs: args.timeline_secs,
         catch_up: args.catch_up,
         catch_up_interrupt: args.catch_up_interrupt,
+        restart: args.restart,
         progress: true,
     }
 }

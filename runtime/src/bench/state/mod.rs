@@ -71,26 +71,44 @@ impl StateShape {
     }
 }
 
+/// One live replica's state size, with the index of its node.
+type ReplicaSize = (usize, Arc<AtomicU64>);
+
 /// The sizes of every live replica's state, on every node and shard.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct StateSizes(Arc<Mutex<Vec<Arc<AtomicU64>>>>);
+pub(crate) struct StateSizes {
+    all: Arc<Mutex<Vec<ReplicaSize>>>,
+    /// The node the handles made by this value belong to.
+    node: usize,
+}
 
 impl StateSizes {
+    /// The same registry, for the replicas of node `node`.
+    pub(crate) fn of_node(&self, node: usize) -> StateSizes {
+        StateSizes { all: Arc::clone(&self.all), node }
+    }
+
     /// A handle for a new replica. Handles of replicas that ended are
     /// dropped from the registry here, so it holds one per live replica
     /// (and a shard's restarts do not grow it).
     pub(crate) fn handle(&self) -> StateBytes {
         let bytes = Arc::new(AtomicU64::new(0));
-        let mut all = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        all.retain(|bytes| Arc::strong_count(bytes) > 1);
-        all.push(Arc::clone(&bytes));
+        let mut all = self.all.lock().unwrap_or_else(PoisonError::into_inner);
+        all.retain(|(_, bytes)| Arc::strong_count(bytes) > 1);
+        all.push((self.node, Arc::clone(&bytes)));
         StateBytes(bytes)
     }
 
     /// The largest state of any live replica.
     pub(crate) fn largest_bytes(&self) -> u64 {
-        let all = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        all.iter().map(|bytes| bytes.load(Ordering::Relaxed)).max().unwrap_or(0)
+        let all = self.all.lock().unwrap_or_else(PoisonError::into_inner);
+        all.iter().map(|(_, bytes)| bytes.load(Ordering::Relaxed)).max().unwrap_or(0)
+    }
+
+    /// The state of every live replica of node `node`, summed.
+    pub(crate) fn node_bytes(&self, node: usize) -> u64 {
+        let all = self.all.lock().unwrap_or_else(PoisonError::into_inner);
+        all.iter().filter(|(of, _)| *of == node).map(|(_, bytes)| bytes.load(Ordering::Relaxed)).sum()
     }
 }
 
@@ -126,7 +144,19 @@ mod tests {
         drop(large);
         assert_eq!(sizes.largest_bytes(), 10, "an ended replica counts as 0");
         let _restarted = sizes.handle();
-        assert_eq!(sizes.0.lock().expect("not poisoned").len(), 2, "the ended replica's handle is gone");
+        assert_eq!(sizes.all.lock().expect("not poisoned").len(), 2, "the ended replica's handle is gone");
+    }
+
+    #[test]
+    fn d1_a_node_s_replicas_are_summed_apart_from_the_others() {
+        let sizes = StateSizes::default();
+        let (first, second) = (sizes.of_node(0), sizes.of_node(1));
+        let (a, b, c) = (first.handle(), first.handle(), second.handle());
+        a.set(10);
+        b.set(5);
+        c.set(7);
+        assert_eq!((sizes.node_bytes(0), sizes.node_bytes(1), sizes.node_bytes(2)), (15, 7, 0));
+        assert_eq!(sizes.largest_bytes(), 10, "one registry for every node");
     }
 
     #[test]
