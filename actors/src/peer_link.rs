@@ -100,6 +100,9 @@ pub(crate) const LINK_CONGESTED_BYTES: usize = 8 * 1024 * 1024;
 pub(crate) const LINK_DRAINED_BYTES: usize = 1024 * 1024;
 
 const _: () = assert!(LINK_DRAINED_BYTES < LINK_CONGESTED_BYTES && LINK_CONGESTED_BYTES < LINK_QUEUE_MAX_BYTES);
+// A repair answer (one turn's Prepares to one peer) fits the queue several
+// times over: a turn's frames beyond the queue are dropped whole.
+const _: () = assert!(4 * cohort_core::replica::REPAIR_ANSWER_SIZE_MAX_BYTES as usize <= LINK_QUEUE_MAX_BYTES);
 
 /// What a link tells its shard, without a message: whether it is connected
 /// (R25) and whether it is congested (K4). Written by the link, read by the

@@ -27,6 +27,10 @@ pub struct Footprint {
     pub state_transfer_bytes: u64,
     /// The largest snapshot size any state transfer in progress declared.
     pub state_transfer_declared_max_bytes: u64,
+    /// D3: bytes of operations the tails of served streams hold, over all
+    /// replicas (each at most `state_transfer_log_bytes_max`, and only what
+    /// some receiver still needs).
+    pub served_tail_bytes: u64,
     /// Sends waiting for a flush to complete (or for a retried superblock).
     pub held_sends: usize,
     /// Commit entries queued for the next batches, over all peers.

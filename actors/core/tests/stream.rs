@@ -163,6 +163,8 @@ struct Cluster {
     drop_chunk_to_3: Option<u64>,
     /// Chunks to node 3 wait here and go one per tick (a slow link).
     slow: Option<VecDeque<(NodeId, Message)>>,
+    /// The most operation bytes node 1 sent node 3 in Prepares in one turn.
+    prepare_bytes_to_3_max: u64,
 }
 
 fn config() -> CoreConfig {
@@ -201,6 +203,7 @@ impl Cluster {
             chunks_to_3: 0,
             drop_chunk_to_3: None,
             slow: None,
+            prepare_bytes_to_3_max: 0,
         };
         for (me, node) in NODES.iter().enumerate() {
             let seen = Rc::new(RefCell::new(Seen { staged_bytes: 0, installed: 0, ..seen }));
@@ -228,6 +231,16 @@ impl Cluster {
             if effects.is_empty() {
                 break;
             }
+            let prepare_bytes_to_3: u64 = effects
+                .iter()
+                .filter_map(|effect| match effect {
+                    Effect::Send { to, message: Message::Prepare(prepare) } if *to == NODES[2] && node == NODES[0] => {
+                        Some(prepare.entry.operation.len() as u64)
+                    }
+                    _ => None,
+                })
+                .sum();
+            self.prepare_bytes_to_3_max = self.prepare_bytes_to_3_max.max(prepare_bytes_to_3);
             for effect in effects {
                 match effect {
                     Effect::Flush { id } => self.shard(node).on_flushed(id),
@@ -468,4 +481,61 @@ fn d1_a_state_sent_whole_in_several_chunks_arrives_while_writes_go_on() {
     let (primary, node_3) = (cluster.state(NODES[0]), cluster.state(NODES[2]));
     assert!(node_3 == primary, "node 3 caught up: {} bytes of {}", node_3.len(), primary.len());
     assert_eq!(cluster.seen[2].borrow().installed, 0, "sent whole, not streamed");
+}
+
+#[test]
+fn d3_the_tail_lets_go_of_what_the_receiver_took_and_the_stream_goes_once_it_caught_up() {
+    // Writes go on while node 3 installs the stream and catches up: the
+    // primary drops the tail's front as node 3's repairs move on, so its
+    // tail never holds all it dropped since the stream opened, and the
+    // stream goes once node 3's repairs come from the log.
+    let mut cluster = Cluster::behind();
+    cluster.slow = Some(VecDeque::new());
+    let mut held_max = 0;
+    let mut held_while_installed = Vec::new();
+    for _ in 0..400 {
+        cluster.ticks(1);
+        cluster.write(40);
+        let held = cluster.shards[0].footprint().served_tail_bytes;
+        held_max = held_max.max(held);
+        if cluster.seen[2].borrow().installed == 1 {
+            held_while_installed.push(held);
+        }
+    }
+    cluster.ticks(300);
+    assert_eq!(cluster.state(NODES[2]), cluster.state(NODES[0]), "node 3 caught up to the last write");
+    assert_eq!(cluster.seen[2].borrow().installed, 1, "one stream, then the tail and the log");
+    let dropped = 400 * 40;
+    assert!(held_max > 0 && held_max < dropped, "the tail held {held_max} bytes at most of {dropped} written");
+    let held_at_install = held_while_installed.first().copied().unwrap_or(0);
+    assert!(
+        held_while_installed.iter().all(|held| *held <= held_at_install),
+        "the tail only shrank once node 3 installed the stream: {held_while_installed:?}"
+    );
+    assert_eq!(cluster.shards[0].footprint().served_tail_bytes, 0, "the stream went once node 3 caught up");
+}
+
+#[test]
+fn d3_a_repair_answer_carries_at_most_its_size_of_operations() {
+    // Big writes while node 3 fetches the stream: the tail holds more
+    // than one repair answer may carry (8 MiB of operations), so node 3
+    // takes it in several answers, none of them past the bound by more
+    // than the entry that crosses it.
+    let mut cluster = Cluster::behind();
+    cluster.slow = Some(VecDeque::new());
+    let size = 256 * 1024;
+    for _ in 0..60 {
+        cluster.write(size);
+        cluster.ticks(1);
+    }
+    cluster.slow = None;
+    cluster.ticks(400);
+    assert_eq!(cluster.state(NODES[2]), cluster.state(NODES[0]), "node 3 caught up");
+    assert_eq!(cluster.seen[2].borrow().installed, 1, "one stream, then the tail");
+    let bound = (8 << 20) + size as u64;
+    assert!(
+        cluster.prepare_bytes_to_3_max > 2 * size as u64 && cluster.prepare_bytes_to_3_max <= bound,
+        "{} bytes of Prepares in one turn (bound {bound})",
+        cluster.prepare_bytes_to_3_max
+    );
 }

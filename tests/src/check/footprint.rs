@@ -71,6 +71,7 @@ impl FootprintBounds {
         seen.state_transfer_bytes = seen.state_transfer_bytes.max(footprint.state_transfer_bytes);
         seen.state_transfer_declared_max_bytes =
             seen.state_transfer_declared_max_bytes.max(footprint.state_transfer_declared_max_bytes);
+        seen.served_tail_bytes = seen.served_tail_bytes.max(footprint.served_tail_bytes);
         seen.held_sends = seen.held_sends.max(footprint.held_sends);
         seen.queued_commits = seen.queued_commits.max(footprint.queued_commits);
         seen.queued_replies = seen.queued_replies.max(footprint.queued_replies);

@@ -41,6 +41,7 @@ mod normal;
 mod quiet;
 mod recovery;
 mod repair;
+pub use repair::REPAIR_ANSWER_SIZE_MAX_BYTES;
 mod role;
 mod seal;
 mod snapshot;
@@ -155,6 +156,8 @@ pub struct Replica {
     pub(crate) repair_deadline: u64,
     /// The highest op known to exist that this member lacks.
     pub(crate) repair_target: Op,
+    /// The first op the last repair request asked for (0: none yet).
+    pub(crate) repair_asked_from: Op,
     /// A snapshot being fetched (it may span a view change).
     pub(crate) state_transfer: Option<Box<repair::StateTransfer>>,
     /// The highest view this member heard an election of (it joins it once
@@ -255,6 +258,7 @@ impl Replica {
             last_commit_seen: (View(0), Timestamp(0)),
             repair_deadline: 0,
             repair_target: Op(0),
+            repair_asked_from: Op(0),
             state_transfer: None,
             svc_view_seen: View(0),
             early_dvcs: Vec::new(),

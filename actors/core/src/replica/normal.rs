@@ -336,6 +336,7 @@ impl Replica {
             self.advance_commit(now, cx);
         } else if self.status() == Status::Normal && self.log_view == self.view {
             self.send_prepare_ok(cx.out);
+            self.repair_on(now, cx.out);
         }
     }
 
@@ -391,6 +392,8 @@ impl Replica {
         if !self.is_primary() || ok.view != self.view || ok.replica == self.spec.me {
             return;
         }
+        // D3: what it holds, it needs from no stream's tail.
+        self.receiver_holds(ok.replica, ok.op);
         if let Some(slot) = self.learner_slot(ok.replica) {
             return self.on_learner_prepare_ok(slot, ok.op, now, cx);
         }

@@ -48,6 +48,16 @@ pub(crate) struct StateTransfer {
     /// resumed.
     pub from_scratch: bool,
 }
+/// The most operation bytes one answer to a repair request carries (the
+/// entry that crosses it goes too; the receiver asks for the rest with its
+/// next request). Repair once sent up to `REPAIR_OPS_MAX` entries whatever
+/// their size: from a stream's tail, 1,024 writes of 64 KiB passed the
+/// link's queue (64 MiB), the whole turn's frames were dropped, again at
+/// every retry, and a member that had installed a streamed state never
+/// caught up (found by `cohort bench --restart`). 8 MiB every repair
+/// timeout (50 ms by default) is about 160 MB/s.
+pub const REPAIR_ANSWER_SIZE_MAX_BYTES: u64 = 8 << 20;
+
 impl Replica {
     /// True if this backup is missing ops it knows exist, or is fetching state.
     pub(crate) fn needs_repair(&self) -> bool {
@@ -69,6 +79,7 @@ impl Replica {
         }
         let op_min = self.log.op().next();
         let op_max = Op(self.repair_target.0.min(op_min.0 + REPAIR_OPS_MAX - 1));
+        self.repair_asked_from = op_min;
         let request = RequestPrepares {
             group: self.spec.group,
             incarnation: self.spec.incarnation,
@@ -80,6 +91,21 @@ impl Replica {
         out.send(self.node_of(self.primary_index()), Message::RequestPrepares(request));
     }
 
+    /// A follower whose last repair answer is in and durable (its first
+    /// op at least) asks for the next range at once instead of at its
+    /// repair deadline: an answer carries at most
+    /// [`REPAIR_ANSWER_SIZE_MAX_BYTES`], and one per repair timeout would
+    /// be slower than the writes a lagging member must catch up with.
+    pub(crate) fn repair_on(&mut self, now: u64, out: &mut Effects) {
+        if self.repair_asked_from > Op(0)
+            && self.durable_op >= self.repair_asked_from
+            && self.state_transfer.is_none()
+            && self.needs_repair()
+        {
+            self.request_repair(now, out);
+        }
+    }
+
     /// The primary answers a repair request.
     pub(crate) fn on_request_prepares(&mut self, request: RequestPrepares, now: u64, cx: &mut Context<'_>) {
         debug_assert!(self.spec.node_at(request.replica).is_some(), "the door checked the sender");
@@ -87,17 +113,26 @@ impl Replica {
             return;
         }
         let to = self.node_of(request.replica);
+        let mut size_left_bytes = REPAIR_ANSWER_SIZE_MAX_BYTES;
+        let mut op = request.op_min;
         if request.op_min <= self.log.base() {
             // D3: after a streamed state, what followed it comes from the
             // stream's tail, and the rest from the log.
-            if !self.serve_tail(request.op_min, request.op_max, to, now, cx) {
+            let Some((next, sent_bytes)) =
+                self.serve_tail(request.op_min, request.op_max, request.replica, size_left_bytes, now, cx)
+            else {
                 return self.serve_chunk(None, 0, request.replica, now, cx.out);
-            }
+            };
+            op = next;
+            size_left_bytes = size_left_bytes.saturating_sub(sent_bytes);
+        } else {
+            // The log answers it: it needs no stream's tail any more.
+            self.receiver_holds(request.replica, Op(request.op_min.0 - 1));
         }
         let last = request.op_max.min(self.log.op());
-        let mut op = request.op_min;
-        while op <= last {
+        while op <= last && size_left_bytes > 0 {
             if let Some(entry) = self.log.get(op).cloned() {
+                size_left_bytes = size_left_bytes.saturating_sub(entry.operation.len() as u64);
                 self.send_prepare(to, self.prepare_message(entry), cx);
             }
             op = op.next();

@@ -16,9 +16,20 @@
 //!   view change carries it whole); the committed entries it drops from
 //!   the log meanwhile are kept beside the stream, its *tail*, and answer
 //!   the receiver's repair requests once the state is in, so the receiver
-//!   catches up from the streamed op. The stream and its tail are dropped
-//!   once nobody asked for either in `state_stream_patience_ticks`, or once
-//!   the tail holds `state_transfer_log_bytes_max`.
+//!   catches up from the streamed op. The sender notes where each
+//!   receiver stands: one fetching the stream needs the whole tail, one
+//!   that installed it needs the tail from its repair request on, and one
+//!   whose repair the log answers needs none of it. The tail's front that
+//!   no receiver needs any more is let go, and the stream with it once no
+//!   receiver needs anything (so a receiver that installed and catches up
+//!   while the writes go on holds the tail only as long as it is behind,
+//!   and the tail's bound applies to what it still needs, not to all the
+//!   sender dropped since the stream opened). The stream and its tail are
+//!   also dropped once nobody asked for either in
+//!   `state_stream_patience_ticks`, or once the tail holds
+//!   `state_transfer_log_bytes_max`. A stream whose tail lost its front
+//!   is not served to a new receiver (it would install a state the tail no
+//!   longer joins): a new stream of the newest checkpoint is opened.
 //! - The stream is a header, then the state machine's bytes. Header
 //!   (little-endian): magic `b"COHX"`, version u8 (1), record size u32,
 //!   lineage size u16, the checkpoint record (`COHC`, see `snapshot`) of
@@ -49,7 +60,7 @@
 use bytes::{BufMut, Bytes, BytesMut};
 use cohort_messages::{LogEntry, MemberIndex, Message, NodeId, Op, STATE_CHUNK_SIZE_MAX_BYTES, StateChunk, View};
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 
 use super::repair::StateTransfer;
 use super::snapshot::{decode_checkpoint, state_is_held};
@@ -101,10 +112,15 @@ pub(crate) struct Export {
     /// After this tick without a chunk or tail entry asked for, the
     /// stream is dropped.
     pub expiry_tick: u64,
-    /// The committed entries after `op` that the log dropped since the
-    /// stream opened, in op order, and their operations' bytes.
+    /// The committed entries that the log dropped since the stream opened,
+    /// in op order from `tail_start`, less the front no receiver needs any
+    /// more, and their operations' bytes.
     tail: VecDeque<LogEntry>,
+    tail_start: Op,
     tail_bytes: u64,
+    /// Per receiver, the first op of the tail it still needs (`op + 1`
+    /// while it fetches the stream).
+    needs: BTreeMap<MemberIndex, Op>,
     /// The end of the furthest chunk sent (what lies below went out).
     sent_end: u64,
 }
@@ -131,7 +147,7 @@ impl Served {
     fn reaches(&self) -> Op {
         match self {
             Served::Whole(snapshot) => snapshot.op,
-            Served::Stream(export) => Op(export.op.0 + export.tail.len() as u64),
+            Served::Stream(export) => export.reaches(),
         }
     }
 
@@ -274,7 +290,9 @@ impl Replica {
             size_bytes,
             expiry_tick: now + self.config.state_stream_patience_ticks,
             tail: VecDeque::new(),
+            tail_start: checkpoint.op.next(),
             tail_bytes: 0,
+            needs: BTreeMap::new(),
             sent_end: 0,
         })))
     }
@@ -332,6 +350,11 @@ impl Replica {
         {
             self.served = None;
         }
+        // A stream whose tail lost its front joins the log no more from
+        // its own op: a new receiver gets a new stream.
+        if matches!(&self.served, Some(Served::Stream(export)) if export.tail_start > export.op.next()) {
+            self.served = None;
+        }
         let chunk_max = self.config.state_chunk_size_bytes;
         let patience = self.config.state_stream_patience_ticks;
         let Some(served) = self.served(now, out) else { return };
@@ -349,6 +372,8 @@ impl Replica {
             }
             Served::Stream(export) => {
                 export.expiry_tick = now + patience;
+                // It fetches the stream: it needs the whole tail.
+                export.needs.insert(to, export.op.next());
                 let piece = export.chunk_at(offset, chunk_max).ok();
                 if let Some((start, chunk)) = &piece {
                     again = *start < export.sent_end;
@@ -394,33 +419,78 @@ impl Replica {
             return;
         };
         for entry in dropped {
-            assert_eq!(entry.op, Op(export.op.0 + export.tail.len() as u64).next(), "a tail has no gap");
+            let next = Op(export.tail_start.0 + export.tail.len() as u64);
+            assert_eq!(entry.op, next, "a tail has no gap");
             export.tail_bytes += entry.operation.len() as u64;
             export.tail.push_back(entry);
         }
+        export.let_go_of_the_front();
         if export.tail_bytes > max {
             self.served = None;
+        }
+        debug_assert!(self.served_tail_bytes() <= max, "D3: a tail within its bound");
+    }
+
+    /// D3: `receiver` holds every op through `op` (it acknowledged it, or
+    /// repairs from the op after it): a served stream's tail lets go of
+    /// what it no longer needs, and the stream goes once no receiver needs
+    /// anything of it.
+    pub(crate) fn receiver_holds(&mut self, receiver: MemberIndex, op: Op) {
+        let Some(Served::Stream(export)) = &mut self.served else { return };
+        let reaches = export.reaches();
+        let Some(needed) = export.needs.get_mut(&receiver) else { return };
+        if op < reaches {
+            *needed = (*needed).max(op.next());
+            export.let_go_of_the_front();
+            return;
+        }
+        export.needs.remove(&receiver);
+        if export.needs.is_empty() {
+            self.served = None;
+        } else {
+            export.let_go_of_the_front();
         }
     }
 
     /// D3: a repair request from `op_min` that a served stream's tail
     /// answers (the receiver installed the stream, and asks for what
-    /// followed it): send the tail's entries from `op_min` up to `op_max`
-    /// and true; false if the tail does not hold `op_min`.
-    pub(crate) fn serve_tail(&mut self, op_min: Op, op_max: Op, to: NodeId, now: u64, cx: &mut Context<'_>) -> bool {
+    /// followed it): send the tail's entries from `op_min` up to `op_max`,
+    /// while `size_max_bytes` of operations last (one entry at least), and
+    /// return the op after the last one sent and the bytes sent; `None` if
+    /// the tail does not hold `op_min`. What lies below `op_min` the
+    /// receiver needs no more.
+    pub(crate) fn serve_tail(
+        &mut self,
+        op_min: Op,
+        op_max: Op,
+        receiver: MemberIndex,
+        size_max_bytes: u64,
+        now: u64,
+        cx: &mut Context<'_>,
+    ) -> Option<(Op, u64)> {
         let patience = self.config.state_stream_patience_ticks;
-        let Some(Served::Stream(export)) = &mut self.served else { return false };
-        if op_min <= export.op || op_min.0 > export.op.0 + export.tail.len() as u64 {
-            return false;
+        let to = self.node_of(receiver);
+        let Some(Served::Stream(export)) = &mut self.served else { return None };
+        if op_min < export.tail_start || op_min > export.reaches() {
+            return None;
         }
         export.expiry_tick = now + patience;
-        let skip = (op_min.0 - export.op.0 - 1) as usize;
-        let count = (op_max.0.saturating_sub(op_min.0) + 1) as usize;
-        let entries: Vec<LogEntry> = export.tail.iter().skip(skip).take(count).cloned().collect();
+        export.needs.insert(receiver, op_min);
+        export.let_go_of_the_front();
+        let skip = (op_min.0 - export.tail_start.0) as usize;
+        let (mut entries, mut sent_bytes) = (Vec::new(), 0);
+        for entry in export.tail.iter().skip(skip).take_while(|entry| entry.op <= op_max) {
+            if sent_bytes >= size_max_bytes {
+                break;
+            }
+            sent_bytes += entry.operation.len() as u64;
+            entries.push(entry.clone());
+        }
+        let next = entries.last().map_or(op_min, |entry| entry.op.next());
         for entry in entries {
             self.send_prepare(to, self.prepare_message(entry), cx);
         }
-        true
+        Some((next, sent_bytes))
     }
 
     /// D3: a stream no chunk was asked for within its patience is dropped
@@ -428,6 +498,14 @@ impl Replica {
     pub(crate) fn expire_stream(&mut self, now: u64) {
         if matches!(&self.served, Some(Served::Stream(export)) if export.expiry_tick <= now) {
             self.served = None;
+        }
+    }
+
+    /// D3: bytes of operations the served stream's tail holds.
+    pub(crate) fn served_tail_bytes(&self) -> u64 {
+        match &self.served {
+            Some(Served::Stream(export)) => export.tail_bytes,
+            _ => 0,
         }
     }
 
@@ -557,6 +635,24 @@ fn failed(out: &mut Effects) -> StreamError {
 }
 
 impl Export {
+    /// The op the stream with its tail reaches.
+    fn reaches(&self) -> Op {
+        Op(self.tail_start.0 - 1 + self.tail.len() as u64)
+    }
+
+    /// Drop the tail's entries below what every receiver still needs.
+    fn let_go_of_the_front(&mut self) {
+        let Some(&needed) = self.needs.values().min() else { return };
+        while self.tail_start < needed
+            && let Some(entry) = self.tail.pop_front()
+        {
+            debug_assert_eq!(entry.op, self.tail_start, "the tail's front is at its start");
+            self.tail_bytes -= entry.operation.len() as u64;
+            self.tail_start = self.tail_start.next();
+        }
+        debug_assert!(self.tail_start > self.op, "the tail starts after the streamed op");
+    }
+
     /// The chunk at `offset` (the header's chunks, then the state
     /// machine's), or the first one if the view cannot start there.
     fn chunk_at(&mut self, offset: u64, chunk_max: usize) -> Result<(u64, Bytes), String> {

@@ -22,6 +22,7 @@ impl Shard {
             let election = replica.election().map_or(0, |election| election.dvcs.iter().flatten().count());
             let dvcs = election + replica.early_dvcs.len();
             footprint.do_view_changes_max = footprint.do_view_changes_max.max(dvcs);
+            footprint.served_tail_bytes += replica.served_tail_bytes();
             if let Some(transfer) = &replica.state_transfer {
                 footprint.state_transfer_bytes += transfer.data.len() as u64;
                 // D3: a stream's size is the disk's business; only a whole
