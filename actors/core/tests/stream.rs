@@ -529,9 +529,23 @@ fn d3_a_repair_answer_carries_at_most_its_size_of_operations() {
         cluster.ticks(1);
     }
     cluster.slow = None;
-    cluster.ticks(400);
+    let (mut installed_at, mut caught_up_at) = (None, None);
+    for tick in 0..400 {
+        cluster.ticks(1);
+        if installed_at.is_none() && cluster.seen[2].borrow().installed == 1 {
+            installed_at = Some(tick);
+        }
+        if caught_up_at.is_none() && cluster.state(NODES[2]) == cluster.state(NODES[0]) {
+            caught_up_at = Some(tick);
+        }
+    }
     assert_eq!(cluster.state(NODES[2]), cluster.state(NODES[0]), "node 3 caught up");
     assert_eq!(cluster.seen[2].borrow().installed, 1, "one stream, then the tail");
+    // The first request after the install waits for its repair deadline
+    // (5 ticks); a cut answer is followed by the next request at once, not
+    // a deadline later (which took until 10 ticks after the install).
+    let (installed_at, caught_up_at) = (installed_at.expect("installed"), caught_up_at.expect("caught up"));
+    assert!(caught_up_at <= installed_at + 6, "installed at tick {installed_at}, caught up at {caught_up_at}");
     let bound = (8 << 20) + size as u64;
     assert!(
         cluster.prepare_bytes_to_3_max > 2 * size as u64 && cluster.prepare_bytes_to_3_max <= bound,

@@ -156,8 +156,10 @@ pub struct Replica {
     pub(crate) repair_deadline: u64,
     /// The highest op known to exist that this member lacks.
     pub(crate) repair_target: Op,
-    /// The first op the last repair request asked for (0: none yet).
-    pub(crate) repair_asked_from: Op,
+    /// The range the last repair request asked for (0..0: none yet), and
+    /// the bytes of operations taken from that range since.
+    pub(crate) repair_asked: (Op, Op),
+    pub(crate) repair_answer_bytes: u64,
     /// A snapshot being fetched (it may span a view change).
     pub(crate) state_transfer: Option<Box<repair::StateTransfer>>,
     /// The highest view this member heard an election of (it joins it once
@@ -258,7 +260,8 @@ impl Replica {
             last_commit_seen: (View(0), Timestamp(0)),
             repair_deadline: 0,
             repair_target: Op(0),
-            repair_asked_from: Op(0),
+            repair_asked: (Op(0), Op(0)),
+            repair_answer_bytes: 0,
             state_transfer: None,
             svc_view_seen: View(0),
             early_dvcs: Vec::new(),

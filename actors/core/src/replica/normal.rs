@@ -312,6 +312,9 @@ impl Replica {
                 // from its log, whose views never go back; ours is a prefix.
                 return cx.refuse(crate::refusal::Refusal::LogViewsGoBack);
             }
+            if (self.repair_asked.0..=self.repair_asked.1).contains(&op) {
+                self.repair_answer_bytes += prepare.entry.operation.len() as u64;
+            }
             self.stage_append(prepare.entry, cx.out);
             debug_assert_eq!(self.log.op(), op, "a Prepare next in line extends the log by one");
             if self.config.mutated(Mutant::AckBeforeDurable) {

@@ -79,7 +79,8 @@ impl Replica {
         }
         let op_min = self.log.op().next();
         let op_max = Op(self.repair_target.0.min(op_min.0 + REPAIR_OPS_MAX - 1));
-        self.repair_asked_from = op_min;
+        self.repair_asked = (op_min, op_max);
+        self.repair_answer_bytes = 0;
         let request = RequestPrepares {
             group: self.spec.group,
             incarnation: self.spec.incarnation,
@@ -91,14 +92,18 @@ impl Replica {
         out.send(self.node_of(self.primary_index()), Message::RequestPrepares(request));
     }
 
-    /// A follower whose last repair answer is in and durable (its first
-    /// op at least) asks for the next range at once instead of at its
-    /// repair deadline: an answer carries at most
-    /// [`REPAIR_ANSWER_SIZE_MAX_BYTES`], and one per repair timeout would
-    /// be slower than the writes a lagging member must catch up with.
+    /// A follower whose last repair answer was cut at
+    /// [`REPAIR_ANSWER_SIZE_MAX_BYTES`] (it took that much from the range
+    /// it asked for, and the range is not whole) asks for the rest as soon
+    /// as that answer is durable (its first op at least), instead of at its
+    /// repair deadline: one cut answer per repair timeout would be slower
+    /// than the writes a lagging member must catch up with. Any other
+    /// answer keeps the deadline, as before.
     pub(crate) fn repair_on(&mut self, now: u64, out: &mut Effects) {
-        if self.repair_asked_from > Op(0)
-            && self.durable_op >= self.repair_asked_from
+        let (asked_from, asked_to) = self.repair_asked;
+        if self.repair_answer_bytes >= REPAIR_ANSWER_SIZE_MAX_BYTES
+            && self.durable_op >= asked_from
+            && self.log.op() < asked_to
             && self.state_transfer.is_none()
             && self.needs_repair()
         {
