@@ -54,8 +54,9 @@ pub(crate) struct StateTransfer {
 /// their size: from a stream's tail, 1,024 writes of 64 KiB passed the
 /// link's queue (64 MiB), the whole turn's frames were dropped, again at
 /// every retry, and a member that had installed a streamed state never
-/// caught up (found by `cohort bench --restart`). 8 MiB every repair
-/// timeout (50 ms by default) is about 160 MB/s.
+/// caught up (found by `cohort bench --restart`). 8 MiB per repair
+/// timeout (500 ms on a node's 100 ms tick) would be 16 MB/s: a cut
+/// answer is followed at once by the next request ([`Replica::repair_on`]).
 pub const REPAIR_ANSWER_SIZE_MAX_BYTES: u64 = 8 << 20;
 
 impl Replica {
