@@ -56,7 +56,7 @@ pub(crate) struct StateTransfer {
 /// every retry, and a member that had installed a streamed state never
 /// caught up (found by `cohort bench --restart`). 8 MiB per repair
 /// timeout (500 ms on a node's 100 ms tick) would be 16 MB/s: a cut
-/// answer is followed at once by the next request ([`Replica::repair_on`]).
+/// answer is followed at once by the next request (`Replica::repair_on`).
 pub const REPAIR_ANSWER_SIZE_MAX_BYTES: u64 = 8 << 20;
 
 impl Replica {
