@@ -85,7 +85,7 @@ pub(crate) const APPLY_LATENCY_BUCKETS_SECONDS: [f64; 19] = [
 ];
 
 /// How many counters a [`ShardMetrics`] holds; one exported family each.
-const SHARD_COUNTER_COUNT: usize = 31;
+const SHARD_COUNTER_COUNT: usize = 32;
 
 /// Name (without prefix and without the `_total` the encoder appends) and help
 /// of each exported shard counter, in the order of [`shard_counter_values`].
@@ -148,6 +148,10 @@ const SHARD_COUNTER_SPECS: [(&str, &str); SHARD_COUNTER_COUNT] = [
     ),
     ("state_streams_opened", "Streams of a checkpoint opened to serve state transfers (D3)"),
     ("state_streams_installed", "Streamed state transfers installed by this node's replicas (D3)"),
+    (
+        "backlog_bytes_served",
+        "Bytes of operations primaries sent lagging members from the entries their snapshots dropped, instead of a state transfer (D1)",
+    ),
 ];
 
 /// The counters of `metrics` in the order of [`SHARD_COUNTER_SPECS`].
@@ -187,6 +191,7 @@ fn shard_counter_values(metrics: &ShardMetrics) -> [u64; SHARD_COUNTER_COUNT] {
         state_chunk_bytes_taken,
         state_streams_opened,
         state_streams_installed,
+        backlog_bytes_served,
     } = *metrics;
     [
         commit_batches_sent,
@@ -220,6 +225,7 @@ fn shard_counter_values(metrics: &ShardMetrics) -> [u64; SHARD_COUNTER_COUNT] {
         state_chunk_bytes_taken,
         state_streams_opened,
         state_streams_installed,
+        backlog_bytes_served,
     ]
 }
 
@@ -1451,6 +1457,7 @@ mod tests {
             &mut metrics.state_chunk_bytes_taken,
             &mut metrics.state_streams_opened,
             &mut metrics.state_streams_installed,
+            &mut metrics.backlog_bytes_served,
         ];
         for (index, field) in fields.into_iter().enumerate() {
             *field = base + index as u64;

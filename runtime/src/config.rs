@@ -347,6 +347,9 @@ pub struct LimitsSection {
     /// T5: the largest snapshot a state transfer may declare
     /// (`CoreConfig::state_transfer_size_max_bytes`).
     pub state_transfer_size_max_bytes: u64,
+    /// D1: bytes of operations a shard's primaries keep for members that
+    /// lag (`CoreConfig::backlog_size_max_bytes`); 0 keeps none.
+    pub backlog_size_max_bytes: u64,
 }
 
 impl Default for LimitsSection {
@@ -357,6 +360,7 @@ impl Default for LimitsSection {
             request_queue_max: core.request_queue_max,
             view_jump_max_views: core.view_jump_max_views,
             state_transfer_size_max_bytes: core.state_transfer_size_max_bytes,
+            backlog_size_max_bytes: core.backlog_size_max_bytes,
         }
     }
 }
@@ -369,6 +373,7 @@ impl LimitsSection {
             request_queue_max: self.request_queue_max,
             view_jump_max_views: self.view_jump_max_views,
             state_transfer_size_max_bytes: self.state_transfer_size_max_bytes,
+            backlog_size_max_bytes: self.backlog_size_max_bytes,
             ..core
         }
     }
@@ -1029,6 +1034,15 @@ mod tests {
         assert!(matches!(&error, ConfigError::Rule { key: "limits.view_jump_max_views", .. }), "{error}");
         let error = Config::from_toml("[limits]\nstate_transfer_size_max_bytes = 1024").expect_err("refused");
         assert!(matches!(&error, ConfigError::Rule { key: "limits.state_transfer_size_max_bytes", .. }), "{error}");
+    }
+
+    #[test]
+    fn d1_the_backlog_budget_reaches_the_core_and_zero_keeps_none() {
+        let config = Config::from_toml("[limits]\nbacklog_size_max_bytes = 0").expect("0 is valid: no backlog");
+        assert_eq!(config.limits.apply(cohort_core::CoreConfig::default()).backlog_size_max_bytes, 0);
+        let default = Config::default().limits.apply(cohort_core::CoreConfig::default());
+        assert_eq!(default.backlog_size_max_bytes, cohort_core::CoreConfig::default().backlog_size_max_bytes);
+        assert_eq!(Config::default(), Config::from_toml(DEFAULT_TOML).expect("valid"));
     }
 
     #[test]

@@ -159,6 +159,12 @@ impl SimConfig {
                 snapshot_interval_bytes: 1 << 20,
                 clients_max: 64,
                 request_queue_max: 64,
+                // D1: a backlog of a few snapshot intervals of the run's
+                // small writes, shared by a shard's groups: a short stop
+                // repairs from it, a longer one (or a busier shard) takes
+                // a state transfer, so the runs cover both and the drop
+                // of the oldest entries at the budget.
+                backlog_size_max_bytes: 512,
                 ..CoreConfig::default()
             },
             write_mode: cohort_core::WriteMode::Sync,
@@ -265,6 +271,9 @@ pub struct Report {
     /// Z4: StartViews primaries withheld, having sent the member one within
     /// a repair timeout, summed over every node and every start.
     pub start_views_withheld: u64,
+    /// D1: bytes of operations primaries served lagging members from
+    /// their backlogs, summed over every node and every start.
+    pub backlog_bytes_served: u64,
     /// H5: writes refused because a group's client table had evicted the
     /// client, which then started again under a fresh id.
     pub evicted_clients: u64,
@@ -547,6 +556,7 @@ impl Sim {
             random_transfers: self.transfers.counts,
             quiet,
             start_views_withheld: metrics.start_views_withheld,
+            backlog_bytes_served: metrics.backlog_bytes_served,
             evicted_clients: self.evicted_clients,
             history: self.history,
         }

@@ -166,9 +166,9 @@ pub struct CoreConfig {
     pub state_transfer_size_max_bytes: u64,
     /// D3: the size of the chunks a streamed state transfer sends, in
     /// bytes (a whole snapshot, held in memory on both sides, always goes
-    /// in `STATE_CHUNK_SIZE_MAX_BYTES` chunks). The receiver asks for one
-    /// chunk at a time (its flow control), so this is also what one
-    /// transfer holds in flight. Default and most
+    /// in `STATE_CHUNK_SIZE_MAX_BYTES` chunks). The receiver keeps at most
+    /// two chunks of a stream asked for (its flow control), so twice this
+    /// is what one transfer holds in flight. Default and most
     /// `STATE_CHUNK_SIZE_MAX_BYTES` (4 MiB); at least 64 (the simulator
     /// uses small chunks, so that its faults cut transfers at every chunk).
     pub state_chunk_size_bytes: usize,
@@ -184,6 +184,17 @@ pub struct CoreConfig {
     /// enough for a receiver to restart and resume. Default 300 (30 s at
     /// 100 ms/tick); at least `repair_timeout_ticks`.
     pub state_stream_patience_ticks: u64,
+    /// D1: a primary keeps the committed entries its snapshots drop from
+    /// the log while a member that acknowledged less still needs them (it
+    /// was stopped or cut off for a moment), and answers that member's
+    /// repair from them instead of sending it the whole state. This many
+    /// bytes of operations at most, over all the groups of the shard (not
+    /// per group: a dead node costs each peer shard this much whatever its
+    /// group count); past it the oldest entries go, and a member whose gap
+    /// they no longer hold takes a state transfer, as without them.
+    /// Default 128 MiB (16 snapshot intervals of 8 MiB: a few seconds of
+    /// a group's writes at the disk's rate); 0 keeps none.
+    pub backlog_size_max_bytes: u64,
     /// Test builds only: the safety rule broken on purpose, for the
     /// simulator's mutation suite (see [`crate::mutants`]). The field does
     /// not exist in other builds.
@@ -205,6 +216,7 @@ impl Default for CoreConfig {
             state_chunk_size_bytes: cohort_messages::STATE_CHUNK_SIZE_MAX_BYTES,
             state_transfer_log_bytes_max: 512 << 20,
             state_stream_patience_ticks: 300,
+            backlog_size_max_bytes: 128 << 20,
             #[cfg(any(test, feature = "mutants"))]
             mutant: None,
         }

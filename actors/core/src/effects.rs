@@ -67,6 +67,11 @@ pub struct Effects {
     /// D1, D3: what replicas counted since the shard last collected it
     /// (see [`Effects::take_counts`]).
     counts: ShardMetrics,
+    /// D1: bytes of operations the backlogs of this shard's primaries hold
+    /// (see `replica::backlog`). Each backlog holds a handle and gives its
+    /// bytes back when dropped, with its primary's role state or its
+    /// replica, so the figure cannot drift from what is held.
+    backlog_ledger: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Effects {
@@ -101,6 +106,11 @@ impl Effects {
         self.counts.state_chunk_bytes_taken += size_bytes;
     }
 
+    /// D1: a primary sent `size_bytes` of operations from its backlog.
+    pub fn count_backlog_served(&mut self, size_bytes: u64) {
+        self.counts.backlog_bytes_served += size_bytes;
+    }
+
     /// D3: a stream of a checkpoint was opened to serve a transfer.
     pub fn count_stream_opened(&mut self) {
         self.counts.state_streams_opened += 1;
@@ -109,6 +119,16 @@ impl Effects {
     /// D3: a streamed state was installed.
     pub fn count_stream_installed(&mut self) {
         self.counts.state_streams_installed += 1;
+    }
+
+    /// D1: the shard's backlog ledger, for a backlog to hold.
+    pub(crate) fn backlog_ledger(&self) -> &std::sync::Arc<std::sync::atomic::AtomicU64> {
+        &self.backlog_ledger
+    }
+
+    /// D1: bytes of operations every backlog of the shard holds.
+    pub fn backlog_size_bytes(&self) -> u64 {
+        self.backlog_ledger.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Add what was counted since the last call to `metrics`.

@@ -31,6 +31,9 @@ pub struct Footprint {
     /// replicas (each at most `state_transfer_log_bytes_max`, and only what
     /// some receiver still needs).
     pub served_tail_bytes: u64,
+    /// D1: bytes of operations the backlogs of the shard's primaries hold
+    /// (at most `backlog_size_max_bytes` over the shard).
+    pub backlog_bytes: u64,
     /// Sends waiting for a flush to complete (or for a retried superblock).
     pub held_sends: usize,
     /// Commit entries queued for the next batches, over all peers.

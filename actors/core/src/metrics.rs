@@ -80,6 +80,10 @@ pub struct ShardMetrics {
     pub state_streams_opened: u64,
     /// D3: streamed states installed.
     pub state_streams_installed: u64,
+    /// D1: bytes of operations primaries sent lagging members from their
+    /// backlogs (entries their snapshots dropped), instead of a state
+    /// transfer.
+    pub backlog_bytes_served: u64,
 }
 
 impl ShardMetrics {
@@ -117,6 +121,7 @@ impl ShardMetrics {
             state_chunk_bytes_taken,
             state_streams_opened,
             state_streams_installed,
+            backlog_bytes_served,
         } = other;
         self.commit_batches_sent += commit_batches_sent;
         self.commit_entries_sent += commit_entries_sent;
@@ -149,6 +154,7 @@ impl ShardMetrics {
         self.state_chunk_bytes_taken += state_chunk_bytes_taken;
         self.state_streams_opened += state_streams_opened;
         self.state_streams_installed += state_streams_installed;
+        self.backlog_bytes_served += backlog_bytes_served;
     }
 }
 

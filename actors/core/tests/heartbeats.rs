@@ -926,3 +926,59 @@ fn r12_a_failed_superblock_stage_holds_view_change_messages_until_the_retry_is_d
     }
     assert!(sent_view_change(&released), "sent once the retried superblock is durable: {released:?}");
 }
+
+/// V7: on disk, a backup that had not taken its primary's log yet (its
+/// view past its log's view) looks like a member electing that view, and
+/// the first answers Commits, so it may have granted a lease. Restarted in
+/// a view another member leads, it comes back as a backup and joins no
+/// election before a heartbeat timeout has passed, the lease a restarted
+/// member keeps (seed 6001456: it came back electing and voted the next
+/// view in while the primary it had confirmed still served reads).
+#[test]
+fn v7_a_lagging_backup_restarted_joins_no_election_within_its_lease() {
+    let mut h = Harness::new(timing());
+    let members = vec![PEER, ME, PEER2];
+    // View 6 is member 0's (PEER); this node's log is of view 5.
+    let superblock = cohort_core::storage::Superblock {
+        view: View(6),
+        log_view: View(5),
+        commit: Op(0),
+        incarnation: Incarnation(1),
+        members: members.clone(),
+        replication_quorum: 2,
+        recovering: false,
+    };
+    let recovered = RecoveredGroup { superblock: Some(superblock), snapshot: None, entries: Vec::new() };
+    h.shard.recover_group(spec(4, members, 1, None), Box::new(Counter(0)), recovered).expect("recovered");
+    h.drain();
+    assert_eq!(h.role(4), Role::Backup, "back as the backup it may have been");
+    // Election messages of a view past 6 (a StartViewChange of view 6 to
+    // its primary asks for the StartView it missed, and joins nothing).
+    let election_messages = |h: &Harness| {
+        h.log
+            .iter()
+            .filter(|(_, effect)| match effect {
+                Effect::Send { message: Message::StartViewChange(svc), .. } => svc.view > View(6),
+                Effect::Send { message: Message::DoViewChange(dvc), .. } => dvc.view > View(6),
+                _ => false,
+            })
+            .count()
+    };
+    let lease_ticks = timing().commit_heartbeat_timeout_ticks;
+    for _ in 0..lease_ticks - 1 {
+        // Member 2 keeps asking for view 7.
+        let svc = cohort_messages::StartViewChange {
+            group: GroupId(4),
+            incarnation: Incarnation(1),
+            view: View(7),
+            replica: MemberIndex(2),
+        };
+        h.shard.on_message(PEER2, Message::StartViewChange(svc));
+        h.drain();
+        h.tick();
+        assert_eq!(election_messages(&h), 0, "an election joined at tick {} within the lease", h.now);
+    }
+    h.ticks(2);
+    assert!(election_messages(&h) > 0, "once the lease is over it elects");
+    assert_ne!(h.role(4), Role::Backup);
+}

@@ -165,6 +165,8 @@ struct Cluster {
     slow: Option<VecDeque<(NodeId, Message)>>,
     /// The most operation bytes node 1 sent node 3 in Prepares in one turn.
     prepare_bytes_to_3_max: u64,
+    /// The most chunk requests node 3 sent in one turn.
+    chunk_requests_of_3_max: usize,
 }
 
 fn config() -> CoreConfig {
@@ -181,8 +183,17 @@ fn config_with_tail(tail_bytes_max: u64) -> CoreConfig {
         // Smaller than the state streamed: the whole-snapshot cap does
         // not apply to streams.
         state_transfer_size_max_bytes: cohort_messages::STATE_CHUNK_SIZE_MAX_BYTES as u64,
+        // These tests are of streams: the primary keeps no backlog, so a
+        // member behind its checkpoint takes one (the backlog's own tests
+        // set it).
+        backlog_size_max_bytes: 0,
         ..CoreConfig::default()
     }
+}
+
+/// The tests' config with a backlog of `backlog_bytes_max` per shard.
+fn config_with_backlog(backlog_bytes_max: u64) -> CoreConfig {
+    CoreConfig { backlog_size_max_bytes: backlog_bytes_max, ..config() }
 }
 
 impl Cluster {
@@ -204,6 +215,7 @@ impl Cluster {
             drop_chunk_to_3: None,
             slow: None,
             prepare_bytes_to_3_max: 0,
+            chunk_requests_of_3_max: 0,
         };
         for (me, node) in NODES.iter().enumerate() {
             let seen = Rc::new(RefCell::new(Seen { staged_bytes: 0, installed: 0, ..seen }));
@@ -241,6 +253,13 @@ impl Cluster {
                 })
                 .sum();
             self.prepare_bytes_to_3_max = self.prepare_bytes_to_3_max.max(prepare_bytes_to_3);
+            if node == NODES[2] {
+                let requests = effects
+                    .iter()
+                    .filter(|effect| matches!(effect, Effect::Send { message: Message::RequestStateTransfer(_), .. }))
+                    .count();
+                self.chunk_requests_of_3_max = self.chunk_requests_of_3_max.max(requests);
+            }
             for effect in effects {
                 match effect {
                     Effect::Flush { id } => self.shard(node).on_flushed(id),
@@ -551,5 +570,78 @@ fn d3_a_repair_answer_carries_at_most_its_size_of_operations() {
         cluster.prepare_bytes_to_3_max > 2 * size as u64 && cluster.prepare_bytes_to_3_max <= bound,
         "{} bytes of Prepares in one turn (bound {bound})",
         cluster.prepare_bytes_to_3_max
+    );
+}
+
+#[test]
+fn d1_a_member_back_from_a_short_stop_repairs_from_the_backlog_not_a_stream() {
+    // Node 3 missed 100 writes of 40 bytes, past several of the primary's
+    // checkpoints: the primary kept what they dropped for it (it had
+    // acknowledged the first write), so the log's repair path brings it
+    // back, and nothing of the state is streamed.
+    let mut cluster = Cluster::behind_with(config_with_backlog(1 << 20), true);
+    let held = cluster.shards[0].footprint().backlog_bytes;
+    assert!(held >= 64 * 40, "the primary kept what its checkpoints dropped: {held} bytes");
+    cluster.ticks(100);
+    assert_eq!(cluster.state(NODES[2]), cluster.state(NODES[0]), "node 3 caught up");
+    let seen = *cluster.seen[2].borrow();
+    assert_eq!((seen.installed, seen.staged_bytes), (0, 0), "no state was streamed");
+    assert_eq!(cluster.shards[0].metrics().state_chunks_sent, 0);
+    assert!(cluster.shards[0].metrics().backlog_bytes_served >= 64 * 40);
+    for _ in 0..40 {
+        cluster.write(40);
+    }
+    assert_eq!(cluster.shards[0].footprint().backlog_bytes, 0, "the backlog went once node 3 caught up");
+}
+
+#[test]
+fn d1_a_gap_past_the_backlog_budget_takes_a_stream_and_the_backlog_keeps_within_it() {
+    // A budget of 1,000 bytes for 4,000 dropped: the backlog keeps the
+    // newest entries, which no longer join node 3's log, so node 3 gets
+    // the state streamed, as without a backlog.
+    let mut cluster = Cluster::with(config_with_backlog(1000), true);
+    cluster.write(0);
+    cluster.cut.push(NODES[2]);
+    let mut held_max = 0;
+    for _ in 0..100 {
+        cluster.write(40);
+        held_max = held_max.max(cluster.shards[0].footprint().backlog_bytes);
+    }
+    cluster.cut.clear();
+    assert!(held_max > 0 && held_max <= 1000, "the backlog held {held_max} bytes, budget 1000");
+    cluster.ticks(200);
+    assert_eq!(cluster.state(NODES[2]), cluster.state(NODES[0]), "node 3 caught up");
+    assert_eq!(cluster.seen[2].borrow().installed, 1, "its gap took a stream");
+}
+
+#[test]
+fn d1_a_member_that_never_confirmed_the_view_is_kept_nothing() {
+    // Node 3 was cut off before it acknowledged anything: the primary
+    // knows nothing of its log, so it keeps no backlog for it.
+    let mut cluster = Cluster::with(config_with_backlog(1 << 20), true);
+    cluster.cut.push(NODES[2]);
+    for _ in 0..100 {
+        cluster.write(40);
+    }
+    assert_eq!(cluster.shards[0].footprint().backlog_bytes, 0);
+}
+
+#[test]
+fn d3_a_receiver_asks_for_the_next_chunks_ahead_and_each_goes_once() {
+    // Once the header is in, node 3 keeps two chunks asked for (the
+    // sender reads and sends the next while node 3 stages this one), a
+    // chunk apart by the size of the chunks it takes (this state machine
+    // cuts them at half the configured size): no chunk is sent in vain.
+    let mut cluster = Cluster::behind();
+    cluster.ticks(200);
+    assert_eq!(cluster.state(NODES[2]), cluster.state(NODES[0]), "node 3 caught up");
+    assert_eq!(cluster.seen[2].borrow().installed, 1);
+    assert_eq!(cluster.chunk_requests_of_3_max, 2, "two chunks asked for at once, never more");
+    let metrics = cluster.shards[0].metrics();
+    assert_eq!(metrics.state_chunk_bytes_resent, 0, "no chunk sent twice");
+    assert_eq!(
+        metrics.state_chunk_bytes_sent,
+        cluster.shards[2].metrics().state_chunk_bytes_taken,
+        "every chunk sent was taken"
     );
 }

@@ -102,6 +102,9 @@ pub(crate) struct ActiveSegment<F: FileSystem> {
     /// H2: the length the file was created with and keeps (0: none, it
     /// grows with its records). See [`ActiveSegment::create`].
     created_size_bytes: u64,
+    /// H2: a failed write left bytes from `len_bytes` up to here that its
+    /// zeroing could not clear: the next write zeroes them first.
+    garbage_end_bytes: u64,
     summary: SegmentSummary,
 }
 
@@ -144,6 +147,7 @@ impl<F: FileSystem> ActiveSegment<F> {
             len_bytes,
             allocated_bytes: len_bytes,
             created_size_bytes: size_bytes,
+            garbage_end_bytes: 0,
             summary: SegmentSummary::default(),
         })
     }
@@ -160,7 +164,7 @@ impl<F: FileSystem> ActiveSegment<F> {
     ) -> Result<Self, StorageError> {
         assert!(allocated_bytes >= len_bytes, "a segment's zeros start after its records");
         let file = disk.open(&path, OpenMode::Existing, "opening the active log segment")?;
-        Ok(Self { file, path, len_bytes, allocated_bytes, created_size_bytes, summary })
+        Ok(Self { file, path, len_bytes, allocated_bytes, created_size_bytes, garbage_end_bytes: 0, summary })
     }
 
     /// The file's length as written: its records, and the zeros ahead of
@@ -362,20 +366,48 @@ impl<F: FileSystem> Wal<F> {
     fn write_buffer(&mut self, records: usize, disk: &mut Disk<F>) -> Result<(), StorageError> {
         let active = &mut self.active;
         let offset = active.len_bytes;
+        // H2: what an earlier failed write left and could not zero goes
+        // first, or this write would leave it past its own records.
+        if active.garbage_end_bytes > offset {
+            if !zero_range(disk, &active.file, &active.path, offset, active.garbage_end_bytes) {
+                return Err(io_error(
+                    "zeroing what a failed log write left",
+                    &active.path,
+                    &std::io::Error::other("the write of zeros failed"),
+                ));
+            }
+            active.garbage_end_bytes = 0;
+        }
         if let Err(error) = disk.write_at(&active.file, &active.path, &self.buf, offset, "writing log records") {
-            // Cut off whatever part was written, so that the next write
-            // continues a clean log (a retry after `Full` must not leave
-            // garbage in the middle of the segment, nor records of the
-            // failed write beyond it). The zeros ahead go with it.
-            disk.set_len(&active.file, &active.path, offset, "cutting back a failed log write")?;
-            if active.created_size_bytes > offset {
-                // H2: back to the length it was created with (the cut
-                // freed the failed write's blocks; this adds none), and
-                // that durably: a crash that kept only the cut would read
-                // as synced records lost. One more sync, on a failed
-                // write only.
-                disk.set_len(&active.file, &active.path, active.created_size_bytes, "sizing a log segment")?;
-                disk.sync_data(&active.file, &active.path, SyncOf::SegmentHeader)?;
+            // Whatever part of it reached the file must go, so that the
+            // next write continues a clean log (a retry after `Full` must
+            // not leave garbage in the middle of the segment, nor records
+            // of the failed write beyond it).
+            let end = offset + self.buf.len() as u64;
+            let created = active.created_size_bytes;
+            // H2: within the length the segment was created with, the
+            // failed write's bytes are overwritten with zeros in place (its
+            // blocks are there: no new space), and only what lies past that
+            // length is cut: the segment is never shorter than it was
+            // created, not even for a moment a crash could keep. (Cutting
+            // to the failed write's offset and sizing back after, a crash
+            // that kept the cut without the sizing read as synced records
+            // lost: seed 6002210, a member that lost nothing recovered as
+            // one that had, beside one whose disk was replaced, and an
+            // acknowledged write went with both.)
+            if created > offset {
+                if end > created {
+                    disk.set_len(&active.file, &active.path, created, "cutting back a failed log write")?;
+                }
+                // Should the zeros fail too (the disk keeps failing), the
+                // next write zeroes what is left first; a crash before
+                // that finds a torn tail, which recovery zeroes.
+                if !zero_range(disk, &active.file, &active.path, offset, end.min(created)) {
+                    active.garbage_end_bytes = end.min(created);
+                }
+            } else {
+                // Past the created length a cut never reads as a loss.
+                disk.set_len(&active.file, &active.path, offset, "cutting back a failed log write")?;
             }
             active.allocated_bytes = offset;
             return Err(error);
@@ -493,6 +525,19 @@ impl<F: FileSystem> Wal<F> {
         }
         Ok(removed)
     }
+}
+
+/// Write zeros over `from..to` of `file`; false if a write failed.
+fn zero_range<F: FileSystem>(disk: &mut Disk<F>, file: &F::File, path: &Path, from: u64, to: u64) -> bool {
+    let mut at = from;
+    while at < to {
+        let piece = (to - at).min(ZEROS.len() as u64);
+        if disk.write_at(file, path, &ZEROS[..piece as usize], at, "zeroing a failed log write").is_err() {
+            return false;
+        }
+        at += piece;
+    }
+    true
 }
 
 #[cfg(test)]

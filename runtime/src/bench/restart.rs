@@ -12,7 +12,9 @@
 //! part in its groups again). It also reports what the node took by state
 //! transfer meanwhile: a node that fell further behind than the primary's
 //! log reaches gets the state streamed (D3), the whole of it unless the
-//! transfer resumes one staged before.
+//! transfer resumes one staged before. A gap within what the primary's
+//! backlog keeps (`backlog_size_max_bytes`) is repaired from there instead,
+//! and the phase reports those bytes too.
 
 use std::time::{Duration, Instant};
 
@@ -38,6 +40,9 @@ pub(crate) struct RestartReport {
     /// Streams the node installed, and the chunk bytes it took, meanwhile.
     pub streams_installed: u64,
     pub chunk_bytes_taken: u64,
+    /// Bytes of operations the other nodes served the node from their
+    /// backlogs meanwhile (D1).
+    pub backlog_bytes_served: u64,
     /// Resident memory of the process once it caught up.
     pub rss_bytes: u64,
 }
@@ -51,6 +56,7 @@ impl RestartReport {
             "caught_up_seconds": self.caught_up_seconds,
             "streams_installed": self.streams_installed,
             "chunk_bytes_taken": self.chunk_bytes_taken,
+            "backlog_bytes_served": self.backlog_bytes_served,
             "rss_bytes": self.rss_bytes,
         })
     }
@@ -63,11 +69,12 @@ impl RestartReport {
         };
         format!(
             "node of {:.1} MB of state stopped and started: open in {:.2} s, {caught_up}; {} streams installed, \
-             {:.1} MB taken by state transfer; RSS {:.0} MB",
+             {:.1} MB taken by state transfer, {:.1} MB served from backlogs; RSS {:.0} MB",
             self.state_bytes as f64 / 1e6,
             self.open_seconds,
             self.streams_installed,
             self.chunk_bytes_taken as f64 / 1e6,
+            self.backlog_bytes_served as f64 / 1e6,
             self.rss_bytes as f64 / 1e6,
         )
     }
@@ -87,6 +94,8 @@ impl Bench {
             last + 1,
             state_bytes as f64 / 1e6
         );
+        let served = || (0..last).map(|node| self.node_counter(node, "backlog_bytes_served")).sum::<u64>();
+        let served_before = served();
         let stopped = Instant::now();
         restart(false)?;
         let open_seconds = stopped.elapsed().as_secs_f64();
@@ -97,6 +106,7 @@ impl Bench {
             caught_up_seconds,
             streams_installed: self.node_counter(last, "state_streams_installed"),
             chunk_bytes_taken: self.node_counter(last, "state_chunk_bytes_taken"),
+            backlog_bytes_served: served().saturating_sub(served_before),
             rss_bytes: super::process::resident_bytes(),
         };
         loop {

@@ -53,6 +53,7 @@ fn main() -> ExitCode {
     let mut transfers = cohort_sim::sim::TransferCounts::default();
     let (mut quiet, mut seeds_quiesced) = (cohort_sim::node::QuietCounts::default(), 0u64);
     let mut start_views_withheld = 0u64;
+    let mut backlog_bytes_served = 0u64;
     let mut evicted_clients = 0u64;
     for (done, seed) in (args.seed_start..args.seed_start + args.seeds).enumerate() {
         let config = args.config(seed);
@@ -120,6 +121,7 @@ fn main() -> ExitCode {
                 transfers.refused_other += report.random_transfers.refused_other;
                 quiet.sum(report.quiet);
                 start_views_withheld += report.start_views_withheld;
+                backlog_bytes_served += report.backlog_bytes_served;
                 evicted_clients += report.evicted_clients;
                 seeds_quiesced += u64::from(report.quiet.quiesced > 0);
                 footprint.log_entries_max = footprint.log_entries_max.max(report.footprint_max.log_entries_max);
@@ -189,7 +191,7 @@ fn main() -> ExitCode {
         ));
     }
     last.push_str(&format!(
-        " refusals={} refusals_forged={} start_views_withheld={start_views_withheld}",
+        " refusals={} refusals_forged={} start_views_withheld={start_views_withheld} backlog_bytes_served={backlog_bytes_served}",
         refusals.total(),
         refusals.forged()
     ));

@@ -6,8 +6,9 @@
 //! (`VIEW_CHANGE_LOG_ENTRIES_MAX`; the config keeps honest logs within half
 //! of it), a request queue no longer than `request_queue_max` (plus a seal,
 //! which goes ahead of a full queue), at most one DoViewChange per voter for
-//! the election and one early one per voter, and a state transfer no
-//! larger than `state_transfer_size_max_bytes`. The largest figures seen are
+//! the election and one early one per voter, a state transfer no
+//! larger than `state_transfer_size_max_bytes`; a shard's backlogs
+//! within `backlog_size_max_bytes` (D1). The largest figures seen are
 //! kept for the run's report.
 
 use cohort_core::{CoreConfig, Footprint, GroupSpec};
@@ -19,6 +20,7 @@ pub struct FootprintBounds {
     request_queue_max: usize,
     do_view_changes_max: usize,
     state_transfer_max_bytes: u64,
+    backlog_max_bytes: u64,
     /// Element-wise maximum of every footprint checked.
     pub observed: Footprint,
     /// True once a breach was reported (one violation per run is enough).
@@ -35,6 +37,7 @@ impl FootprintBounds {
             request_queue_max: config.request_queue_max + 1,
             do_view_changes_max: 2 * voters,
             state_transfer_max_bytes: config.state_transfer_size_max_bytes,
+            backlog_max_bytes: config.backlog_size_max_bytes,
             observed: Footprint::default(),
             breached: false,
         }
@@ -54,6 +57,8 @@ impl FootprintBounds {
                 "a state transfer of {} bytes (bound {})",
                 footprint.state_transfer_declared_max_bytes, self.state_transfer_max_bytes
             ))
+        } else if footprint.backlog_bytes > self.backlog_max_bytes {
+            Some(format!("backlogs of {} bytes (bound {})", footprint.backlog_bytes, self.backlog_max_bytes))
         } else {
             None
         };
@@ -72,6 +77,7 @@ impl FootprintBounds {
         seen.state_transfer_declared_max_bytes =
             seen.state_transfer_declared_max_bytes.max(footprint.state_transfer_declared_max_bytes);
         seen.served_tail_bytes = seen.served_tail_bytes.max(footprint.served_tail_bytes);
+        seen.backlog_bytes = seen.backlog_bytes.max(footprint.backlog_bytes);
         seen.held_sends = seen.held_sends.max(footprint.held_sends);
         seen.queued_commits = seen.queued_commits.max(footprint.queued_commits);
         seen.queued_replies = seen.queued_replies.max(footprint.queued_replies);

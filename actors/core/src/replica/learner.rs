@@ -272,6 +272,7 @@ impl Replica {
         track.heard_tick = track.heard_tick.max(now);
         if op > track.acked && op <= log_op {
             track.acked = op;
+            self.backlog_acked();
             // Z6: a seal waits for its next members, learners among them.
             if self.seal_in_log() {
                 self.advance_commit(now, cx);

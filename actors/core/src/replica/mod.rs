@@ -33,6 +33,7 @@
 //! follow (`members.len() + i`). A learner receives the log and applies
 //! committed ops but never votes: see `learner`.
 
+mod backlog;
 mod context;
 mod heartbeat;
 mod jump;
@@ -478,13 +479,24 @@ impl Replica {
             let next = replica.view.next();
             replica.lease_expiry = now;
             replica.start_view_change(next, now, cx);
-        } else if was_normal || replica.is_learner() {
+        } else if was_normal || replica.is_learner() || replica.primary_index() != replica.spec.me {
             // A learner never takes part in a view change: it waits for
             // the primary's StartView, which is re-sent until it confirms.
             // A backup follows the view it was in (its role from `blank`).
+            // V7: so does a member whose view is past its log's view and
+            // led by another: on disk, a backup that had not taken its
+            // primary's log yet (normal, lagging) looks like one electing
+            // that view, and the first answered Commits and granted a
+            // lease. Back as a backup it keeps the lease `blank` gives a
+            // restarted member and joins no election before it ends (an
+            // election it was in goes on after its heartbeat timeout).
+            // Coming back electing at once, a lagging backup voted the
+            // next view in while the primary it had confirmed still served
+            // reads (seed 6001456, quiesce-ticks-20 disk shape).
             replica.report_role(cx.out);
         } else {
-            // It was electing: it goes on (its election messages go at once).
+            // It was electing a view it leads (no backup is in a view it
+            // leads): it goes on (its election messages go at once).
             let deadline = now + replica.config.timing.view_change_timeout_ticks;
             let voters = replica.spec.members.len();
             // Its own StartViewChange counts, as when it started this

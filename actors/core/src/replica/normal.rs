@@ -409,6 +409,7 @@ impl Replica {
         primary.confirmed[member] = true;
         if ok.op > primary.acked[member] && ok.op <= log_op {
             primary.acked[member] = ok.op;
+            self.backlog_acked();
             self.advance_commit(now, cx);
             self.check_waits(cx.out);
             debug_assert!(self.lead().acked[member] == ok.op, "an acknowledgement is kept as counted");

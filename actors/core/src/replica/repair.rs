@@ -47,7 +47,26 @@ pub(crate) struct StateTransfer {
     /// cannot read on where we stopped): what is staged is dropped, not
     /// resumed.
     pub from_scratch: bool,
+    /// D3: the offsets of a stream's staged part asked for and not taken
+    /// yet, ascending (at most `STREAM_CHUNKS_IN_FLIGHT`).
+    pub asked: std::collections::VecDeque<u64>,
+    /// D3: requests still out for a stream this transfer left (its source
+    /// moved to a newer one): each comes back as the newer stream's first
+    /// chunk, which is then no sign that the source cannot resume.
+    pub stale_asked: usize,
 }
+
+/// D3: chunks of a stream's staged part a receiver asks for ahead of the
+/// one it takes, so that the sender's read and the link carry the next
+/// chunk while the receiver writes and syncs this one (one at a time, the
+/// three ran in sequence: 27 % of the disk's rate on an 8 GiB catch-up).
+/// The receiver asks for offsets a chunk apart (the size of the chunk it
+/// just took); a chunk that comes shorter than the one before makes it ask
+/// again from where it is, and the chunk it asked for past that is dropped
+/// on arrival. So a transfer has at most this many chunks in flight, and
+/// an interruption sends at most this many again.
+pub(crate) const STREAM_CHUNKS_IN_FLIGHT: usize = 2;
+
 /// The most operation bytes one answer to a repair request carries (the
 /// entry that crosses it goes too; the receiver asks for the rest with its
 /// next request). Repair once sent up to `REPAIR_OPS_MAX` entries whatever
@@ -124,9 +143,11 @@ impl Replica {
         if request.op_min <= self.log.base() {
             // D3: after a streamed state, what followed it comes from the
             // stream's tail, and the rest from the log.
-            let Some((next, sent_bytes)) =
-                self.serve_tail(request.op_min, request.op_max, request.replica, size_left_bytes, now, cx)
-            else {
+            // D1: after a short stop, the primary's backlog holds it.
+            let served = self
+                .serve_tail(request.op_min, request.op_max, request.replica, size_left_bytes, now, cx)
+                .or_else(|| self.serve_backlog(request.op_min, request.op_max, request.replica, size_left_bytes, cx));
+            let Some((next, sent_bytes)) = served else {
                 return self.serve_chunk(None, 0, request.replica, now, cx.out);
             };
             op = next;
@@ -173,6 +194,8 @@ impl Replica {
             data: Vec::new(),
             stream: None,
             from_scratch: false,
+            asked: Default::default(),
+            stale_asked: 0,
         });
         self.state_transfer = Some(Box::new(transfer));
         self.retry_state_transfer(now, out);
@@ -182,18 +205,68 @@ impl Replica {
     /// Ask for the next chunk (or again for a lost one).
     pub(crate) fn retry_state_transfer(&mut self, now: u64, out: &mut Effects) {
         self.drop_stale_transfer();
-        let Some(transfer) = &self.state_transfer else { return };
+        let Some(transfer) = self.state_transfer.as_deref_mut() else { return };
         self.repair_deadline = now + self.config.timing.repair_timeout_ticks;
+        transfer.asked.clear();
+        let offset = transfer.received_bytes;
+        self.ask_chunk(offset, out);
+        assert!(self.repair_deadline > now, "the next chunk request waits a repair timeout");
+    }
+
+    /// D3: a chunk of a stream's staged part was taken: keep
+    /// `STREAM_CHUNKS_IN_FLIGHT` chunks asked for ahead of it (the header
+    /// goes one chunk at a time: its size is known only once it is whole).
+    /// The offsets asked for ahead are `stride_bytes` apart: the size of
+    /// the staged chunk just taken (`None`: a chunk of the header, which
+    /// says nothing of the state machine's chunks, so only the next one is
+    /// asked for), so a state machine that cuts its chunks shorter than
+    /// `state_chunk_size_bytes` costs no chunk sent in vain.
+    pub(crate) fn ask_next_chunks(&mut self, stride_bytes: Option<u64>, now: u64, out: &mut Effects) {
+        let Some(chunk_bytes) = stride_bytes.filter(|stride| *stride > 0) else {
+            return self.retry_state_transfer(now, out);
+        };
+        let Some(transfer) = self.state_transfer.as_deref_mut() else { return };
+        if !transfer.stream.as_ref().is_some_and(|stream| stream.staging) {
+            return self.retry_state_transfer(now, out);
+        }
+        let received = transfer.received_bytes;
+        while transfer.asked.front().is_some_and(|offset| *offset < received) {
+            transfer.asked.pop_front();
+        }
+        if transfer.asked.front() != Some(&received) {
+            // A chunk came shorter than asked for: ask from here.
+            transfer.asked.clear();
+        }
+        let mut next = transfer.asked.back().map_or(received, |last| last + chunk_bytes);
+        let mut offsets = Vec::new();
+        while transfer.asked.len() < STREAM_CHUNKS_IN_FLIGHT && next < transfer.total_size_bytes {
+            offsets.push(next);
+            transfer.asked.push_back(next);
+            next += chunk_bytes;
+        }
+        debug_assert!(transfer.asked.len() <= STREAM_CHUNKS_IN_FLIGHT, "D3: a bounded number of chunks in flight");
+        self.repair_deadline = now + self.config.timing.repair_timeout_ticks;
+        for offset in offsets {
+            self.ask_chunk(offset, out);
+        }
+    }
+
+    /// Send the source a request for the chunk at `offset_bytes`.
+    fn ask_chunk(&mut self, offset_bytes: u64, out: &mut Effects) {
+        let Some(transfer) = self.state_transfer.as_deref_mut() else { return };
+        if transfer.asked.back().is_none_or(|last| *last < offset_bytes) {
+            transfer.asked.push_back(offset_bytes);
+        }
+        let (source, snapshot_op) = (transfer.source, transfer.snapshot_op);
         let request = RequestStateTransfer {
             group: self.spec.group,
             incarnation: self.spec.incarnation,
             view: self.view,
             replica: self.spec.me,
-            snapshot_op: transfer.snapshot_op,
-            offset_bytes: transfer.received_bytes,
+            snapshot_op,
+            offset_bytes,
         };
-        out.send(self.node_of(transfer.source), Message::RequestStateTransfer(request));
-        assert!(self.repair_deadline > now, "the next chunk request waits a repair timeout");
+        out.send(self.node_of(source), Message::RequestStateTransfer(request));
     }
 
     /// The primary serves its snapshot, and so does a member in a view
@@ -250,6 +323,8 @@ impl Replica {
             data: Vec::new(),
             stream: None,
             from_scratch: false,
+            asked: Default::default(),
+            stale_asked: 0,
         };
         if self.state_transfer.is_none()
             && let Some(resumed) = self.resumed_transfer(chunk.replica).filter(|resumed| {
@@ -265,22 +340,38 @@ impl Replica {
         // A chunk at 0 starts the transfer over: of a newer snapshot, or of
         // the same one from a source that cannot resume where we stopped.
         let other = transfer.snapshot_op != chunk.snapshot_op || transfer.source != chunk.replica;
+        // D3: with chunks asked for ahead, a source that moved to a newer
+        // stream answers each request still out for the old one with the
+        // newer one's first chunk: the first starts the new transfer, the
+        // others are dropped here.
+        if !other && chunk.offset_bytes == 0 && transfer.received_bytes > 0 && transfer.stale_asked > 0 {
+            transfer.stale_asked -= 1;
+            return;
+        }
         if other || (chunk.offset_bytes == 0 && transfer.received_bytes > 0) {
             if chunk.offset_bytes != 0 {
                 return;
             }
-            **transfer = StateTransfer { from_scratch: !other, ..fresh };
+            let stale_asked = if other {
+                transfer.stale_asked + transfer.asked.len().saturating_sub(1)
+            } else {
+                transfer.stale_asked
+            };
+            **transfer = StateTransfer { from_scratch: !other, stale_asked, ..fresh };
         }
         if chunk.offset_bytes != transfer.received_bytes || chunk.total_size_bytes != transfer.total_size_bytes {
             return;
         }
         cx.out.count_chunk_taken(chunk.chunk.len() as u64);
         let streamed = transfer.stream.is_some() || (chunk.offset_bytes == 0 && super::stream::is_stream(&chunk.chunk));
+        // D3: a chunk of the staged part gives the stride to ask ahead by.
+        let stride_bytes =
+            transfer.stream.as_ref().is_some_and(|stream| stream.staging).then_some(chunk.chunk.len() as u64);
         if !streamed {
             return self.take_whole_chunk(chunk, now, cx);
         }
         match self.take_stream_chunk(&chunk, cx.out) {
-            Ok(super::stream::StreamStep::More) => self.retry_state_transfer(now, cx.out),
+            Ok(super::stream::StreamStep::More) => self.ask_next_chunks(stride_bytes, now, cx.out),
             Ok(super::stream::StreamStep::Whole(snapshot)) => {
                 self.state_transfer = None;
                 if let Err(error) = self.install_snapshot(snapshot, now, cx) {

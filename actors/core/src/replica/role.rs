@@ -105,6 +105,9 @@ pub(crate) struct Primary {
     /// that reached a backup before it would be dropped there (the backup
     /// is still electing) and its op would wait for a repair. 0: no wait.
     pub(crate) lead_after_flush: FlushId,
+    /// D1: what its snapshots dropped that lagging members still need
+    /// (see `backlog`); goes with the role.
+    pub(crate) backlog: Option<super::backlog::Backlog>,
 }
 
 impl Primary {
@@ -138,6 +141,7 @@ impl Primary {
             stranded: None,
             learners: learners.iter().map(|node| LearnerTrack::new(*node, now)).collect(),
             lead_after_flush,
+            backlog: None,
         }
     }
 }

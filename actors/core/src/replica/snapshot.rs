@@ -328,6 +328,8 @@ impl Replica {
         let save = Effect::SaveSnapshot { group: self.spec.group, snapshot: snapshot.clone(), deferrable: true };
         let flush = out.stage(self.spec.group, save);
         self.pending_durable.push_back((flush, self.log.op()));
+        // D1: what a lagging member needs of what the log drops.
+        self.keep_backlog(op, out);
         match &self.served {
             // D3: a stream being served keeps what the log drops.
             Some(Served::Stream(_)) => {

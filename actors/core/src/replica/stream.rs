@@ -39,8 +39,9 @@
 //!   its own, so the state machine's chunks start where it said they do.
 //! - The receiver keeps the header in memory (at most
 //!   [`STREAM_HEADER_SIZE_MAX_BYTES`]), then hands each chunk to its state
-//!   machine's staging, which makes it durable before the next is asked
-//!   for (the receiver pulls one chunk at a time: its flow control). The
+//!   machine's staging, which makes it durable before it is taken (the
+//!   receiver pulls chunks by offset, two ahead at most once the header
+//!   is in: its flow control, `repair::STREAM_CHUNKS_IN_FLIGHT`). The
 //!   last chunk installs the staged state and the record in one atomic
 //!   step, then the replica takes the record's snapshot as its own.
 //! - The staging is named by a key: the source's node and the lineage, or
@@ -539,6 +540,8 @@ impl Replica {
             data: header.to_vec(),
             stream: Some(Stream { header_size_bytes: header.len() as u64, staging: true }),
             from_scratch: false,
+            asked: Default::default(),
+            stale_asked: 0,
         })
     }
 

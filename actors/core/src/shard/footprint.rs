@@ -23,6 +23,7 @@ impl Shard {
             let dvcs = election + replica.early_dvcs.len();
             footprint.do_view_changes_max = footprint.do_view_changes_max.max(dvcs);
             footprint.served_tail_bytes += replica.served_tail_bytes();
+            footprint.backlog_bytes += replica.backlog_size_bytes();
             if let Some(transfer) = &replica.state_transfer {
                 footprint.state_transfer_bytes += transfer.data.len() as u64;
                 // D3: a stream's size is the disk's business; only a whole
@@ -33,6 +34,11 @@ impl Shard {
                 }
             }
         }
+        debug_assert_eq!(
+            footprint.backlog_bytes,
+            self.out.backlog_size_bytes(),
+            "D1: the ledger is what backlogs hold"
+        );
         footprint
     }
 }
