@@ -198,20 +198,9 @@ impl Replica {
             return None;
         }
         let skip = (op_min.0 - backlog.start.0) as usize;
-        let (mut entries, mut sent_bytes) = (Vec::new(), 0);
-        for entry in backlog.entries.iter().skip(skip).take_while(|entry| entry.op <= op_max) {
-            if sent_bytes >= size_max_bytes {
-                break;
-            }
-            sent_bytes += entry.operation.len() as u64;
-            entries.push(entry.clone());
-        }
-        let next = entries.last().map_or(op_min, |entry| entry.op.next());
+        let (entries, sent_bytes) =
+            super::repair::answer_from(backlog.entries.iter().skip(skip), op_max, size_max_bytes);
         cx.out.count_backlog_served(sent_bytes);
-        let to = self.node_of(receiver);
-        for entry in entries {
-            self.send_prepare(to, self.prepare_message(entry), cx);
-        }
-        Some((next, sent_bytes))
+        Some((self.send_answer(receiver, op_min, entries, cx), sent_bytes))
     }
 }

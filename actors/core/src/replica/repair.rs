@@ -20,7 +20,7 @@
 
 use bytes::Bytes;
 use cohort_messages::{
-    MemberIndex, Message, Op, REPAIR_OPS_MAX, RequestPrepares, RequestStateTransfer, StateChunk, View,
+    LogEntry, MemberIndex, Message, Op, REPAIR_OPS_MAX, RequestPrepares, RequestStateTransfer, StateChunk, View,
 };
 
 use super::Context;
@@ -77,6 +77,25 @@ pub(crate) const STREAM_CHUNKS_IN_FLIGHT: usize = 2;
 /// timeout (500 ms on a node's 100 ms tick) would be 16 MB/s: a cut
 /// answer is followed at once by the next request (`Replica::repair_on`).
 pub const REPAIR_ANSWER_SIZE_MAX_BYTES: u64 = 8 << 20;
+
+/// The entries of a repair answer taken from `entries` (committed, in op
+/// order, from the op asked for): up to `op_max`, while `size_max_bytes`
+/// of operations last (one entry at least); with their operation bytes.
+pub(super) fn answer_from<'a>(
+    entries: impl Iterator<Item = &'a LogEntry>,
+    op_max: Op,
+    size_max_bytes: u64,
+) -> (Vec<LogEntry>, u64) {
+    let (mut answer, mut size_bytes) = (Vec::new(), 0);
+    for entry in entries.take_while(|entry| entry.op <= op_max) {
+        if size_bytes >= size_max_bytes {
+            break;
+        }
+        size_bytes += entry.operation.len() as u64;
+        answer.push(entry.clone());
+    }
+    (answer, size_bytes)
+}
 
 impl Replica {
     /// True if this backup is missing ops it knows exist, or is fetching state.
@@ -249,6 +268,23 @@ impl Replica {
         for offset in offsets {
             self.ask_chunk(offset, out);
         }
+    }
+
+    /// Send `receiver` the entries of a repair answer that starts at
+    /// `op_min` (see [`answer_from`]); the op after the last one sent.
+    pub(super) fn send_answer(
+        &mut self,
+        receiver: MemberIndex,
+        op_min: Op,
+        entries: Vec<LogEntry>,
+        cx: &mut Context<'_>,
+    ) -> Op {
+        let next = entries.last().map_or(op_min, |entry| entry.op.next());
+        let to = self.node_of(receiver);
+        for entry in entries {
+            self.send_prepare(to, self.prepare_message(entry), cx);
+        }
+        next
     }
 
     /// Send the source a request for the chunk at `offset_bytes`.

@@ -470,7 +470,6 @@ impl Replica {
         cx: &mut Context<'_>,
     ) -> Option<(Op, u64)> {
         let patience = self.config.state_stream_patience_ticks;
-        let to = self.node_of(receiver);
         let Some(Served::Stream(export)) = &mut self.served else { return None };
         if op_min < export.tail_start || op_min > export.reaches() {
             return None;
@@ -479,19 +478,8 @@ impl Replica {
         export.needs.insert(receiver, op_min);
         export.let_go_of_the_front();
         let skip = (op_min.0 - export.tail_start.0) as usize;
-        let (mut entries, mut sent_bytes) = (Vec::new(), 0);
-        for entry in export.tail.iter().skip(skip).take_while(|entry| entry.op <= op_max) {
-            if sent_bytes >= size_max_bytes {
-                break;
-            }
-            sent_bytes += entry.operation.len() as u64;
-            entries.push(entry.clone());
-        }
-        let next = entries.last().map_or(op_min, |entry| entry.op.next());
-        for entry in entries {
-            self.send_prepare(to, self.prepare_message(entry), cx);
-        }
-        Some((next, sent_bytes))
+        let (entries, sent_bytes) = super::repair::answer_from(export.tail.iter().skip(skip), op_max, size_max_bytes);
+        Some((self.send_answer(receiver, op_min, entries, cx), sent_bytes))
     }
 
     /// D3: a stream no chunk was asked for within its patience is dropped
