@@ -234,17 +234,21 @@ impl Inode {
 
     fn sync(&mut self) {
         // Writes that a later cut shortened do not count: a failed write
-        // the storage cut back holds no record (a full disk). Nor do
-        // writes of zeros alone: they hold no record either (a torn tail
-        // recovery overwrote, H2), so no later flush's records follow
-        // what is below them.
+        // the storage cut back holds no record (a full disk). Nor do writes
+        // a later write of zeros covered (a failed write the storage
+        // zeroed in place, H2), nor writes of zeros alone: they hold no
+        // record either (a torn tail recovery overwrote), so no later
+        // flush's records follow what is below them.
         let mut written: Vec<(u64, u64)> = Vec::new();
         for change in &self.pending {
             match change {
                 Change::Write { offset, data } if data.iter().any(|byte| *byte != 0) => {
                     written.push((*offset, *offset + data.len() as u64));
                 }
-                Change::Write { .. } => {}
+                Change::Write { offset, data } => {
+                    let (from, to) = (*offset, *offset + data.len() as u64);
+                    written.retain(|(start, end)| !(*start >= from && *end <= to));
+                }
                 Change::SetLen(len) => written.retain(|(_, end)| end <= len),
             }
         }

@@ -627,16 +627,16 @@ impl SimNode {
     }
 
     /// Stop hosting `group`: the shard forgets it and its worker removes its
-    /// data after the jobs queued before. False if it was not hosted.
+    /// data after the jobs queued before. False if it was not hosted; its
+    /// data, if any is left (a restart that did not host it), goes all the
+    /// same, as a node's shard does.
     pub fn remove_group(&mut self, group: GroupId, now: u64) -> Result<bool, StorageError> {
         let index = self.shard_index(group);
         let Some(shard) = self.shards.get_mut(index) else { return Ok(false) };
-        if !shard.driver.remove_group(group) {
-            return Ok(false);
-        }
+        let hosted = shard.driver.remove_group(group);
         shard.worker.queue(StorageJob::RemoveGroup(group));
         self.pump(index, now)?;
-        Ok(true)
+        Ok(hosted)
     }
 
     /// Q1: start a quorum wait on the shard of `group`, through its driver

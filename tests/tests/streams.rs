@@ -93,6 +93,31 @@ fn h2_regression_seed_6002210_a_failed_write_is_no_lost_record_after_a_power_los
     run_clean(config);
 }
 
+/// Metadata shape, seed 6002371, found at stop 45: a node restarted
+/// without hosting a group it held data of (deleted meanwhile), and a
+/// later incarnation placed on it started on top of that data; its first
+/// snapshot went below the old one's, a storage contract panic. Removing
+/// a group not hosted now removes its data all the same, on a node's
+/// shard (`ShardActor::forget_group`) as on the simulated one.
+#[test]
+fn h3_regression_seed_6002371_a_group_placed_again_starts_on_no_leftover_data() {
+    run_clean(disk_run(6_002_371, Scenario::Metadata));
+}
+
+/// Clients-12 shape, seed 6001280: with a failed write zeroed in place
+/// instead of cut (H2, stop 45), the simulated disk counted that write
+/// among the last flush's records, and flipped a bit in records nothing
+/// followed (a torn write, which no storage can tell from damage). A
+/// write the storage covers with zeros now counts no more than one it
+/// cuts (`SimDisk`, the bytes the WAL checks).
+#[test]
+fn h2_regression_seed_6001280_a_zeroed_failed_write_holds_no_record() {
+    let mut config = disk_run(6_001_280, Scenario::Default);
+    config.clients = 12;
+    config.core.clients_max = 4;
+    run_clean(config);
+}
+
 /// Streams install, and some are resumed by a receiver that crashed
 /// mid-transfer, in the first hundred seeds of the default disk shape.
 #[test]
