@@ -93,6 +93,16 @@ fn h2_regression_seed_6002210_a_failed_write_is_no_lost_record_after_a_power_los
     run_clean(config);
 }
 
+/// Durability profile, seed 6002359: the same loss, the write of zeros
+/// over the failed write failing too (the cut that came after it was what
+/// the power loss kept). Now the segment keeps its length either way.
+#[test]
+fn h2_regression_seed_6002359_a_failed_write_and_failed_zeros_lose_no_record() {
+    let mut config = disk_run(6_002_359, Scenario::Default);
+    config.profile = Some(cohort_sim::FaultProfile::Durability);
+    run_clean(config);
+}
+
 /// Metadata shape, seed 6002371, found at stop 45: a node restarted
 /// without hosting a group it held data of (deleted meanwhile), and a
 /// later incarnation placed on it started on top of that data; its first
