@@ -61,7 +61,9 @@ use super::format::{
     DecodedRecord, RECORD_HEADER_SIZE_BYTES, RecordFault, RecordKind, SEGMENT_HEADER_SIZE_BYTES, decode_entry,
     decode_record, decode_segment_header, decode_superblock,
 };
-use super::segment::{ActiveSegment, ClosedSegment, SegmentSummary, Wal, WalLimits, parse_segment_file_name};
+use super::segment::{
+    ActiveSegment, ClosedSegment, SegmentSummary, Wal, WalLimits, parse_segment_file_name, write_zeros,
+};
 use super::snapshot::{self, LoadedSnapshot, TMP_SUFFIX, parse_snapshot_file_name};
 use super::superblock::{LoadedSuperblock, SuperblockFile};
 
@@ -562,7 +564,7 @@ fn repair_tail<F: FileSystem>(
                 .map_err(|error| io_error("opening a segment to cut its torn tail", &segment.path, &error))?;
             let created = segment.created_size_bytes;
             if created > offset {
-                write_zeros(disk, &file, &segment.path, offset, file_len_bytes.min(created))?;
+                write_zeros(disk, &file, &segment.path, offset, file_len_bytes.min(created), "zeroing a torn tail")?;
                 if file_len_bytes > created {
                     disk.set_len(&file, &segment.path, created, "cutting a torn tail")?;
                 }
@@ -581,24 +583,6 @@ fn repair_tail<F: FileSystem>(
             disk.sync_dir(dir)
         }
     }
-}
-
-/// Write zeros over `from..to` of `file`, 64 KiB at a time.
-fn write_zeros<F: FileSystem>(
-    disk: &mut Disk<F>,
-    file: &F::File,
-    path: &Path,
-    from: u64,
-    to: u64,
-) -> Result<(), StorageError> {
-    let zeros = vec![0u8; (to.saturating_sub(from)).min(64 * 1024) as usize];
-    let mut at = from;
-    while at < to {
-        let piece = (to - at).min(zeros.len() as u64) as usize;
-        disk.write_at(file, path, &zeros[..piece], at, "zeroing a torn tail")?;
-        at += piece as u64;
-    }
-    Ok(())
 }
 
 /// H2: a newest segment shorter than it was created (cut, or its torn

@@ -369,13 +369,8 @@ impl<F: FileSystem> Wal<F> {
         // H2: what an earlier failed write left and could not zero goes
         // first, or this write would leave it past its own records.
         if active.garbage_end_bytes > offset {
-            if !zero_range(disk, &active.file, &active.path, offset, active.garbage_end_bytes) {
-                return Err(io_error(
-                    "zeroing what a failed log write left",
-                    &active.path,
-                    &std::io::Error::other("the write of zeros failed"),
-                ));
-            }
+            let (from, to) = (offset, active.garbage_end_bytes);
+            write_zeros(disk, &active.file, &active.path, from, to, "zeroing what a failed log write left")?;
             active.garbage_end_bytes = 0;
         }
         if let Err(error) = disk.write_at(&active.file, &active.path, &self.buf, offset, "writing log records") {
@@ -402,7 +397,15 @@ impl<F: FileSystem> Wal<F> {
                 // Should the zeros fail too (the disk keeps failing), the
                 // next write zeroes what is left first; a crash before
                 // that finds a torn tail, which recovery zeroes.
-                if !zero_range(disk, &active.file, &active.path, offset, end.min(created)) {
+                let zeroed = write_zeros(
+                    disk,
+                    &active.file,
+                    &active.path,
+                    offset,
+                    end.min(created),
+                    "zeroing a failed log write",
+                );
+                if zeroed.is_err() {
                     active.garbage_end_bytes = end.min(created);
                 }
             } else {
@@ -527,17 +530,23 @@ impl<F: FileSystem> Wal<F> {
     }
 }
 
-/// Write zeros over `from..to` of `file`; false if a write failed.
-fn zero_range<F: FileSystem>(disk: &mut Disk<F>, file: &F::File, path: &Path, from: u64, to: u64) -> bool {
+/// Write zeros over `from..to` of `file`, 64 KiB at a time (a failed
+/// write's bytes, a torn tail); `operation` names the work in an error.
+pub(crate) fn write_zeros<F: FileSystem>(
+    disk: &mut Disk<F>,
+    file: &F::File,
+    path: &Path,
+    from: u64,
+    to: u64,
+    operation: &'static str,
+) -> Result<(), StorageError> {
     let mut at = from;
     while at < to {
         let piece = (to - at).min(ZEROS.len() as u64);
-        if disk.write_at(file, path, &ZEROS[..piece as usize], at, "zeroing a failed log write").is_err() {
-            return false;
-        }
+        disk.write_at(file, path, &ZEROS[..piece as usize], at, operation)?;
         at += piece;
     }
-    true
+    Ok(())
 }
 
 #[cfg(test)]

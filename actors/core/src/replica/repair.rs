@@ -256,18 +256,18 @@ impl Replica {
             // A chunk came shorter than asked for: ask from here.
             transfer.asked.clear();
         }
-        let mut next = transfer.asked.back().map_or(received, |last| last + chunk_bytes);
-        let mut offsets = Vec::new();
-        while transfer.asked.len() < STREAM_CHUNKS_IN_FLIGHT && next < transfer.total_size_bytes {
-            offsets.push(next);
-            transfer.asked.push_back(next);
-            next += chunk_bytes;
-        }
-        debug_assert!(transfer.asked.len() <= STREAM_CHUNKS_IN_FLIGHT, "D3: a bounded number of chunks in flight");
+        let first = transfer.asked.back().map_or(received, |last| last + chunk_bytes);
+        let room = STREAM_CHUNKS_IN_FLIGHT.saturating_sub(transfer.asked.len());
+        let total = transfer.total_size_bytes;
         self.repair_deadline = now + self.config.timing.repair_timeout_ticks;
+        let offsets = (0..room as u64).map(|index| first + index * chunk_bytes).take_while(|offset| *offset < total);
         for offset in offsets {
             self.ask_chunk(offset, out);
         }
+        debug_assert!(
+            self.state_transfer.as_ref().is_none_or(|transfer| transfer.asked.len() <= STREAM_CHUNKS_IN_FLIGHT),
+            "D3: a bounded number of chunks in flight"
+        );
     }
 
     /// Send `receiver` the entries of a repair answer that starts at
@@ -287,12 +287,12 @@ impl Replica {
         next
     }
 
-    /// Send the source a request for the chunk at `offset_bytes`.
+    /// Send the source a request for the chunk at `offset_bytes`, and note
+    /// it as asked for (offsets only grow: a retry clears them first).
     fn ask_chunk(&mut self, offset_bytes: u64, out: &mut Effects) {
         let Some(transfer) = self.state_transfer.as_deref_mut() else { return };
-        if transfer.asked.back().is_none_or(|last| *last < offset_bytes) {
-            transfer.asked.push_back(offset_bytes);
-        }
+        debug_assert!(transfer.asked.back().is_none_or(|last| *last < offset_bytes), "asked for in offset order");
+        transfer.asked.push_back(offset_bytes);
         let (source, snapshot_op) = (transfer.source, transfer.snapshot_op);
         let request = RequestStateTransfer {
             group: self.spec.group,
@@ -388,11 +388,10 @@ impl Replica {
             if chunk.offset_bytes != 0 {
                 return;
             }
-            let stale_asked = if other {
-                transfer.stale_asked + transfer.asked.len().saturating_sub(1)
-            } else {
-                transfer.stale_asked
-            };
+            // Starting over on the same stream (none stale: checked above)
+            // leaves none; another stream inherits the old one's requests
+            // still out, but for the one this chunk answered.
+            let stale_asked = if other { transfer.stale_asked + transfer.asked.len().saturating_sub(1) } else { 0 };
             **transfer = StateTransfer { from_scratch: !other, stale_asked, ..fresh };
         }
         if chunk.offset_bytes != transfer.received_bytes || chunk.total_size_bytes != transfer.total_size_bytes {
