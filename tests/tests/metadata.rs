@@ -516,6 +516,27 @@ fn z6_regression_seed_830141_creations_between_scans_wait_for_the_copy_to_move()
     run_clean(z6_shape(830_141));
 }
 
+/// Metadata shape, seed 6002738: not a core bug but the M5 checker's.
+/// Between two looks at node 0's metadata a revert finished and the group
+/// was then deleted (a delete is refused while an operation touches the
+/// group, so it came after); the checker read the emptied members as the
+/// revert's. A deleted group is no longer judged.
+#[test]
+fn m5_regression_seed_6002738_a_group_deleted_after_its_revert_judges_no_revert() {
+    run_clean(SimConfig::metadata(6_002_738));
+}
+
+/// P4, metadata shape, seed 5004109: a replace waited for its learner to
+/// catch up, but the learner's one PrepareOk after it took the group's
+/// state was lost, and the group was idle: no Prepare came for it to
+/// acknowledge again, so its primary counted it behind for good and the
+/// operation never finished. A learner now tells its progress with each
+/// idle heartbeat.
+#[test]
+fn p4_regression_seed_5004109_an_idle_groups_learner_repeats_its_progress() {
+    run_clean(SimConfig::metadata(5_004_109));
+}
+
 /// Z6 under every fault: five nodes, the metadata group's voters the first
 /// three and the other two its learners; the operator moves, replaces,
 /// grows and shrinks those voters (and the kv groups' members) while nodes

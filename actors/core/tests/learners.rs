@@ -11,8 +11,8 @@ use cohort_core::quorum::Quorums;
 use cohort_core::replica::SpecError;
 use cohort_core::{CoreConfig, Effect, GroupSpec, Role, Shard, ShardError, WriteMode};
 use cohort_messages::{
-    ClientId, GroupId, Incarnation, MemberIndex, Message, NodeId, Op, PrepareOk, Request, RequestKind, RequestNumber,
-    StartViewChange, View,
+    ClientId, CommitEntry, GroupId, HeartbeatState, Incarnation, MemberIndex, Message, NodeId, Op, PrepareOk, Request,
+    RequestKind, RequestNumber, StartViewChange, Timestamp, View,
 };
 
 const G: GroupId = GroupId(7);
@@ -251,4 +251,52 @@ fn z5_a_learner_index_past_sixty_three_follows_like_any_learner() {
     let mut learner = Harness::new(last, spec(last_index, learners));
     learner.ticks(50);
     assert_eq!(learner.replica().role(), Role::Learner);
+}
+
+/// P4 (seed 5004109 of the simulator's metadata shape): an idle group sends
+/// no Prepare a learner could acknowledge, so a learner whose PrepareOk was
+/// lost would be counted behind for good. It repeats its progress with each
+/// idle heartbeat, and only then: a busy group's next Prepare asks for it.
+#[test]
+fn p4_an_idle_groups_learner_repeats_its_progress_with_each_idle_heartbeat() {
+    let mut primary = Harness::new(VOTERS[0], spec(0, vec![LEARNER_A]));
+    primary.ticks(1);
+    primary.write(1);
+    let prepare = primary
+        .log
+        .iter()
+        .find_map(|c| match c {
+            Effect::Send { to, message: message @ Message::Prepare(_) } if *to == LEARNER_A => Some(message.clone()),
+            _ => None,
+        })
+        .expect("the learner is sent the Prepare");
+    let mut learner = Harness::new(LEARNER_A, spec(3, vec![LEARNER_A]));
+    learner.shard.on_message(VOTERS[0], prepare);
+    learner.drain();
+    let prepare_ok = |m: &Message| matches!(m, Message::PrepareOk(ok) if ok.op == Op(1));
+    assert_eq!(learner.sent_to(VOTERS[0], prepare_ok), 1, "its PrepareOk once op 1 is durable (say it is lost)");
+    let heartbeat = |learner: &mut Harness, timestamp: u64, state: HeartbeatState| {
+        let entry = CommitEntry {
+            group: G,
+            partition_incarnation: Incarnation(1),
+            view: View(0),
+            commit: Op(1),
+            timestamp_monotonic: Timestamp(timestamp),
+            heartbeat_state: state,
+            replica: MemberIndex(0),
+        };
+        learner.shard.on_commit_entry(VOTERS[0], entry);
+        learner.drain();
+    };
+    heartbeat(&mut learner, 10, HeartbeatState::Busy);
+    assert_eq!(learner.sent_to(VOTERS[0], prepare_ok), 1, "a busy heartbeat asks for nothing more");
+    heartbeat(&mut learner, 20, HeartbeatState::Idle);
+    assert_eq!(learner.sent_to(VOTERS[0], prepare_ok), 2, "an idle heartbeat: its progress again");
+    heartbeat(&mut learner, 30, HeartbeatState::Idle);
+    assert_eq!(learner.sent_to(VOTERS[0], prepare_ok), 3, "and at each one");
+    // The primary that lost the first one counts the repeat.
+    let repeat = PrepareOk { group: G, incarnation: Incarnation(1), view: View(0), op: Op(1), replica: MemberIndex(3) };
+    primary.shard.on_message(LEARNER_A, Message::PrepareOk(repeat));
+    primary.drain();
+    assert_eq!(primary.replica().learner_progress(), vec![(LEARNER_A, Op(1))]);
 }

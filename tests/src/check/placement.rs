@@ -79,6 +79,13 @@ impl Placement {
                     continue;
                 }
                 let Some(now) = metadata.groups.get(group) else { continue };
+                // A delete is refused while an operation touches the group,
+                // so a group deleted in the jump was deleted after the
+                // revert: the delete emptied it, not the revert (seed
+                // 6002738).
+                if !now.live {
+                    continue;
+                }
                 // H3: the group id was deleted and created again since: the
                 // revert owes the new life nothing.
                 if lives.get(group).is_some_and(|created| *created != now.created) {
@@ -226,5 +233,25 @@ mod tests {
         let mut again = Placement::default();
         assert!(again.check(0, &metadata).is_empty());
         assert_eq!(again.check(0, &reverted(metadata, &[2, 3, 4], &[])).len(), 1);
+    }
+
+    /// Seed 6002738 of the metadata shape: between two looks the revert
+    /// finished and the group was then deleted (a delete is refused while
+    /// an operation touches the group); the delete emptied it, not the
+    /// revert.
+    #[test]
+    fn m5_a_group_deleted_after_its_revert_is_not_judged_by_the_delete() {
+        let mut placement = Placement::default();
+        let metadata = with_revert_in_flight();
+        assert!(placement.check(0, &metadata).is_empty());
+        let mut later = reverted(metadata.clone(), &[], &[]);
+        if let Some(group) = later.groups.get_mut(&G) {
+            group.live = false;
+        }
+        assert_eq!(placement.check(0, &later), Vec::<String>::new());
+        // The same emptied placement on a live group is still a violation.
+        let mut again = Placement::default();
+        assert!(again.check(0, &metadata).is_empty());
+        assert_eq!(again.check(0, &reverted(metadata, &[], &[])).len(), 1);
     }
 }

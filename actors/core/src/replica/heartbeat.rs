@@ -267,6 +267,14 @@ impl Replica {
         self.learn_commit(entry.commit, cx.out);
         if entry.heartbeat_state == WireState::Idle {
             self.snapshot_on_idle(cx.out);
+            if self.is_learner() {
+                // P4: an idle group sends no Prepare for a learner to
+                // acknowledge, so a PrepareOk of its that was lost would
+                // leave the primary counting it behind for good, and no
+                // operation could promote it (seed 5004109). It tells its
+                // progress again with each idle heartbeat.
+                self.send_prepare_ok(cx.out);
+            }
         }
         cx.queue_reply(
             from,
