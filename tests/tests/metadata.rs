@@ -530,10 +530,10 @@ fn m5_regression_seed_6002738_a_group_deleted_after_its_revert_judges_no_revert(
 /// catch up, but the learner's one PrepareOk after it took the group's
 /// state was lost, and the group was idle: no Prepare came for it to
 /// acknowledge again, so its primary counted it behind for good and the
-/// operation never finished. A learner now tells its progress with each
-/// idle heartbeat.
+/// operation never finished. An idle primary now asks a member whose
+/// acknowledgement it lacks for it again on each idle heartbeat.
 #[test]
-fn p4_regression_seed_5004109_an_idle_groups_learner_repeats_its_progress() {
+fn p4_regression_seed_5004109_an_idle_primary_asks_its_learner_for_the_lost_ack() {
     run_clean(SimConfig::metadata(5_004_109));
 }
 

@@ -9,10 +9,10 @@ use common::Counter;
 use bytes::Bytes;
 use cohort_core::quorum::Quorums;
 use cohort_core::replica::SpecError;
-use cohort_core::{CoreConfig, Effect, GroupSpec, Role, Shard, ShardError, WriteMode};
+use cohort_core::{CoreConfig, Effect, GroupSpec, Role, Shard, ShardError, TimingConfig, WriteMode};
 use cohort_messages::{
-    ClientId, CommitEntry, GroupId, HeartbeatState, Incarnation, MemberIndex, Message, NodeId, Op, PrepareOk, Request,
-    RequestKind, RequestNumber, StartViewChange, Timestamp, View,
+    ClientId, CommitReplyEntry, GroupId, Incarnation, MemberIndex, Message, NodeId, Op, PrepareOk, Request,
+    RequestKind, RequestNumber, StartViewChange, View,
 };
 
 const G: GroupId = GroupId(7);
@@ -255,48 +255,57 @@ fn z5_a_learner_index_past_sixty_three_follows_like_any_learner() {
 
 /// P4 (seed 5004109 of the simulator's metadata shape): an idle group sends
 /// no Prepare a learner could acknowledge, so a learner whose PrepareOk was
-/// lost would be counted behind for good. It repeats its progress with each
-/// idle heartbeat, and only then: a busy group's next Prepare asks for it.
+/// lost would be counted behind for good and never promoted. On each idle
+/// heartbeat the primary asks a member of its view whose acknowledgement
+/// is missing for it again, and stops once it has it.
 #[test]
-fn p4_an_idle_groups_learner_repeats_its_progress_with_each_idle_heartbeat() {
-    let mut primary = Harness::new(VOTERS[0], spec(0, vec![LEARNER_A]));
-    primary.ticks(1);
-    primary.write(1);
-    let prepare = primary
-        .log
-        .iter()
-        .find_map(|c| match c {
-            Effect::Send { to, message: message @ Message::Prepare(_) } if *to == LEARNER_A => Some(message.clone()),
-            _ => None,
-        })
-        .expect("the learner is sent the Prepare");
-    let mut learner = Harness::new(LEARNER_A, spec(3, vec![LEARNER_A]));
-    learner.shard.on_message(VOTERS[0], prepare);
-    learner.drain();
-    let prepare_ok = |m: &Message| matches!(m, Message::PrepareOk(ok) if ok.op == Op(1));
-    assert_eq!(learner.sent_to(VOTERS[0], prepare_ok), 1, "its PrepareOk once op 1 is durable (say it is lost)");
-    let heartbeat = |learner: &mut Harness, timestamp: u64, state: HeartbeatState| {
-        let entry = CommitEntry {
-            group: G,
-            partition_incarnation: Incarnation(1),
-            view: View(0),
-            commit: Op(1),
-            timestamp_monotonic: Timestamp(timestamp),
-            heartbeat_state: state,
-            replica: MemberIndex(0),
-        };
-        learner.shard.on_commit_entry(VOTERS[0], entry);
-        learner.drain();
+fn p4_an_idle_primary_asks_a_learner_whose_ack_was_lost_again() {
+    let mut h = Harness::new(VOTERS[0], spec(0, vec![LEARNER_A]));
+    h.ticks(1);
+    h.write(1);
+    h.ack(VOTERS[1], 1, 1);
+    assert_eq!(h.replica().commit_max(), Op(1));
+    // The learner's PrepareOk is lost; its CommitReplies say it is in the
+    // view (and a voter's keep the primary's quorum window open).
+    let replies = |h: &mut Harness| {
+        // Each echoes the newest Commit it was sent (R24).
+        for (node, member) in [(VOTERS[1], 1), (LEARNER_A, 3)] {
+            let newest = h.log.iter().rev().find_map(|c| match c {
+                Effect::SendCommitBatch { to, entries } if *to == node => entries.last().copied(),
+                _ => None,
+            });
+            if let Some(commit) = newest {
+                let reply = CommitReplyEntry {
+                    group: G,
+                    partition_incarnation: Incarnation(1),
+                    view: View(0),
+                    timestamp_monotonic: commit.timestamp_monotonic,
+                    replica: MemberIndex(member),
+                };
+                h.shard.on_commit_reply_entry(node, reply);
+            }
+        }
+        h.ticks(1);
     };
-    heartbeat(&mut learner, 10, HeartbeatState::Busy);
-    assert_eq!(learner.sent_to(VOTERS[0], prepare_ok), 1, "a busy heartbeat asks for nothing more");
-    heartbeat(&mut learner, 20, HeartbeatState::Idle);
-    assert_eq!(learner.sent_to(VOTERS[0], prepare_ok), 2, "an idle heartbeat: its progress again");
-    heartbeat(&mut learner, 30, HeartbeatState::Idle);
-    assert_eq!(learner.sent_to(VOTERS[0], prepare_ok), 3, "and at each one");
-    // The primary that lost the first one counts the repeat.
-    let repeat = PrepareOk { group: G, incarnation: Incarnation(1), view: View(0), op: Op(1), replica: MemberIndex(3) };
-    primary.shard.on_message(LEARNER_A, Message::PrepareOk(repeat));
-    primary.drain();
-    assert_eq!(primary.replica().learner_progress(), vec![(LEARNER_A, Op(1))]);
+    let asks = |h: &Harness| {
+        h.sent_to(LEARNER_A, |m| {
+            matches!(m, Message::Prepare(p) if p.entry.op == Op(1)) || matches!(m, Message::StartView(_))
+        })
+    };
+    let idle_ticks = 3 * TimingConfig::default().commit_idle_heartbeat_interval_ticks
+        + TimingConfig::default().commit_heartbeat_timeout_ticks;
+    let before = asks(&h);
+    for _ in 0..idle_ticks {
+        replies(&mut h);
+    }
+    assert!(!h.replica().learner_caught_up(LEARNER_A));
+    let asked = asks(&h) - before;
+    assert!(asked >= 2, "asked again on each idle heartbeat: {asked}");
+    h.ack(LEARNER_A, 3, 1);
+    assert!(h.replica().learner_caught_up(LEARNER_A), "the repeated acknowledgement counts");
+    let settled = asks(&h);
+    for _ in 0..idle_ticks {
+        replies(&mut h);
+    }
+    assert_eq!(asks(&h), settled, "nothing asked once acknowledged");
 }

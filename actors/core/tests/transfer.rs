@@ -258,6 +258,49 @@ fn c4_transfer_to_a_member_that_is_behind_is_refused() {
     assert_eq!(cluster.primary(), Some(NODES[2]));
 }
 
+/// C4, C5: a voter of an idle group whose PrepareOks were lost (a node
+/// that restarted and answered before its links were up) would stay
+/// "behind" for good: no Prepare comes to acknowledge again, and neither a
+/// transfer nor the balancer could hand it the group. On an idle heartbeat
+/// the primary asks for the missing acknowledgement, and the transfer goes
+/// through.
+#[test]
+fn c5_an_idle_groups_voter_whose_acks_were_lost_is_asked_again_and_can_lead() {
+    let mut cluster = Cluster::warmed_up();
+    let request = RequestNumber(cluster.next_request);
+    cluster.next_request += 1;
+    let write =
+        Request { client: CLIENT, request, group: G, kind: RequestKind::Write, operation: Bytes::from_static(b"w") };
+    cluster.shard(NODES[0]).on_request(write);
+    cluster.drain(NODES[0]);
+    // Member 2 holds the write, but its PrepareOk never arrives.
+    let mut lost = 0;
+    while let Some((from, to, frame)) = cluster.queue.pop_front() {
+        if from == NODES[2] && matches!(frame, Frame::Message(Message::PrepareOk(_))) {
+            lost += 1;
+            continue;
+        }
+        cluster.deliver(from, to, frame);
+    }
+    assert!(lost > 0, "member 2 acknowledged the write");
+    assert!(cluster.acknowledged(request).is_some());
+    let commit = cluster.replica(NODES[0]).commit_max();
+    assert_eq!(cluster.replica(NODES[2]).op(), commit, "member 2 holds every op");
+    assert!(
+        matches!(cluster.shard(NODES[0]).transfer_primary(G, NODES[2]), Err(TransferError::Behind { .. })),
+        "the primary counts member 2 behind"
+    );
+    cluster.drain(NODES[0]);
+    // The group turns idle; its idle heartbeats ask member 2 again.
+    let timing = cohort_core::TimingConfig::default();
+    cluster.ticks(timing.commit_heartbeat_timeout_ticks + 2 * timing.commit_idle_heartbeat_interval_ticks);
+    assert_eq!(cluster.primary(), Some(NODES[0]), "no view change on the way");
+    cluster.shard(NODES[0]).transfer_primary(G, NODES[2]).expect("member 2's acknowledgement came back");
+    cluster.drain(NODES[0]);
+    cluster.deliver_all();
+    assert_eq!(cluster.primary(), Some(NODES[2]));
+}
+
 #[test]
 fn c4_transfer_refused_off_the_primary() {
     let mut cluster = Cluster::warmed_up();

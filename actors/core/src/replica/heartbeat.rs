@@ -128,12 +128,43 @@ impl Replica {
             cx.out.queue_commit(self.node_of(member), entry, self.superblock_flush);
         }
         if state == WireState::Idle {
+            self.ask_for_missing_acks(now, cx);
             self.propose_quiet(now, cx.out.flush_completed(), pairs);
         }
         self.unconfirm_silent_learners(now);
         self.resend_start_view(now, cx.out);
         assert!(self.is_primary(), "{self:?}: a heartbeat keeps the role");
         assert_eq!(self.lead().heartbeat.processed_tick, now, "R1: each send tick is decided once");
+    }
+
+    /// On an idle heartbeat: each member in this view whose acknowledgement
+    /// of the commit point is missing is asked for it again. An idle group
+    /// sends no Prepare a member could acknowledge, so one lost PrepareOk
+    /// (sent before a restarted node's links were up, say) would leave the
+    /// primary counting it behind for good: a learner never promoted (P4,
+    /// seed 5004109), a voter never handed the group (C4, C5). The ask is
+    /// the Prepare of the commit point, which a member holding it durably
+    /// acknowledges again (and one missing it repairs up to), or, once the
+    /// log was snapshotted up to the commit point, the StartView, a few
+    /// bytes then, which a member in this view answers the same way. Once
+    /// per idle heartbeat, only while the acknowledgement is missing.
+    fn ask_for_missing_acks(&mut self, now: u64, cx: &mut Context<'_>) {
+        let commit = self.commit_max;
+        let missing: Vec<_> = self
+            .receivers()
+            .filter(|member| {
+                !self.quiet_member(*member) && self.confirmed_of(*member) && self.acked_of(*member) < commit
+            })
+            .collect();
+        for member in missing {
+            match self.log.get(commit).cloned() {
+                Some(entry) if commit > self.log.base() => {
+                    let prepare = self.prepare_message(entry);
+                    self.send_prepare(self.node_of(member), prepare, cx);
+                }
+                _ => self.send_start_view(member, now, cx.out),
+            }
+        }
     }
 
     /// Re-send the uncommitted Prepares each backup has not acknowledged; a
@@ -267,14 +298,6 @@ impl Replica {
         self.learn_commit(entry.commit, cx.out);
         if entry.heartbeat_state == WireState::Idle {
             self.snapshot_on_idle(cx.out);
-            if self.is_learner() {
-                // P4: an idle group sends no Prepare for a learner to
-                // acknowledge, so a PrepareOk of its that was lost would
-                // leave the primary counting it behind for good, and no
-                // operation could promote it (seed 5004109). It tells its
-                // progress again with each idle heartbeat.
-                self.send_prepare_ok(cx.out);
-            }
         }
         cx.queue_reply(
             from,

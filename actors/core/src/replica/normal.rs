@@ -365,7 +365,7 @@ impl Replica {
         assert!(self.lead().async_acked_op >= self.durable_op, "Q4: every durable write is acknowledged");
     }
 
-    pub(crate) fn send_prepare_ok(&mut self, out: &mut Effects) {
+    fn send_prepare_ok(&mut self, out: &mut Effects) {
         debug_assert!(!self.is_primary(), "a primary counts itself by its durable op");
         if self.durable_op == Op(0)
             || self.superblock_durable_log_view != Some(self.log_view)
