@@ -23,8 +23,9 @@ pub const METADATA_TEXT_SIZE_MAX_BYTES: usize = 256;
 /// The most groups one join may name.
 pub const OPERATION_GROUPS_MAX: usize = 4096;
 
-/// The most entries one [`MetadataCommand::CreateGroups`] or
-/// [`MetadataCommand::ReportOwnerships`] carries. Even with the longest kind
+/// The most entries one [`MetadataCommand::CreateGroups`],
+/// [`MetadataCommand::ReportOwnerships`] or
+/// [`MetadataCommand::TransferPrimaries`] carries. Even with the longest kind
 /// and the most members a batch stays far below the largest operation.
 pub const METADATA_BATCH_ENTRIES_MAX: usize = 256;
 
@@ -45,6 +46,16 @@ pub struct GroupCreation {
     pub members: Vec<NodeId>,
     /// Its replication quorum and write mode.
     pub replication: Replication,
+}
+
+/// One transfer of a [`MetadataCommand::TransferPrimaries`]: what a
+/// `TransferPrimary` names.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupTransfer {
+    /// The group.
+    pub group: GroupId,
+    /// The member that is to lead it.
+    pub to: NodeId,
 }
 
 /// One report of a [`MetadataCommand::ReportOwnerships`]: what a
@@ -255,6 +266,14 @@ pub enum MetadataCommand {
         /// Its learners.
         learners: Vec<NodeId>,
     },
+    /// C5: many primary transfers in one epoch (the balancer's, up to
+    /// [`METADATA_BATCH_ENTRIES_MAX`] a command), each applied as a
+    /// `TransferPrimary`: one that would be refused alone is skipped, the
+    /// others are recorded all the same. A freeze refuses the whole command.
+    TransferPrimaries {
+        /// The transfers, at most one per group.
+        transfers: Vec<GroupTransfer>,
+    },
     /// Many ownership reports of one node under one session in one epoch
     /// (Z2, S4), each checked as a `ReportOwnership`; the result lists the
     /// refused ones.
@@ -323,6 +342,17 @@ impl MetadataCommand {
             }
             MetadataCommand::CreateGroup { kind, members, replication, .. } => {
                 validate_creation(kind, members, replication)?;
+            }
+            MetadataCommand::TransferPrimaries { transfers } => {
+                if transfers.is_empty() || transfers.len() > METADATA_BATCH_ENTRIES_MAX {
+                    return Err(invalid(Command::Request, "transfer primaries: 1 to 256 transfers"));
+                }
+                let mut seen = std::collections::BTreeSet::new();
+                for GroupTransfer { group, to } in transfers {
+                    if to.0 == 0 || !seen.insert(*group) {
+                        return Err(invalid(Command::Request, "transfer primaries: node 0, or a group listed twice"));
+                    }
+                }
             }
             MetadataCommand::CreateGroups { groups } => {
                 if groups.is_empty() || groups.len() > METADATA_BATCH_ENTRIES_MAX {
@@ -541,6 +571,12 @@ mod tests {
                 op: Op(40),
             },
             MetadataCommand::TransferPrimary { group: GroupId(4), to: NodeId(2) },
+            MetadataCommand::TransferPrimaries {
+                transfers: vec![
+                    GroupTransfer { group: GroupId(4), to: NodeId(2) },
+                    GroupTransfer { group: GroupId(5), to: NodeId(3) },
+                ],
+            },
             MetadataCommand::Freeze { by: NodeId(1) },
             MetadataCommand::Unfreeze { by: NodeId(3) },
             MetadataCommand::CreateGroups {
@@ -579,6 +615,16 @@ mod tests {
         assert!(MetadataCommand::decode(&MetadataCommand::StartOperation { spec: no_groups }.encode()).is_err());
         let operation_zero = MetadataCommand::CancelOperation { operation: OperationId(0) };
         assert!(MetadataCommand::decode(&operation_zero.encode()).is_err());
+        let transfer = |group: u64, to: u64| GroupTransfer { group: GroupId(group), to: NodeId(to) };
+        for transfers in [
+            Vec::new(),
+            vec![transfer(1, 2), transfer(1, 3)],
+            vec![transfer(1, 0)],
+            (0..=METADATA_BATCH_ENTRIES_MAX as u64).map(|group| transfer(group, 2)).collect(),
+        ] {
+            let command = MetadataCommand::TransferPrimaries { transfers };
+            assert!(MetadataCommand::decode(&command.encode()).is_err(), "{command:?}");
+        }
     }
 
     proptest! {

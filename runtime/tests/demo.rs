@@ -39,6 +39,13 @@ fn demo_runs_kills_restarts_and_loses_nothing() {
         assert!(summary.get(key).is_some(), "{key} missing: {summary}");
     }
     assert!(summary["memory_bytes_per_replica"].as_u64().is_some_and(|bytes| bytes > 0), "{summary}");
+    // C5: the restarted node leads its share again before the summary (the
+    // demo waits for it, 31 s at most for these 60 groups).
+    assert!(summary["restart_to_balanced_ms"].as_u64().is_some(), "not balanced after the restart: {summary}");
+    let counts: Vec<u64> = summary["primaries_per_node"]
+        .as_array()
+        .map_or_else(Vec::new, |counts| counts.iter().filter_map(|c| c.as_u64()).collect());
+    assert!(counts.len() == 3 && counts.iter().all(|count| count.abs_diff(20) <= 2), "{summary}");
 }
 
 /// O5: a run too short to kill a node, let its groups fail over and

@@ -6,10 +6,11 @@
 use cohort_core::client_table::REGISTRATION;
 use cohort_core::metadata::{
     AgentConfig, AgentOutput, BootstrapGroup, ExpiredPolicy, HostedReplica, Metadata, MetadataAgent, next_transfer,
-    primaries_per_node,
+    next_transfers, primaries_per_node,
 };
 use cohort_messages::metadata::{
-    GroupCreation, METADATA_BATCH_ENTRIES_MAX, MetadataCommand, MetadataResult, OperationSpec, OwnedGroup,
+    GroupCreation, GroupTransfer, METADATA_BATCH_ENTRIES_MAX, MetadataCommand, MetadataResult, OperationSpec,
+    OwnedGroup,
 };
 use cohort_messages::{ClientId, Epoch, GroupId, Incarnation, NodeId, Op, SessionId, View};
 
@@ -215,6 +216,47 @@ fn c5_the_balancer_narrows_the_spread_until_counts_are_one_apart() {
     let counts: Vec<usize> = primaries_per_node(&log.metadata).into_values().collect();
     assert_eq!(counts, vec![3, 3, 3], "after {transfers} transfers");
     assert_eq!(transfers, 6, "each transfer narrows the spread");
+}
+
+/// C5: one command of many transfers picks what one transfer at a time
+/// would, each counted at its target before the next, and the metadata
+/// records every one; a freeze refuses the whole command.
+#[test]
+fn c5_many_transfers_in_one_command_pick_as_one_at_a_time_would() {
+    let build = || {
+        let mut log = Log::with_nodes(3);
+        // Twelve groups led by node 1, and three by node 2 whose members
+        // leave out node 3.
+        for group in 0..12 {
+            log.create(group, &[1, 2, 3]);
+            log.report(group, 1, 1);
+        }
+        for group in 12..15 {
+            log.create(group, &[1, 2]);
+            log.report(group, 2, 1);
+        }
+        log
+    };
+    let mut one_at_a_time = build();
+    let mut singles = Vec::new();
+    while let Some(command) = next_transfer(&one_at_a_time.metadata) {
+        let MetadataCommand::TransferPrimary { group, to } = command.clone() else { panic!("{command:?}") };
+        one_at_a_time.apply(command);
+        singles.push(GroupTransfer { group, to });
+        assert!(singles.len() <= 15, "the balancer does not go on for ever");
+    }
+    let mut batched = build();
+    let transfers = next_transfers(&batched.metadata, 256);
+    assert_eq!(transfers, singles, "the same transfers, in the same order");
+    assert_eq!(next_transfers(&batched.metadata, 2), singles[..2], "at most as many as asked for");
+    let command = MetadataCommand::TransferPrimaries { transfers };
+    let mut frozen = build();
+    frozen.apply(MetadataCommand::Freeze { by: NodeId(1) });
+    assert!(matches!(frozen.apply(command.clone()), MetadataResult::Refused { .. }), "a freeze refuses them all");
+    assert!(matches!(batched.apply(command), MetadataResult::Done { .. }));
+    let counts: Vec<usize> = primaries_per_node(&batched.metadata).into_values().collect();
+    assert_eq!(counts, vec![5, 5, 5], "counted at their targets");
+    assert!(next_transfers(&batched.metadata, 256).is_empty(), "balanced");
 }
 
 #[test]
@@ -532,9 +574,13 @@ fn z2_between_scans_the_balancer_goes_on_only_after_a_scan_found_nothing_more_ur
         log.report(group, 1, 1);
     }
     let mut config = agent(1).config().clone();
-    config.balance_transfers_per_tick = Some(3);
+    config.balance_transfers_per_tick = Some(1);
     let mut primary = MetadataAgent::new(config);
     let hosted: Vec<HostedReplica> = (0..9).map(|group| hosted(group, true, 1)).collect();
+    let count = |command: &MetadataCommand| match command {
+        MetadataCommand::TransferPrimaries { transfers } => transfers.len(),
+        other => panic!("the balancer asks with TransferPrimaries: {other:?}"),
+    };
     // Scan by scan, the agent registers, opens its session and reports its
     // groups before the balancer asks; between scans none of that goes on.
     let mut now = 0;
@@ -545,23 +591,27 @@ fn z2_between_scans_the_balancer_goes_on_only_after_a_scan_found_nothing_more_ur
         let command = MetadataCommand::decode(&request.operation).expect("a command");
         let result = log.apply(command.clone());
         primary.on_reply(now, &reply(&request, &result));
-        if matches!(command, MetadataCommand::TransferPrimary { .. }) {
+        if matches!(command, MetadataCommand::TransferPrimaries { .. }) {
             break command;
         }
         assert_eq!(submitted(primary.between_scans(now, &log.metadata, true)), None, "after {command:?}");
     };
-    let mut transfers = vec![first];
-    while let Some(request) = submitted(primary.between_scans(now, &log.metadata, true)) {
+    // Its first command takes the ticks it saved up (one a tick, ten at
+    // most), and six transfers make 3, 3 and 3.
+    let mut asked = count(&first);
+    assert_eq!(asked, (now as usize).min(10).min(6), "the saved budget at tick {now}");
+    assert_eq!(submitted(primary.between_scans(now, &log.metadata, true)), None, "this tick's budget is spent");
+    while asked < 6 {
+        now += 1;
+        assert_eq!(submitted(primary.between_scans(now, &log.metadata, false)), None, "not the metadata primary");
+        let request = submitted(primary.between_scans(now, &log.metadata, true)).expect("the next tick's budget");
         let command = MetadataCommand::decode(&request.operation).expect("a command");
-        assert!(matches!(command, MetadataCommand::TransferPrimary { .. }), "{command:?}");
-        let result = log.apply(command.clone());
+        assert_eq!(count(&command), 1, "one tick's budget: {command:?}");
+        let result = log.apply(command);
         primary.on_reply(now, &reply(&request, &result));
-        transfers.push(command);
-        assert!(transfers.len() <= 3, "at most the budget of one tick");
+        asked += 1;
     }
-    assert_eq!(transfers.len(), 3, "the budget of one tick, with one scan: {transfers:?}");
-    assert_eq!(submitted(primary.between_scans(now + 1, &log.metadata, false)), None, "not the metadata primary");
-    assert!(submitted(primary.between_scans(now + 1, &log.metadata, true)).is_some(), "the next tick's budget");
+    assert_eq!(submitted(primary.between_scans(now + 1, &log.metadata, true)), None, "balanced: nothing more");
 }
 
 /// Ticks `from..to` of `agent` over `hosted`, every request applied to `log`

@@ -18,9 +18,9 @@
 //! Repeated, this ends with every two live nodes' counts at most one apart
 //! wherever the placement allows it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use cohort_messages::metadata::{MetadataCommand, MetadataResult};
+use cohort_messages::metadata::{GroupTransfer, MetadataCommand, MetadataResult};
 use cohort_messages::{Epoch, GroupId, NodeId};
 
 use super::{Metadata, Transfer};
@@ -77,40 +77,81 @@ pub fn primaries_per_node(metadata: &Metadata) -> BTreeMap<NodeId, usize> {
 /// cluster is starting, or a failover's reports are still coming in), and a
 /// spread counted without it would move primaries for nothing.
 pub fn next_transfer(metadata: &Metadata) -> Option<MetadataCommand> {
-    if metadata.frozen.is_some() {
-        return None;
+    let transfer = next_transfers(metadata, 1).pop()?;
+    Some(MetadataCommand::TransferPrimary { group: transfer.group, to: transfer.to })
+}
+
+/// Groups alike to the balancer: their primary and their members.
+type Class<'a> = (NodeId, &'a [NodeId]);
+
+/// C5: up to `max` transfers, each the one [`next_transfer`] would choose
+/// once the ones before it were asked for (counted at their targets): what
+/// the balancer asks for in one [`MetadataCommand::TransferPrimaries`].
+/// Groups that share their primary and members are alike to the balancer,
+/// so it sorts them into such classes once and then picks per transfer
+/// among the classes, not the groups: a command of many transfers costs
+/// one pass over the groups, even at 100,000 of them.
+pub fn next_transfers(metadata: &Metadata, max: usize) -> Vec<GroupTransfer> {
+    if metadata.frozen.is_some() || max == 0 {
+        return Vec::new();
     }
     let unowned = |(group, record): (&GroupId, &super::GroupRecord)| {
         *group != GroupId::METADATA && record.live && record.owner.is_none()
     };
     if metadata.groups.iter().any(unowned) {
-        return None;
+        return Vec::new();
     }
-    let counts = primaries_per_node(metadata);
-    let busiest = counts.values().copied().max()?;
-    let mut best: Option<(usize, GroupId, NodeId)> = None;
-    for (group, record) in &metadata.groups {
-        if *group == GroupId::METADATA || !record.live || record.transfer.is_some() || record.pending.is_some() {
+    let mut counts = primaries_per_node(metadata);
+    // The movable groups of each class, lowest id last.
+    let mut classes: BTreeMap<Class<'_>, Vec<GroupId>> = BTreeMap::new();
+    let in_operation: BTreeSet<GroupId> = metadata.operations.values().flat_map(|record| record.groups()).collect();
+    for (group, record) in metadata.groups.iter().rev() {
+        if *group == GroupId::METADATA
+            || !record.live
+            || record.transfer.is_some()
+            || record.pending.is_some()
+            || in_operation.contains(group)
+        {
             continue;
         }
         let Some(owner) = record.owner else { continue };
-        let Some(&from) = counts.get(&owner.node) else { continue };
-        if from < 2 || from + 1 < busiest {
-            continue; // Only the busiest nodes (within one) give a primary away.
-        }
-        let target = record
-            .members
-            .iter()
-            .filter(|member| **member != owner.node)
-            .filter_map(|member| counts.get(member).map(|count| (*count, *member)))
-            .filter(|(count, _)| count + 2 <= from)
-            .min();
-        if let Some((count, to)) = target {
-            let gain = from - count;
-            if best.is_none_or(|(best_gain, _, _)| gain > best_gain) && metadata.operation_of(*group).is_none() {
-                best = Some((gain, *group, to));
-            }
+        if counts.contains_key(&owner.node) {
+            classes.entry((owner.node, record.members.as_slice())).or_default().push(*group);
         }
     }
-    best.map(|(_, group, to)| MetadataCommand::TransferPrimary { group, to })
+    let mut transfers = Vec::new();
+    while transfers.len() < max {
+        let Some(busiest) = counts.values().copied().max() else { break };
+        // The class whose next group gains most; on a tie, the lowest group.
+        let mut best: Option<(usize, GroupId, Class<'_>, NodeId)> = None;
+        for (class, groups) in &classes {
+            let (owner, members) = *class;
+            let (Some(&group), Some(&from)) = (groups.last(), counts.get(&owner)) else { continue };
+            if from < 2 || from + 1 < busiest {
+                continue; // Only the busiest nodes (within one) give a primary away.
+            }
+            let target = members
+                .iter()
+                .filter(|member| **member != owner)
+                .filter_map(|member| counts.get(member).map(|count| (*count, *member)))
+                .filter(|(count, _)| count + 2 <= from)
+                .min();
+            if let Some((count, to)) = target {
+                let gain = from - count;
+                let better = best.is_none_or(|(best_gain, best_group, _, _)| {
+                    gain > best_gain || (gain == best_gain && group < best_group)
+                });
+                if better {
+                    best = Some((gain, group, *class, to));
+                }
+            }
+        }
+        let Some((_, group, class, to)) = best else { break };
+        classes.get_mut(&class).map(Vec::pop);
+        *counts.entry(class.0).or_default() -= 1;
+        *counts.entry(to).or_default() += 1;
+        transfers.push(GroupTransfer { group, to });
+    }
+    debug_assert!(transfers.len() <= max);
+    transfers
 }

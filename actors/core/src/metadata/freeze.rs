@@ -46,7 +46,8 @@ pub(super) fn is_operator_change(command: &MetadataCommand) -> bool {
         | MetadataCommand::StartOperation { .. }
         | MetadataCommand::AdvanceOperation { .. }
         | MetadataCommand::CancelOperation { .. }
-        | MetadataCommand::TransferPrimary { .. } => true,
+        | MetadataCommand::TransferPrimary { .. }
+        | MetadataCommand::TransferPrimaries { .. } => true,
         MetadataCommand::RegisterNode { .. }
         | MetadataCommand::OpenSession { .. }
         | MetadataCommand::ExpireSession { .. }

@@ -46,7 +46,7 @@ pub use agent::{
     MetadataAgent, PlacedReplica, Poll, SCAN_SPACING_FACTOR, SCAN_SPACING_MAX, STALL_TICKS_MAX, ScanInputs,
     ScanSchedule, placed_replaces,
 };
-pub use balance::{next_transfer, primaries_per_node};
+pub use balance::{next_transfer, next_transfers, primaries_per_node};
 pub use driver::{KeepaliveOutcome, MetadataDriver};
 pub use freeze::Frozen;
 pub use operations::{OperationRecord, OperationTotals, PendingSwitch, Step};
@@ -237,6 +237,7 @@ impl Metadata {
                 | MetadataCommand::ReportCaughtUp { .. }
                 | MetadataCommand::ReportSealed { .. }
                 | MetadataCommand::TransferPrimary { .. }
+                | MetadataCommand::TransferPrimaries { .. }
                 | MetadataCommand::ReportOwnerships { .. }
         );
         let result = self.apply_command(epoch, command);
@@ -334,6 +335,13 @@ impl Metadata {
                 refused(format!("{group} is the metadata group: its primary is not transferred"))
             }
             MetadataCommand::TransferPrimary { group, to } => self.transfer_primary(epoch, group, to),
+            MetadataCommand::TransferPrimaries { transfers } => {
+                // C5: each as a `TransferPrimary` alone; a refused one is skipped.
+                for transfer in transfers.into_iter().filter(|transfer| transfer.group != GroupId::METADATA) {
+                    let _ = self.transfer_primary(epoch, transfer.group, transfer.to);
+                }
+                MetadataResult::Done { epoch }
+            }
             MetadataCommand::RecordMetadataGroup { incarnation, members, learners } => {
                 self.record_metadata_group(epoch, incarnation, members, learners)
             }
@@ -592,6 +600,7 @@ impl Metadata {
             | MetadataCommand::CreateGroups { .. }
             | MetadataCommand::DeleteGroup { .. }
             | MetadataCommand::TransferPrimary { .. }
+            | MetadataCommand::TransferPrimaries { .. }
             | MetadataCommand::Freeze { .. }
             | MetadataCommand::Unfreeze { .. }
             | MetadataCommand::StartOperation { .. }

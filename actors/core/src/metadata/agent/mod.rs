@@ -182,7 +182,9 @@ impl MetadataAgent {
                 }
                 // The balancer may go on between scans if it is what this
                 // scan asked for, or if only this tick's budget held it back.
-                Some(MetadataCommand::TransferPrimary { .. }) if metadata_primary => self.between = Between::Balancing,
+                Some(MetadataCommand::TransferPrimaries { .. }) if metadata_primary => {
+                    self.between = Between::Balancing
+                }
                 None if metadata_primary
                     && self.config.balance_transfers_per_tick.is_some()
                     && !self.balance.budget_left(now, &self.config) =>
