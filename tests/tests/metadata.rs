@@ -537,6 +537,19 @@ fn p4_regression_seed_5004109_an_idle_primary_asks_its_learner_for_the_lost_ack(
     run_clean(SimConfig::metadata(5_004_109));
 }
 
+/// Z6 shape, seeds 6004344 and 6009786: a metadata voter that lost its
+/// disk was recovering (H1) in incarnation 1 when the metadata group
+/// switched to incarnation 2, which names it a learner. A recovering
+/// replica ignored every Commit before looking at its incarnation, so it
+/// never learned that a later incarnation ran, its agent never read where
+/// the group went, and the operations and groups waiting for it stayed in
+/// flight. A later incarnation's Commit now marks it outpaced all the same.
+#[test]
+fn z6_regression_seeds_6004344_6009786_a_recovering_replica_left_behind_by_a_switch_follows_it() {
+    run_clean(z6_shape(6_004_344));
+    run_clean(z6_shape(6_009_786));
+}
+
 /// Z6 under every fault: five nodes, the metadata group's voters the first
 /// three and the other two its learners; the operator moves, replaces,
 /// grows and shrinks those voters (and the kv groups' members) while nodes

@@ -733,7 +733,11 @@ impl Shard {
         }
         self.with_group(entry.group, |replica, now, cx| {
             if replica.is_recovering() {
-                return; // H1: it follows no primary until it recovered.
+                // H1: it follows no primary until it recovered. A later
+                // incarnation's Commit still tells it the group went on
+                // without it (Z6: its agent then reads where; seed 6004344).
+                replica.outpaced |= entry.partition_incarnation > replica.spec.incarnation;
+                return;
             }
             let any_incarnation = replica.config.mutated(crate::mutants::Mutant::OtherIncarnationAccepted);
             if entry.partition_incarnation != replica.spec.incarnation && !any_incarnation {
