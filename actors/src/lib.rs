@@ -35,6 +35,7 @@
 // rewrite; until then the lint is allowed there alone.
 #[allow(unreachable_pub)]
 mod agent;
+mod apply_worker;
 mod certs;
 mod client_id;
 mod custom;

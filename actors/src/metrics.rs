@@ -85,7 +85,7 @@ pub(crate) const APPLY_LATENCY_BUCKETS_SECONDS: [f64; 19] = [
 ];
 
 /// How many counters a [`ShardMetrics`] holds; one exported family each.
-const SHARD_COUNTER_COUNT: usize = 32;
+const SHARD_COUNTER_COUNT: usize = 35;
 
 /// Name (without prefix and without the `_total` the encoder appends) and help
 /// of each exported shard counter, in the order of [`shard_counter_values`].
@@ -152,6 +152,15 @@ const SHARD_COUNTER_SPECS: [(&str, &str); SHARD_COUNTER_COUNT] = [
         "backlog_bytes_served",
         "Bytes of operations primaries sent lagging members from the entries their snapshots dropped, instead of a state transfer (D1)",
     ),
+    ("apply_runs_lent", "Runs of committed ops lent with their state machine to the shard's apply worker (D2)"),
+    (
+        "apply_runs_unknown",
+        "Runs that came back from the apply worker for no run the shard lent; the state machine is dropped (D2)",
+    ),
+    (
+        "requests_waited_for_state",
+        "Reads and writes that waited for their group's state machine to come back from the apply worker (D2)",
+    ),
 ];
 
 /// The counters of `metrics` in the order of [`SHARD_COUNTER_SPECS`].
@@ -192,6 +201,9 @@ fn shard_counter_values(metrics: &ShardMetrics) -> [u64; SHARD_COUNTER_COUNT] {
         state_streams_opened,
         state_streams_installed,
         backlog_bytes_served,
+        apply_runs_lent,
+        apply_runs_unknown,
+        requests_waited_for_state,
     } = *metrics;
     [
         commit_batches_sent,
@@ -226,6 +238,9 @@ fn shard_counter_values(metrics: &ShardMetrics) -> [u64; SHARD_COUNTER_COUNT] {
         state_streams_opened,
         state_streams_installed,
         backlog_bytes_served,
+        apply_runs_lent,
+        apply_runs_unknown,
+        requests_waited_for_state,
     ]
 }
 
@@ -805,7 +820,8 @@ impl NodeMetrics {
     /// every [`DropReason`] is exported at zero from the start.
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix(METRIC_PREFIX);
-        let shard_counters: [Family<ShardLabels, Counter>; SHARD_COUNTER_COUNT] = Default::default();
+        let shard_counters: [Family<ShardLabels, Counter>; SHARD_COUNTER_COUNT] =
+            std::array::from_fn(|_| Family::default());
         for ((name, help), family) in SHARD_COUNTER_SPECS.iter().zip(&shard_counters) {
             registry.register(*name, *help, family.clone());
         }
@@ -1458,6 +1474,9 @@ mod tests {
             &mut metrics.state_streams_opened,
             &mut metrics.state_streams_installed,
             &mut metrics.backlog_bytes_served,
+            &mut metrics.apply_runs_lent,
+            &mut metrics.apply_runs_unknown,
+            &mut metrics.requests_waited_for_state,
         ];
         for (index, field) in fields.into_iter().enumerate() {
             *field = base + index as u64;

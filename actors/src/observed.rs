@@ -6,9 +6,10 @@
 //! the state machine it is given is the one place the shell can time an
 //! apply (`cohort_apply_latency_seconds`, `cohort_ops_applied_total`) and
 //! open the op's `commit` and `apply` spans with the right parent, without a
-//! hook in the core. It forwards every call unchanged.
+//! hook in the core. It forwards every call unchanged. D2: a state machine
+//! applied off the shard's thread goes to the apply worker inside its
+//! wrapper, so its applies are timed and traced there alike.
 
-use std::rc::Rc;
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -23,7 +24,7 @@ pub(crate) struct ObservedStateMachine {
     inner: Box<dyn StateMachine>,
     group: GroupId,
     metrics: GroupKindMetrics,
-    traces: Rc<ShardTraces>,
+    traces: std::sync::Arc<ShardTraces>,
 }
 
 impl ObservedStateMachine {
@@ -33,7 +34,7 @@ impl ObservedStateMachine {
         inner: Box<dyn StateMachine>,
         group: GroupId,
         metrics: GroupKindMetrics,
-        traces: Rc<ShardTraces>,
+        traces: std::sync::Arc<ShardTraces>,
     ) -> ObservedStateMachine {
         ObservedStateMachine { inner, group, metrics, traces }
     }
@@ -83,6 +84,10 @@ impl StateMachine for ObservedStateMachine {
         operation: &[u8],
     ) -> Result<(), String> {
         self.inner.admit(sender, members, operation)
+    }
+
+    fn apply_off_shard(&self) -> bool {
+        self.inner.apply_off_shard()
     }
 
     fn durability(&self) -> Durability {

@@ -27,7 +27,6 @@ mod role_changes;
 mod waits;
 
 use std::collections::{BTreeMap, HashMap};
-use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -48,6 +47,7 @@ pub use queries::{DriverRecording, GetGroupActor, GetReport, ShardReport, Subscr
 pub(crate) use queries::{GetHostedChanges, GetHostedFingerprint, GetHostedReplicas, ReplaceOutbox, StallForTest};
 pub use waits::{CancelQuorumWait, StartQuorumWait};
 
+use crate::apply_worker::{ApplyEvent, ApplyWorker};
 use crate::group::{GroupNote, GroupRole, GroupTurn, NeedsResync, Wait};
 use crate::inbound::InboundBatch;
 use crate::kind::{GroupKind, HostedGroup};
@@ -80,6 +80,11 @@ pub struct Submit {
 #[derive(Message)]
 #[rtype(result = "()")]
 struct StorageDone(StorageEvent);
+
+/// D2: the apply worker finished a run (or its state machine panicked).
+#[derive(Message)]
+#[rtype(result = "()")]
+struct ApplyDone(ApplyEvent);
 
 /// The end of a turn of inputs (see `ShardActor::end_turn_soon`).
 #[derive(Message)]
@@ -156,7 +161,7 @@ pub struct ShardActor {
     /// ([`group_links`]).
     actor_sweep: group_links::Sweep,
     groups: HashMap<GroupId, GroupLink>,
-    traces: Rc<ShardTraces>,
+    traces: std::sync::Arc<ShardTraces>,
     /// Groups built before the actor started, whose actors start with it.
     built: Vec<(GroupId, GroupKind)>,
     /// Groups whose custom actor waits for a resync (its mailbox overflowed).
@@ -169,6 +174,10 @@ pub struct ShardActor {
     /// Where the groups hosted while running are recorded, so that the next
     /// start hosts them again (see [`crate::placements`]).
     placements: Addr<PlacementRecorder>,
+    /// D2: the apply worker, started with the first run lent.
+    apply_worker: Option<ApplyWorker>,
+    /// This actor's address (once started), for the apply worker's reports.
+    addr: Option<Addr<ShardActor>>,
 }
 
 /// A shard with at most this many groups counts its group gauges every
@@ -240,12 +249,14 @@ impl ShardActor {
             gauges: None,
             actor_sweep: group_links::Sweep::new(setup.config.timing.idle_timeout_effective_ticks(), setup.tick),
             groups: HashMap::new(),
-            traces: Rc::new(ShardTraces::new(setup.node)),
+            traces: std::sync::Arc::new(ShardTraces::new(setup.node)),
             built: Vec::new(),
             resync_pending: Vec::new(),
             draining_build: false,
             kinds: setup.kinds,
             placements: setup.placements,
+            apply_worker: None,
+            addr: None,
             storage_formatted: setup.recovered.may_have_lost_data(),
         };
         // Z3: this process's epoch on the shard pairs: peers drop what they
@@ -307,7 +318,12 @@ impl ShardActor {
             if let (Some(replica), Some(actor)) =
                 (self.driver.shard().replica(group), self.groups.get_mut(&group).and_then(|link| link.actor.as_mut()))
             {
-                let (op, state) = (replica.commit_min(), replica.state_machine().snapshot());
+                // D2: a state machine on the apply worker is read once back.
+                let Some(state) = replica.state_machine() else {
+                    self.resync_pending.push(group);
+                    continue;
+                };
+                let (op, state) = (replica.commit_min(), state.snapshot());
                 actor.send(GroupTurn(vec![GroupNote::Resync { op, state }]));
             }
         }
@@ -328,6 +344,11 @@ impl ShardActor {
         }
         if turn.dropped_link_down > 0 {
             self.drops.add(Mailbox::PeerLink, DropReason::PeerDisconnected, turn.dropped_link_down);
+        }
+        for job in turn.applies {
+            if !self.lend(job) {
+                self.fail(format!("shard {}: the apply worker stopped", self.index));
+            }
         }
         for batch in turn.peers {
             let to = batch.to;
@@ -363,6 +384,23 @@ impl ShardActor {
             }
         }
         self.publish_driver_counters();
+    }
+
+    /// D2: hand a run to the apply worker, starting it first if need be.
+    /// False if it cannot take it (it stopped, or could not start).
+    fn lend(&mut self, job: cohort_core::driver::ApplyJob) -> bool {
+        if self.apply_worker.is_none() {
+            let Some(addr) = self.addr.clone() else { return false };
+            let name = format!("cohort-apply-{}-{}", self.node.0, self.index);
+            match ApplyWorker::start(name, move |event| addr.do_send(ApplyDone(event))) {
+                Ok(worker) => self.apply_worker = Some(worker),
+                Err(error) => {
+                    tracing::error!(node = self.node.0, shard = self.index, %error, "cannot start the apply worker: {error}");
+                    return false;
+                }
+            }
+        }
+        self.apply_worker.as_ref().is_some_and(|worker| worker.lend(job))
     }
 
     /// The trace context a message to `to` carries (the send's span).
@@ -524,6 +562,7 @@ impl Actor for ShardActor {
 
     fn started(&mut self, ctx: &mut Self::Context) {
         ctx.set_mailbox_capacity(4096);
+        self.addr = Some(ctx.address());
         // One actor per group replica, on this shard's thread, with the
         // custom actor of its kind if it has one; both first hear the
         // current role. Then what the core emitted while building the groups
@@ -605,6 +644,24 @@ impl Handler<StorageDone> for ShardActor {
                 let (node, shard) = (self.node.0, self.index);
                 tracing::error!(node, shard, %error, "shard {shard}'s storage failed, stopping the node: {error}");
                 self.fail(format!("shard {}: {error}", self.index));
+                ctx.stop();
+                return;
+            }
+        }
+        self.input_done(ctx);
+    }
+}
+
+impl Handler<ApplyDone> for ShardActor {
+    type Result = ();
+
+    fn handle(&mut self, done: ApplyDone, ctx: &mut Self::Context) {
+        match done.0 {
+            ApplyEvent::Applied { group, id, state, results } => self.driver.on_applied(group, id, state, results),
+            ApplyEvent::Panicked { group, reason } => {
+                let (node, shard) = (self.node.0, self.index);
+                tracing::error!(node, shard, group = group.0, %reason, "{group}'s state machine panicked in its apply, stopping the shard: {reason}");
+                self.fail(format!("shard {shard}: {group}'s state machine panicked in its apply: {reason}"));
                 ctx.stop();
                 return;
             }

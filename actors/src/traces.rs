@@ -34,8 +34,8 @@
 //! context is [`TraceContext::NONE`]: no allocation and no hashing per
 //! message.
 
-use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use cohort_core::Role;
 use cohort_messages::{
@@ -88,17 +88,25 @@ struct Entries {
     ops: BTreeMap<(GroupId, Op), OpTrace>,
 }
 
-/// One shard's spans and in-flight trace contexts. Shared (`Rc`) by the
-/// shard actor and its groups' state machine wrappers, on one thread.
+/// One shard's spans and in-flight trace contexts. Shared (`Arc`) by the
+/// shard actor and its groups' state machine wrappers: on the shard's
+/// thread, and on its apply worker for a group applied there (D2). The
+/// lock is held for a map update, never across an apply.
 pub(crate) struct ShardTraces {
     node: NodeId,
-    entries: RefCell<Entries>,
+    entries: Mutex<Entries>,
 }
 
 impl ShardTraces {
     /// The traces of a shard of `node`.
     pub(crate) fn new(node: NodeId) -> ShardTraces {
-        ShardTraces { node, entries: RefCell::new(Entries::default()) }
+        ShardTraces { node, entries: Mutex::new(Entries::default()) }
+    }
+
+    /// The entries, locked. A panic while they were held leaves them as
+    /// they were: traces are best effort, never a reason to stop.
+    fn entries(&self) -> MutexGuard<'_, Entries> {
+        self.entries.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The shard took a submit whose caller's span is `parent` at tick
@@ -116,7 +124,7 @@ impl ShardTraces {
         if span.is_disabled() {
             return;
         }
-        let mut entries = self.entries.borrow_mut();
+        let mut entries = self.entries();
         if entries.submitted.len() < TRACED_SUBMITS_MAX {
             entries.submitted.insert((group, client, request), (span, now));
         }
@@ -125,7 +133,7 @@ impl ShardTraces {
     /// Forget submits that came in before tick `tick` and got no answer
     /// (their caller gave up long ago).
     pub(crate) fn forget_submits_before(&self, tick: u64) {
-        let mut entries = self.entries.borrow_mut();
+        let mut entries = self.entries();
         if !entries.submitted.is_empty() {
             entries.submitted.retain(|_, (_, since)| *since >= tick);
         }
@@ -234,7 +242,7 @@ impl ShardTraces {
     /// The core appended `entry`: on the primary, the op's number is now
     /// known, so its `write` span is filed under `(group, op)`.
     pub(crate) fn on_append(&self, group: GroupId, entry: &LogEntry) {
-        let mut entries = self.entries.borrow_mut();
+        let mut entries = self.entries();
         if entries.submitted.is_empty() {
             return;
         }
@@ -248,7 +256,7 @@ impl ShardTraces {
     /// PrepareOk of a traced op gets a `send_*` span, whose context it is.
     /// A PrepareOk also closes the `prepare` spans of the ops it covers.
     pub(crate) fn on_send(&self, to: NodeId, message: &Message) -> TraceContext {
-        let mut entries = self.entries.borrow_mut();
+        let mut entries = self.entries();
         if entries.ops.is_empty() {
             return TraceContext::NONE;
         }
@@ -316,7 +324,7 @@ impl ShardTraces {
         op: Op,
         outcome: &'static str,
     ) {
-        let mut entries = self.entries.borrow_mut();
+        let mut entries = self.entries();
         if entries.submitted.is_empty() && entries.ops.is_empty() {
             return;
         }
@@ -348,7 +356,7 @@ impl ShardTraces {
     /// [`ShardTraces::on_committed`]) and the returned `apply` span is to be
     /// entered around the state machine's call. Disabled for untraced ops.
     pub(crate) fn on_apply(&self, group: GroupId, op: Op) -> Span {
-        let mut entries = self.entries.borrow_mut();
+        let mut entries = self.entries();
         if entries.ops.is_empty() {
             return Span::none();
         }
@@ -364,7 +372,7 @@ impl ShardTraces {
     /// Ops up to `op` of `group` are committed here: their `commit` spans
     /// close, and entries whose own span closed too leave.
     pub(crate) fn on_committed(&self, group: GroupId, op: Op) {
-        let mut entries = self.entries.borrow_mut();
+        let mut entries = self.entries();
         if entries.ops.is_empty() {
             return;
         }
@@ -392,7 +400,7 @@ impl ShardTraces {
             cohort.view = view.0,
             cohort.role = role_name(role),
         );
-        let mut entries = self.entries.borrow_mut();
+        let mut entries = self.entries();
         if entries.ops.is_empty() {
             return;
         }
@@ -409,7 +417,7 @@ impl ShardTraces {
         if !context.is_some() {
             return;
         }
-        let mut entries = self.entries.borrow_mut();
+        let mut entries = self.entries();
         if entries.ops.contains_key(&(group, op)) {
             return;
         }
@@ -422,7 +430,7 @@ impl ShardTraces {
     /// Ops whose context this shard remembers (for tests and bounds checks).
     #[cfg(test)]
     fn ops_in_flight(&self) -> usize {
-        self.entries.borrow().ops.len()
+        self.entries().ops.len()
     }
 }
 
@@ -567,7 +575,7 @@ mod tests {
         drop(traces.on_message(PRIMARY, &prepare(1, 2), TraceContext::NONE));
         assert_eq!(traces.on_send(PRIMARY, &prepare_ok(1, 2)), TraceContext::NONE);
         assert_eq!(traces.ops_in_flight(), 0);
-        assert!(traces.entries.borrow().submitted.is_empty());
+        assert!(traces.entries().submitted.is_empty());
     }
 
     #[test]

@@ -630,6 +630,12 @@ impl StateMachine for KvStore {
         Durability::Persistent
     }
 
+    /// D2: each run is a write transaction of redb: applied on the shard's
+    /// apply worker, off the thread that serves the shard's other groups.
+    fn apply_off_shard(&self) -> bool {
+        true
+    }
+
     fn checkpoint(&mut self, record: &[u8]) -> Result<(), String> {
         self.commit(Some(record))
     }

@@ -409,6 +409,12 @@ impl StateMachine for LogStore {
         Durability::Persistent
     }
 
+    /// D2: a run appends to segment files: applied on the shard's apply
+    /// worker, off the thread that serves the shard's other groups.
+    fn apply_off_shard(&self) -> bool {
+        true
+    }
+
     fn checkpoint(&mut self, record: &[u8]) -> Result<(), String> {
         if record.len() > checkpoint::RECORD_SIZE_MAX_BYTES {
             return Err(format!("a record of {} bytes; a checkpoint holds at most 4 GiB", record.len()));

@@ -274,3 +274,84 @@ fn a_detached_node_serves_a_plain_tokio_host() {
     node.stop();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// D2: a register whose apply runs on the shard's apply worker and, while
+/// its gate is shut, blocks there (a storage engine stalled on its disk).
+struct Gated {
+    value: Bytes,
+    gate: std::sync::Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>,
+}
+
+impl StateMachine for Gated {
+    fn apply(&mut self, _op: Op, operation: &[u8]) -> Bytes {
+        let (open, opened) = &*self.gate;
+        let mut open = open.lock().expect("gate lock");
+        while !*open {
+            open = opened.wait(open).expect("gate lock");
+        }
+        std::mem::replace(&mut self.value, Bytes::copy_from_slice(operation))
+    }
+    fn read(&self, _query: &[u8]) -> Bytes {
+        self.value.clone()
+    }
+    fn snapshot(&self) -> Bytes {
+        self.value.clone()
+    }
+    fn restore(&mut self, snapshot: &[u8]) -> Result<(), String> {
+        self.value = Bytes::copy_from_slice(snapshot);
+        Ok(())
+    }
+    fn apply_off_shard(&self) -> bool {
+        true
+    }
+}
+
+#[test]
+fn d2_an_apply_blocked_on_the_apply_worker_holds_up_no_other_group_of_the_shard() {
+    actix_rt::System::new().block_on(async {
+        let gate = std::sync::Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
+        let gated = std::sync::Arc::clone(&gate);
+        // One shard per node: both groups share it on every node.
+        let cluster = LocalCluster::builder(3)
+            .shards(1)
+            .group_kind("gated", move |_| Box::new(Gated { value: Bytes::new(), gate: std::sync::Arc::clone(&gated) }))
+            .group_kind("counter", |_| Box::new(Counter::default()))
+            .groups("gated", [GroupId(0)])
+            .groups("counter", [GroupId(1)])
+            .start()
+            .expect("cluster starts");
+        let client = cluster.client().timeout(Duration::from_secs(20));
+        // Every replica of group 0 blocks in its first write's apply.
+        let blocked = {
+            let client = client.clone();
+            actix_rt::spawn(async move { client.write(GroupId(0), "held").await })
+        };
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        // Meanwhile group 1, on the same shard, commits, applies and reads
+        // (a liveness bound: with the apply on the shard's thread, nothing
+        // of the shard moves until the gate opens).
+        let other = tokio::time::timeout(Duration::from_secs(30), async {
+            for want in 1..=5u64 {
+                let written = client.write(GroupId(1), "+").await.expect("the other group goes on");
+                assert_eq!(count(&written.result), want);
+            }
+            client.read(GroupId(1), "").await.expect("the other group reads")
+        })
+        .await;
+        let still_blocked = !blocked.is_finished();
+        // Open the gate: group 0's write is answered, and its reads see it.
+        {
+            let (open, opened) = &*gate;
+            *open.lock().expect("gate lock") = true;
+            opened.notify_all();
+        }
+        let read = other.expect("D2: the other group of the shard went on while group 0's apply was blocked");
+        assert_eq!(count(&read.result), 5);
+        assert!(still_blocked, "group 0's write waited for its apply");
+        let written = blocked.await.expect("the task ran").expect("group 0's write completes");
+        assert_eq!(&written.result[..], b"", "a register returns what it replaced");
+        let read = client.read(GroupId(0), "").await.expect("group 0 reads");
+        assert_eq!(&read.result[..], b"held");
+        cluster.stop();
+    });
+}

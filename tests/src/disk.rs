@@ -35,11 +35,10 @@
 //! Directories are created durable at once (the storage makes its own
 //! directory once, at its first start).
 
-use std::cell::RefCell;
+use crate::shared::Shared;
 use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::rc::Rc;
 
 use cohort_wal::{FileSystem, OpenMode};
 
@@ -53,7 +52,7 @@ const ERRNO_IO: i32 = 5;
 
 /// A handle on one node's disk; clones share it.
 #[derive(Clone, Debug, Default)]
-pub struct SimDisk(Rc<RefCell<DiskState>>);
+pub struct SimDisk(Shared<DiskState>);
 
 /// An open file of a [`SimDisk`].
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]

@@ -27,9 +27,8 @@
 //! cheap here; what the simulator checks is the contract's timing (what is
 //! durable when), not the engine.
 
-use std::cell::RefCell;
+use crate::shared::Shared;
 use std::path::PathBuf;
-use std::rc::Rc;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use cohort_core::{Durability, StateExport, StateMachine};
@@ -64,7 +63,7 @@ pub struct CheckpointCounts {
 }
 
 /// Shared by a node's state machines.
-pub type CheckpointSink = Rc<RefCell<CheckpointCounts>>;
+pub type CheckpointSink = Shared<CheckpointCounts>;
 
 /// The kv map of one group, checkpointed to a [`SimDisk`].
 pub struct DiskKv {
@@ -295,6 +294,12 @@ impl StateMachine for DiskKv {
 
     fn durability(&self) -> Durability {
         Durability::Persistent
+    }
+
+    /// D2: applied on the shard's apply worker, so that every `--state disk`
+    /// run of the simulator lends its runs and hands them back late.
+    fn apply_off_shard(&self) -> bool {
+        true
     }
 
     fn checkpoint(&mut self, record: &[u8]) -> Result<(), String> {

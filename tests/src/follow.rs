@@ -23,9 +23,8 @@
 //! member, at that many per second. The state size never crosses the
 //! network; the bytes a learner receives per second follow the rate.
 
-use std::cell::RefCell;
+use crate::shared::Shared;
 use std::collections::{BTreeMap, VecDeque};
-use std::rc::Rc;
 
 use bytes::Bytes;
 use cohort_core::client::Sequence;
@@ -213,7 +212,7 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<FollowConfi
 /// The metadata state machine behind a shared cell, so the harness reads
 /// the very state the replica applies into (as `SharedMetadata` does on a
 /// real node), with nothing copied per apply.
-struct Followed(Rc<RefCell<MetadataStateMachine>>);
+struct Followed(Shared<MetadataStateMachine>);
 
 impl StateMachine for Followed {
     fn apply(&mut self, op: Op, operation: &[u8]) -> Bytes {
@@ -242,7 +241,7 @@ struct Follower {
     driver: ShardDriver,
     storage: MemoryStorage,
     worker: StorageWorker,
-    state: Rc<RefCell<MetadataStateMachine>>,
+    state: Shared<MetadataStateMachine>,
 }
 
 /// One node: its metadata replica (none past the group's replica limit)
@@ -292,8 +291,8 @@ impl Cluster {
                     storage.recover().expect("a fresh memory storage recovers");
                     let mut shard = Shard::new(node_id(index), config.clone());
                     shard.set_pair_identity(0, 0);
-                    let state = Rc::new(RefCell::new(MetadataStateMachine::default()));
-                    shard.create_group(spec, Box::new(Followed(Rc::clone(&state)))).expect("a fresh group");
+                    let state = Shared::new(MetadataStateMachine::default());
+                    shard.create_group(spec, Box::new(Followed(Shared::clone(&state)))).expect("a fresh group");
                     let peers = (0..count).map(node_id);
                     let driver = ShardDriver::new(shard, DriverConfig::for_tick(TICK_MICROS), peers);
                     Follower { driver, storage, worker: StorageWorker::default(), state }
@@ -309,7 +308,7 @@ impl Cluster {
     }
 
     /// The primary's applied state (node 0 leads view 0; no fault moves it).
-    fn primary_state(&self) -> std::cell::Ref<'_, MetadataStateMachine> {
+    fn primary_state(&self) -> std::sync::MutexGuard<'_, MetadataStateMachine> {
         self.nodes[0].replica.as_ref().expect("node 0 is a voter").state.borrow()
     }
 
@@ -435,6 +434,8 @@ impl Cluster {
                 replica.worker.queue(StorageJob::Run(turn.storage));
                 replica.worker.pump(&mut replica.storage, now, || 1).expect("memory storage never fails");
             }
+            // D2: the metadata state machine applies inline.
+            assert!(turn.applies.is_empty(), "the metadata group lends no run");
             // Every request came from a node, so every answer is in a peer's batch.
             debug_assert!(turn.notes.iter().all(|note| !matches!(note, cohort_core::driver::Note::Answer(_))));
             for batch in turn.peers {
@@ -449,12 +450,13 @@ impl Cluster {
     /// Step until every replica's state is the primary's and nothing is asked.
     fn settle(&mut self, deadline: u64) {
         while self.now < deadline {
-            let primary = self.primary_state();
+            // A copy: node 0's state is among the replicas' (one lock each
+            // at a time).
+            let primary = self.primary_state().state().clone();
             let replicas = || self.nodes.iter().filter_map(|node| node.replica.as_ref());
             let settled = self.nodes.iter().all(FollowNode::idle)
-                && replicas().all(|replica| replica.state.borrow().state().epoch == primary.state().epoch)
-                && replicas().all(|replica| *replica.state.borrow().state() == *primary.state());
-            drop(primary);
+                && replicas().all(|replica| replica.state.borrow().state().epoch == primary.epoch)
+                && replicas().all(|replica| *replica.state.borrow().state() == primary);
             if settled {
                 return;
             }

@@ -5,9 +5,8 @@
 //! through a shared sink, so the checkers see each member's applied sequence
 //! even when snapshots drop the log.
 
-use std::cell::RefCell;
+use crate::shared::Shared;
 use std::collections::BTreeMap;
-use std::rc::Rc;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use cohort_core::StateMachine;
@@ -83,7 +82,7 @@ impl KvOp {
 }
 
 /// Where applies are reported: (op, digest of the operation).
-pub type ApplySink = Rc<RefCell<Vec<(Op, u64)>>>;
+pub type ApplySink = Shared<Vec<(Op, u64)>>;
 
 /// FNV-1a over bytes: a stable digest for the checkers.
 pub fn digest(bytes: &[u8]) -> u64 {
@@ -109,7 +108,7 @@ impl Kv {
 
     /// Where it reports its applies.
     pub fn sink(&self) -> ApplySink {
-        Rc::clone(&self.sink)
+        Shared::clone(&self.sink)
     }
 }
 

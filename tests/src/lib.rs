@@ -9,6 +9,7 @@
 
 #![warn(unreachable_pub)]
 
+pub mod apply_worker;
 pub mod browser;
 pub mod check;
 pub mod cli;
@@ -25,6 +26,7 @@ pub mod nested_cargo;
 pub mod network;
 pub mod node;
 pub mod rng;
+pub mod shared;
 pub mod sim;
 pub mod storage;
 pub mod traffic;

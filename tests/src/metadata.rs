@@ -12,8 +12,7 @@
 //! apply or restore (the same way the kv state machine reports its applies
 //! through an `ApplySink`). The core's API stays as it is.
 
-use std::cell::RefCell;
-use std::rc::Rc;
+use crate::shared::Shared;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -29,11 +28,11 @@ use crate::kv::{ApplySink, digest};
 use crate::node::node_id;
 
 /// The applied metadata of one node's metadata replica, shared with the harness.
-pub type MetadataMirror = Rc<RefCell<Metadata>>;
+pub type MetadataMirror = Shared<Metadata>;
 
 /// M2: what the step-gate check found in one node's applies, shared with
 /// the harness, which moves it to the checkers after each turn.
-pub type StepGateLog = Rc<RefCell<Vec<String>>>;
+pub type StepGateLog = Shared<Vec<String>>;
 
 /// A keepalive leaves every second (10 ticks of 100 ms, the core's tick).
 pub const KEEPALIVE_INTERVAL_TICKS: u64 = 10;

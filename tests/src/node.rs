@@ -9,9 +9,9 @@
 //! shard's `FileStorage` on it and runs the real recovery. With
 //! [`StorageKind::Memory`] each shard keeps a `MemoryStorage` instead.
 
+use crate::shared::Shared;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
-use std::rc::Rc;
 
 use cohort_core::driver::{DriverConfig, ShardDriver, StorageJob};
 use cohort_core::routing::shard_of;
@@ -21,6 +21,7 @@ use cohort_core::{CoreConfig, Effect, FlushId, GroupSpec, Replica, Shard, ShardE
 use cohort_messages::{ClusterId, GroupId, NodeId};
 use cohort_wal::FileStorage;
 
+use crate::apply_worker::{AppliedRun, ApplyWorker};
 use crate::disk::SimDisk;
 use crate::disk_kv::DiskKv;
 use crate::kv::{ApplySink, Kv};
@@ -43,6 +44,8 @@ pub struct SimShard {
     /// Its storage.
     pub storage: SimStorage,
     worker: StorageWorker,
+    /// D2: its apply worker, with the runs away.
+    pub applies: ApplyWorker,
     /// H1: this process's recovery created the storage (as a node's shard
     /// actor keeps it): a voter hosted empty joins, recovering.
     pub formatted: bool,
@@ -53,7 +56,13 @@ impl SimShard {
     fn new(index: usize, nodes: usize, shard: usize, config: &CoreConfig, epoch: u64, storage: SimStorage) -> Self {
         let mut driver = driver_of(index, nodes, config);
         driver.set_pair_identity(shard as u16, epoch);
-        SimShard { driver, storage, worker: StorageWorker::default(), formatted: false }
+        SimShard {
+            driver,
+            storage,
+            worker: StorageWorker::default(),
+            applies: ApplyWorker::default(),
+            formatted: false,
+        }
     }
 
     /// Host `spec` empty, as a node's shard does: a voter joins,
@@ -125,6 +134,9 @@ pub struct SimNode {
     memory: Vec<Option<MemoryStorage>>,
     /// Each flush takes between these many ticks (inclusive).
     pub flush_latency_ticks: (u64, u64),
+    /// D2: each run lent to an apply worker comes back after between
+    /// these many ticks (inclusive).
+    pub apply_latency_ticks: (u64, u64),
     /// Nodes in the run (voters and learners): this node's peers are the others.
     pub nodes: usize,
     /// What handling one input costs this node's shard thread, in
@@ -237,6 +249,7 @@ impl SimNode {
             disk: SimDisk::new(rng.next_u64()),
             memory,
             flush_latency_ticks: (1, 1),
+            apply_latency_ticks: (0, 2),
             nodes,
             input_cost_micros: 100,
             inputs_in_tick: (0, 0),
@@ -335,6 +348,39 @@ impl SimNode {
         }
     }
 
+    /// D2: hand shard `shard`'s apply worker a run the driver lent at
+    /// `now`; it comes back after a seeded number of ticks.
+    pub fn lend(&mut self, shard: usize, job: cohort_core::driver::ApplyJob, now: u64) {
+        let (low, high) = self.apply_latency_ticks;
+        let due_tick = now + self.rng.range(low, high.max(low));
+        if let Some(running) = self.shards.get_mut(shard) {
+            running.applies.lend(job, now, due_tick);
+        }
+    }
+
+    /// D2: shard `shard`'s oldest run away, applied, if it is due by `now`.
+    pub fn complete_apply(&mut self, shard: usize, now: u64) -> Option<AppliedRun> {
+        let running = self.shards.get_mut(shard)?;
+        let driver = &running.driver;
+        running.applies.complete(now, |group| driver.state_away(group))
+    }
+
+    /// D2: wait for shard `shard`'s apply worker until no removed replica
+    /// of `group` has its state machine away (a shell that must host the
+    /// group again now). Returns the runs handed back.
+    pub fn wait_for_state(&mut self, group: GroupId) -> usize {
+        let index = self.shard_index(group);
+        let Some(shard) = self.shards.get_mut(index) else { return 0 };
+        let mut handed = 0;
+        while shard.driver.state_away(group) {
+            let driver = &shard.driver;
+            let Some(run) = shard.applies.complete_now(|group| driver.state_away(group)) else { break };
+            shard.driver.on_applied(run.group, run.id, run.state, run.results);
+            handed += 1;
+        }
+        handed
+    }
+
     /// The driver of the shard that hosts `group`, if the node is up: what
     /// changes the shard goes through it, as on a node.
     pub fn shard_for_mut(&mut self, group: GroupId) -> Option<&mut ShardDriver> {
@@ -359,7 +405,7 @@ impl SimNode {
     }
 
     fn sink(&mut self, group: GroupId) -> ApplySink {
-        Rc::clone(self.sinks.entry(group).or_default())
+        Shared::clone(self.sinks.entry(group).or_default())
     }
 
     /// A fresh state machine for `group` (see `state_machine`), for a
@@ -373,9 +419,9 @@ impl SimNode {
     fn state_machine(&mut self, group: GroupId) -> Box<dyn StateMachine> {
         let sink = self.sink(group);
         if group == GroupId::METADATA {
-            Box::new(MirroredMetadata::new(Rc::clone(&self.metadata), sink, Rc::clone(&self.step_gates)))
+            Box::new(MirroredMetadata::new(Shared::clone(&self.metadata), sink, Shared::clone(&self.step_gates)))
         } else if self.setup.state == StateKind::Disk {
-            Box::new(DiskKv::open(self.disk.clone(), group, sink, Rc::clone(&self.checkpoints)))
+            Box::new(DiskKv::open(self.disk.clone(), group, sink, Shared::clone(&self.checkpoints)))
         } else {
             Box::new(Kv::new(sink))
         }

@@ -274,6 +274,11 @@ pub struct Report {
     /// D1: bytes of operations primaries served lagging members from
     /// their backlogs, summed over every node and every start.
     pub backlog_bytes_served: u64,
+    /// D2: runs lent to apply workers, and requests that waited for a
+    /// state machine away, summed over every node and every start.
+    pub apply_runs_lent: u64,
+    /// D2: see `apply_runs_lent`.
+    pub requests_waited_for_state: u64,
     /// H5: writes refused because a group's client table had evicted the
     /// client, which then started again under a fresh id.
     pub evicted_clients: u64,
@@ -467,6 +472,7 @@ impl Sim {
         sim.forger = sim.config.forger.map(|mode| forger::Forger::new(mode, sim.config.seed, sim.nodes.len()));
         sim.footprints = crate::check::footprint::FootprintBounds::new(&sim.config.core, &sim.specs, sim.nodes.len());
         sim.draw_flush_latencies();
+        sim.draw_apply_latencies();
         for index in 0..sim.nodes.len() {
             sim.start_agent(index);
             sim.drain(index);
@@ -557,6 +563,8 @@ impl Sim {
             quiet,
             start_views_withheld: metrics.start_views_withheld,
             backlog_bytes_served: metrics.backlog_bytes_served,
+            apply_runs_lent: metrics.apply_runs_lent,
+            requests_waited_for_state: metrics.requests_waited_for_state,
             evicted_clients: self.evicted_clients,
             history: self.history,
         }
@@ -666,6 +674,7 @@ impl Sim {
         }
         for index in 0..self.nodes.len() {
             self.complete_flushes(index);
+            self.complete_applies(index);
         }
         if self.config.scenario == Scenario::Reconfigure {
             self.drive_reconfigurations(faults);
@@ -765,6 +774,22 @@ impl Sim {
                         return;
                     }
                 }
+            }
+        }
+    }
+
+    /// D2: hand back every run of node `index`'s apply workers that is
+    /// done by now, and end the turns that follow (while the node runs: a
+    /// paused process hands back nothing).
+    fn complete_applies(&mut self, index: usize) {
+        let now = self.now;
+        for shard in 0..self.nodes[index].shard_count() {
+            while self.nodes[index].is_running(now) {
+                let Some(run) = self.nodes[index].complete_apply(shard, now) else { break };
+                if let Some(running) = self.nodes[index].shards.get_mut(shard) {
+                    running.driver.on_applied(run.group, run.id, run.state, run.results);
+                }
+                self.drain(index);
             }
         }
     }
@@ -908,6 +933,10 @@ impl Sim {
             for (message, _) in cohort_messages::batch_view_changes(messages) {
                 self.send_frame(index, sender, to, &message);
             }
+        }
+        // D2: runs for the apply worker, in the order lent.
+        for job in turn.applies {
+            self.nodes[index].lend(shard, job, now);
         }
         for note in turn.notes {
             match note {
@@ -1327,6 +1356,10 @@ impl Sim {
                 continue;
             }
             let hosted = node.replica(group).is_some();
+            if wanted.is_some() && !hosted {
+                // D2: a learner dropped a moment ago may have a run away.
+                node.wait_for_state(group);
+            }
             let state = (wanted.is_some() && !hosted).then(|| node.state_machine_for(group));
             if node.shard_for_mut(group).is_none() {
                 continue;

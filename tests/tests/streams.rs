@@ -46,12 +46,13 @@ fn d3_regression_seed_6008391_a_transfer_the_log_overtook_is_dropped() {
 /// `d1_an_interrupted_reset_leaves_the_group_whole_or_recovering`.
 ///
 /// Later changes (the backlog, chunks asked for ahead, stop 45) changed the
-/// seed's course, and it no longer rebuilds: two later seeds of the shape
-/// that do (6007115, 6007122) run beside it.
+/// seed's course, and it no longer rebuilds: later seeds of the shape that
+/// do run beside it (6007058 and 6007299 since D2's apply worker changed
+/// the disk runs; 6007115 and 6007122 before).
 #[test]
 fn d1_regression_seed_6007052_a_rebuild_cut_by_a_crash_still_recovers() {
     let mut rebuilt = 0;
-    for seed in [6_007_052, 6_007_115, 6_007_122] {
+    for seed in [6_007_052, 6_007_058, 6_007_299] {
         let mut config = disk_run(seed, Scenario::Default);
         config.core.timing.commit_quiesce_timeout_ticks = Some(20);
         rebuilt += run_clean(config).checkpoints.rebuilt;
@@ -157,4 +158,40 @@ fn d1_lagging_members_repair_from_the_backlog_within_its_budget() {
     }
     assert!(served > 1000, "{served} bytes served from backlogs");
     assert!(installed > 50, "{installed} streams installed beside them");
+}
+
+/// D2: in every `--state disk` run the kv groups' state machines apply off
+/// the shard's thread: each committed run is lent to the simulated apply
+/// worker and comes back up to a few ticks later, and requests reach groups whose
+/// state machine is away (they wait for it).
+#[test]
+fn d2_disk_state_runs_lend_their_runs_and_requests_wait_for_them() {
+    let report = run_clean(disk_run(6_000_000, Scenario::Default));
+    assert!(report.apply_runs_lent > 100, "runs went to the apply worker: {}", report.apply_runs_lent);
+    assert!(report.requests_waited_for_state > 0, "some request waited for a state machine away");
+}
+
+/// D2, `--state disk --scenario metadata`, seeds 7000114 and 7000120: a
+/// backup lent a run, and before it came back the group's primary moved
+/// on (a member change sealed the incarnation; the others switched to the
+/// next one). The run came back in a view change, and the replica applied
+/// no further: the seal, committed in its log right after the run, stayed
+/// unapplied, so the replica never switched, and the next incarnation
+/// (which needed it) stalled. A run's return now goes on to the target of
+/// the apply that lent it, as an inline apply would have gone at once.
+#[test]
+fn d2_regression_seeds_7000114_7000120_a_run_back_in_a_view_change_applies_on_to_its_seal() {
+    for seed in [7_000_114, 7_000_120] {
+        run_clean(disk_run(seed, Scenario::Metadata));
+    }
+}
+
+/// D2, `--state disk --scenario metadata`, seed 7000330 (the simulator's
+/// shell): a replica was unloaded with a run away; the simulated worker
+/// applied the run anyway, and the apply counted for the group's applied
+/// stream, which the unload had ended. A run of a removed replica now
+/// comes back unapplied (the shard clears its state machine either way).
+#[test]
+fn d2_regression_seed_7000330_a_removed_replicas_run_applies_for_no_stream() {
+    run_clean(disk_run(7_000_330, Scenario::Metadata));
 }

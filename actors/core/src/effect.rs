@@ -74,6 +74,10 @@ pub enum QuorumWaitError {
 /// Identifies one quorum wait.
 pub type WaitId = u64;
 
+/// D2: a run of ops lent to the apply worker ([`Effect::Apply`]); ids
+/// grow on each shard and are never reused.
+pub type ApplyId = u64;
+
 /// One op applied to a group's state machine, as [`Effect::Applied`] reports it.
 ///
 /// ```
@@ -207,6 +211,23 @@ pub enum Effect {
         /// The state machine's snapshot, as [`crate::StateMachine::restore`] took it.
         state: Bytes,
     },
+    /// D2: apply this run of committed ops of `group` off the shard's
+    /// thread (its state machine asked for it,
+    /// [`crate::StateMachine::apply_off_shard`]): take the state machine
+    /// from `state`, apply with [`crate::state_machine::apply_run`], and
+    /// hand it back with the results through the driver's `on_applied`
+    /// under `id`. The group applies nothing more, and reads nothing, until
+    /// then. `ops` follow the group's applied point without a gap.
+    Apply {
+        /// The group.
+        group: GroupId,
+        /// The job, unique on this shard.
+        id: ApplyId,
+        /// The ops, in op order.
+        ops: Vec<(Op, Bytes)>,
+        /// The group's state machine, lent for the run.
+        state: crate::state_machine::LentState,
+    },
     /// Ops up to `op` are committed and applied on this member.
     Committed {
         /// The group.
@@ -253,6 +274,8 @@ pub enum EffectKind {
     Applied,
     /// [`Effect::Restored`].
     Restored,
+    /// [`Effect::Apply`].
+    Apply,
     /// [`Effect::Committed`].
     Committed,
     /// [`Effect::QuorumWaitDone`].
@@ -296,6 +319,7 @@ impl Effect {
             Effect::RoleChanged { .. } => EffectKind::RoleChanged,
             Effect::Applied { .. } => EffectKind::Applied,
             Effect::Restored { .. } => EffectKind::Restored,
+            Effect::Apply { .. } => EffectKind::Apply,
             Effect::Committed { .. } => EffectKind::Committed,
             Effect::QuorumWaitDone { .. } => EffectKind::QuorumWaitDone,
         }

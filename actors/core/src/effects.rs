@@ -18,7 +18,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use cohort_messages::{CommitEntry, CommitReplyEntry, GroupId, Message, NodeId};
+use cohort_messages::{CommitEntry, CommitReplyEntry, GroupId, Message, NodeId, Op};
 
 use crate::effect::{Effect, FlushId};
 use crate::metrics::ShardMetrics;
@@ -72,12 +72,49 @@ pub struct Effects {
     /// bytes back when dropped, with its primary's role state or its
     /// replica, so the figure cannot drift from what is held.
     backlog_ledger: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// D2: the id of the next run lent to the apply worker.
+    apply_next: crate::effect::ApplyId,
 }
 
 impl Effects {
     /// A fresh buffer; flush ids start at 1.
     pub fn new() -> Effects {
         Effects { flush_next: 1, ..Effects::default() }
+    }
+
+    /// D2: lend `state` to the apply worker for the run `ops` of `group`;
+    /// returns the job's id.
+    pub fn lend(
+        &mut self,
+        group: GroupId,
+        ops: Vec<(Op, bytes::Bytes)>,
+        state: Box<dyn crate::StateMachine>,
+    ) -> crate::effect::ApplyId {
+        debug_assert!(!ops.is_empty(), "a run applies something");
+        self.apply_next += 1;
+        self.counts.apply_runs_lent += 1;
+        let id = self.apply_next;
+        let state = crate::state_machine::LentState::new(state);
+        self.effects.push(Effect::Apply { group, id, ops, state });
+        id
+    }
+
+    /// D2: take back the state machine of `group`'s run `id` if it was
+    /// lent in this turn and is still here (the group is removed before
+    /// the turn ended).
+    pub fn take_lent(&mut self, group: GroupId, id: crate::effect::ApplyId) -> Option<Box<dyn crate::StateMachine>> {
+        let at = self.effects.iter().position(
+            |effect| matches!(effect, Effect::Apply { group: owner, id: lent, .. } if *owner == group && *lent == id),
+        )?;
+        match self.effects.remove(at) {
+            Effect::Apply { mut state, .. } => state.take(),
+            _ => unreachable!("the position of an Apply"),
+        }
+    }
+
+    /// D2: a request waits for its group's state machine.
+    pub fn count_waited_for_state(&mut self) {
+        self.counts.requests_waited_for_state += 1;
     }
 
     /// D1: a persistent state machine failed to take a checkpoint.
@@ -354,6 +391,7 @@ impl Effects {
             | Effect::RoleChanged { group: owner, .. }
             | Effect::Applied { group: owner, .. }
             | Effect::Restored { group: owner, .. }
+            | Effect::Apply { group: owner, .. }
             | Effect::Committed { group: owner, .. } => Some(*owner),
             _ => None,
         };

@@ -18,7 +18,8 @@ pub struct Footprint {
     pub log_entries_max: usize,
     /// Bytes of operations in every hosted replica's in-memory log.
     pub log_bytes: u64,
-    /// The most requests any replica has queued.
+    /// The most requests any replica has queued (for its pipeline, or
+    /// D2 waiting for its state machine to come back).
     pub request_queue_max: usize,
     /// The most DoViewChanges any replica holds: the current election's
     /// and those kept early for a view it will lead.

@@ -32,11 +32,11 @@ pub mod state_machine;
 pub mod storage;
 
 pub use config::{CoreConfig, CoreConfigError, TimingConfig};
-pub use effect::{Effect, EffectKind, FlushId, QuorumWaitError, Role, WaitId};
+pub use effect::{ApplyId, Effect, EffectKind, FlushId, QuorumWaitError, Role, WaitId};
 pub use footprint::Footprint;
 pub use metrics::{HeartbeatGauges, ShardMetrics};
 pub use quorum::Quorums;
 pub use refusal::{Refusal, Refusals};
 pub use replica::{GroupSpec, Replica, Status, TransferError, WriteMode};
 pub use shard::{Shard, ShardError};
-pub use state_machine::{Durability, StateExport, StateMachine};
+pub use state_machine::{Durability, LentState, StateExport, StateMachine, apply_run};

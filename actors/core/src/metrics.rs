@@ -84,6 +84,14 @@ pub struct ShardMetrics {
     /// backlogs (entries their snapshots dropped), instead of a state
     /// transfer.
     pub backlog_bytes_served: u64,
+    /// D2: runs of committed ops lent to the apply worker.
+    pub apply_runs_lent: u64,
+    /// D2: runs that came back from the apply worker for no run this
+    /// shard lent (a shell's bug; the state machine is dropped).
+    pub apply_runs_unknown: u64,
+    /// D2: requests (reads and writes) that waited for their group's state
+    /// machine to come back from the apply worker.
+    pub requests_waited_for_state: u64,
 }
 
 impl ShardMetrics {
@@ -122,6 +130,9 @@ impl ShardMetrics {
             state_streams_opened,
             state_streams_installed,
             backlog_bytes_served,
+            apply_runs_lent,
+            apply_runs_unknown,
+            requests_waited_for_state,
         } = other;
         self.commit_batches_sent += commit_batches_sent;
         self.commit_entries_sent += commit_entries_sent;
@@ -155,6 +166,9 @@ impl ShardMetrics {
         self.state_streams_opened += state_streams_opened;
         self.state_streams_installed += state_streams_installed;
         self.backlog_bytes_served += backlog_bytes_served;
+        self.apply_runs_lent += apply_runs_lent;
+        self.apply_runs_unknown += apply_runs_unknown;
+        self.requests_waited_for_state += requests_waited_for_state;
     }
 }
 

@@ -86,6 +86,9 @@ pub struct Shard {
     filed: GroupMap<u64>,
     next_wait: WaitId,
     wait_groups: HashMap<WaitId, GroupId>,
+    /// D2: groups removed while a run of theirs was on the apply worker,
+    /// with that run: not hosted again until it is back and cleared.
+    away: HashMap<GroupId, crate::effect::ApplyId>,
 }
 
 /// Why a group could not be added.
@@ -154,6 +157,12 @@ pub enum ShardError {
     /// The group is not hosted here.
     #[error("{0} is not on this shard")]
     UnknownGroup(GroupId),
+    /// D2: a replica of the group removed from this shard has a run on
+    /// the apply worker; its state machine is cleared when it comes back,
+    /// and only then may the group be hosted here again (H3: a new replica
+    /// never shares its state with the removed one). Ask again.
+    #[error("{0}: the state machine of its removed replica is still on the apply worker; host it once that is back")]
+    StateAway(GroupId),
 }
 
 /// How an empty replica is made: `Replica::create` or `Replica::join`.
@@ -176,6 +185,7 @@ impl Shard {
             filed: Default::default(),
             next_wait: 1,
             wait_groups: HashMap::new(),
+            away: HashMap::new(),
         }
     }
 
@@ -211,6 +221,9 @@ impl Shard {
     fn check_spec(&self, spec: &GroupSpec) -> Result<(), ShardError> {
         if self.groups.contains_key(&spec.group) {
             return Err(ShardError::Exists(spec.group));
+        }
+        if self.state_away(spec.group) {
+            return Err(ShardError::StateAway(spec.group));
         }
         spec.validate()?;
         let member_node = spec.node_at(spec.me).unwrap_or(NodeId(u64::MAX));
@@ -357,6 +370,9 @@ impl Shard {
 
     /// The replica of `group` goes on in the incarnation `spec` names.
     fn replace_with_next(&mut self, group: GroupId, spec: GroupSpec) -> Result<(), SealError> {
+        if self.groups.get(&group).is_some_and(|replica| replica.applying_away()) {
+            return Err(SealError::StateAway(group));
+        }
         let mut replica = self.groups.remove(&group).ok_or(SealError::NotSealed(group))?;
         let now = self.now;
         let (_, mut cx, pairs) = self.parts();
@@ -401,13 +417,25 @@ impl Shard {
     /// reaches storage after the removal.
     pub fn remove_group(&mut self, group: GroupId) -> bool {
         self.filed.remove(&group);
+        if let Some(replica) = self.groups.get_mut(&group) {
+            // D2: a run lent in this turn has not left yet: it stays.
+            replica.recall_lent(&mut self.out);
+        }
         self.out.forget_group(group);
         match self.groups.remove(&group) {
             Some(mut replica) => {
                 // D1: a persistent state machine's state goes with the
                 // replica, as the group's storage does (a failure leaves
-                // files that the next replica hosted here clears).
-                let _ = replica.clear_state();
+                // files that the next replica hosted here clears). D2: one
+                // away is cleared when it comes back.
+                match replica.lent_job() {
+                    Some(id) => {
+                        self.away.insert(group, id);
+                    }
+                    None => {
+                        let _ = replica.clear_state();
+                    }
+                }
                 replica.settle_quiet(&self.quiet);
                 replica.leave_quiet(&mut self.quiet, &mut self.metrics);
                 debug_assert!(
@@ -807,6 +835,37 @@ impl Shard {
         for (flush, group) in self.out.flushed(id, &self.congested, &mut self.metrics) {
             self.with_group(group, |replica, now, cx| replica.on_flushed(flush, now, cx));
         }
+    }
+
+    /// D2: the apply worker is done with run `id` of `group`: its state
+    /// machine comes back with one result per op of the run. A run of a
+    /// replica removed meanwhile has its state cleared (as the removal
+    /// would have) and dropped. A run this shard does not know (a shell's
+    /// bug) is dropped and counted.
+    pub fn on_applied(
+        &mut self,
+        group: GroupId,
+        id: crate::effect::ApplyId,
+        state: Box<dyn StateMachine>,
+        results: Vec<bytes::Bytes>,
+    ) {
+        let mut state = state;
+        if self.away.get(&group) == Some(&id) {
+            self.away.remove(&group);
+            let _ = state.clear();
+            return;
+        }
+        let returned = self.with_group(group, |replica, now, cx| replica.on_applied(id, state, results, now, cx));
+        if !matches!(returned, Some(Ok(()))) {
+            self.metrics.apply_runs_unknown += 1;
+        }
+    }
+
+    /// D2: true while the state machine of a removed replica of `group` is
+    /// on the apply worker: the group cannot be hosted here until it is
+    /// back ([`ShardError::StateAway`]).
+    pub fn state_away(&self, group: GroupId) -> bool {
+        self.away.contains_key(&group)
     }
 
     /// Staging the superblock of `group` failed (R12).

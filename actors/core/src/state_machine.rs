@@ -17,9 +17,76 @@
 //! state machine reports ([`StateMachine::checkpointed`]). Its state is
 //! never encoded whole except to serve a state transfer. The contract, with
 //! what is durable when, is in docs/embedding.md ("State on disk").
+//!
+//! D2: a state machine whose apply does I/O or takes long (a storage
+//! engine's transaction) says so with [`StateMachine::apply_off_shard`];
+//! the node then applies its committed runs on the shard's apply worker
+//! thread, so that the other groups of the shard go on meanwhile. That is
+//! why a state machine is `Send`: it is lent to that thread for the length
+//! of one run and comes back before cohort calls it again.
 
 use bytes::Bytes;
 use cohort_messages::{NodeId, Op};
+
+/// D2: a state machine lent to the shard's apply worker for one run
+/// ([`crate::effect::Effect::Apply`]): the shell takes it, applies the run
+/// and hands it back with the results. A clone or a recording of the job
+/// carries no state machine (a clone is a record of the job, not a second
+/// copy of the state).
+#[derive(Default)]
+pub struct LentState(Option<Box<dyn StateMachine>>);
+
+impl LentState {
+    /// Lend `state`.
+    pub fn new(state: Box<dyn StateMachine>) -> LentState {
+        LentState(Some(state))
+    }
+
+    /// The state machine, once: `None` for a clone or a second take.
+    pub fn take(&mut self) -> Option<Box<dyn StateMachine>> {
+        self.0.take()
+    }
+
+    /// True while it holds the state machine.
+    pub fn holds(&self) -> bool {
+        self.0.is_some()
+    }
+}
+
+impl Clone for LentState {
+    fn clone(&self) -> LentState {
+        LentState(None)
+    }
+}
+
+impl PartialEq for LentState {
+    /// Jobs compare by what they apply; who holds the state does not count.
+    fn eq(&self, _other: &LentState) -> bool {
+        true
+    }
+}
+
+impl Eq for LentState {}
+
+impl std::fmt::Debug for LentState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.holds() { "LentState(held)" } else { "LentState(record)" })
+    }
+}
+
+/// D2: apply one run the way an inline apply does (a run of one through
+/// [`StateMachine::apply`], a longer one through
+/// [`StateMachine::apply_batch`]); the apply worker of every shell calls
+/// this. Panics if `apply_batch` returns a wrong number of results (a
+/// broken state machine: its replica cannot go on).
+pub fn apply_run(state: &mut dyn StateMachine, ops: &[(Op, Bytes)]) -> Vec<Bytes> {
+    let results = match ops {
+        [(op, operation)] => vec![state.apply(*op, operation)],
+        _ => state.apply_batch(ops),
+    };
+    assert_eq!(results.len(), ops.len(), "StateMachine::apply_batch returns one result per op");
+    results
+}
 
 /// D1: where a state machine keeps its state.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -33,7 +100,7 @@ pub enum Durability {
 }
 
 /// A group's replicated state.
-pub trait StateMachine {
+pub trait StateMachine: Send {
     /// Apply a committed operation and return its result.
     fn apply(&mut self, op: Op, operation: &[u8]) -> Bytes;
 
@@ -62,6 +129,19 @@ pub trait StateMachine {
     /// D1: where this state machine keeps its state. Default: in memory.
     fn durability(&self) -> Durability {
         Durability::InMemory
+    }
+
+    /// D2: true if committed runs are to be applied off the shard's
+    /// thread, on its apply worker: for a state machine whose apply does
+    /// I/O or can take long, which would otherwise hold up every other
+    /// group of the shard. Asked once, when the replica is hosted. While a
+    /// run is away, the group's reads and writes wait for it (a read is
+    /// answered once every op before it is applied), and so do its
+    /// snapshots and state transfers; op order and exactly-once answers
+    /// are as inline. It costs a hand-over between threads per run, so
+    /// small in-memory states are better applied inline. Default: false.
+    fn apply_off_shard(&self) -> bool {
+        false
     }
 
     /// D1 (persistent only): make durable, in one atomic step, the state as

@@ -7,8 +7,7 @@
 mod common;
 use common::plain_spec;
 
-use std::cell::RefCell;
-use std::rc::Rc;
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use cohort_core::{CoreConfig, Effect, Shard, StateMachine};
@@ -20,18 +19,18 @@ const G: GroupId = GroupId(5);
 /// Appends each operation; the result is the op it was applied at. Every
 /// call records how many ops it took.
 struct Runs {
-    calls: Rc<RefCell<Vec<usize>>>,
+    calls: Arc<Mutex<Vec<usize>>>,
     applied: Vec<(Op, Bytes)>,
 }
 
 impl StateMachine for Runs {
     fn apply(&mut self, op: Op, operation: &[u8]) -> Bytes {
-        self.calls.borrow_mut().push(1);
+        self.calls.lock().expect("one thread").push(1);
         self.applied.push((op, Bytes::copy_from_slice(operation)));
         Bytes::copy_from_slice(&op.0.to_le_bytes())
     }
     fn apply_batch(&mut self, ops: &[(Op, Bytes)]) -> Vec<Bytes> {
-        self.calls.borrow_mut().push(ops.len());
+        self.calls.lock().expect("one thread").push(ops.len());
         self.applied.extend(ops.iter().cloned());
         ops.iter().map(|(op, _)| Bytes::copy_from_slice(&op.0.to_le_bytes())).collect()
     }
@@ -76,9 +75,9 @@ fn drain(shard: &mut Shard) -> Vec<Reply> {
 
 #[test]
 fn d1_writes_that_commit_together_are_applied_in_one_run_each_with_its_result() {
-    let calls = Rc::new(RefCell::new(Vec::new()));
+    let calls = Arc::new(Mutex::new(Vec::new()));
     let mut shard = Shard::new(ME, CoreConfig::default());
-    let state = Runs { calls: Rc::clone(&calls), applied: Vec::new() };
+    let state = Runs { calls: Arc::clone(&calls), applied: Vec::new() };
     shard.create_group(plain_spec(G, &[ME], 0), Box::new(state)).expect("created");
     for now in 1..=20 {
         shard.on_tick(now);
@@ -89,14 +88,14 @@ fn d1_writes_that_commit_together_are_applied_in_one_run_each_with_its_result() 
         shard.on_request(write(client, 1, b""));
     }
     assert_eq!(drain(&mut shard).len(), 3, "three registrations answered");
-    assert!(calls.borrow().is_empty(), "a registration reaches no state machine");
+    assert!(calls.lock().expect("one thread").is_empty(), "a registration reaches no state machine");
     // ...then write in the same turn: one flush commits all three. (A
     // client registered at op R numbers its first write R + 1.)
     for (client, operation) in [(1, &b"a"[..]), (2, b"b"), (3, b"c")] {
         shard.on_request(Request { operation: Bytes::from_static(operation), ..write(client, client as u64 + 1, b"") });
     }
     let replies = drain(&mut shard);
-    assert_eq!(*calls.borrow(), vec![3], "the three writes went to the state machine in one run");
+    assert_eq!(*calls.lock().expect("one thread"), vec![3], "the three writes went to the state machine in one run");
     let mut answered: Vec<(u128, Op, Bytes)> = replies
         .iter()
         .map(|reply| match &reply.outcome {
@@ -117,5 +116,5 @@ fn d1_writes_that_commit_together_are_applied_in_one_run_each_with_its_result() 
         matches!(again.as_slice(), [reply] if reply.outcome == Outcome::Ok(first.2.clone())),
         "the retry gets the first answer: {again:?}"
     );
-    assert_eq!(*calls.borrow(), vec![3], "the retry was not applied");
+    assert_eq!(*calls.lock().expect("one thread"), vec![3], "the retry was not applied");
 }

@@ -11,9 +11,8 @@
 mod common;
 use common::plain_spec;
 
-use std::cell::RefCell;
 use std::collections::VecDeque;
-use std::rc::Rc;
+use std::sync::{Arc, Mutex};
 
 use bytes::{BufMut, Bytes, BytesMut};
 use cohort_core::{CoreConfig, Durability, Effect, Shard, StateExport, StateMachine};
@@ -47,11 +46,11 @@ struct Appends {
     applied: Vec<u8>,
     checkpoint: Option<(Bytes, Bytes)>,
     staging: Option<(Bytes, Vec<u8>)>,
-    seen: Rc<RefCell<Seen>>,
+    seen: Arc<Mutex<Seen>>,
 }
 
 impl Appends {
-    fn new(seen: Rc<RefCell<Seen>>) -> Appends {
+    fn new(seen: Arc<Mutex<Seen>>) -> Appends {
         Appends { lineage: 1, applied: Vec::new(), checkpoint: None, staging: None, seen }
     }
 }
@@ -108,11 +107,11 @@ impl StateMachine for Appends {
         self.checkpoint.as_ref().map(|(record, _)| record.clone())
     }
     fn export(&mut self) -> Result<Option<Box<dyn StateExport>>, String> {
-        if self.seen.borrow().no_export {
+        if self.seen.lock().expect("one thread").no_export {
             return Ok(None);
         }
         let (record, state) = self.checkpoint.clone().ok_or("no checkpoint")?;
-        let lineage = self.seen.borrow().lineage.then_some(self.lineage);
+        let lineage = self.seen.lock().expect("one thread").lineage.then_some(self.lineage);
         Ok(Some(Box::new(View { record, state, lineage })))
     }
     fn import_begin(&mut self, key: &[u8]) -> Result<(), String> {
@@ -125,7 +124,7 @@ impl StateMachine for Appends {
         let (_, staged) = self.staging.as_mut().ok_or("nothing staged")?;
         assert_eq!(offset_bytes, staged.len() as u64, "chunks are staged in order");
         staged.extend_from_slice(chunk);
-        self.seen.borrow_mut().staged_bytes += chunk.len() as u64;
+        self.seen.lock().expect("one thread").staged_bytes += chunk.len() as u64;
         Ok(())
     }
     fn import_staged(&self) -> Option<(Bytes, u64)> {
@@ -136,7 +135,7 @@ impl StateMachine for Appends {
         self.applied = staged.clone();
         self.lineage += 1;
         self.checkpoint = Some((Bytes::copy_from_slice(record), Bytes::from(staged)));
-        self.seen.borrow_mut().installed += 1;
+        self.seen.lock().expect("one thread").installed += 1;
         Ok(())
     }
 }
@@ -152,7 +151,7 @@ enum Frame {
 /// network; frames to a node in `cut` are dropped.
 struct Cluster {
     shards: Vec<Shard>,
-    seen: Vec<Rc<RefCell<Seen>>>,
+    seen: Vec<Arc<Mutex<Seen>>>,
     now: u64,
     queue: VecDeque<(NodeId, NodeId, Frame)>,
     cut: Vec<NodeId>,
@@ -218,10 +217,10 @@ impl Cluster {
             chunk_requests_of_3_max: 0,
         };
         for (me, node) in NODES.iter().enumerate() {
-            let seen = Rc::new(RefCell::new(Seen { staged_bytes: 0, installed: 0, ..seen }));
+            let seen = Arc::new(Mutex::new(Seen { staged_bytes: 0, installed: 0, ..seen }));
             let mut shard = Shard::new(*node, config.clone());
             shard
-                .create_group(plain_spec(G, &NODES, me as u8), Box::new(Appends::new(Rc::clone(&seen))))
+                .create_group(plain_spec(G, &NODES, me as u8), Box::new(Appends::new(Arc::clone(&seen))))
                 .expect("created");
             cluster.shards.push(shard);
             cluster.seen.push(seen);
@@ -285,7 +284,7 @@ impl Cluster {
             if let Frame::Message(Message::StateChunk(chunk)) = &frame
                 && to == NODES[2]
             {
-                let streamed = !self.seen[2].borrow().no_export;
+                let streamed = !self.seen[2].lock().expect("one thread").no_export;
                 assert!(!streamed || chunk.chunk.len() <= CHUNK_BYTES, "D3: chunks of the configured size");
                 self.chunks_to_3 += 1;
                 if self.drop_chunk_to_3 == Some(self.chunks_to_3) {
@@ -309,7 +308,7 @@ impl Cluster {
     /// D3: the receiver never buffers more than the stream's header (a
     /// whole snapshot is buffered, as it always was).
     fn check_memory(&self) {
-        if self.seen[2].borrow().no_export {
+        if self.seen[2].lock().expect("one thread").no_export {
             return;
         }
         let footprint = self.shards[2].footprint();
@@ -353,7 +352,7 @@ impl Cluster {
     }
 
     fn state(&self, node: NodeId) -> Bytes {
-        self.shards[node.0 as usize - 1].replica(G).expect("hosted").state_machine().read(b"")
+        self.shards[node.0 as usize - 1].replica(G).expect("hosted").state_machine().expect("applied inline").read(b"")
     }
 
     /// Node 3 cut off while the group writes past several checkpoints.
@@ -381,7 +380,7 @@ fn d3_a_member_behind_the_checkpoint_gets_the_state_streamed_in_chunks() {
     let state = cluster.state(NODES[0]);
     assert!(state.len() > 3000, "the state spans many chunks");
     assert_eq!(cluster.state(NODES[2]), state, "node 3 caught up");
-    let seen = cluster.seen[2].borrow();
+    let seen = cluster.seen[2].lock().expect("one thread");
     assert_eq!(seen.installed, 1, "one stream installed");
     let metrics = cluster.shards[2].metrics();
     assert_eq!(metrics.state_streams_installed, 1);
@@ -405,7 +404,7 @@ fn d3_a_lost_chunk_costs_one_chunk() {
         sent_cut - sent_whole <= CHUNK_BYTES as u64,
         "D3: {sent_cut} bytes against {sent_whole}: more than one chunk again"
     );
-    assert_eq!(cut.seen[2].borrow().installed, 1, "installed once, not started over");
+    assert_eq!(cut.seen[2].lock().expect("one thread").installed, 1, "installed once, not started over");
 }
 
 #[test]
@@ -419,14 +418,18 @@ fn d3_writes_go_on_while_a_stream_is_served_and_the_tail_joins_it() {
         cluster.ticks(1);
         cluster.write(40);
     }
-    assert_eq!(cluster.seen[2].borrow().installed, 1, "the stream was installed before the last writes");
+    assert_eq!(
+        cluster.seen[2].lock().expect("one thread").installed,
+        1,
+        "the stream was installed before the last writes"
+    );
     assert!(
         cluster.shards[0].replica(G).expect("hosted").log_base() > base_before,
         "the primary checkpointed meanwhile"
     );
     cluster.ticks(300);
     assert_eq!(cluster.state(NODES[2]), cluster.state(NODES[0]), "node 3 caught up to the last write");
-    assert_eq!(cluster.seen[2].borrow().installed, 1, "one stream, then the tail and the log");
+    assert_eq!(cluster.seen[2].lock().expect("one thread").installed, 1, "one stream, then the tail and the log");
 }
 
 #[test]
@@ -446,7 +449,7 @@ fn d3_a_stream_whose_tail_overflows_goes_on_in_a_later_view_of_its_lineage() {
     let state = cluster.state(NODES[0]);
     assert_eq!(cluster.state(NODES[2]), state, "node 3 caught up");
     assert!(cluster.shards[0].metrics().state_streams_opened >= 2, "the stream was dropped and opened again");
-    let seen = cluster.seen[2].borrow();
+    let seen = cluster.seen[2].lock().expect("one thread");
     assert_eq!(seen.installed, 1);
     assert!(
         seen.staged_bytes <= state.len() as u64,
@@ -470,8 +473,11 @@ fn d3_without_a_lineage_an_overflowing_tail_starts_the_stream_over() {
     }
     let state = cluster.state(NODES[0]);
     assert!(cluster.shards[0].metrics().state_streams_opened > 2, "the stream was dropped and opened again");
-    assert_eq!(cluster.seen[2].borrow().installed, 0, "it never caught up with the writes");
-    assert!(cluster.seen[2].borrow().staged_bytes > state.len() as u64 / 2, "started over at least once");
+    assert_eq!(cluster.seen[2].lock().expect("one thread").installed, 0, "it never caught up with the writes");
+    assert!(
+        cluster.seen[2].lock().expect("one thread").staged_bytes > state.len() as u64 / 2,
+        "started over at least once"
+    );
 }
 
 #[test]
@@ -499,7 +505,7 @@ fn d1_a_state_sent_whole_in_several_chunks_arrives_while_writes_go_on() {
     cluster.ticks(300);
     let (primary, node_3) = (cluster.state(NODES[0]), cluster.state(NODES[2]));
     assert!(node_3 == primary, "node 3 caught up: {} bytes of {}", node_3.len(), primary.len());
-    assert_eq!(cluster.seen[2].borrow().installed, 0, "sent whole, not streamed");
+    assert_eq!(cluster.seen[2].lock().expect("one thread").installed, 0, "sent whole, not streamed");
 }
 
 #[test]
@@ -517,13 +523,13 @@ fn d3_the_tail_lets_go_of_what_the_receiver_took_and_the_stream_goes_once_it_cau
         cluster.write(40);
         let held = cluster.shards[0].footprint().served_tail_bytes;
         held_max = held_max.max(held);
-        if cluster.seen[2].borrow().installed == 1 {
+        if cluster.seen[2].lock().expect("one thread").installed == 1 {
             held_while_installed.push(held);
         }
     }
     cluster.ticks(300);
     assert_eq!(cluster.state(NODES[2]), cluster.state(NODES[0]), "node 3 caught up to the last write");
-    assert_eq!(cluster.seen[2].borrow().installed, 1, "one stream, then the tail and the log");
+    assert_eq!(cluster.seen[2].lock().expect("one thread").installed, 1, "one stream, then the tail and the log");
     let dropped = 400 * 40;
     assert!(held_max > 0 && held_max < dropped, "the tail held {held_max} bytes at most of {dropped} written");
     let held_at_install = held_while_installed.first().copied().unwrap_or(0);
@@ -551,7 +557,7 @@ fn d3_a_repair_answer_carries_at_most_its_size_of_operations() {
     let (mut installed_at, mut caught_up_at) = (None, None);
     for tick in 0..400 {
         cluster.ticks(1);
-        if installed_at.is_none() && cluster.seen[2].borrow().installed == 1 {
+        if installed_at.is_none() && cluster.seen[2].lock().expect("one thread").installed == 1 {
             installed_at = Some(tick);
         }
         if caught_up_at.is_none() && cluster.state(NODES[2]) == cluster.state(NODES[0]) {
@@ -559,7 +565,7 @@ fn d3_a_repair_answer_carries_at_most_its_size_of_operations() {
         }
     }
     assert_eq!(cluster.state(NODES[2]), cluster.state(NODES[0]), "node 3 caught up");
-    assert_eq!(cluster.seen[2].borrow().installed, 1, "one stream, then the tail");
+    assert_eq!(cluster.seen[2].lock().expect("one thread").installed, 1, "one stream, then the tail");
     // The first request after the install waits for its repair deadline
     // (5 ticks); a cut answer is followed by the next request at once, not
     // a deadline later (which took until 10 ticks after the install).
@@ -584,7 +590,7 @@ fn d1_a_member_back_from_a_short_stop_repairs_from_the_backlog_not_a_stream() {
     assert!(held >= 64 * 40, "the primary kept what its checkpoints dropped: {held} bytes");
     cluster.ticks(100);
     assert_eq!(cluster.state(NODES[2]), cluster.state(NODES[0]), "node 3 caught up");
-    let seen = *cluster.seen[2].borrow();
+    let seen = *cluster.seen[2].lock().expect("one thread");
     assert_eq!((seen.installed, seen.staged_bytes), (0, 0), "no state was streamed");
     assert_eq!(cluster.shards[0].metrics().state_chunks_sent, 0);
     assert!(cluster.shards[0].metrics().backlog_bytes_served >= 64 * 40);
@@ -611,7 +617,7 @@ fn d1_a_gap_past_the_backlog_budget_takes_a_stream_and_the_backlog_keeps_within_
     assert!(held_max > 0 && held_max <= 1000, "the backlog held {held_max} bytes, budget 1000");
     cluster.ticks(200);
     assert_eq!(cluster.state(NODES[2]), cluster.state(NODES[0]), "node 3 caught up");
-    assert_eq!(cluster.seen[2].borrow().installed, 1, "its gap took a stream");
+    assert_eq!(cluster.seen[2].lock().expect("one thread").installed, 1, "its gap took a stream");
 }
 
 #[test]
@@ -635,7 +641,7 @@ fn d3_a_receiver_asks_for_the_next_chunks_ahead_and_each_goes_once() {
     let mut cluster = Cluster::behind();
     cluster.ticks(200);
     assert_eq!(cluster.state(NODES[2]), cluster.state(NODES[0]), "node 3 caught up");
-    assert_eq!(cluster.seen[2].borrow().installed, 1);
+    assert_eq!(cluster.seen[2].lock().expect("one thread").installed, 1);
     assert_eq!(cluster.chunk_requests_of_3_max, 2, "two chunks asked for at once, never more");
     let metrics = cluster.shards[0].metrics();
     assert_eq!(metrics.state_chunk_bytes_resent, 0, "no chunk sent twice");

@@ -7,8 +7,6 @@
 //! storage or created empty, `report_applied` follows whether the kind has a
 //! custom actor, and the group actor starts with the kind's custom actor.
 
-use std::rc::Rc;
-
 use actix::prelude::*;
 use cohort_core::ShardError;
 use cohort_core::driver::StorageJob;
@@ -122,13 +120,19 @@ impl ShardActor {
     ) -> Result<Option<StorageJob>, ShardError> {
         let HostedGroup { mut spec, kind } = hosted;
         let group = spec.group;
+        if self.driver.state_away(group) {
+            // D2: no second state machine of the group while the removed
+            // replica's is on the apply worker (it would open the same
+            // files); the agent places it again at its next scan.
+            return Err(ShardError::StateAway(group));
+        }
         let kind_spec = self.kinds.get(&kind).ok_or_else(|| {
             ShardError::Recovery(format!("{group}: group kind {kind} is not registered on this node"))
         })?;
         spec.report_applied = kind_spec.actor.is_some();
         let label = self.metrics.group_kind(kind.as_str());
         let state = (kind_spec.state_machines)(group);
-        let state = Box::new(ObservedStateMachine::new(state, group, label, Rc::clone(&self.traces)));
+        let state = Box::new(ObservedStateMachine::new(state, group, label, std::sync::Arc::clone(&self.traces)));
         match (recovered, how) {
             (Some(data), _) => self.driver.recover_group(spec, state, data).map(|()| None),
             // H1: on a storage this process created, a voter cannot tell a

@@ -51,6 +51,10 @@ impl<S: StateMachine> StateMachine for Counted<S> {
         self.inner.durability()
     }
 
+    fn apply_off_shard(&self) -> bool {
+        self.inner.apply_off_shard()
+    }
+
     fn checkpoint(&mut self, record: &[u8]) -> Result<(), String> {
         self.inner.checkpoint(record)
     }

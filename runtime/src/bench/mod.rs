@@ -92,6 +92,9 @@ pub(crate) struct BenchOptions {
     /// After the window (and before a catch-up), stop the last node and
     /// start it again, its disk kept (D1, [`restart`]).
     pub restart: bool,
+    /// D2: a `disk-log` applies on the shard's thread, not its apply
+    /// worker (the comparison the apply worker is measured against).
+    pub apply_inline: bool,
 }
 
 impl Default for BenchOptions {
@@ -111,6 +114,7 @@ impl Default for BenchOptions {
             catch_up: false,
             catch_up_interrupt: false,
             restart: false,
+            apply_inline: false,
         }
     }
 }
@@ -469,9 +473,9 @@ fn start_node(
         .data_dir(dir.join(format!("node-{}", node.0)))
         .shards(options.shards)
         .state_machine({
-            let (shape, sizes) = (options.state, sizes.of_node(index));
+            let (shape, sizes, inline) = (options.state, sizes.of_node(index), options.apply_inline);
             let state_dir = dir.join(format!("node-{}", node.0)).join("state");
-            move |group| shape.state_machine(&sizes, group, &state_dir)
+            move |group| shape.state_machine(&sizes, group, &state_dir, inline)
         });
     for (peer, address) in addresses.iter().enumerate() {
         if peer != index {

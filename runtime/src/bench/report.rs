@@ -25,6 +25,8 @@ pub(crate) struct BenchReport {
     pub op_size_bytes: usize,
     /// What the groups' state machines keep.
     pub state: StateShape,
+    /// D2: a `disk-log` applied on the shard's thread (`--apply-inline`).
+    pub apply_inline: bool,
     /// Seconds between timeline samples (0: no timeline).
     pub timeline_secs: u64,
     /// Writes acknowledged in the window.
@@ -115,6 +117,7 @@ impl BenchReport {
             shards: options.shards,
             op_size_bytes: options.op_size_bytes,
             state: options.state,
+            apply_inline: options.apply_inline,
             timeline_secs: options.timeline_secs,
             writes,
             window_secs: window.as_secs_f64(),
@@ -159,6 +162,7 @@ impl BenchReport {
             "shards": self.shards,
             "op_size_bytes": self.op_size_bytes,
             "state": self.state.as_str(),
+            "apply_inline": self.apply_inline,
             "timeline_secs": self.timeline_secs,
             "writes": self.writes,
             "window_secs": self.window_secs,

@@ -66,6 +66,10 @@ pub(crate) struct BenchArgs {
     /// writes go on (D1: a restart does not rebuild state that is on disk).
     #[arg(long, conflicts_with = "cluster")]
     pub restart: bool,
+    /// With --state disk-log: apply on each shard's own thread instead of
+    /// its apply worker (D2), to compare the two in the same setup.
+    #[arg(long, conflicts_with = "cluster")]
+    pub apply_inline: bool,
     /// Print one JSON object as the last line instead of the table (the
     /// global `--json`).
     #[arg(skip)]
@@ -166,6 +170,7 @@ fn local_options(args: &BenchArgs) -> BenchOptions {
         catch_up: args.catch_up,
         catch_up_interrupt: args.catch_up_interrupt,
         restart: args.restart,
+        apply_inline: args.apply_inline,
         progress: true,
     }
 }

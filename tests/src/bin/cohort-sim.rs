@@ -48,6 +48,7 @@ fn main() -> ExitCode {
     let (mut operations, mut seeds_operated) = (cohort_sim::sim::OperationCounts::default(), 0u64);
     let (mut disks, mut starts_refused, mut seeds_failed) = (cohort_sim::disk::DiskStats::default(), 0u64, 0u64);
     let mut checkpoints = cohort_sim::disk_kv::CheckpointCounts::default();
+    let (mut apply_runs_lent, mut requests_waited_for_state) = (0u64, 0u64);
     let (mut refusals, mut forged_frames) = (cohort_core::Refusals::default(), 0u64);
     let mut footprint = cohort_core::Footprint::default();
     let mut transfers = cohort_sim::sim::TransferCounts::default();
@@ -106,6 +107,8 @@ fn main() -> ExitCode {
                 checkpoints.rebuilt += report.checkpoints.rebuilt;
                 checkpoints.streamed += report.checkpoints.streamed;
                 checkpoints.resumed += report.checkpoints.resumed;
+                apply_runs_lent += report.apply_runs_lent;
+                requests_waited_for_state += report.requests_waited_for_state;
                 disks.power_losses += report.disks.power_losses;
                 disks.writes_torn += report.disks.writes_torn;
                 disks.corrupt_reads += report.disks.corrupt_reads;
@@ -155,7 +158,8 @@ fn main() -> ExitCode {
     );
     if args.state == cohort_sim::storage::StateKind::Disk {
         last.push_str(&format!(
-            " checkpoints_taken={} checkpoints_failed={} replicas_rebuilt={} streams_installed={} streams_resumed={}",
+            " checkpoints_taken={} checkpoints_failed={} replicas_rebuilt={} streams_installed={} streams_resumed={} \
+             apply_runs_lent={apply_runs_lent} requests_waited_for_state={requests_waited_for_state}",
             checkpoints.taken, checkpoints.failed, checkpoints.rebuilt, checkpoints.streamed, checkpoints.resumed
         ));
     }

@@ -32,6 +32,9 @@ const MID_TRANSFER_CRASH_PER_MILLE: u64 = 20;
 const STORM_FACTOR: u64 = 10;
 /// The slowest flush (ticks) of a storm.
 const STORM_FLUSH_TICKS_MAX: u64 = 20;
+/// D2: the slowest a node's apply worker hands a run back, in ticks: each
+/// node of a `--state disk` run draws its own slowest, 0 to this.
+const APPLY_LATENCY_MAX_TICKS: u64 = 8;
 /// A full disk lasts up to this many ticks.
 const DISK_FULL_TICKS_MAX: u64 = 300;
 /// A full disk has up to this many bytes left when it fills.
@@ -267,6 +270,19 @@ impl Sim {
         for node in &mut self.nodes {
             let slowest = self.rng.range(1, max);
             node.flush_latency_ticks = (1, slowest);
+        }
+    }
+
+    /// D2: each node's slowest apply worker, drawn once per run with the
+    /// state on disk (where runs are lent); the runs of the state in
+    /// memory draw nothing, so they stay as they were.
+    pub(super) fn draw_apply_latencies(&mut self) {
+        if self.config.state != crate::storage::StateKind::Disk {
+            return;
+        }
+        for node in &mut self.nodes {
+            let slowest = self.rng.range(0, APPLY_LATENCY_MAX_TICKS);
+            node.apply_latency_ticks = (0, slowest);
         }
     }
 

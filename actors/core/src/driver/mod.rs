@@ -56,7 +56,7 @@ use crate::storage::RecoveredGroup;
 pub use inbound::{FrameRefusal, PeerInput, RoutedFrame, route_peer_frame};
 pub use recording::{Input, Recorded, replay};
 pub use storage_jobs::{RanJobs, SnapshotSteps, StorageJob, run_jobs};
-pub use turn::{ClientAnswer, Note, PeerBatch, Turn};
+pub use turn::{ApplyJob, ClientAnswer, Note, PeerBatch, Turn};
 
 /// A request and the client and group it is from: how answers find their caller.
 pub type RequestKey = (GroupId, ClientId, RequestNumber);
@@ -421,6 +421,28 @@ impl ShardDriver {
         self.shard.on_flushed(id);
     }
 
+    /// D2: the apply worker is done with run `id` of `group`
+    /// ([`Turn::applies`]): its state machine comes back with one result
+    /// per op ([`Shard::on_applied`]). End the turn afterwards.
+    pub fn on_applied(
+        &mut self,
+        group: GroupId,
+        id: crate::effect::ApplyId,
+        state: Box<dyn StateMachine>,
+        results: Vec<bytes::Bytes>,
+    ) {
+        self.record_with(|| Input::Applied { group, id, results: results.clone() });
+        self.shard.on_applied(group, id, state, results);
+    }
+
+    /// D2: true while a removed replica of `group` has its state machine
+    /// on the apply worker ([`Shard::state_away`]): a shell makes no new
+    /// state machine for the group until it is back (it would share the
+    /// removed one's files).
+    pub fn state_away(&self, group: GroupId) -> bool {
+        self.shard.state_away(group)
+    }
+
     /// The storage worker failed to stage `group`'s superblock (R12).
     pub fn on_superblock_failed(&mut self, group: GroupId) {
         self.record(Input::SuperblockFailed { group });
@@ -553,6 +575,7 @@ impl ShardDriver {
                 self.counters.role_changes += 1;
                 turn.notes.push(Note::Role { group, incarnation, view, role });
             }
+            Effect::Apply { group, id, ops, state } => turn.applies.push(ApplyJob { group, id, ops, state }),
             Effect::Committed { group, op } => turn.notes.push(Note::Committed { group, op }),
             Effect::Applied { group, ops, through } => turn.notes.push(Note::Applied { group, ops, through }),
             Effect::Restored { group, op, state } => turn.notes.push(Note::Restored { group, op, state }),

@@ -108,6 +108,16 @@ pub enum Input {
         /// The flush.
         id: FlushId,
     },
+    /// [`ShardDriver::on_applied`] (D2): the results, not the state
+    /// machine; a replay hands back the one its own turn lent.
+    Applied {
+        /// The group.
+        group: GroupId,
+        /// The run.
+        id: crate::effect::ApplyId,
+        /// One result per op of the run.
+        results: Vec<bytes::Bytes>,
+    },
     /// [`ShardDriver::on_superblock_failed`].
     SuperblockFailed {
         /// The group.
@@ -159,6 +169,9 @@ impl Links for RecordedLinks<'_> {
     }
 }
 
+/// D2: a run a replayed turn lent: its state machine and its ops.
+type LentRun = (Box<dyn StateMachine>, Vec<(cohort_messages::Op, bytes::Bytes)>);
+
 /// Feed the inputs of `recording` to `driver`, in order, and return the
 /// turns it ended (one per [`Input::EndTurn`]). Groups it hosts get their
 /// state machine from `state_machine`; a change the recording saw refused
@@ -169,6 +182,9 @@ pub fn replay(
     state_machine: &mut dyn FnMut(&GroupSpec) -> Box<dyn StateMachine>,
 ) -> Vec<Turn> {
     let mut turns = Vec::new();
+    // D2: the state machines the replay's turns lent, until their run's
+    // recorded return.
+    let mut lent: std::collections::HashMap<crate::effect::ApplyId, LentRun> = std::collections::HashMap::new();
     for entry in recording {
         let Recorded::Input(input) = entry else { continue };
         match input.clone() {
@@ -210,6 +226,14 @@ pub fn replay(
             Input::Peer { input } => driver.on_peer(input),
             Input::Submit { request } => driver.on_submit(request),
             Input::Flushed { id } => driver.on_flushed(id),
+            Input::Applied { group, id, results } => {
+                // The worker's apply, on the replay's own state machine (so
+                // that later reads see it); the recorded results go back.
+                if let Some((mut state, ops)) = lent.remove(&id) {
+                    let _ = crate::state_machine::apply_run(state.as_mut(), &ops);
+                    driver.on_applied(group, id, state, results);
+                }
+            }
             Input::SuperblockFailed { group } => driver.on_superblock_failed(group),
             Input::WaitQuorum { group, op, quorum, timeout_ticks } => {
                 driver.wait_quorum(group, op, quorum, timeout_ticks);
@@ -220,7 +244,15 @@ pub fn replay(
             Input::Done { at_micros } => {
                 driver.input_done(at_micros);
             }
-            Input::EndTurn { links } => turns.push(driver.end_turn(&RecordedLinks(&links))),
+            Input::EndTurn { links } => {
+                let mut turn = driver.end_turn(&RecordedLinks(&links));
+                for job in &mut turn.applies {
+                    if let Some(state) = job.state.take() {
+                        lent.insert(job.id, (state, job.ops.clone()));
+                    }
+                }
+                turns.push(turn);
+            }
         }
     }
     turns

@@ -13,7 +13,8 @@
 
 use cohort_messages::{ClientId, GroupId, Incarnation, Message, NodeId, Op, Redirect, Reply, RequestNumber, View};
 
-use crate::effect::{AppliedOp, Effect, QuorumWaitError, Role, WaitId};
+use crate::effect::{AppliedOp, ApplyId, Effect, QuorumWaitError, Role, WaitId};
+use crate::state_machine::LentState;
 
 /// The answer to a client request made in this process.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -125,12 +126,37 @@ pub struct Turn {
     /// Messages not sent because the peer's link was down (the link would
     /// only drop them).
     pub dropped_link_down: u64,
+    /// D2: runs of committed ops for the apply worker, in the order lent
+    /// (the worker runs them in this order): each comes back through
+    /// [`super::ShardDriver::on_applied`].
+    pub applies: Vec<ApplyJob>,
+}
+
+/// D2: a run of one group's committed ops, with its state machine, for the
+/// shard's apply worker. Take the state machine ([`LentState::take`]),
+/// apply with [`crate::state_machine::apply_run`], and hand both back with
+/// [`super::ShardDriver::on_applied`]. A clone (a recording) holds no
+/// state machine.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ApplyJob {
+    /// The group.
+    pub group: GroupId,
+    /// The run's id.
+    pub id: ApplyId,
+    /// The ops, in op order.
+    pub ops: Vec<(Op, bytes::Bytes)>,
+    /// The group's state machine, lent for the run.
+    pub state: LentState,
 }
 
 impl Turn {
     /// True if the turn asks nothing of the shell.
     pub fn is_empty(&self) -> bool {
-        self.storage.is_empty() && self.peers.is_empty() && self.notes.is_empty() && self.dropped_link_down == 0
+        self.storage.is_empty()
+            && self.peers.is_empty()
+            && self.notes.is_empty()
+            && self.dropped_link_down == 0
+            && self.applies.is_empty()
     }
 
     /// Messages in the turn, over all peers.

@@ -33,6 +33,7 @@
 //! follow (`members.len() + i`). A learner receives the log and applies
 //! committed ops but never votes: see `learner`.
 
+mod apply;
 mod backlog;
 mod context;
 mod heartbeat;
@@ -132,7 +133,17 @@ pub struct Replica {
     /// Durable up to here, as part of the current `log_view`'s log.
     pub(crate) durable_op: Op,
     pending_durable: VecDeque<(FlushId, Op)>,
+    /// The group's state machine; [`apply::Away`] while a run is lent.
     pub(crate) state: Box<dyn StateMachine>,
+    /// D1: where the state machine keeps its state (asked once: the
+    /// replica asks it while the state machine is away too).
+    pub(crate) durability: crate::state_machine::Durability,
+    /// D2: runs go to the apply worker ([`StateMachine::apply_off_shard`]).
+    pub(crate) apply_off_shard: bool,
+    /// D2: the run on the apply worker, if one is.
+    pub(crate) lent: Option<Box<apply::Lent>>,
+    /// D2: requests that came while the state machine was away.
+    pub(crate) waiting_for_state: apply::WaitingForState,
     pub(crate) clients: ClientTable,
     pub(crate) snapshot: Option<Snapshot>,
     /// What a state transfer is served from (see `stream`): kept while
@@ -250,6 +261,10 @@ impl Replica {
             commit_max: Op(0),
             durable_op: Op(0),
             pending_durable: VecDeque::new(),
+            durability: state.durability(),
+            apply_off_shard: state.apply_off_shard(),
+            lent: None,
+            waiting_for_state: VecDeque::new(),
             state,
             clients,
             snapshot: None,
@@ -650,16 +665,30 @@ impl Replica {
             .is_some_and(|transfer| transfer.stream.as_ref().is_some_and(|stream| stream.staging))
     }
 
-    /// The state machine (for reads by tests and checkers).
-    pub fn state_machine(&self) -> &dyn StateMachine {
-        self.state.as_ref()
+    /// The state machine (for reads by tests and checkers); `None` while
+    /// a run of it is on the apply worker (D2).
+    pub fn state_machine(&self) -> Option<&dyn StateMachine> {
+        self.lent.is_none().then_some(self.state.as_ref())
     }
 
-    /// D1: drop a persistent state machine's state (the replica is removed).
+    /// D1: drop a persistent state machine's state (the replica is
+    /// removed). D2: not while it is away: the shard clears it when it
+    /// comes back.
     pub(crate) fn clear_state(&mut self) -> Result<(), String> {
+        assert!(self.lent.is_none(), "{self:?}: D2: a state machine away is cleared when it is back");
         // D3: a view of the state being served goes first.
         self.served = None;
         self.state.clear()
+    }
+
+    /// D2: take the state machine back from a run lent in the turn still
+    /// open (its effect not yet handed to the shell), as if never lent.
+    pub(crate) fn recall_lent(&mut self, out: &mut Effects) {
+        let Some(id) = self.lent.as_ref().map(|lent| lent.id) else { return };
+        if let Some(state) = out.take_lent(self.spec.group, id) {
+            self.state = state;
+            self.lent = None;
+        }
     }
 
     /// Other voters' indexes: who takes part in a view change.
@@ -750,6 +779,10 @@ impl Replica {
     /// Stage a truncation; durability claims shrink at once.
     pub(crate) fn stage_truncate(&mut self, after: Op, out: &mut Effects) {
         debug_assert!(after >= self.commit_min, "committed and applied ops are never truncated");
+        assert!(
+            self.lent.as_ref().is_none_or(|lent| lent.ops.last().is_none_or(|(op, ..)| after >= *op)),
+            "{self:?}: D2: the committed ops of a run away are never truncated"
+        );
         self.log.truncate_after(after);
         self.durable_op = self.durable_op.min(after);
         for pending in self.pending_durable.iter_mut() {
@@ -1017,6 +1050,14 @@ impl Replica {
         assert!(
             self.request_queue.len() <= self.config.request_queue_max + 1,
             "{self:?}: request queue past its limit"
+        );
+        // D2: requests wait only for a state machine that is away (it
+        // serves them when it comes back), and no more than a queue holds.
+        assert!(self.lent.is_some() || self.waiting_for_state.is_empty(), "{self:?}: requests wait for nothing");
+        assert!(self.lent.is_none() || self.apply_off_shard, "{self:?}: a run lent by a replica that applies inline");
+        assert!(
+            self.waiting_for_state.len() <= self.config.request_queue_max,
+            "{self:?}: requests waiting for the state machine past the queue's limit"
         );
         assert!(self.early_dvcs.len() <= self.spec.members.len(), "{self:?}: early DoViewChanges past one per voter");
         assert!(

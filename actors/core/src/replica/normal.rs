@@ -60,6 +60,8 @@ impl Replica {
             return;
         }
         match request.kind {
+            // D2: both read the state machine (T3's admission too).
+            _ if self.lent.is_some() => self.wait_for_state(sender, request, cx.out),
             RequestKind::Read => self.on_read(request, now, cx.out),
             RequestKind::Write => {
                 // T3: the state machine decides who may ask for what.
@@ -491,20 +493,30 @@ impl Replica {
         assert!(self.commit_max >= commit, "a backup knows at least the commit point it learned");
     }
 
-    /// Apply every committed op held in the log, in order.
+    /// Apply every committed op held in the log, in order. D2: a state
+    /// machine applied off the shard's thread gets its next run lent
+    /// instead (see `apply`), and nothing more is applied until it is back.
     pub(crate) fn apply_committed(&mut self, out: &mut Effects) {
         debug_assert!(self.commit_min >= self.log.base(), "the snapshot holds only applied ops");
+        if self.lent.is_some() {
+            return; // D2: the next run waits for the one away.
+        }
         let target = self.commit_max.min(self.log.op());
-        if target <= self.commit_min {
+        self.apply_through(target, out);
+    }
+
+    /// [`Replica::apply_committed`] up to `target`, which the caller knows
+    /// committed in this replica's log. D2: a run's return goes on to the
+    /// target its lending stopped short of, whatever the replica went
+    /// through meanwhile, so that the ops are applied as an inline apply
+    /// would have applied them at once (a seal among them, say, before the
+    /// view change that followed).
+    pub(crate) fn apply_through(&mut self, target: Op, out: &mut Effects) {
+        if self.lent.is_some() || target <= self.commit_min {
             return;
         }
         let applied_before = self.commit_min;
-        let primary = self.is_primary();
-        // Q4: what an async primary already answered on its own durable copy.
-        let async_acked_op = match &self.role {
-            RoleState::Primary(primary) => primary.async_acked_op,
-            _ => Op(0),
-        };
+        let (primary, async_acked_op) = self.answer_mode();
         let mut applied = Vec::new();
         while self.commit_min < target {
             // D1: a run of ops the state machine applies goes to it in one
@@ -512,20 +524,15 @@ impl Replica {
             // client's first write) alone, below.
             let run = self.apply_run(target);
             if !run.is_empty() {
-                // A run of one is an ordinary apply: no batch to build.
-                let results = match run.as_slice() {
-                    [(op, operation)] => vec![self.state.apply(*op, operation)],
-                    _ => self.state.apply_batch(&run),
-                };
-                assert_eq!(results.len(), run.len(), "StateMachine::apply_batch returns one result per op");
+                if self.apply_off_shard {
+                    self.lend(run, target, out);
+                    break;
+                }
+                let results = crate::state_machine::apply_run(self.state.as_mut(), &run);
                 for ((op, operation), result) in run.into_iter().zip(results) {
                     let entry = self.log.get(op).expect("a run holds ops of the log");
                     let (client, request) = (entry.client, entry.request);
-                    self.clients.record(client, request, op, result.clone());
-                    if self.spec.report_applied {
-                        applied.push(AppliedOp { op, operation, result: result.clone() });
-                    }
-                    self.commit_min = op;
+                    self.record_applied(op, client, request, operation, result.clone(), &mut applied);
                     self.answer_applied(client, request, op, Some(result), primary, async_acked_op, out);
                 }
                 continue;
@@ -550,20 +557,60 @@ impl Replica {
                 Some(Bytes::new())
             } else {
                 let operation = entry.operation.clone();
-                let result = self.state.apply(op, &operation);
-                self.clients.record(client, request, op, result.clone());
-                if self.spec.report_applied {
-                    applied.push(AppliedOp { op, operation, result: result.clone() });
+                if self.apply_off_shard {
+                    self.lend(vec![(op, operation)], target, out);
+                    break;
                 }
+                let result = self.state.apply(op, &operation);
+                self.record_applied(op, client, request, operation, result.clone(), &mut applied);
                 Some(result)
             };
             self.commit_min = op;
             self.answer_applied(client, request, op, result, primary, async_acked_op, out);
         }
-        debug_assert!(
-            self.commit_min > applied_before && self.commit_min <= target,
-            "applied forward, up to the target"
-        );
+        debug_assert!(self.commit_min <= target, "applied forward, up to the target");
+        self.after_applied(applied_before, applied, out);
+    }
+
+    /// Who answers applied ops: whether this replica is the primary, and
+    /// (Q4) what an async primary already answered on its own durable copy.
+    pub(crate) fn answer_mode(&self) -> (bool, Op) {
+        let async_acked_op = match &self.role {
+            RoleState::Primary(primary) => primary.async_acked_op,
+            _ => Op(0),
+        };
+        (self.is_primary(), async_acked_op)
+    }
+
+    /// The state machine applied `op` with `result`: the client table
+    /// records it, the applied point moves to it, and (for a group that
+    /// reports them) `applied` lists it.
+    pub(crate) fn record_applied(
+        &mut self,
+        op: Op,
+        client: ClientId,
+        request: RequestNumber,
+        operation: Bytes,
+        result: Bytes,
+        applied: &mut Vec<AppliedOp>,
+    ) {
+        debug_assert_eq!(op, self.commit_min.next(), "ops are applied in order");
+        self.clients.record(client, request, op, result.clone());
+        if self.spec.report_applied {
+            applied.push(AppliedOp { op, operation, result });
+        }
+        self.commit_min = op;
+    }
+
+    /// What follows a move of the applied point from `applied_before`
+    /// (nothing if it did not move): the applied ops reported, the commit
+    /// point saved (R12), a snapshot if one is due.
+    pub(crate) fn after_applied(&mut self, applied_before: Op, applied: Vec<AppliedOp>, out: &mut Effects) {
+        if self.commit_min == applied_before {
+            debug_assert!(applied.is_empty(), "nothing reported unless applied");
+            return;
+        }
+        debug_assert!(self.commit_min > applied_before, "applied forward");
         debug_assert!(applied.iter().all(|applied| applied.op > applied_before && applied.op <= self.commit_min));
         if self.spec.report_applied {
             out.push(Effect::Applied { group: self.spec.group, ops: applied, through: self.commit_min });
@@ -605,7 +652,7 @@ impl Replica {
     /// primary answered it already on its own durable copy). `result` is
     /// `None` for a duplicate the table holds no answer for.
     #[allow(clippy::too_many_arguments)]
-    fn answer_applied(
+    pub(crate) fn answer_applied(
         &self,
         client: ClientId,
         request: RequestNumber,

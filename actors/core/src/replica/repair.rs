@@ -340,6 +340,11 @@ impl Replica {
     /// [`Replica::on_state_chunk`]: check it, keep it, and install the
     /// snapshot once whole.
     fn take_chunk(&mut self, chunk: StateChunk, now: u64, cx: &mut Context<'_>) {
+        if self.lent.is_some() {
+            // D2: staging and installing need the state machine, which is
+            // away: the chunk is dropped as if lost, and asked for again.
+            return;
+        }
         self.drop_stale_transfer();
         if chunk.replica == self.spec.me || chunk.snapshot_op <= self.commit_min {
             return;

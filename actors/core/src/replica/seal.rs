@@ -90,6 +90,10 @@ pub enum SealError {
         /// The next incarnation.
         incarnation: u64,
     },
+    /// D2: a run of the replica is on the apply worker; the switch takes
+    /// its state machine along, so it waits for the run (ask again).
+    #[error("{0}: a run of its state machine is on the apply worker; switch once it is back")]
+    StateAway(cohort_messages::GroupId),
 }
 
 impl Replica {
@@ -367,6 +371,7 @@ impl Replica {
     /// `spec` from [`Replica::next_spec`] (see the module docs). Waits on
     /// this replica end as not primary.
     pub(crate) fn into_next_incarnation(mut self, spec: GroupSpec, now: u64, cx: &mut Context<'_>) -> Replica {
+        assert!(self.lent.is_none(), "{self:?}: D2: a switch takes the state machine along, so never while it is away");
         assert!(self.sealed.is_some() || self.outpaced, "{self:?}: a switch needs the seal, or the switch done");
         assert!(spec.incarnation > self.spec.incarnation, "{self:?}: a switch goes to a later incarnation");
         let op = self.sealed.as_ref().map_or(self.commit_min, |sealed| sealed.op);

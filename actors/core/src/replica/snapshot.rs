@@ -290,12 +290,15 @@ impl Replica {
 
     /// D1: whether the state machine keeps its state on disk itself.
     pub(crate) fn persistent(&self) -> bool {
-        self.state.durability() == Durability::Persistent
+        self.durability == Durability::Persistent
     }
 
     fn take_snapshot(&mut self, out: &mut Effects) {
         if self.sealed.is_some() {
             return; // The seal stays in the log: a restart must apply it again.
+        }
+        if self.lent.is_some() {
+            return; // D2: at the next snapshot point after the run is back.
         }
         debug_assert!(self.commit_min > self.log.base(), "a snapshot covers something new");
         let op = self.commit_min;

@@ -311,6 +311,11 @@ impl Replica {
         }
         let base = self.log.base();
         if !self.served.as_ref().is_some_and(|served| served.joins(base)) {
+            if self.lent.is_some() {
+                // D2: a new view of the state needs the state machine,
+                // which is away: the member asks again.
+                return None;
+            }
             self.served = None;
             if let Some(stream) = self.open_export(now, out) {
                 self.served = Some(stream);

@@ -19,6 +19,8 @@ impl Shard {
             footprint.log_entries_max = footprint.log_entries_max.max(entries);
             footprint.log_bytes += replica.log.size_bytes();
             footprint.request_queue_max = footprint.request_queue_max.max(replica.request_queue.len());
+            // D2: requests waiting for a state machine away, bounded alike.
+            footprint.request_queue_max = footprint.request_queue_max.max(replica.waiting_for_state.len());
             let election = replica.election().map_or(0, |election| election.dvcs.iter().flatten().count());
             let dvcs = election + replica.early_dvcs.len();
             footprint.do_view_changes_max = footprint.do_view_changes_max.max(dvcs);

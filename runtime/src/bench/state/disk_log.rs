@@ -69,6 +69,9 @@ pub(super) struct DiskLog {
     checkpointed: (u64, u64, u64, u64),
     /// D3: the stream being staged.
     staging: Option<Staging>,
+    /// D2: applied on the shard's apply worker (`--apply-inline` clears
+    /// it, for the comparison).
+    off_shard: bool,
 }
 
 /// D3: a stream being staged, as the `staging` file holds it.
@@ -116,6 +119,11 @@ impl Staging {
 }
 
 impl DiskLog {
+    /// D2: the same, applied on the shard's thread (`--apply-inline`).
+    pub(super) fn inline(self) -> DiskLog {
+        DiskLog { off_shard: false, ..self }
+    }
+
     /// Open `group`'s log under `dir` at its last checkpoint (empty if it
     /// has none or it does not check).
     pub(super) fn open(dir: &Path, group: GroupId, size: StateBytes) -> Result<DiskLog, String> {
@@ -133,7 +141,20 @@ impl DiskLog {
         size.set(length_bytes);
         let entries = RefCell::new(BufWriter::with_capacity(BUFFER_SIZE_BYTES, file));
         let checkpointed = (generation, length_bytes, count, lineage);
-        Ok(DiskLog { dir, entries, length_bytes, count, record, size, generation, lineage, checkpointed, staging })
+        let off_shard = true;
+        Ok(DiskLog {
+            dir,
+            entries,
+            length_bytes,
+            count,
+            record,
+            size,
+            generation,
+            lineage,
+            checkpointed,
+            staging,
+            off_shard,
+        })
     }
 
     fn entries_path(&self) -> PathBuf {
@@ -432,6 +453,13 @@ impl StateMachine for DiskLog {
 
     fn durability(&self) -> Durability {
         Durability::Persistent
+    }
+
+    /// D2: a run appends to segment files: applied on the shard's apply
+    /// worker, off the thread that serves the shard's other groups (unless
+    /// the bench asked for it inline).
+    fn apply_off_shard(&self) -> bool {
+        self.off_shard
     }
 
     fn checkpoint(&mut self, record: &[u8]) -> Result<(), String> {
