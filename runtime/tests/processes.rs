@@ -516,10 +516,13 @@ fn s5_sigstop_primary_longer_than_session_timeout_never_commits_twice() {
         .collect();
     std::thread::sleep(Duration::from_millis(500));
     // Stall the victim well past the session timeout (1 s) and the failover
-    // time (2 s heartbeat timeout + election).
+    // time (2 s heartbeat timeout + election), and long enough that a writer
+    // whose 3 s attempt went to the victim just before the stall still has
+    // the new primary's answer inside it (4.5 s once fell short in CI,
+    // beside the other process tests).
     signal(&children[victim], "STOP");
     let stopped_at = Instant::now();
-    std::thread::sleep(Duration::from_millis(4500));
+    std::thread::sleep(Duration::from_millis(6500));
     signal(&children[victim], "CONT");
     let resumed_at = Instant::now();
     // The victim learns its session expired and opens a new one.
