@@ -28,6 +28,10 @@ pub struct ShardReport {
     /// The host's groups whose backup here waits the idle heartbeat timeout
     /// before a view change ([`cohort_core::replica::Replica::waits_idle_timeout`]).
     pub idle_backups: Vec<GroupId>,
+    /// The host's groups whose member here is recovering (H1: it does not
+    /// hold its data yet, and votes and acknowledges nothing; with one of
+    /// the other members down too, such a group waits).
+    pub recovering: Vec<GroupId>,
 }
 
 impl Handler<GetReport> for ShardActor {
@@ -47,6 +51,7 @@ impl Handler<GetReport> for ShardActor {
             gauges: self.driver.shard().heartbeat_gauges(),
             primaries: hosted_where(|r| r.is_primary()),
             idle_backups: hosted_where(|r| r.waits_idle_timeout()),
+            recovering: hosted_where(|r| r.is_recovering()),
         }
     }
 }

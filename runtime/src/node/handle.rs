@@ -258,6 +258,7 @@ impl NodeHandle {
                 total.gauges.add(&report.gauges);
                 total.primaries.extend(report.primaries);
                 total.idle_backups.extend(report.idle_backups);
+                total.recovering.extend(report.recovering);
             }
         }
         total
