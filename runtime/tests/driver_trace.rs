@@ -69,10 +69,13 @@ fn one_driver_a_real_nodes_shards_replay_to_the_same_turns_in_the_simulators_dri
                 client.write(GroupId(group), format!("{round}")).await.expect("a write commits");
             }
         }
-        // Every member of a new cluster starts recovering (H1) and normally
-        // ends within a repair timeout. One that has not, when node 3 dies,
-        // holds its group (with node 3 down too, it waits for node 3; see
-        // actors/core/tests/recovery.rs): kill node 3 once none recovers.
+        // Every member of a new cluster starts recovering (H1) and ends
+        // within a repair timeout, or, if it lent its vote to a later view
+        // while the others went on without it, once its primary moved the
+        // group up to that view (three heartbeat timeouts). One that has
+        // not, when node 3 dies, holds its group (with node 3 down too, it
+        // waits for node 3; see actors/core/tests/recovery.rs): kill node
+        // 3 once none recovers.
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         for handle in cluster.handles() {
             while !handle.report().await.recovering.is_empty() {

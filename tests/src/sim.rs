@@ -511,6 +511,7 @@ impl Sim {
             }
         }
         self.check_learners_catch_up();
+        self.check_members_recover();
         for index in 0..self.nodes.len() {
             self.collect_applies(index);
         }
@@ -1391,6 +1392,34 @@ impl Sim {
     pub fn learner_caught_up(&self, group: GroupId, index: usize) -> bool {
         let Some(primary) = self.primary_of(group) else { return false };
         self.replica(primary, group).is_some_and(|replica| replica.learner_caught_up(node_id(index)))
+    }
+
+    /// After the liveness phase: every member of every group that is
+    /// recovering (H1) ends its recovery within another liveness budget.
+    /// A group can commit while one member stays recovering for good (a
+    /// vote it lent to a later view that the others never took, while a
+    /// primary of an earlier view led them), and then a second failure
+    /// stops it: the liveness phase alone does not see that.
+    fn check_members_recover(&mut self) {
+        let recovering = |sim: &Sim| -> Vec<(GroupId, usize)> {
+            let groups: Vec<GroupId> = sim.specs.iter().map(|spec| spec.group).collect();
+            (0..sim.nodes.len())
+                .flat_map(|index| groups.iter().map(move |group| (*group, index)))
+                .filter(|(group, index)| sim.replica(*index, *group).is_some_and(|replica| replica.is_recovering()))
+                .collect()
+        };
+        let deadline = self.now + self.config.liveness_ticks;
+        let mut pending = recovering(self);
+        while !pending.is_empty() && self.now < deadline {
+            self.step(false);
+            pending = recovering(self);
+        }
+        for (group, index) in pending {
+            self.checkers.violations.push(format!(
+                "liveness: node {index}'s member of {group} still recovers {} ticks after the liveness phase (H1)",
+                self.config.liveness_ticks
+            ));
+        }
     }
 
     /// After the liveness phase: every learner of every group catches up

@@ -16,7 +16,7 @@ use cohort_core::storage::RecoveredGroup;
 use cohort_core::{CoreConfig, Effect, GroupSpec, Role, Shard, TimingConfig, WriteMode};
 use cohort_messages::{
     ClientId, CommitBatch, CommitEntry, CommitReplyEntry, GroupId, HeartbeatState, Incarnation, MemberIndex, Message,
-    NodeId, Op, Request, RequestKind, RequestNumber, Timestamp, View,
+    NodeId, Op, RecoveryQuery, Request, RequestKind, RequestNumber, StartViewChange, Timestamp, View,
 };
 use proptest::prelude::*;
 
@@ -981,4 +981,54 @@ fn v7_a_lagging_backup_restarted_joins_no_election_within_its_lease() {
     h.ticks(2);
     assert!(election_messages(&h) > 0, "once the lease is over it elects");
     assert_ne!(h.role(4), Role::Backup);
+}
+
+/// Run group 1, led here, for five heartbeat timeouts: node 3 answers every
+/// Commit; node 2 sends a StartViewChange for view 2 every repair timeout,
+/// after a RecoveryQuery if `recovering`. The tick the primary left view 0
+/// for view 2, if it did.
+fn lead_beside_a_member_in_view_2(recovering: bool) -> Option<u64> {
+    let t = timing();
+    let mut h = Harness::new(t.clone());
+    h.lead(1, &[PEER, PEER2], None);
+    let group = GroupId(1);
+    for _ in 0..t.commit_heartbeat_timeout_ticks * 5 {
+        h.tick();
+        reply_from(&mut h, &[(PEER2, 2)]);
+        if h.now.is_multiple_of(t.repair_timeout_ticks) {
+            if recovering {
+                let nonce = h.now << 16;
+                let query = RecoveryQuery { group, incarnation: Incarnation(1), replica: MemberIndex(1), nonce };
+                h.shard.on_message(PEER, Message::RecoveryQuery(query));
+            }
+            let svc = StartViewChange { group, incarnation: Incarnation(1), view: View(2), replica: MemberIndex(1) };
+            h.shard.on_message(PEER, Message::StartViewChange(svc));
+            h.drain();
+        }
+        if h.shard.replica(group).is_some_and(|replica| replica.view() == View(2)) {
+            return Some(h.now);
+        }
+    }
+    None
+}
+
+/// H1: a recovering member whose answers showed no primary lends its vote
+/// to a later view; if the others go on under a primary of an earlier
+/// view, it cannot take that primary's log (it promised not to act before
+/// the view it voted in) and would recover only at the next view change.
+/// It asks the primary every repair timeout, so it hears it: the primary
+/// counts it as stranded, as a voter answering Commits from a later view,
+/// and moves the group up to its view after three heartbeat timeouts.
+/// (The simulator found a member left recovering so: seed 6100708 of five
+/// nodes, tests/tests/recovery.rs.)
+#[test]
+fn h1_a_primary_moves_up_to_the_view_a_recovering_member_voted_in() {
+    let window = timing().commit_heartbeat_timeout_ticks;
+    let moved = lead_beside_a_member_in_view_2(true).expect("the primary moved the group to view 2");
+    assert!(moved >= 3 * window, "only after three heartbeat timeouts: moved at tick {moved}");
+}
+
+#[test]
+fn h1_a_healthy_primary_ignores_a_member_electing_a_later_view_that_is_not_recovering() {
+    assert_eq!(lead_beside_a_member_in_view_2(false), None, "a voter that does not recover is not stranded by it");
 }

@@ -311,6 +311,17 @@ impl Replica {
         );
     }
 
+    /// The primary: a voter that hears it is stuck in the later `view`
+    /// (see `stranded`).
+    pub(crate) fn note_stranded(&mut self, view: View, now: u64) {
+        let primary = self.lead_mut();
+        primary.stranded = match primary.stranded {
+            Some((stranded, since, _)) if stranded == view => Some((stranded, since, now)),
+            Some((stranded, since, last)) if stranded > view => Some((stranded, since, last)),
+            _ => Some((view, now, now)),
+        };
+    }
+
     /// The primary handles one CommitReply entry (R24, R29).
     pub(crate) fn on_commit_reply(&mut self, entry: CommitReplyEntry, now: u64, cx: &mut Context<'_>) {
         debug_assert!(self.spec.node_at(entry.replica).is_some(), "the shard checked the sender");
@@ -320,13 +331,7 @@ impl Replica {
                 // (see `view_jump_max_views`); the group stays where it is.
                 return cx.refuse(crate::refusal::Refusal::ViewJump);
             }
-            let primary = self.lead_mut();
-            primary.stranded = match primary.stranded {
-                Some((view, since, _)) if view == entry.view => Some((view, since, now)),
-                Some((view, since, last)) if view > entry.view => Some((view, since, last)),
-                _ => Some((entry.view, now, now)),
-            };
-            return;
+            return self.note_stranded(entry.view, now);
         }
         if !self.is_primary() || entry.view != self.view || entry.replica == self.spec.me {
             return;

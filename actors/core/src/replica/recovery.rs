@@ -55,6 +55,19 @@
 //!   best of the holders' logs does (a committed op is in every log of
 //!   its view from that op on and in every log of a later view). The
 //!   member takes that view's StartView like any other and so recovers.
+//!   If the others went on under a primary of an earlier view instead
+//!   (the answers it decided on were of different moments: a member still
+//!   recovering in one, the group founded by the next), the member cannot
+//!   take that primary's log: it promised not to act before the view it
+//!   voted in. It keeps asking that primary and sending its vote, so the
+//!   primary counts it as stranded in that view, as a voter answering
+//!   Commits from a later view, and moves the group up to it once
+//!   (`Replica::note_stranded`); the member then recovers from that view's
+//!   StartView. Before, it stayed recovering until the next view change,
+//!   with its group committing (the simulator, seed 6100708 of five
+//!   nodes). A member back recovering whose durable view is past the
+//!   group's is in the same place without a vote: it sends a
+//!   StartViewChange of its own view each round (`send_view_ahead`).
 //!   Voting with its own log instead is what two recovering members must
 //!   not do: they could elect each other without the holder, and with it
 //!   the acknowledged write (mutant `RecoveryVotesWithItsLog`).
@@ -185,6 +198,7 @@ impl Replica {
             }
         }
         self.send_ballot(out);
+        self.send_view_ahead(out);
         assert!(self.recovery.as_ref().is_some_and(|r| r.next_query_tick > now), "the next round waits a timeout");
     }
 
@@ -237,6 +251,9 @@ impl Replica {
             primary,
         };
         cx.out.send(self.node_of(query.replica), Message::RecoveryAnswer(answer));
+        if primary && let Some(asked) = self.lead_mut().recovery_asked_tick.get_mut(query.replica.0 as usize) {
+            *asked = Some(now);
+        }
         if primary && self.spec.is_voter(query.replica) {
             self.answer_with_start_view(query.replica, now, cx);
         }
@@ -374,6 +391,27 @@ impl Replica {
             log: Vec::new(),
         };
         self.send_view_change(self.node_of(self.primary_index_of(view)), Message::DoViewChange(dvc), out);
+    }
+
+    /// A member that decided to take the log of a view below its own (its
+    /// durable view is past the group's: it started an election its crash
+    /// cut short, say) cannot: it promised not to act before its view. It
+    /// says where it stands every round, a StartViewChange of its view to
+    /// every other voter (no vote: it holds nothing to vote with), so that
+    /// the primary, which it asks every round, counts it as stranded there
+    /// and moves the group up to its view (see `Replica::note_stranded`).
+    fn send_view_ahead(&self, out: &mut Effects) {
+        let Some(recovery) = self.recovery.as_ref() else { return };
+        if recovery.ballot.is_some() || recovery.target.is_none_or(|target| target >= self.view) {
+            return;
+        }
+        let (group, incarnation, me) = (self.spec.group, self.spec.incarnation, self.spec.me);
+        let svc = cohort_messages::StartViewChange { group, incarnation, view: self.view, replica: me };
+        for member in self.others() {
+            if self.spec.is_voter(member) {
+                self.send_view_change(self.node_of(member), Message::StartViewChange(svc), out);
+            }
+        }
     }
 
     /// Whether a recovering member may take `view`'s StartView: only once

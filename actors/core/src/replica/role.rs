@@ -90,9 +90,14 @@ pub(crate) struct Primary {
     /// Its heartbeat schedule (R1–R6, R20).
     pub(crate) heartbeat: PrimaryHeartbeat,
     /// Voters that hear this primary but are stuck without a quorum in a
-    /// later view (they answer Commits from that view): the highest such
-    /// view, with when it was first and last heard of (see `on_tick`).
+    /// later view (they answer Commits from that view, or, recovering, ask
+    /// for its state and lent their vote to that view: H1): the highest
+    /// such view, with when it was first and last heard of (see `on_tick`).
     pub(crate) stranded: Option<(View, u64, u64)>,
+    /// H1: when each voter last asked this primary, recovering, for its
+    /// state (a RecoveryQuery); a recovering voter's vote lent to a later
+    /// view strands it as a Commit answered from that view does.
+    pub(crate) recovery_asked_tick: Vec<Option<u64>>,
     /// What it knows of each learner (P4). Kept apart from the voters'
     /// vectors so that no quorum, window or lease can count a learner.
     pub(crate) learners: Vec<LearnerTrack>,
@@ -139,6 +144,7 @@ impl Primary {
             waits: Vec::new(),
             heartbeat,
             stranded: None,
+            recovery_asked_tick: vec![None; voters],
             learners: learners.iter().map(|node| LearnerTrack::new(*node, now)).collect(),
             lead_after_flush,
             backlog: None,

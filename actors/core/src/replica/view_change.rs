@@ -192,6 +192,14 @@ impl Replica {
         if self.view_jump_refused(svc.view, now) {
             return cx.refuse(Refusal::ViewJump);
         }
+        if svc.view > self.view && self.recovering_voter_stranded(svc.replica, now) {
+            // H1: a recovering voter that lent its vote to a later view
+            // (its answers showed no primary) while this primary took over
+            // cannot take this view's log: it promised not to act in
+            // earlier views. It asks every repair timeout, so it hears us:
+            // stranded, as a voter answering Commits from a later view is.
+            self.note_stranded(svc.view, now);
+        }
         if svc.view > self.view {
             self.join_view_change(svc.view, svc.replica, now, cx);
         }
@@ -203,6 +211,22 @@ impl Replica {
             // A member still electing our view missed the StartView.
             self.answer_with_start_view(svc.replica, now, cx);
         }
+    }
+
+    /// H1: this is a normal primary, and voter `member` asked it for its
+    /// state, recovering, within the last two repair timeouts.
+    fn recovering_voter_stranded(&self, member: MemberIndex, now: u64) -> bool {
+        let window = 2 * self.config.timing.repair_timeout_ticks;
+        self.is_primary()
+            && self.status() == super::Status::Normal
+            && self.spec.is_voter(member)
+            && self
+                .lead()
+                .recovery_asked_tick
+                .get(member.0 as usize)
+                .copied()
+                .flatten()
+                .is_some_and(|asked| now < asked.saturating_add(window))
     }
 
     pub(crate) fn on_do_view_change(&mut self, dvc: DoViewChange, now: u64, cx: &mut Context<'_>) {
