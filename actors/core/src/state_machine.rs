@@ -195,7 +195,10 @@ pub trait StateMachine: Send {
 
     /// D3: append `chunk`, which starts at `offset_bytes` of the stream
     /// (always the staged length so far), and make it durable before
-    /// returning: a transfer cut here resumes after it.
+    /// returning: a transfer cut here resumes after it. (Only the chunk
+    /// must be: a record of the staged length written after it may wait
+    /// for a later sync, so that [`StateMachine::import_staged`] after a
+    /// power loss names fewer bytes, never more.)
     fn import_write(&mut self, offset_bytes: u64, chunk: &[u8]) -> Result<(), String> {
         let _ = (offset_bytes, chunk);
         Err("this state machine takes no streamed state".into())

@@ -9,7 +9,8 @@
 //! chunk on the new node's disk. The phase ends once every group streamed
 //! its state to the node, and reports the stream's bytes, how long they
 //! took, the rate beside the disk's floor for 4 MiB synced writes (the
-//! chunk size) measured in the same run, and the bytes the primaries sent
+//! chunk size) measured in the same run (the faster of writes through the
+//! page cache and past it, `O_DIRECT`), and the bytes the primaries sent
 //! beyond the stream's size. With `--catch-up-interrupt` the node is
 //! stopped again (its disk kept) once half the bytes went out, and started
 //! at once: the transfer resumes from its staged length, so the bytes sent
@@ -40,8 +41,14 @@ pub(crate) struct CatchUpReport {
     pub seconds: f64,
     /// `chunk_bytes_taken` over `seconds`.
     pub bytes_per_sec: u64,
-    /// The disk's synced write rate for one 4 MiB chunk at a time.
+    /// The disk's synced write rate for one 4 MiB chunk at a time: the
+    /// faster of the two below.
     pub floor_bytes_per_sec: u64,
+    /// That rate through the page cache.
+    pub floor_page_cache_bytes_per_sec: u64,
+    /// That rate past the page cache (`O_DIRECT`; 0 where the file system
+    /// refuses it).
+    pub floor_direct_bytes_per_sec: u64,
     /// The node was stopped and started again halfway.
     pub interrupted: bool,
     /// Resident memory of the process at the end of the phase.
@@ -59,6 +66,8 @@ impl CatchUpReport {
             "seconds": self.seconds,
             "bytes_per_sec": self.bytes_per_sec,
             "floor_bytes_per_sec": self.floor_bytes_per_sec,
+            "floor_page_cache_bytes_per_sec": self.floor_page_cache_bytes_per_sec,
+            "floor_direct_bytes_per_sec": self.floor_direct_bytes_per_sec,
             "interrupted": self.interrupted,
             "rss_bytes": self.rss_bytes,
         })
@@ -68,13 +77,15 @@ impl CatchUpReport {
     pub(crate) fn lines(&self) -> String {
         let ratio = self.bytes_per_sec as f64 / self.floor_bytes_per_sec.max(1) as f64;
         format!(
-            "{:.1} MB transferred in {:.1} s = {:.1} MB/s ({:.0} % of the floor, {:.1} MB/s synced 4 MiB writes); \
-             {:.1} MB sent, {} bytes of it twice{}; RSS {:.0} MB",
+            "{:.1} MB transferred in {:.1} s = {:.1} MB/s ({:.0} % of the floor, {:.1} MB/s synced 4 MiB writes: \
+             {:.1} through the page cache, {:.1} past it); {:.1} MB sent, {} bytes of it twice{}; RSS {:.0} MB",
             self.chunk_bytes_taken as f64 / 1e6,
             self.seconds,
             self.bytes_per_sec as f64 / 1e6,
             ratio * 100.0,
             self.floor_bytes_per_sec as f64 / 1e6,
+            self.floor_page_cache_bytes_per_sec as f64 / 1e6,
+            self.floor_direct_bytes_per_sec as f64 / 1e6,
             self.chunk_bytes_sent as f64 / 1e6,
             self.chunk_bytes_resent,
             if self.interrupted { ", receiver stopped and restarted halfway" } else { "" },
@@ -92,7 +103,9 @@ impl Bench {
         interrupt: bool,
         restart: &mut impl FnMut(bool) -> Result<(), String>,
     ) -> Result<CatchUpReport, String> {
-        let floor = floor::measure(&dir.join("catch-up-floor"), STATE_CHUNK_SIZE_MAX_BYTES, 1)?;
+        let floor_dir = dir.join("catch-up-floor");
+        let floor = floor::measure(&floor_dir, STATE_CHUNK_SIZE_MAX_BYTES, 1)?;
+        let direct = floor::direct_synced_bytes_per_sec(&floor_dir, STATE_CHUNK_SIZE_MAX_BYTES)?.unwrap_or(0);
         let state_bytes = self.sizes.largest_bytes();
         let groups = self.options.groups as u64;
         let last = self.options.nodes - 1;
@@ -129,7 +142,9 @@ impl Bench {
                         .saturating_sub(resent_before),
                     seconds,
                     bytes_per_sec: (taken as f64 / seconds.max(0.001)) as u64,
-                    floor_bytes_per_sec: floor.disk_synced_bytes_per_sec,
+                    floor_bytes_per_sec: floor.disk_synced_bytes_per_sec.max(direct),
+                    floor_page_cache_bytes_per_sec: floor.disk_synced_bytes_per_sec,
+                    floor_direct_bytes_per_sec: direct,
                     interrupted,
                     rss_bytes: super::process::resident_bytes(),
                 });

@@ -127,6 +127,45 @@ fn disk_synced_bytes_per_sec(
     Ok((written_bytes as f64 / elapsed.as_secs_f64().max(1e-6)) as u64)
 }
 
+/// The bytes floor's disk rate with writes past the page cache
+/// (`O_DIRECT`, see `direct_io`) of `block_bytes` (a multiple of
+/// `direct_io::ALIGN_BYTES`), each synced, for as long and as far as
+/// [`measure`] writes; `Ok(None)` if the file system refuses them.
+pub(crate) fn direct_synced_bytes_per_sec(dir: &Path, block_bytes: usize) -> Result<Option<u64>, String> {
+    let (duration, file_max_bytes) = (BANDWIDTH_DURATION, BANDWIDTH_FILE_MAX_BYTES);
+    std::fs::create_dir_all(dir).map_err(|error| format!("creating {}: {error}", dir.display()))?;
+    let path = dir.join("floor-direct.tmp");
+    let error = |what: &str, error: std::io::Error| format!("{what} {}: {error}", path.display());
+    let Some(file) = super::direct_io::open(&path, true).map_err(|e| error("creating", e))? else {
+        let _ = std::fs::remove_file(&path);
+        return Ok(None);
+    };
+    let block = vec![0xA5u8; block_bytes];
+    if !super::direct_io::AlignedBuffer::fits(0, &block) {
+        return Err(format!("a direct write of {block_bytes} bytes is not aligned"));
+    }
+    let mut buffer = super::direct_io::AlignedBuffer::default();
+    let writes_max = (file_max_bytes / block_bytes.max(1) as u64).max(1);
+    let started = Instant::now();
+    let mut result = Ok(0u64);
+    for index in 0..writes_max {
+        let offset = index * block_bytes as u64;
+        if let Err(e) = buffer.write_at(&file, offset, &block).and_then(|()| file.sync_data()) {
+            result = Err(e);
+            break;
+        }
+        result = Ok(offset + block_bytes as u64);
+        if started.elapsed() >= duration {
+            break;
+        }
+    }
+    let elapsed = started.elapsed();
+    drop(file);
+    let _ = std::fs::remove_file(&path);
+    let written_bytes = result.map_err(|e| error("writing directly and syncing", e))?;
+    Ok(Some((written_bytes as f64 / elapsed.as_secs_f64().max(1e-6)) as u64))
+}
+
 /// Append `block` and sync, `writes_max` times or until `duration` has
 /// passed (once at least): the bytes written and the time it took.
 fn write_synced(

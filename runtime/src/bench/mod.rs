@@ -22,6 +22,7 @@
 //! over the network instead ([`network`]).
 
 mod catch_up;
+mod direct_io;
 pub(crate) mod floor;
 mod latency;
 pub(crate) mod network;
