@@ -4,6 +4,14 @@
 use cohort_sim::SimConfig;
 use cohort_sim::cli::run_catching;
 
+/// Seed `seed` of the `--nodes 5` shape runs without a violation.
+fn five_nodes_clean(seed: u64) {
+    let mut config = SimConfig::new(seed);
+    config.nodes = 5;
+    let report = run_catching(config).unwrap_or_else(|panic| panic!("seed {seed}: {panic}"));
+    assert!(report.violations.is_empty(), "seed {seed}: {:?}", report.violations);
+}
+
 /// Five nodes, seed 6100708 (the checker that every member ends its
 /// recovery after the liveness phase found it): a recovering member's
 /// answers showed no primary, so it lent its vote to a later view, while
@@ -18,10 +26,7 @@ use cohort_sim::cli::run_catching;
 /// (actors/core/tests/recovery.rs).
 #[test]
 fn h1_regression_seed_6100708_a_member_that_lent_its_vote_ahead_still_recovers() {
-    let mut config = SimConfig::new(6_100_708);
-    config.nodes = 5;
-    let report = run_catching(config).unwrap_or_else(|panic| panic!("seed 6100708: {panic}"));
-    assert!(report.violations.is_empty(), "{:?}", report.violations);
+    five_nodes_clean(6_100_708);
 }
 
 /// Five nodes, seed 6103286 (the same checker, on the build that fixed
@@ -35,8 +40,5 @@ fn h1_regression_seed_6100708_a_member_that_lent_its_vote_ahead_still_recovers()
 /// (actors/core/tests/recovery.rs).
 #[test]
 fn h1_regression_seed_6103286_a_member_back_recovering_past_the_groups_view_recovers() {
-    let mut config = SimConfig::new(6_103_286);
-    config.nodes = 5;
-    let report = run_catching(config).unwrap_or_else(|panic| panic!("seed 6103286: {panic}"));
-    assert!(report.violations.is_empty(), "{:?}", report.violations);
+    five_nodes_clean(6_103_286);
 }
