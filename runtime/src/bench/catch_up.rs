@@ -162,7 +162,7 @@ impl Bench {
     }
 
     /// A shard counter summed over every node.
-    fn shard_counter_total(&self, name: &str) -> u64 {
+    pub(super) fn shard_counter_total(&self, name: &str) -> u64 {
         (0..self.options.nodes).map(|index| self.node_counter(index, name)).sum()
     }
 

@@ -228,6 +228,7 @@ impl Bench {
         let warmup = Duration::from_secs(bench.options.warmup_secs);
         bench.tick_bar(&bar, "warming up", warmup, None).await;
         let before = bench.counters();
+        let chunk_bytes_before = bench.shard_counter_total("state_chunk_bytes_taken");
         let started = Instant::now();
         bench.measuring.set(true);
         let mut timeline = Vec::new();
@@ -236,6 +237,7 @@ impl Bench {
         bench.measuring.set(false);
         let window = started.elapsed();
         let after = bench.counters();
+        let chunk_bytes_taken = bench.shard_counter_total("state_chunk_bytes_taken").saturating_sub(chunk_bytes_before);
         let (state_bytes, rss_bytes) = (bench.sizes.largest_bytes(), process::resident_bytes());
         let last = bench.options.nodes - 1;
         let mut restart = |wipe: bool| -> Result<(), String> {
@@ -280,6 +282,7 @@ impl Bench {
         report.rss_after_start_bytes = rss_after_start_bytes;
         report.state_bytes = state_bytes;
         report.rss_bytes = rss_bytes;
+        report.state_chunk_bytes_taken = chunk_bytes_taken;
         report.timeline = timeline;
         report.catch_up = catch_up;
         report.restart = restarted;

@@ -84,6 +84,10 @@ pub(crate) struct BenchReport {
     pub state_bytes: u64,
     /// The process's resident memory when the window ended.
     pub rss_bytes: u64,
+    /// State chunk bytes the replicas took inside the window (D3): a
+    /// healthy run with every node up takes none; a backup that fell
+    /// behind its primary's log did.
+    pub state_chunk_bytes_taken: u64,
     /// A sample every `timeline_secs` of the window.
     pub timeline: Vec<TimelineSample>,
     /// `--catch-up`: the new replica's transfer (D3).
@@ -145,6 +149,7 @@ impl BenchReport {
             memory_bytes_per_replica: 0,
             state_bytes: 0,
             rss_bytes: 0,
+            state_chunk_bytes_taken: 0,
             timeline: Vec::new(),
             catch_up: None,
             restart: None,
@@ -191,6 +196,7 @@ impl BenchReport {
             "memory_bytes_per_replica": self.memory_bytes_per_replica,
             "state_bytes": self.state_bytes,
             "rss_bytes": self.rss_bytes,
+            "state_chunk_bytes_taken": self.state_chunk_bytes_taken,
             "timeline": self.timeline.iter().map(sample_json).collect::<Vec<_>>(),
             "catch_up": self.catch_up.as_ref().map(super::catch_up::CatchUpReport::json),
             "restart": self.restart.as_ref().map(super::restart::RestartReport::json),
@@ -244,6 +250,13 @@ impl BenchReport {
             ),
             ("context switches per write", format!("{:.3}", self.context_switches_per_write)),
             ("dropped messages", self.dropped_messages.to_string()),
+            (
+                "state transfers",
+                format!(
+                    "{:.1} MB of state chunks taken in the window (none with every node up and keeping up)",
+                    self.state_chunk_bytes_taken as f64 / BYTES_PER_MB
+                ),
+            ),
             ("refused writes", self.refused_writes.to_string()),
             (
                 "memory after start",
@@ -379,6 +392,7 @@ mod tests {
         assert_eq!(timeline.len(), 2);
         assert_eq!(timeline[1]["state_bytes"], 4_000_000);
         assert_eq!(timeline[0]["latency_p99_us"], 900);
+        assert_eq!(json["state_chunk_bytes_taken"], 0, "no state transfer in a healthy window");
         let table = report.table();
         assert!(table.contains("timeline, every 2 s of the window"), "{table}");
         assert!(table.contains("state 4000000 bytes (4.0 MB"), "{table}");
