@@ -120,7 +120,10 @@ fn disk_synced_bytes_per_sec(
     let mut file = std::fs::File::create(&path).map_err(|e| error("creating", e))?;
     let block = vec![0xA5u8; op_size_bytes];
     let writes_max = (file_max_bytes / op_size_bytes as u64).max(1);
-    let result = write_synced(&mut file, &block, writes_max, duration);
+    let result = write_synced(block.len(), writes_max, duration, |_| {
+        file.write_all(&block)?;
+        file.sync_data()
+    });
     drop(file);
     let _ = std::fs::remove_file(&path);
     let (written_bytes, elapsed) = result.map_err(|e| error("writing and syncing", e))?;
@@ -146,40 +149,30 @@ pub(crate) fn direct_synced_bytes_per_sec(dir: &Path, block_bytes: usize) -> Res
     }
     let mut buffer = super::direct_io::AlignedBuffer::default();
     let writes_max = (file_max_bytes / block_bytes.max(1) as u64).max(1);
-    let started = Instant::now();
-    let mut result = Ok(0u64);
-    for index in 0..writes_max {
-        let offset = index * block_bytes as u64;
-        if let Err(e) = buffer.write_at(&file, offset, &block).and_then(|()| file.sync_data()) {
-            result = Err(e);
-            break;
-        }
-        result = Ok(offset + block_bytes as u64);
-        if started.elapsed() >= duration {
-            break;
-        }
-    }
-    let elapsed = started.elapsed();
+    let result = write_synced(block_bytes, writes_max, duration, |offset| {
+        buffer.write_at(&file, offset, &block)?;
+        file.sync_data()
+    });
     drop(file);
     let _ = std::fs::remove_file(&path);
-    let written_bytes = result.map_err(|e| error("writing directly and syncing", e))?;
+    let (written_bytes, elapsed) = result.map_err(|e| error("writing directly and syncing", e))?;
     Ok(Some((written_bytes as f64 / elapsed.as_secs_f64().max(1e-6)) as u64))
 }
 
-/// Append `block` and sync, `writes_max` times or until `duration` has
-/// passed (once at least): the bytes written and the time it took.
+/// Write a block of `block_bytes` and sync it (`write_synced_at`, given
+/// the block's offset), `writes_max` times or until `duration` has passed
+/// (once at least): the bytes written and the time it took.
 fn write_synced(
-    file: &mut std::fs::File,
-    block: &[u8],
+    block_bytes: usize,
     writes_max: u64,
     duration: Duration,
+    mut write_synced_at: impl FnMut(u64) -> std::io::Result<()>,
 ) -> std::io::Result<(u64, Duration)> {
     let mut written_bytes = 0u64;
     let started = Instant::now();
     for _ in 0..writes_max {
-        file.write_all(block)?;
-        file.sync_data()?;
-        written_bytes += block.len() as u64;
+        write_synced_at(written_bytes)?;
+        written_bytes += block_bytes as u64;
         if started.elapsed() >= duration {
             break;
         }

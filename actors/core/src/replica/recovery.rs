@@ -373,13 +373,8 @@ impl Replica {
     /// to the view's primary, once the view is durable.
     fn send_ballot(&self, out: &mut Effects) {
         let Some(view) = self.recovery.as_ref().and_then(|recovery| recovery.ballot) else { return };
+        self.send_start_view_change_to_voters(view, out);
         let (group, incarnation, me) = (self.spec.group, self.spec.incarnation, self.spec.me);
-        let svc = cohort_messages::StartViewChange { group, incarnation, view, replica: me };
-        for member in self.others() {
-            if self.spec.is_voter(member) {
-                self.send_view_change(self.node_of(member), Message::StartViewChange(svc), out);
-            }
-        }
         let dvc = cohort_messages::DoViewChange {
             group,
             incarnation,
@@ -405,8 +400,13 @@ impl Replica {
         if recovery.ballot.is_some() || recovery.target.is_none_or(|target| target >= self.view) {
             return;
         }
+        self.send_start_view_change_to_voters(self.view, out);
+    }
+
+    /// A recovering member's StartViewChange of `view` to every other voter.
+    fn send_start_view_change_to_voters(&self, view: View, out: &mut Effects) {
         let (group, incarnation, me) = (self.spec.group, self.spec.incarnation, self.spec.me);
-        let svc = cohort_messages::StartViewChange { group, incarnation, view: self.view, replica: me };
+        let svc = cohort_messages::StartViewChange { group, incarnation, view, replica: me };
         for member in self.others() {
             if self.spec.is_voter(member) {
                 self.send_view_change(self.node_of(member), Message::StartViewChange(svc), out);

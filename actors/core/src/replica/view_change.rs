@@ -213,13 +213,13 @@ impl Replica {
         }
     }
 
-    /// H1: this is a normal primary, and voter `member` asked it for its
-    /// state, recovering, within the last two repair timeouts.
+    /// H1: this is a normal primary, and `member` (a voter: only voters
+    /// recover, and the door lets no learner's election message in) asked
+    /// it for its state, recovering, within the last two repair timeouts.
     fn recovering_voter_stranded(&self, member: MemberIndex, now: u64) -> bool {
         let window = 2 * self.config.timing.repair_timeout_ticks;
         self.is_primary()
             && self.status() == super::Status::Normal
-            && self.spec.is_voter(member)
             && self
                 .lead()
                 .recovery_asked_tick
