@@ -72,14 +72,22 @@ impl Handler<Outgoing> for Outbox {
         let view_changes = outgoing.messages.iter().filter(|(message, _)| is_view_change(message)).count() as u64;
         let messages = cohort_messages::batch_view_changes(outgoing.messages);
         let mut bytes = BytesMut::new();
+        let mut parts = Vec::new();
         let mut view_change_frames = 0;
         for (message, trace) in &messages {
-            message.encode_into(self.cluster, self.node, *trace, &mut bytes);
+            // D3: a state chunk's payload is not copied behind its head.
+            if let Some(payload) = message.encode_into_parts(self.cluster, self.node, *trace, &mut bytes) {
+                parts.push(bytes.split().freeze());
+                parts.push(payload);
+            }
             view_change_frames += u64::from(is_view_change(message) || matches!(message, Message::ViewChangeBatch(_)));
+        }
+        if !bytes.is_empty() {
+            parts.push(bytes.freeze());
         }
         self.metrics.add_view_changes_sent(view_changes, view_change_frames);
         let count = messages.len() as u64;
-        match self.link.try_send(SendFrames { bytes: bytes.freeze(), frames: count }) {
+        match self.link.try_send(SendFrames { parts, frames: count }) {
             Ok(()) => {}
             Err(SendError::Full(_)) => self.drops.add(Mailbox::PeerLink, DropReason::MailboxFull, count),
             Err(SendError::Closed(_)) => self.drops.add(Mailbox::PeerLink, DropReason::MailboxClosed, count),

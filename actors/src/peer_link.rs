@@ -76,8 +76,10 @@ use crate::tls::{NodeTls, Stream};
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct SendFrames {
-    /// The frames' bytes.
-    pub bytes: Bytes,
+    /// The frames' bytes, in buffers written one after another (a large
+    /// state chunk's payload is a buffer of its own, not copied behind its
+    /// frame's head: [`Message::encode_into_parts`]).
+    pub parts: Vec<Bytes>,
     /// How many frames they are (what a drop counts).
     pub frames: u64,
 }
@@ -87,7 +89,12 @@ impl SendFrames {
     pub fn one(message: &Message, cluster: ClusterId, sender: NodeId) -> SendFrames {
         let mut bytes = BytesMut::new();
         message.encode_into(cluster, sender, TraceContext::NONE, &mut bytes);
-        SendFrames { bytes: bytes.freeze(), frames: 1 }
+        SendFrames { parts: vec![bytes.freeze()], frames: 1 }
+    }
+
+    /// The bytes it holds.
+    pub fn size_bytes(&self) -> usize {
+        self.parts.iter().map(Bytes::len).sum()
     }
 }
 
@@ -270,12 +277,15 @@ impl Handler<SendFrames> for PeerLink {
             return;
         }
         let unsent = self.unsent_bytes.load(Ordering::Relaxed);
-        if unsent + send.bytes.len() > LINK_QUEUE_MAX_BYTES {
+        let length = send.size_bytes();
+        if unsent + length > LINK_QUEUE_MAX_BYTES {
             self.drops.add(Mailbox::PeerLink, DropReason::MailboxFull, count);
             return;
         }
-        let length = send.bytes.len();
-        match self.queue.as_ref().map(|queue| queue.send(send.bytes)) {
+        // The parts go into the queue one after another: the writer takes
+        // them in order.
+        let queued = self.queue.as_ref().map(|queue| send.parts.into_iter().try_for_each(|part| queue.send(part)));
+        match queued {
             Some(Ok(())) => {
                 if unsent + length > LINK_CONGESTED_BYTES {
                     self.state.congested.store(true, Ordering::Relaxed);
@@ -478,20 +488,13 @@ impl Writer {
                 Err(ended) => return ended,
             };
             // Every turn queued by now leaves in the same write.
-            let bytes = match queue.try_recv() {
-                Err(_) => first,
-                Ok(second) => {
-                    let mut joined = BytesMut::with_capacity(first.len() + second.len());
-                    joined.extend_from_slice(&first);
-                    joined.extend_from_slice(&second);
-                    while let Ok(more) = queue.try_recv() {
-                        joined.extend_from_slice(&more);
-                    }
-                    joined.freeze()
-                }
-            };
-            let result = self.write(stream, &bytes).await;
-            self.written(bytes.len());
+            let mut turns = vec![first];
+            while let Ok(more) = queue.try_recv() {
+                turns.push(more);
+            }
+            let length = turns.iter().map(Bytes::len).sum();
+            let result = self.write_all(stream, &joined(turns)).await;
+            self.written(length);
             if let Err(ended) = result {
                 return ended;
             }
@@ -539,18 +542,27 @@ impl Writer {
     /// Write all of `bytes`, counting each write call (K2), and flush (TLS
     /// holds records until then). A write or flush that makes no progress
     /// for the stall timeout ends the connection (F1).
-    async fn write(&self, stream: &mut Stream, mut bytes: &[u8]) -> Result<(), Ended> {
-        self.metrics.add_peer_bytes_sent(self.peer, bytes.len());
+    async fn write(&self, stream: &mut Stream, bytes: &Bytes) -> Result<(), Ended> {
+        self.write_all(stream, std::slice::from_ref(bytes)).await
+    }
+
+    /// [`Writer::write`] for several buffers, one after another, with one
+    /// flush at the end.
+    async fn write_all(&self, stream: &mut Stream, parts: &[Bytes]) -> Result<(), Ended> {
         let stalled = |error: &std::io::Error| error.kind() == std::io::ErrorKind::TimedOut;
-        while !bytes.is_empty() {
-            self.metrics.inc_socket_writes(Port::Peer);
-            let written = match tokio::time::timeout(self.timing.stall_timeout, stream.write(bytes)).await {
-                Err(_) => return Err(Ended::Stalled),
-                Ok(Err(error)) if stalled(&error) => return Err(Ended::Stalled),
-                Ok(Err(_)) | Ok(Ok(0)) => return Err(Ended::Closed),
-                Ok(Ok(written)) => written,
-            };
-            bytes = &bytes[written..];
+        for part in parts {
+            self.metrics.add_peer_bytes_sent(self.peer, part.len());
+            let mut bytes = &part[..];
+            while !bytes.is_empty() {
+                self.metrics.inc_socket_writes(Port::Peer);
+                let written = match tokio::time::timeout(self.timing.stall_timeout, stream.write(bytes)).await {
+                    Err(_) => return Err(Ended::Stalled),
+                    Ok(Err(error)) if stalled(&error) => return Err(Ended::Stalled),
+                    Ok(Err(_)) | Ok(Ok(0)) => return Err(Ended::Closed),
+                    Ok(Ok(written)) => written,
+                };
+                bytes = &bytes[written..];
+            }
         }
         match tokio::time::timeout(self.timing.stall_timeout, stream.flush()).await {
             Err(_) => Err(Ended::Stalled),
@@ -559,6 +571,42 @@ impl Writer {
             Ok(Ok(())) => Ok(()),
         }
     }
+}
+
+/// Turns of at most this size are joined into one buffer before they are
+/// written (K2: what is queued leaves in one write); a larger one (a state
+/// chunk's frame) is written as it is rather than copied.
+const JOIN_SIZE_MAX_BYTES: usize = 256 * 1024;
+
+/// The queued turns as the buffers to write: each run of small ones
+/// joined, large ones as they are, in order.
+fn joined(turns: Vec<Bytes>) -> Vec<Bytes> {
+    if turns.len() == 1 {
+        return turns;
+    }
+    let mut parts = Vec::new();
+    let mut run: Vec<Bytes> = Vec::new();
+    let flush_run = |run: &mut Vec<Bytes>, parts: &mut Vec<Bytes>| match run.len() {
+        0 => {}
+        1 => parts.extend(run.pop()),
+        _ => {
+            let mut joined = BytesMut::with_capacity(run.iter().map(Bytes::len).sum());
+            for turn in run.drain(..) {
+                joined.extend_from_slice(&turn);
+            }
+            parts.push(joined.freeze());
+        }
+    };
+    for turn in turns {
+        if turn.len() > JOIN_SIZE_MAX_BYTES {
+            flush_run(&mut run, &mut parts);
+            parts.push(turn);
+        } else {
+            run.push(turn);
+        }
+    }
+    flush_run(&mut run, &mut parts);
+    parts
 }
 
 /// A connection the peer dialed, past its Handshake and LinkShard, from the
@@ -577,5 +625,30 @@ impl Handler<AdoptConnection> for PeerLink {
             ctx.cancel_future(old);
         }
         self.reader = Some(ctx.spawn(reader.into_actor(self)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn turn(size_bytes: usize, byte: u8) -> Bytes {
+        Bytes::from(vec![byte; size_bytes])
+    }
+
+    /// K2: small turns queued together leave in one buffer; a large one
+    /// (a state chunk's payload) is written as it is, in its place.
+    #[test]
+    fn k2_small_turns_are_joined_and_a_large_one_is_not_copied() {
+        let large = turn(JOIN_SIZE_MAX_BYTES + 1, 9);
+        let turns = vec![turn(10, 1), turn(20, 2), large.clone(), turn(30, 3)];
+        let parts = joined(turns.clone());
+        assert_eq!(parts.len(), 3);
+        assert_eq!(parts[0].len(), 30);
+        assert_eq!(parts[1].as_ptr(), large.as_ptr(), "the large turn is the same buffer");
+        assert_eq!(parts[2], turns[3], "a lone small turn is not copied either");
+        assert_eq!(parts.concat(), turns.concat(), "the bytes and their order are kept");
+        let one = vec![large.clone()];
+        assert_eq!(joined(one)[0].as_ptr(), large.as_ptr());
     }
 }

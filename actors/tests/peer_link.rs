@@ -71,7 +71,7 @@ async fn f1_a_connection_that_takes_nothing_is_replaced_after_the_stall_timeout(
     let started = Instant::now();
     let stalled = wait_for(Duration::from_secs(20), || {
         if state.connected.load(Ordering::Relaxed) && !state.congested.load(Ordering::Relaxed) {
-            link.do_send(SendFrames { bytes: chunk.clone(), frames: 1 });
+            link.do_send(SendFrames { parts: vec![chunk.clone()], frames: 1 });
         }
         metrics.link_events(LinkEvent::Stalled) > 0
     })
@@ -146,7 +146,7 @@ async fn k4_a_link_whose_peer_reads_slowly_turns_congested_then_drains_without_d
     let mut sent_bytes = 0usize;
     let congested = wait_for(Duration::from_secs(20), || {
         if !state.congested.load(Ordering::Relaxed) {
-            link.do_send(SendFrames { bytes: chunk.clone(), frames: 1 });
+            link.do_send(SendFrames { parts: vec![chunk.clone()], frames: 1 });
             sent_bytes += chunk.len();
         }
         state.congested.load(Ordering::Relaxed)

@@ -48,7 +48,7 @@ pub use frame::{DECODER_RESERVE_MAX_BYTES, EncodedFrame, Frame, FrameDecoder, de
 pub use header::{HEADER_SIZE_BYTES, Header, TraceContext, WIRE_REVISION};
 pub use ids::*;
 pub use limits::*;
-pub use message::Message;
+pub use message::{Message, PAYLOAD_APART_SIZE_MIN_BYTES};
 pub use pair_heartbeat::{PairHeartbeat, PairHeartbeatReply, QUIET_CHANGES_MAX, QuietDigest, QuietGroup};
 pub use preamble::{LinkMode, PREAMBLE_SIZE_BYTES, Preamble, PreambleError};
 pub use stats::RejectCounters;

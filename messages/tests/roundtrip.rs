@@ -31,6 +31,13 @@ fn assert_round_trip(message: &Message) -> Result<(), TestCaseError> {
     let mut turn = bytes::BytesMut::from(&b"earlier frames"[..]);
     message.encode_into(CLUSTER, SENDER, trace(), &mut turn);
     prop_assert_eq!(&turn[b"earlier frames".len()..], &bytes[..]);
+    // And with a large payload left apart, the buffer and the payload
+    // after it are those bytes again.
+    let mut turn = bytes::BytesMut::from(&b"earlier frames"[..]);
+    let apart = message.encode_into_parts(CLUSTER, SENDER, trace(), &mut turn);
+    let mut joined = turn[b"earlier frames".len()..].to_vec();
+    joined.extend_from_slice(apart.as_deref().unwrap_or_default());
+    prop_assert_eq!(&joined[..], &bytes[..]);
 
     let one_shot = Frame::decode(bytes.clone(), CLUSTER);
     prop_assert_eq!(&one_shot, &Ok(frame));
@@ -210,5 +217,45 @@ fn decode_and_walk(frame: &Frame) {
             assert_eq!(message.encode_body(), frame.body, "a decoded body re-encodes to the same bytes");
         }
         Err(_) => {}
+    }
+}
+
+/// K2, D3: a state chunk's large payload is left out of the turn's buffer
+/// and written after it; the frame is byte for byte the one `encode_into`
+/// makes, and decodes to the same chunk, at the sizes around the cut-off
+/// and at the largest chunk; the receiver's payload is a slice of the
+/// frame.
+#[test]
+fn k2_a_large_state_chunk_is_encoded_apart_into_the_same_frame_and_decoded_in_place() {
+    let sizes = [PAYLOAD_APART_SIZE_MIN_BYTES - 1, PAYLOAD_APART_SIZE_MIN_BYTES, 1 << 20, STATE_CHUNK_SIZE_MAX_BYTES];
+    for size in sizes {
+        let payload: Vec<u8> = (0..size).map(|index| (index * 7 + index / 251) as u8).collect();
+        let message = Message::StateChunk(StateChunk {
+            group: GroupId(9),
+            incarnation: Incarnation(2),
+            view: View(3),
+            replica: MemberIndex(1),
+            snapshot_op: Op(40),
+            snapshot_view: View(2),
+            offset_bytes: 8 << 20,
+            total_size_bytes: 64 << 20,
+            chunk: Bytes::from(payload),
+        });
+        let whole = frame_bytes(&message);
+        // docs/protocol.md: a head of 57 bytes, then the payload.
+        assert_eq!(whole.len() - HEADER_SIZE_BYTES - size, 57, "the head's size");
+        let mut turn = bytes::BytesMut::new();
+        let apart = message.encode_into_parts(CLUSTER, SENDER, trace(), &mut turn);
+        assert_eq!(apart.is_some(), size >= PAYLOAD_APART_SIZE_MIN_BYTES, "{size} bytes");
+        let mut joined = turn.to_vec();
+        joined.extend_from_slice(apart.as_deref().unwrap_or_default());
+        assert!(joined == whole[..], "{size} bytes: the parts make the whole frame");
+        let frame = Frame::decode(Bytes::from(joined), CLUSTER).expect("checksums hold");
+        let decoded = Message::decode(&frame);
+        assert_eq!(decoded, Ok(message));
+        // The receiver's payload is the frame's own bytes, not a copy.
+        let Ok(Message::StateChunk(decoded)) = decoded else { unreachable!("checked above") };
+        let body = frame.body.as_ptr_range();
+        assert!(body.contains(&decoded.chunk.as_ptr()), "{size} bytes: the payload is a slice of the frame");
     }
 }

@@ -118,3 +118,61 @@ fn d5_bench_state_log_reports_a_timeline_of_a_growing_state_and_a_bytes_floor() 
     // One progress line per sample, even when stderr is a pipe.
     assert_eq!(stderr.lines().filter(|line| line.starts_with("timeline ")).count(), timeline.len(), "{stderr}");
 }
+
+/// Every key of the `catch_up` object, each a number.
+const CATCH_UP_KEYS: [&str; 14] = [
+    "state_bytes",
+    "chunk_bytes_sent",
+    "chunk_bytes_taken",
+    "chunk_bytes_resent",
+    "seconds",
+    "bytes_per_sec",
+    "streaming_seconds",
+    "streaming_bytes_per_sec",
+    "floor_bytes_per_sec",
+    "floor_page_cache_bytes_per_sec",
+    "floor_direct_bytes_per_sec",
+    "floor_per_node_bytes_per_sec",
+    "cpu_cores",
+    "rss_bytes",
+];
+
+#[test]
+fn d3_bench_catch_up_reports_a_new_replicas_stream_beside_the_disks_floors() {
+    let args = [
+        "--state",
+        "disk-log",
+        "--seconds",
+        "3",
+        "--warmup-secs",
+        "1",
+        "--writers",
+        "4",
+        "--op-size-bytes",
+        "65536",
+        "--catch-up",
+        "--json",
+    ];
+    let (report, stderr) = bench_report(&args, &KEYS);
+    let catch_up = &report["catch_up"];
+    for key in CATCH_UP_KEYS {
+        assert!(catch_up.get(key).is_some_and(|value| value.is_number()), "{key} missing or not a number: {catch_up}");
+    }
+    let number = |key: &str| catch_up[key].as_f64().unwrap_or(f64::NAN);
+    // The new node took at least the state the others held at the wipe
+    // (writes went on), each byte once, and nothing was sent twice.
+    assert!(number("state_bytes") > 0.0 && number("chunk_bytes_taken") >= number("state_bytes"), "{catch_up}");
+    assert_eq!(number("chunk_bytes_resent"), 0.0, "{catch_up}");
+    assert!(number("bytes_per_sec") > 0.0 && number("seconds") > 0.0, "{catch_up}");
+    assert!(number("streaming_seconds") <= number("seconds"), "{catch_up}");
+    // The floor is the faster of the two ways to the disk; each node's
+    // share is it over the three nodes.
+    assert_eq!(
+        number("floor_bytes_per_sec"),
+        number("floor_page_cache_bytes_per_sec").max(number("floor_direct_bytes_per_sec")),
+        "{catch_up}"
+    );
+    assert_eq!(number("floor_per_node_bytes_per_sec"), (number("floor_bytes_per_sec") / 3.0).floor(), "{catch_up}");
+    assert!(number("cpu_cores") > 0.0, "{catch_up}");
+    assert!(stderr.contains("catch-up: node 3 wiped and started again"), "{stderr}");
+}

@@ -36,7 +36,7 @@
 
 use std::cell::RefCell;
 use std::fs::{File, OpenOptions};
-use std::io::{BufWriter, Write};
+use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
@@ -360,10 +360,16 @@ impl StateExport for EntriesView {
             return Ok(None);
         }
         let size = (self.length_bytes - offset_bytes).min(size_max_bytes as u64) as usize;
-        let mut chunk = vec![0u8; size];
+        // Read into spare capacity: zeroing a 4 MiB buffer first cost the
+        // sender a tenth of its time in a catch-up.
+        let mut chunk = Vec::with_capacity(size);
         self.file
-            .read_exact_at(&mut chunk, offset_bytes)
+            .seek(SeekFrom::Start(offset_bytes))
+            .and_then(|_| (&mut self.file).take(size as u64).read_to_end(&mut chunk))
             .map_err(|error| format!("reading entries at {offset_bytes}: {error}"))?;
+        if chunk.len() != size {
+            return Err(format!("reading entries at {offset_bytes}: {} of {size} bytes", chunk.len()));
+        }
         Ok(Some(chunk.into()))
     }
 }
