@@ -5,8 +5,9 @@
 //! The shard actor hands over each run with its group's state machine
 //! ([`ApplyJob`]) and goes on serving every group; the worker applies runs
 //! in the order they came, one at a time, with the same call an inline
-//! apply makes ([`cohort_core::apply_run`]), and reports each back, state
-//! machine and results together. The thread starts with the first run, so
+//! apply makes ([`cohort_core::work_on`]), and reports each back, state
+//! machine and results together. D3: a state machine that applies here
+//! also stages the chunks of a streamed transfer here, one job per chunk. The thread starts with the first run, so
 //! a shard whose groups all apply inline has none. A state machine that
 //! panics in its apply is reported, and the shard fails as it would have
 //! with the apply on its own thread.
@@ -15,23 +16,22 @@ use std::panic::AssertUnwindSafe;
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 
-use bytes::Bytes;
 use cohort_core::driver::ApplyJob;
-use cohort_core::{ApplyId, StateMachine};
+use cohort_core::{ApplyId, Done, StateMachine};
 use cohort_messages::GroupId;
 
-/// What the worker reports for one run.
+/// What the worker reports for one job.
 pub(crate) enum ApplyEvent {
-    /// The run is applied: its state machine and one result per op.
+    /// The job is done: its state machine and what the work did.
     Applied {
         /// The group.
         group: GroupId,
-        /// The run.
+        /// The job.
         id: ApplyId,
         /// The state machine, back.
         state: Box<dyn StateMachine>,
-        /// The results.
-        results: Vec<Bytes>,
+        /// What it did.
+        done: Done,
     },
     /// The state machine panicked in the run: its replica cannot go on.
     Panicked {
@@ -42,7 +42,7 @@ pub(crate) enum ApplyEvent {
     },
 }
 
-struct Work {
+struct Queued {
     job: ApplyJob,
     state: Box<dyn StateMachine>,
 }
@@ -52,21 +52,20 @@ struct Work {
 /// shard on another thread (a shard restarted from storage would open its
 /// files a second time).
 pub(crate) struct ApplyWorker {
-    work: Option<mpsc::Sender<Work>>,
+    work: Option<mpsc::Sender<Queued>>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl ApplyWorker {
     /// Start the thread; `report` is called from it for every run.
     pub(crate) fn start(name: String, report: impl Fn(ApplyEvent) + Send + 'static) -> std::io::Result<ApplyWorker> {
-        let (work, receive) = mpsc::channel::<Work>();
+        let (work, receive) = mpsc::channel::<Queued>();
         let thread = std::thread::Builder::new().name(name).spawn(move || {
-            while let Ok(Work { job, mut state }) = receive.recv() {
-                let ops = job.ops;
-                let applied =
-                    std::panic::catch_unwind(AssertUnwindSafe(|| cohort_core::apply_run(state.as_mut(), &ops)));
-                match applied {
-                    Ok(results) => report(ApplyEvent::Applied { group: job.group, id: job.id, state, results }),
+            while let Ok(Queued { job, mut state }) = receive.recv() {
+                let work = job.work;
+                let done = std::panic::catch_unwind(AssertUnwindSafe(|| cohort_core::work_on(state.as_mut(), &work)));
+                match done {
+                    Ok(done) => report(ApplyEvent::Applied { group: job.group, id: job.id, state, done }),
                     Err(panic) => {
                         let reason = panic
                             .downcast_ref::<&str>()
@@ -86,7 +85,7 @@ impl ApplyWorker {
     /// thread has stopped (a state machine panicked).
     pub(crate) fn lend(&self, mut job: ApplyJob) -> bool {
         let Some(state) = job.state.take() else { return false };
-        self.work.as_ref().is_some_and(|work| work.send(Work { job, state }).is_ok())
+        self.work.as_ref().is_some_and(|work| work.send(Queued { job, state }).is_ok())
     }
 }
 

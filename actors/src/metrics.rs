@@ -85,7 +85,7 @@ pub(crate) const APPLY_LATENCY_BUCKETS_SECONDS: [f64; 19] = [
 ];
 
 /// How many counters a [`ShardMetrics`] holds; one exported family each.
-const SHARD_COUNTER_COUNT: usize = 35;
+const SHARD_COUNTER_COUNT: usize = 36;
 
 /// Name (without prefix and without the `_total` the encoder appends) and help
 /// of each exported shard counter, in the order of [`shard_counter_values`].
@@ -154,6 +154,10 @@ const SHARD_COUNTER_SPECS: [(&str, &str); SHARD_COUNTER_COUNT] = [
     ),
     ("apply_runs_lent", "Runs of committed ops lent with their state machine to the shard's apply worker (D2)"),
     (
+        "state_chunks_lent",
+        "Chunks of streamed state transfers lent with their state machine to the shard's apply worker to be staged (D3)",
+    ),
+    (
         "apply_runs_unknown",
         "Runs that came back from the apply worker for no run the shard lent; the state machine is dropped (D2)",
     ),
@@ -202,6 +206,7 @@ fn shard_counter_values(metrics: &ShardMetrics) -> [u64; SHARD_COUNTER_COUNT] {
         state_streams_installed,
         backlog_bytes_served,
         apply_runs_lent,
+        state_chunks_lent,
         apply_runs_unknown,
         requests_waited_for_state,
     } = *metrics;
@@ -239,6 +244,7 @@ fn shard_counter_values(metrics: &ShardMetrics) -> [u64; SHARD_COUNTER_COUNT] {
         state_streams_installed,
         backlog_bytes_served,
         apply_runs_lent,
+        state_chunks_lent,
         apply_runs_unknown,
         requests_waited_for_state,
     ]
@@ -1475,6 +1481,7 @@ mod tests {
             &mut metrics.state_streams_installed,
             &mut metrics.backlog_bytes_served,
             &mut metrics.apply_runs_lent,
+            &mut metrics.state_chunks_lent,
             &mut metrics.apply_runs_unknown,
             &mut metrics.requests_waited_for_state,
         ];

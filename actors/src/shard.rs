@@ -657,7 +657,7 @@ impl Handler<ApplyDone> for ShardActor {
 
     fn handle(&mut self, done: ApplyDone, ctx: &mut Self::Context) {
         match done.0 {
-            ApplyEvent::Applied { group, id, state, results } => self.driver.on_applied(group, id, state, results),
+            ApplyEvent::Applied { group, id, state, done } => self.driver.on_applied(group, id, state, done),
             ApplyEvent::Panicked { group, reason } => {
                 let (node, shard) = (self.node.0, self.index);
                 tracing::error!(node, shard, group = group.0, %reason, "{group}'s state machine panicked in its apply, stopping the shard: {reason}");

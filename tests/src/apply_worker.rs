@@ -1,8 +1,9 @@
 //! One simulated shard's apply worker (D2), on the schedule a node's
-//! apply thread follows: the shard lends a run of committed ops with its
-//! group's state machine ([`cohort_core::driver::ApplyJob`]) and goes on;
-//! the worker applies the runs in the order lent, one at a time, and hands
-//! each back with its results.
+//! apply thread follows: the shard lends a run of committed ops (D3: or a
+//! chunk of a streamed transfer to stage) with its group's state machine
+//! ([`cohort_core::driver::ApplyJob`]) and goes on; the worker does the
+//! jobs in the order lent, one at a time, and hands each back with what
+//! it did.
 //!
 //! The one difference is time: a run comes back a seeded number of ticks
 //! after it was lent (none to a few), never before the run lent ahead of
@@ -12,21 +13,20 @@
 
 use std::collections::VecDeque;
 
-use bytes::Bytes;
 use cohort_core::driver::ApplyJob;
-use cohort_core::{ApplyId, StateMachine};
+use cohort_core::{ApplyId, Done, StateMachine, Work};
 use cohort_messages::GroupId;
 
-/// A run the worker finished: hand it back with `ShardDriver::on_applied`.
+/// A job the worker finished: hand it back with `ShardDriver::on_applied`.
 pub struct AppliedRun {
     /// The group.
     pub group: GroupId,
-    /// The run.
+    /// The job.
     pub id: ApplyId,
     /// Its state machine.
     pub state: Box<dyn StateMachine>,
-    /// One result per op.
-    pub results: Vec<Bytes>,
+    /// What the work did.
+    pub done: Done,
 }
 
 struct Queued {
@@ -68,13 +68,16 @@ impl ApplyWorker {
             return None;
         }
         let Queued { job, mut state, .. } = self.queue.pop_front()?;
-        let results = if removed(job.group) {
-            Vec::new()
+        let done = if removed(job.group) {
+            match job.work {
+                Work::Apply(_) => Done::Applied(Vec::new()),
+                Work::Stage { .. } => Done::Staged(Err("the replica was removed".into())),
+            }
         } else {
             self.runs_applied += 1;
-            cohort_core::apply_run(state.as_mut(), &job.ops)
+            cohort_core::work_on(state.as_mut(), &job.work)
         };
-        Some(AppliedRun { group: job.group, id: job.id, state, results })
+        Some(AppliedRun { group: job.group, id: job.id, state, done })
     }
 
     /// The oldest run, done now whether due or not (a shell that waits

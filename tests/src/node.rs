@@ -375,7 +375,7 @@ impl SimNode {
         while shard.driver.state_away(group) {
             let driver = &shard.driver;
             let Some(run) = shard.applies.complete_now(|group| driver.state_away(group)) else { break };
-            shard.driver.on_applied(run.group, run.id, run.state, run.results);
+            shard.driver.on_applied(run.group, run.id, run.state, run.done);
             handed += 1;
         }
         handed

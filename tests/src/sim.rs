@@ -788,7 +788,7 @@ impl Sim {
             while self.nodes[index].is_running(now) {
                 let Some(run) = self.nodes[index].complete_apply(shard, now) else { break };
                 if let Some(running) = self.nodes[index].shards.get_mut(shard) {
-                    running.driver.on_applied(run.group, run.id, run.state, run.results);
+                    running.driver.on_applied(run.group, run.id, run.state, run.done);
                 }
                 self.drain(index);
             }

@@ -211,21 +211,23 @@ pub enum Effect {
         /// The state machine's snapshot, as [`crate::StateMachine::restore`] took it.
         state: Bytes,
     },
-    /// D2: apply this run of committed ops of `group` off the shard's
-    /// thread (its state machine asked for it,
+    /// D2: do `work` on `group`'s state machine off the shard's thread
+    /// (its state machine asked for it,
     /// [`crate::StateMachine::apply_off_shard`]): take the state machine
-    /// from `state`, apply with [`crate::state_machine::apply_run`], and
-    /// hand it back with the results through the driver's `on_applied`
-    /// under `id`. The group applies nothing more, and reads nothing, until
-    /// then. `ops` follow the group's applied point without a gap.
+    /// from `state`, do the work with [`crate::state_machine::work_on`],
+    /// and hand it back with what it did through the driver's
+    /// `on_applied` under `id`. The group applies nothing more, reads
+    /// nothing and stages nothing until then. A run's ops follow the
+    /// group's applied point without a gap; a chunk (D3) follows what the
+    /// group's transfer staged.
     Apply {
         /// The group.
         group: GroupId,
         /// The job, unique on this shard.
         id: ApplyId,
-        /// The ops, in op order.
-        ops: Vec<(Op, Bytes)>,
-        /// The group's state machine, lent for the run.
+        /// A run of ops to apply, or a chunk to stage.
+        work: crate::state_machine::Work,
+        /// The group's state machine, lent for the job.
         state: crate::state_machine::LentState,
     },
     /// Ops up to `op` are committed and applied on this member.

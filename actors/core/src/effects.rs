@@ -18,7 +18,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use cohort_messages::{CommitEntry, CommitReplyEntry, GroupId, Message, NodeId, Op};
+use cohort_messages::{CommitEntry, CommitReplyEntry, GroupId, Message, NodeId};
 
 use crate::effect::{Effect, FlushId};
 use crate::metrics::ShardMetrics;
@@ -82,20 +82,25 @@ impl Effects {
         Effects { flush_next: 1, ..Effects::default() }
     }
 
-    /// D2: lend `state` to the apply worker for the run `ops` of `group`;
+    /// D2: lend `state` to the apply worker for `work` of `group`;
     /// returns the job's id.
     pub fn lend(
         &mut self,
         group: GroupId,
-        ops: Vec<(Op, bytes::Bytes)>,
+        work: crate::state_machine::Work,
         state: Box<dyn crate::StateMachine>,
     ) -> crate::effect::ApplyId {
-        debug_assert!(!ops.is_empty(), "a run applies something");
+        match &work {
+            crate::state_machine::Work::Apply(ops) => {
+                debug_assert!(!ops.is_empty(), "a run applies something");
+                self.counts.apply_runs_lent += 1;
+            }
+            crate::state_machine::Work::Stage { .. } => self.counts.state_chunks_lent += 1,
+        }
         self.apply_next += 1;
-        self.counts.apply_runs_lent += 1;
         let id = self.apply_next;
         let state = crate::state_machine::LentState::new(state);
-        self.effects.push(Effect::Apply { group, id, ops, state });
+        self.effects.push(Effect::Apply { group, id, work, state });
         id
     }
 

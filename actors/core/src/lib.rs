@@ -39,4 +39,4 @@ pub use quorum::Quorums;
 pub use refusal::{Refusal, Refusals};
 pub use replica::{GroupSpec, Replica, Status, TransferError, WriteMode};
 pub use shard::{Shard, ShardError};
-pub use state_machine::{Durability, LentState, StateExport, StateMachine, apply_run};
+pub use state_machine::{Done, Durability, LentState, StateExport, StateMachine, Work, apply_run, work_on};

@@ -86,6 +86,9 @@ pub struct ShardMetrics {
     pub backlog_bytes_served: u64,
     /// D2: runs of committed ops lent to the apply worker.
     pub apply_runs_lent: u64,
+    /// D3: chunks of streamed transfers lent, with their state machine, to
+    /// the apply worker to be staged.
+    pub state_chunks_lent: u64,
     /// D2: runs that came back from the apply worker for no run this
     /// shard lent (a shell's bug; the state machine is dropped).
     pub apply_runs_unknown: u64,
@@ -131,6 +134,7 @@ impl ShardMetrics {
             state_streams_installed,
             backlog_bytes_served,
             apply_runs_lent,
+            state_chunks_lent,
             apply_runs_unknown,
             requests_waited_for_state,
         } = other;
@@ -167,6 +171,7 @@ impl ShardMetrics {
         self.state_streams_installed += state_streams_installed;
         self.backlog_bytes_served += backlog_bytes_served;
         self.apply_runs_lent += apply_runs_lent;
+        self.state_chunks_lent += state_chunks_lent;
         self.apply_runs_unknown += apply_runs_unknown;
         self.requests_waited_for_state += requests_waited_for_state;
     }

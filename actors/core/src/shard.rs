@@ -837,17 +837,18 @@ impl Shard {
         }
     }
 
-    /// D2: the apply worker is done with run `id` of `group`: its state
-    /// machine comes back with one result per op of the run. A run of a
-    /// replica removed meanwhile has its state cleared (as the removal
-    /// would have) and dropped. A run this shard does not know (a shell's
-    /// bug) is dropped and counted.
+    /// D2: the apply worker is done with job `id` of `group`: its state
+    /// machine comes back with what the work did (one result per op of a
+    /// run, D3 the outcome of a staged chunk). A job of a replica removed
+    /// meanwhile has its state cleared (as the removal would have) and
+    /// dropped. A job this shard does not know (a shell's bug) is dropped
+    /// and counted.
     pub fn on_applied(
         &mut self,
         group: GroupId,
         id: crate::effect::ApplyId,
         state: Box<dyn StateMachine>,
-        results: Vec<bytes::Bytes>,
+        done: crate::state_machine::Done,
     ) {
         let mut state = state;
         if self.away.get(&group) == Some(&id) {
@@ -855,7 +856,7 @@ impl Shard {
             let _ = state.clear();
             return;
         }
-        let returned = self.with_group(group, |replica, now, cx| replica.on_applied(id, state, results, now, cx));
+        let returned = self.with_group(group, |replica, now, cx| replica.on_applied(id, state, done, now, cx));
         if !matches!(returned, Some(Ok(()))) {
             self.metrics.apply_runs_unknown += 1;
         }

@@ -88,6 +88,40 @@ pub fn apply_run(state: &mut dyn StateMachine, ops: &[(Op, Bytes)]) -> Vec<Bytes
     results
 }
 
+/// D2, D3: what the apply worker does with a state machine lent to it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Work {
+    /// Apply a run of committed ops, in op order ([`apply_run`]).
+    Apply(Vec<(Op, Bytes)>),
+    /// D3: stage one chunk of a streamed state transfer at `offset_bytes`
+    /// ([`StateMachine::import_write`]): its write and sync run off the
+    /// shard's thread, which reads the next chunk from its link meanwhile.
+    Stage {
+        /// Where the chunk starts in the staged stream.
+        offset_bytes: u64,
+        /// The chunk.
+        chunk: Bytes,
+    },
+}
+
+/// D2, D3: what the apply worker hands back with the state machine.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Done {
+    /// One result per op of a [`Work::Apply`] run.
+    Applied(Vec<Bytes>),
+    /// What [`StateMachine::import_write`] returned for a [`Work::Stage`].
+    Staged(Result<(), String>),
+}
+
+/// D2, D3: do `work` on a lent state machine, exactly as the shard's own
+/// thread would have; the apply worker of every shell calls this.
+pub fn work_on(state: &mut dyn StateMachine, work: &Work) -> Done {
+    match work {
+        Work::Apply(ops) => Done::Applied(apply_run(state, ops)),
+        Work::Stage { offset_bytes, chunk } => Done::Staged(state.import_write(*offset_bytes, chunk)),
+    }
+}
+
 /// D1: where a state machine keeps its state.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum Durability {
@@ -139,7 +173,10 @@ pub trait StateMachine: Send {
     /// answered once every op before it is applied), and so do its
     /// snapshots and state transfers; op order and exactly-once answers
     /// are as inline. It costs a hand-over between threads per run, so
-    /// small in-memory states are better applied inline. Default: false.
+    /// small in-memory states are better applied inline. D3: such a state
+    /// machine also stages the chunks of a streamed transfer
+    /// ([`StateMachine::import_write`]) on the worker, one at a time,
+    /// while the shard receives the next. Default: false.
     fn apply_off_shard(&self) -> bool {
         false
     }

@@ -143,8 +143,8 @@ impl Shell {
         while !self.held.is_empty() {
             let mut job = self.held.remove(0);
             let mut state = job.state.take().expect("a run from the driver holds its state machine");
-            let results = cohort_core::apply_run(state.as_mut(), &job.ops);
-            self.driver.on_applied(job.group, job.id, state, results);
+            let done = cohort_core::work_on(state.as_mut(), &job.work);
+            self.driver.on_applied(job.group, job.id, state, done);
             self.turns();
         }
     }

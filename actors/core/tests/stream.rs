@@ -15,7 +15,8 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
 use bytes::{BufMut, Bytes, BytesMut};
-use cohort_core::{CoreConfig, Durability, Effect, Shard, StateExport, StateMachine};
+use cohort_core::driver::ApplyJob;
+use cohort_core::{CoreConfig, Durability, Effect, Shard, StateExport, StateMachine, Work};
 use cohort_messages::{
     ClientId, CommitEntry, CommitReplyEntry, GroupId, Message, NodeId, Op, Request, RequestKind, RequestNumber,
 };
@@ -35,6 +36,12 @@ struct Seen {
     lineage: bool,
     /// The state machine offers no export: it is sent whole.
     no_export: bool,
+    /// D2: the state machine applies (and D3 stages) on the apply worker.
+    off_shard: bool,
+    /// D3: `import_write` fails at this staged chunk (counted from 1).
+    fail_stage_at: Option<u64>,
+    /// D3: chunks `import_write` was called with.
+    stage_calls: u64,
 }
 
 /// A log of every operation applied (so the state grows with the writes),
@@ -99,6 +106,9 @@ impl StateMachine for Appends {
     fn durability(&self) -> Durability {
         Durability::Persistent
     }
+    fn apply_off_shard(&self) -> bool {
+        self.seen.lock().expect("one thread").off_shard
+    }
     fn checkpoint(&mut self, record: &[u8]) -> Result<(), String> {
         self.checkpoint = Some((Bytes::copy_from_slice(record), Bytes::copy_from_slice(&self.applied)));
         Ok(())
@@ -121,6 +131,13 @@ impl StateMachine for Appends {
         Ok(())
     }
     fn import_write(&mut self, offset_bytes: u64, chunk: &[u8]) -> Result<(), String> {
+        {
+            let mut seen = self.seen.lock().expect("one thread");
+            seen.stage_calls += 1;
+            if seen.fail_stage_at == Some(seen.stage_calls) {
+                return Err("the disk refused the chunk".into());
+            }
+        }
         let (_, staged) = self.staging.as_mut().ok_or("nothing staged")?;
         assert_eq!(offset_bytes, staged.len() as u64, "chunks are staged in order");
         staged.extend_from_slice(chunk);
@@ -166,6 +183,11 @@ struct Cluster {
     prepare_bytes_to_3_max: u64,
     /// The most chunk requests node 3 sent in one turn.
     chunk_requests_of_3_max: usize,
+    /// D3: chunks node 3 lent to its apply worker to stage, done at the
+    /// next tick (runs of ops are applied at once).
+    staging: Vec<(NodeId, ApplyJob)>,
+    /// D3: chunks delivered to node 3 while one of its chunks was away.
+    chunks_to_3_while_staging: u64,
 }
 
 fn config() -> CoreConfig {
@@ -215,9 +237,11 @@ impl Cluster {
             slow: None,
             prepare_bytes_to_3_max: 0,
             chunk_requests_of_3_max: 0,
+            staging: Vec::new(),
+            chunks_to_3_while_staging: 0,
         };
         for (me, node) in NODES.iter().enumerate() {
-            let seen = Arc::new(Mutex::new(Seen { staged_bytes: 0, installed: 0, ..seen }));
+            let seen = Arc::new(Mutex::new(Seen { staged_bytes: 0, installed: 0, stage_calls: 0, ..seen }));
             let mut shard = Shard::new(*node, config.clone());
             shard
                 .create_group(plain_spec(G, &NODES, me as u8), Box::new(Appends::new(Arc::clone(&seen))))
@@ -269,6 +293,14 @@ impl Cluster {
                     Effect::SendCommitReplyBatch { to, entries } => {
                         self.queue.push_back((node, to, Frame::Replies(entries)))
                     }
+                    Effect::Apply { group, id, work: work @ Work::Stage { .. }, state } => {
+                        self.staging.push((node, ApplyJob { group, id, work, state }));
+                    }
+                    Effect::Apply { group, id, work, mut state } => {
+                        let mut state = state.take().expect("a lent state machine");
+                        let done = cohort_core::work_on(state.as_mut(), &work);
+                        self.shard(node).on_applied(group, id, state, done);
+                    }
                     _ => {}
                 }
             }
@@ -287,6 +319,7 @@ impl Cluster {
                 let streamed = !self.seen[2].lock().expect("one thread").no_export;
                 assert!(!streamed || chunk.chunk.len() <= CHUNK_BYTES, "D3: chunks of the configured size");
                 self.chunks_to_3 += 1;
+                self.chunks_to_3_while_staging += u64::from(self.staging.iter().any(|(node, _)| *node == NODES[2]));
                 if self.drop_chunk_to_3 == Some(self.chunks_to_3) {
                     continue;
                 }
@@ -317,6 +350,13 @@ impl Cluster {
 
     fn ticks(&mut self, n: u64) {
         for _ in 0..n {
+            for (node, mut job) in std::mem::take(&mut self.staging) {
+                let mut state = job.state.take().expect("a lent state machine");
+                let done = cohort_core::work_on(state.as_mut(), &job.work);
+                self.shard(node).on_applied(job.group, job.id, state, done);
+                self.drain(node);
+            }
+            self.deliver_all();
             if let Some((from, chunk)) = self.slow.as_mut().and_then(VecDeque::pop_front) {
                 self.shard(NODES[2]).on_message(from, chunk);
                 self.drain(NODES[2]);
@@ -361,7 +401,12 @@ impl Cluster {
     }
 
     fn behind_with(config: CoreConfig, lineage: bool) -> Cluster {
-        let mut cluster = Cluster::with(config, lineage);
+        Cluster::behind_seen(config, Seen { lineage, ..Seen::default() })
+    }
+
+    /// [`Cluster::behind`] with state machines as `seen` says.
+    fn behind_seen(config: CoreConfig, seen: Seen) -> Cluster {
+        let mut cluster = Cluster::with_seen(config, seen);
         cluster.write(0);
         cluster.cut.push(NODES[2]);
         for _ in 0..100 {
@@ -650,4 +695,33 @@ fn d3_a_receiver_asks_for_the_next_chunks_ahead_and_each_goes_once() {
         cluster.shards[2].metrics().state_chunk_bytes_taken,
         "every chunk sent was taken"
     );
+}
+
+#[test]
+fn d3_a_state_machine_that_applies_off_the_shard_stages_there_while_the_next_chunks_arrive() {
+    // Each chunk goes to the apply worker to be staged (it comes back at
+    // the next tick); the chunks asked for ahead that arrive meanwhile are
+    // held, not dropped, and taken once the state machine is back: every
+    // chunk is sent once and the stream installs as inline.
+    let mut cluster = Cluster::behind_seen(config(), Seen { off_shard: true, ..Seen::default() });
+    cluster.ticks(300);
+    assert_eq!(cluster.state(NODES[2]), cluster.state(NODES[0]), "node 3 caught up");
+    assert_eq!(cluster.seen[2].lock().expect("one thread").installed, 1);
+    let metrics = cluster.shards[2].metrics();
+    assert!(metrics.state_chunks_lent > 10, "the chunks were staged on the worker: {metrics:?}");
+    assert!(cluster.chunks_to_3_while_staging > 10, "chunks arrived while one was staged");
+    let sent = cluster.shards[0].metrics();
+    assert_eq!(sent.state_chunk_bytes_resent, 0, "no chunk sent twice");
+    assert_eq!(sent.state_chunk_bytes_sent, metrics.state_chunk_bytes_taken, "every chunk sent was taken");
+    assert_eq!(cluster.chunk_requests_of_3_max, 2, "two chunks asked for at once, never more");
+}
+
+#[test]
+fn d3_a_chunk_the_worker_failed_to_stage_drops_the_transfer_and_the_next_resumes() {
+    let seen = Seen { off_shard: true, fail_stage_at: Some(5), ..Seen::default() };
+    let mut cluster = Cluster::behind_seen(config(), seen);
+    cluster.ticks(400);
+    assert_eq!(cluster.state(NODES[2]), cluster.state(NODES[0]), "node 3 caught up");
+    assert_eq!(cluster.seen[2].lock().expect("one thread").installed, 1);
+    assert_eq!(cluster.shards[2].metrics().state_transfer_failures, 1, "the failure was counted");
 }

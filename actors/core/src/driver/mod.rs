@@ -421,18 +421,18 @@ impl ShardDriver {
         self.shard.on_flushed(id);
     }
 
-    /// D2: the apply worker is done with run `id` of `group`
-    /// ([`Turn::applies`]): its state machine comes back with one result
-    /// per op ([`Shard::on_applied`]). End the turn afterwards.
+    /// D2: the apply worker is done with job `id` of `group`
+    /// ([`Turn::applies`]): its state machine comes back with what the
+    /// work did ([`Shard::on_applied`]). End the turn afterwards.
     pub fn on_applied(
         &mut self,
         group: GroupId,
         id: crate::effect::ApplyId,
         state: Box<dyn StateMachine>,
-        results: Vec<bytes::Bytes>,
+        done: crate::state_machine::Done,
     ) {
-        self.record_with(|| Input::Applied { group, id, results: results.clone() });
-        self.shard.on_applied(group, id, state, results);
+        self.record_with(|| Input::Applied { group, id, done: done.clone() });
+        self.shard.on_applied(group, id, state, done);
     }
 
     /// D2: true while a removed replica of `group` has its state machine
@@ -575,7 +575,7 @@ impl ShardDriver {
                 self.counters.role_changes += 1;
                 turn.notes.push(Note::Role { group, incarnation, view, role });
             }
-            Effect::Apply { group, id, ops, state } => turn.applies.push(ApplyJob { group, id, ops, state }),
+            Effect::Apply { group, id, work, state } => turn.applies.push(ApplyJob { group, id, work, state }),
             Effect::Committed { group, op } => turn.notes.push(Note::Committed { group, op }),
             Effect::Applied { group, ops, through } => turn.notes.push(Note::Applied { group, ops, through }),
             Effect::Restored { group, op, state } => turn.notes.push(Note::Restored { group, op, state }),

@@ -108,15 +108,15 @@ pub enum Input {
         /// The flush.
         id: FlushId,
     },
-    /// [`ShardDriver::on_applied`] (D2): the results, not the state
+    /// [`ShardDriver::on_applied`] (D2): what the work did, not the state
     /// machine; a replay hands back the one its own turn lent.
     Applied {
         /// The group.
         group: GroupId,
-        /// The run.
+        /// The job.
         id: crate::effect::ApplyId,
-        /// One result per op of the run.
-        results: Vec<bytes::Bytes>,
+        /// What it did.
+        done: crate::state_machine::Done,
     },
     /// [`ShardDriver::on_superblock_failed`].
     SuperblockFailed {
@@ -169,8 +169,8 @@ impl Links for RecordedLinks<'_> {
     }
 }
 
-/// D2: a run a replayed turn lent: its state machine and its ops.
-type LentRun = (Box<dyn StateMachine>, Vec<(cohort_messages::Op, bytes::Bytes)>);
+/// D2: a job a replayed turn lent: its state machine and its work.
+type LentRun = (Box<dyn StateMachine>, crate::state_machine::Work);
 
 /// Feed the inputs of `recording` to `driver`, in order, and return the
 /// turns it ended (one per [`Input::EndTurn`]). Groups it hosts get their
@@ -226,12 +226,12 @@ pub fn replay(
             Input::Peer { input } => driver.on_peer(input),
             Input::Submit { request } => driver.on_submit(request),
             Input::Flushed { id } => driver.on_flushed(id),
-            Input::Applied { group, id, results } => {
-                // The worker's apply, on the replay's own state machine (so
-                // that later reads see it); the recorded results go back.
-                if let Some((mut state, ops)) = lent.remove(&id) {
-                    let _ = crate::state_machine::apply_run(state.as_mut(), &ops);
-                    driver.on_applied(group, id, state, results);
+            Input::Applied { group, id, done } => {
+                // The worker's work, on the replay's own state machine (so
+                // that later reads see it); what it recorded goes back.
+                if let Some((mut state, work)) = lent.remove(&id) {
+                    let _ = crate::state_machine::work_on(state.as_mut(), &work);
+                    driver.on_applied(group, id, state, done);
                 }
             }
             Input::SuperblockFailed { group } => driver.on_superblock_failed(group),
@@ -248,7 +248,7 @@ pub fn replay(
                 let mut turn = driver.end_turn(&RecordedLinks(&links));
                 for job in &mut turn.applies {
                     if let Some(state) = job.state.take() {
-                        lent.insert(job.id, (state, job.ops.clone()));
+                        lent.insert(job.id, (state, job.work.clone()));
                     }
                 }
                 turns.push(turn);

@@ -14,7 +14,7 @@
 use cohort_messages::{ClientId, GroupId, Incarnation, Message, NodeId, Op, Redirect, Reply, RequestNumber, View};
 
 use crate::effect::{AppliedOp, ApplyId, Effect, QuorumWaitError, Role, WaitId};
-use crate::state_machine::LentState;
+use crate::state_machine::{LentState, Work};
 
 /// The answer to a client request made in this process.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -126,26 +126,28 @@ pub struct Turn {
     /// Messages not sent because the peer's link was down (the link would
     /// only drop them).
     pub dropped_link_down: u64,
-    /// D2: runs of committed ops for the apply worker, in the order lent
-    /// (the worker runs them in this order): each comes back through
-    /// [`super::ShardDriver::on_applied`].
+    /// D2: jobs for the apply worker (runs of committed ops, D3 chunks to
+    /// stage), in the order lent (the worker does them in this order):
+    /// each comes back through [`super::ShardDriver::on_applied`].
     pub applies: Vec<ApplyJob>,
 }
 
-/// D2: a run of one group's committed ops, with its state machine, for the
-/// shard's apply worker. Take the state machine ([`LentState::take`]),
-/// apply with [`crate::state_machine::apply_run`], and hand both back with
+/// D2: work for the shard's apply worker, with the state machine of the
+/// group it is for: a run of committed ops to apply, or (D3) a chunk of a
+/// streamed transfer to stage. Take the state machine
+/// ([`LentState::take`]), do the work with
+/// [`crate::state_machine::work_on`], and hand both back with
 /// [`super::ShardDriver::on_applied`]. A clone (a recording) holds no
 /// state machine.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ApplyJob {
     /// The group.
     pub group: GroupId,
-    /// The run's id.
+    /// The job's id.
     pub id: ApplyId,
-    /// The ops, in op order.
-    pub ops: Vec<(Op, bytes::Bytes)>,
-    /// The group's state machine, lent for the run.
+    /// What to do.
+    pub work: Work,
+    /// The group's state machine, lent for the job.
     pub state: LentState,
 }
 

@@ -27,23 +27,59 @@
 use std::collections::VecDeque;
 
 use bytes::Bytes;
-use cohort_messages::{ClientId, NodeId, Op, ReplyError, Request, RequestNumber};
+use cohort_messages::{ClientId, MemberIndex, NodeId, Op, ReplyError, Request, RequestNumber};
 
 use super::{Context, Replica, Status};
 use crate::effect::ApplyId;
 use crate::effects::Effects;
-use crate::state_machine::StateMachine;
+use crate::state_machine::{Done, StateMachine, Work};
 
-/// A run lent to the apply worker.
+/// A job lent to the apply worker.
 #[derive(Debug)]
 pub(crate) struct Lent {
     /// The job.
     pub(crate) id: ApplyId,
-    /// Its ops, with the client and request each answers.
-    pub(crate) ops: Vec<(Op, ClientId, RequestNumber, Bytes)>,
-    /// How far the apply that lent it was to go: the return goes on to
-    /// there (see `Replica::apply_through`).
-    pub(crate) target: Op,
+    /// What it does.
+    pub(crate) job: LentJob,
+}
+
+/// What a lent job does.
+#[derive(Debug)]
+pub(crate) enum LentJob {
+    /// A run of committed ops.
+    Run {
+        /// Its ops, with the client and request each answers.
+        ops: Vec<(Op, ClientId, RequestNumber, Bytes)>,
+        /// How far the apply that lent it was to go: the return goes on to
+        /// there (see `Replica::apply_through`).
+        target: Op,
+    },
+    /// D3: a chunk of a streamed transfer, staged (see
+    /// `Replica::lend_chunk`).
+    Stage {
+        /// The transfer's source.
+        source: MemberIndex,
+        /// The transfer's snapshot.
+        snapshot_op: Op,
+        /// The transfer's bytes received with this chunk.
+        received_bytes: u64,
+    },
+}
+
+impl Lent {
+    /// The last op of a run away (`None` for a chunk).
+    pub(crate) fn last_op(&self) -> Option<Op> {
+        match &self.job {
+            LentJob::Run { ops, .. } => ops.last().map(|(op, ..)| *op),
+            LentJob::Stage { .. } => None,
+        }
+    }
+
+    /// D3: true if this is a chunk of the transfer from `source` of the
+    /// snapshot at `snapshot_op`.
+    pub(crate) fn stages(&self, source: MemberIndex, snapshot_op: Op) -> bool {
+        matches!(self.job, LentJob::Stage { source: from, snapshot_op: at, .. } if from == source && at == snapshot_op)
+    }
 }
 
 /// What a replica holds in place of its state machine while it is lent.
@@ -99,8 +135,24 @@ impl Replica {
             })
             .collect();
         let state = std::mem::replace(&mut self.state, Box::new(Away));
-        let id = out.lend(self.spec.group, run, state);
-        self.lent = Some(Box::new(Lent { id, ops, target }));
+        let id = out.lend(self.spec.group, Work::Apply(run), state);
+        self.lent = Some(Box::new(Lent { id, job: LentJob::Run { ops, target } }));
+    }
+
+    /// D3: lend the state machine to stage `chunk` at `offset_bytes` of
+    /// the stream the transfer takes (its bytes received, this chunk
+    /// included, are `received_bytes`). The shard's thread goes on
+    /// receiving meanwhile: chunks of the same transfer that arrive are
+    /// held (`StateTransfer::held`) and taken once the state machine is
+    /// back ([`Replica::on_applied`]), where the transfer also ends if
+    /// this chunk was its last.
+    pub(crate) fn lend_chunk(&mut self, offset_bytes: u64, chunk: Bytes, received_bytes: u64, out: &mut Effects) {
+        assert!(self.lent.is_none(), "{self:?}: D2: one job away at a time");
+        let transfer = self.state_transfer.as_deref().expect("D3: a chunk is staged for a transfer");
+        let (source, snapshot_op) = (transfer.source, transfer.snapshot_op);
+        let state = std::mem::replace(&mut self.state, Box::new(Away));
+        let id = out.lend(self.spec.group, Work::Stage { offset_bytes, chunk }, state);
+        self.lent = Some(Box::new(Lent { id, job: LentJob::Stage { source, snapshot_op, received_bytes } }));
     }
 
     /// D2: the apply worker is done with run `id`: take the state machine
@@ -111,7 +163,7 @@ impl Replica {
         &mut self,
         id: ApplyId,
         state: Box<dyn StateMachine>,
-        results: Vec<Bytes>,
+        done: Done,
         now: u64,
         cx: &mut Context<'_>,
     ) -> Result<(), Box<dyn StateMachine>> {
@@ -119,20 +171,43 @@ impl Replica {
             return Err(state);
         }
         let lent = self.lent.take().expect("checked above");
-        assert_eq!(results.len(), lent.ops.len(), "{self:?}: D2: one result per op of the run");
-        assert_eq!(lent.ops[0].0, self.commit_min.next(), "{self:?}: D2: nothing was applied while the run was away");
         self.state = state;
+        match (lent.job, done) {
+            (LentJob::Run { ops, target }, Done::Applied(results)) => self.on_run_applied(ops, target, results, cx),
+            (LentJob::Stage { source, snapshot_op, received_bytes }, Done::Staged(staged)) => {
+                self.on_chunk_staged(source, snapshot_op, received_bytes, staged, now, cx);
+            }
+            (job, done) => panic!("{self:?}: D2: the worker did other work than lent: {job:?} came back as {done:?}"),
+        }
+        self.after_state_back(now, cx);
+        Ok(())
+    }
+
+    /// D2: a run came back applied: record and answer its ops in op order,
+    /// then apply on to where the apply that lent it was going.
+    fn on_run_applied(
+        &mut self,
+        ops: Vec<(Op, ClientId, RequestNumber, Bytes)>,
+        target: Op,
+        results: Vec<Bytes>,
+        cx: &mut Context<'_>,
+    ) {
+        assert_eq!(results.len(), ops.len(), "{self:?}: D2: one result per op of the run");
+        assert_eq!(ops[0].0, self.commit_min.next(), "{self:?}: D2: nothing was applied while the run was away");
         let (primary, async_acked_op) = self.answer_mode();
         let applied_before = self.commit_min;
         let mut applied = Vec::new();
-        let target = lent.target;
-        for ((op, client, request, operation), result) in lent.ops.into_iter().zip(results) {
+        for ((op, client, request, operation), result) in ops.into_iter().zip(results) {
             self.record_applied(op, client, request, operation, result.clone(), &mut applied);
             self.answer_applied(client, request, op, Some(result), primary, async_acked_op, cx.out);
         }
         self.after_applied(applied_before, applied, cx.out);
-        // On to where the apply that lent the run was going.
         self.apply_through(target, cx.out);
+    }
+
+    /// D2: the state machine is back: serve what waited for it, then
+    /// apply on.
+    fn after_state_back(&mut self, now: u64, cx: &mut Context<'_>) {
         // What waited for the state machine, in the order it came.
         for (sender, request) in std::mem::take(&mut self.waiting_for_state) {
             if self.lent.is_some() {
@@ -145,7 +220,6 @@ impl Replica {
         if self.lent.is_none() && self.status() == Status::Normal && self.log_view == self.view {
             self.apply_committed(cx.out);
         }
-        Ok(())
     }
 
     /// D2: a request that needs the state machine while it is away waits

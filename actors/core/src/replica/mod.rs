@@ -780,7 +780,7 @@ impl Replica {
     pub(crate) fn stage_truncate(&mut self, after: Op, out: &mut Effects) {
         debug_assert!(after >= self.commit_min, "committed and applied ops are never truncated");
         assert!(
-            self.lent.as_ref().is_none_or(|lent| lent.ops.last().is_none_or(|(op, ..)| after >= *op)),
+            self.lent.as_ref().and_then(|lent| lent.last_op()).is_none_or(|op| after >= op),
             "{self:?}: D2: the committed ops of a run away are never truncated"
         );
         self.log.truncate_after(after);

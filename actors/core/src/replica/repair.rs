@@ -54,6 +54,10 @@ pub(crate) struct StateTransfer {
     /// moved to a newer one): each comes back as the newer stream's first
     /// chunk, which is then no sign that the source cannot resume.
     pub stale_asked: usize,
+    /// D3: chunks of this transfer that arrived while the state machine
+    /// was away staging the one before (on the apply worker), in arrival
+    /// order, taken once it is back: at most `STREAM_CHUNKS_IN_FLIGHT`.
+    pub held: std::collections::VecDeque<StateChunk>,
 }
 
 /// D3: chunks of a stream's staged part a receiver asks for ahead of the
@@ -189,7 +193,7 @@ impl Replica {
     /// (the log brought it there while the chunks came: more likely the
     /// more chunks a snapshot takes) has nothing left to give: dropped, so
     /// repair goes on from the log. A transfer not started yet (op 0) stays.
-    fn drop_stale_transfer(&mut self) {
+    pub(super) fn drop_stale_transfer(&mut self) {
         if self
             .state_transfer
             .as_ref()
@@ -215,6 +219,7 @@ impl Replica {
             from_scratch: false,
             asked: Default::default(),
             stale_asked: 0,
+            held: Default::default(),
         });
         self.state_transfer = Some(Box::new(transfer));
         self.retry_state_transfer(now, out);
@@ -334,15 +339,26 @@ impl Replica {
         let cap = self.config.state_transfer_size_max_bytes;
         assert!(self.state_transfer.as_ref().is_none_or(|transfer| {
             transfer.data.len() as u64 <= cap.max(super::stream::STREAM_HEADER_SIZE_MAX_BYTES as u64)
+                && transfer.held.len() <= STREAM_CHUNKS_IN_FLIGHT
         }));
     }
 
     /// [`Replica::on_state_chunk`]: check it, keep it, and install the
     /// snapshot once whole.
     fn take_chunk(&mut self, chunk: StateChunk, now: u64, cx: &mut Context<'_>) {
-        if self.lent.is_some() {
+        if let Some(lent) = self.lent.as_deref() {
             // D2: staging and installing need the state machine, which is
-            // away: the chunk is dropped as if lost, and asked for again.
+            // away. A chunk of the transfer whose chunk it is staging (D3)
+            // is held until it is back, as many as are asked for ahead;
+            // any other is dropped as if lost, and asked for again.
+            if let Some(transfer) = self.state_transfer.as_deref_mut()
+                && lent.stages(transfer.source, transfer.snapshot_op)
+                && chunk.replica == transfer.source
+                && chunk.snapshot_op == transfer.snapshot_op
+                && transfer.held.len() < STREAM_CHUNKS_IN_FLIGHT
+            {
+                transfer.held.push_back(chunk);
+            }
             return;
         }
         self.drop_stale_transfer();
@@ -366,6 +382,7 @@ impl Replica {
             from_scratch: false,
             asked: Default::default(),
             stale_asked: 0,
+            held: Default::default(),
         };
         if self.state_transfer.is_none()
             && let Some(resumed) = self.resumed_transfer(chunk.replica).filter(|resumed| {
@@ -410,8 +427,24 @@ impl Replica {
         if !streamed {
             return self.take_whole_chunk(chunk, now, cx);
         }
-        match self.take_stream_chunk(&chunk, cx.out) {
-            Ok(super::stream::StreamStep::More) => self.ask_next_chunks(stride_bytes, now, cx.out),
+        let step = self.take_stream_chunk(&chunk, cx.out);
+        self.after_stream_step(step, stride_bytes, now, cx);
+    }
+
+    /// D3: go on from what a chunk of a stream led to: ask for the next
+    /// ones (`stride_bytes` apart, see [`Replica::ask_next_chunks`]),
+    /// install the stream once whole, or drop a transfer that failed.
+    pub(crate) fn after_stream_step(
+        &mut self,
+        step: Result<super::stream::StreamStep, super::stream::StreamError>,
+        stride_bytes: Option<u64>,
+        now: u64,
+        cx: &mut Context<'_>,
+    ) {
+        match step {
+            Ok(super::stream::StreamStep::More | super::stream::StreamStep::Staging) => {
+                self.ask_next_chunks(stride_bytes, now, cx.out)
+            }
             Ok(super::stream::StreamStep::Whole(snapshot)) => {
                 self.state_transfer = None;
                 if let Err(error) = self.install_snapshot(snapshot, now, cx) {

@@ -535,6 +535,7 @@ impl Replica {
             from_scratch: false,
             asked: Default::default(),
             stale_asked: 0,
+            held: Default::default(),
         })
     }
 
@@ -589,8 +590,20 @@ impl Replica {
         } else {
             let offset = transfer.received_bytes - stream.header_size_bytes;
             transfer.received_bytes += chunk.chunk.len() as u64;
+            if self.apply_off_shard {
+                // Staged on the apply worker; the transfer goes on (or ends)
+                // when the state machine is back.
+                let received = transfer.received_bytes;
+                self.lend_chunk(offset, chunk.chunk.clone(), received, out);
+                return Ok(StreamStep::Staging);
+            }
             self.state.import_write(offset, &chunk.chunk).map_err(|_| failed(out))?;
         }
+        self.finish_if_whole(out)
+    }
+
+    /// D3: after a chunk is staged: install the stream if it was the last.
+    fn finish_if_whole(&mut self, out: &mut Effects) -> Result<StreamStep, StreamError> {
         let transfer = self.state_transfer.as_deref().expect("still fetching");
         let short = self.config.mutated(crate::mutants::Mutant::StreamInstalledShort)
             && transfer.received_bytes > transfer.stream.as_ref().map_or(u64::MAX, |stream| stream.header_size_bytes);
@@ -605,10 +618,58 @@ impl Replica {
     }
 }
 
+impl Replica {
+    /// D3: the apply worker staged a chunk of the transfer from `source`
+    /// of the snapshot at `snapshot_op` (whose bytes received were
+    /// `received_bytes` with it), or failed to. A failure drops the
+    /// transfer (counted; repair asks again, and the staging resumes from
+    /// what the state machine made durable). If the chunk was the
+    /// transfer's last, the stream is installed. Then the chunks of the
+    /// transfer that arrived meanwhile are taken, in order.
+    pub(crate) fn on_chunk_staged(
+        &mut self,
+        source: MemberIndex,
+        snapshot_op: Op,
+        received_bytes: u64,
+        staged: Result<(), String>,
+        now: u64,
+        cx: &mut Context<'_>,
+    ) {
+        // As for a chunk that arrives (`take_chunk`): a transfer the
+        // applied point passed is over, and a primary takes no chunk.
+        self.drop_stale_transfer();
+        let current = !self.is_primary()
+            && self.state_transfer.as_deref().is_some_and(|transfer| {
+                transfer.source == source
+                    && transfer.snapshot_op == snapshot_op
+                    && transfer.received_bytes == received_bytes
+                    && transfer.stream.as_ref().is_some_and(|stream| stream.staging)
+            });
+        if staged.is_err() {
+            cx.out.count_transfer_failure();
+        }
+        if current {
+            match staged.map_err(|_| StreamError::Failed).and_then(|()| self.finish_if_whole(cx.out)) {
+                // The next chunks were asked for when this one was lent.
+                Ok(StreamStep::More) => {}
+                step => self.after_stream_step(step, None, now, cx),
+            }
+        }
+        let held = self.state_transfer.as_deref_mut().map(|transfer| std::mem::take(&mut transfer.held));
+        for chunk in held.into_iter().flatten() {
+            self.on_state_chunk(chunk, now, cx);
+        }
+    }
+}
+
 /// What a stream chunk led to.
 pub(crate) enum StreamStep {
     /// Ask for the next chunk.
     More,
+    /// The chunk is staged on the apply worker (D2): ask for the next
+    /// chunks meanwhile; the transfer goes on when the state machine is
+    /// back ([`Replica::on_chunk_staged`]).
+    Staging,
     /// The state machine installed the stream: the replica takes this
     /// snapshot (its state held).
     Whole(Snapshot),
