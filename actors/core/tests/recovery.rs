@@ -250,3 +250,39 @@ fn h1_a_member_recovering_past_the_groups_view_says_where_it_stands() {
     assert_eq!(member.take_votes(), vec![], "and no vote");
     assert!(member.recovering());
 }
+
+/// H1: a member decided on view 7 because a holder answered it; in a
+/// later round every holder answers view 6 (the one in view 7 lost it with
+/// its disk). No StartView of view 7 will come, and it may not take view
+/// 6's log: it says where it stands each round, a StartViewChange of view
+/// 7 to every other voter and no vote, so that the primary moves the group
+/// up to it. While a holder still answers view 7 it only waits. The
+/// simulator found a member left recovering so: seeds 6100212 and 6106411
+/// with `--state disk` (tests/tests/recovery.rs).
+#[test]
+fn h1_a_member_whose_target_no_holder_answers_any_more_says_where_it_stands() {
+    let mut member = Member::joined();
+    let nonce = member.next_round();
+    member.deliver(MEMBERS[0], answer(0, nonce, 7, 3, false));
+    member.deliver(MEMBERS[2], answer(2, nonce, 6, 3, true));
+    member.next_round_keeping_sent();
+    let nonce = member
+        .sent
+        .iter()
+        .rev()
+        .find_map(|(_, message)| match message {
+            Message::RecoveryQuery(query) => Some(query.nonce),
+            _ => None,
+        })
+        .expect("a round of questions");
+    assert_eq!(member.take_view_changes(), vec![], "a holder still answers view 7: it waits for its StartView");
+    member.deliver(MEMBERS[0], answer(0, nonce, 6, 3, false));
+    member.deliver(MEMBERS[2], answer(2, nonce, 6, 3, true));
+    let _ = member.take_view_changes();
+    member.next_round_keeping_sent();
+    let votes = member.sent.iter().filter(|(_, message)| matches!(message, Message::DoViewChange(_))).count();
+    let said = member.take_view_changes();
+    assert_eq!(said, vec![(MEMBERS[0], View(7)), (MEMBERS[2], View(7))], "a StartViewChange of its target to each");
+    assert_eq!(votes, 0, "and no vote");
+    assert!(member.recovering());
+}

@@ -395,12 +395,23 @@ impl Replica {
     /// every other voter (no vote: it holds nothing to vote with), so that
     /// the primary, which it asks every round, counts it as stranded there
     /// and moves the group up to its view (see `Replica::note_stranded`).
+    /// The same holds for a target past every view the holders answer now:
+    /// a holder answered that view in an earlier round and has lost it
+    /// since (its disk replaced, its replica rebuilt), so no StartView of
+    /// it will come unless the group moves up to it (seeds 6100212 of five
+    /// nodes and 6106411, `--state disk`).
     fn send_view_ahead(&self, out: &mut Effects) {
         let Some(recovery) = self.recovery.as_ref() else { return };
-        if recovery.ballot.is_some() || recovery.target.is_none_or(|target| target >= self.view) {
+        let Some(target) = recovery.target.filter(|_| recovery.ballot.is_none()) else { return };
+        let held_now = recovery.answers.iter().flatten().filter(|answer| !answer.recovering).map(|answer| answer.view);
+        let ahead = if target < self.view {
+            self.view
+        } else if held_now.max().is_some_and(|highest| highest < target) {
+            target
+        } else {
             return;
-        }
-        self.send_start_view_change_to_voters(self.view, out);
+        };
+        self.send_start_view_change_to_voters(ahead, out);
     }
 
     /// A recovering member's StartViewChange of `view` to every other voter.
