@@ -478,6 +478,7 @@ fn request_kind_name(kind: RequestKind) -> &'static str {
     match kind {
         RequestKind::Read => "read",
         RequestKind::Write => "write",
+        RequestKind::WriteBatch => "write_batch",
     }
 }
 

@@ -65,17 +65,29 @@ pub enum RequestKind {
     Write,
     /// Served by the primary from its state while its quorum window holds (V7).
     Read,
+    /// K5: a write whose operation is many ops
+    /// ([`crate::op_batch`]), to a group whose state machine takes op
+    /// batches; otherwise like `Write`. A group refuses a batch its state
+    /// machine does not take, and a plain write to one that takes batches
+    /// (`Rejected`), so neither is applied as the other.
+    WriteBatch,
 }
 
 impl RequestKind {
     /// Every kind.
-    pub const ALL: [RequestKind; 2] = [RequestKind::Write, RequestKind::Read];
+    pub const ALL: [RequestKind; 3] = [RequestKind::Write, RequestKind::Read, RequestKind::WriteBatch];
+
+    /// True for the kinds that go through the log.
+    pub fn is_write(self) -> bool {
+        matches!(self, RequestKind::Write | RequestKind::WriteBatch)
+    }
 
     /// A short snake_case name (the `kind` label of `cohort_client_requests_total`).
     pub fn name(self) -> &'static str {
         match self {
             RequestKind::Write => "write",
             RequestKind::Read => "read",
+            RequestKind::WriteBatch => "write_batch",
         }
     }
 }

@@ -29,6 +29,7 @@ mod le;
 pub mod limits;
 pub mod message;
 pub mod metadata;
+pub mod op_batch;
 pub mod pair_heartbeat;
 pub mod preamble;
 pub mod replication;

@@ -174,6 +174,43 @@ fn golden_request_frame() {
     assert_golden(request(), header, &body);
 }
 
+/// Every request kind is the index docs/protocol.md gives it (K5 added 2,
+/// WriteBatch, at the end), and a batch's operation is an op batch whose
+/// bytes are pinned here too (docs/protocol.md, "Op batches").
+#[test]
+fn golden_request_kinds_and_an_op_batch() {
+    const KIND_AT_BYTES: std::ops::Range<usize> = 32..36;
+    let documented = ["Write", "Read", "WriteBatch"];
+    assert_eq!(RequestKind::ALL.len(), documented.len(), "a new kind is documented here and in protocol.md");
+    for (index, (kind, name)) in RequestKind::ALL.into_iter().zip(documented).enumerate() {
+        assert_eq!(format!("{kind:?}"), name);
+        let Message::Request(mut request) = request() else { unreachable!("a request") };
+        request.kind = kind;
+        let message = Message::Request(request);
+        let frame = message.encode(CLUSTER, SENDER, TRACE).to_bytes();
+        assert_eq!(frame[HEADER_SIZE_BYTES..][KIND_AT_BYTES], (index as u32).to_le_bytes(), "{name} is kind {index}");
+        assert_eq!(decode_message(frame, CLUSTER).expect("decodes").1, message);
+    }
+    let operation = op_batch::encode(&[b"a".as_slice(), b"bc".as_slice()]).expect("a batch");
+    let Message::Request(request) = request() else { unreachable!("a request") };
+    let message = Message::Request(Request { kind: RequestKind::WriteBatch, operation, ..request });
+    let frame = message.encode(CLUSTER, SENDER, TRACE).to_bytes();
+    #[rustfmt::skip]
+    let body = [
+        "77000000000000000000000000000000", // client: u128
+        "0300000000000000",                 // request: u64
+        "0900000000000000",                 // group: u64
+        "02000000",                         // kind: 2 = WriteBatch
+        "1000000000000000",                 // operation: u64 length 16 ...
+        "01",                               // ... an op batch: version 1
+        "02000000",                         // count: u32
+        "0100000002000000",                 // lengths: u32 each
+        "616263",                           // the ops, back to back ("a", "bc")
+    ];
+    assert_eq!(hex(&frame[HEADER_SIZE_BYTES..]), body.concat(), "WriteBatch body bytes changed");
+    assert_eq!(decode_message(frame, CLUSTER).expect("decodes").1, message);
+}
+
 #[test]
 fn golden_reply_error_frame() {
     #[rustfmt::skip]

@@ -433,7 +433,7 @@ fn unknown_enum_variants_and_option_tags_are_codec_errors() {
         operation: Bytes::new(),
     });
     let mut body = request.encode_body().to_vec();
-    body[32..36].copy_from_slice(&2u32.to_le_bytes()); // RequestKind has variants 0 and 1
+    body[32..36].copy_from_slice(&3u32.to_le_bytes()); // RequestKind has variants 0 to 2
     assert!(matches!(
         decode_one(&frame_with_body(Command::Request, body)),
         Err(DecodeError::Body(BodyError::Codec { .. }))

@@ -152,6 +152,17 @@ pub enum ClientError {
         /// The limit (`OPERATION_SIZE_MAX_BYTES`).
         max: usize,
     },
+    /// K5: the ops make no op batch (none, more than
+    /// `op_batch::OP_BATCH_OPS_MAX`, or together more than a request
+    /// carries), or the group answered a batch with something other than
+    /// one result per op (its state machine does not take op batches).
+    #[error("{group}: {detail}")]
+    OpBatch {
+        /// The group.
+        group: GroupId,
+        /// What is wrong, and what to do.
+        detail: String,
+    },
     /// Every node of this client is stopping.
     #[error("{group}: every node of this client is stopping")]
     Stopped {
@@ -339,7 +350,11 @@ impl Client {
     /// Write `operation` to `group` and wait for its result (for an `Async`
     /// group, Q4: for the primary's durable copy, with an empty result).
     pub async fn write(&self, group: GroupId, operation: impl Into<Bytes>) -> Result<Committed, ClientError> {
-        let operation = operation.into();
+        self.write_kind(group, RequestKind::Write, operation.into()).await
+    }
+
+    /// [`Client::write`] of a write of `kind` (K5: a plain write or a batch).
+    async fn write_kind(&self, group: GroupId, kind: RequestKind, operation: Bytes) -> Result<Committed, ClientError> {
         check_size(&operation)?;
         let session = self.session(group)?;
         let mut session = session.lock().await;
@@ -363,12 +378,45 @@ impl Client {
                 Err(error) => return Err(error),
             }
         }
-        let request = session.writes.write(operation);
+        let request = Request { kind, ..session.writes.write(operation) };
         // Cleared only on success, so a caller that stops waiting leaves it set.
         session.in_doubt = true;
         let result = self.run_by(request, started, deadline).await;
         session.in_doubt = result.is_err();
         result
+    }
+
+    /// K5: write many ops to `group` in one request, for a group whose state
+    /// machine takes op batches (`StateMachine::takes_op_batches`): they
+    /// enter its log as one entry at one op, all or none, are applied in
+    /// order, and each gets its own result. Exactly once, like
+    /// [`Client::write`]: a retry (a [`ClientError::Timeout`]'s request to
+    /// [`Client::retry`]) is answered from the client table with every
+    /// result. An `Async` group (Q4) answers on the primary's durable copy,
+    /// before the ops are applied: `results` is then empty.
+    ///
+    /// ```no_run
+    /// use cohort_runtime::prelude::*;
+    ///
+    /// # async fn example(client: Client) -> Result<(), ClientError> {
+    /// let written = client.write_batch(GroupId(3), ["append a", "append b", "append c"]).await?;
+    /// assert_eq!(written.results.len(), 3, "one result per op, in order");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn write_batch<T: Into<Bytes>>(
+        &self,
+        group: GroupId,
+        ops: impl IntoIterator<Item = T>,
+    ) -> Result<CommittedBatch, ClientError> {
+        let ops: Vec<Bytes> = ops.into_iter().map(Into::into).collect();
+        let operation = cohort_messages::op_batch::encode(&ops).map_err(|error| ClientError::OpBatch {
+            group,
+            detail: format!("{error}: send fewer or smaller ops per batch"),
+        })?;
+        let committed = self.write_kind(group, RequestKind::WriteBatch, operation).await?;
+        CommittedBatch::read(committed.op, &committed.result, ops.len())
+            .map_err(|detail| ClientError::OpBatch { group, detail })
     }
 
     /// Resubmit a write whose outcome is unknown, with its own client id and
@@ -533,7 +581,7 @@ impl Client {
         if let Some(primary) = elsewhere {
             return Err(ClientError::PrimaryElsewhere { group, primary });
         }
-        let request = (request.kind == RequestKind::Write).then(|| Box::new(request));
+        let request = request.kind.is_write().then(|| Box::new(request));
         Err(ClientError::Timeout { group, waited: started.elapsed(), attempts, last, request })
     }
 
@@ -644,7 +692,7 @@ impl Client {
 fn from_network(error: cohort_client::ClientError, request: &Request, started: Instant, before: u32) -> ClientError {
     use cohort_client::ClientError as Net;
     let group = request.group;
-    let retry = || (request.kind == RequestKind::Write).then(|| Box::new(request.clone()));
+    let retry = || request.kind.is_write().then(|| Box::new(request.clone()));
     match error {
         Net::Timeout { attempts, last, .. } => ClientError::Timeout {
             group,
@@ -666,6 +714,8 @@ fn from_network(error: cohort_client::ClientError, request: &Request, started: I
         other => ClientError::Network(other),
     }
 }
+
+pub use cohort_client::CommittedBatch;
 
 fn check_size(operation: &Bytes) -> Result<(), ClientError> {
     let max = cohort_messages::OPERATION_SIZE_MAX_BYTES;

@@ -14,7 +14,7 @@ pub use cohort_messages::{
     ClientId, ClusterId, GroupId, Incarnation, NodeId, Op, ReplyError, RequestKind, RequestNumber, SessionId, View,
 };
 
-pub use crate::client::{Client, ClientError, ClusterClient};
+pub use crate::client::{Client, ClientError, ClusterClient, CommittedBatch};
 pub use crate::custom::{Applied, AppliedOp, CustomGroupActor, GroupReplica, Restored};
 pub use crate::group::{GroupEvent, GroupRole, RoleChanged};
 pub use crate::local::{LocalCluster, LocalClusterBuilder};

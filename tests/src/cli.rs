@@ -17,7 +17,7 @@ pub const USAGE: &str = "usage: cohort-sim --seeds N [--seed-start S] [--nodes 3
 [--shards S] [--storage file|memory] [--state memory|disk] [--replication-quorum Q] [--fault-ticks T] [--liveness-ticks T] \
 [--scenario default|metadata|reconfigure] [--profile mixed|durability|partitions] [--mutant NAME] \
 [--forger non-member|replay] [--transfers on|off] [--quiesce-ticks T] [--metadata-voters V] \
-[--clients C] [--clients-max M] [--json]
+[--clients C] [--clients-max M] [--op-batches] [--json]
 
 Runs seeds S..S+N of the deterministic simulator and checks every run.
   --seeds N                 how many seeds (default 10)
@@ -65,6 +65,9 @@ Runs seeds S..S+N of the deterministic simulator and checks every run.
   --clients-max M           H5: clients a group's client table holds (default 64); below --clients
                             the tables evict, an evicted client starts again under a fresh id
                             (default scenario only)
+  --op-batches              K5: the kv groups' state machines take op batches; every write is sent
+                            as one (a put or compare-and-set alone, or two to four puts of one key),
+                            and a batch's results are checked to be its ops' one after another
   --json                    also print one JSON summary line per seed
 The last line is `seeds=N violations=V ops_committed=C view_changes=X seeds_failed=F ...` with the
 disks' fault counters (the metadata scenario adds its session counters, reconfigure its member
@@ -132,6 +135,8 @@ pub struct Args {
     pub clients: usize,
     /// H5: `clients_max` of every group's client table.
     pub clients_max: usize,
+    /// K5: every kv write is an op batch.
+    pub op_batches: bool,
     /// Print a JSON line per seed.
     pub json: bool,
     /// Print the usage and exit.
@@ -162,6 +167,7 @@ impl Default for Args {
             metadata_voters: shape.metadata_voters,
             clients: shape.clients,
             clients_max: shape.core.clients_max,
+            op_batches: shape.op_batches,
             json: false,
             help: false,
         }
@@ -177,6 +183,7 @@ impl Args {
         while let Some(flag) = args.next() {
             match flag.as_str() {
                 "--json" => parsed.json = true,
+                "--op-batches" => parsed.op_batches = true,
                 "--help" | "-h" => parsed.help = true,
                 "--seeds" => parsed.seeds = number(&flag, args.next())?,
                 "--seed-start" => parsed.seed_start = number(&flag, args.next())?,
@@ -248,6 +255,9 @@ impl Args {
         if self.clients_max != Args::default().clients_max && self.scenario != Scenario::Default {
             return Err("--clients-max runs in the default scenario only".into());
         }
+        if self.op_batches && self.scenario == Scenario::Metadata {
+            return Err("--op-batches runs in the default and reconfigure scenarios (the metadata scenario's operator probes with plain writes)".into());
+        }
         if self.quiesce_ticks == Some(0) {
             return Err("--quiesce-ticks must be at least 1".into());
         }
@@ -278,6 +288,7 @@ impl Args {
         config.metadata_voters = self.metadata_voters;
         config.clients = self.clients;
         config.core.clients_max = self.clients_max;
+        config.op_batches = self.op_batches;
         config
     }
 
@@ -420,6 +431,9 @@ pub fn reproduce(config: &SimConfig) -> String {
     }
     if config.core.clients_max != defaults.core.clients_max {
         let _ = write!(command, " --clients-max {}", config.core.clients_max);
+    }
+    if config.op_batches {
+        command.push_str(" --op-batches");
     }
     if config.transfers != defaults.transfers {
         let _ = write!(command, " --transfers {}", if config.transfers { "on" } else { "off" });
@@ -601,6 +615,16 @@ mod tests {
     }
 
     #[test]
+    fn k5_op_batches_is_a_switch_of_the_default_and_reconfigure_scenarios() {
+        let batches = parse("--op-batches --state disk").expect("valid");
+        assert!(batches.op_batches && batches.config(3).op_batches);
+        assert!(batches.reproduce(3).contains("--op-batches"), "{}", batches.reproduce(3));
+        assert!(!parse("").expect("valid").config(3).op_batches, "off by default");
+        assert!(parse("--op-batches --scenario reconfigure").is_ok());
+        assert!(parse("--op-batches --scenario metadata").unwrap_err().contains("--op-batches"));
+    }
+
+    #[test]
     fn parses_every_flag() {
         let line = "--seeds 200 --seed-start 7 --nodes 5 --groups 2 --shards 3 --storage memory --state disk \
                     --replication-quorum 5 --fault-ticks 9 --liveness-ticks 8 --scenario metadata --profile durability \
@@ -628,6 +652,7 @@ mod tests {
                 metadata_voters: None,
                 clients: 6,
                 clients_max: 64,
+                op_batches: false,
                 json: true,
                 help: false
             }

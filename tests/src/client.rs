@@ -38,6 +38,9 @@ pub struct HistoryOp {
     /// no longer knew the client (evicted): it was never applied, and the
     /// checkers leave it out.
     pub refused: bool,
+    /// K5: an op batch answered with results that are not its ops' one
+    /// after another (a checker's violation).
+    pub torn: bool,
 }
 
 /// A request waiting for its reply.
@@ -46,9 +49,9 @@ pub struct Outstanding {
     /// The request (resent as is on retry): the write, or the registration
     /// that goes before it.
     pub request: Request,
-    /// While `request` is the registration: the write's operation, sent once
-    /// the registration is answered.
-    pub held: Option<bytes::Bytes>,
+    /// While `request` is the registration: the write's kind and
+    /// operation, sent once the registration is answered.
+    pub held: Option<(RequestKind, bytes::Bytes)>,
     /// Index in the history.
     pub history: usize,
     /// Tick of the last send.
@@ -79,6 +82,8 @@ pub struct SimClient {
     salt: u64,
     /// Fresh ids taken after an eviction ([`SimClient::evicted`]).
     pub restarts: u64,
+    /// K5: every write is an op batch.
+    op_batches: bool,
 }
 
 /// What a client wants sent.
@@ -90,8 +95,8 @@ pub struct Send {
 }
 
 impl SimClient {
-    /// A fresh client.
-    pub fn new(index: usize, seed_salt: u64) -> SimClient {
+    /// A fresh client; `op_batches`: it sends every write as an op batch (K5).
+    pub fn new(index: usize, seed_salt: u64, op_batches: bool) -> SimClient {
         SimClient {
             index,
             id: Self::id_of(seed_salt, index, 0),
@@ -101,6 +106,7 @@ impl SimClient {
             wait_until: 0,
             salt: seed_salt,
             restarts: 0,
+            op_batches,
         }
     }
 
@@ -149,9 +155,11 @@ impl SimClient {
         } else {
             let id = self.id;
             let writes = self.writes.entry(group).or_insert_with(|| Sequence::new(id, group));
+            let kind = if self.op_batches { RequestKind::WriteBatch } else { RequestKind::Write };
+            let operation = op.operation(self.op_batches);
             match writes.registration() {
-                Some(registration) => (registration, Some(op.encode())),
-                None => (writes.write(op.encode()), None),
+                Some(registration) => (registration, Some((kind, operation))),
+                None => (Request { kind, ..writes.write(operation) }, None),
             }
         };
         history.push(HistoryOp {
@@ -163,6 +171,7 @@ impl SimClient {
             output: None,
             committed_op: None,
             refused: false,
+            torn: false,
         });
         let target = self.guess.get(&group).copied().unwrap_or_else(|| rng.below(nodes as u64) as usize);
         self.outstanding = Some(Outstanding {
@@ -206,8 +215,8 @@ impl SimClient {
                 let writes = self.writes.get_mut(&group)?;
                 writes.registered(op);
                 let outstanding = self.outstanding.as_mut()?;
-                let operation = outstanding.held.take()?;
-                outstanding.request = writes.write(operation);
+                let (kind, operation) = outstanding.held.take()?;
+                outstanding.request = Request { kind, ..writes.write(operation) };
                 outstanding.sent_tick = 0;
                 outstanding.sends = 0;
                 None
@@ -216,8 +225,14 @@ impl SimClient {
                 let index = outstanding.history;
                 let entry = &mut history[index];
                 entry.returned_tick = Some(now);
-                entry.output = result_value(result);
-                if outstanding.request.kind == RequestKind::Write {
+                entry.output = if outstanding.request.kind == RequestKind::WriteBatch {
+                    let (output, torn) = batch_output(&entry.op, result);
+                    entry.torn = torn;
+                    output
+                } else {
+                    result_value(result)
+                };
+                if outstanding.request.kind.is_write() {
                     entry.committed_op = Some(op);
                 }
                 self.outstanding = None;
@@ -255,5 +270,46 @@ impl SimClient {
         outstanding.target = target;
         outstanding.sends += 1;
         Some(Send { to: target, request: outstanding.request.clone() })
+    }
+}
+
+/// K5: what a batch's answer says: the value its first op found, and
+/// whether the results are torn (not one per op, or a put's result not the
+/// value the put before it wrote: ops of the batch applied apart).
+fn batch_output(op: &KvOp, result: &[u8]) -> (Option<u64>, bool) {
+    let ops = match *op {
+        KvOp::Puts { count, .. } => count as usize,
+        _ => 1,
+    };
+    let Ok(results) = cohort_messages::op_batch::results(&bytes::Bytes::copy_from_slice(result), ops) else {
+        return (None, true);
+    };
+    let values: Vec<Option<u64>> = results.iter().map(|result| result_value(result)).collect();
+    let torn = match *op {
+        KvOp::Puts { first, .. } => values.iter().skip(1).zip(first..).any(|(value, before)| *value != Some(before)),
+        _ => false,
+    };
+    (values.first().copied().flatten(), torn || values.len() != ops)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(values: &[u64]) -> bytes::Bytes {
+        let results: Vec<[u8; 8]> = values.iter().map(|value| value.to_le_bytes()).collect();
+        cohort_messages::op_batch::encode(&results).expect("a batch")
+    }
+
+    #[test]
+    fn k5_a_batch_of_puts_answered_one_after_another_is_whole_and_any_other_answer_is_torn() {
+        let puts = KvOp::Puts { key: 1, first: 10, count: 3 };
+        assert_eq!(batch_output(&puts, &answer(&[7, 10, 11])), (Some(7), false), "old value, then each put's value");
+        assert!(batch_output(&puts, &answer(&[7, 11, 10])).1, "applied out of order");
+        assert!(batch_output(&puts, &answer(&[7, 10, 99])).1, "another write between two of its puts");
+        assert!(batch_output(&puts, &answer(&[7, 10])).1, "a result missing");
+        assert!(batch_output(&puts, b"not a batch").1);
+        let single = KvOp::Put { key: 1, value: 5 };
+        assert_eq!(batch_output(&single, &answer(&[4])), (Some(4), false));
     }
 }

@@ -32,11 +32,12 @@ use std::path::PathBuf;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use cohort_core::{Durability, StateExport, StateMachine};
+use cohort_messages::op_batch::{OpBatch, OpResults};
 use cohort_messages::{GroupId, Op};
 use cohort_wal::{FileSystem, OpenMode};
 
 use crate::disk::SimDisk;
-use crate::kv::{ApplySink, Kv, digest};
+use crate::kv::{Kv, digest};
 
 /// Where the state machines of a node keep their checkpoints.
 pub fn state_dir() -> PathBuf {
@@ -81,10 +82,10 @@ pub struct DiskKv {
 }
 
 impl DiskKv {
-    /// Open `group`'s state on `disk`: its newest checkpoint, or empty.
-    pub fn open(disk: SimDisk, group: GroupId, sink: ApplySink, counts: CheckpointSink) -> DiskKv {
+    /// Open `group`'s state on `disk`: its newest checkpoint, or empty
+    /// (`kv`, an empty map, holds it).
+    pub fn open(disk: SimDisk, group: GroupId, mut kv: Kv, counts: CheckpointSink) -> DiskKv {
         let path = checkpoint_path(group);
-        let mut kv = Kv::new(sink);
         let mut fs = disk.clone();
         let read = fs.read(&path).ok().and_then(|bytes| decode(&bytes));
         let record = match read {
@@ -280,6 +281,14 @@ impl StateMachine for DiskKv {
         self.kv.apply(op, operation)
     }
 
+    fn takes_op_batches(&self) -> bool {
+        self.kv.takes_op_batches()
+    }
+
+    fn apply_op_batch(&mut self, op: Op, batch: OpBatch<'_>, results: &mut OpResults) {
+        self.kv.apply_op_batch(op, batch, results);
+    }
+
     fn read(&self, query: &[u8]) -> Bytes {
         self.kv.read(query)
     }
@@ -319,7 +328,7 @@ impl StateMachine for DiskKv {
 
     fn clear(&mut self) -> Result<(), String> {
         self.remove().map_err(|error| format!("clearing {}: {error}", self.path.display()))?;
-        self.kv = Kv::new(self.kv.sink());
+        self.kv = self.kv.emptied();
         self.record = None;
         Ok(())
     }
@@ -368,7 +377,7 @@ impl StateMachine for DiskKv {
         if pairs.len() as u64 != staged {
             return Err(format!("{} staged bytes read back, {staged} written", pairs.len()));
         }
-        let mut kv = Kv::new(self.kv.sink());
+        let mut kv = self.kv.emptied();
         kv.restore(&pairs)?;
         let contents = encode(record, &pairs);
         if let Err(error) = self.write(&contents) {
@@ -392,7 +401,7 @@ pub fn checkpoint_path(group: GroupId) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kv::KvOp;
+    use crate::kv::{ApplySink, KvOp};
 
     fn put(kv: &mut DiskKv, op: u64, key: u64, value: u64) {
         kv.apply(Op(op), &KvOp::Put { key, value }.encode());
@@ -401,24 +410,24 @@ mod tests {
     #[test]
     fn d1_state_after_reopen_is_the_last_checkpoint() {
         let disk = SimDisk::new(1);
-        let mut kv = DiskKv::open(disk.clone(), GroupId(7), ApplySink::default(), CheckpointSink::default());
+        let mut kv = DiskKv::open(disk.clone(), GroupId(7), Kv::new(ApplySink::default()), CheckpointSink::default());
         assert_eq!(kv.checkpointed(), None);
         put(&mut kv, 1, 1, 10);
         kv.checkpoint(b"at 1").unwrap();
         put(&mut kv, 2, 2, 20);
-        let reopened = DiskKv::open(disk.clone(), GroupId(7), ApplySink::default(), CheckpointSink::default());
+        let reopened = DiskKv::open(disk.clone(), GroupId(7), Kv::new(ApplySink::default()), CheckpointSink::default());
         assert_eq!(reopened.checkpointed().as_deref(), Some(&b"at 1"[..]));
         assert_eq!((reopened.get(1), reopened.get(2)), (10, 0), "the apply after the checkpoint is gone");
         let mut reopened = reopened;
         reopened.clear().unwrap();
-        let cleared = DiskKv::open(disk, GroupId(7), ApplySink::default(), CheckpointSink::default());
+        let cleared = DiskKv::open(disk, GroupId(7), Kv::new(ApplySink::default()), CheckpointSink::default());
         assert_eq!((cleared.checkpointed(), cleared.get(1)), (None, 0));
     }
 
     #[test]
     fn d1_a_damaged_checkpoint_counts_as_none() {
         let disk = SimDisk::new(2);
-        let mut kv = DiskKv::open(disk.clone(), GroupId(3), ApplySink::default(), CheckpointSink::default());
+        let mut kv = DiskKv::open(disk.clone(), GroupId(3), Kv::new(ApplySink::default()), CheckpointSink::default());
         put(&mut kv, 1, 1, 10);
         kv.checkpoint(b"record").unwrap();
         let mut fs = disk.clone();
@@ -426,7 +435,7 @@ mod tests {
         bytes[6] ^= 1;
         let file = fs.open(&checkpoint_path(GroupId(3)), OpenMode::CreateTruncate).unwrap();
         fs.write_all_at(&file, &bytes, 0).unwrap();
-        let reopened = DiskKv::open(disk, GroupId(3), ApplySink::default(), CheckpointSink::default());
+        let reopened = DiskKv::open(disk, GroupId(3), Kv::new(ApplySink::default()), CheckpointSink::default());
         assert_eq!((reopened.checkpointed(), reopened.get(1)), (None, 0));
     }
 }
@@ -434,15 +443,16 @@ mod tests {
 #[cfg(test)]
 mod stream_tests {
     use super::*;
+    use crate::kv::ApplySink;
 
     #[test]
     fn d3_staged_chunks_survive_a_reopen() {
         let disk = SimDisk::new(5);
-        let mut kv = DiskKv::open(disk.clone(), GroupId(4), ApplySink::default(), CheckpointSink::default());
+        let mut kv = DiskKv::open(disk.clone(), GroupId(4), Kv::new(ApplySink::default()), CheckpointSink::default());
         kv.import_begin(b"key").unwrap();
         kv.import_write(0, &[1u8; 32]).unwrap();
         kv.import_write(32, &[2u8; 16]).unwrap();
-        let reopened = DiskKv::open(disk, GroupId(4), ApplySink::default(), CheckpointSink::default());
+        let reopened = DiskKv::open(disk, GroupId(4), Kv::new(ApplySink::default()), CheckpointSink::default());
         assert_eq!(reopened.import_staged(), Some((Bytes::from_static(b"key"), 48)));
     }
 }

@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use bytes::{BufMut, Bytes, BytesMut};
 use cohort_core::StateMachine;
 use cohort_messages::Op;
+use cohort_messages::op_batch::{self, OpBatch, OpResults};
 
 /// A KV operation.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -36,11 +37,49 @@ pub enum KvOp {
         /// New value.
         new: u64,
     },
+    /// K5: `count` puts of one key in one op batch, of the values `first`,
+    /// `first + 1`, ...: each put's result is the value before it, so the
+    /// batch answers the old value, then `first`, `first + 1`, ... if its
+    /// ops applied together, one after another.
+    Puts {
+        /// Key.
+        key: u64,
+        /// The first put's value.
+        first: u64,
+        /// Puts (2 or more).
+        count: u64,
+    },
 }
 
 impl KvOp {
-    /// Encode.
+    /// The operation a client sends: the encoding, or (K5, `op_batches`)
+    /// a write as an op batch (a put or compare-and-set alone).
+    pub fn operation(&self, op_batches: bool) -> Bytes {
+        match self {
+            KvOp::Put { .. } | KvOp::Cas { .. } if op_batches => {
+                op_batch::encode(&[self.encode()]).expect("one small op is a batch")
+            }
+            _ => self.encode(),
+        }
+    }
+
+    /// The value a write leaves the key with (None for a read; a
+    /// compare-and-set's is its new value if it matched).
+    pub fn written(&self) -> Option<u64> {
+        match *self {
+            KvOp::Get { .. } => None,
+            KvOp::Put { value, .. } => Some(value),
+            KvOp::Cas { new, .. } => Some(new),
+            KvOp::Puts { first, count, .. } => Some(first + count - 1),
+        }
+    }
+
+    /// Encode (a `Puts` as the op batch of its puts).
     pub fn encode(&self) -> Bytes {
+        if let KvOp::Puts { key, first, count } = *self {
+            let puts: Vec<Bytes> = (first..first + count).map(|value| KvOp::Put { key, value }.encode()).collect();
+            return op_batch::encode(&puts).expect("a few small puts are a batch");
+        }
         let mut out = BytesMut::with_capacity(25);
         match *self {
             KvOp::Get { key } => {
@@ -58,6 +97,7 @@ impl KvOp {
                 out.put_u64_le(expected);
                 out.put_u64_le(new);
             }
+            KvOp::Puts { .. } => unreachable!("encoded above"),
         }
         out.freeze()
     }
@@ -76,7 +116,7 @@ impl KvOp {
     /// The key.
     pub fn key(&self) -> u64 {
         match *self {
-            KvOp::Get { key } | KvOp::Put { key, .. } | KvOp::Cas { key, .. } => key,
+            KvOp::Get { key } | KvOp::Put { key, .. } | KvOp::Cas { key, .. } | KvOp::Puts { key, .. } => key,
         }
     }
 }
@@ -93,12 +133,24 @@ pub fn digest(bytes: &[u8]) -> u64 {
 pub struct Kv {
     map: BTreeMap<u64, u64>,
     sink: ApplySink,
+    /// K5: every write is an op batch.
+    op_batches: bool,
 }
 
 impl Kv {
     /// An empty map reporting to `sink`.
     pub fn new(sink: ApplySink) -> Kv {
-        Kv { map: BTreeMap::new(), sink }
+        Kv { map: BTreeMap::new(), sink, op_batches: false }
+    }
+
+    /// The same, taking op batches (K5) if `on`.
+    pub fn op_batches(self, on: bool) -> Kv {
+        Kv { op_batches: on, ..self }
+    }
+
+    /// An empty map of the same kind, reporting to the same sink.
+    pub fn emptied(&self) -> Kv {
+        Kv::new(self.sink()).op_batches(self.op_batches)
     }
 
     /// The value of a key (0: absent).
@@ -121,9 +173,8 @@ pub fn result_value(bytes: &[u8]) -> Option<u64> {
     bytes.try_into().ok().map(u64::from_le_bytes)
 }
 
-impl StateMachine for Kv {
-    fn apply(&mut self, op: Op, operation: &[u8]) -> Bytes {
-        self.sink.borrow_mut().push((op, digest(operation)));
+impl Kv {
+    fn apply_kv(&mut self, operation: &[u8]) -> Bytes {
         match KvOp::decode(operation) {
             Some(KvOp::Put { key, value }) => {
                 let old = self.get(key);
@@ -138,7 +189,27 @@ impl StateMachine for Kv {
                 value_bytes(old)
             }
             Some(KvOp::Get { key }) => value_bytes(self.get(key)),
-            None => Bytes::new(),
+            Some(KvOp::Puts { .. }) | None => Bytes::new(),
+        }
+    }
+}
+
+impl StateMachine for Kv {
+    fn apply(&mut self, op: Op, operation: &[u8]) -> Bytes {
+        self.sink.borrow_mut().push((op, digest(operation)));
+        self.apply_kv(operation)
+    }
+
+    fn takes_op_batches(&self) -> bool {
+        self.op_batches
+    }
+
+    /// K5: the batch is one apply at `op` (the checkers see the entry's
+    /// whole operation), its ops applied one after another.
+    fn apply_op_batch(&mut self, op: Op, batch: OpBatch<'_>, results: &mut OpResults) {
+        self.sink.borrow_mut().push((op, digest(batch.as_bytes())));
+        for operation in batch.iter() {
+            results.push(&self.apply_kv(operation));
         }
     }
 

@@ -148,6 +148,10 @@ fn operation(index: usize, entry: &HistoryOp) -> Option<Operation<RegisterModel>
         KvOp::Get { .. } => RegisterOp::Get { value: old? },
         KvOp::Put { value, .. } => RegisterOp::Put { value, old },
         KvOp::Cas { expected, new, .. } => RegisterOp::Cas { expected, new, old },
+        // K5: the puts of one batch apply together, so to a register they
+        // are one put of the last value that found the first's old value
+        // (the client checks the results in between, `client::batch_output`).
+        KvOp::Puts { first, count, .. } => RegisterOp::Put { value: first + count - 1, old },
     };
     let return_time = match entry.returned_tick {
         Some(tick) => time(tick, 0),
@@ -218,6 +222,7 @@ mod tests {
             output,
             committed_op: None,
             refused: false,
+            torn: false,
         }
     }
 

@@ -106,6 +106,8 @@ pub struct NodeSetup {
     pub storage: StorageKind,
     /// D1: where the kv groups' state machines keep their state.
     pub state: StateKind,
+    /// K5: the kv groups' state machines take op batches.
+    pub op_batches: bool,
 }
 
 /// Why a node could not start: a storage refused to open or recover.
@@ -421,9 +423,10 @@ impl SimNode {
         if group == GroupId::METADATA {
             Box::new(MirroredMetadata::new(Shared::clone(&self.metadata), sink, Shared::clone(&self.step_gates)))
         } else if self.setup.state == StateKind::Disk {
-            Box::new(DiskKv::open(self.disk.clone(), group, sink, Shared::clone(&self.checkpoints)))
+            let kv = Kv::new(sink).op_batches(self.setup.op_batches);
+            Box::new(DiskKv::open(self.disk.clone(), group, kv, Shared::clone(&self.checkpoints)))
         } else {
-            Box::new(Kv::new(sink))
+            Box::new(Kv::new(sink).op_batches(self.setup.op_batches))
         }
     }
 

@@ -31,8 +31,7 @@ use cohort_core::driver::{ClientAnswer, LinkStatus, Links, Note, Turn};
 use cohort_core::metadata::{AgentCounters, ExpiredPolicy};
 use cohort_core::{CoreConfig, GroupSpec, Quorums, Role, TimingConfig};
 use cohort_messages::{
-    Frame, GroupId, Incarnation, MemberIndex, Message, NodeId, Op, Outcome, Reply, ReplyError, RequestKind,
-    TraceContext,
+    Frame, GroupId, Incarnation, MemberIndex, Message, NodeId, Op, Outcome, Reply, ReplyError, TraceContext,
 };
 
 use crate::check::Checkers;
@@ -130,6 +129,9 @@ pub struct SimConfig {
     pub forger: Option<ForgerMode>,
     /// C4: random primary transfers in the fault phase (see `sim/transfers.rs`).
     pub transfers: bool,
+    /// K5: the kv groups' state machines take op batches, and every kv
+    /// write is one (see `KvOp::operation`).
+    pub op_batches: bool,
 }
 
 impl SimConfig {
@@ -172,6 +174,7 @@ impl SimConfig {
             expired_policy: None,
             forger: None,
             transfers: true,
+            op_batches: false,
         }
     }
 
@@ -225,6 +228,8 @@ pub struct Report {
     pub ops_committed: u64,
     /// Writes acknowledged to clients.
     pub writes_acknowledged: u64,
+    /// K5: of them, op batches of two or more puts.
+    pub batches_acknowledged: u64,
     /// Views with a new primary after view 0.
     pub view_changes: u64,
     /// Node crashes.
@@ -340,6 +345,7 @@ pub struct Sim {
     frames_rejected: u64,
     entries_rejected: u64,
     writes_acknowledged: u64,
+    batches_acknowledged: u64,
     value_counter: u64,
     /// T6: the forging peer.
     forger: Option<forger::Forger>,
@@ -412,7 +418,12 @@ impl Sim {
             let voters = config.metadata_voters.unwrap_or(config.nodes);
             crate::metadata::metadata_spec(config.nodes, voters, &specs[0])
         });
-        let setup = NodeSetup { shards: config.shards, storage: config.storage, state: config.state };
+        let setup = NodeSetup {
+            shards: config.shards,
+            storage: config.storage,
+            state: config.state,
+            op_batches: config.op_batches,
+        };
         let node_count = config.nodes + config.learners;
         let nodes = (0..node_count)
             .map(|index| {
@@ -426,7 +437,7 @@ impl Sim {
                 node
             })
             .collect();
-        let clients = (0..config.clients).map(|index| SimClient::new(index, config.seed)).collect();
+        let clients = (0..config.clients).map(|index| SimClient::new(index, config.seed, config.op_batches)).collect();
         let mut network = Network::default();
         network.faults = faults.network.clone();
         let operator = operator::Operator::new(config.seed);
@@ -463,6 +474,7 @@ impl Sim {
             frames_rejected: 0,
             entries_rejected: 0,
             writes_acknowledged: 0,
+            batches_acknowledged: 0,
             registrations_read: HashMap::new(),
             value_counter: 0,
             forger: None,
@@ -534,6 +546,7 @@ impl Sim {
             violations: self.checkers.violations.clone(),
             ops_committed: self.checkers.ops_committed(),
             writes_acknowledged: self.writes_acknowledged,
+            batches_acknowledged: self.batches_acknowledged,
             view_changes: self.checkers.view_changes,
             crashes: self.crashes,
             wipes: self.wipes,
@@ -1080,8 +1093,16 @@ impl Sim {
                 if let Some(done) = self.clients[index].on_reply(self.now, &reply, &mut self.history) {
                     self.checkers.replied(self.now, index, reply.group, reply.request);
                     let entry = &self.history[done];
+                    if entry.torn {
+                        let violation = format!(
+                            "tick {}: K5: the op batch {:?} of client {index} at {:?} was answered with results not of its ops one after another: {:?}",
+                            self.now, entry.op, entry.committed_op, reply.outcome
+                        );
+                        self.checkers.violations.push(violation);
+                    }
                     if let Some(op) = entry.committed_op {
                         self.writes_acknowledged += 1;
+                        self.batches_acknowledged += u64::from(matches!(entry.op, KvOp::Puts { .. }));
                         self.check_acknowledged(done, op);
                     }
                 }
@@ -1132,13 +1153,13 @@ impl Sim {
             return; // Q4: acknowledged on the primary's durable copy, before any apply.
         }
         let entry = &self.history[history];
-        let operation = entry.op.encode();
+        let operation = entry.op.operation(self.config.op_batches);
         self.checkers.acknowledged(self.now, entry.group, op, digest(&operation));
     }
 
     fn send_request(&mut self, client: usize, send: Send) {
         // A registration (H5) is no kv write: it applies nothing.
-        if send.request.kind == RequestKind::Write && !is_registration(send.request.request) {
+        if send.request.kind.is_write() && !is_registration(send.request.request) {
             let request = &send.request;
             self.checkers.write_sent(request.group, digest(&request.operation), request.client, request.request);
         }
@@ -1175,6 +1196,14 @@ impl Sim {
                 4..=7 => KvOp::Put { key, value },
                 _ => KvOp::Cas { key, expected: self.last_value(group, key), new: value },
             };
+            // K5: a put is half of the time two to four puts of its key in
+            // one batch (drawn only with op batches: every other run draws
+            // as it did).
+            if self.config.op_batches && matches!(op, KvOp::Put { .. }) && self.rng.chance(500) {
+                let count = 2 + self.rng.below(3);
+                self.value_counter += count - 1;
+                op = KvOp::Puts { key, first: value, count };
+            }
             if self.resting(group) {
                 // Z3: a resting group turns idle and quiesces; a rare read
                 // wakes it and is served from the pair-heartbeat quorum window.
@@ -1207,9 +1236,8 @@ impl Sim {
             .rev()
             .find(|op| op.group == group && op.op.key() == key && op.returned_tick.is_some())
             .and_then(|op| match op.op {
-                KvOp::Put { value, .. } => Some(value),
-                KvOp::Cas { new, .. } => Some(new),
                 KvOp::Get { .. } => op.output,
+                write => write.written(),
             })
             .unwrap_or(0)
     }
@@ -1249,7 +1277,7 @@ impl Sim {
     /// A new client sends `op` for `group` to node `to`; returns its history index.
     pub fn submit(&mut self, group: GroupId, op: KvOp, to: usize) -> usize {
         let index = self.clients.len();
-        let mut client = SimClient::new(index, self.config.seed);
+        let mut client = SimClient::new(index, self.config.seed, self.config.op_batches);
         client.guess.insert(group, to);
         let nodes = self.nodes.len();
         let send =
@@ -1264,7 +1292,7 @@ impl Sim {
     pub fn submit_as(&mut self, client: usize, group: GroupId, op: KvOp, to: usize) -> Option<usize> {
         while self.clients.len() <= client.max(self.config.clients) {
             let index = self.clients.len();
-            self.clients.push(SimClient::new(index, self.config.seed));
+            self.clients.push(SimClient::new(index, self.config.seed, self.config.op_batches));
         }
         let nodes = self.nodes.len();
         self.clients[client].guess.entry(group).or_insert(to);
@@ -1279,7 +1307,7 @@ impl Sim {
     pub fn submit_to(&mut self, client: usize, group: GroupId, op: KvOp, to: usize) -> Option<usize> {
         while self.clients.len() <= client.max(self.config.clients) {
             let index = self.clients.len();
-            self.clients.push(SimClient::new(index, self.config.seed));
+            self.clients.push(SimClient::new(index, self.config.seed, self.config.op_batches));
         }
         if self.clients[client].outstanding.is_some() {
             return None;

@@ -105,11 +105,15 @@ pub enum Refusal {
     /// Z3: a shard-pair heartbeat or reply to a shard whose node runs
     /// without `commit_quiesce_timeout` (the nodes disagree on it).
     QuiescenceOff,
+    /// K5: a Prepare whose entry is a write that is no op batch, to a
+    /// replica whose state machine takes op batches (the primary refuses
+    /// such a write before it enters the log).
+    NotAnOpBatch,
 }
 
 impl Refusal {
     /// Every reason, in the order of [`Refusals::by_reason`].
-    pub const ALL: [Refusal; 18] = [
+    pub const ALL: [Refusal; 19] = [
         Refusal::ViewOutOfRange,
         Refusal::OpOutOfRange,
         Refusal::LogRewritesApplied,
@@ -128,6 +132,7 @@ impl Refusal {
         Refusal::ReplyBatchFull,
         Refusal::PairHeartbeatStale,
         Refusal::QuiescenceOff,
+        Refusal::NotAnOpBatch,
     ];
 
     /// The reason as a metric label (`reason="view_jump"`).
@@ -151,6 +156,7 @@ impl Refusal {
             Refusal::ReplyBatchFull => "reply_batch_full",
             Refusal::PairHeartbeatStale => "pair_heartbeat_stale",
             Refusal::QuiescenceOff => "quiescence_off",
+            Refusal::NotAnOpBatch => "not_an_op_batch",
         }
     }
 
@@ -224,6 +230,8 @@ pub struct Refusals {
     pub pair_heartbeat_stale: u64,
     /// [`Refusal::QuiescenceOff`].
     pub quiescence_off: u64,
+    /// [`Refusal::NotAnOpBatch`].
+    pub not_an_op_batch: u64,
 }
 
 impl Refusals {
@@ -247,6 +255,7 @@ impl Refusals {
             Refusal::ReplyBatchFull => &mut self.reply_batch_full,
             Refusal::PairHeartbeatStale => &mut self.pair_heartbeat_stale,
             Refusal::QuiescenceOff => &mut self.quiescence_off,
+            Refusal::NotAnOpBatch => &mut self.not_an_op_batch,
         }
     }
 
@@ -283,6 +292,7 @@ impl Refusals {
             reply_batch_full,
             pair_heartbeat_stale,
             quiescence_off,
+            not_an_op_batch,
         } = *self;
         let counts = [
             view_out_of_range,
@@ -303,6 +313,7 @@ impl Refusals {
             reply_batch_full,
             pair_heartbeat_stale,
             quiescence_off,
+            not_an_op_batch,
         ];
         std::array::from_fn(|index| (Refusal::ALL[index], counts[index]))
     }

@@ -26,6 +26,7 @@
 //! of one run and comes back before cohort calls it again.
 
 use bytes::Bytes;
+use cohort_messages::op_batch::{OpBatch, OpResults};
 use cohort_messages::{NodeId, Op};
 
 /// D2: a state machine lent to the shard's apply worker for one run
@@ -81,11 +82,38 @@ impl std::fmt::Debug for LentState {
 /// broken state machine: its replica cannot go on).
 pub fn apply_run(state: &mut dyn StateMachine, ops: &[(Op, Bytes)]) -> Vec<Bytes> {
     let results = match ops {
-        [(op, operation)] => vec![state.apply(*op, operation)],
+        // K5: each write is a batch of ops, applied as one.
+        _ if state.takes_op_batches() => {
+            ops.iter().map(|(op, operation)| apply_op_batch(state, *op, operation)).collect()
+        }
+        [(op, operation)] => vec![apply_one(state, *op, operation)],
         _ => state.apply_batch(ops),
     };
     assert_eq!(results.len(), ops.len(), "StateMachine::apply_batch returns one result per op");
     results
+}
+
+/// Apply one committed write the way [`apply_run`] applies a run of one.
+pub(crate) fn apply_one(state: &mut dyn StateMachine, op: Op, operation: &Bytes) -> Bytes {
+    if state.takes_op_batches() { apply_op_batch(state, op, operation) } else { state.apply(op, operation) }
+}
+
+/// K5: apply one committed write of a state machine that takes op batches:
+/// its ops through [`StateMachine::apply_op_batch`], their results encoded
+/// as one op batch (the entry's result, kept in the client table and sent
+/// in the Reply). An operation that is no op batch (the primary refuses
+/// those at admission and backups refuse Prepares of them, so only a
+/// forged log holds one) applies nothing on any member, and its result is
+/// empty. Panics if `apply_op_batch` pushes a wrong number of results (a
+/// broken state machine).
+pub fn apply_op_batch(state: &mut dyn StateMachine, op: Op, operation: &Bytes) -> Bytes {
+    let Ok(batch) = OpBatch::parse(operation) else { return Bytes::new() };
+    let mut results = OpResults::with_count(batch.len());
+    state.apply_op_batch(op, batch, &mut results);
+    assert_eq!(results.len(), batch.len(), "StateMachine::apply_op_batch pushes one result per op");
+    // Results together larger than a Reply carries break the state
+    // machine's contract; every member answers the same empty result.
+    results.finish().unwrap_or_default()
 }
 
 /// D2, D3: what the apply worker does with a state machine lent to it.
@@ -145,6 +173,33 @@ pub trait StateMachine: Send {
     /// for each.
     fn apply_batch(&mut self, ops: &[(Op, Bytes)]) -> Vec<Bytes> {
         ops.iter().map(|(op, operation)| self.apply(*op, operation)).collect()
+    }
+
+    /// K5: whether every write's operation is an op batch
+    /// ([`cohort_messages::op_batch`]): many ops a client sent in one
+    /// request, which enter the log as one entry at one op and are applied
+    /// with [`StateMachine::apply_op_batch`]; the result is their results as
+    /// an op batch. The primary refuses a write that is no op batch
+    /// (`Rejected`), and admits each of its ops with
+    /// [`StateMachine::admit`]. Fixed for a kind of state machine: its log
+    /// is read by it. Default: false (each operation is one op).
+    fn takes_op_batches(&self) -> bool {
+        false
+    }
+
+    /// K5: apply the ops of one batch committed at `op`, in order, and push
+    /// one result per op into `results`, in the same order (together at
+    /// most `OPERATION_SIZE_MAX_BYTES`, what one Reply carries). Called
+    /// only if [`StateMachine::takes_op_batches`]. The ops share the op
+    /// number (an op of a batch is named by `(op, index)`); a state machine
+    /// that skips ops at or below its applied point counts a batch once.
+    /// `batch.iter()` borrows each op, `batch.iter_bytes()` slices it (no
+    /// copy, for a state machine that keeps ops). Default: `apply` for
+    /// each, with that op.
+    fn apply_op_batch(&mut self, op: Op, batch: OpBatch<'_>, results: &mut OpResults) {
+        for operation in batch.iter() {
+            results.push(&self.apply(op, operation));
+        }
     }
 
     /// Answer a read from the current state (V7); never changes state.

@@ -106,8 +106,7 @@ fn log_entry(input: &mut Input, op: Op, view: View) -> LogEntry {
     let (client, operation) = if client == 0 {
         (ClientId::SEAL, seal_operation(input))
     } else {
-        let len = input.choose(OPERATION_BUILT_MAX_BYTES + 1);
-        (ClientId(u128::from(client)), Bytes::copy_from_slice(input.bytes(len)))
+        (ClientId(u128::from(client)), operation(input))
     };
     LogEntry { op, view, client, request: RequestNumber(input.small_u64()), operation }
 }
@@ -272,9 +271,23 @@ pub fn request(input: &mut Input, group: GroupId) -> Request {
         0xFF => RequestNumber(u64::MAX),
         byte => RequestNumber(u64::from(byte & 7)),
     };
-    let kind = if input.bool() { RequestKind::Read } else { RequestKind::Write };
-    let len = input.choose(OPERATION_BUILT_MAX_BYTES + 1);
-    Request { client, request, group, kind, operation: Bytes::copy_from_slice(input.bytes(len)) }
+    let kind = RequestKind::ALL[input.choose(RequestKind::ALL.len())];
+    Request { client, request, group, kind, operation: operation(input) }
+}
+
+/// An operation: any bytes, or (K5, half the time) an op batch of up to
+/// three such ops, as a group whose state machine takes op batches reads
+/// them.
+fn operation(input: &mut Input) -> Bytes {
+    let raw = |input: &mut Input| {
+        let len = input.choose(OPERATION_BUILT_MAX_BYTES + 1);
+        Bytes::copy_from_slice(input.bytes(len))
+    };
+    if input.bool() {
+        return raw(input);
+    }
+    let ops: Vec<Bytes> = (0..=input.choose(3)).map(|_| raw(input)).collect();
+    cohort_messages::op_batch::encode(&ops).unwrap_or_default()
 }
 
 /// The body of a Commit batch: entries for any groups, each encoded by the

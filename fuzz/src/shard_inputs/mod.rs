@@ -148,7 +148,7 @@ impl Driver {
             reached: Reached::default(),
         };
         for hosted in &GROUPS {
-            driver.shard.create_group(hosted.spec(), Box::new(Tally::default())).expect("a valid group");
+            driver.shard.create_group(hosted.spec(), Box::new(Tally::of(hosted))).expect("a valid group");
         }
         driver.drain();
         driver
@@ -314,7 +314,7 @@ impl Driver {
         self.shard.on_tick(self.now);
         let mut recovered = self.storage.recover().expect("memory storage recovers").groups;
         for hosted in &GROUPS {
-            let state = Box::new(Tally::default());
+            let state = Box::new(Tally::of(hosted));
             let result = match recovered.remove(&hosted.group) {
                 Some(group) => self.shard.recover_group(hosted.spec(), state, group),
                 None => self.shard.create_group(hosted.spec(), state),

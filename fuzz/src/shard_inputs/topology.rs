@@ -24,6 +24,8 @@ pub struct HostedGroup {
     pub replication_quorum: Option<usize>,
     pub write_mode: WriteMode,
     pub report_applied: bool,
+    /// K5: its state machine takes op batches.
+    pub op_batches: bool,
 }
 
 /// The hosted groups, in the order inputs name them.
@@ -35,6 +37,7 @@ pub const GROUPS: [HostedGroup; 4] = [
         replication_quorum: None,
         write_mode: WriteMode::Sync,
         report_applied: false,
+        op_batches: false,
     },
     HostedGroup {
         group: GroupId(2),
@@ -43,6 +46,7 @@ pub const GROUPS: [HostedGroup; 4] = [
         replication_quorum: None,
         write_mode: WriteMode::Sync,
         report_applied: true,
+        op_batches: true,
     },
     HostedGroup {
         group: GroupId(3),
@@ -51,6 +55,7 @@ pub const GROUPS: [HostedGroup; 4] = [
         replication_quorum: None,
         write_mode: WriteMode::Sync,
         report_applied: false,
+        op_batches: false,
     },
     HostedGroup {
         group: GroupId(4),
@@ -59,6 +64,7 @@ pub const GROUPS: [HostedGroup; 4] = [
         replication_quorum: Some(2),
         write_mode: WriteMode::Async,
         report_applied: false,
+        op_batches: true,
     },
 ];
 
@@ -106,9 +112,17 @@ pub fn config() -> CoreConfig {
 
 /// A state machine whose state is the list of applied operations' lengths
 /// and first bytes: deterministic, cheap, with a real snapshot codec.
-#[derive(Default)]
 pub struct Tally {
     applied: Vec<u8>,
+    /// K5: it takes op batches.
+    op_batches: bool,
+}
+
+impl Tally {
+    /// The state machine of `hosted`.
+    pub fn of(hosted: &HostedGroup) -> Tally {
+        Tally { applied: Vec::new(), op_batches: hosted.op_batches }
+    }
 }
 
 /// The most bytes [`Tally`] keeps (older ones are dropped).
@@ -121,6 +135,10 @@ impl StateMachine for Tally {
         }
         self.applied.push(operation.first().copied().unwrap_or(0).wrapping_add(operation.len() as u8));
         Bytes::copy_from_slice(&self.applied)
+    }
+
+    fn takes_op_batches(&self) -> bool {
+        self.op_batches
     }
 
     fn read(&self, query: &[u8]) -> Bytes {

@@ -183,7 +183,7 @@ pub fn handshake() -> impl Strategy<Value = Handshake> {
 }
 
 pub fn request() -> impl Strategy<Value = Request> {
-    let kind = prop_oneof![Just(RequestKind::Write), Just(RequestKind::Read)];
+    let kind = prop_oneof![Just(RequestKind::Write), Just(RequestKind::Read), Just(RequestKind::WriteBatch)];
     (any::<u128>(), any::<u64>(), any::<u64>(), kind, payload()).prop_map(
         |(client, request, group, kind, operation)| Request {
             client: ClientId(client),

@@ -23,7 +23,7 @@ use std::fmt;
 
 use bytes::Bytes;
 use cohort_core::client::{Verdict, verdict};
-use cohort_messages::{GroupId, NodeId, Op, ReplyError, Request, RequestKind};
+use cohort_messages::{GroupId, NodeId, Op, ReplyError, Request};
 use tokio::time::Instant;
 
 use crate::client::Inner;
@@ -37,6 +37,29 @@ pub struct Committed {
     pub op: Op,
     /// The state machine's result.
     pub result: Bytes,
+}
+
+/// K5: the answer to a batch of writes (`write_batch`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CommittedBatch {
+    /// The op the whole batch committed at; its ops are `(op, index)`.
+    pub op: Op,
+    /// Each op's result, in the batch's order (none for an `Async` group:
+    /// Q4 answers before the ops are applied).
+    pub results: Vec<Bytes>,
+}
+
+impl CommittedBatch {
+    /// Read the answer to a batch of `ops` ops that committed at `op` with
+    /// `result`; the error says what is wrong.
+    pub fn read(op: Op, result: &Bytes, ops: usize) -> Result<CommittedBatch, String> {
+        match cohort_messages::op_batch::results(result, ops) {
+            Ok(results) => Ok(CommittedBatch { op, results }),
+            Err(error) => Err(format!(
+                "the batch committed at {op}, but its answer is not one result per op ({error}): its state machine's apply_op_batch broke the rule"
+            )),
+        }
+    }
 }
 
 /// What the last attempt got, for the error at the timeout.
@@ -334,7 +357,7 @@ impl Call<'_> {
     fn give_up(&mut self) -> ClientError {
         let group = self.request.group;
         let waited = self.started.elapsed();
-        let request = (self.request.kind == RequestKind::Write).then(|| Box::new(self.request.clone()));
+        let request = self.request.kind.is_write().then(|| Box::new(self.request.clone()));
         match &self.last {
             Last::Refusal { code: ReplyError::NoSuchGroup, detail, .. } if !self.routed && !self.maybe_applied => {
                 ClientError::NoSuchGroup { group, reason: detail.clone() }

@@ -23,10 +23,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use cohort_core::client::{self, Sequence};
-use cohort_messages::{ClusterId, GroupId, NodeId, ROUTE_QUERY_GROUPS_MAX, Request, RequestNumber, View};
+use cohort_messages::{ClusterId, GroupId, NodeId, ROUTE_QUERY_GROUPS_MAX, Request, RequestKind, RequestNumber, View};
 use rustls_pki_types::CertificateDer;
 
-use crate::call::{self, Committed};
+use crate::call::{self, Committed, CommittedBatch};
 use crate::config::{ClientLimits, Security, check_address};
 use crate::error::ClientError;
 use crate::id::fresh_client_id;
@@ -211,7 +211,32 @@ impl ClusterClient {
     /// Write `operation` to `group` and wait for its result (for an `Async`
     /// group, Q4: for the primary's durable copy).
     pub async fn write(&self, group: GroupId, operation: impl Into<Bytes>) -> Result<Committed, ClientError> {
-        let operation = operation.into();
+        self.write_kind(group, RequestKind::Write, operation.into()).await
+    }
+
+    /// K5: write many ops to `group` in one request, for a group whose
+    /// state machine takes op batches: they enter its log as one entry at
+    /// one op, all or none, are applied in order, and each gets its own
+    /// result. Exactly once, like [`ClusterClient::write`] (a retried batch
+    /// is answered with every result). A group whose state machine takes
+    /// one op per write refuses the batch (`Rejected`), and applies none.
+    pub async fn write_batch<T: Into<Bytes>>(
+        &self,
+        group: GroupId,
+        ops: impl IntoIterator<Item = T>,
+    ) -> Result<CommittedBatch, ClientError> {
+        let ops: Vec<Bytes> = ops.into_iter().map(Into::into).collect();
+        let operation = cohort_messages::op_batch::encode(&ops).map_err(|error| ClientError::OpBatch {
+            group,
+            detail: format!("{error}: send fewer or smaller ops per batch"),
+        })?;
+        let committed = self.write_kind(group, RequestKind::WriteBatch, operation).await?;
+        CommittedBatch::read(committed.op, &committed.result, ops.len())
+            .map_err(|detail| ClientError::OpBatch { group, detail })
+    }
+
+    /// [`ClusterClient::write`] of a write of `kind` (K5: plain or a batch).
+    async fn write_kind(&self, group: GroupId, kind: RequestKind, operation: Bytes) -> Result<Committed, ClientError> {
         check_size(&operation)?;
         let session = self.session(group)?;
         let mut session = session.lock().await;
@@ -226,7 +251,7 @@ impl ClusterClient {
             let registered = call::run(&self.inner, registration, self.timeout).await.map_err(unsent)?;
             session.writes.registered(registered.op);
         }
-        let request = session.writes.write(operation);
+        let request = Request { kind, ..session.writes.write(operation) };
         // Cleared only on success, so a caller that stops waiting leaves it set.
         session.in_doubt = true;
         let left = self.timeout.saturating_sub(started.elapsed());

@@ -157,6 +157,18 @@ pub enum ClientError {
         /// The limit (`OPERATION_SIZE_MAX_BYTES`).
         max: usize,
     },
+    /// K5: the ops make no op batch (none, more than
+    /// `op_batch::OP_BATCH_OPS_MAX`, or together more than a request
+    /// carries: nothing was sent), or a batch's answer was not one result
+    /// per op (the batch committed, but its group's state machine answered
+    /// something else).
+    #[error("{group}: {detail}")]
+    OpBatch {
+        /// The group.
+        group: GroupId,
+        /// What is wrong, and what to do.
+        detail: String,
+    },
     /// The system's random source failed, so no unguessable client id can
     /// be drawn (T2); nothing was sent.
     #[error("the system's random source failed: no unguessable client id can be drawn")]

@@ -57,7 +57,7 @@ mod pool;
 mod routes;
 mod tls;
 
-pub use call::Committed;
+pub use call::{Committed, CommittedBatch};
 pub use client::{ClusterClient, ClusterClientBuilder};
 pub use cluster_id::{
     CLUSTER_ID_DIGITS_MAX, CLUSTER_ID_FILE, ClusterIdError, format_cluster_id, parse_cluster_id, read_cluster_id,

@@ -41,7 +41,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use cohort_actors::{DropReason, Mailbox, Port, SyncKind};
 use cohort_core::client::Sequence;
-use cohort_messages::{ClusterId, GroupId, Incarnation, NodeId, ReplyError};
+use cohort_messages::{ClusterId, GroupId, Incarnation, NodeId, ReplyError, RequestKind};
 use indicatif::{ProgressBar, ProgressStyle};
 
 pub(crate) use report::BenchReport;
@@ -74,6 +74,10 @@ pub(crate) struct BenchOptions {
     pub warmup_secs: u64,
     /// Bytes of each write's operation.
     pub op_size_bytes: usize,
+    /// K5: ops per request (above 1: each request is an op batch of this
+    /// many writes of `op_size_bytes`, to groups whose state machine takes
+    /// op batches). Every op counts as a write.
+    pub batch_ops: usize,
     /// Shards (threads) per node.
     pub shards: usize,
     /// Where the nodes' logs go (`None`: a fresh directory under the
@@ -107,6 +111,7 @@ impl Default for BenchOptions {
             seconds: 10,
             warmup_secs: 2,
             op_size_bytes: 8,
+            batch_ops: 1,
             shards: 1,
             data_dir: None,
             state: StateShape::Register,
@@ -133,6 +138,18 @@ impl BenchOptions {
                 "--op-size-bytes exceeds the operation limit",
             ),
             (
+                (1..=cohort_messages::op_batch::OP_BATCH_OPS_MAX).contains(&self.batch_ops),
+                "--batch-ops must be 1 to 8192",
+            ),
+            (
+                self.batch_ops == 1
+                    || cohort_messages::op_batch::encoded_size_bytes(std::iter::repeat_n(
+                        self.op_size_bytes,
+                        self.batch_ops,
+                    )) <= cohort_messages::OPERATION_SIZE_MAX_BYTES,
+                "--batch-ops x --op-size-bytes exceeds the operation limit (1 MiB per request)",
+            ),
+            (
                 self.timeline_secs == 0 || self.seconds / self.timeline_secs <= TIMELINE_SAMPLES_MAX,
                 "--seconds / --timeline-secs exceeds the timeline's sample limit",
             ),
@@ -155,7 +172,8 @@ pub(crate) fn run(options: BenchOptions) -> Result<BenchReport, String> {
     let parent = options.data_dir.clone().unwrap_or_else(std::env::temp_dir);
     let dir = parent.join(format!("cohort-bench-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let floor = floor::measure(&dir, options.op_size_bytes, options.nodes)?;
+    // K5: a batch is synced as one record, so the floor's writes are requests.
+    let floor = floor::measure(&dir, options.op_size_bytes * options.batch_ops, options.nodes)?;
     let system = actix_rt::System::new();
     let result = system.block_on(Bench::run(options, dir.clone(), floor));
     let _ = std::fs::remove_dir_all(&dir);
@@ -359,7 +377,7 @@ impl Bench {
         let sample = TimelineSample::new(
             interval,
             &latencies,
-            self.options.op_size_bytes,
+            (self.options.op_size_bytes, self.options.batch_ops),
             self.sizes.largest_bytes(),
             process::resident_bytes(),
         );
@@ -399,6 +417,14 @@ impl Bench {
         let group = GroupId((writer % self.options.groups) as u64);
         let mut writes = Sequence::new(client, group);
         let operation = Bytes::from(vec![0x5A; self.options.op_size_bytes]);
+        // K5: a batch of `batch_ops` such writes per request.
+        let (kind, operation) = match self.options.batch_ops {
+            1 => (RequestKind::Write, operation),
+            ops => match cohort_messages::op_batch::encode(&vec![operation; ops]) {
+                Ok(batch) => (RequestKind::WriteBatch, batch),
+                Err(_) => return, // `check` refused the options.
+            },
+        };
         // H5: the registration first, not counted as a write.
         if let Some(registration) = writes.registration() {
             let mut registered = None;
@@ -412,14 +438,14 @@ impl Bench {
             }
         }
         while !self.stopping.get() {
-            let request = writes.write(operation.clone());
+            let request = cohort_messages::Request { kind, ..writes.write(operation.clone()) };
             let started = Instant::now();
             // The same request until it is answered: it applies once.
             while !self.stopping.get() && self.attempt(&request).await.is_none() {}
             if self.stopping.get() {
                 return;
             }
-            self.acknowledged.set(self.acknowledged.get() + 1);
+            self.acknowledged.set(self.acknowledged.get() + self.options.batch_ops as u64);
             if self.measuring.get() {
                 let latency_us = started.elapsed().as_micros() as u64;
                 self.latencies.borrow_mut().record(latency_us);
@@ -478,8 +504,9 @@ fn start_node(
         .shards(options.shards)
         .state_machine({
             let (shape, sizes, inline) = (options.state, sizes.of_node(index), options.apply_inline);
+            let op_batches = options.batch_ops > 1;
             let state_dir = dir.join(format!("node-{}", node.0)).join("state");
-            move |group| shape.state_machine(&sizes, group, &state_dir, inline)
+            move |group| shape.state_machine(&sizes, group, &state_dir, inline, op_batches)
         });
     for (peer, address) in addresses.iter().enumerate() {
         if peer != index {

@@ -23,6 +23,10 @@ pub(crate) struct BenchReport {
     pub shards: usize,
     /// Bytes per write.
     pub op_size_bytes: usize,
+    /// K5: writes per request (1: no batches).
+    pub batch_ops: usize,
+    /// Requests acknowledged in the window (`writes` / `batch_ops`).
+    pub requests: u64,
     /// What the groups' state machines keep.
     pub state: StateShape,
     /// D2: a `disk-log` applied on the shard's thread (`--apply-inline`).
@@ -107,7 +111,9 @@ impl BenchReport {
         refused_writes: u64,
         dropped_by_reason: Vec<(String, u64)>,
     ) -> BenchReport {
-        let writes = latencies.count();
+        // K5: each op of a batch is a write; a request's latency is its ops'.
+        let requests = latencies.count();
+        let writes = requests * options.batch_ops as u64;
         let (writes_per_sec, mb_per_sec) = rates(writes, options.op_size_bytes, window);
         let per_write = |count: u64| count as f64 / writes.max(1) as f64;
         let usage = after.usage.since(before.usage);
@@ -120,6 +126,8 @@ impl BenchReport {
             writers: options.writers,
             shards: options.shards,
             op_size_bytes: options.op_size_bytes,
+            batch_ops: options.batch_ops,
+            requests,
             state: options.state,
             apply_inline: options.apply_inline,
             timeline_secs: options.timeline_secs,
@@ -166,6 +174,8 @@ impl BenchReport {
             "writers": self.writers,
             "shards": self.shards,
             "op_size_bytes": self.op_size_bytes,
+            "batch_ops": self.batch_ops,
+            "requests": self.requests,
             "state": self.state.as_str(),
             "apply_inline": self.apply_inline,
             "timeline_secs": self.timeline_secs,
@@ -220,16 +230,17 @@ impl BenchReport {
                 ),
             ),
             ("writes", format!("{} in {:.1} s", self.writes, self.window_secs)),
+            ("requests", format!("{} ({} writes each: --batch-ops)", self.requests, self.batch_ops)),
             ("writes/s", format!("{:.0} (load average {:.2})", self.writes_per_sec, self.load_average)),
             (
                 "MB/s",
                 format!(
-                    "{:.2} ({:.2} of the bytes floor {:.2} MB/s: disk {:.2} MB/s synced per {} B write / {} nodes)",
+                    "{:.2} ({:.2} of the bytes floor {:.2} MB/s: disk {:.2} MB/s synced per {} B request / {} nodes)",
                     self.mb_per_sec,
                     self.mb_per_sec_of_floor,
                     self.bytes_floor_mb_per_sec,
                     self.disk_synced_mb_per_sec,
-                    self.op_size_bytes,
+                    self.op_size_bytes * self.batch_ops,
                     self.nodes
                 ),
             ),

@@ -39,18 +39,20 @@ pub(crate) struct TimelineSample {
 }
 
 impl TimelineSample {
-    /// The sample of `interval`, in which `latencies` were acknowledged.
+    /// The sample of `interval`, in which `latencies` were acknowledged,
+    /// each a request of `batch_ops` writes (K5).
     pub(crate) fn new(
         interval: Interval,
         latencies: &LatencyHistogram,
-        op_size_bytes: usize,
+        (op_size_bytes, batch_ops): (usize, usize),
         state_bytes: u64,
         rss_bytes: u64,
     ) -> TimelineSample {
-        let (writes_per_sec, mb_per_sec) = rates(latencies.count(), op_size_bytes, interval.length());
+        let writes = latencies.count() * batch_ops as u64;
+        let (writes_per_sec, mb_per_sec) = rates(writes, op_size_bytes, interval.length());
         TimelineSample {
             elapsed_secs: interval.end.as_secs_f64(),
-            writes: latencies.count(),
+            writes,
             writes_per_sec,
             mb_per_sec,
             latency_p50_us: latencies.percentile(50.0),
@@ -197,7 +199,7 @@ mod tests {
     fn d5_a_sample_holds_the_intervals_writes_percentiles_and_sizes() {
         let mut latencies = LatencyHistogram::default();
         (1..=100).for_each(|latency| latencies.record(latency));
-        let sample = TimelineSample::new(Interval { start: secs(1.0), end: secs(3.0) }, &latencies, 1000, 77, 99);
+        let sample = TimelineSample::new(Interval { start: secs(1.0), end: secs(3.0) }, &latencies, (1000, 1), 77, 99);
         assert_eq!(
             sample,
             TimelineSample {

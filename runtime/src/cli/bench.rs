@@ -31,6 +31,11 @@ pub(crate) struct BenchArgs {
     /// Bytes per write.
     #[arg(long, default_value_t = 8)]
     pub op_size_bytes: usize,
+    /// Writes per request (K5): above 1, each request carries this many
+    /// writes as one op batch, and the groups' state machines take op
+    /// batches; every write of a batch counts as a write.
+    #[arg(long, default_value_t = 1, conflicts_with = "cluster")]
+    pub batch_ops: usize,
     /// Shards (threads) per node of the cluster started in this process.
     #[arg(long, default_value_t = 1, conflicts_with = "cluster")]
     pub shards: usize,
@@ -163,6 +168,7 @@ fn local_options(args: &BenchArgs) -> BenchOptions {
         seconds: args.seconds,
         warmup_secs: args.warmup_secs,
         op_size_bytes: args.op_size_bytes,
+        batch_ops: args.batch_ops,
         shards: args.shards,
         data_dir: args.data_dir.clone(),
         state: args.state,
@@ -221,6 +227,13 @@ mod tests {
         assert!(parse(&["--state", "kv"]).is_err(), "an unknown shape");
         assert!(parse(&["--cluster", "a:1", "--state", "log"]).is_err(), "the local cluster's shape");
         assert!(parse(&["--cluster", "a:1", "--timeline-secs", "1"]).is_err());
+    }
+
+    #[test]
+    fn k5_batch_ops_sets_the_writes_per_request_of_the_local_cluster() {
+        assert_eq!(local_options(&parse(&[]).expect("parses")).batch_ops, 1, "no batches by default");
+        assert_eq!(local_options(&parse(&["--batch-ops", "64"]).expect("parses")).batch_ops, 64);
+        assert!(parse(&["--cluster", "a:1", "--batch-ops", "4"]).is_err(), "the local cluster's state machines");
     }
 
     #[test]

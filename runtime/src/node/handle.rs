@@ -142,6 +142,9 @@ impl NodeHandle {
     }
 
     /// Submit `operation` to `group` and wait up to `timeout` for its result.
+    /// A `WriteBatch` (K5) carries an op batch
+    /// ([`cohort_messages::op_batch`]) and is answered with one
+    /// (`crate::client::CommittedBatch::read` reads it).
     ///
     /// Each call is its own client, so concurrent calls never supersede each
     /// other. A write registers that client first (H5: request 1, no
@@ -171,7 +174,7 @@ impl NodeHandle {
         let registered = self.submit_as(registration, timeout).await?;
         writes.registered(registered.op);
         let left = timeout.saturating_sub(started.elapsed());
-        self.submit_as(writes.write(operation), left).await
+        self.submit_as(Request { kind, ..writes.write(operation) }, left).await
     }
 
     /// Submit a request with an explicit client and request number (retries).

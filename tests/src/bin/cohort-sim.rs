@@ -56,6 +56,7 @@ fn main() -> ExitCode {
     let mut start_views_withheld = 0u64;
     let mut backlog_bytes_served = 0u64;
     let mut evicted_clients = 0u64;
+    let mut batches_acknowledged = 0u64;
     for (done, seed) in (args.seed_start..args.seed_start + args.seeds).enumerate() {
         let config = args.config(seed);
         let outcome = cli::run_catching(config.clone());
@@ -119,6 +120,7 @@ fn main() -> ExitCode {
                 starts_refused += report.starts_refused;
                 refusals.add(&report.refusals);
                 forged_frames += report.forged_frames;
+                batches_acknowledged += report.batches_acknowledged;
                 transfers.started += report.random_transfers.started;
                 transfers.refused_behind += report.random_transfers.refused_behind;
                 transfers.refused_other += report.random_transfers.refused_other;
@@ -199,6 +201,9 @@ fn main() -> ExitCode {
         refusals.total(),
         refusals.forged()
     ));
+    if args.op_batches {
+        last.push_str(&format!(" batches_acknowledged={batches_acknowledged}"));
+    }
     if args.transfers {
         last.push_str(&format!(
             " random_transfers_started={} random_transfers_refused_behind={} random_transfers_refused_other={}",

@@ -140,6 +140,10 @@ pub struct Replica {
     pub(crate) durability: crate::state_machine::Durability,
     /// D2: runs go to the apply worker ([`StateMachine::apply_off_shard`]).
     pub(crate) apply_off_shard: bool,
+    /// K5: every write's operation is an op batch
+    /// ([`crate::StateMachine::takes_op_batches`], kept here because the state
+    /// machine may be away on the apply worker).
+    pub(crate) op_batches: bool,
     /// D2: the run on the apply worker, if one is.
     pub(crate) lent: Option<Box<apply::Lent>>,
     /// D2: requests that came while the state machine was away.
@@ -263,6 +267,7 @@ impl Replica {
             pending_durable: VecDeque::new(),
             durability: state.durability(),
             apply_off_shard: state.apply_off_shard(),
+            op_batches: state.takes_op_batches(),
             lent: None,
             waiting_for_state: VecDeque::new(),
             state,

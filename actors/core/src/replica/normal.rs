@@ -63,14 +63,60 @@ impl Replica {
             // D2: both read the state machine (T3's admission too).
             _ if self.lent.is_some() => self.wait_for_state(sender, request, cx.out),
             RequestKind::Read => self.on_read(request, now, cx.out),
-            RequestKind::Write => {
-                // T3: the state machine decides who may ask for what.
-                if let Err(detail) = self.state.admit(sender, &self.spec.members, &request.operation) {
-                    return self.reply_error(&request, ReplyError::Forbidden, detail, cx.out);
+            RequestKind::Write | RequestKind::WriteBatch => {
+                if let Err((code, detail)) = self.admit_write(sender, &request) {
+                    return self.reply_error(&request, code, detail, cx.out);
                 }
                 self.on_write(request, now, cx)
             }
         }
+    }
+
+    /// T3: the state machine decides who may ask for what (`Forbidden`).
+    /// K5: a group whose state machine takes op batches takes only batches
+    /// (`RequestKind::WriteBatch`, a valid op batch), and admits each of
+    /// its ops; any other takes only plain writes (`Rejected` otherwise,
+    /// so that neither is applied as the other). A registration is either
+    /// kind.
+    fn admit_write(&self, sender: cohort_messages::NodeId, request: &Request) -> Result<(), (ReplyError, String)> {
+        let (group, members) = (self.spec.group, &self.spec.members);
+        let batch = request.kind == RequestKind::WriteBatch;
+        if !is_registration(request.request) && batch != self.op_batches {
+            let detail = if batch {
+                format!(
+                    "{group}: its state machine takes one op per write, not op batches (K5): send each op with Client::write"
+                )
+            } else {
+                format!("{group}: its state machine takes op batches (K5): send ops with Client::write_batch")
+            };
+            return Err((ReplyError::Rejected, detail));
+        }
+        if !self.op_batches || is_registration(request.request) {
+            return self
+                .state
+                .admit(sender, members, &request.operation)
+                .map_err(|detail| (ReplyError::Forbidden, detail));
+        }
+        let batch = cohort_messages::op_batch::OpBatch::parse(&request.operation).map_err(|error| {
+            let detail = format!("{group}: the write is no op batch (K5): {error}");
+            (ReplyError::Rejected, detail)
+        })?;
+        for (index, operation) in batch.iter().enumerate() {
+            self.state
+                .admit(sender, members, operation)
+                .map_err(|detail| (ReplyError::Forbidden, format!("op {index} of the batch: {detail}")))?;
+        }
+        Ok(())
+    }
+
+    /// K5: whether a Prepare's entry may join the log of this replica: any
+    /// entry, or (a state machine that takes op batches) a seal, a
+    /// registration or a write that is an op batch.
+    fn entry_fits_state(&self, entry: &LogEntry) -> bool {
+        !self.op_batches
+            || entry.client == ClientId::SEAL
+            || is_registration(entry.request)
+            || cohort_messages::op_batch::OpBatch::parse(&entry.operation).is_ok()
     }
 
     /// Answer a request with an error (nothing was applied).
@@ -313,6 +359,9 @@ impl Replica {
                 // T5: a correct primary's entry is of its view, or a repair
                 // from its log, whose views never go back; ours is a prefix.
                 return cx.refuse(crate::refusal::Refusal::LogViewsGoBack);
+            }
+            if !self.entry_fits_state(&prepare.entry) {
+                return cx.refuse(crate::refusal::Refusal::NotAnOpBatch);
             }
             if (self.repair_asked.0..=self.repair_asked.1).contains(&op) {
                 self.repair_answer_bytes += prepare.entry.operation.len() as u64;
@@ -561,7 +610,7 @@ impl Replica {
                     self.lend(vec![(op, operation)], target, out);
                     break;
                 }
-                let result = self.state.apply(op, &operation);
+                let result = crate::state_machine::apply_one(self.state.as_mut(), op, &operation);
                 self.record_applied(op, client, request, operation, result.clone(), &mut applied);
                 Some(result)
             };

@@ -75,6 +75,8 @@ pub(super) struct DiskLog {
     /// D2: applied on the shard's apply worker (`--apply-inline` clears
     /// it, for the comparison).
     off_shard: bool,
+    /// K5: every write is an op batch (`--batch-ops` above 1).
+    op_batches: bool,
     /// D3: the aligned copy of a chunk written past the page cache (one
     /// chunk's bytes while a stream is staged, nothing otherwise).
     aligned: AlignedBuffer,
@@ -130,6 +132,11 @@ impl DiskLog {
         DiskLog { off_shard: false, ..self }
     }
 
+    /// K5: the same, taking op batches.
+    pub(super) fn op_batches(self, on: bool) -> DiskLog {
+        DiskLog { op_batches: on, ..self }
+    }
+
     /// Open `group`'s log under `dir` at its last checkpoint (empty if it
     /// has none or it does not check).
     pub(super) fn open(dir: &Path, group: GroupId, size: StateBytes) -> Result<DiskLog, String> {
@@ -160,6 +167,7 @@ impl DiskLog {
             checkpointed,
             staging,
             off_shard,
+            op_batches: false,
             aligned: AlignedBuffer::default(),
         })
     }
@@ -482,6 +490,10 @@ impl StateMachine for DiskLog {
     /// the bench asked for it inline).
     fn apply_off_shard(&self) -> bool {
         self.off_shard
+    }
+
+    fn takes_op_batches(&self) -> bool {
+        self.op_batches
     }
 
     fn checkpoint(&mut self, record: &[u8]) -> Result<(), String> {

@@ -27,15 +27,21 @@ pub(super) struct AppendLog {
     /// The snapshot's length: every entry's bytes and its prefix.
     encoded_bytes: u64,
     size: StateBytes,
+    /// K5: every write is an op batch (`--batch-ops` above 1).
+    op_batches: bool,
 }
 
 impl AppendLog {
-    pub(super) fn new(size: StateBytes) -> AppendLog {
-        AppendLog { entries: Vec::new(), encoded_bytes: 0, size }
+    pub(super) fn new(size: StateBytes, op_batches: bool) -> AppendLog {
+        AppendLog { entries: Vec::new(), encoded_bytes: 0, size, op_batches }
     }
 }
 
 impl StateMachine for AppendLog {
+    fn takes_op_batches(&self) -> bool {
+        self.op_batches
+    }
+
     /// Append; the result is the entry's offset (u64, little-endian).
     fn apply(&mut self, _op: Op, operation: &[u8]) -> Bytes {
         debug_assert!(operation.len() <= OPERATION_SIZE_MAX_BYTES);
@@ -93,7 +99,7 @@ mod tests {
     use crate::bench::state::StateSizes;
 
     fn log_of(sizes: &StateSizes, writes: &[&[u8]]) -> AppendLog {
-        let mut log = AppendLog::new(sizes.handle());
+        let mut log = AppendLog::new(sizes.handle(), false);
         for (index, write) in writes.iter().enumerate() {
             let offset = log.apply(Op(index as u64 + 1), write);
             assert_eq!(offset.as_ref(), (index as u64).to_le_bytes(), "the result is the offset");
@@ -116,7 +122,7 @@ mod tests {
         let sizes = StateSizes::default();
         let log = log_of(&sizes, &[b"one", b"", b"three", &[0xFF; 300]]);
         let snapshot = log.snapshot();
-        let mut restored = AppendLog::new(sizes.handle());
+        let mut restored = AppendLog::new(sizes.handle(), false);
         restored.restore(&snapshot).expect("its own snapshot");
         assert_eq!(restored.entries, log.entries);
         assert_eq!(restored.encoded_bytes, log.encoded_bytes);
@@ -131,7 +137,7 @@ mod tests {
     fn d5_a_truncated_snapshot_is_refused_and_says_where() {
         let sizes = StateSizes::default();
         let snapshot = log_of(&sizes, &[b"one", b"two"]).snapshot();
-        let mut log = AppendLog::new(sizes.handle());
+        let mut log = AppendLog::new(sizes.handle(), false);
         for cut in [1, 5, snapshot.len() - 1] {
             let error = log.restore(&snapshot[..cut]).expect_err("truncated");
             assert!(error.contains("cut short at byte"), "{error}");

@@ -57,7 +57,8 @@ impl StateShape {
     /// A new replica's state machine of `group`, sized through `sizes`;
     /// `dir` is where its node keeps state machines' files. `apply_inline`:
     /// a `disk-log` applies on the shard's thread instead of its apply
-    /// worker (D2, for the comparison).
+    /// worker (D2, for the comparison). `op_batches`: every write is an op
+    /// batch (K5, `--batch-ops` above 1).
     ///
     /// # Panics
     /// If a `disk-log` cannot open its file (the bench's disk failed).
@@ -67,13 +68,14 @@ impl StateShape {
         group: GroupId,
         dir: &Path,
         apply_inline: bool,
+        op_batches: bool,
     ) -> Box<dyn StateMachine> {
         match self {
-            StateShape::Register => Box::new(SizedRegister::new(sizes.handle())),
-            StateShape::Log => Box::new(AppendLog::new(sizes.handle())),
+            StateShape::Register => Box::new(SizedRegister::new(sizes.handle(), op_batches)),
+            StateShape::Log => Box::new(AppendLog::new(sizes.handle(), op_batches)),
             StateShape::DiskLog => match DiskLog::open(dir, group, sizes.handle()) {
-                Ok(log) if apply_inline => Box::new(log.inline()),
-                Ok(log) => Box::new(log),
+                Ok(log) if apply_inline => Box::new(log.inline().op_batches(op_batches)),
+                Ok(log) => Box::new(log.op_batches(op_batches)),
                 Err(error) => panic!("bench: the disk-log state machine of {group}: {error}"),
             },
         }
@@ -174,17 +176,17 @@ mod tests {
 
         let dir = tempfile::tempdir().expect("temporary directory");
         let sizes = StateSizes::default();
-        let mut register = StateShape::Register.state_machine(&sizes, GroupId(0), dir.path(), false);
+        let mut register = StateShape::Register.state_machine(&sizes, GroupId(0), dir.path(), false, false);
         register.apply(Op(1), &[1; 100]);
         register.apply(Op(2), &[2; 100]);
         assert_eq!(sizes.largest_bytes(), 100, "a register holds the last value");
-        let mut log = StateShape::Log.state_machine(&sizes, GroupId(0), dir.path(), false);
+        let mut log = StateShape::Log.state_machine(&sizes, GroupId(0), dir.path(), false, false);
         log.apply(Op(1), &[1; 100]);
         log.apply(Op(2), &[2; 100]);
         assert_eq!(sizes.largest_bytes(), log.snapshot().len() as u64, "a log holds every write");
         assert_eq!(sizes.largest_bytes(), 208);
         drop((register, log));
-        let mut on_disk = StateShape::DiskLog.state_machine(&sizes, GroupId(0), dir.path(), false);
+        let mut on_disk = StateShape::DiskLog.state_machine(&sizes, GroupId(0), dir.path(), false, false);
         for op in 1..=3 {
             on_disk.apply(Op(op), &[3; 100]);
         }
