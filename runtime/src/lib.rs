@@ -30,6 +30,7 @@
 pub mod admin;
 pub mod client;
 pub mod config;
+pub mod linger;
 pub mod local;
 pub mod logs;
 pub mod node;
@@ -78,6 +79,13 @@ pub mod tls {
 /// processes' nodes).
 pub mod network {
     pub use cohort_client::*;
+}
+
+/// K5: op batches, many ops in one request ([`client::Client::write_batch`],
+/// `StateMachine::apply_op_batch`): the encoding, and the borrowed batch and
+/// results builder a state machine that takes them is handed.
+pub mod op_batch {
+    pub use cohort_messages::op_batch::*;
 }
 
 /// The node's metrics, as `/metrics` serves them.

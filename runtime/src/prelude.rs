@@ -17,9 +17,11 @@ pub use cohort_messages::{
 pub use crate::client::{Client, ClientError, ClusterClient, CommittedBatch};
 pub use crate::custom::{Applied, AppliedOp, CustomGroupActor, GroupReplica, Restored};
 pub use crate::group::{GroupEvent, GroupRole, RoleChanged};
+pub use crate::linger::{Linger, LingerConfig, Lingered};
 pub use crate::local::{LocalCluster, LocalClusterBuilder};
 pub use crate::node::{
     Committed, DetachedNode, GroupKind, GroupKindError, GroupPlacement, Node, NodeBuilder, NodeError, NodeHandle,
     QuorumWait, Register, Security, SubmitError, WaitQuorumError,
 };
+pub use crate::op_batch::{OpBatch, OpResults};
 pub use crate::tls::TlsFiles;

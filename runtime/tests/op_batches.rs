@@ -106,3 +106,37 @@ async fn k5_each_group_refuses_the_kind_of_write_its_state_machine_does_not_take
     assert_eq!(sums.result, Bytes::copy_from_slice(&0u64.to_le_bytes()), "nothing applied");
     cluster.stop();
 }
+
+#[actix_rt::test]
+async fn k5_a_linger_gathers_independent_writes_into_batches_each_answered_alone() {
+    let cluster = cluster();
+    assert!(cluster.wait_connected(Duration::from_secs(10)).await);
+    let client = cluster.client().timeout(Duration::from_secs(20));
+    let config = LingerConfig { linger: Duration::from_millis(50), batch_ops_max: 8, ..LingerConfig::default() };
+    let linger = client.linger(SUMS, config).expect("a valid linger");
+    // 20 writes at once: two full batches of 8 go at once, the last 4
+    // when the linger's time is up.
+    let writes: Vec<_> = (0..20)
+        .map(|_| {
+            let linger = linger.clone();
+            actix_rt::spawn(async move { linger.write(Bytes::copy_from_slice(&1u64.to_le_bytes())).await })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for write in writes {
+        answers.push(write.await.expect("the task ran").expect("the write commits"));
+    }
+    let mut places: Vec<(Op, usize, u64)> = answers
+        .iter()
+        .map(|answer| (answer.op, answer.index, totals(std::slice::from_ref(&answer.result))[0]))
+        .collect();
+    places.sort();
+    let batches: std::collections::BTreeSet<Op> = places.iter().map(|(op, ..)| *op).collect();
+    assert_eq!(batches.len(), 3, "8 + 8 + 4 writes in three batches: {places:?}");
+    let in_order: Vec<u64> = places.iter().map(|(.., total)| *total).collect();
+    assert_eq!(in_order, (1..=20).collect::<Vec<u64>>(), "each write's own result, ordered by (op, index)");
+
+    let refused = client.linger(SUMS, LingerConfig { batch_ops_max: 0, ..LingerConfig::default() });
+    assert!(matches!(refused, Err(ClientError::OpBatch { .. })), "a batch of no ops");
+    cluster.stop();
+}
