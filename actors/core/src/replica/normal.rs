@@ -678,22 +678,26 @@ impl Replica {
     /// `APPLY_BATCH_OPS_MAX`. Empty if the next op is not such a write.
     fn apply_run(&self, target: Op) -> Vec<(Op, Bytes)> {
         let mut run: Vec<(Op, Bytes)> = Vec::new();
+        // The run's clients, sorted: each op's check is a binary search,
+        // not a scan of the run (a run of 64 clients cost 2,000 lookups).
+        let mut clients: Vec<ClientId> = Vec::new();
         let mut op = self.commit_min.next();
         while op <= target && run.len() < APPLY_BATCH_OPS_MAX {
             let Some(entry) = self.log.get(op) else { break };
             let (client, request) = (entry.client, entry.request);
-            let in_run = || run.iter().any(|(earlier, _)| self.log.get(*earlier).is_some_and(|e| e.client == client));
             if client == ClientId::SEAL
                 || is_registration(request)
                 || self.clients.get(client).is_none()
                 || !self.clients.should_apply(client, request)
-                || in_run()
             {
                 break;
             }
+            let Err(at) = clients.binary_search(&client) else { break }; // In the run already.
+            clients.insert(at, client);
             run.push((op, entry.operation.clone()));
             op = op.next();
         }
+        debug_assert_eq!(clients.len(), run.len(), "each client once");
         run
     }
 
