@@ -487,13 +487,19 @@ impl Writer {
                 Ok(first) => first,
                 Err(ended) => return ended,
             };
-            // Every turn queued by now leaves in the same write.
-            let mut turns = vec![first];
-            while let Ok(more) = queue.try_recv() {
-                turns.push(more);
-            }
-            let length = turns.iter().map(Bytes::len).sum();
-            let result = self.write_all(stream, &joined(turns)).await;
+            // Every turn queued by now leaves in the same write; the usual
+            // single turn without a list of its own.
+            let (length, result) = match queue.try_recv() {
+                Err(_) => (first.len(), self.write_all(stream, std::slice::from_ref(&first)).await),
+                Ok(second) => {
+                    let mut turns = vec![first, second];
+                    while let Ok(more) = queue.try_recv() {
+                        turns.push(more);
+                    }
+                    let length = turns.iter().map(Bytes::len).sum();
+                    (length, self.write_all(stream, &joined(turns)).await)
+                }
+            };
             self.written(length);
             if let Err(ended) = result {
                 return ended;
