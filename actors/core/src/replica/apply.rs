@@ -141,15 +141,15 @@ impl Replica {
 
     /// D3: lend the state machine to stage `chunk` at `offset_bytes` of
     /// the stream the transfer takes (its bytes received, this chunk
-    /// included, are `received_bytes`). The shard's thread goes on
+    /// included, are what the job remembers). The shard's thread goes on
     /// receiving meanwhile: chunks of the same transfer that arrive are
     /// held (`StateTransfer::held`) and taken once the state machine is
     /// back ([`Replica::on_applied`]), where the transfer also ends if
     /// this chunk was its last.
-    pub(crate) fn lend_chunk(&mut self, offset_bytes: u64, chunk: Bytes, received_bytes: u64, out: &mut Effects) {
+    pub(crate) fn lend_chunk(&mut self, offset_bytes: u64, chunk: Bytes, out: &mut Effects) {
         assert!(self.lent.is_none(), "{self:?}: D2: one job away at a time");
         let transfer = self.state_transfer.as_deref().expect("D3: a chunk is staged for a transfer");
-        let (source, snapshot_op) = (transfer.source, transfer.snapshot_op);
+        let (source, snapshot_op, received_bytes) = (transfer.source, transfer.snapshot_op, transfer.received_bytes);
         let state = std::mem::replace(&mut self.state, Box::new(Away));
         let id = out.lend(self.spec.group, Work::Stage { offset_bytes, chunk }, state);
         self.lent = Some(Box::new(Lent { id, job: LentJob::Stage { source, snapshot_op, received_bytes } }));

@@ -593,8 +593,7 @@ impl Replica {
             if self.apply_off_shard {
                 // Staged on the apply worker; the transfer goes on (or ends)
                 // when the state machine is back.
-                let received = transfer.received_bytes;
-                self.lend_chunk(offset, chunk.chunk.clone(), received, out);
+                self.lend_chunk(offset, chunk.chunk.clone(), out);
                 return Ok(StreamStep::Staging);
             }
             self.state.import_write(offset, &chunk.chunk).map_err(|_| failed(out))?;
@@ -616,9 +615,7 @@ impl Replica {
         out.count_stream_installed();
         Ok(StreamStep::Whole(snapshot))
     }
-}
 
-impl Replica {
     /// D3: the apply worker staged a chunk of the transfer from `source`
     /// of the snapshot at `snapshot_op` (whose bytes received were
     /// `received_bytes` with it), or failed to. A failure drops the
