@@ -49,6 +49,12 @@
 //! as it runs the same code. A dropped segment's file is removed once the
 //! next checkpoint, which no longer names it, is durable.
 //!
+//! **Batches (K5).** The store takes op batches: a producer sends many
+//! messages in one write (`Client::write_batch`), which cohort logs,
+//! replicates and applies as one entry; each message is appended in turn and
+//! answered with its own offset. Every write to a partition is a batch (a
+//! plain write is refused by cohort before it enters the log).
+//!
 //! **Reads** ([`fetch`], [`Answer`]) come from the files: a fetch finds
 //! its segment among those in memory, then its record through the
 //! segment's sparse index, and reads at most [`FETCH_MESSAGES_MAX`]
@@ -356,6 +362,13 @@ impl StateMachine for LogStore {
         let offset = appended.unwrap_or_else(|error| panic!("log: {error}"));
         self.segments.trim(self.config.retention_bytes);
         encoding::appended(offset)
+    }
+
+    /// K5: producers append in batches (`Client::write_batch`): a batch
+    /// is one entry of cohort's log and one call here, each message
+    /// appended with `apply` (the op is not used), its offset its result.
+    fn takes_op_batches(&self) -> bool {
+        true
     }
 
     /// The query is [`fetch`]'s; the answer is an [`Answer`], encoded.

@@ -37,7 +37,12 @@ fn embed_is_as_long_as_the_docs_say() {
 
 #[test]
 fn log_consumers_read_every_message_in_order() {
-    for args in [&["--messages", "40"][..], &["--messages", "20", "--async"][..]] {
+    let batches = [
+        &["--messages", "40"][..],
+        &["--messages", "20", "--async"][..],
+        &["--messages", "30", "--batch-messages", "1"][..],
+    ];
+    for args in batches {
         let out = run(env!("CARGO_BIN_EXE_log"), args);
         assert_eq!(out.lines().filter(|line| line.contains("in producer order")).count(), 4, "{out}");
         assert!(out.contains("consumers read all"), "{out}");
@@ -66,7 +71,7 @@ fn d1_log_consumers_skip_what_retention_dropped_and_still_check_the_order() {
     let args = ["--messages", "100", "--retention-bytes", "64", "--segment-size-max-bytes", "32"];
     let out = run(env!("CARGO_BIN_EXE_log"), &args);
     assert_eq!(out.lines().filter(|line| line.contains("in producer order")).count(), 4, "{out}");
-    assert!(out.contains("400 messages (Sync writes), consumers read"), "{out}");
+    assert!(out.contains("400 messages in 28 batches (Sync writes), consumers read"), "{out}");
 }
 
 #[test]

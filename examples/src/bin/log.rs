@@ -1,9 +1,10 @@
 //! A partitioned, append-only message log on cohort: each partition is a
 //! group whose state machine keeps its messages on disk, in segment files
-//! (`cohort_examples::log_store`, D1). Producers append (the write's result
-//! is the message's offset); consumers read by offset with linearizable
-//! reads, from the files, and check that they see every message exactly
-//! once and each producer's messages in the order it sent them.
+//! (`cohort_examples::log_store`, D1). Producers append in batches of
+//! `--batch-messages` (K5: one write per batch, each message's result its
+//! offset); consumers read by offset with linearizable reads, from the
+//! files, and check that they see every message exactly once and each
+//! producer's messages in the order it sent them.
 //!
 //! Under `--data-dir` (default: a temporary directory, removed on exit)
 //! node N keeps its write-ahead log in `node-N/` and its partitions in
@@ -14,7 +15,7 @@
 //! what it missed. With the defaults (1 GiB, 64 MiB) nothing is dropped.
 //!
 //! ```text
-//! cargo run -p cohort-examples --bin log -- --partitions 4 --producers 4 --messages 100
+//! cargo run -p cohort-examples --bin log -- --partitions 4 --producers 4 --messages 100 --batch-messages 16
 //! cargo run -p cohort-examples --bin log -- --async    # Q4: acknowledged before replication
 //! cargo run -p cohort-examples --bin log -- --data-dir /tmp/log --retention-bytes 4096 --segment-size-max-bytes 1024
 //! ```
@@ -44,6 +45,9 @@ struct Flags {
     /// Messages per producer.
     #[arg(long, default_value_t = 100)]
     messages: u64,
+    /// Messages per batch a producer sends (K5; 1 to 8192).
+    #[arg(long, default_value_t = 16)]
+    batch_messages: u64,
     /// Acknowledge appends once the primary's copy is durable (Q4), not after replication.
     #[arg(long = "async")]
     asynchronous: bool,
@@ -59,13 +63,34 @@ struct Flags {
     segment_size_max_bytes: u64,
 }
 
-/// Producer `producer` appends `messages` messages, spread over the partitions.
-async fn produce(client: Client, producer: u64, messages: u64, partitions: u64) -> Result<u64, ClientError> {
-    for sequence in 0..messages {
-        let partition = GroupId((producer + sequence) % partitions);
-        client.write(partition, format!("{producer}:{sequence}")).await?;
+/// The partition of producer `producer`'s batch `batch`: its batches go
+/// round the partitions.
+fn partition_of(producer: u64, batch: u64, partitions: u64) -> GroupId {
+    GroupId((producer + batch) % partitions)
+}
+
+/// The messages of producer `producer`'s batch `batch`, by sequence.
+fn batch_sequences(batch: u64, batch_messages: u64, messages: u64) -> std::ops::Range<u64> {
+    batch * batch_messages..((batch + 1) * batch_messages).min(messages)
+}
+
+/// Producer `producer` appends `messages` messages in batches of
+/// `batch_messages`, spread over the partitions; the batches it sent.
+async fn produce(
+    client: Client,
+    producer: u64,
+    messages: u64,
+    batch_messages: u64,
+    partitions: u64,
+) -> Result<u64, ClientError> {
+    let batches = messages.div_ceil(batch_messages);
+    for batch in 0..batches {
+        let sequences = batch_sequences(batch, batch_messages, messages);
+        let appended = sequences.clone().map(|sequence| format!("{producer}:{sequence}"));
+        let written = client.write_batch(partition_of(producer, batch, partitions), appended).await?;
+        debug_assert!(written.results.is_empty() || written.results.len() == sequences.count());
     }
-    Ok(messages)
+    Ok(batches)
 }
 
 /// What a consumer read of its partition.
@@ -114,8 +139,19 @@ async fn consume(client: Client, partition: GroupId, expected: u64) -> Result<Co
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let Flags { partitions, producers, messages, asynchronous, data_dir, retention_bytes, segment_size_max_bytes } =
-        Flags::parse();
+    let Flags {
+        partitions,
+        producers,
+        messages,
+        batch_messages,
+        asynchronous,
+        data_dir,
+        retention_bytes,
+        segment_size_max_bytes,
+    } = Flags::parse();
+    if !(1..=cohort_runtime::op_batch::OP_BATCH_OPS_MAX as u64).contains(&batch_messages) {
+        return Err(format!("--batch-messages must be 1 to {}", cohort_runtime::op_batch::OP_BATCH_OPS_MAX).into());
+    }
     let mode = if asynchronous { WriteMode::Async } else { WriteMode::Sync };
     let config = LogStoreConfig { segment_size_max_bytes, retention_bytes };
     config.check()?;
@@ -134,19 +170,24 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .start()?;
         let started = std::time::Instant::now();
         let producing: Vec<_> = (0..producers)
-            .map(|producer| actix_rt::spawn(produce(Client::new(cluster.handles()), producer, messages, partitions)))
+            .map(|producer| {
+                let client = Client::new(cluster.handles());
+                actix_rt::spawn(produce(client, producer, messages, batch_messages, partitions))
+            })
             .collect();
         let mut expected = vec![0u64; partitions as usize];
         for producer in 0..producers {
-            for sequence in 0..messages {
-                expected[((producer + sequence) % partitions) as usize] += 1;
+            for batch in 0..messages.div_ceil(batch_messages) {
+                let partition = partition_of(producer, batch, partitions).0 as usize;
+                expected[partition] += batch_sequences(batch, batch_messages, messages).count() as u64;
             }
         }
         let consuming: Vec<_> = (0..partitions)
             .map(|p| actix_rt::spawn(consume(cluster.client(), GroupId(p), expected[p as usize])))
             .collect();
+        let mut batches = 0;
         for producer in producing {
-            producer.await??;
+            batches += producer.await??;
         }
         let (mut consumed, mut dropped) = (0, 0);
         for (partition, consumer) in consuming.into_iter().enumerate() {
@@ -163,10 +204,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let elapsed = started.elapsed();
         match dropped {
             0 => println!(
-                "log: {producers} producers appended {appended} messages ({mode:?} writes), consumers read all {consumed} in order, in {elapsed:?}"
+                "log: {producers} producers appended {appended} messages in {batches} batches ({mode:?} writes), consumers read all {consumed} in order, in {elapsed:?}"
             ),
             _ => println!(
-                "log: {producers} producers appended {appended} messages ({mode:?} writes), consumers read {consumed} in order and skipped {dropped} dropped by retention, in {elapsed:?}"
+                "log: {producers} producers appended {appended} messages in {batches} batches ({mode:?} writes), consumers read {consumed} in order and skipped {dropped} dropped by retention, in {elapsed:?}"
             ),
         }
         cluster.stop();
