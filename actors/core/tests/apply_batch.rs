@@ -5,13 +5,13 @@
 //! again.
 
 mod common;
-use common::plain_spec;
+use common::{drain_replies, plain_spec};
 
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use cohort_core::{CoreConfig, Effect, Shard, StateMachine};
-use cohort_messages::{ClientId, GroupId, NodeId, Op, Outcome, Reply, Request, RequestKind, RequestNumber};
+use cohort_core::{CoreConfig, Shard, StateMachine};
+use cohort_messages::{ClientId, GroupId, NodeId, Op, Outcome, Request, RequestKind, RequestNumber};
 
 const ME: NodeId = NodeId(1);
 const G: GroupId = GroupId(5);
@@ -55,24 +55,6 @@ fn write(client: u128, number: u64, operation: &'static [u8]) -> Request {
     }
 }
 
-/// Run the shard until quiet, every flush done at once; the replies.
-fn drain(shard: &mut Shard) -> Vec<Reply> {
-    let mut replies = Vec::new();
-    loop {
-        let effects = shard.drain_effects();
-        if effects.is_empty() {
-            return replies;
-        }
-        for effect in effects {
-            match effect {
-                Effect::Flush { id } => shard.on_flushed(id),
-                Effect::Reply(reply) => replies.push(reply),
-                _ => {}
-            }
-        }
-    }
-}
-
 #[test]
 fn d1_writes_that_commit_together_are_applied_in_one_run_each_with_its_result() {
     let calls = Arc::new(Mutex::new(Vec::new()));
@@ -81,20 +63,20 @@ fn d1_writes_that_commit_together_are_applied_in_one_run_each_with_its_result() 
     shard.create_group(plain_spec(G, &[ME], 0), Box::new(state)).expect("created");
     for now in 1..=20 {
         shard.on_tick(now);
-        drain(&mut shard);
+        drain_replies(&mut shard);
     }
     // Three clients register (request 1 applies nothing)...
     for client in 1..=3 {
         shard.on_request(write(client, 1, b""));
     }
-    assert_eq!(drain(&mut shard).len(), 3, "three registrations answered");
+    assert_eq!(drain_replies(&mut shard).len(), 3, "three registrations answered");
     assert!(calls.lock().expect("one thread").is_empty(), "a registration reaches no state machine");
     // ...then write in the same turn: one flush commits all three. (A
     // client registered at op R numbers its first write R + 1.)
     for (client, operation) in [(1, &b"a"[..]), (2, b"b"), (3, b"c")] {
         shard.on_request(Request { operation: Bytes::from_static(operation), ..write(client, client as u64 + 1, b"") });
     }
-    let replies = drain(&mut shard);
+    let replies = drain_replies(&mut shard);
     assert_eq!(*calls.lock().expect("one thread"), vec![3], "the three writes went to the state machine in one run");
     let mut answered: Vec<(u128, Op, Bytes)> = replies
         .iter()
@@ -110,7 +92,7 @@ fn d1_writes_that_commit_together_are_applied_in_one_run_each_with_its_result() 
     }
     // A retry of one of them is answered from the table, not applied again.
     shard.on_request(write(2, 3, b"b"));
-    let again = drain(&mut shard);
+    let again = drain_replies(&mut shard);
     let first = answered.iter().find(|(client, ..)| *client == 2).expect("client 2 was answered");
     assert!(
         matches!(again.as_slice(), [reply] if reply.outcome == Outcome::Ok(first.2.clone())),

@@ -7,12 +7,12 @@
 //! Prepare that is no op batch (counted, never panics).
 
 mod common;
-use common::plain_spec;
+use common::{drain_replies, plain_spec};
 
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use cohort_core::{CoreConfig, Effect, Shard, StateMachine};
+use cohort_core::{CoreConfig, Shard, StateMachine};
 use cohort_messages::{
     ClientId, GroupId, Incarnation, LogEntry, MemberIndex, Message, NodeId, Op, Outcome, Prepare, Reply, ReplyError,
     Request, RequestKind, RequestNumber, View, op_batch,
@@ -79,24 +79,6 @@ fn write(number: u64, operation: Bytes) -> Request {
     Request { client: ClientId(9), request: RequestNumber(number), group: G, kind, operation }
 }
 
-/// Run the shard until quiet, every flush done at once; the replies.
-fn drain(shard: &mut Shard) -> Vec<Reply> {
-    let mut replies = Vec::new();
-    loop {
-        let effects = shard.drain_effects();
-        if effects.is_empty() {
-            return replies;
-        }
-        for effect in effects {
-            match effect {
-                Effect::Flush { id } => shard.on_flushed(id),
-                Effect::Reply(reply) => replies.push(reply),
-                _ => {}
-            }
-        }
-    }
-}
-
 /// A one-member group of [`Sums`], primary, with client 9 registered; the
 /// shard, the calls, and the op its registration committed at.
 fn primary() -> (Shard, Calls, Op) {
@@ -106,10 +88,10 @@ fn primary() -> (Shard, Calls, Op) {
     shard.create_group(plain_spec(G, &[ME], 0), Box::new(state)).expect("created");
     for now in 1..=20 {
         shard.on_tick(now);
-        drain(&mut shard);
+        drain_replies(&mut shard);
     }
     shard.on_request(write(1, Bytes::new()));
-    let registered = match drain(&mut shard).as_slice() {
+    let registered = match drain_replies(&mut shard).as_slice() {
         [reply] => reply.op,
         other => panic!("one answer to the registration: {other:?}"),
     };
@@ -128,7 +110,7 @@ fn k5_a_batch_enters_the_log_as_one_entry_and_each_op_gets_its_own_result() {
     let (mut shard, calls, registered) = primary();
     let number = registered.0 + 1;
     shard.on_request(write(number, batch(&[5, 10, 20])));
-    let replies = drain(&mut shard);
+    let replies = drain_replies(&mut shard);
     let [reply] = replies.as_slice() else { panic!("one reply for the batch: {replies:?}") };
     assert_eq!(reply.op, registered.next(), "the whole batch at one op");
     let results = op_batch::decode(&ok(reply)).expect("the result is an op batch");
@@ -140,7 +122,7 @@ fn k5_a_batch_enters_the_log_as_one_entry_and_each_op_gets_its_own_result() {
 
     // A retry is answered from the client table with every result.
     shard.on_request(write(number, batch(&[5, 10, 20])));
-    let again = drain(&mut shard);
+    let again = drain_replies(&mut shard);
     assert!(matches!(again.as_slice(), [retry] if retry == reply), "the first answer again: {again:?}");
     assert_eq!(calls.lock().expect("one thread").len(), 1, "the retry applied nothing");
     assert_eq!(shard.replica(G).expect("hosted").op(), reply.op, "and entered nothing");
@@ -151,7 +133,7 @@ fn k5_a_write_that_is_no_op_batch_is_rejected_before_it_enters_the_log() {
     let (mut shard, calls, registered) = primary();
     for operation in [Bytes::from_static(&[0x5A; 8]), Bytes::new(), batch(&[1]).slice(..9)] {
         shard.on_request(write(registered.0 + 1, operation.clone()));
-        let replies = drain(&mut shard);
+        let replies = drain_replies(&mut shard);
         let [reply] = replies.as_slice() else { panic!("one answer: {replies:?}") };
         let Outcome::Error { code, detail } = &reply.outcome else { panic!("refused: {reply:?}") };
         assert_eq!(*code, ReplyError::Rejected, "{operation:?}");
@@ -166,7 +148,7 @@ fn k5_a_batch_to_a_group_of_plain_writes_and_a_plain_write_to_a_group_of_batches
     let (mut shard, calls, registered) = primary();
     let plain = Request { kind: RequestKind::Write, ..write(registered.0 + 1, batch(&[1])) };
     shard.on_request(plain);
-    let replies = drain(&mut shard);
+    let replies = drain_replies(&mut shard);
     assert!(
         matches!(replies.as_slice(), [Reply { outcome: Outcome::Error { code: ReplyError::Rejected, detail }, .. }] if detail.contains("write_batch")),
         "a plain write to a group of batches: {replies:?}"
@@ -177,12 +159,12 @@ fn k5_a_batch_to_a_group_of_plain_writes_and_a_plain_write_to_a_group_of_batches
     shard.create_group(plain_spec(G, &[ME], 0), Box::new(common::Counter::default())).expect("created");
     for now in 1..=20 {
         shard.on_tick(now);
-        drain(&mut shard);
+        drain_replies(&mut shard);
     }
     shard.on_request(write(1, Bytes::new()));
-    let registered = drain(&mut shard)[0].op;
+    let registered = drain_replies(&mut shard)[0].op;
     shard.on_request(write(registered.0 + 1, batch(&[1, 2])));
-    let replies = drain(&mut shard);
+    let replies = drain_replies(&mut shard);
     assert!(
         matches!(replies.as_slice(), [Reply { outcome: Outcome::Error { code: ReplyError::Rejected, detail }, .. }] if detail.contains("one op per write")),
         "a batch to a group of plain writes: {replies:?}"
@@ -194,7 +176,7 @@ fn k5_a_batch_to_a_group_of_plain_writes_and_a_plain_write_to_a_group_of_batches
 fn k5_each_op_of_a_batch_is_admitted_and_one_refused_op_refuses_the_batch() {
     let (mut shard, calls, registered) = primary();
     shard.on_request(write(registered.0 + 1, batch(&[1, FORBIDDEN, 2])));
-    let replies = drain(&mut shard);
+    let replies = drain_replies(&mut shard);
     let [reply] = replies.as_slice() else { panic!("one answer: {replies:?}") };
     let Outcome::Error { code, detail } = &reply.outcome else { panic!("refused: {reply:?}") };
     assert_eq!(*code, ReplyError::Forbidden);
@@ -219,11 +201,11 @@ fn k5_a_backup_refuses_a_prepare_that_is_no_op_batch_and_counts_it() {
         entry: LogEntry { op: Op(1), view: View(0), client: ClientId(9), request: RequestNumber(2), operation },
     };
     shard.on_message(PEER, Message::Prepare(prepare(Bytes::from_static(b"not a batch"))));
-    drain(&mut shard);
+    drain_replies(&mut shard);
     assert_eq!(shard.refused().not_an_op_batch, 1, "refused and counted");
     assert_eq!(shard.replica(G).expect("hosted").op(), Op(0), "not in the log");
     shard.on_message(PEER, Message::Prepare(prepare(batch(&[3, 4]))));
-    drain(&mut shard);
+    drain_replies(&mut shard);
     assert_eq!(shard.replica(G).expect("hosted").op(), Op(1), "an op batch joins the log");
     assert_eq!(shard.refused().not_an_op_batch, 1);
 }

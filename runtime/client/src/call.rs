@@ -50,6 +50,16 @@ pub struct CommittedBatch {
 }
 
 impl CommittedBatch {
+    /// The operation of a batch of `ops` (an op batch), and how many ops it
+    /// holds; the error says what is wrong and what to do.
+    pub fn operation<T: Into<Bytes>>(ops: impl IntoIterator<Item = T>) -> Result<(Bytes, usize), String> {
+        let ops: Vec<Bytes> = ops.into_iter().map(Into::into).collect();
+        match cohort_messages::op_batch::encode(&ops) {
+            Ok(operation) => Ok((operation, ops.len())),
+            Err(error) => Err(format!("{error}: send fewer or smaller ops per batch")),
+        }
+    }
+
     /// Read the answer to a batch of `ops` ops that committed at `op` with
     /// `result`; the error says what is wrong.
     pub fn read(op: Op, result: &Bytes, ops: usize) -> Result<CommittedBatch, String> {

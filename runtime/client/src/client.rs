@@ -225,13 +225,10 @@ impl ClusterClient {
         group: GroupId,
         ops: impl IntoIterator<Item = T>,
     ) -> Result<CommittedBatch, ClientError> {
-        let ops: Vec<Bytes> = ops.into_iter().map(Into::into).collect();
-        let operation = cohort_messages::op_batch::encode(&ops).map_err(|error| ClientError::OpBatch {
-            group,
-            detail: format!("{error}: send fewer or smaller ops per batch"),
-        })?;
+        let (operation, count) =
+            CommittedBatch::operation(ops).map_err(|detail| ClientError::OpBatch { group, detail })?;
         let committed = self.write_kind(group, RequestKind::WriteBatch, operation).await?;
-        CommittedBatch::read(committed.op, &committed.result, ops.len())
+        CommittedBatch::read(committed.op, &committed.result, count)
             .map_err(|detail| ClientError::OpBatch { group, detail })
     }
 

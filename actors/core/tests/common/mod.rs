@@ -4,8 +4,8 @@
 
 use bytes::Bytes;
 use cohort_core::quorum::Quorums;
-use cohort_core::{GroupSpec, StateMachine, WriteMode};
-use cohort_messages::{GroupId, Incarnation, MemberIndex, NodeId, Op};
+use cohort_core::{Effect, GroupSpec, Shard, StateMachine, WriteMode};
+use cohort_messages::{GroupId, Incarnation, MemberIndex, NodeId, Op, Reply};
 
 /// Incarnation 1 of `group` on `members` (majority quorums, synchronous
 /// writes, no learners), as hosted by member `me`.
@@ -42,5 +42,24 @@ impl StateMachine for Counter {
     fn restore(&mut self, snapshot: &[u8]) -> Result<(), String> {
         self.0 = u64::from_le_bytes(snapshot.try_into().map_err(|_| "bad snapshot".to_string())?);
         Ok(())
+    }
+}
+
+/// Run a one-node shard until quiet, every flush done at once; the replies.
+#[allow(dead_code)] // Each test file compiles this module; not all use it.
+pub fn drain_replies(shard: &mut Shard) -> Vec<Reply> {
+    let mut replies = Vec::new();
+    loop {
+        let effects = shard.drain_effects();
+        if effects.is_empty() {
+            return replies;
+        }
+        for effect in effects {
+            match effect {
+                Effect::Flush { id } => shard.on_flushed(id),
+                Effect::Reply(reply) => replies.push(reply),
+                _ => {}
+            }
+        }
     }
 }
