@@ -65,8 +65,8 @@ pub const BUILD_VERSION: &str = env!("CARGO_PKG_VERSION");
 /// (see `actors/build.rs`).
 pub const BUILD_REVISION: &str = env!("COHORT_GIT_REVISION");
 
-/// What a client asked of the client port beyond a request's read or
-/// write: the third `kind` of `cohort_client_requests_total`.
+/// What a client asked of the client port beyond a request's kind (read,
+/// write, batch of writes): the last `kind` of `cohort_client_requests_total`.
 const ROUTE_QUERY_KIND: &str = "route_query";
 
 /// Upper bounds (seconds) of the commit latency histogram's buckets, in a
