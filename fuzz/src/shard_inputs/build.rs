@@ -102,11 +102,16 @@ fn seal_operation(input: &mut Input) -> Bytes {
 }
 
 fn log_entry(input: &mut Input, op: Op, view: View) -> LogEntry {
-    let client = input.u8() % 8;
+    // The byte's low bits name the client; its top bit (K5) makes a
+    // write's operation an op batch.
+    let byte = input.u8();
+    let client = byte % 8;
     let (client, operation) = if client == 0 {
         (ClientId::SEAL, seal_operation(input))
+    } else if byte & 0x80 != 0 {
+        (ClientId(u128::from(client)), op_batch_operation(input))
     } else {
-        (ClientId(u128::from(client)), operation(input))
+        (ClientId(u128::from(client)), raw_operation(input))
     };
     LogEntry { op, view, client, request: RequestNumber(input.small_u64()), operation }
 }
@@ -272,21 +277,22 @@ pub fn request(input: &mut Input, group: GroupId) -> Request {
         byte => RequestNumber(u64::from(byte & 7)),
     };
     let kind = RequestKind::ALL[input.choose(RequestKind::ALL.len())];
-    Request { client, request, group, kind, operation: operation(input) }
+    // K5: a batch's operation is an op batch (the layout of the other
+    // kinds' requests is as before).
+    let operation = if kind == RequestKind::WriteBatch { op_batch_operation(input) } else { raw_operation(input) };
+    Request { client, request, group, kind, operation }
 }
 
-/// An operation: any bytes, or (K5, half the time) an op batch of up to
-/// three such ops, as a group whose state machine takes op batches reads
-/// them.
-fn operation(input: &mut Input) -> Bytes {
-    let raw = |input: &mut Input| {
-        let len = input.choose(OPERATION_BUILT_MAX_BYTES + 1);
-        Bytes::copy_from_slice(input.bytes(len))
-    };
-    if input.bool() {
-        return raw(input);
-    }
-    let ops: Vec<Bytes> = (0..=input.choose(3)).map(|_| raw(input)).collect();
+/// An operation of any bytes.
+fn raw_operation(input: &mut Input) -> Bytes {
+    let len = input.choose(OPERATION_BUILT_MAX_BYTES + 1);
+    Bytes::copy_from_slice(input.bytes(len))
+}
+
+/// K5: an op batch of one to three such operations, as a group whose state
+/// machine takes op batches reads them.
+fn op_batch_operation(input: &mut Input) -> Bytes {
+    let ops: Vec<Bytes> = (0..=input.choose(3)).map(|_| raw_operation(input)).collect();
     cohort_messages::op_batch::encode(&ops).unwrap_or_default()
 }
 
