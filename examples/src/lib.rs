@@ -2,4 +2,3 @@
 //! is big enough to test on its own lives here.
 
 pub mod kv_store;
-pub mod log_store;

@@ -8,7 +8,7 @@
 
 mod restart;
 
-use cohort_examples::log_store::{Answer, LogStore, LogStoreConfig, decode_answer, fetch};
+use cohort_runtime::log_store::{Answer, LogStore, LogStoreConfig, decode_answer, fetch};
 use cohort_runtime::prelude::*;
 use restart::{SNAPSHOT_INTERVAL_OPS, restart_node_3};
 

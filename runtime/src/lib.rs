@@ -14,6 +14,9 @@
 //! - [`admin`]: the admin port's settings and token, and the `/status` document.
 //! - [`metrics`]: the node's metrics, as `/metrics` serves them.
 //! - [`tls`]: the cluster's certificates and TLS settings.
+//! - [`log_store`]: a partitioned message log's state machine, its messages in
+//!   segment files on disk (D1, K5): what the `log` example and `cohort bench
+//!   --state message-log` run.
 //! - [`logs`]: the node's log on stderr, text or JSON, filtered (O1).
 //! - [`otlp`]: span export to an OTLP collector (Jaeger).
 //!
@@ -32,6 +35,7 @@ pub mod client;
 pub mod config;
 pub mod linger;
 pub mod local;
+pub mod log_store;
 pub mod logs;
 pub mod node;
 pub mod otlp;

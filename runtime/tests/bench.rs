@@ -179,3 +179,66 @@ fn d3_bench_catch_up_reports_a_new_replicas_stream_beside_the_disks_floors() {
     assert!(number("cpu_cores") > 0.0, "{catch_up}");
     assert!(stderr.contains("catch-up: node 3 wiped and started again"), "{stderr}");
 }
+
+/// Every key of the `consumption` object (K7), each a number.
+const CONSUMPTION_KEYS: [&str; 9] = [
+    "consumers",
+    "consumed_mb_per_sec",
+    "consumed_of_produced",
+    "consumer_lag_messages",
+    "consumer_skipped_messages",
+    "failed_reads",
+    "end_to_end_p50_us",
+    "end_to_end_p99_us",
+    "end_to_end_p999_us",
+];
+
+#[test]
+fn k7_bench_message_log_producers_write_every_partition_and_consumers_read_it_back() {
+    let args = [
+        "--state",
+        "message-log",
+        "--groups",
+        "4",
+        "--writers",
+        "2",
+        "--batch-ops",
+        "16",
+        "--op-size-bytes",
+        "256",
+        "--seconds",
+        "3",
+        "--warmup-secs",
+        "1",
+        "--timeline-secs",
+        "0",
+        "--json",
+    ];
+    let (report, _) = bench_report(&args, &KEYS);
+    assert_eq!((report["state"].as_str(), report["batch_ops"].as_u64()), (Some("message-log"), Some(16)), "{report}");
+    let consumption = &report["consumption"];
+    for key in CONSUMPTION_KEYS {
+        assert!(consumption.get(key).is_some_and(|value| value.is_number()), "{key} missing: {report}");
+    }
+    assert_eq!(consumption["consumers"], 4, "one consumer per partition by default: {report}");
+    assert_eq!(
+        (consumption["failed_reads"].as_u64(), consumption["consumer_skipped_messages"].as_u64()),
+        (Some(0), Some(0))
+    );
+    // At this light load the consumers read what the producers wrote.
+    let share = consumption["consumed_of_produced"].as_f64().unwrap_or(0.0);
+    assert!((0.5..=2.0).contains(&share), "consumers keep up: {report}");
+    let p = |key: &str| consumption[key].as_u64().unwrap_or(0);
+    assert!(0 < p("end_to_end_p50_us"), "{report}");
+    assert!(p("end_to_end_p50_us") <= p("end_to_end_p99_us") && p("end_to_end_p99_us") <= p("end_to_end_p999_us"));
+    // Two producers write all four partitions in turn: each holds messages.
+    let written = report["writes"].as_u64().unwrap_or(0) * 256 / 4;
+    assert!(report["state_bytes"].as_u64().is_some_and(|state| state >= written), "{report}");
+
+    let refused = Command::new(env!("CARGO_BIN_EXE_cohort"))
+        .args(["bench", "--consumers", "2", "--seconds", "1"])
+        .output()
+        .expect("cohort bench runs");
+    assert_eq!(refused.status.code(), Some(2), "consumers of a register are refused");
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--consumers needs --state message-log"));
+}

@@ -1,6 +1,6 @@
 //! A partitioned, append-only message log on cohort: each partition is a
 //! group whose state machine keeps its messages on disk, in segment files
-//! (`cohort_examples::log_store`, D1). Producers append in batches of
+//! (`cohort_runtime::log_store`, D1). Producers append in batches of
 //! `--batch-messages` (K5: one write per batch, each message's result its
 //! offset); consumers read by offset with linearizable reads, from the
 //! files, and check that they see every message exactly once and each
@@ -24,7 +24,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use clap::Parser;
-use cohort_examples::log_store::{
+use cohort_runtime::log_store::{
     Answer, FETCH_MESSAGES_MAX, LogStore, LogStoreConfig, RETENTION_BYTES_DEFAULT, SEGMENT_SIZE_MAX_BYTES_DEFAULT,
     decode_answer, fetch,
 };

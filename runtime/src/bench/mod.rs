@@ -20,8 +20,15 @@
 //! The figures, and how to read them on a shared machine, are in
 //! `docs/benchmarks.md`. `cohort bench --cluster` drives a running cluster
 //! over the network instead ([`network`]).
+//!
+//! `--state message-log` runs the message log (K7): each group is a
+//! partition, each writer a producer whose requests are batches of
+//! messages, and `--consumers` read the partitions by offset while the
+//! producers write ([`consumers`]); the report adds what they read and the
+//! messages' end-to-end latency.
 
 mod catch_up;
+mod consumers;
 mod direct_io;
 pub(crate) mod floor;
 mod latency;
@@ -100,6 +107,9 @@ pub(crate) struct BenchOptions {
     /// D2: a `disk-log` applies on the shard's thread, not its apply
     /// worker (the comparison the apply worker is measured against).
     pub apply_inline: bool,
+    /// K7: consumers of the message log (`--state message-log`), consumer
+    /// `i` reading partition `i mod groups`.
+    pub consumers: usize,
 }
 
 impl Default for BenchOptions {
@@ -121,6 +131,7 @@ impl Default for BenchOptions {
             catch_up_interrupt: false,
             restart: false,
             apply_inline: false,
+            consumers: 0,
         }
     }
 }
@@ -156,6 +167,13 @@ impl BenchOptions {
             (!self.catch_up || self.nodes >= 3, "--catch-up needs at least 3 nodes (a quorum while one rejoins)"),
             (self.catch_up || !self.catch_up_interrupt, "--catch-up-interrupt needs --catch-up"),
             (!self.restart || self.nodes >= 3, "--restart needs at least 3 nodes (a quorum while one restarts)"),
+            (self.consumers == 0 || self.state == StateShape::MessageLog, "--consumers needs --state message-log"),
+            (
+                self.state != StateShape::MessageLog
+                    || (consumers::STAMP_BYTES..=crate::log_store::MESSAGE_SIZE_MAX_BYTES)
+                        .contains(&self.op_size_bytes),
+                "--state message-log needs --op-size-bytes of 8 (the message's stamp) to 1 MiB",
+            ),
         ];
         match rules.iter().find(|(holds, _)| !holds) {
             Some((_, rule)) => Err(rule.to_string()),
@@ -209,6 +227,24 @@ struct Bench {
     acknowledged: Cell<u64>,
     /// Writes that failed for good (refused), which a healthy run never has.
     refused: Cell<u64>,
+    /// When the bench began: a message-log message's stamp counts from it.
+    epoch: Instant,
+    /// K7: per group, messages acknowledged to the producers.
+    produced: RefCell<Vec<u64>>,
+    /// K7: per consumer, the next offset it reads.
+    consumed_offsets: RefCell<Vec<u64>>,
+    /// K7: what the consumers read.
+    consumption: RefCell<consumers::Consumption>,
+}
+
+/// One attempt of a request, as [`Bench::attempt_answer`] saw it.
+enum Attempt {
+    /// Answered: committed (a write) or served (a read).
+    Answered(crate::node::Committed),
+    /// Refused for good (counted by the caller).
+    Refused,
+    /// Not answered (no primary, a redirect, busy, a timeout): send it again.
+    Again,
 }
 
 impl Bench {
@@ -232,6 +268,10 @@ impl Bench {
             stopping: Cell::new(false),
             acknowledged: Cell::new(0),
             refused: Cell::new(0),
+            epoch: Instant::now(),
+            produced: RefCell::new(vec![0; options.groups]),
+            consumed_offsets: RefCell::new(vec![0; options.consumers]),
+            consumption: RefCell::new(consumers::Consumption::default()),
             options,
         });
         bench.wait_ready().await?;
@@ -242,6 +282,10 @@ impl Bench {
             let client = cohort_client::fresh_client_id().map_err(|error| error.to_string())?;
             let bench = Rc::clone(&bench);
             writers.push(actix_rt::spawn(async move { bench.write_loop(writer, client).await }));
+        }
+        for consumer in 0..bench.options.consumers {
+            let bench = Rc::clone(&bench);
+            writers.push(actix_rt::spawn(async move { bench.consume_loop(consumer).await }));
         }
         let warmup = Duration::from_secs(bench.options.warmup_secs);
         bench.tick_bar(&bar, "warming up", warmup, None).await;
@@ -255,6 +299,7 @@ impl Bench {
         bench.measuring.set(false);
         let window = started.elapsed();
         let after = bench.counters();
+        let consumer_lag_messages = bench.consumer_lag_messages();
         let chunk_bytes_taken = bench.shard_counter_total("state_chunk_bytes_taken").saturating_sub(chunk_bytes_before);
         let (state_bytes, rss_bytes) = (bench.sizes.largest_bytes(), process::resident_bytes());
         let last = bench.options.nodes - 1;
@@ -304,6 +349,7 @@ impl Bench {
         report.timeline = timeline;
         report.catch_up = catch_up;
         report.restart = restarted;
+        report.add_consumption(&bench.options, &bench.consumption.borrow(), consumer_lag_messages);
         report.memory_bytes_per_replica = rss_after_start_bytes / replicas.max(1) as u64;
         for node in nodes {
             node.stop();
@@ -412,21 +458,28 @@ impl Bench {
         by_reason
     }
 
-    /// One writer: its own client id, one write at a time to its group.
+    /// One writer: its own client id, one write at a time to its group (a
+    /// producer of the message log: to each partition in turn).
     async fn write_loop(&self, writer: usize, client: cohort_messages::ClientId) {
-        let group = GroupId((writer % self.options.groups) as u64);
-        let mut writes = Sequence::new(client, group);
+        let groups = self.options.groups;
+        // K7: a producer of the message log sends its batches to every
+        // partition in turn, from its own on; any other writer to its own.
+        let producing = self.options.state == StateShape::MessageLog;
+        let turns = if producing { groups } else { 1 };
+        let mut sessions: Vec<Sequence> =
+            (0..turns).map(|turn| Sequence::new(client, GroupId(((writer + turn) % groups) as u64))).collect();
         let operation = Bytes::from(vec![0x5A; self.options.op_size_bytes]);
         // K5: a batch of `batch_ops` such writes per request.
         let (kind, operation) = match self.options.batch_ops {
-            1 => (RequestKind::Write, operation),
+            1 if !producing => (RequestKind::Write, operation),
             ops => match cohort_messages::op_batch::encode(&vec![operation; ops]) {
                 Ok(batch) => (RequestKind::WriteBatch, batch),
                 Err(_) => return, // `check` refused the options.
             },
         };
-        // H5: the registration first, not counted as a write.
-        if let Some(registration) = writes.registration() {
+        // H5: the registrations first, not counted as writes.
+        for writes in &mut sessions {
+            let Some(registration) = writes.registration() else { continue };
             let mut registered = None;
             while !self.stopping.get() && registered.is_none() {
                 registered = self.attempt(&registration).await;
@@ -437,15 +490,30 @@ impl Bench {
                 _ => return,
             }
         }
-        while !self.stopping.get() {
-            let request = cohort_messages::Request { kind, ..writes.write(operation.clone()) };
+        for turn in (0..turns).cycle() {
+            if self.stopping.get() {
+                return;
+            }
+            let writes = &mut sessions[turn];
             let started = Instant::now();
+            let operation = match producing {
+                // K7: a producer's messages are stamped afresh for each request.
+                true => {
+                    let made_us = started.duration_since(self.epoch).as_micros() as u64;
+                    consumers::stamped(made_us, self.options.op_size_bytes, self.options.batch_ops)
+                }
+                false => operation.clone(),
+            };
+            let request = cohort_messages::Request { kind, ..writes.write(operation) };
             // The same request until it is answered: it applies once.
             while !self.stopping.get() && self.attempt(&request).await.is_none() {}
             if self.stopping.get() {
                 return;
             }
             self.acknowledged.set(self.acknowledged.get() + self.options.batch_ops as u64);
+            if producing {
+                self.produced.borrow_mut()[request.group.0 as usize] += self.options.batch_ops as u64;
+            }
             if self.measuring.get() {
                 let latency_us = started.elapsed().as_micros() as u64;
                 self.latencies.borrow_mut().record(latency_us);
@@ -459,29 +527,39 @@ impl Bench {
     /// refusal for good (which a healthy run never sees) is counted and ends
     /// the write as done, at op 0.
     async fn attempt(&self, request: &cohort_messages::Request) -> Option<cohort_messages::Op> {
+        match self.attempt_answer(request).await {
+            Attempt::Answered(committed) => Some(committed.op),
+            Attempt::Refused => {
+                self.refused.set(self.refused.get() + 1);
+                Some(cohort_messages::Op(0))
+            }
+            Attempt::Again => None,
+        }
+    }
+
+    /// Send `request` once to its group's primary as last heard of, and
+    /// follow what the answer says of the primary.
+    async fn attempt_answer(&self, request: &cohort_messages::Request) -> Attempt {
         let index = request.group.0 as usize;
         let target = self.guess.borrow()[index];
         let handle = self.handles.borrow()[target].clone();
         match handle.submit_as(request.clone(), ATTEMPT_TIMEOUT).await {
-            Ok(committed) => Some(committed.op),
+            Ok(committed) => Attempt::Answered(committed),
             Err(SubmitError::NotPrimary { primary: Some(primary), .. })
                 if primary.0 >= 1 && (primary.0 as usize) <= self.options.nodes =>
             {
                 self.guess.borrow_mut()[index] = primary.0 as usize - 1;
-                None
+                Attempt::Again
             }
-            Err(SubmitError::Refused { code, .. }) if !cohort_core::client::retryable(code) => {
-                self.refused.set(self.refused.get() + 1);
-                Some(cohort_messages::Op(0))
-            }
+            Err(SubmitError::Refused { code, .. }) if !cohort_core::client::retryable(code) => Attempt::Refused,
             Err(SubmitError::Refused { code: ReplyError::Busy, .. } | SubmitError::Busy { .. }) => {
                 tokio::time::sleep(Duration::from_micros(200)).await;
-                None
+                Attempt::Again
             }
             Err(_) => {
                 self.guess.borrow_mut()[index] = (target + 1) % self.options.nodes;
                 tokio::time::sleep(Duration::from_millis(5)).await;
-                None
+                Attempt::Again
             }
         }
     }
@@ -504,7 +582,7 @@ fn start_node(
         .shards(options.shards)
         .state_machine({
             let (shape, sizes, inline) = (options.state, sizes.of_node(index), options.apply_inline);
-            let op_batches = options.batch_ops > 1;
+            let op_batches = options.batch_ops > 1 || options.state == StateShape::MessageLog;
             let state_dir = dir.join(format!("node-{}", node.0)).join("state");
             move |group| shape.state_machine(&sizes, group, &state_dir, inline, op_batches)
         });

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
+use super::consumers::Consumption;
 use super::floor::Floor;
 use super::latency::LatencyHistogram;
 use super::timeline::{BYTES_PER_MB, TimelineSample, rates};
@@ -98,6 +99,29 @@ pub(crate) struct BenchReport {
     pub catch_up: Option<super::catch_up::CatchUpReport>,
     /// `--restart`: the last node stopped and started again (D1).
     pub restart: Option<super::restart::RestartReport>,
+    /// K7: consumers of the message log (0: none, and the figures below are 0).
+    pub consumers: usize,
+    /// K7: bytes of the messages the consumers read in the window per
+    /// second, in MB (10^6); each consumer's reads count.
+    pub consumed_mb_per_sec: f64,
+    /// K7: `consumed_mb_per_sec` over `mb_per_sec` times the consumers per
+    /// partition: 1.0 when every consumer read as much as was produced.
+    pub consumed_of_produced: f64,
+    /// K7: at the window's end, the messages acknowledged to producers that
+    /// a partition's furthest-behind consumer had not read, the largest over
+    /// the partitions.
+    pub consumer_lag_messages: u64,
+    /// K7: messages retention dropped before a consumer read them.
+    pub consumer_skipped_messages: u64,
+    /// K7: reads that failed (a healthy run has none).
+    pub failed_reads: u64,
+    /// K7: a message's end-to-end latency, from when its producer made it
+    /// to when a consumer read it: median.
+    pub end_to_end_p50_us: u64,
+    /// 99th percentile.
+    pub end_to_end_p99_us: u64,
+    /// 99.9th percentile.
+    pub end_to_end_p999_us: u64,
 }
 
 impl BenchReport {
@@ -161,14 +185,45 @@ impl BenchReport {
             timeline: Vec::new(),
             catch_up: None,
             restart: None,
+            consumers: 0,
+            consumed_mb_per_sec: 0.0,
+            consumed_of_produced: 0.0,
+            consumer_lag_messages: 0,
+            consumer_skipped_messages: 0,
+            failed_reads: 0,
+            end_to_end_p50_us: 0,
+            end_to_end_p99_us: 0,
+            end_to_end_p999_us: 0,
         }
+    }
+
+    /// K7: what the message log's consumers read in the window, and their
+    /// lag at its end.
+    pub(super) fn add_consumption(&mut self, options: &BenchOptions, consumption: &Consumption, lag_messages: u64) {
+        self.consumers = options.consumers;
+        if options.consumers == 0 {
+            return;
+        }
+        let window = std::time::Duration::from_secs_f64(self.window_secs);
+        let (_, consumed_mb_per_sec) = rates(consumption.bytes, 1, window);
+        self.consumed_mb_per_sec = consumed_mb_per_sec;
+        let consumers_per_partition = options.consumers as f64 / options.groups.max(1) as f64;
+        let produced_for_consumers = self.mb_per_sec * consumers_per_partition.max(1.0);
+        self.consumed_of_produced =
+            if produced_for_consumers > 0.0 { consumed_mb_per_sec / produced_for_consumers } else { 0.0 };
+        self.consumer_lag_messages = lag_messages;
+        self.consumer_skipped_messages = consumption.skipped_messages;
+        self.failed_reads = consumption.failed_reads;
+        self.end_to_end_p50_us = consumption.end_to_end.percentile(50.0);
+        self.end_to_end_p99_us = consumption.end_to_end.percentile(99.0);
+        self.end_to_end_p999_us = consumption.end_to_end.percentile(99.9);
     }
 
     /// One JSON object with every figure.
     pub(crate) fn json(&self) -> String {
         let dropped: serde_json::Map<String, serde_json::Value> =
             self.dropped_by_reason.iter().map(|(reason, count)| (reason.clone(), json!(count))).collect();
-        json!({
+        let mut report = json!({
             "nodes": self.nodes,
             "groups": self.groups,
             "writers": self.writers,
@@ -210,8 +265,10 @@ impl BenchReport {
             "timeline": self.timeline.iter().map(sample_json).collect::<Vec<_>>(),
             "catch_up": self.catch_up.as_ref().map(super::catch_up::CatchUpReport::json),
             "restart": self.restart.as_ref().map(super::restart::RestartReport::json),
-        })
-        .to_string()
+        });
+        // The message log's figures (K7), beside the others.
+        report["consumption"] = self.consumption_json();
+        report.to_string()
     }
 
     /// The table.
@@ -295,6 +352,9 @@ impl BenchReport {
             ),
         ];
         let mut rows = rows;
+        if self.consumers > 0 {
+            rows.push(("consumers (K7)", self.consumption_lines()));
+        }
         if let Some(restart) = &self.restart {
             rows.push(("restart (D1)", restart.lines()));
         }
@@ -310,6 +370,43 @@ impl BenchReport {
             out.push_str(&timeline_table(&self.timeline, self.timeline_secs));
         }
         out
+    }
+}
+
+impl BenchReport {
+    /// K7: the consumers' figures as a JSON object, `null` without consumers.
+    fn consumption_json(&self) -> serde_json::Value {
+        if self.consumers == 0 {
+            return serde_json::Value::Null;
+        }
+        json!({
+            "consumers": self.consumers,
+            "consumed_mb_per_sec": self.consumed_mb_per_sec,
+            "consumed_of_produced": self.consumed_of_produced,
+            "consumer_lag_messages": self.consumer_lag_messages,
+            "consumer_skipped_messages": self.consumer_skipped_messages,
+            "failed_reads": self.failed_reads,
+            "end_to_end_p50_us": self.end_to_end_p50_us,
+            "end_to_end_p99_us": self.end_to_end_p99_us,
+            "end_to_end_p999_us": self.end_to_end_p999_us,
+        })
+    }
+
+    /// The consumers' row of the table.
+    fn consumption_lines(&self) -> String {
+        format!(
+            "{} consumers read {:.2} MB/s ({:.2} of what was produced for them); end to end p50 / p99 / p99.9 {} / {} / {} us; \
+             lag at the end {} messages; {} skipped by retention, {} failed reads",
+            self.consumers,
+            self.consumed_mb_per_sec,
+            self.consumed_of_produced,
+            self.end_to_end_p50_us,
+            self.end_to_end_p99_us,
+            self.end_to_end_p999_us,
+            self.consumer_lag_messages,
+            self.consumer_skipped_messages,
+            self.failed_reads
+        )
     }
 }
 

@@ -46,10 +46,18 @@ pub(crate) struct BenchArgs {
     pub data_dir: Option<std::path::PathBuf>,
     /// What the groups of the cluster started in this process keep:
     /// `register` replaces one value per write, `log` appends every write,
-    /// so the state grows for the whole run, and `disk-log` appends to a
-    /// file of its own that cohort checkpoints instead of snapshotting (D1).
+    /// so the state grows for the whole run, `disk-log` appends to a
+    /// file of its own that cohort checkpoints instead of snapshotting (D1),
+    /// and `message-log` makes each group a partition of the message log
+    /// (K7): writers are producers of batches of stamped messages
+    /// (--batch-ops of --op-size-bytes, at least 8), read by --consumers.
     #[arg(long, value_enum, default_value_t = StateShape::Register, conflicts_with = "cluster")]
     pub state: StateShape,
+    /// With --state message-log: consumers reading the partitions by
+    /// offset while the producers write, consumer i reading partition
+    /// i mod --groups (default: one per partition).
+    #[arg(long, conflicts_with = "cluster")]
+    pub consumers: Option<usize>,
     /// A timeline line (writes/s, MB/s, p50, p99, state bytes, RSS) every
     /// this many seconds of the measured window; 0 turns it off.
     #[arg(long, default_value_t = 5, conflicts_with = "cluster")]
@@ -177,6 +185,10 @@ fn local_options(args: &BenchArgs) -> BenchOptions {
         catch_up_interrupt: args.catch_up_interrupt,
         restart: args.restart,
         apply_inline: args.apply_inline,
+        consumers: args.consumers.unwrap_or(match args.state {
+            StateShape::MessageLog => args.groups,
+            _ => 0,
+        }),
         progress: true,
     }
 }
@@ -234,6 +246,17 @@ mod tests {
         assert_eq!(local_options(&parse(&[]).expect("parses")).batch_ops, 1, "no batches by default");
         assert_eq!(local_options(&parse(&["--batch-ops", "64"]).expect("parses")).batch_ops, 64);
         assert!(parse(&["--cluster", "a:1", "--batch-ops", "4"]).is_err(), "the local cluster's state machines");
+    }
+
+    #[test]
+    fn k7_the_message_log_has_a_consumer_per_partition_unless_told() {
+        let args = parse(&["--state", "message-log", "--groups", "16", "--batch-ops", "64"]).expect("parses");
+        let options = local_options(&args);
+        assert_eq!((options.state, options.consumers, options.batch_ops), (StateShape::MessageLog, 16, 64));
+        let told = parse(&["--state", "message-log", "--groups", "4", "--consumers", "8"]).expect("parses");
+        assert_eq!(local_options(&told).consumers, 8);
+        assert_eq!(local_options(&parse(&[]).expect("parses")).consumers, 0, "no consumers of a register");
+        assert!(parse(&["--cluster", "a:1", "--consumers", "2"]).is_err(), "the local cluster's partitions");
     }
 
     #[test]

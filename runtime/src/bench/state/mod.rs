@@ -9,7 +9,9 @@
 //! encode all of it, memory, and the write path beside them. `disk-log`
 //! appends the same way to a file of the state machine's own, which
 //! cohort checkpoints instead of snapshotting (D1, [`disk_log::DiskLog`]):
-//! the same growth, without the whole-state snapshots.
+//! the same growth, without the whole-state snapshots. `message-log` (K7)
+//! makes each group a partition of the message log the `log` example runs
+//! ([`message_log`]), which consumers read by offset as it grows.
 //!
 //! Each replica's state machine publishes its size through a
 //! [`StateBytes`] handle, one relaxed atomic store per apply; the bench
@@ -18,6 +20,7 @@
 
 mod disk_log;
 mod log;
+pub(crate) mod message_log;
 mod register;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -30,6 +33,7 @@ use cohort_messages::GroupId;
 
 use self::disk_log::DiskLog;
 use self::log::AppendLog;
+use self::message_log::SizedLogStore;
 use self::register::SizedRegister;
 
 /// What the bench's groups keep.
@@ -42,6 +46,9 @@ pub(crate) enum StateShape {
     Log,
     /// As `log`, on a file of the state machine's own, checkpointed (D1).
     DiskLog,
+    /// K7: each group a partition of the message log (the `log` example's
+    /// store): messages in segment files, read by offset by `--consumers`.
+    MessageLog,
 }
 
 impl StateShape {
@@ -51,6 +58,7 @@ impl StateShape {
             StateShape::Register => "register",
             StateShape::Log => "log",
             StateShape::DiskLog => "disk-log",
+            StateShape::MessageLog => "message-log",
         }
     }
 
@@ -78,6 +86,8 @@ impl StateShape {
                 Ok(log) => Box::new(log.op_batches(op_batches)),
                 Err(error) => panic!("bench: the disk-log state machine of {group}: {error}"),
             },
+            // Its writes are always op batches (a producer's messages).
+            StateShape::MessageLog => Box::new(SizedLogStore::open(dir, group, sizes.handle())),
         }
     }
 }

@@ -1,5 +1,5 @@
 //! D1: the log example's state machine on disk
-//! (`cohort_examples::log_store`), alone, against the contract in
+//! (`cohort_runtime::log_store`), alone, against the contract in
 //! docs/embedding.md ("State on disk"): after a reopen the state is exactly
 //! the last checkpoint's, segments are cut at their size and dropped whole
 //! by retention (reads below answer "trimmed"), a restored state is seen at
@@ -9,7 +9,7 @@
 
 use std::path::{Path, PathBuf};
 
-use cohort_examples::log_store::{
+use cohort_runtime::log_store::{
     Answer, FETCH_MESSAGES_MAX, FETCH_SIZE_MAX_BYTES, LogStore, LogStoreConfig, MESSAGE_SIZE_MAX_BYTES,
     appended_offset, decode_answer, decode_snapshot, fetch,
 };
@@ -623,5 +623,50 @@ proptest! {
             }
             Err(reason) => prop_assert!(reason.contains(".log"), "names the segment: {}", reason),
         }
+    }
+}
+
+/// The bytes of every file under the store's current generation, by name.
+fn files_bytes(store: &LogStore) -> Vec<(String, Vec<u8>)> {
+    segment_files(store)
+        .into_iter()
+        .map(|name| {
+            let bytes = std::fs::read(store.segments_dir().join(&name)).expect("a segment file");
+            (name, bytes)
+        })
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// K5: a producer's batch applied at once writes the same files, keeps
+    /// and drops the same segments and answers the same offsets as its
+    /// messages applied one by one. (A message over MESSAGE_SIZE_MAX_BYTES
+    /// cannot be in a batch: the batch would be over the operation limit.)
+    #[test]
+    fn k5_log_store_a_batch_is_appended_as_its_messages_one_by_one(
+        config in config(),
+        batches in prop::collection::vec(prop::collection::vec(prop::collection::vec(any::<u8>(), 0..48), 1..12), 1..8),
+    ) {
+        let (one_dir, batch_dir) = (tempfile::tempdir().expect("a directory"), tempfile::tempdir().expect("a directory"));
+        let (mut one_by_one, mut batched) = (open(one_dir.path(), config), open(batch_dir.path(), config));
+        for (at, batch) in batches.into_iter().enumerate() {
+            let singles: Vec<Bytes> = batch.iter().map(|message| one_by_one.apply(Op(at as u64), message)).collect();
+            let encoded = cohort_runtime::op_batch::encode(&batch).expect("a batch");
+            let mut results = cohort_runtime::op_batch::OpResults::with_count(batch.len());
+            let parsed = cohort_runtime::op_batch::OpBatch::parse(&encoded).expect("parses");
+            batched.apply_op_batch(Op(at as u64), parsed, &mut results);
+            let results = results.finish().expect("results");
+            prop_assert_eq!(cohort_runtime::op_batch::decode(&results).expect("an op batch"), singles);
+            prop_assert_eq!((batched.earliest(), batched.next()), (one_by_one.earliest(), one_by_one.next()));
+            prop_assert_eq!(batched.kept_bytes(), one_by_one.kept_bytes());
+            prop_assert_eq!(files_bytes(&batched), files_bytes(&one_by_one));
+            prop_assert_eq!(contents(&batched), contents(&one_by_one));
+        }
+        batched.checkpoint(b"record").expect("a checkpoint");
+        drop(batched);
+        let reopened = open(batch_dir.path(), config);
+        prop_assert_eq!(contents(&reopened), contents(&one_by_one), "a batch is durable at the checkpoint");
     }
 }

@@ -19,7 +19,8 @@ use std::path::{Path, PathBuf};
 
 use super::encoding::Fetched;
 use super::files;
-use super::segment::{Records, Segment, encode_record, file_name, parse_file_name};
+use super::segment::{RECORD_HEADER_SIZE_BYTES, Records, Segment, encode_record, file_name, parse_file_name};
+use super::writeback::{self, WRITEBACK_INTERVAL_BYTES};
 
 /// A generation's segments.
 pub(super) struct Segments {
@@ -47,6 +48,9 @@ pub(super) struct Segments {
     dir_ready: bool,
     /// Files of segments dropped by retention, still to remove.
     trimmed: Vec<PathBuf>,
+    /// Bytes appended to the last segment since it was last handed to the
+    /// background writeback ([`writeback`]).
+    unhinted_bytes: u64,
 }
 
 impl Segments {
@@ -65,6 +69,7 @@ impl Segments {
             unsynced_dirs: BTreeSet::new(),
             dir_ready: false,
             trimmed: Vec::new(),
+            unhinted_bytes: 0,
         }
     }
 
@@ -188,25 +193,29 @@ impl Segments {
 
     /// Append `message` (written, not synced) and return its offset.
     pub(super) fn append(&mut self, message: &[u8], segment_size_max_bytes: u64) -> Result<u64, String> {
-        let record = encode_record(message);
-        let record_size = record.len() as u64;
-        if self.segments.back().is_none_or(|last| last.size_bytes + record_size > segment_size_max_bytes) {
-            self.start_segment()?;
-        }
-        let (Some(last), Some(file), dir) = (self.segments.back_mut(), &self.active, &self.dir) else {
-            unreachable!("a segment was just started if there was none")
-        };
-        file.write_all_at(&record, last.size_bytes).map_err(|error| {
-            let path = dir.join(file_name(last.base));
-            format!("{}: could not append at byte {}: {error}", path.display(), last.size_bytes)
-        })?;
-        last.push(record_size);
-        let offset = self.next;
-        self.next += 1;
-        self.kept_bytes += record_size;
-        self.active_unsynced = true;
-        self.invariants();
+        let mut appender = self.appender(segment_size_max_bytes);
+        let offset = appender.append(message)?;
+        appender.finish()?;
         Ok(offset)
+    }
+
+    /// K5: append many messages with one write per segment they reach
+    /// (a producer's batch): [`Appender::append`] each, then
+    /// [`Appender::finish`]. The files hold what `append` one by one
+    /// would have written.
+    pub(super) fn appender(&mut self, segment_size_max_bytes: u64) -> Appender<'_> {
+        Appender { segments: self, segment_size_max_bytes, pending: Vec::new(), pending_at: 0 }
+    }
+
+    /// Write `records` at `position` of the last segment's file.
+    fn write_active(&self, records: &[u8], position: u64) -> Result<(), String> {
+        let (Some(last), Some(file)) = (self.segments.back(), &self.active) else {
+            unreachable!("records are pending only in a segment that was started")
+        };
+        file.write_all_at(records, position).map_err(|error| {
+            let path = self.dir.join(file_name(last.base));
+            format!("{}: could not append at byte {position}: {error}", path.display())
+        })
     }
 
     /// Start a segment at the next offset (its directory too, for a new
@@ -219,6 +228,13 @@ impl Segments {
             self.unsynced_dirs.extend(self.dir.parent().map(Path::to_owned));
             self.dir_ready = true;
         }
+        // The segment that ends here is written: push it to the disk now.
+        if let Some(last) = self.segments.back()
+            && self.unhinted_bytes > 0
+        {
+            writeback::hint(self.path(last.base));
+        }
+        self.unhinted_bytes = 0;
         let path = self.path(self.next);
         let file = OpenOptions::new()
             .read(true)
@@ -372,5 +388,67 @@ impl Segments {
         );
         debug_assert_eq!(self.segments.iter().map(|segment| segment.size_bytes).sum::<u64>(), self.kept_bytes);
         debug_assert_eq!(self.active.is_some(), !self.segments.is_empty(), "the last segment is open");
+    }
+}
+
+/// Appends to the last segment that are counted at once and written when
+/// the segment is cut or at [`Appender::finish`].
+pub(super) struct Appender<'a> {
+    segments: &'a mut Segments,
+    segment_size_max_bytes: u64,
+    /// Records counted in the last segment and not written yet.
+    pending: Vec<u8>,
+    /// Where in the last segment's file `pending` goes.
+    pending_at: u64,
+}
+
+impl Appender<'_> {
+    /// Count `message` as appended and return its offset; its bytes are
+    /// written when its segment is cut or at [`Appender::finish`].
+    pub(super) fn append(&mut self, message: &[u8]) -> Result<u64, String> {
+        let record_size = RECORD_HEADER_SIZE_BYTES + message.len() as u64;
+        let fits = |last: &Segment| last.size_bytes + record_size <= self.segment_size_max_bytes;
+        if !self.segments.segments.back().is_some_and(fits) {
+            self.write_pending()?;
+            self.segments.start_segment()?;
+        }
+        let segments = &mut *self.segments;
+        let Some(last) = segments.segments.back_mut() else {
+            unreachable!("a segment was just started if there was none")
+        };
+        if self.pending.is_empty() {
+            self.pending_at = last.size_bytes;
+        }
+        encode_record(&mut self.pending, message);
+        last.push(record_size);
+        let offset = segments.next;
+        segments.next += 1;
+        segments.kept_bytes += record_size;
+        segments.unhinted_bytes += record_size;
+        segments.active_unsynced = true;
+        Ok(offset)
+    }
+
+    /// Write what is pending (not synced), and hand the segment to the
+    /// background writeback every [`WRITEBACK_INTERVAL_BYTES`].
+    pub(super) fn finish(mut self) -> Result<(), String> {
+        self.write_pending()?;
+        let segments = &mut *self.segments;
+        if segments.unhinted_bytes >= WRITEBACK_INTERVAL_BYTES
+            && let Some(last) = segments.segments.back()
+        {
+            writeback::hint(segments.path(last.base));
+            segments.unhinted_bytes = 0;
+        }
+        segments.invariants();
+        Ok(())
+    }
+
+    fn write_pending(&mut self) -> Result<(), String> {
+        if !self.pending.is_empty() {
+            self.segments.write_active(&self.pending, self.pending_at)?;
+            self.pending.clear();
+        }
+        Ok(())
     }
 }

@@ -47,15 +47,14 @@ const _: () = {
 };
 
 /// The record of `message`, as written to a segment.
-pub(super) fn encode_record(message: &[u8]) -> Vec<u8> {
+pub(super) fn encode_record(out: &mut Vec<u8>, message: &[u8]) {
     debug_assert!(message.len() <= MESSAGE_SIZE_MAX_BYTES, "apply refuses larger messages");
     let length = (message.len() as u32).to_le_bytes();
     let checksum = crc32c::crc32c_append(crc32c::crc32c(&length), message);
-    let mut record = Vec::with_capacity(RECORD_HEADER_SIZE_BYTES as usize + message.len());
-    record.extend_from_slice(&length);
-    record.extend_from_slice(&checksum.to_le_bytes());
-    record.extend_from_slice(message);
-    record
+    out.reserve(RECORD_HEADER_SIZE_BYTES as usize + message.len());
+    out.extend_from_slice(&length);
+    out.extend_from_slice(&checksum.to_le_bytes());
+    out.extend_from_slice(message);
 }
 
 /// A segment file's name: its first offset, 20 digits, so names sort as

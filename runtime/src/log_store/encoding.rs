@@ -3,8 +3,8 @@
 //! decoder checks every length against a named limit and says why it
 //! refuses bytes; the rest of the store trusts what they return.
 
+use bytes::Bytes;
 use cohort_messages::OPERATION_SIZE_MAX_BYTES;
-use cohort_runtime::prelude::Bytes;
 
 /// A fetch answers at most this many messages.
 pub const FETCH_MESSAGES_MAX: u32 = 64;

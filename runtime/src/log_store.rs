@@ -1,4 +1,5 @@
-//! The `log` example's state machine: one partition's messages in segment
+//! A message log's state machine, the one the `log` example and `cohort
+//! bench --state message-log` (K7) run: one partition's messages in segment
 //! files that it keeps itself (D1, [`Durability::Persistent`]), so a
 //! partition can hold more than memory. docs/embedding.md ("State on disk")
 //! has the contract; this is one way to meet it for an append-only log.
@@ -52,8 +53,16 @@
 //! **Batches (K5).** The store takes op batches: a producer sends many
 //! messages in one write (`Client::write_batch`), which cohort logs,
 //! replicates and applies as one entry; each message is appended in turn and
-//! answered with its own offset. Every write to a partition is a batch (a
-//! plain write is refused by cohort before it enters the log).
+//! answered with its own offset, and the batch's records reach the segment
+//! in one write (one per segment, where the batch crosses a cut). Every
+//! write to a partition is a batch (a plain write is refused by cohort
+//! before it enters the log).
+//!
+//! **Early writeback.** After every 1 MiB appended to a segment, the file
+//! is handed to one background thread of the process that syncs it
+//! (`log_store/writeback.rs`), so that a checkpoint's sync, on the thread that applies
+//! the shard's groups, finds little left to write. It is a hint: the
+//! checkpoint's sync is still what makes the segments durable.
 //!
 //! **Reads** ([`fetch`], [`Answer`]) come from the files: a fetch finds
 //! its segment among those in memory, then its record through the
@@ -99,11 +108,15 @@ mod encoding;
 mod files;
 mod segment;
 mod segments;
+mod writeback;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use cohort_runtime::prelude::{Bytes, Durability, GroupId, Op, StateMachine};
+use bytes::Bytes;
+use cohort_core::{Durability, StateMachine};
+use cohort_messages::op_batch::{OpBatch, OpResults};
+use cohort_messages::{GroupId, Op};
 
 use checkpoint::Checkpoint;
 pub use encoding::{
@@ -365,10 +378,35 @@ impl StateMachine for LogStore {
     }
 
     /// K5: producers append in batches (`Client::write_batch`): a batch
-    /// is one entry of cohort's log and one call here, each message
-    /// appended with `apply` (the op is not used), its offset its result.
+    /// is one entry of cohort's log and one call of `apply_op_batch`.
     fn takes_op_batches(&self) -> bool {
         true
+    }
+
+    /// Each message appended as `apply` would, its offset (or refusal) its
+    /// result, with one write per segment the batch reaches and retention
+    /// applied once at the end: the same files and the same drops as
+    /// message by message (a drop depends only on what is kept, which
+    /// only grows during the batch).
+    ///
+    /// # Panics
+    ///
+    /// On an I/O error writing the segment (see the module docs).
+    fn apply_op_batch(&mut self, _op: Op, batch: OpBatch<'_>, results: &mut OpResults) {
+        if let Err(error) = self.make_dir() {
+            panic!("log: {error}");
+        }
+        let mut appender = self.segments.appender(self.config.segment_size_max_bytes);
+        for message in batch.iter() {
+            if message.len() > MESSAGE_SIZE_MAX_BYTES {
+                results.push(&encoding::refused_too_large());
+                continue;
+            }
+            let offset = appender.append(message).unwrap_or_else(|error| panic!("log: {error}"));
+            results.push(&offset.to_le_bytes());
+        }
+        appender.finish().unwrap_or_else(|error| panic!("log: {error}"));
+        self.segments.trim(self.config.retention_bytes);
     }
 
     /// The query is [`fetch`]'s; the answer is an [`Answer`], encoded.

@@ -13,7 +13,7 @@
 use std::io::{ErrorKind, Write};
 use std::path::Path;
 
-use cohort_runtime::prelude::Bytes;
+use bytes::Bytes;
 
 use super::encoding::OFFSET_MAX;
 use super::files;
