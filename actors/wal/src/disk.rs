@@ -23,6 +23,8 @@ use std::path::Path;
 
 use cohort_core::storage::StorageError;
 
+use crate::remover::Remover;
+
 /// ENOSPC on Linux.
 const ERRNO_NO_SPACE: i32 = 28;
 /// EDQUOT on Linux.
@@ -74,6 +76,28 @@ pub trait FileSystem {
     fn len(&mut self, path: &Path) -> io::Result<u64>;
     /// Remove the file at `path` (durable after `sync_dir`).
     fn remove_file(&mut self, path: &Path) -> io::Result<()>;
+    /// Remove the file at `path` (one already gone counts as removed) and
+    /// then sync the directory `dir`, after every removal asked for before
+    /// it, now or later: a file system may do it on a thread of its own
+    /// (the real one does). A failure, now or of an earlier such removal,
+    /// is `Err` here and from [`FileSystem::removals_failed`]; after one,
+    /// no later removal is done. Default: both now, as `remove_file` and
+    /// `sync_dir`.
+    fn remove_in_order(&mut self, path: &Path, dir: &Path) -> io::Result<()> {
+        match self.remove_file(path) {
+            Err(error) if error.kind() != io::ErrorKind::NotFound => return Err(error),
+            _ => {}
+        }
+        let handle = self.open_dir(dir)?;
+        self.sync_dir(&handle)
+    }
+    /// `Err` if a removal of [`FileSystem::remove_in_order`] failed (with
+    /// `settle`: once every one asked for is done). Default: `Ok`, the
+    /// default removals being done (and any failure returned) at once.
+    fn removals_failed(&mut self, settle: bool) -> io::Result<()> {
+        let _ = settle;
+        Ok(())
+    }
     /// Rename `from` to `to`, replacing `to` atomically (durable after `sync_dir`).
     fn rename(&mut self, from: &Path, to: &Path) -> io::Result<()>;
     /// True if `path` exists.
@@ -85,9 +109,14 @@ pub trait FileSystem {
     fn list_dir(&mut self, dir: &Path) -> io::Result<Vec<String>>;
 }
 
-/// The real file system: each method is the `std::fs` call it names.
-#[derive(Copy, Clone, Debug, Default)]
-pub struct OsFileSystem;
+/// The real file system: each method is the `std::fs` call it names,
+/// except [`FileSystem::remove_in_order`], which a thread of this value's
+/// own carries out (`remover`: a large segment's removal would otherwise
+/// hold up the next flush). Dropping it waits for the removals asked for.
+#[derive(Debug, Default)]
+pub struct OsFileSystem {
+    remover: Option<Remover>,
+}
 
 impl FileSystem for OsFileSystem {
     type File = File;
@@ -144,6 +173,22 @@ impl FileSystem for OsFileSystem {
     #[inline]
     fn remove_file(&mut self, path: &Path) -> io::Result<()> {
         std::fs::remove_file(path)
+    }
+
+    fn remove_in_order(&mut self, path: &Path, dir: &Path) -> io::Result<()> {
+        let remover = match &mut self.remover {
+            Some(remover) => remover,
+            empty => empty.insert(Remover::start()?),
+        };
+        remover.remove(path.to_owned(), dir.to_owned())
+    }
+
+    fn removals_failed(&mut self, settle: bool) -> io::Result<()> {
+        match (&self.remover, settle) {
+            (None, _) => Ok(()),
+            (Some(remover), true) => remover.settle(),
+            (Some(remover), false) => remover.failure(),
+        }
     }
 
     #[inline]
@@ -298,8 +343,10 @@ impl<F: FileSystem> Disk<F> {
         self.fs.write_all_at(file, buf, offset).map_err(|error| error_of(operation, path, &error))
     }
 
-    /// `sync_data` a file. Any failure is fatal (`Io`).
+    /// `sync_data` a file. Any failure is fatal (`Io`), and so is a failed
+    /// removal of [`Disk::remove_in_order`] (it is a failed sync).
     pub(crate) fn sync_data(&mut self, file: &F::File, path: &Path, of: SyncOf) -> Result<(), StorageError> {
+        self.removals_failed(false)?;
         match of {
             SyncOf::Log => self.stats.log_syncs += 1,
             SyncOf::SegmentHeader => self.stats.segment_syncs += 1,
@@ -342,6 +389,25 @@ impl<F: FileSystem> Disk<F> {
         self.fs.read(path).map_err(|error| io_error(operation, path, &error))
     }
 
+    /// Remove the file at `path` and then sync `dir`, in order with the
+    /// other such removals, now or later ([`FileSystem::remove_in_order`]).
+    /// Any failure, now or later, is fatal (`Io`): a failed directory sync
+    /// may have lost the removal.
+    pub(crate) fn remove_in_order(&mut self, path: &Path, dir: &Path) -> Result<(), StorageError> {
+        self.stats.directory_syncs += 1;
+        if self.sync_failures > 0 {
+            self.sync_failures -= 1;
+            return Err(sync_error(dir, &io::Error::from_raw_os_error(ERRNO_IO)));
+        }
+        self.fs.remove_in_order(path, dir).map_err(|error| sync_error(path, &error))
+    }
+
+    /// `Err` (fatal) if a removal of [`Disk::remove_in_order`] failed;
+    /// with `settle`, once every one asked for is done.
+    pub(crate) fn removals_failed(&mut self, settle: bool) -> Result<(), StorageError> {
+        self.fs.removals_failed(settle).map_err(|error| sync_error(Path::new("a log segment's removal"), &error))
+    }
+
     /// Remove the file at `path`; `Ok(false)` if there was none.
     pub(crate) fn remove_file(&mut self, path: &Path, operation: &'static str) -> Result<bool, StorageError> {
         match self.fs.remove_file(path) {
@@ -375,6 +441,26 @@ fn sync_error(path: &Path, error: &io::Error) -> StorageError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A segment's removal on the real file system's thread that fails
+    /// (its directory gone) is a failed sync: fatal from then on, at the
+    /// next sync of anything.
+    #[test]
+    fn v6_a_failed_removal_in_order_is_fatal_at_the_next_sync() {
+        let dir = tempfile::tempdir().expect("a directory");
+        let mut disk = Disk::new(OsFileSystem::default());
+        let missing = dir.path().join("gone");
+        disk.remove_in_order(&missing.join("wal-00000000000000000001.seg"), &missing).expect("queued");
+        let error = disk.removals_failed(true).expect_err("its directory's sync failed");
+        assert!(error.is_fatal(), "{error}");
+        let path = dir.path().join("wal-00000000000000000009.seg");
+        let file = disk.fs.open(&path, OpenMode::CreateNew).expect("a file");
+        let synced = disk.sync_data(&file, &path, SyncOf::Log);
+        assert!(synced.as_ref().is_err_and(StorageError::is_fatal), "{synced:?}");
+        let queued = disk.remove_in_order(&path, dir.path());
+        assert!(queued.is_err(), "no removal after a failed one: {queued:?}");
+        assert!(path.exists());
+    }
 
     #[test]
     fn enospc_maps_to_full_and_eio_to_io() {

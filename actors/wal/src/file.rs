@@ -101,7 +101,7 @@ impl FileStorage {
     /// A storage for the shard directory `dir` on the real file system
     /// (created by `recover` if missing). Nothing is read until `recover`.
     pub fn open(dir: impl Into<PathBuf>, config: FileStorageConfig) -> Result<Self, WalConfigError> {
-        Self::open_on(OsFileSystem, dir, config)
+        Self::open_on(OsFileSystem::default(), dir, config)
     }
 }
 
@@ -146,7 +146,17 @@ impl<F: FileSystem> FileStorage<F> {
         self.report.as_ref()
     }
 
-    /// How many segment files exist (0 before `recover`).
+    /// Wait until every log segment asked to go is removed (the real file
+    /// system removes them on a thread of its own, so the files may
+    /// outlive the call that let them go by a few milliseconds); `Err`
+    /// (fatal) if a removal failed.
+    pub fn settle_removals(&mut self) -> Result<(), StorageError> {
+        self.disk.removals_failed(true)
+    }
+
+    /// How many segment files the log keeps (0 before `recover`); a
+    /// segment let go counts no more, even while its removal is queued
+    /// ([`FileStorage::settle_removals`]).
     pub fn segment_count(&self) -> usize {
         self.live.as_ref().map_or(0, |live| live.wal.segment_count())
     }

@@ -17,6 +17,8 @@
 //! - `file`: [`FileStorage`], the trait implementation.
 //! - `disk`: the [`FileSystem`] trait and the real [`OsFileSystem`]; every
 //!   file operation, error mapping, counters, fault injection.
+//! - `remover`: the real file system's removals of segments, on a thread of
+//!   their own (a 64 MiB segment's removal is tens of milliseconds).
 //! - `config`: the limits.
 //!
 //! docs/storage.md describes the on-disk format field by field, the ordering
@@ -29,6 +31,7 @@ mod disk;
 mod file;
 pub mod format;
 mod recovery;
+mod remover;
 mod segment;
 mod snapshot;
 mod superblock;

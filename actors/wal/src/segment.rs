@@ -518,10 +518,11 @@ impl<F: FileSystem> Wal<F> {
             if !oldest.summary.covered_by(snapshot_ops) {
                 break;
             }
-            disk.remove_file(&oldest.path, "removing a log segment")?;
-            // One directory sync per removal keeps the surviving segments a
-            // contiguous suffix even if the removals reach the disk out of order.
-            disk.sync_dir(&self.dir)?;
+            // One directory sync per removal, in order, keeps the surviving
+            // segments a contiguous suffix even if the removals reach the
+            // disk out of order; the real file system does both on a thread
+            // of its own (`remover`), off the next flush's way.
+            disk.remove_in_order(&oldest.path, &self.dir)?;
             disk.stats.segments_removed += 1;
             self.closed.pop_front();
             removed += 1;
