@@ -86,7 +86,8 @@ pub fn apply_run(state: &mut dyn StateMachine, ops: &[(Op, Bytes)]) -> Vec<Bytes
         _ if state.takes_op_batches() => {
             ops.iter().map(|(op, operation)| apply_op_batch(state, *op, operation)).collect()
         }
-        [(op, operation)] => vec![apply_one(state, *op, operation)],
+        // Not a batch group (above): the op alone.
+        [(op, operation)] => vec![state.apply(*op, operation)],
         _ => state.apply_batch(ops),
     };
     assert_eq!(results.len(), ops.len(), "StateMachine::apply_batch returns one result per op");

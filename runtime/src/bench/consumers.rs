@@ -101,6 +101,7 @@ impl Bench {
                 Ok(Answer::Trimmed { earliest }) if earliest > offset => {
                     self.consumption.borrow_mut().skipped_messages += earliest - offset;
                     offset = earliest;
+                    self.consumed_offsets.borrow_mut()[consumer] = offset;
                 }
                 Ok(Answer::Trimmed { .. } | Answer::Failed(_)) | Err(_) => {
                     self.consumption.borrow_mut().failed_reads += 1;
