@@ -84,12 +84,7 @@ pub trait FileSystem {
     /// no later removal is done. Default: both now, as `remove_file` and
     /// `sync_dir`.
     fn remove_in_order(&mut self, path: &Path, dir: &Path) -> io::Result<()> {
-        match self.remove_file(path) {
-            Err(error) if error.kind() != io::ErrorKind::NotFound => return Err(error),
-            _ => {}
-        }
-        let handle = self.open_dir(dir)?;
-        self.sync_dir(&handle)
+        remove_then_sync_dir(self, path, dir)
     }
     /// `Err` if a removal of [`FileSystem::remove_in_order`] failed (with
     /// `settle`: once every one asked for is done). Default: `Ok`, the
@@ -107,6 +102,18 @@ pub trait FileSystem {
     /// The names of the entries of directory `dir` (names that are not
     /// UTF-8 are left out: the storage never creates one).
     fn list_dir(&mut self, dir: &Path) -> io::Result<Vec<String>>;
+}
+
+/// Remove the file at `path` (one already gone counts as removed), then
+/// sync the directory `dir`: what [`FileSystem::remove_in_order`] does,
+/// now or on a thread.
+fn remove_then_sync_dir<F: FileSystem + ?Sized>(fs: &mut F, path: &Path, dir: &Path) -> io::Result<()> {
+    match fs.remove_file(path) {
+        Err(error) if error.kind() != io::ErrorKind::NotFound => return Err(error),
+        _ => {}
+    }
+    let handle = fs.open_dir(dir)?;
+    fs.sync_dir(&handle)
 }
 
 /// The real file system: each method is the `std::fs` call it names,
@@ -178,7 +185,10 @@ impl FileSystem for OsFileSystem {
     fn remove_in_order(&mut self, path: &Path, dir: &Path) -> io::Result<()> {
         let remover = match &mut self.remover {
             Some(remover) => remover,
-            empty => empty.insert(Remover::start()?),
+            // The thread's removals are this file system's own calls.
+            empty => {
+                empty.insert(Remover::start(|path, dir| remove_then_sync_dir(&mut OsFileSystem::default(), path, dir))?)
+            }
         };
         remover.remove(path.to_owned(), dir.to_owned())
     }

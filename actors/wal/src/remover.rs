@@ -22,7 +22,8 @@
 //! removals, so a storage reopened on the same directory never races one.
 
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Sender, channel};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
@@ -46,6 +47,9 @@ struct State {
 struct Shared {
     state: Mutex<State>,
     settled: Condvar,
+    /// Whether `state` holds a failure: the check each sync of the
+    /// storage makes ([`Remover::failure`]) reads this, not the lock.
+    failed: AtomicBool,
 }
 
 impl Shared {
@@ -63,8 +67,10 @@ pub(crate) struct Remover {
 }
 
 impl Remover {
-    /// Start the thread.
-    pub(crate) fn start() -> io::Result<Remover> {
+    /// Start the thread; it carries out each removal with
+    /// `remove_and_sync` (remove the file, one already gone counting as
+    /// removed, then sync the directory).
+    pub(crate) fn start(remove_and_sync: fn(&Path, &Path) -> io::Result<()>) -> io::Result<Remover> {
         let (queue, removals) = channel::<Removal>();
         let shared = Arc::new(Shared::default());
         let thread = std::thread::Builder::new().name("cohort-wal-rm".into()).spawn({
@@ -76,6 +82,7 @@ impl Remover {
                     let mut state = shared.state();
                     if let Err(error) = result {
                         state.failure = Some((error.kind(), format!("removing {}: {error}", path.display())));
+                        shared.failed.store(true, Ordering::Release);
                     }
                     state.pending -= 1;
                     shared.settled.notify_all();
@@ -100,6 +107,9 @@ impl Remover {
 
     /// `Err` if a removal failed (then every later report says so too).
     pub(crate) fn failure(&self) -> io::Result<()> {
+        if !self.shared.failed.load(Ordering::Acquire) {
+            return Ok(());
+        }
         match &self.shared.state().failure {
             Some((kind, reason)) => Err(io::Error::new(*kind, reason.clone())),
             None => Ok(()),
@@ -127,18 +137,18 @@ impl Drop for Remover {
     }
 }
 
-/// Remove `path` (one already gone counts as removed), then sync `dir`.
-fn remove_and_sync(path: &std::path::Path, dir: &std::path::Path) -> io::Result<()> {
-    match std::fs::remove_file(path) {
-        Err(error) if error.kind() != io::ErrorKind::NotFound => return Err(error),
-        _ => {}
-    }
-    std::fs::File::open(dir)?.sync_all()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What the real file system's removals do (`disk.rs`).
+    fn remove_and_sync(path: &Path, dir: &Path) -> io::Result<()> {
+        match std::fs::remove_file(path) {
+            Err(error) if error.kind() != io::ErrorKind::NotFound => return Err(error),
+            _ => {}
+        }
+        std::fs::File::open(dir)?.sync_all()
+    }
 
     #[test]
     fn v6_removals_are_done_in_order_and_settle_waits_for_them() {
@@ -147,7 +157,7 @@ mod tests {
         for path in &paths {
             std::fs::write(path, vec![7u8; 64 * 1024]).expect("a segment");
         }
-        let mut remover = Remover::start().expect("a thread");
+        let mut remover = Remover::start(remove_and_sync).expect("a thread");
         for path in &paths {
             remover.remove(path.clone(), dir.path().to_owned()).expect("queued");
         }
@@ -162,7 +172,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("a directory");
         let kept = dir.path().join("wal-00000000000000000002.seg");
         std::fs::write(&kept, b"segment").expect("a segment");
-        let mut remover = Remover::start().expect("a thread");
+        let mut remover = Remover::start(remove_and_sync).expect("a thread");
         let missing_dir = dir.path().join("no-such-directory");
         remover.remove(missing_dir.join("wal-1.seg"), missing_dir).expect("queued");
         remover.remove(kept.clone(), dir.path().to_owned()).expect("queued before the failure is known");
@@ -178,7 +188,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("a directory");
         let path = dir.path().join("wal-00000000000000000001.seg");
         std::fs::write(&path, vec![1u8; 1024 * 1024]).expect("a segment");
-        let mut remover = Remover::start().expect("a thread");
+        let mut remover = Remover::start(remove_and_sync).expect("a thread");
         remover.remove(path.clone(), dir.path().to_owned()).expect("queued");
         drop(remover);
         assert!(!path.exists(), "the drop waited for the removal");

@@ -60,7 +60,7 @@ pub(super) fn stamped(made_us: u64, size_bytes: usize, ops: usize) -> Bytes {
     let mut message = vec![0x5A; size_bytes];
     message[..STAMP_BYTES].copy_from_slice(&made_us.to_le_bytes());
     // The options were checked to fit one request.
-    cohort_messages::op_batch::encode(&vec![message; ops]).unwrap_or_default()
+    cohort_messages::op_batch::encode(&vec![&message[..]; ops]).unwrap_or_default()
 }
 
 /// When a message read back was made, if it is one of the bench's.
@@ -93,7 +93,6 @@ impl Bench {
                 Ok(Answer::Messages(messages)) if messages.is_empty() => tokio::time::sleep(POLL_WAIT).await,
                 Ok(Answer::Messages(messages)) => {
                     offset += messages.len() as u64;
-                    self.consumed_offsets.borrow_mut()[consumer] = offset;
                     if self.measuring.get() {
                         self.count_read(&messages);
                     }
@@ -101,13 +100,13 @@ impl Bench {
                 Ok(Answer::Trimmed { earliest }) if earliest > offset => {
                     self.consumption.borrow_mut().skipped_messages += earliest - offset;
                     offset = earliest;
-                    self.consumed_offsets.borrow_mut()[consumer] = offset;
                 }
                 Ok(Answer::Trimmed { .. } | Answer::Failed(_)) | Err(_) => {
                     self.consumption.borrow_mut().failed_reads += 1;
                     tokio::time::sleep(FAILED_READ_WAIT).await;
                 }
             }
+            self.consumed_offsets.borrow_mut()[consumer] = offset;
         }
     }
 
